@@ -1,0 +1,90 @@
+# pagellm build. `make run` and `make test` install missing Debian packages,
+# build, then run the main job or every test. See README.md.
+#
+#   build/libpagellm.a   every src/<module>/*.c
+#   build/pagellm        tools/*.c (sees include/ only: the public door)
+#   build/tests/test_*   one binary per tests/test_*.c (sees src/: white-box)
+#
+# CI=true turns warnings into errors. `make asan` builds the same tree with
+# AddressSanitizer + UBSan into build-asan/ and runs the tests there.
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -D_GNU_SOURCE -pthread $(SAN)
+ifeq ($(CI),true)
+CFLAGS  += -Werror
+endif
+LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
+
+SRC     := $(sort $(wildcard src/*/*.c))
+TOOLSRC := $(sort $(wildcard tools/*.c))
+TESTSRC := $(sort $(wildcard tests/test_*.c))
+OBJ     := $(SRC:%.c=$(BUILD)/obj/%.o)
+TOOLOBJ := $(TOOLSRC:%.c=$(BUILD)/obj/%.o)
+TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
+
+MODEL   ?= $(or $(PAGELLM_MODEL),$(BUILD)/models/tiny.gguf)
+
+.PHONY: all deps run test asan fuzz bench clean peer
+
+all: $(BUILD)/pagellm $(TESTBIN)
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/obj/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Iinclude -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iinclude -MMD -MP -c $< -o $@
+
+$(BUILD)/libpagellm.a: $(OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/pagellm: $(TOOLOBJ) $(BUILD)/libpagellm.a
+	$(CC) $(CFLAGS) -o $@ $(TOOLOBJ) $(BUILD)/libpagellm.a $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libpagellm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Iinclude -Itests -o $@ $< $(BUILD)/libpagellm.a $(LIBS)
+
+-include $(OBJ:.o=.d) $(TOOLOBJ:.o=.d)
+
+$(BUILD)/models/tiny.gguf: $(BUILD)/pagellm
+	@mkdir -p $(dir $@)
+	$(BUILD)/pagellm synth --shape tiny --seed 1 -o $@
+
+peer:
+	@bash tests/peer.sh
+
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/pagellm $(if $(PAGELLM_MODEL),,$(BUILD)/models/tiny.gguf)
+	$(BUILD)/pagellm inspect $(MODEL)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory peer
+	@BUILD=$(BUILD) bash tests/run.sh
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" all
+	@$(MAKE) --no-print-directory peer
+	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh
+
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory peer
+	@bash bench/run.sh
+
+clean:
+	rm -rf build build-asan build-fuzz

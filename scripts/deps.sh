@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pagellm needs, only those missing.
+# Runs as root (the CI and dev machines) or through sudo when available.
+set -euo pipefail
+pkgs=(gcc make clang pkg-config libpcre2-dev libxxhash-dev libjansson-dev libmicrohttpd-dev nodejs npm git)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node/npm may come from elsewhere than Debian (e.g. a preinstalled Node.js)
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  tmp=(); for p in "${missing[@]}"; do [[ $p == nodejs || $p == npm ]] || tmp+=("$p"); done
+  missing=("${tmp[@]+"${tmp[@]}"}")
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}" >&2
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs every unit-test binary (build/tests/test_*) and every CLI script
+# (tests/cli/test_*.sh) from the repo root, and counts their PASS / FAIL lines.
+# A program that exits non-zero without printing a FAIL line counts as one
+# failure (a crash or a sanitizer report). The last line is the CI contract:
+#   N passed, N failed
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export BUILD PAGELLM=${PAGELLM:-$BUILD/pagellm}
+pass=0; fail=0; skip=0
+log=$(mktemp -d /tmp/pagellm-test.XXXXXX)
+only=${TESTS:-}
+run_one() {
+  local name=$1; shift
+  [ -n "$only" ] && [[ $name != *$only* ]] && return
+  local out="$log/$(basename "$name").out" t0=$SECONDS
+  "$@" >"$out" 2>"$out.err"; local rc=$?
+  local p f s
+  p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out"); s=$(grep -c '^SKIP ' "$out")
+  grep -E '^(FAIL|SKIP) ' "$out" | sed "s|^|  $(basename "$name"): |"
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "  $(basename "$name"): exited $rc without a FAIL line; stderr tail:"
+    tail -n 15 "$out.err" | sed 's/^/    /'
+    f=1
+  fi
+  printf '%-28s %3d passed %3d failed %3d skipped  (%ds)\n' "$(basename "$name")" "$p" "$f" "$s" $((SECONDS - t0))
+  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+}
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] && run_one "$t" "$t"
+done
+for t in tests/cli/test_*.sh; do
+  [ -f "$t" ] && run_one "$t" bash "$t"
+done
+rm -rf "$log"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,14 @@
+/* commands.h - the subcommands of the `pagellm` binary, one file each
+ * (tools/cmd_<name>.c). Each returns the process exit code:
+ * 0 ok, 1 runtime failure, 2 usage error. */
+#ifndef PL_TOOLS_COMMANDS_H
+#define PL_TOOLS_COMMANDS_H
+
+int cmd_inspect(int argc, char **argv);
+int cmd_kvcalc(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+
+#endif
