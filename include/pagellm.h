@@ -18,6 +18,18 @@
 extern "C" {
 #endif
 
+/* Error codes returned by every function below (0 is success). */
+enum {
+    PL_ERR_INVAL = -1,       /* bad argument or value from outside */
+    PL_ERR_IO = -2,          /* a file could not be opened, read or written */
+    PL_ERR_NOMEM = -3,
+    PL_ERR_FORMAT = -4,      /* malformed file or data */
+    PL_ERR_RANGE = -5,       /* a value out of its allowed range (e.g. past the context) */
+    PL_ERR_NOTFOUND = -6,
+    PL_ERR_UNSUPPORTED = -7, /* well-formed but not supported */
+    PL_ERR_FULL = -8,        /* KV pool or queue exhausted */
+};
+
 /* The newest error text of the calling thread. */
 const char *pl_last_error(void);
 /* Frees memory handed out by this API. */
@@ -143,6 +155,128 @@ void pl_detok_free(pl_detok *d);
 int pl_detok_push(pl_detok *d, int32_t id, char *out, size_t cap);
 /* Emits whatever is held (an incomplete tail becomes U+FFFD). */
 int pl_detok_flush(pl_detok *d, char *out, size_t cap);
+
+/* ------------------------------------------------------------- generation */
+
+typedef struct pl_model pl_model;
+
+/* Maps and validates a GGUF model (weights stay in the file, in their stored
+ * type) and loads its tokenizer. Errors name the file, key or tensor. */
+int pl_model_load(pl_model **out, const char *path);
+void pl_model_free(pl_model *m);
+const pl_vocab *pl_model_vocab(const pl_model *m);
+uint32_t pl_model_n_vocab(const pl_model *m);
+uint32_t pl_model_n_ctx_train(const pl_model *m);
+/* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
+const char *pl_model_chat_template(const pl_model *m);
+
+typedef enum {
+    PL_KV_PAGED = 0,  /* blocks taken as a sequence grows (the engine's way) */
+    PL_KV_STATIC = 1, /* each sequence reserves n_ctx tokens up front (baseline) */
+} pl_kv_layout;
+
+typedef struct {
+    uint32_t n_ctx;       /* max tokens per sequence; 0 = min(train context, 4096) */
+    uint32_t max_seqs;    /* sequences alive at once (1) */
+    uint64_t kv_mem;      /* KV pool bytes; 0 = room for max_seqs x n_ctx tokens */
+    uint32_t block_size;  /* tokens per KV block (16) */
+    pl_kv_dtype kv_dtype; /* (f16) */
+    pl_kv_layout layout;  /* (paged) */
+    bool no_kv_cache;     /* recompute all earlier tokens at every step: the O(n^2) baseline */
+    uint32_t max_batch;   /* tokens per forward pass; prompts are chunked by it (512) */
+    int n_threads;        /* 0 = one per core */
+} pl_ctx_params;
+
+void pl_ctx_params_default(pl_ctx_params *p);
+
+/* A context: the KV block pool, the sequences that live in it, and scratch
+ * for the forward pass. Single-threaded: one caller at a time. */
+typedef struct pl_ctx pl_ctx;
+int pl_ctx_new(pl_ctx **out, pl_model *m, const pl_ctx_params *p);
+void pl_ctx_free(pl_ctx *c);
+uint32_t pl_ctx_n_ctx(const pl_ctx *c);
+
+/* A new empty sequence; PL_ERR_FULL if max_seqs are alive or (static) the
+ * pool cannot reserve it. */
+int pl_seq_new(pl_ctx *c, int32_t *seq);
+void pl_seq_free(pl_ctx *c, int32_t seq);
+uint32_t pl_seq_len(const pl_ctx *c, int32_t seq);
+/* The sequence's tokens so far (valid until the next call on c). */
+const int32_t *pl_seq_tokens(const pl_ctx *c, int32_t seq);
+/* Appends n tokens, runs them through the model in chunks of max_batch and,
+ * if logits is not NULL, writes the last token's n_vocab logits there.
+ * Fails (nothing appended) if a token id is out of range or the sequence
+ * would pass n_ctx (PL_ERR_RANGE) or the pool is exhausted (PL_ERR_FULL). */
+int pl_seq_append(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float *logits);
+/* Keeps the first n tokens and forgets the rest (n <= length). */
+int pl_seq_truncate(pl_ctx *c, int32_t seq, uint32_t n);
+
+typedef struct {
+    uint32_t block_size;
+    uint32_t blocks_total, blocks_used, blocks_cached, blocks_free;
+    double bytes_per_token;   /* by the formula, for the context's KV dtype */
+    uint64_t block_bytes;     /* one block as allocated */
+    uint64_t pool_bytes;      /* the whole pool */
+    uint64_t tokens;          /* live tokens over all sequences */
+    uint64_t bytes_allocated; /* blocks held by sequences x block bytes */
+    uint64_t bytes_live;      /* live tokens x bytes per token */
+    uint64_t bytes_wasted;    /* allocated - live: unfilled block tails */
+    double utilisation;       /* live / allocated */
+} pl_kv_stats;
+
+void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out);
+/* Bytes of KV blocks sequence seq holds. */
+uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t seq);
+
+/* --------------------------------------------------------------- sampling */
+
+typedef struct {
+    float temperature;     /* <= 0: greedy (argmax) */
+    int32_t top_k;         /* <= 0: off */
+    float top_p;           /* >= 1: off */
+    float min_p;           /* <= 0: off */
+    float repeat_penalty;  /* 1: off */
+    int32_t repeat_last_n; /* tokens of history the penalty looks at */
+    uint64_t seed;
+} pl_sampler_params;
+
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty. */
+void pl_sampler_params_default(pl_sampler_params *p);
+
+typedef struct pl_sampler pl_sampler;
+/* Checks ranges (PL_ERR_INVAL naming the parameter). */
+int pl_sampler_new(pl_sampler **out, const pl_sampler_params *p, int32_t n_vocab);
+void pl_sampler_free(pl_sampler *s);
+/* Picks a token from logits (n_vocab; not modified); history feeds the
+ * repetition penalty. Deterministic for a given seed and call sequence. */
+int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *history, size_t n_history);
+
+/* Stop strings: feed generated text, get back the part that is safe to show
+ * (text that might still become a stop string is held back). */
+typedef struct pl_stop pl_stop;
+pl_stop *pl_stop_new(const char *const *stops, size_t n);
+void pl_stop_free(pl_stop *s);
+/* Appends text; writes the bytes now safe to emit to out (NUL-terminated,
+ * out must hold len + the longest stop + 1). Returns the number of bytes
+ * written; *stopped is set when a stop string has appeared (the text before
+ * it is emitted, the stop string itself is not). */
+size_t pl_stop_feed(pl_stop *s, const char *text, size_t len, char *out, bool *stopped);
+/* Emits what is held back (at the end of generation). */
+size_t pl_stop_flush(pl_stop *s, char *out);
+
+/* -------------------------------------------------------------- chat */
+
+typedef struct {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} pl_chat_msg;
+
+/* Renders messages with the model's chat template (llama2, llama3, chatml,
+ * mistral, zephyr, phi3, gemma, detected from tokenizer.chat_template) or a
+ * plain fallback; add_assistant opens the assistant's turn. *out is
+ * malloc'd. *name (optional) gets the template family used. */
+int pl_chat_render(const pl_model *m, const pl_chat_msg *msgs, size_t n, bool add_assistant, char **out,
+                   const char **name);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's peer-bench (the oracle) once, from ../shared/peer.
-# Tests that need it skip with a clear SKIP line when it cannot be built.
+# Builds the llama.cpp oracle once: peer-bench from ../shared/peer, and our
+# own peer-logits (tests/peer/peer_logits.c) against the same library.
+# Tests that need them print SKIP lines when they cannot be built.
 set -u
 dir=${PEER_DIR:-/tmp/llamacpp-peer}
-[ -x "$dir/peer-bench" ] && exit 0
 here=$(cd "$(dirname "$0")/.." && pwd)
-if ! bash "$here/../shared/peer/build.sh" "$dir" >/tmp/pagellm-peer-build.log 2>&1; then
-  echo "peer: build failed, see /tmp/pagellm-peer-build.log" >&2
+if [ ! -x "$dir/peer-bench" ]; then
+  if ! bash "$here/../shared/peer/build.sh" "$dir" >/tmp/pagellm-peer-build.log 2>&1; then
+    echo "peer: build failed, see /tmp/pagellm-peer-build.log" >&2
+    exit 0
+  fi
+fi
+lib="$dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+if [ ! -x "$dir/peer-logits" ] || [ "$here/tests/peer/peer_logits.c" -nt "$dir/peer-logits" ]; then
+  gcc -O2 -std=gnu11 -o "$dir/peer-logits" "$here/tests/peer/peer_logits.c" \
+      -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
+      -L"$lib" -lllama -lggml -lggml-base -Wl,-rpath,"$lib" ||
+    echo "peer: peer-logits did not build" >&2
 fi
 exit 0

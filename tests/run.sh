@@ -18,7 +18,7 @@ run_one() {
   "$@" >"$out" 2>"$out.err"; local rc=$?
   local p f s
   p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out"); s=$(grep -c '^SKIP ' "$out")
-  grep -E '^(FAIL|SKIP) ' "$out" | sed "s|^|  $(basename "$name"): |"
+  grep -E '^(FAIL|SKIP|INFO) ' "$out" | sed "s|^|  $(basename "$name"): |"
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "  $(basename "$name"): exited $rc without a FAIL line; stderr tail:"
     tail -n 15 "$out.err" | sed 's/^/    /'

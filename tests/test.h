@@ -42,6 +42,9 @@ static char test_why[1024];
 
 #define RUN(fn) test_run(#fn, fn)
 
+/* An informational line, shown by tests/run.sh (figures a test measured). */
+#define INFO(...) do { printf("INFO "); printf(__VA_ARGS__); printf("\n"); fflush(stdout); } while (0)
+
 static inline void test_run(const char *name, void (*fn)(void))
 {
     test_failed_now = 0;

@@ -105,6 +105,15 @@ static int set_value(const char *cmd, const cli_opt *o, const char *val)
     case CLI_STR:
         *(const char **)o->dst = val;
         return 0;
+    case CLI_STRS: {
+        cli_strs *l = o->dst;
+        if (l->n >= CLI_STRS_MAX) {
+            cli_error(cmd, "--%s given more than %d times", o->name, CLI_STRS_MAX);
+            return -1;
+        }
+        l->v[l->n++] = val;
+        return 0;
+    }
     case CLI_FLAG:
         break;
     }

@@ -18,7 +18,14 @@ typedef enum {
     CLI_FLOAT,  /* double, range [min, max] */
     CLI_SIZE,   /* uint64_t bytes; accepts suffixes K, M, G (powers of 1024) */
     CLI_STR,    /* const char * (points into argv) */
+    CLI_STRS,   /* cli_strs: a repeatable string flag */
 } cli_kind;
+
+#define CLI_STRS_MAX 16
+typedef struct {
+    const char *v[CLI_STRS_MAX];
+    int n;
+} cli_strs;
 
 typedef struct {
     const char *name;   /* long name without dashes, e.g. "ctx" */

@@ -11,6 +11,9 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "interactive multi-turn chat that keeps its KV cache between turns"},
+    {"bench", cmd_bench, "benchmarks: gen (tokens/s), cache (with vs without KV cache)"},
     {"inspect", cmd_inspect, "describe a GGUF model and its KV memory per token"},
     {"kvcalc", cmd_kvcalc, "KV cache memory from bare dimensions"},
     {"synth", cmd_synth, "write a synthetic llama GGUF of a named shape"},

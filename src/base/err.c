@@ -24,7 +24,15 @@ int err_prefix(int code, const char *fmt, ...)
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err_buf, sizeof old);
-    snprintf(err_buf, sizeof err_buf, "%s: %s", head, old);
+    /* truncation is acceptable: the newest context comes first */
+    size_t n = strlen(head);
+    if (n > sizeof err_buf - 3) n = sizeof err_buf - 3;
+    memcpy(err_buf, head, n);
+    memcpy(err_buf + n, ": ", 2);
+    size_t rest = sizeof err_buf - n - 3;
+    size_t ol = strnlen(old, rest);
+    memcpy(err_buf + n + 2, old, ol);
+    err_buf[n + 2 + ol] = '\0';
     return code;
 }
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# make bench: pagellm side by side with llama.cpp's peer-bench in the same
+# run, on models made here by pagellm synth + quantize under /tmp.
+#   BENCH_SHAPES="110m tinyllama-1.1b"  BENCH_TYPES="q8_0 q4_0"  BENCH_REPS=3
+# Prints medians and the pagellm/peer ratio; writes bench/out/*.
+set -u
+cd "$(dirname "$0")/.."
+PL=${PAGELLM:-build/pagellm}
+PEER=${PEER_DIR:-/tmp/llamacpp-peer}/peer-bench
+MD=${BENCH_MODELS:-/tmp/pagellm-bench}
+SHAPES=${BENCH_SHAPES:-110m tinyllama-1.1b}
+TYPES=${BENCH_TYPES:-q8_0 q4_0}
+REPS=${BENCH_REPS:-3}
+NP=${BENCH_NP:-128}; NG=${BENCH_NG:-64}; T=${BENCH_THREADS:-2}
+OUT=bench/out; mkdir -p "$OUT" "$MD"
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+
+model() { # shape type -> path (made once)
+  local s=$1 t=$2 f16="$MD/$1-f16.gguf" out="$MD/$1-$2.gguf"
+  [ -s "$f16" ] || "$PL" synth --shape "$s" --seed 1 --type f16 -o "$f16" >&2 || return 1
+  [ "$t" = f16 ] && { echo "$f16"; return; }
+  [ -s "$out" ] || "$PL" quantize "$f16" "$out" "$t" >&2 || return 1
+  echo "$out"
+}
+
+echo "== tokenizer speed"
+[ -f bench/bench_tokenize.sh ] && bash bench/bench_tokenize.sh
+
+echo "== generation vs llama.cpp (prompt $NP tokens, $NG generated, $T threads, median of $REPS)"
+printf '%-16s %-6s %12s %12s %7s %12s %12s %7s\n' model type pp_pagellm pp_peer ratio tg_pagellm tg_peer ratio
+for s in $SHAPES; do for t in $TYPES; do
+  m=$(model "$s" "$t") || { echo "cannot make $s $t"; continue; }
+  ppa=(); tga=(); ppb=(); tgb=()
+  for r in $(seq "$REPS"); do
+    j=$("$PL" bench gen -m "$m" --n-prompt "$NP" --n-gen "$NG" -t "$T" --json)
+    ppa+=("$(field prefill_tok_s <<<"$j")"); tga+=("$(field decode_tok_s <<<"$j")")
+    if [ -x "$PEER" ]; then
+      j=$("$PEER" -m "$m" -np "$NP" -ng "$NG" -t "$T" 2>/dev/null)
+      ppb+=("$(field prefill_tok_s <<<"$j")"); tgb+=("$(field decode_tok_s <<<"$j")")
+    fi
+  done
+  pa=$(printf '%s\n' "${ppa[@]}" | median); ta=$(printf '%s\n' "${tga[@]}" | median)
+  pb=$(printf '%s\n' "${ppb[@]:-0}" | median); tb=$(printf '%s\n' "${tgb[@]:-0}" | median)
+  printf '%-16s %-6s %12.1f %12.1f %6.2fx %12.1f %12.1f %6.2fx\n' "$s" "$t" "$pa" "$pb" \
+    "$(awk -v a="$pa" -v b="$pb" 'BEGIN{print b>0?a/b:0}')" "$ta" "$tb" "$(awk -v a="$ta" -v b="$tb" 'BEGIN{print b>0?a/b:0}')"
+done; done | tee "$OUT/generation.txt"
+
+echo "== decode time with and without the KV cache (110m q8_0)"
+m=$(model 110m q8_0) && "$PL" bench cache -m "$m" -t "$T" --svg "$OUT/kv-cache-scaling.svg" | tee "$OUT/kv-cache-scaling.txt"
+echo "plot: $OUT/kv-cache-scaling.svg"

@@ -1,0 +1,310 @@
+/* api_generate.c - pl_model, pl_ctx and sequences: the public face of
+ * src/model and src/kv for one caller thread (the CLI's run and chat, and
+ * later the engine thread).
+ *
+ * A pl_ctx owns one KV block pool sized at creation, a fixed table of
+ * max_seqs sequence slots, and the forward pass's scratch. Appending tokens
+ * to a sequence reserves its KV slots (copy-on-write where blocks are
+ * shared), runs the tokens through the model in chunks of max_batch, and
+ * keeps the token history (needed to recompute in no-cache mode and for
+ * chat's common-prefix reuse).
+ *
+ * Invariant: for every live slot, kv.n_tokens == n_tokens, except in
+ * no-cache mode where the cache is emptied after every step (kv.n_tokens == 0).
+ */
+#include "pagellm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+#include "kv/kv_seq.h"
+#include "model/model.h"
+
+struct pl_model {
+    model *m;
+    pl_vocab *vocab;
+    char *chat_template;
+};
+
+int pl_model_load(pl_model **out, const char *path)
+{
+    pl_model *pm = mem_calloc(1, sizeof *pm);
+    if (!pm) return PL_ENOMEM;
+    int rc = model_open(&pm->m, path);
+    if (!rc) rc = pl_vocab_load(&pm->vocab, path);
+    if (!rc && (uint32_t)pl_vocab_size(pm->vocab) > pm->m->cfg.n_vocab)
+        rc = err_set(PL_EFORMAT, "%s: tokenizer has %d tokens but the model's vocabulary is %u",
+                     path, pl_vocab_size(pm->vocab), pm->m->cfg.n_vocab);
+    gguf_str t;
+    if (!rc && gguf_get_str(pm->m->file, "tokenizer.chat_template", &t) == 0) {
+        pm->chat_template = strndup(t.ptr, t.len);
+        if (!pm->chat_template) rc = err_set(PL_ENOMEM, "out of memory");
+    }
+    if (rc) {
+        pl_model_free(pm);
+        return rc;
+    }
+    *out = pm;
+    return 0;
+}
+
+void pl_model_free(pl_model *pm)
+{
+    if (!pm) return;
+    if (pm->vocab) pl_vocab_free(pm->vocab);
+    if (pm->m) model_close(pm->m);
+    free(pm->chat_template);
+    free(pm);
+}
+
+const pl_vocab *pl_model_vocab(const pl_model *pm) { return pm->vocab; }
+uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
+uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
+const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }
+
+/* The engine's view of a model, for other modules of the library. */
+const model *pl_model_internal(const pl_model *pm) { return pm->m; }
+
+/* ------------------------------------------------------------------ ctx */
+
+typedef struct {
+    bool alive;
+    kv_seq kv;
+    int32_t *tokens;   /* [n_ctx] history */
+    uint32_t n_tokens;
+} ctx_seq;
+
+struct pl_ctx {
+    pl_model *pm;
+    pl_ctx_params p;
+    threadpool *tp;
+    fwd_state *fs;
+    kv_pool pool;
+    bool pool_ok;
+    ctx_seq *seqs;           /* [max_seqs] */
+    int32_t *b_pos, *b_seq;  /* [max_batch] batch scratch */
+};
+
+void pl_ctx_params_default(pl_ctx_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->max_seqs = 1;
+    p->block_size = 16;
+    p->kv_dtype = PL_KV_F16;
+    p->layout = PL_KV_PAGED;
+    p->max_batch = 512;
+}
+
+static int params_check(const pl_model *pm, pl_ctx_params *p)
+{
+    const model_config *c = &pm->m->cfg;
+    if (p->n_ctx == 0) p->n_ctx = c->ctx_train < 4096 ? c->ctx_train : 4096;
+    if (p->n_threads <= 0) p->n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (p->n_threads <= 0) p->n_threads = 1;
+    if (p->max_seqs == 0 || p->max_seqs > 4096) return err_set(PL_EINVAL, "max_seqs %u out of range 1..4096", p->max_seqs);
+    if (p->block_size == 0 || p->block_size > 4096) return err_set(PL_EINVAL, "block_size %u out of range 1..4096", p->block_size);
+    if (p->max_batch == 0 || p->max_batch > 65536) return err_set(PL_EINVAL, "max_batch %u out of range 1..65536", p->max_batch);
+    if (p->n_ctx > 1u << 20) return err_set(PL_EINVAL, "n_ctx %u too large", p->n_ctx);
+    if (p->n_threads > 256) return err_set(PL_EINVAL, "threads %d out of range 1..256", p->n_threads);
+    if ((unsigned)p->kv_dtype >= PL_KV_DTYPE_COUNT) return err_set(PL_EINVAL, "unknown KV dtype %d", (int)p->kv_dtype);
+    if (!model_kv_dtype_ok(pm->m, (kv_dtype)p->kv_dtype))
+        return err_set(PL_EUNSUPPORTED, "KV dtype %s is not supported for this model (head dim %u)",
+                       pl_kv_dtype_name(p->kv_dtype), c->head_dim);
+    return 0;
+}
+
+static int pool_make(pl_ctx *c)
+{
+    const model_config *mc = &c->pm->m->cfg;
+    kv_shape sh = {mc->n_layers, mc->n_kv_heads, mc->head_dim, c->p.block_size, (kv_dtype)c->p.kv_dtype};
+    kv_geom g;
+    int rc = kv_geom_init(&g, &sh);
+    if (rc) return rc;
+    uint64_t per_seq = (c->p.n_ctx + c->p.block_size - 1) / c->p.block_size;
+    uint64_t n_blocks = c->p.kv_mem ? kv_geom_blocks_for_bytes(&g, c->p.kv_mem) : per_seq * c->p.max_seqs;
+    if (n_blocks == 0)
+        return err_set(PL_EINVAL, "kv_mem %llu bytes holds no KV block (%llu bytes each)",
+                       (unsigned long long)c->p.kv_mem, (unsigned long long)g.block_bytes);
+    if (n_blocks > UINT32_MAX / 2) return err_set(PL_EINVAL, "KV pool of %llu blocks is too large", (unsigned long long)n_blocks);
+    rc = kv_pool_init(&c->pool, &sh, (uint32_t)n_blocks);
+    if (!rc) c->pool_ok = true;
+    return rc;
+}
+
+int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
+{
+    pl_ctx *c = mem_calloc(1, sizeof *c);
+    if (!c) return PL_ENOMEM;
+    c->pm = pm;
+    c->p = *params;
+    int rc = params_check(pm, &c->p);
+    if (rc) { free(c); return rc; }
+    kern_init(0);
+    c->tp = tp_new(c->p.n_threads);
+    c->seqs = mem_calloc(c->p.max_seqs, sizeof *c->seqs);
+    c->b_pos = mem_calloc(c->p.max_batch, sizeof *c->b_pos);
+    c->b_seq = mem_calloc(c->p.max_batch, sizeof *c->b_seq);
+    if (!c->tp || !c->seqs || !c->b_pos || !c->b_seq) rc = err_set(PL_ENOMEM, "out of memory creating a context");
+    if (!rc) rc = pool_make(c);
+    if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, c->tp);
+    if (rc) { pl_ctx_free(c); return rc; }
+    *out = c;
+    return 0;
+}
+
+void pl_ctx_free(pl_ctx *c)
+{
+    if (!c) return;
+    for (uint32_t i = 0; c->seqs && i < c->p.max_seqs; i++)
+        if (c->seqs[i].alive) pl_seq_free(c, (int32_t)i);
+    fwd_state_free(c->fs);
+    if (c->pool_ok) kv_pool_free(&c->pool);
+    tp_free(c->tp);
+    free(c->seqs);
+    free(c->b_pos);
+    free(c->b_seq);
+    free(c);
+}
+
+uint32_t pl_ctx_n_ctx(const pl_ctx *c) { return c->p.n_ctx; }
+
+static ctx_seq *seq_get(const pl_ctx *c, int32_t id)
+{
+    if (id < 0 || (uint32_t)id >= c->p.max_seqs || !c->seqs[id].alive) return NULL;
+    return &c->seqs[id];
+}
+
+int pl_seq_new(pl_ctx *c, int32_t *out)
+{
+    for (uint32_t i = 0; i < c->p.max_seqs; i++) {
+        ctx_seq *s = &c->seqs[i];
+        if (s->alive) continue;
+        s->tokens = mem_calloc(c->p.n_ctx, sizeof *s->tokens);
+        if (!s->tokens) return PL_ENOMEM;
+        kv_seq_mode mode = c->p.layout == PL_KV_STATIC ? KV_SEQ_STATIC : KV_SEQ_PAGED;
+        int rc = kv_seq_init(&s->kv, &c->pool, c->p.n_ctx, mode);
+        if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
+        s->alive = true;
+        s->n_tokens = 0;
+        *out = (int32_t)i;
+        return 0;
+    }
+    return err_set(PL_EFULL, "all %u sequence slots are in use", c->p.max_seqs);
+}
+
+void pl_seq_free(pl_ctx *c, int32_t id)
+{
+    ctx_seq *s = seq_get(c, id);
+    if (!s) return;
+    kv_seq_free(&s->kv);
+    free(s->tokens);
+    memset(s, 0, sizeof *s);
+}
+
+uint32_t pl_seq_len(const pl_ctx *c, int32_t id)
+{
+    const ctx_seq *s = seq_get(c, id);
+    return s ? s->n_tokens : 0;
+}
+
+const int32_t *pl_seq_tokens(const pl_ctx *c, int32_t id)
+{
+    const ctx_seq *s = seq_get(c, id);
+    return s ? s->tokens : NULL;
+}
+
+/* Runs tokens[from, to) of s's history (already in s->tokens) through the
+ * model, chunk by chunk; the KV slots are reserved chunk by chunk. */
+static int run_range(pl_ctx *c, int32_t id, ctx_seq *s, uint32_t from, uint32_t to, float *logits)
+{
+    for (uint32_t at = from; at < to;) {
+        uint32_t n = to - at < c->p.max_batch ? to - at : c->p.max_batch;
+        assert(s->kv.n_tokens == at);
+        int rc = kv_seq_append(&s->kv, n);
+        if (rc) return rc;
+        for (uint32_t i = 0; i < n; i++) { c->b_pos[i] = (int32_t)(at + i); c->b_seq[i] = 0; }
+        fwd_seq fs = {s->kv.table, s->kv.n_blocks};
+        const bool last = at + n == to && logits;
+        int32_t li = (int32_t)n - 1;
+        fwd_batch b = {(int)n, s->tokens + at, c->b_pos, c->b_seq, &fs, 1, &li, last ? 1 : 0};
+        rc = model_forward(c->pm->m, c->fs, &c->pool, &b, last ? logits : NULL);
+        if (rc) return rc;
+        at += n;
+    }
+    (void)id;
+    return 0;
+}
+
+int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float *logits)
+{
+    ctx_seq *s = seq_get(c, id);
+    if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
+    if (n == 0) return err_set(PL_EINVAL, "append of 0 tokens");
+    if (n > c->p.n_ctx - s->n_tokens)
+        return err_set(PL_ERANGE, "sequence of %u tokens + %zu new would exceed the context of %u tokens",
+                       s->n_tokens, n, c->p.n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= c->pm->m->cfg.n_vocab)
+            return err_set(PL_EINVAL, "token %zu: id %d out of range 0..%u", i, tokens[i], c->pm->m->cfg.n_vocab - 1);
+    const uint32_t old = s->n_tokens;
+    memcpy(s->tokens + old, tokens, n * sizeof *tokens);
+    int rc;
+    if (c->p.no_kv_cache) {
+        /* the baseline: every step recomputes K and V of every earlier token */
+        kv_seq_truncate(&s->kv, 0);
+        rc = run_range(c, id, s, 0, old + (uint32_t)n, logits);
+        kv_seq_truncate(&s->kv, 0);
+    } else {
+        rc = run_range(c, id, s, old, old + (uint32_t)n, logits);
+        if (rc) kv_seq_truncate(&s->kv, old);
+    }
+    if (rc) return rc;
+    s->n_tokens = old + (uint32_t)n;
+    return 0;
+}
+
+int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
+{
+    ctx_seq *s = seq_get(c, id);
+    if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
+    if (n > s->n_tokens) return err_set(PL_ERANGE, "truncate to %u > length %u", n, s->n_tokens);
+    if (!c->p.no_kv_cache) kv_seq_truncate(&s->kv, n);
+    s->n_tokens = n;
+    return 0;
+}
+
+void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out)
+{
+    kv_seq *live[4096];
+    size_t n = 0;
+    for (uint32_t i = 0; i < c->p.max_seqs && n < 4096; i++)
+        if (c->seqs[i].alive) live[n++] = &c->seqs[i].kv;
+    kv_stats st;
+    kv_stats_get(&c->pool, live, n, &st);
+    *out = (pl_kv_stats){
+        .block_size = c->p.block_size,
+        .blocks_total = st.blocks_total,
+        .blocks_used = st.blocks_used,
+        .blocks_cached = st.blocks_cached,
+        .blocks_free = st.blocks_free,
+        .bytes_per_token = st.bytes_per_token,
+        .block_bytes = st.block_bytes,
+        .pool_bytes = st.pool_bytes,
+        .tokens = st.tokens,
+        .bytes_allocated = st.bytes_allocated,
+        .bytes_live = st.bytes_live,
+        .bytes_wasted = st.bytes_wasted,
+        .utilisation = st.utilisation,
+    };
+}
+
+uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)
+{
+    const ctx_seq *s = seq_get(c, id);
+    return s ? kv_seq_bytes_held(&s->kv) : 0;
+}

@@ -1,0 +1,40 @@
+/* model.c - opening a model file: config, weights, fingerprint. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <xxhash.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+
+int model_open(model **out, const char *path)
+{
+    model *m = mem_calloc(1, sizeof *m);
+    if (!m) return PL_ENOMEM;
+    int rc = gguf_open(&m->file, path);
+    if (!rc) rc = model_config_read(m->file, &m->cfg);
+    if (!rc) rc = model_weights_bind(m->file, &m->cfg, &m->w);
+    if (rc) {
+        if (m->file) gguf_close(m->file);
+        free(m);
+        return rc;
+    }
+    /* The fingerprint names these weights in prefix-cache keys: the header
+     * (metadata and tensor directory) and the file size identify a file
+     * without reading gigabytes of weights. */
+    const gguf_tensor *t0 = gguf_tensor_at(m->file, 0);
+    const uint8_t *base = (const uint8_t *)t0->data - t0->offset - gguf_data_offset(m->file);
+    XXH128_hash_t h = XXH3_128bits_withSeed(base, gguf_data_offset(m->file), gguf_file_size(m->file));
+    m->fingerprint[0] = h.low64;
+    m->fingerprint[1] = h.high64;
+    *out = m;
+    return 0;
+}
+
+void model_close(model *m)
+{
+    if (!m) return;
+    model_weights_free(&m->w);
+    gguf_close(m->file);
+    free(m);
+}

@@ -1,0 +1,64 @@
+/* model.h - a loaded model and its batched forward pass over a paged KV cache.
+ *
+ * One forward call takes a ragged batch: tokens of several sequences, each
+ * token with its position and sequence, each sequence with its block table.
+ * The call first appends every token's K and V (after RoPE) to its
+ * sequence's blocks, then lets each token attend to positions 0..pos of its
+ * own sequence, so a prompt chunk and single decode tokens of other
+ * sequences go through one pass, and the weights are read once per step.
+ *
+ * Logits are produced only for the tokens named in logit_idx.
+ */
+#ifndef PL_MODEL_MODEL_H
+#define PL_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/threadpool.h"
+#include "gguf/gguf.h"
+#include "kv/kv_pool.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+typedef struct {
+    gguf_file *file;
+    model_config cfg;
+    model_weights w;
+    uint64_t fingerprint[2]; /* identifies the weights (prefix-cache salt) */
+} model;
+
+int model_open(model **out, const char *path);
+void model_close(model *m);
+
+typedef struct {
+    const uint32_t *blocks; /* the sequence's block table */
+    uint32_t n_blocks;      /* covers every position written in this batch */
+} fwd_seq;
+
+typedef struct {
+    int n_tokens;
+    const int32_t *tokens;  /* [n_tokens] */
+    const int32_t *pos;     /* [n_tokens] position in its sequence */
+    const int32_t *seq;     /* [n_tokens] index into seqs */
+    const fwd_seq *seqs;
+    int n_seqs;
+    const int32_t *logit_idx; /* [n_logits] token indexes that want logits */
+    int n_logits;
+} fwd_batch;
+
+typedef struct fwd_state fwd_state;
+
+/* Scratch for batches of up to max_tokens tokens attending over up to
+ * max_ctx positions; the forward pass allocates nothing after this. */
+int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, threadpool *tp);
+void fwd_state_free(fwd_state *s);
+
+/* True if the forward pass can store KV in dtype t for this model
+ * (quantized rows need head_dim to be a multiple of their block). */
+bool model_kv_dtype_ok(const model *m, kv_dtype t);
+
+/* Runs the batch; logits gets n_logits rows of n_vocab floats. */
+int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits);
+
+#endif

@@ -1,0 +1,229 @@
+/* synth.c - deterministic synthetic llama-architecture GGUF models.
+ *
+ * For speed work and tests we need models of real shapes (110M, TinyLlama
+ * 1.1B, Llama-3.2 1B) without downloading weights. Weights are uniform random
+ * with std 1/sqrt(fan_in) (norm weights 1), drawn from a counter-based
+ * generator seeded by (seed, tensor index), so every tensor can be produced
+ * independently, one at a time, and the same seed always gives the same
+ * file. The output projection has std 2/sqrt(dim) so that greedy choices are
+ * well separated (comparisons against llama.cpp need clear argmaxes).
+ *
+ * Weights are encoded directly in the requested type (F32 by default), so a
+ * quantized 1B model never needs its 4 GB F32 form in memory or on disk.
+ */
+#include "pagellm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "gguf/gguf.h"
+#include "model/synth_vocab.h"
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
+typedef struct {
+    const char *name;
+    uint32_t dim, layers, heads, kv_heads, ffn, vocab, ctx;
+    float rope_base;
+} synth_shape;
+
+static const synth_shape shapes[] = {
+    {"tiny", 128, 4, 4, 2, 384, 512, 2048, 10000.0f},
+    {"110m", 768, 12, 12, 12, 2048, 32000, 4096, 10000.0f},
+    {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 4096, 10000.0f},
+    {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f},
+};
+#define N_SHAPES (sizeof shapes / sizeof shapes[0])
+
+const char *const *pl_synth_shapes(void)
+{
+    static const char *names[N_SHAPES + 1];
+    for (size_t i = 0; i < N_SHAPES; i++) names[i] = shapes[i].name;
+    return names;
+}
+
+/* One tensor to write: its dims, the std of its values (0 = all ones). */
+typedef struct {
+    char name[64];
+    uint64_t ne[2];
+    uint32_t n_dims, type;
+    float std;
+} synth_tensor;
+
+typedef struct {
+    uint64_t seed;
+    synth_tensor *t;
+    float *row; /* scratch: one row of f32 */
+} synth_fill_ctx;
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* xoshiro-style fast generator for the bulk of the values. */
+static inline uint64_t rng_next(uint64_t s[2])
+{
+    uint64_t s0 = s[0], s1 = s[1], r = s0 + s1;
+    s1 ^= s0;
+    s[0] = ((s0 << 55) | (s0 >> 9)) ^ s1 ^ (s1 << 14);
+    s[1] = (s1 << 36) | (s1 >> 28);
+    return r;
+}
+
+static int synth_fill(void *user, uint64_t idx, void *dst, uint64_t nbytes)
+{
+    synth_fill_ctx *c = user;
+    const synth_tensor *t = &c->t[idx];
+    uint64_t sm = c->seed ^ (0xA5A5A5A5ull * (idx + 1)), st[2];
+    st[0] = splitmix64(&sm);
+    st[1] = splitmix64(&sm);
+    const float a = t->std * sqrtf(3.0f); /* uniform [-a, a] has std a/sqrt(3) */
+    const uint64_t row_bytes = dtype_row_bytes(t->type, t->ne[0]);
+    for (uint64_t r = 0; r < t->ne[1]; r++) {
+        for (uint64_t j = 0; j < t->ne[0]; j++) {
+            if (t->std == 0) { c->row[j] = 1.0f; continue; }
+            double u = (double)(rng_next(st) >> 11) * 0x1.0p-53; /* [0, 1) */
+            c->row[j] = (float)((2.0 * u - 1.0) * a);
+        }
+        quant_quantize_row(t->type, c->row, (uint8_t *)dst + r * row_bytes, (int64_t)t->ne[0]);
+    }
+    (void)nbytes;
+    return 0;
+}
+
+static const synth_shape *shape_find(const char *name)
+{
+    for (size_t i = 0; i < N_SHAPES; i++)
+        if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
+    return NULL;
+}
+
+static void tensor_add(synth_tensor *t, int *n, const char *name, uint64_t ne0, uint64_t ne1,
+                       uint32_t type, float std)
+{
+    synth_tensor *x = &t[(*n)++];
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->ne[0] = ne0;
+    x->ne[1] = ne1;
+    x->n_dims = ne1 > 1 ? 2 : 1;
+    x->type = ne1 > 1 ? type : DT_F32; /* norms stay f32, as llama.cpp keeps them */
+    x->std = std;
+}
+
+/* Lays out the llama tensor list in llama.cpp's names and order. */
+static int tensors_plan(const synth_shape *s, uint32_t n_vocab, uint32_t type, synth_tensor *t)
+{
+    int n = 0;
+    const uint32_t hd = s->dim / s->heads, kv = hd * s->kv_heads;
+    const float sd = 1.0f / sqrtf((float)s->dim), sf = 1.0f / sqrtf((float)s->ffn);
+    tensor_add(t, &n, "token_embd.weight", s->dim, n_vocab, type, 1.0f);
+    for (uint32_t l = 0; l < s->layers; l++) {
+        char nm[64];
+#define T(suffix, ne0, ne1, std) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), tensor_add(t, &n, nm, ne0, ne1, type, std))
+        T("attn_norm.weight", s->dim, 1, 0);
+        T("attn_q.weight", s->dim, s->dim, sd);
+        T("attn_k.weight", s->dim, kv, sd);
+        T("attn_v.weight", s->dim, kv, sd);
+        T("attn_output.weight", s->dim, s->dim, sd);
+        T("ffn_norm.weight", s->dim, 1, 0);
+        T("ffn_gate.weight", s->dim, s->ffn, sd);
+        T("ffn_up.weight", s->dim, s->ffn, sd);
+        T("ffn_down.weight", s->ffn, s->dim, sf);
+#undef T
+    }
+    tensor_add(t, &n, "output_norm.weight", s->dim, 1, type, 0);
+    tensor_add(t, &n, "output.weight", s->dim, n_vocab, type, 2.0f * sd);
+    return n;
+}
+
+static int metadata_write(gguf_writer *w, const synth_shape *s, uint32_t n_vocab, uint32_t type,
+                          uint64_t seed)
+{
+    char name[96];
+    snprintf(name, sizeof name, "pagellm-synth-%s-seed%llu", s->name, (unsigned long long)seed);
+    /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for the weight type */
+    uint32_t ftype = type == DT_F32 ? 0 : type == DT_F16 ? 1 : type == DT_Q4_0 ? 2
+                   : type == DT_Q8_0 ? 7 : type == DT_BF16 ? 32 : type == DT_Q4_K ? 15 : 0;
+    int rc = gguf_writer_set_str(w, "general.architecture", "llama");
+    if (!rc) rc = gguf_writer_set_str(w, "general.name", name);
+    if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", ftype);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.context_length", s->ctx);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.embedding_length", s->dim);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.block_count", s->layers);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.feed_forward_length", s->ffn);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.attention.head_count", s->heads);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.attention.head_count_kv", s->kv_heads);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.rope.dimension_count", s->dim / s->heads);
+    if (!rc) rc = gguf_writer_set_f32(w, "llama.rope.freq_base", s->rope_base);
+    if (!rc) rc = gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (!rc) rc = gguf_writer_set_u32(w, "llama.vocab_size", n_vocab);
+    return rc;
+}
+
+/* Copies every tokenizer.* key of a vocab GGUF; returns its token count. */
+static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
+{
+    gguf_file *f;
+    int rc = gguf_open(&f, path);
+    if (rc) return rc;
+    const gguf_value *toks;
+    rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks);
+    if (rc) { gguf_close(f); return err_prefix(rc, "synth: vocab %s", path); }
+    *n_vocab = (uint32_t)toks->v.arr.n;
+    for (uint64_t i = 0; i < gguf_kv_count(f) && !rc; i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) != 0) continue;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        rc = gguf_writer_set_value(w, key, &kv->value);
+    }
+    gguf_close(f);
+    return rc;
+}
+
+static int synth_check_type(const synth_shape *s, uint32_t n_vocab, int type)
+{
+    if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)
+        return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
+    const dtype_traits *tr = dtype_get((uint32_t)type);
+    if (s->dim % tr->blck_size || s->ffn % tr->blck_size)
+        return err_set(PL_EINVAL, "synth: --type %s: shape %s has rows (dim %u, ffn %u) not a multiple of %u",
+                       tr->name, s->name, s->dim, s->ffn, tr->blck_size);
+    (void)n_vocab;
+    return 0;
+}
+
+int pl_synth(const pl_synth_params *p)
+{
+    const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
+    if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
+    if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
+    int type = dtype_from_name(p->type ? p->type : "f32");
+    gguf_writer *w = gguf_writer_new();
+    if (!w) return PL_ENOMEM;
+    uint32_t n_vocab = s->vocab;
+    int rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
+    if (!rc) rc = synth_check_type(s, n_vocab, type);
+    if (!rc) rc = metadata_write(w, s, n_vocab, (uint32_t)type, p->seed);
+    synth_tensor *t = mem_calloc(s->layers * 9 + 3, sizeof *t);
+    synth_fill_ctx fc = {p->seed, t, mem_calloc(s->ffn > s->dim ? s->ffn : s->dim, sizeof(float))};
+    if (!t || !fc.row) rc = PL_ENOMEM;
+    int n = rc ? 0 : tensors_plan(s, n_vocab, (uint32_t)type, t);
+    for (int i = 0; i < n && !rc; i++) {
+        int idx = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL);
+        if (idx < 0) rc = idx;
+    }
+    if (!rc) rc = gguf_writer_write(w, p->out_path, synth_fill, &fc);
+    free(fc.row);
+    free(t);
+    gguf_writer_free(w);
+    return rc;
+}

@@ -1,0 +1,197 @@
+/* cmd_bench.c - `pagellm bench`: measurements that are not tests.
+ *
+ *   bench gen    prefill and decode tokens/s on a synthetic prompt of N ids
+ *                (BOS, then ids cycling from 100: the same prompt that
+ *                llama.cpp's peer-bench -np N builds, so that no tokenizer
+ *                difference enters the comparison)
+ *   bench cache  time per decoded token with and without the KV cache at
+ *                several positions: O(n) against O(n^2), as a table and an
+ *                SVG plot
+ * bench/run.sh runs these side by side with the llama.cpp peer.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "gen_opts.h"
+#include "generate.h"
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+    int32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > l[b]) b = (int32_t)i;
+    return b;
+}
+
+static void synthetic_prompt(const pl_model *m, int32_t *ids, int n)
+{
+    int32_t bos = pl_vocab_bos(pl_model_vocab(m));
+    for (int i = 0; i < n; i++) ids[i] = i == 0 && bos >= 0 ? bos : 100 + (i % 1000);
+}
+
+/* Prefill n_prompt ids, then n_gen greedy steps; returns the rates. */
+static int bench_once(pl_model *m, pl_ctx *c, int n_prompt, int n_gen, double *pp, double *tg)
+{
+    int32_t *ids = malloc(sizeof *ids * (size_t)n_prompt), seq;
+    float *logits = malloc(sizeof(float) * pl_model_n_vocab(m));
+    synthetic_prompt(m, ids, n_prompt);
+    int rc = pl_seq_new(c, &seq);
+    double t0 = now_seconds();
+    if (!rc) rc = pl_seq_append(c, seq, ids, (size_t)n_prompt, logits);
+    double t1 = now_seconds();
+    for (int g = 1; !rc && g < n_gen; g++) {
+        int32_t t = argmax(logits, pl_model_n_vocab(m));
+        rc = pl_seq_append(c, seq, &t, 1, logits);
+    }
+    double t2 = now_seconds();
+    if (!rc) pl_seq_free(c, seq);
+    *pp = n_prompt / (t1 - t0);
+    *tg = n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0;
+    free(ids);
+    free(logits);
+    return rc;
+}
+
+static int bench_gen(int argc, char **argv)
+{
+    gen_opts g;
+    gen_opts_default(&g);
+    int np = 512, ng = 128, reps = 1;
+    bool json = false;
+    cli_opt opts[32];
+    int n = 0;
+    gen_opts_table(&g, opts, &n);
+    opts[n++] = (cli_opt){"n-prompt", 0, CLI_INT, &np, 1, 1 << 20, "N", "prompt tokens (default 512)"};
+    opts[n++] = (cli_opt){"n-gen", 0, CLI_INT, &ng, 1, 1 << 20, "N", "generated tokens (default 128)"};
+    opts[n++] = (cli_opt){"reps", 0, CLI_INT, &reps, 1, 100, "N", "repetitions; the median is reported (default 1)"};
+    opts[n++] = (cli_opt){"json", 0, CLI_FLAG, &json, 0, 0, NULL, "one JSON line"};
+    opts[n] = (cli_opt){0};
+    const char *pos[1];
+    int npos, rc = cli_parse("bench gen", "-m MODEL [--n-prompt N] [--n-gen N]", opts, argc, argv, pos, 0, &npos);
+    if (rc == CLI_HELP) return 0;
+    if (rc != CLI_OK) return 2;
+    if (!g.model) { cli_error("bench gen", "missing -m MODEL"); return 2; }
+    if (!g.ctx) g.ctx = np + ng + 8;
+    pl_model *m;
+    pl_ctx *c;
+    if ((rc = gen_opts_open("bench gen", &g, &m, &c))) return rc;
+    double pp[100], tg[100];
+    for (int r = 0; r < reps && !rc; r++) rc = bench_once(m, c, np, ng, &pp[r], &tg[r]);
+    if (rc) { cli_error("bench gen", "%s", pl_last_error()); pl_ctx_free(c); pl_model_free(m); return 1; }
+    /* median: sort the small arrays */
+    for (int i = 0; i < reps; i++)
+        for (int j = i + 1; j < reps; j++) {
+            if (pp[j] < pp[i]) { double t = pp[i]; pp[i] = pp[j]; pp[j] = t; }
+            if (tg[j] < tg[i]) { double t = tg[i]; tg[i] = tg[j]; tg[j] = t; }
+        }
+    if (json) printf("{\"model\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
+                     g.model, np, ng, pp[reps / 2], tg[reps / 2]);
+    else printf("prefill %d tokens: %.1f tok/s; decode %d tokens: %.1f tok/s\n", np, pp[reps / 2], ng, tg[reps / 2]);
+    pl_ctx_free(c);
+    pl_model_free(m);
+    return 0;
+}
+
+/* Seconds per decode step at position pos, with or without the cache. */
+static int step_time(pl_model *m, pl_ctx *c, int pos, int steps, double *sec)
+{
+    int32_t *ids = malloc(sizeof *ids * (size_t)(pos + steps)), seq;
+    float *logits = malloc(sizeof(float) * pl_model_n_vocab(m));
+    synthetic_prompt(m, ids, pos + steps);
+    int rc = pl_seq_new(c, &seq);
+    if (!rc) rc = pl_seq_append(c, seq, ids, (size_t)pos, logits);
+    double t0 = now_seconds();
+    for (int s = 0; !rc && s < steps; s++) rc = pl_seq_append(c, seq, ids + pos + s, 1, logits);
+    *sec = (now_seconds() - t0) / steps;
+    pl_seq_free(c, seq);
+    free(ids);
+    free(logits);
+    return rc;
+}
+
+static void write_svg(const char *path, const int *pos, const double *with, const double *without, int n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    double ymax = 0;
+    for (int i = 0; i < n; i++) ymax = without[i] > ymax ? without[i] : ymax;
+    const double W = 640, H = 400, L = 70, B = 50, xmax = pos[n - 1];
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' font-family='sans-serif' font-size='12'>\n", W, H);
+    fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n<text x='%g' y='20' font-size='14'>ms per decoded token vs position</text>\n", L);
+    fprintf(f, "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='black'/><line x1='%g' y1='20' x2='%g' y2='%g' stroke='black'/>\n",
+            L, H - B, W - 20, H - B, L, L, H - B);
+    const char *colors[2] = {"#1f77b4", "#d62728"}, *names[2] = {"with KV cache (O(n))", "no KV cache (O(n^2))"};
+    const double *ys[2] = {with, without};
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", colors[k]);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%.1f,%.1f ", L + (W - 20 - L) * pos[i] / xmax, H - B - (H - B - 30) * ys[k][i] / ymax);
+        fprintf(f, "'/>\n<text x='%g' y='%d' fill='%s'>%s</text>\n", L + 10, 40 + 16 * k, colors[k], names[k]);
+    }
+    for (int i = 0; i < n; i++)
+        fprintf(f, "<text x='%.1f' y='%g' text-anchor='middle'>%d</text>\n", L + (W - 20 - L) * pos[i] / xmax, H - B + 16, pos[i]);
+    fprintf(f, "<text x='5' y='%g'>%.1f ms</text><text x='5' y='%g'>0</text>\n", 34.0, ymax * 1e3, H - B);
+    fprintf(f, "<text x='%g' y='%g' text-anchor='middle'>position (tokens already in context)</text>\n</svg>\n", W / 2, H - 10);
+    fclose(f);
+}
+
+static int bench_cache(int argc, char **argv)
+{
+    gen_opts g;
+    gen_opts_default(&g);
+    const char *svg = NULL;
+    int steps = 4;
+    bool json = false;
+    cli_opt opts[32];
+    int n = 0;
+    gen_opts_table(&g, opts, &n);
+    opts[n++] = (cli_opt){"svg", 0, CLI_STR, &svg, 0, 0, "FILE", "write the plot here"};
+    opts[n++] = (cli_opt){"steps", 0, CLI_INT, &steps, 1, 1000, "N", "decode steps averaged per point (default 4)"};
+    opts[n++] = (cli_opt){"json", 0, CLI_FLAG, &json, 0, 0, NULL, "JSON rows"};
+    opts[n] = (cli_opt){0};
+    const char *pos_s[1];
+    int npos, rc = cli_parse("bench cache", "-m MODEL [--svg FILE]", opts, argc, argv, pos_s, 0, &npos);
+    if (rc == CLI_HELP) return 0;
+    if (rc != CLI_OK) return 2;
+    if (!g.model) { cli_error("bench cache", "missing -m MODEL"); return 2; }
+    static const int positions[] = {128, 512, 1024, 2048};
+    const int np = 4;
+    double with[4], without[4];
+    g.ctx = positions[np - 1] + steps + 8;
+    for (int mode = 0; mode < 2 && !rc; mode++) {
+        g.no_kv_cache = mode == 1;
+        pl_model *m;
+        pl_ctx *c;
+        if ((rc = gen_opts_open("bench cache", &g, &m, &c))) return rc;
+        for (int i = 0; i < np && !rc; i++)
+            rc = step_time(m, c, positions[i], mode ? 1 : steps, mode ? &without[i] : &with[i]);
+        if (rc) cli_error("bench cache", "%s", pl_last_error());
+        pl_ctx_free(c);
+        pl_model_free(m);
+    }
+    if (rc) return 1;
+    if (!json) printf("%8s %16s %16s %8s\n", "position", "with cache ms", "no cache ms", "ratio");
+    for (int i = 0; i < np; i++) {
+        if (json) printf("{\"position\":%d,\"ms_with_cache\":%.3f,\"ms_without_cache\":%.3f}\n", positions[i], with[i] * 1e3, without[i] * 1e3);
+        else printf("%8d %16.3f %16.3f %7.1fx\n", positions[i], with[i] * 1e3, without[i] * 1e3, without[i] / with[i]);
+    }
+    if (svg) write_svg(svg, positions, with, without, np);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "gen") == 0) return bench_gen(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "cache") == 0) return bench_cache(argc - 1, argv + 1);
+    bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+    fprintf(help ? stdout : stderr,
+            "usage: pagellm bench gen|cache [options]   (pagellm bench gen --help)\n"
+            "  gen    prefill and decode tokens/s on a synthetic prompt\n"
+            "  cache  ms per decoded token with and without the KV cache at positions 128..2048\n");
+    if (!help && argc >= 2) fprintf(stderr, "pagellm bench: unknown benchmark '%s'\n", argv[1]);
+    return help ? 0 : 2;
+}

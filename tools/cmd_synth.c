@@ -1,0 +1,42 @@
+/* cmd_synth.c - `pagellm synth`: write a synthetic llama GGUF. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "pagellm.h"
+
+int cmd_synth(int argc, char **argv)
+{
+    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32";
+    uint64_t seed = 1;
+    bool list = false;
+    const cli_opt opts[] = {
+        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
+        {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
+        {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
+        {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_K, q6_K"},
+        {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
+        {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
+        {0},
+    };
+    const char *pos[1];
+    int npos, rc = cli_parse("synth", "--shape NAME -o OUT.gguf [--seed N] [--vocab GGUF] [--type T]",
+                             opts, argc, argv, pos, 0, &npos);
+    if (rc == CLI_HELP) return 0;
+    if (rc != CLI_OK) return 2;
+    if (list) {
+        for (const char *const *s = pl_synth_shapes(); *s; s++) printf("%s\n", *s);
+        return 0;
+    }
+    int known = 0;
+    for (const char *const *s = pl_synth_shapes(); *s; s++) known |= strcmp(*s, shape) == 0;
+    if (!known) { cli_error("synth", "unknown --shape '%s' (see --list)", shape); return 2; }
+    if (!out) { cli_error("synth", "missing -o OUT.gguf"); return 2; }
+    pl_synth_params p = {shape, seed, vocab, type, out};
+    if (pl_synth(&p) != 0) {
+        cli_error("synth", "%s", pl_last_error());
+        return 1;
+    }
+    return 0;
+}

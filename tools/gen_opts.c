@@ -1,0 +1,93 @@
+/* gen_opts.c - shared generation flags; see gen_opts.h. */
+#include "gen_opts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void gen_opts_default(gen_opts *o)
+{
+    pl_sampler_params sp;
+    pl_sampler_params_default(&sp);
+    memset(o, 0, sizeof *o);
+    o->block_size = 16;
+    o->batch = 512;
+    o->max_seqs = 1;
+    o->kv_layout = "paged";
+    o->kv_dtype = "f16";
+    o->temp = sp.temperature;
+    o->top_k = sp.top_k;
+    o->top_p = sp.top_p;
+    o->min_p = sp.min_p;
+    o->repeat_penalty = sp.repeat_penalty;
+    o->repeat_last_n = sp.repeat_last_n;
+    o->seed = 0;
+}
+
+void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
+{
+    const cli_opt add[GEN_OPTS_N] = {
+        {"model", 'm', CLI_STR, &o->model, 0, 0, "GGUF", "model file (required)"},
+        {"ctx", 'c', CLI_INT, &o->ctx, 1, 1 << 20, "N", "max tokens per sequence (default min(train ctx, 4096))"},
+        {"kv-mem", 0, CLI_SIZE, &o->kv_mem, 1, 1e15, "BYTES", "KV pool size, e.g. 512M (default: enough for the context)"},
+        {"block-size", 0, CLI_INT, &o->block_size, 1, 4096, "N", "tokens per KV block (default 16)"},
+        {"kv-layout", 0, CLI_STR, &o->kv_layout, 0, 0, "L", "paged (default) | static (reserve the whole context per sequence)"},
+        {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type: f16 (default), f32, bf16, q8_0, q4_0"},
+        {"no-kv-cache", 0, CLI_FLAG, &o->no_kv_cache, 0, 0, NULL, "recompute every earlier token at each step (O(n^2) baseline)"},
+        {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads (default: one per core)"},
+        {"batch", 'b', CLI_INT, &o->batch, 1, 65536, "N", "tokens per forward pass / prefill chunk (default 512)"},
+        {"temp", 0, CLI_FLOAT, &o->temp, 0, 100, "T", "temperature; 0 = greedy (default 0.8)"},
+        {"top-k", 0, CLI_INT, &o->top_k, 0, 1 << 30, "K", "top-k, 0 = off (default 40)"},
+        {"top-p", 0, CLI_FLOAT, &o->top_p, 0, 1, "P", "top-p, 1 = off (default 0.95)"},
+        {"min-p", 0, CLI_FLOAT, &o->min_p, 0, 1, "P", "min-p, 0 = off (default 0.05)"},
+        {"repeat-penalty", 0, CLI_FLOAT, &o->repeat_penalty, 0.01, 100, "X", "repetition penalty, 1 = off (default 1)"},
+        {"repeat-last-n", 0, CLI_INT, &o->repeat_last_n, 0, 1 << 20, "N", "tokens the penalty looks back (default 64)"},
+        {"seed", 's', CLI_U64, &o->seed, 0, 0, "N", "sampling seed (default 0)"},
+        {0}, {0},
+    };
+    for (int i = 0; i < GEN_OPTS_N && add[i].name; i++) t[(*n)++] = add[i];
+}
+
+int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp)
+{
+    pl_ctx_params_default(cp);
+    cp->n_ctx = (uint32_t)o->ctx;
+    cp->kv_mem = o->kv_mem;
+    cp->block_size = (uint32_t)o->block_size;
+    cp->n_threads = o->threads;
+    cp->max_batch = (uint32_t)o->batch;
+    cp->max_seqs = (uint32_t)o->max_seqs;
+    cp->no_kv_cache = o->no_kv_cache;
+    if (strcmp(o->kv_layout, "paged") == 0) cp->layout = PL_KV_PAGED;
+    else if (strcmp(o->kv_layout, "static") == 0) cp->layout = PL_KV_STATIC;
+    else { cli_error(cmd, "bad value '%s' for --kv-layout (paged | static)", o->kv_layout); return 2; }
+    if (pl_kv_dtype_from_name(o->kv_dtype, &cp->kv_dtype) != 0) {
+        cli_error(cmd, "bad value for --kv-dtype: %s", pl_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+int gen_opts_sampler_params(const gen_opts *o, pl_sampler_params *sp)
+{
+    *sp = (pl_sampler_params){(float)o->temp, o->top_k, (float)o->top_p, (float)o->min_p,
+                              (float)o->repeat_penalty, o->repeat_last_n, o->seed};
+    return 0;
+}
+
+int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c)
+{
+    pl_ctx_params cp;
+    int rc = gen_opts_ctx_params(cmd, o, &cp);
+    if (rc) return rc;
+    if (pl_model_load(m, o->model) != 0) {
+        cli_error(cmd, "%s", pl_last_error());
+        return 1;
+    }
+    if (pl_ctx_new(c, *m, &cp) != 0) {
+        cli_error(cmd, "%s", pl_last_error());
+        pl_model_free(*m);
+        *m = NULL;
+        return 1;
+    }
+    return 0;
+}

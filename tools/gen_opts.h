@@ -1,0 +1,36 @@
+/* gen_opts.h - the flags that run, chat (and serve) share: model, KV cache,
+ * threads and sampling, with their parsing into pagellm.h's parameter
+ * structs. One table so that every command spells and checks them alike. */
+#ifndef PL_TOOLS_GEN_OPTS_H
+#define PL_TOOLS_GEN_OPTS_H
+
+#include "cli.h"
+#include "pagellm.h"
+
+typedef struct {
+    const char *model;
+    int ctx, block_size, threads, batch, max_seqs;
+    uint64_t kv_mem;
+    const char *kv_layout, *kv_dtype;
+    bool no_kv_cache;
+    double temp, top_p, min_p, repeat_penalty;
+    int top_k, repeat_last_n;
+    uint64_t seed;
+} gen_opts;
+
+void gen_opts_default(gen_opts *o);
+
+/* Appends the shared flag descriptions to opts (which must have room for
+ * GEN_OPTS_N more entries) starting at *n. */
+#define GEN_OPTS_N 18
+void gen_opts_table(gen_opts *o, cli_opt *opts, int *n);
+
+/* Turns the parsed flags into parameters; prints the problem and returns 2
+ * on a bad value. */
+int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp);
+int gen_opts_sampler_params(const gen_opts *o, pl_sampler_params *sp);
+
+/* Loads the model and makes a context; prints the problem and returns 1. */
+int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c);
+
+#endif

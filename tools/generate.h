@@ -1,0 +1,36 @@
+/* generate.h - the decode loop that run and chat share: sample, append,
+ * detokenize as a stream, stop at EOS / max tokens / stop strings. */
+#ifndef PL_TOOLS_GENERATE_H
+#define PL_TOOLS_GENERATE_H
+
+#include <stdio.h>
+
+#include "pagellm.h"
+
+typedef struct {
+    int max_tokens;           /* stop after this many generated tokens */
+    bool ignore_eos;          /* keep going past end-of-generation tokens */
+    const char *const *stops; /* stop strings */
+    int n_stops;
+    FILE *stream;             /* text is written here as it is produced (NULL: not streamed) */
+} gen_config;
+
+typedef struct {
+    int32_t *ids;      /* generated token ids (malloc'd) */
+    int n_ids;
+    char *text;        /* generated text, stop string excluded (malloc'd) */
+    size_t text_len;
+    double decode_s;   /* wall time of the decode steps */
+    const char *stop_reason; /* "eos", "length", "stop" */
+} gen_result;
+
+/* Generates from seq, whose last appended token produced logits (n_vocab
+ * floats, overwritten as the loop runs). Returns 0 or a negative error
+ * (message in pl_last_error()). */
+int generate(pl_ctx *c, const pl_model *m, int32_t seq, pl_sampler *s, float *logits, const gen_config *cfg,
+             gen_result *out);
+void gen_result_free(gen_result *r);
+
+double now_seconds(void);
+
+#endif
