@@ -62,9 +62,11 @@ $(BUILD)/models/tiny.gguf: $(BUILD)/pagellm
 peer:
 	@bash tests/peer.sh
 
+PROMPT  ?= Once upon a time
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/pagellm $(if $(PAGELLM_MODEL),,$(BUILD)/models/tiny.gguf)
 	$(BUILD)/pagellm inspect $(MODEL)
+	$(BUILD)/pagellm run -m $(MODEL) -p "$(PROMPT)" -n 64
 
 test: deps
 	@$(MAKE) --no-print-directory all
