@@ -1,0 +1,50 @@
+/* api_kv.c - KV sizing through the public API: dtype names and the bytes of
+ * a KV shape (pl_kv_size_of), answered by src/kv so that `kvcalc`,
+ * `inspect` and the block pool all count the same way.
+ *
+ * pl_kv_size.bytes_per_token is the formula (2 x layers x bytes of one
+ * token's K or V row, plus its share of block-wide scales); bytes_per_block
+ * is one block as the pool lays it out (planes padded to KV_PLANE_ALIGN,
+ * which for every common shape is no padding at all).
+ */
+#include "pagellm.h"
+
+#include "base/err.h"
+#include "kv/kv_dtype.h"
+#include "kv/kv_pool.h"
+
+#include <assert.h>
+
+/* The public enum and src/kv's are the same numbers. */
+static_assert((int)PL_KV_F32 == (int)KV_F32, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_F16 == (int)KV_F16, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_BF16 == (int)KV_BF16, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_Q8_0 == (int)KV_Q8_0, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_Q4_0 == (int)KV_Q4_0, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_FP8_E4M3 == (int)KV_FP8_E4M3, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_FP8_E5M2 == (int)KV_FP8_E5M2, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_DTYPE_COUNT == (int)KV_DTYPE_COUNT, "pl_kv_dtype == kv_dtype");
+
+const char *pl_kv_dtype_name(pl_kv_dtype t) { return kv_dtype_name((kv_dtype)t); }
+
+int pl_kv_dtype_from_name(const char *name, pl_kv_dtype *out)
+{
+    kv_dtype t;
+    int rc = kv_dtype_from_name(name, &t);
+    if (rc) return rc;
+    *out = (pl_kv_dtype)t;
+    return 0;
+}
+
+int pl_kv_size_of(const pl_kv_shape *shape, pl_kv_dtype dt, pl_kv_size *out)
+{
+    if (!shape || !out) return err_set(PL_EINVAL, "pl_kv_size_of: NULL argument");
+    if ((unsigned)dt >= PL_KV_DTYPE_COUNT) return err_set(PL_EINVAL, "pl_kv_size_of: dtype %d out of range", (int)dt);
+    kv_shape s = {shape->n_layers, shape->n_kv_heads, shape->head_dim, shape->block_size, (kv_dtype)dt};
+    kv_geom g;
+    int rc = kv_geom_init(&g, &s);
+    if (rc) return rc;
+    out->bytes_per_token = g.bytes_per_token;
+    out->bytes_per_block = g.block_bytes;
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* kv_dtype.c - the KV dtype table and its byte arithmetic; see kv_dtype.h.
+ *
+ * Sizes are uint64_t and every product and sum is overflow-checked (a
+ * result of 0 means "does not fit or overflows"), because the dimensions
+ * come from GGUF files and command-line flags.
+ */
+#include "kv/kv_dtype.h"
+
+#include "base/err.h"
+#include "base/mem.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <strings.h>
+
+/* Rows of plain elements of `bytes` each, no tail. */
+#define KV_PLAIN(bytes) {KV_LAYOUT_ROWS, 1, (bytes), 0}
+/* Rows of ggml blocks of 32 elements (the scale sits inside each block). */
+#define KV_GROUP32(bytes) {KV_LAYOUT_ROWS, 32, (bytes), 0}
+
+static const kv_dtype_traits kv_traits[KV_DTYPE_COUNT] = {
+    [KV_F32] = {"f32", "4 bytes per element", KV_F32, {KV_PLAIN(4), KV_PLAIN(4)}},
+    [KV_F16] = {"f16", "2 bytes per element (IEEE half)", KV_F16, {KV_PLAIN(2), KV_PLAIN(2)}},
+    [KV_BF16] = {"bf16", "2 bytes per element (bfloat16)", KV_BF16, {KV_PLAIN(2), KV_PLAIN(2)}},
+    [KV_Q8_0] = {"q8_0", "groups of 32 along the KV row: 32 x i8 + f16 scale (34 B)", KV_Q8_0,
+                 {KV_GROUP32(34), KV_GROUP32(34)}},
+    [KV_Q4_0] = {"q4_0", "groups of 32 along the KV row: 32 x 4 bit + f16 scale (18 B)", KV_Q4_0,
+                 {KV_GROUP32(18), KV_GROUP32(18)}},
+    /* One f32 scale per (block, layer, K|V, KV head): 4 bytes per head in
+     * each plane's tail. */
+    [KV_FP8_E4M3] = {"fp8_e4m3", "1 byte per element + an f32 scale per block, layer, K|V and KV head",
+                     KV_FP8_E4M3, {{KV_LAYOUT_ROWS, 1, 1, 4}, {KV_LAYOUT_ROWS, 1, 1, 4}}},
+    [KV_FP8_E5M2] = {"fp8_e5m2", "1 byte per element, no scale", KV_FP8_E5M2, {KV_PLAIN(1), KV_PLAIN(1)}},
+};
+
+const kv_dtype_traits *kv_dtype_get(kv_dtype t)
+{
+    assert((unsigned)t < KV_DTYPE_COUNT);
+    return &kv_traits[t];
+}
+
+const char *kv_dtype_name(kv_dtype t)
+{
+    if ((unsigned)t >= KV_DTYPE_COUNT) return "?";
+    return kv_traits[t].name;
+}
+
+int kv_dtype_from_name(const char *name, kv_dtype *out)
+{
+    if (name && strcasecmp(name, "fp8") == 0) { *out = KV_FP8_E4M3; return 0; }
+    for (int t = 0; name && t < KV_DTYPE_COUNT; t++)
+        if (strcasecmp(name, kv_traits[t].name) == 0) { *out = (kv_dtype)t; return 0; }
+    return err_set(PL_EINVAL, "unknown KV dtype '%s' (known: f32, f16, bf16, q8_0, q4_0, fp8_e4m3, fp8_e5m2)",
+                   name ? name : "(null)");
+}
+
+int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
+{
+    if ((unsigned)t >= KV_DTYPE_COUNT) return err_set(PL_EINVAL, "KV dtype %d out of range", (int)t);
+    if (n_kv_heads == 0 || head_dim == 0)
+        return err_set(PL_EINVAL, "KV shape %u x %u: heads and head dim must be >= 1", n_kv_heads, head_dim);
+    uint64_t kv_dim = (uint64_t)n_kv_heads * head_dim;
+    for (int p = 0; p < 2; p++) {
+        const kv_plane_traits *pt = &kv_traits[t].plane[p];
+        if (kv_dim % pt->group != 0)
+            return err_set(PL_EINVAL, "%s needs the KV row (%u heads x %u = %llu) to be a multiple of %u",
+                           kv_traits[t].name, n_kv_heads, head_dim, (unsigned long long)kv_dim, pt->group);
+    }
+    return 0;
+}
+
+uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim)
+{
+    const kv_plane_traits *pt = &kv_dtype_get(t)->plane[p];
+    uint64_t r;
+    if (kv_dim == 0 || kv_dim % pt->group != 0) return 0;
+    if (!mul_u64(kv_dim / pt->group, pt->group_bytes, &r)) return 0;
+    return r;
+}
+
+uint64_t kv_dtype_plane_bytes(kv_dtype t, kv_plane p, uint32_t block_size, uint32_t n_kv_heads,
+                              uint32_t head_dim)
+{
+    const kv_plane_traits *pt = &kv_dtype_get(t)->plane[p];
+    uint64_t row = kv_dtype_row_bytes(t, p, (uint64_t)n_kv_heads * head_dim);
+    uint64_t rows, tail = (uint64_t)n_kv_heads * pt->head_tail_bytes, total;
+    if (row == 0 || block_size == 0) return 0;
+    if (!mul_u64(row, block_size, &rows) || !add_u64(rows, tail, &total)) return 0;
+    return total;
+}
+
+double kv_dtype_bytes_per_token(kv_dtype t, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                                uint32_t block_size)
+{
+    uint64_t k = kv_dtype_plane_bytes(t, KV_PLANE_K, block_size, n_kv_heads, head_dim);
+    uint64_t v = kv_dtype_plane_bytes(t, KV_PLANE_V, block_size, n_kv_heads, head_dim);
+    uint64_t kv, all;
+    if (k == 0 || v == 0 || n_layers == 0) return 0;
+    if (!add_u64(k, v, &kv) || !mul_u64(kv, n_layers, &all))
+        return (double)n_layers * ((double)k + (double)v) / (double)block_size;
+    /* One division of the exact block total: exact whenever it divides. */
+    return (double)all / (double)block_size;
+}

@@ -1,0 +1,105 @@
+/* kv_dtype.h - KV cache element types: their bytes, and only their bytes.
+ *
+ * This file knows how many bytes each KV dtype needs for a block of tokens of
+ * one layer's K or V (a "plane"), and how those bytes are arranged, so that
+ * the block pool (kv_pool.h), `pagellm kvcalc` and `pagellm inspect` all
+ * count the same way. The (de)quantization itself lives with the kernels.
+ *
+ * A plane holds block_size tokens of one layer's K (or V); kv_dim =
+ * n_kv_heads * head_dim elements per token. Row-major dtypes lay a plane out
+ * as block_size rows, one per token, followed by an optional scale tail:
+ *
+ *   plane = | row 0 | row 1 | ... | row T-1 | tail: per-head scales (opt.) |
+ *   row   = kv_dim / group groups of group_bytes each (scales inside rows)
+ *
+ *   f32       group 1,  4 B                     no tail
+ *   f16/bf16  group 1,  2 B                     no tail
+ *   q8_0      group 32, 34 B (f16 d + 32 x i8)  no tail  (ggml block_q8_0)
+ *   q4_0      group 32, 18 B (f16 d + 16 B)     no tail  (ggml block_q4_0)
+ *   fp8_e4m3  group 1,  1 B                     tail: n_kv_heads x f32 scale
+ *   fp8_e5m2  group 1,  1 B                     no tail
+ *
+ * Bytes per token by the formula = n_layers x (K plane + V plane) / T
+ * (= 2 x n_layers x kv_dim x bytes/elem for the plain types), fractional
+ * when a tail is shared by the block's tokens (fp8_e4m3 at odd T).
+ *
+ * K and V are described separately (kv_dtype_plane) because KIVI-style
+ * low-bit dtypes are asymmetric: keys are quantized per channel over the
+ * block's tokens (a column-major plane plus a per-channel scale/zero tail),
+ * values per token (rows with in-row groups). Such a dtype adds two table
+ * entries with layout KV_LAYOUT_CHANNELS for K and sets fill_dtype to
+ * KV_F16: a block is written in f16 while it fills and quantized once, when
+ * it is full (the pool then sizes a staging plane per sequence).
+ *
+ * Invariants: every table entry has group >= 1 and group_bytes >= 1; a dtype
+ * fits a shape iff kv_dim % group == 0 for both planes (kv_dtype_check).
+ */
+#ifndef PL_KV_DTYPE_H
+#define PL_KV_DTYPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The values equal include/pagellm.h's pl_kv_dtype (asserted in api_kv.c). */
+typedef enum {
+    KV_F32 = 0,
+    KV_F16,
+    KV_BF16,
+    KV_Q8_0,
+    KV_Q4_0,
+    KV_FP8_E4M3,
+    KV_FP8_E5M2,
+    KV_DTYPE_COUNT
+} kv_dtype;
+
+typedef enum { KV_PLANE_K = 0, KV_PLANE_V = 1 } kv_plane;
+
+typedef enum {
+    KV_LAYOUT_ROWS = 0,  /* one row per token: row stride = row bytes */
+    KV_LAYOUT_CHANNELS,  /* (KIVI keys, later) one packed column per channel */
+} kv_layout;
+
+/* How one plane of a dtype is stored. */
+typedef struct {
+    kv_layout layout;
+    uint32_t group;           /* elements per in-row group (1 = plain elements) */
+    uint32_t group_bytes;     /* bytes per group, its scale included */
+    uint32_t head_tail_bytes; /* bytes per KV head in the plane's tail (a block-wide scale) */
+} kv_plane_traits;
+
+typedef struct {
+    const char *name;         /* "f16", "q8_0", "fp8_e4m3" ... (the CLI names) */
+    const char *about;        /* one line for help texts */
+    kv_dtype fill_dtype;      /* dtype a block holds while it fills (itself, or f16 for KIVI) */
+    kv_plane_traits plane[2]; /* [KV_PLANE_K], [KV_PLANE_V] */
+} kv_dtype_traits;
+
+/* Traits of t (t < KV_DTYPE_COUNT, asserted). */
+const kv_dtype_traits *kv_dtype_get(kv_dtype t);
+
+const char *kv_dtype_name(kv_dtype t);
+
+/* Dtype by name (case-insensitive; "fp8" is an alias of "fp8_e4m3").
+ * PL_EINVAL with the known names in the error text if none matches. */
+int kv_dtype_from_name(const char *name, kv_dtype *out);
+
+/* 0 if t can store rows of n_kv_heads x head_dim elements; else PL_EINVAL
+ * with a text saying why (e.g. "q4_0 needs the KV row (4 x 6 = 24) to be a
+ * multiple of 32"). Dimensions must be >= 1. */
+int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
+
+/* Bytes of one token's row in plane p (rows layout), 0 if the dtype does
+ * not fit kv_dim. */
+uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim);
+
+/* Exact bytes of one plane: block_size tokens of one layer's K or V,
+ * tail included, no padding. 0 if the dtype does not fit the shape. */
+uint64_t kv_dtype_plane_bytes(kv_dtype t, kv_plane p, uint32_t block_size, uint32_t n_kv_heads,
+                              uint32_t head_dim);
+
+/* Bytes per token by the formula: n_layers x (K + V plane bytes) /
+ * block_size. 0 if the dtype does not fit. */
+double kv_dtype_bytes_per_token(kv_dtype t, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                                uint32_t block_size);
+
+#endif

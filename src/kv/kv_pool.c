@@ -1,0 +1,273 @@
+/* kv_pool.c - the block pool: geometry, the two block lists, refcounts.
+ * See kv_pool.h for the layout and the block states.
+ *
+ * Invariants kept by every function here (and checked by kv_check):
+ *   free_list.n + lru.n + n_used == n_blocks;
+ *   a block is on the free list iff FREE, on the LRU iff CACHED;
+ *   refcount > 0 iff USED; CACHED blocks are hashed, FREE blocks are not.
+ */
+#include "kv/kv_pool.h"
+
+#include "base/err.h"
+#include "base/mem.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------- geometry */
+
+static uint64_t kv_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+static int kv_shape_check(const kv_shape *s)
+{
+    if (s->n_layers == 0) return err_set(PL_EINVAL, "KV shape: n_layers must be >= 1");
+    if (s->n_kv_heads == 0) return err_set(PL_EINVAL, "KV shape: n_kv_heads must be >= 1");
+    if (s->head_dim == 0) return err_set(PL_EINVAL, "KV shape: head_dim must be >= 1");
+    if (s->block_size == 0) return err_set(PL_EINVAL, "KV shape: block_size must be >= 1");
+    if ((unsigned)s->dtype >= KV_DTYPE_COUNT)
+        return err_set(PL_EINVAL, "KV shape: dtype %d out of range", (int)s->dtype);
+    return kv_dtype_check(s->dtype, s->n_kv_heads, s->head_dim);
+}
+
+int kv_geom_init(kv_geom *g, const kv_shape *shape)
+{
+    int rc = kv_shape_check(shape);
+    if (rc) return rc;
+    kv_geom t = {.s = *shape, .kv_dim = (uint64_t)shape->n_kv_heads * shape->head_dim};
+    uint64_t exact = 0;
+    for (int p = 0; p < 2; p++) {
+        t.row_bytes[p] = kv_dtype_row_bytes(shape->dtype, (kv_plane)p, t.kv_dim);
+        t.plane_bytes[p] = kv_dtype_plane_bytes(shape->dtype, (kv_plane)p, shape->block_size,
+                                                shape->n_kv_heads, shape->head_dim);
+        /* 0 is an overflow (the fit was checked above); the 2^62 cap keeps
+         * the rounding and the sums below from wrapping. */
+        if (t.plane_bytes[p] == 0 || t.plane_bytes[p] > (UINT64_C(1) << 62))
+            return err_set(PL_ERANGE, "KV shape: one plane of %u tokens overflows", shape->block_size);
+        t.plane_stride[p] = kv_round_up(t.plane_bytes[p], KV_PLANE_ALIGN);
+        exact += t.plane_bytes[p];
+    }
+    t.layer_stride = t.plane_stride[0] + t.plane_stride[1];
+    if (!mul_u64(t.layer_stride, shape->n_layers, &t.block_bytes) ||
+        !mul_u64(exact, shape->n_layers, &t.block_bytes_exact))
+        return err_set(PL_ERANGE, "KV shape: block size overflows");
+    t.bytes_per_token = (double)t.block_bytes_exact / shape->block_size;
+    *g = t;
+    return 0;
+}
+
+uint32_t kv_geom_blocks_for_bytes(const kv_geom *g, uint64_t bytes)
+{
+    uint64_t n = bytes / g->block_bytes;
+    return n > INT32_MAX ? INT32_MAX : (uint32_t)n;
+}
+
+/* ---------------------------------------------------------------- lists */
+
+static void kv_list_unlink(kv_pool *pool, kv_list *l, uint32_t b)
+{
+    kv_block *k = &pool->blocks[b];
+    if (k->prev != KV_NONE) pool->blocks[k->prev].next = k->next;
+    else l->head = k->next;
+    if (k->next != KV_NONE) pool->blocks[k->next].prev = k->prev;
+    else l->tail = k->prev;
+    k->prev = k->next = KV_NONE;
+    assert(l->n > 0);
+    l->n--;
+}
+
+static void kv_list_push_head(kv_pool *pool, kv_list *l, uint32_t b)
+{
+    kv_block *k = &pool->blocks[b];
+    k->prev = KV_NONE;
+    k->next = l->head;
+    if (l->head != KV_NONE) pool->blocks[l->head].prev = (int32_t)b;
+    else l->tail = (int32_t)b;
+    l->head = (int32_t)b;
+    l->n++;
+}
+
+static void kv_list_push_tail(kv_pool *pool, kv_list *l, uint32_t b)
+{
+    kv_block *k = &pool->blocks[b];
+    k->next = KV_NONE;
+    k->prev = l->tail;
+    if (l->tail != KV_NONE) pool->blocks[l->tail].next = (int32_t)b;
+    else l->head = (int32_t)b;
+    l->tail = (int32_t)b;
+    l->n++;
+}
+
+/* ----------------------------------------------------------- life cycle */
+
+int kv_pool_init(kv_pool *pool, const kv_shape *shape, uint32_t n_blocks)
+{
+    kv_geom g;
+    uint64_t bytes;
+    int rc = kv_geom_init(&g, shape);
+    if (rc) return rc;
+    if (n_blocks == 0 || n_blocks > INT32_MAX)
+        return err_set(PL_EINVAL, "KV pool: %u blocks (must be 1 .. %d)", n_blocks, INT32_MAX);
+    if (!mul_u64(g.block_bytes, n_blocks, &bytes) || bytes > SIZE_MAX)
+        return err_set(PL_ERANGE, "KV pool: %u blocks of %llu bytes overflow", n_blocks,
+                       (unsigned long long)g.block_bytes);
+    kv_pool p = {.g = g, .n_blocks = n_blocks};
+    p.data = mem_alloc_aligned((size_t)bytes, KV_POOL_ALIGN);
+    p.blocks = p.data ? mem_calloc(n_blocks, sizeof *p.blocks) : NULL;
+    p.scratch = p.blocks ? mem_calloc(n_blocks, sizeof *p.scratch) : NULL;
+    if (!p.scratch) {
+        mem_free(p.data);
+        mem_free(p.blocks);
+        return err_prefix(PL_ENOMEM, "KV pool of %u blocks (%llu bytes)", n_blocks, (unsigned long long)bytes);
+    }
+    p.free_list = p.lru = (kv_list){KV_NONE, KV_NONE, 0};
+    *pool = p;
+    for (uint32_t b = n_blocks; b-- > 0;) {
+        pool->blocks[b] = (kv_block){.parent = KV_NONE, .state = KV_BLOCK_FREE};
+        kv_list_push_head(pool, &pool->free_list, b);
+    }
+    return 0;
+}
+
+void kv_pool_free(kv_pool *pool)
+{
+    if (!pool) return;
+    mem_free(pool->data);
+    mem_free(pool->blocks);
+    mem_free(pool->scratch);
+    memset(pool, 0, sizeof *pool);
+}
+
+void kv_pool_set_evict(kv_pool *pool, kv_evict_fn fn, void *user)
+{
+    pool->on_evict = fn;
+    pool->evict_user = user;
+}
+
+/* ------------------------------------------------------ taking, returning */
+
+static void kv_block_wipe_hash(kv_block *k)
+{
+    k->hash[0] = k->hash[1] = 0;
+    k->parent = KV_NONE;
+    k->flags &= (uint8_t)~KV_BLOCK_HASHED;
+}
+
+static void kv_block_mark_used(kv_pool *pool, uint32_t b)
+{
+    kv_block *k = &pool->blocks[b];
+    assert(k->refcount == 0 && k->prev == KV_NONE && k->next == KV_NONE);
+    k->state = KV_BLOCK_USED;
+    k->refcount = 1;
+    pool->n_used++;
+}
+
+int kv_pool_alloc(kv_pool *pool, uint32_t *out)
+{
+    uint32_t b;
+    if (pool->free_list.n > 0) {
+        b = (uint32_t)pool->free_list.head;
+        kv_list_unlink(pool, &pool->free_list, b);
+    } else if (pool->lru.n > 0) {
+        b = (uint32_t)pool->lru.head;
+        kv_list_unlink(pool, &pool->lru, b);
+        /* The cache forgets the block before its key is wiped. */
+        if (pool->on_evict) pool->on_evict(pool->evict_user, b, pool->blocks[b].hash);
+        kv_block_wipe_hash(&pool->blocks[b]);
+    } else {
+        return err_set(PL_EFULL, "KV pool full: all %u blocks in use", pool->n_blocks);
+    }
+    kv_block_mark_used(pool, b);
+    *out = b;
+    return 0;
+}
+
+/* First FREE run of n ids, or KV_NONE. O(n_blocks): used only when a static
+ * sequence is made, never while decoding. */
+static int32_t kv_pool_find_run(const kv_pool *pool, uint32_t n)
+{
+    uint32_t run = 0;
+    for (uint32_t b = 0; b < pool->n_blocks; b++) {
+        run = pool->blocks[b].state == KV_BLOCK_FREE ? run + 1 : 0;
+        if (run == n) return (int32_t)(b + 1 - n);
+    }
+    return KV_NONE;
+}
+
+int kv_pool_alloc_n(kv_pool *pool, uint32_t n, uint32_t *ids)
+{
+    if (n > kv_pool_available(pool))
+        return err_set(PL_EFULL, "KV pool full: %u blocks wanted, %u available of %u", n,
+                       kv_pool_available(pool), pool->n_blocks);
+    int32_t first = n > 0 ? kv_pool_find_run(pool, n) : KV_NONE;
+    for (uint32_t i = 0; i < n; i++) {
+        if (first != KV_NONE) {
+            ids[i] = (uint32_t)first + i;
+            kv_pool_acquire(pool, ids[i]);
+        } else {
+            int rc = kv_pool_alloc(pool, &ids[i]);
+            assert(rc == 0); /* availability was checked above */
+            (void)rc;
+        }
+    }
+    return 0;
+}
+
+void kv_pool_acquire(kv_pool *pool, uint32_t b)
+{
+    assert(b < pool->n_blocks);
+    kv_block *k = &pool->blocks[b];
+    switch ((kv_block_state)k->state) {
+    case KV_BLOCK_USED: kv_pool_incref(pool, b); return;
+    case KV_BLOCK_CACHED: kv_list_unlink(pool, &pool->lru, b); break;
+    case KV_BLOCK_FREE: kv_list_unlink(pool, &pool->free_list, b); break;
+    }
+    kv_block_mark_used(pool, b);
+}
+
+void kv_pool_incref(kv_pool *pool, uint32_t b)
+{
+    assert(b < pool->n_blocks && pool->blocks[b].state == KV_BLOCK_USED);
+    assert(pool->blocks[b].refcount < UINT32_MAX);
+    pool->blocks[b].refcount++;
+}
+
+void kv_pool_decref(kv_pool *pool, uint32_t b)
+{
+    assert(b < pool->n_blocks);
+    kv_block *k = &pool->blocks[b];
+    assert(k->state == KV_BLOCK_USED && k->refcount > 0);
+    if (--k->refcount > 0) return;
+    pool->n_used--;
+    if (k->flags & KV_BLOCK_HASHED) {
+        k->state = KV_BLOCK_CACHED;
+        kv_list_push_tail(pool, &pool->lru, b); /* most recently used at the tail */
+    } else {
+        k->state = KV_BLOCK_FREE;
+        k->parent = KV_NONE;
+        kv_list_push_head(pool, &pool->free_list, b);
+    }
+}
+
+/* ------------------------------------------------------- hashes, copying */
+
+void kv_pool_set_hash(kv_pool *pool, uint32_t b, const uint64_t hash[2], int32_t parent)
+{
+    assert(b < pool->n_blocks && pool->blocks[b].state == KV_BLOCK_USED);
+    kv_block *k = &pool->blocks[b];
+    k->hash[0] = hash[0];
+    k->hash[1] = hash[1];
+    k->parent = parent;
+    k->flags |= KV_BLOCK_HASHED;
+}
+
+void kv_pool_clear_hash(kv_pool *pool, uint32_t b)
+{
+    /* A CACHED block without a key could never be found again: not allowed. */
+    assert(b < pool->n_blocks && pool->blocks[b].state != KV_BLOCK_CACHED);
+    kv_block_wipe_hash(&pool->blocks[b]);
+}
+
+void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src)
+{
+    assert(dst != src);
+    memcpy(kv_block_data(pool, dst), kv_block_data(pool, src), (size_t)pool->g.block_bytes);
+}

@@ -1,0 +1,190 @@
+/* kv_pool.h - the KV block pool: one allocation cut into fixed blocks.
+ *
+ * The pool knows dimensions (layers, KV heads, head dim, block size, dtype),
+ * never the model. It is made once at start and never grows: taking and
+ * returning blocks never calls malloc, so the decode path does not either.
+ * A block id addresses the same block_size-token range in every layer.
+ *
+ * Data layout (pool->data, 64-byte aligned; planes padded to KV_PLANE_ALIGN):
+ *
+ *   data: | block 0 | block 1 | ... | block n_blocks-1 |     block_bytes each
+ *   block:| layer 0        | layer 1        | ... | layer L-1      |
+ *   layer:| K plane | V plane |                               layer_stride
+ *   plane:| row 0 | row 1 | ... | row T-1 | tail | pad |      plane_stride[p]
+ *          ^ kv_block_k(pool, b, l)        ^ kv_block_tail(...)
+ *   row:  kv_dim = n_kv_heads x head_dim elements of the KV dtype,
+ *         head h at h x head_dim (see kv_dtype.h for the quantized rows)
+ *
+ * A block is contiguous across layers so that copy-on-write is one memcpy
+ * and a block can later be moved to another tier (disk, Redis) as one piece.
+ *
+ * Block states (each block is in exactly one):
+ *   FREE    refcount 0, on the free list, no hash
+ *   USED    refcount >= 1 (= block-table references), on no list
+ *   CACHED  refcount 0, hashed, on the LRU list (head = least recent); its
+ *           data is still valid, so a prefix-cache hit can revive it, and it
+ *           is evicted only when the free list is empty.
+ * Both lists are doubly linked through the block metadata, so that a block
+ * leaves the middle of a list in O(1) (prefix-cache revive, static runs).
+ * kv_check() (kv_seq.h) walks all of this.
+ */
+#ifndef PL_KV_POOL_H
+#define PL_KV_POOL_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv_dtype.h"
+
+#define KV_BLOCK_SIZE_DEFAULT 16
+#define KV_POOL_ALIGN 64  /* alignment of the whole pool */
+#define KV_PLANE_ALIGN 16 /* alignment of every plane inside a block */
+#define KV_NONE (-1)      /* "no block" in links and parents */
+
+typedef struct {
+    uint32_t n_layers, n_kv_heads, head_dim;
+    uint32_t block_size; /* tokens per block */
+    kv_dtype dtype;
+} kv_shape;
+
+/* Everything derived from a kv_shape. */
+typedef struct {
+    kv_shape s;
+    uint64_t kv_dim;            /* n_kv_heads x head_dim */
+    uint64_t row_bytes[2];      /* one token's row in the [K], [V] plane */
+    uint64_t plane_bytes[2];    /* exact plane size (rows + tail) */
+    uint64_t plane_stride[2];   /* plane_bytes rounded up to KV_PLANE_ALIGN */
+    uint64_t layer_stride;      /* plane_stride[K] + plane_stride[V] */
+    uint64_t block_bytes;       /* n_layers x layer_stride: one block as laid out */
+    uint64_t block_bytes_exact; /* n_layers x (plane_bytes[K] + plane_bytes[V]): the formula */
+    double bytes_per_token;     /* block_bytes_exact / block_size */
+} kv_geom;
+
+typedef enum { KV_BLOCK_FREE = 0, KV_BLOCK_USED = 1, KV_BLOCK_CACHED = 2 } kv_block_state;
+
+enum { KV_BLOCK_HASHED = 1 }; /* kv_block.flags: hash holds a prefix-cache key */
+
+/* Metadata of one block (the data lives in kv_pool.data). */
+typedef struct {
+    uint64_t hash[2];   /* 128-bit prefix-cache key; valid iff flags & KV_BLOCK_HASHED */
+    int32_t parent;     /* prefix cache's parent link (its meaning is the cache's); KV_NONE */
+    int32_t prev, next; /* free-list or LRU links; KV_NONE at the ends and when USED */
+    uint32_t refcount;  /* block-table references; 0 unless USED */
+    uint8_t state;      /* kv_block_state */
+    uint8_t flags;      /* KV_BLOCK_HASHED */
+} kv_block;
+
+typedef struct {
+    int32_t head, tail; /* KV_NONE when empty */
+    uint32_t n;
+} kv_list;
+
+/* Called when a block loses its prefix-cache key, before the key is
+ * cleared, so that the prefix cache can forget it: a CACHED block evicted
+ * to be reused, or a private block about to be rewritten (kv_seq.h). */
+typedef void (*kv_evict_fn)(void *user, uint32_t block, const uint64_t hash[2]);
+
+/* Read-only outside src/kv. */
+typedef struct kv_pool {
+    kv_geom g;
+    uint32_t n_blocks;
+    uint8_t *data;      /* [n_blocks][g.block_bytes], one allocation */
+    kv_block *blocks;   /* [n_blocks] */
+    kv_list free_list;  /* FREE blocks; taken from the head, returned to the head (warm) */
+    kv_list lru;        /* CACHED blocks; head = least recently used */
+    uint32_t n_used;
+    uint32_t *scratch;  /* [n_blocks] for kv_check / kv_stats_get, so they need no malloc */
+    kv_evict_fn on_evict;
+    void *evict_user;
+} kv_pool;
+
+/* Validates the shape (dims >= 1, dtype fits: PL_EINVAL naming the field)
+ * and fills *g; *g is untouched on failure. */
+int kv_geom_init(kv_geom *g, const kv_shape *shape);
+
+/* Blocks of geometry g that fit in bytes (0 if none). */
+uint32_t kv_geom_blocks_for_bytes(const kv_geom *g, uint64_t bytes);
+
+/* Makes the pool: one zeroed allocation of n_blocks x block_bytes, all blocks
+ * FREE, ids ascending on the free list. PL_EINVAL / PL_ENOMEM; *pool is
+ * untouched on failure. */
+int kv_pool_init(kv_pool *pool, const kv_shape *shape, uint32_t n_blocks);
+void kv_pool_free(kv_pool *pool);
+
+void kv_pool_set_evict(kv_pool *pool, kv_evict_fn fn, void *user);
+
+/* Blocks that can be taken now: FREE plus CACHED (evictable). */
+static inline uint32_t kv_pool_available(const kv_pool *pool)
+{
+    return pool->free_list.n + pool->lru.n;
+}
+
+/* Takes a block (FREE first, else evicts the least recently used CACHED
+ * one): USED, refcount 1. PL_EFULL if none; nothing changes then. */
+int kv_pool_alloc(kv_pool *pool, uint32_t *out);
+
+/* Takes n blocks into ids[], contiguous ids if a run of n FREE blocks exists
+ * (first fit), else any n. All or nothing: PL_EFULL leaves the pool as it was. */
+int kv_pool_alloc_n(kv_pool *pool, uint32_t n, uint32_t *ids);
+
+/* Takes block b whatever its state: USED -> refcount+1; CACHED -> revived
+ * (off the LRU, refcount 1, hash kept); FREE -> off the free list. */
+void kv_pool_acquire(kv_pool *pool, uint32_t b);
+
+void kv_pool_incref(kv_pool *pool, uint32_t b);
+
+/* Drops one reference; at 0 the block becomes CACHED (most recent) if it is
+ * hashed, else FREE. */
+void kv_pool_decref(kv_pool *pool, uint32_t b);
+
+/* Prefix-cache key of a USED block (the cache computes it). */
+void kv_pool_set_hash(kv_pool *pool, uint32_t b, const uint64_t hash[2], int32_t parent);
+void kv_pool_clear_hash(kv_pool *pool, uint32_t b);
+
+/* Copies all layers' K and V (the whole block) from src to dst. */
+void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src);
+
+/* ------------------------------------------------------------ addressing */
+
+static inline uint8_t *kv_block_data(const kv_pool *pool, uint32_t b)
+{
+    assert(b < pool->n_blocks);
+    return pool->data + (uint64_t)b * pool->g.block_bytes;
+}
+
+/* Base of the plane p (K or V) of layer in block b: row 0. */
+static inline uint8_t *kv_block_plane(const kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p)
+{
+    assert(layer < pool->g.s.n_layers);
+    return kv_block_data(pool, b) + (uint64_t)layer * pool->g.layer_stride +
+           (p == KV_PLANE_V ? pool->g.plane_stride[KV_PLANE_K] : 0);
+}
+
+static inline uint8_t *kv_block_k(const kv_pool *pool, uint32_t b, uint32_t layer)
+{
+    return kv_block_plane(pool, b, layer, KV_PLANE_K);
+}
+
+static inline uint8_t *kv_block_v(const kv_pool *pool, uint32_t b, uint32_t layer)
+{
+    return kv_block_plane(pool, b, layer, KV_PLANE_V);
+}
+
+/* Bytes from one token's row to the next in plane p (rows layout). */
+static inline uint64_t kv_row_stride(const kv_pool *pool, kv_plane p)
+{
+    assert(kv_dtype_get(pool->g.s.dtype)->plane[p].layout == KV_LAYOUT_ROWS);
+    return pool->g.row_bytes[p];
+}
+
+/* The plane's tail (fp8_e4m3: n_kv_heads f32 scales), or NULL if it has none. */
+static inline uint8_t *kv_block_tail(const kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p)
+{
+    uint64_t rows = pool->g.row_bytes[p] * pool->g.s.block_size;
+    if (pool->g.plane_bytes[p] == rows) return NULL;
+    return kv_block_plane(pool, b, layer, p) + rows;
+}
+
+#endif

@@ -1,0 +1,134 @@
+/* kv_seq.h - block tables: a sequence's logical blocks mapped onto the pool,
+ * fork with copy-on-write, the static baseline, accounting and kv_check.
+ *
+ *   positions  0 .. T-1 | T .. 2T-1 | 2T .. n_tokens-1 ....|
+ *   table[]    [0] = 7  | [1] = 2   | [2] = 9 (partly filled; the rest of
+ *                                     its rows is the "tail" waste)
+ *   pool       block 7 holds positions 0..T-1 in every layer (kv_pool.h)
+ *
+ * Modes:
+ *   KV_SEQ_PAGED   blocks are taken as tokens are reserved and returned when
+ *                  the sequence ends: n_blocks == ceil(n_tokens / T).
+ *   KV_SEQ_STATIC  the baseline that paging is measured against: all
+ *                  ceil(max_ctx / T) blocks are taken at kv_seq_init
+ *                  (contiguous ids when the pool has such a run), so
+ *                  n_blocks == cap always.
+ *
+ * The table is allocated once, at kv_seq_init / kv_seq_fork, with room for
+ * max_ctx tokens: reserving, writing and truncating never call malloc.
+ *
+ * Sharing: kv_seq_fork gives the child the parent's blocks (refcount+1).
+ * Before a token's K/V is written, kv_seq_prepare_write(pos) makes the block
+ * holding pos private: if it is shared it is copied to a new block (all
+ * layers, K and V), the table points at the copy and the old block loses one
+ * reference. A private block that carries a prefix-cache key loses the key
+ * (the pool's evict callback is told), since its content is about to change.
+ * kv_seq_append does reserve + prepare_write of every block the new
+ * positions fall in, so the caller may write them all straight away.
+ *
+ * Every function that can fail leaves the sequence and the pool unchanged.
+ * Invariants (kv_check): n_tokens <= max_ctx; n_blocks <= cap; the mode's
+ * n_blocks rule above; every table entry names a USED block; each USED
+ * block's refcount equals the number of table entries naming it over all
+ * live sequences.
+ */
+#ifndef PL_KV_SEQ_H
+#define PL_KV_SEQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv_pool.h"
+
+typedef enum { KV_SEQ_PAGED = 0, KV_SEQ_STATIC = 1 } kv_seq_mode;
+
+typedef struct {
+    kv_pool *pool;
+    kv_seq_mode mode;
+    uint32_t *table;   /* [cap] logical block -> block id; [0, n_blocks) valid */
+    uint32_t n_blocks; /* entries in use */
+    uint32_t cap;      /* ceil(max_ctx / block_size) */
+    uint32_t n_tokens; /* token slots reserved: positions [0, n_tokens) */
+    uint32_t max_ctx;
+} kv_seq;
+
+/* An empty sequence of at most max_ctx tokens. STATIC takes all its blocks
+ * now (PL_EFULL if the pool cannot); PL_EINVAL if max_ctx is 0. */
+int kv_seq_init(kv_seq *seq, kv_pool *pool, uint32_t max_ctx, kv_seq_mode mode);
+
+/* Returns every block (refcount-1) and the table; *seq is zeroed. */
+void kv_seq_free(kv_seq *seq);
+
+/* Slots for n more tokens: positions [n_tokens, n_tokens + n). PL_EFULL
+ * (pool) or PL_ERANGE (past max_ctx), nothing changed then. */
+int kv_seq_reserve(kv_seq *seq, uint32_t n);
+
+/* Makes the block holding pos (< n_tokens) private before it is written:
+ * copy-on-write if shared. PL_EFULL if no block for the copy. */
+int kv_seq_prepare_write(kv_seq *seq, uint32_t pos);
+
+/* Appends block b, which already holds block_size tokens' K/V (a prefix-
+ * cache hit), as the next logical block: n_tokens += block_size. Paged
+ * sequences at a block boundary only (PL_EINVAL), within max_ctx
+ * (PL_ERANGE). b is acquired whatever its state (kv_pool_acquire). */
+int kv_seq_push_block(kv_seq *seq, uint32_t b);
+
+/* reserve(n) + prepare_write of every new position, all or nothing
+ * (PL_EFULL counts the new blocks and the copies together). */
+int kv_seq_append(kv_seq *seq, uint32_t n);
+
+/* child = a new sequence sharing all of parent's blocks (refcount+1), same
+ * n_tokens, mode and max_ctx. A STATIC child shares the blocks that hold
+ * tokens and takes fresh blocks for the rest. *child untouched on failure. */
+int kv_seq_fork(kv_seq *child, const kv_seq *parent);
+
+/* Forgets tokens from n_tokens on (n <= n_tokens); PAGED returns the blocks
+ * no longer needed. */
+void kv_seq_truncate(kv_seq *seq, uint32_t n_tokens);
+
+/* Block id holding pos (< n_tokens, asserted). */
+static inline uint32_t kv_seq_block(const kv_seq *seq, uint32_t pos)
+{
+    assert(pos < seq->n_tokens);
+    return seq->table[pos / seq->pool->g.s.block_size];
+}
+
+/* Address of pos's row in layer's K / V plane (rows layout). */
+static inline uint8_t *kv_seq_row(const kv_seq *seq, uint32_t layer, kv_plane p, uint32_t pos)
+{
+    const kv_pool *pool = seq->pool;
+    return kv_block_plane(pool, kv_seq_block(seq, pos), layer, p) +
+           (uint64_t)(pos % pool->g.s.block_size) * kv_row_stride(pool, p);
+}
+
+/* Bytes of the blocks this sequence holds (shared ones counted in full). */
+uint64_t kv_seq_bytes_held(const kv_seq *seq);
+
+/* --------------------------------------------------------- accounting */
+
+typedef struct {
+    uint32_t blocks_total, blocks_used, blocks_cached, blocks_free;
+    uint64_t block_bytes;        /* one block as laid out (plane padding included) */
+    uint64_t block_bytes_exact;  /* one block by the formula */
+    uint64_t pool_bytes;         /* blocks_total x block_bytes */
+    double bytes_per_token;      /* the formula */
+    /* Over the sequences passed in; a block shared by several counts once. */
+    uint32_t n_seqs;
+    uint64_t tokens;             /* sum of n_tokens (what the sequences see) */
+    uint64_t tokens_stored;      /* distinct token rows held: per block, the most filled by any holder */
+    uint32_t blocks_held;        /* distinct blocks held by the sequences */
+    uint64_t bytes_allocated;    /* blocks_held x block_bytes */
+    uint64_t bytes_live;         /* tokens_stored x the formula */
+    uint64_t bytes_wasted;       /* bytes_allocated - bytes_live: unfilled tails, padding */
+    double utilisation;          /* bytes_live / bytes_allocated (1 when nothing is allocated) */
+} kv_stats;
+
+/* Fills *out from the pool and the given live sequences. */
+void kv_stats_get(kv_pool *pool, kv_seq *const *seqs, size_t n_seqs, kv_stats *out);
+
+/* Walks every invariant of kv_pool.h and of this file over the pool and ALL
+ * its live sequences. 0, or PL_EFORMAT with the first violation in the
+ * error text. For tests and debug builds. */
+int kv_check(kv_pool *pool, kv_seq *const *seqs, size_t n_seqs);
+
+#endif

@@ -1,0 +1,271 @@
+/* cmd_inspect.c - `pagellm inspect MODEL`: what a GGUF holds and what its
+ * KV cache costs.
+ *
+ * Prints the architecture and hyper-parameters, the tensors by type, the
+ * weight bytes, then the memory question: KV bytes per token for every KV
+ * dtype (n/a with the reason when its grouping does not fit the model's KV
+ * row), a table over contexts 2K..128K x batch 1, 8, 32, and what GQA saves
+ * against MHA. All KV arithmetic is pl_kv_size_of's (the pool's own).
+ * Exit: 0 ok, 1 the file is missing or not a valid GGUF, 2 usage.
+ */
+#include "cli.h"
+#include "commands.h"
+#include "pagellm.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INSPECT "inspect"
+
+static const uint64_t inspect_ctx[] = {2048, 8192, 32768, 131072};
+static const uint64_t inspect_batch[] = {1, 8, 32};
+#define N_CTX (sizeof inspect_ctx / sizeof inspect_ctx[0])
+#define N_BATCH (sizeof inspect_batch / sizeof inspect_batch[0])
+
+/* KV cost of one dtype for this model. */
+typedef struct {
+    bool ok;
+    char why[200];     /* when !ok */
+    pl_kv_size size;
+} inspect_kv;
+
+typedef struct {
+    pl_file_info info;
+    int block;
+    inspect_kv kv[PL_KV_DTYPE_COUNT];
+    inspect_kv mha;    /* f16 with n_kv_heads = n_heads */
+} inspect_report;
+
+static const char *inspect_human(double bytes, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
+}
+
+static json_t *inspect_json_num(double x)
+{
+    if (x == floor(x) && fabs(x) < 9007199254740992.0) return json_integer((json_int_t)x);
+    return json_real(x);
+}
+
+/* An f32 from the file as the short decimal it was written as (1e-05,
+ * not 9.9999997473787516e-06). */
+static json_t *inspect_json_f32(float x)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)x);
+    return json_real(strtod(buf, NULL));
+}
+
+static json_t *inspect_json_str(const char *s)
+{
+    json_t *j = json_string(s);
+    return j ? j : json_string("?"); /* not UTF-8 */
+}
+
+static void inspect_kv_size(const pl_file_info *in, uint32_t kv_heads, int block, pl_kv_dtype t, inspect_kv *out)
+{
+    pl_kv_shape shape = {in->n_layers, kv_heads, in->head_dim, (uint32_t)block};
+    memset(out, 0, sizeof *out);
+    if (!in->arch[0]) {
+        snprintf(out->why, sizeof out->why, "no general.architecture: the file has no model shape");
+    } else if (pl_kv_size_of(&shape, t, &out->size) == 0) {
+        out->ok = true;
+    } else {
+        snprintf(out->why, sizeof out->why, "%s", pl_last_error());
+    }
+}
+
+static void inspect_compute(inspect_report *r)
+{
+    for (int t = 0; t < PL_KV_DTYPE_COUNT; t++)
+        inspect_kv_size(&r->info, r->info.n_kv_heads, r->block, (pl_kv_dtype)t, &r->kv[t]);
+    inspect_kv_size(&r->info, r->info.n_heads, r->block, PL_KV_F16, &r->mha);
+}
+
+/* ---------------------------------------------------------------- text */
+
+static void inspect_print_model(const pl_file_info *in)
+{
+    char h[32];
+    printf("%s: GGUF v%u, %llu bytes, %llu metadata keys, %llu tensors\n", in->path, in->gguf_version,
+           (unsigned long long)in->file_bytes, (unsigned long long)in->n_kv, (unsigned long long)in->n_tensors);
+    printf("  architecture   %s%s%s%s\n", in->arch[0] ? in->arch : "(none)", in->name[0] ? " (" : "", in->name,
+           in->name[0] ? ")" : "");
+    printf("  layers %u  dim %u  heads %u  kv heads %u  head dim %u  ffn %u\n", in->n_layers, in->dim, in->n_heads,
+           in->n_kv_heads, in->head_dim, in->ffn_dim);
+    printf("  vocab %u  context %u  rope dims %u  rope base %g  norm eps %g  tokenizer %s\n", in->vocab_size,
+           in->ctx_train, in->rope_dim, (double)in->rope_base, (double)in->norm_eps,
+           in->tokenizer[0] ? in->tokenizer : "(none)");
+    printf("\nweights: %llu bytes (%s), %llu elements\n", (unsigned long long)in->weights_bytes,
+           inspect_human((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements);
+    printf("  %-8s %8s %14s %14s\n", "type", "tensors", "elements", "bytes");
+    for (int i = 0; i < in->n_types; i++)
+        printf("  %-8s %8llu %14llu %14llu\n", in->types[i].type, (unsigned long long)in->types[i].count,
+               (unsigned long long)in->types[i].elements, (unsigned long long)in->types[i].bytes);
+}
+
+static void inspect_print_kv(const inspect_report *r)
+{
+    char h[32];
+    printf("\nKV cache per token = 2 x %u layers x %u KV heads x head dim %u x bytes/elem (blocks of %d tokens):\n",
+           r->info.n_layers, r->info.n_kv_heads, r->info.head_dim, r->block);
+    for (int t = 0; t < PL_KV_DTYPE_COUNT; t++) {
+        const inspect_kv *k = &r->kv[t];
+        if (k->ok)
+            printf("  %-9s %12.10g bytes  (%s)\n", pl_kv_dtype_name((pl_kv_dtype)t), k->size.bytes_per_token,
+                   inspect_human(k->size.bytes_per_token, h, sizeof h));
+        else
+            printf("  %-9s %12s        (%s)\n", pl_kv_dtype_name((pl_kv_dtype)t), "n/a", k->why);
+    }
+}
+
+static void inspect_print_table(const inspect_report *r)
+{
+    static const pl_kv_dtype shown[] = {PL_KV_F16, PL_KV_Q8_0, PL_KV_Q4_0};
+    char h[32];
+    printf("\nKV bytes for context x batch (the formula; ctx is a multiple of the block, so no tail):\n");
+    printf("  %-6s %6s", "dtype", "ctx");
+    for (size_t b = 0; b < N_BATCH; b++) {
+        snprintf(h, sizeof h, "batch %llu", (unsigned long long)inspect_batch[b]);
+        printf("  %16s", h);
+    }
+    printf("\n");
+    for (size_t d = 0; d < sizeof shown / sizeof shown[0]; d++) {
+        const inspect_kv *k = &r->kv[shown[d]];
+        if (!k->ok) continue;
+        for (size_t c = 0; c < N_CTX; c++) {
+            printf("  %-6s %5lluK", pl_kv_dtype_name(shown[d]), (unsigned long long)inspect_ctx[c] / 1024);
+            for (size_t b = 0; b < N_BATCH; b++)
+                printf("  %16s", inspect_human(k->size.bytes_per_token * (double)inspect_ctx[c] * (double)inspect_batch[b],
+                                               h, sizeof h));
+            printf("%s\n", r->info.ctx_train && inspect_ctx[c] > r->info.ctx_train ? "  (beyond trained context)" : "");
+        }
+    }
+}
+
+static void inspect_print_gqa(const inspect_report *r)
+{
+    const pl_file_info *in = &r->info;
+    char h[32];
+    if (!r->kv[PL_KV_F16].ok || !r->mha.ok || in->n_kv_heads == 0) return;
+    double gqa = r->kv[PL_KV_F16].size.bytes_per_token, mha = r->mha.size.bytes_per_token;
+    if (in->n_kv_heads == in->n_heads) {
+        printf("\nMHA: every one of the %u query heads has its own KV head (no GQA saving)\n", in->n_heads);
+        return;
+    }
+    printf("\nGQA: %u query heads share %u KV heads (%.4gx): MHA would need %.10g bytes per token at f16;"
+           " GQA saves %.10g (%s, %.1f%%)\n",
+           in->n_heads, in->n_kv_heads, (double)in->n_heads / in->n_kv_heads, mha, mha - gqa,
+           inspect_human(mha - gqa, h, sizeof h), 100.0 * (mha - gqa) / mha);
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static json_t *inspect_json_model(const pl_file_info *in)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "path", inspect_json_str(in->path));
+    json_object_set_new(o, "gguf_version", json_integer(in->gguf_version));
+    json_object_set_new(o, "file_bytes", json_integer((json_int_t)in->file_bytes));
+    json_object_set_new(o, "n_kv", json_integer((json_int_t)in->n_kv));
+    json_object_set_new(o, "n_tensors", json_integer((json_int_t)in->n_tensors));
+    json_object_set_new(o, "arch", inspect_json_str(in->arch));
+    json_object_set_new(o, "name", inspect_json_str(in->name));
+    json_object_set_new(o, "n_layers", json_integer(in->n_layers));
+    json_object_set_new(o, "dim", json_integer(in->dim));
+    json_object_set_new(o, "n_heads", json_integer(in->n_heads));
+    json_object_set_new(o, "n_kv_heads", json_integer(in->n_kv_heads));
+    json_object_set_new(o, "head_dim", json_integer(in->head_dim));
+    json_object_set_new(o, "ffn_dim", json_integer(in->ffn_dim));
+    json_object_set_new(o, "vocab_size", json_integer(in->vocab_size));
+    json_object_set_new(o, "ctx_train", json_integer(in->ctx_train));
+    json_object_set_new(o, "rope_dim", json_integer(in->rope_dim));
+    json_object_set_new(o, "rope_base", inspect_json_f32(in->rope_base));
+    json_object_set_new(o, "norm_eps", inspect_json_f32(in->norm_eps));
+    json_object_set_new(o, "tokenizer", inspect_json_str(in->tokenizer));
+    json_object_set_new(o, "weights_bytes", json_integer((json_int_t)in->weights_bytes));
+    json_object_set_new(o, "weights_elements", json_integer((json_int_t)in->weights_elements));
+    json_t *types = json_array();
+    for (int i = 0; i < in->n_types; i++)
+        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I}", "type", in->types[i].type, "count",
+                                               (json_int_t)in->types[i].count, "elements",
+                                               (json_int_t)in->types[i].elements, "bytes",
+                                               (json_int_t)in->types[i].bytes));
+    json_object_set_new(o, "types", types);
+    return o;
+}
+
+static void inspect_json_kv(const inspect_report *r, json_t *o)
+{
+    json_t *per_tok = json_object(), *per_blk = json_object(), *na = json_object(), *table = json_array();
+    for (int t = 0; t < PL_KV_DTYPE_COUNT; t++) {
+        const inspect_kv *k = &r->kv[t];
+        const char *name = pl_kv_dtype_name((pl_kv_dtype)t);
+        json_object_set_new(per_tok, name, k->ok ? inspect_json_num(k->size.bytes_per_token) : json_null());
+        json_object_set_new(per_blk, name, k->ok ? json_integer((json_int_t)k->size.bytes_per_block) : json_null());
+        if (!k->ok) json_object_set_new(na, name, inspect_json_str(k->why));
+        for (size_t c = 0; k->ok && c < N_CTX; c++)
+            for (size_t b = 0; b < N_BATCH; b++)
+                json_array_append_new(table, json_pack("{s:s, s:I, s:I, s:o}", "dtype", name, "ctx",
+                                                       (json_int_t)inspect_ctx[c], "batch", (json_int_t)inspect_batch[b],
+                                                       "bytes", inspect_json_num(round(k->size.bytes_per_token *
+                                                                    (double)inspect_ctx[c] * (double)inspect_batch[b]))));
+    }
+    json_object_set_new(o, "block_size", json_integer(r->block));
+    json_object_set_new(o, "bytes_per_token", r->kv[PL_KV_F16].ok ? inspect_json_num(r->kv[PL_KV_F16].size.bytes_per_token)
+                                                                   : json_null());
+    json_object_set_new(o, "kv_bytes_per_token", per_tok);
+    json_object_set_new(o, "kv_bytes_per_block", per_blk);
+    json_object_set_new(o, "kv_unavailable", na);
+    json_object_set_new(o, "kv_table", table);
+    if (r->kv[PL_KV_F16].ok && r->mha.ok) {
+        double gqa = r->kv[PL_KV_F16].size.bytes_per_token, mha = r->mha.size.bytes_per_token;
+        json_object_set_new(o, "gqa", json_pack("{s:f, s:o, s:o}", "ratio", (double)r->info.n_heads / r->info.n_kv_heads,
+                                                "mha_bytes_per_token", inspect_json_num(mha), "saved_bytes_per_token",
+                                                inspect_json_num(mha - gqa)));
+    }
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    static inspect_report r; /* the file info is a few KB; the command runs once */
+    bool json = false;
+    int block = 16;
+    const cli_opt opts[] = {
+        {"json", 0, CLI_FLAG, &json, 0, 0, NULL, "print JSON"},
+        {"block-size", 0, CLI_INT, &block, 1, 1000000, "B", "tokens per KV block (default 16)"},
+        {0},
+    };
+    const char *pos[1];
+    int npos = 0, rc = cli_parse(INSPECT, "MODEL.gguf [--json] [--block-size B]", opts, argc, argv, pos, 1, &npos);
+    if (rc == CLI_HELP) return 0;
+    if (rc != CLI_OK) return 2;
+    if (npos != 1) { cli_error(INSPECT, "a MODEL.gguf path is required (see --help)"); return 2; }
+    memset(&r, 0, sizeof r);
+    r.block = block;
+    if (pl_file_inspect(pos[0], &r.info) != 0) {
+        cli_error(INSPECT, "%s", pl_last_error());
+        return 1;
+    }
+    inspect_compute(&r);
+    if (json) {
+        json_t *o = inspect_json_model(&r.info);
+        inspect_json_kv(&r, o);
+        json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+        fputc('\n', stdout);
+        json_decref(o);
+        return 0;
+    }
+    inspect_print_model(&r.info);
+    inspect_print_kv(&r);
+    inspect_print_table(&r);
+    inspect_print_gqa(&r);
+    return 0;
+}
