@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_seq.h"
 #include "model/model.h"
+#include "api/ctx_internal.h"
 
 struct pl_model {
     model *m;
@@ -87,7 +88,10 @@ struct pl_ctx {
     kv_pool pool;
     bool pool_ok;
     ctx_seq *seqs;           /* [max_seqs] */
-    int32_t *b_pos, *b_seq;  /* [max_batch] batch scratch */
+    int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
+    int32_t *b_lidx;                /* [max_seqs] rows that want logits */
+    fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
+    float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
 };
 
 void pl_ctx_params_default(pl_ctx_params *p)
@@ -147,9 +151,14 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     kern_init(0);
     c->tp = tp_new(c->p.n_threads);
     c->seqs = mem_calloc(c->p.max_seqs, sizeof *c->seqs);
+    const uint32_t rows = c->p.max_seqs < c->p.max_batch ? c->p.max_seqs : c->p.max_batch;
+    c->b_tok = mem_calloc(c->p.max_batch, sizeof *c->b_tok);
     c->b_pos = mem_calloc(c->p.max_batch, sizeof *c->b_pos);
     c->b_seq = mem_calloc(c->p.max_batch, sizeof *c->b_seq);
-    if (!c->tp || !c->seqs || !c->b_pos || !c->b_seq) rc = err_set(PL_ENOMEM, "out of memory creating a context");
+    c->b_lidx = mem_calloc(c->p.max_seqs, sizeof *c->b_lidx);
+    c->b_fseq = mem_calloc(c->p.max_seqs, sizeof *c->b_fseq);
+    c->b_logits = mem_calloc((size_t)rows * pm->m->cfg.n_vocab, sizeof *c->b_logits);
+    if (!c->tp || !c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits) rc = err_set(PL_ENOMEM, "out of memory creating a context");
     if (!rc) rc = pool_make(c);
     if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, c->tp);
     if (rc) { pl_ctx_free(c); return rc; }
@@ -166,8 +175,12 @@ void pl_ctx_free(pl_ctx *c)
     if (c->pool_ok) kv_pool_free(&c->pool);
     tp_free(c->tp);
     free(c->seqs);
+    free(c->b_tok);
     free(c->b_pos);
     free(c->b_seq);
+    free(c->b_lidx);
+    free(c->b_fseq);
+    free(c->b_logits);
     free(c);
 }
 
@@ -218,31 +231,66 @@ const int32_t *pl_seq_tokens(const pl_ctx *c, int32_t id)
     return s ? s->tokens : NULL;
 }
 
-/* Runs tokens[from, to) of s's history (already in s->tokens) through the
- * model, chunk by chunk; the KV slots are reserved chunk by chunk. */
-static int run_range(pl_ctx *c, int32_t id, ctx_seq *s, uint32_t from, uint32_t to, float *logits)
+/* One forward pass over items: item i runs history tokens [from, from + n)
+ * of its sequence, whose KV holds exactly `from` tokens. KV slots are
+ * reserved for all items first, all or nothing. Logits of each item's last
+ * token go to its logits pointer (if any). */
+typedef struct {
+    ctx_seq *s;
+    uint32_t from, n;
+    float *logits;
+} core_item;
+
+static int step_core(pl_ctx *c, const core_item *it, int n_items)
 {
-    for (uint32_t at = from; at < to;) {
-        uint32_t n = to - at < c->p.max_batch ? to - at : c->p.max_batch;
-        assert(s->kv.n_tokens == at);
-        int rc = kv_seq_append(&s->kv, n);
-        if (rc) return rc;
-        for (uint32_t i = 0; i < n; i++) { c->b_pos[i] = (int32_t)(at + i); c->b_seq[i] = 0; }
-        fwd_seq fs = {s->kv.table, s->kv.n_blocks};
-        const bool last = at + n == to && logits;
-        int32_t li = (int32_t)n - 1;
-        fwd_batch b = {(int)n, s->tokens + at, c->b_pos, c->b_seq, &fs, 1, &li, last ? 1 : 0};
-        rc = model_forward(c->pm->m, c->fs, &c->pool, &b, last ? logits : NULL);
-        if (rc) return rc;
-        at += n;
+    int rc = 0, k = 0, n_logits = 0;
+    for (; k < n_items && !rc; k++) {
+        assert(it[k].s->kv.n_tokens == it[k].from);
+        rc = kv_seq_append(&it[k].s->kv, it[k].n);
     }
-    (void)id;
+    if (rc) { /* undo the reservations that succeeded */
+        for (int i = 0; i < k - 1; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
+        return rc;
+    }
+    int t = 0;
+    for (int i = 0; i < n_items; i++) {
+        c->b_fseq[i] = (fwd_seq){it[i].s->kv.table, it[i].s->kv.n_blocks};
+        for (uint32_t j = 0; j < it[i].n; j++, t++) {
+            c->b_tok[t] = it[i].s->tokens[it[i].from + j];
+            c->b_pos[t] = (int32_t)(it[i].from + j);
+            c->b_seq[t] = i;
+        }
+        if (it[i].logits) c->b_lidx[n_logits++] = t - 1;
+    }
+    assert(t <= (int)c->p.max_batch);
+    fwd_batch b = {t, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, n_items, c->b_lidx, n_logits};
+    rc = model_forward(c->pm->m, c->fs, &c->pool, &b, c->b_logits);
+    if (rc) {
+        for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
+        return rc;
+    }
+    const size_t nv = c->pm->m->cfg.n_vocab;
+    for (int i = 0, l = 0; i < n_items; i++)
+        if (it[i].logits) memcpy(it[i].logits, c->b_logits + (size_t)l++ * nv, nv * sizeof(float));
     return 0;
 }
 
-int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float *logits)
+/* Runs tokens[from, to) of s's history through the model in chunks of
+ * max_batch; only the last chunk asks for logits. */
+static int run_range(pl_ctx *c, ctx_seq *s, uint32_t from, uint32_t to, float *logits)
 {
-    ctx_seq *s = seq_get(c, id);
+    for (uint32_t at = from; at < to;) {
+        uint32_t n = to - at < c->p.max_batch ? to - at : c->p.max_batch;
+        core_item it = {s, at, n, at + n == to ? logits : NULL};
+        int rc = step_core(c, &it, 1);
+        if (rc) return rc;
+        at += n;
+    }
+    return 0;
+}
+
+static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int32_t *tokens, size_t n)
+{
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n == 0) return err_set(PL_EINVAL, "append of 0 tokens");
     if (n > c->p.n_ctx - s->n_tokens)
@@ -251,16 +299,47 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= c->pm->m->cfg.n_vocab)
             return err_set(PL_EINVAL, "token %zu: id %d out of range 0..%u", i, tokens[i], c->pm->m->cfg.n_vocab - 1);
+    return 0;
+}
+
+int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
+{
+    core_item it[CTX_STEP_MAX_ITEMS];
+    uint32_t total = 0;
+    if (n_items <= 0 || n_items > CTX_STEP_MAX_ITEMS || (uint32_t)n_items > c->p.max_seqs)
+        return err_set(PL_EINVAL, "ctx_step: %d items (1..%u)", n_items, c->p.max_seqs);
+    if (c->p.no_kv_cache) return err_set(PL_EUNSUPPORTED, "ctx_step: not available in no-kv-cache mode");
+    for (int i = 0; i < n_items; i++) {
+        ctx_seq *s = seq_get(c, items[i].seq);
+        int rc = tokens_check(c, s, items[i].seq, items[i].tokens, items[i].n);
+        if (rc) return rc;
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == items[i].seq) return err_set(PL_EINVAL, "ctx_step: sequence %d twice", items[i].seq);
+        total += items[i].n;
+        it[i] = (core_item){s, s->n_tokens, items[i].n, items[i].logits};
+    }
+    if (total > c->p.max_batch) return err_set(PL_EINVAL, "ctx_step: %u tokens > max_batch %u", total, c->p.max_batch);
+    for (int i = 0; i < n_items; i++) memcpy(it[i].s->tokens + it[i].from, items[i].tokens, items[i].n * sizeof(int32_t));
+    int rc = step_core(c, it, n_items);
+    if (rc) return rc;
+    for (int i = 0; i < n_items; i++) it[i].s->n_tokens += it[i].n;
+    return 0;
+}
+
+int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float *logits)
+{
+    ctx_seq *s = seq_get(c, id);
+    int rc = tokens_check(c, s, id, tokens, n);
+    if (rc) return rc;
     const uint32_t old = s->n_tokens;
     memcpy(s->tokens + old, tokens, n * sizeof *tokens);
-    int rc;
     if (c->p.no_kv_cache) {
         /* the baseline: every step recomputes K and V of every earlier token */
         kv_seq_truncate(&s->kv, 0);
-        rc = run_range(c, id, s, 0, old + (uint32_t)n, logits);
+        rc = run_range(c, s, 0, old + (uint32_t)n, logits);
         kv_seq_truncate(&s->kv, 0);
     } else {
-        rc = run_range(c, id, s, old, old + (uint32_t)n, logits);
+        rc = run_range(c, s, old, old + (uint32_t)n, logits);
         if (rc) kv_seq_truncate(&s->kv, old);
     }
     if (rc) return rc;
