@@ -278,6 +278,116 @@ typedef struct {
 int pl_chat_render(const pl_model *m, const pl_chat_msg *msgs, size_t n, bool add_assistant, char **out,
                    const char **name);
 
+/* ---------------------------------------------------------------- engine */
+
+/* The engine: one thread owns the model's context (KV pool, sequences,
+ * scheduler); callers on any thread submit requests and read their events.
+ * Every step is one batched forward pass over all running sequences:
+ * decodes first, then prefill chunks fill the rest of the token budget
+ * (continuous batching). When the KV pool runs dry the newest running
+ * sequence is preempted and recomputed later (mostly prefix-cache hits). */
+typedef struct {
+    pl_ctx_params ctx;          /* pool size, block size, KV dtype, threads, n_ctx;
+                                 * ctx.max_seqs caps the running sequences (--max-seqs) */
+    uint32_t max_batch_tokens;  /* token budget of one step (512) */
+    uint32_t max_queue;         /* waiting requests beyond which submit fails with PL_ERR_FULL (256) */
+    bool prefix_order;          /* waiting queue: longest cached prefix first (else FCFS) */
+    bool prefix_cache;          /* reuse cached prompt blocks across requests (true) */
+} pl_engine_params;
+
+void pl_engine_params_default(pl_engine_params *p);
+
+typedef struct pl_engine pl_engine;
+
+/* Starts the engine thread. The model must outlive the engine. */
+int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *p);
+/* Stops taking requests; running and waiting ones finish ("drain"), then
+ * the thread exits. Thread-safe; returns at once. */
+void pl_engine_shutdown(pl_engine *e);
+/* Cancels whatever is left, joins the thread, frees everything. Requests
+ * still held by callers get a final event and must still be freed. */
+void pl_engine_free(pl_engine *e);
+
+#define PL_MAX_TOP_LOGPROBS 20
+#define PL_MAX_STOP_LEN 256
+
+typedef struct {
+    const int32_t *prompt;      /* token ids, BOS included if wanted (copied) */
+    size_t n_prompt;
+    int32_t max_tokens;         /* >= 1 */
+    int32_t n;                  /* completions of this prompt, sharing its KV blocks (1..16) */
+    pl_sampler_params sampling; /* completion i uses seed + i */
+    const char *const *stops;   /* stop strings (copied), each < PL_MAX_STOP_LEN bytes */
+    size_t n_stops;
+    bool ignore_eos;
+    int32_t top_logprobs;       /* -1: no logprobs; 0..PL_MAX_TOP_LOGPROBS: the chosen token's
+                                 * logprob and this many alternatives */
+} pl_request_params;
+
+typedef enum {
+    PL_EV_TOKEN = 0, /* a generated token (text may be empty while UTF-8 or a stop string is pending) */
+    PL_EV_DONE,      /* completion `index` finished; finish_reason and usage are set */
+    PL_EV_ERROR,     /* the request failed; message holds why; no more events */
+} pl_event_kind;
+
+typedef struct {
+    pl_event_kind kind;
+    int32_t index;                 /* which completion (0..n-1) */
+    int32_t token;                 /* TOKEN */
+    char text[2 * PL_MAX_STOP_LEN + 64]; /* TOKEN/DONE: text now safe to show, NUL-terminated */
+    size_t text_len;
+    float logprob;                 /* TOKEN, when asked */
+    int32_t n_top;
+    int32_t top_ids[PL_MAX_TOP_LOGPROBS];
+    float top_logprobs[PL_MAX_TOP_LOGPROBS];
+    const char *finish_reason;     /* DONE: "stop", "length", "cancelled" */
+    uint32_t prompt_tokens;        /* DONE */
+    uint32_t cached_tokens;        /* DONE: prompt tokens served from the prefix cache */
+    uint32_t completion_tokens;    /* DONE: tokens of this completion */
+    char message[256];             /* ERROR */
+} pl_event;
+
+typedef struct pl_request pl_request;
+
+/* Queues a request. PL_ERR_INVAL / PL_ERR_RANGE for bad parameters (a prompt
+ * that cannot fit the context...), PL_ERR_FULL when the waiting queue is
+ * full, PL_ERR_UNSUPPORTED after shutdown. Thread-safe. */
+int pl_engine_submit(pl_engine *e, const pl_request_params *p, pl_request **out);
+/* Waits up to timeout_ms (-1: forever) for the request's next event:
+ * 1 = *ev filled, 0 = timed out, 2 = finished (every completion is DONE, or
+ * an ERROR was delivered). Thread-safe with respect to the engine. */
+int pl_request_next(pl_request *r, pl_event *ev, int timeout_ms);
+/* Cancels: its blocks are freed at the engine's next step. Idempotent. */
+void pl_request_cancel(pl_request *r);
+/* Cancels if needed and releases the handle. */
+void pl_request_free(pl_request *r);
+
+#define PL_HIST_BUCKETS 16
+
+typedef struct {
+    double le[PL_HIST_BUCKETS];    /* upper bounds in seconds (the last is +Inf) */
+    uint64_t count[PL_HIST_BUCKETS]; /* cumulative counts, Prometheus style */
+    double sum;
+    uint64_t n;
+} pl_histogram;
+
+typedef struct {
+    pl_kv_stats kv;
+    uint32_t running, waiting;
+    uint64_t requests_total, requests_finished, requests_cancelled;
+    uint64_t preemptions;
+    uint64_t prefix_query_tokens, prefix_hit_tokens; /* prompt tokens looked up / served from cache */
+    uint64_t prompt_tokens, generated_tokens;
+    uint64_t steps;
+    pl_histogram ttft, itl, e2e;   /* time to first token, inter-token latency, end-to-end */
+} pl_engine_metrics;
+
+/* A consistent snapshot (taken after the newest step). Thread-safe. */
+void pl_engine_metrics_get(pl_engine *e, pl_engine_metrics *out);
+/* The block pool as JSON: every block's state, refcount, owners, cached
+ * flag (GET /v1/kv). malloc'd; thread-safe. */
+char *pl_engine_kv_json(pl_engine *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -387,3 +387,44 @@ uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)
     const ctx_seq *s = seq_get(c, id);
     return s ? kv_seq_bytes_held(&s->kv) : 0;
 }
+
+int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t n)
+{
+    ctx_seq *s = seq_get(c, id);
+    if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
+    if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
+    (void)tokens;
+    (void)n;
+    return 0;
+}
+
+int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child)
+{
+    ctx_seq *p = seq_get(c, parent);
+    if (!p) return err_set(PL_EINVAL, "sequence %d does not exist", parent);
+    if (c->p.no_kv_cache) return err_set(PL_EUNSUPPORTED, "fork is not available in no-kv-cache mode");
+    for (uint32_t i = 0; i < c->p.max_seqs; i++) {
+        ctx_seq *s = &c->seqs[i];
+        if (s->alive) continue;
+        s->tokens = mem_calloc(c->p.n_ctx, sizeof *s->tokens);
+        if (!s->tokens) return PL_ENOMEM;
+        int rc = kv_seq_fork(&s->kv, &p->kv);
+        if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
+        memcpy(s->tokens, p->tokens, p->n_tokens * sizeof *s->tokens);
+        s->n_tokens = p->n_tokens;
+        s->alive = true;
+        *child = (int32_t)i;
+        return 0;
+    }
+    return err_set(PL_EFULL, "all %u sequence slots are in use", c->p.max_seqs);
+}
+
+kv_pool *ctx_pool(pl_ctx *c) { return &c->pool; }
+
+uint32_t ctx_max_seqs(const pl_ctx *c) { return c->p.max_seqs; }
+
+const kv_seq *ctx_seq_kv(const pl_ctx *c, int32_t id)
+{
+    const ctx_seq *s = seq_get(c, id);
+    return s ? &s->kv : NULL;
+}

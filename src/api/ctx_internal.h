@@ -3,6 +3,7 @@
 #ifndef PL_API_CTX_INTERNAL_H
 #define PL_API_CTX_INTERNAL_H
 
+#include "kv/kv_seq.h"
 #include "model/model.h"
 #include "pagellm.h"
 
@@ -20,6 +21,24 @@ typedef struct {
  * <= max_batch; a sequence at most once. All or nothing: on PL_EFULL (KV
  * pool exhausted) no sequence changes. */
 int ctx_step(pl_ctx *c, const ctx_item *items, int n_items);
+
+/* Prefix cache: gives an EMPTY sequence the longest cached prefix of
+ * tokens[0..n) (never all n: the last token is always computed, so that
+ * there are logits); the sequence then holds those k tokens (KV and
+ * history) and the caller appends tokens[k..n) with ctx_step. Returns k
+ * (>= 0) or a negative error. Until the prefix cache lands this serves
+ * nothing (returns 0). */
+int ctx_seq_attach_prefix(pl_ctx *c, int32_t seq, const int32_t *tokens, uint32_t n);
+
+/* Forks: *child = a new sequence sharing parent's blocks (copy-on-write)
+ * and history. PL_EFULL if no slot or block. */
+int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child);
+
+/* The KV pool and the live sequences (for the engine's /v1/kv snapshot and
+ * kv_check in tests). seqs[i] is NULL for a free slot. */
+kv_pool *ctx_pool(pl_ctx *c);
+uint32_t ctx_max_seqs(const pl_ctx *c);
+const kv_seq *ctx_seq_kv(const pl_ctx *c, int32_t seq); /* NULL if not live */
 
 /* The model behind a public handle. */
 const model *pl_model_internal(const pl_model *pm);
