@@ -3,14 +3,15 @@
  *
  * The input is mapped read-only; every metadata pair is copied, except that
  * general.file_type becomes llama.cpp's LLAMA_FTYPE of the chosen mix (so
- * llama.cpp and `inspect` name it) and general.quantization_version is 2.
+ * that llama.cpp names it) and general.quantization_version is 2.
  * Tensors keep their order, names and shapes. Which tensors change, and to
  * what (the same rules as llama.cpp's llama_tensor_get_type, simplified):
  *
- *   - only weight matrices: >= 2 dims, name ending in "weight", not a norm
- *     ("_norm.weight"), not an MoE router (ffn_gate_inp), not a positional
- *     or token-type embedding, not integer-typed; everything else (norms,
- *     1-D biases, rope tables) is copied byte for byte;
+ *   - only weight matrices: >= 2 dims (ignoring trailing 1s, as ggml_n_dims
+ *     does), name ending in "weight", not a norm ("_norm.weight"), not an
+ *     MoE router (ffn_gate_inp), not a positional or token-type embedding,
+ *     not integer-typed; everything else (norms, 1-D biases, rope tables)
+ *     is copied byte for byte;
  *   - f32 / f16 / bf16 / q8_0 / q4_0: every weight matrix gets that type,
  *     except that for q4_0 the output projection (output.weight, or
  *     token_embd.weight when it doubles as the output) gets q6_K, as
@@ -34,16 +35,19 @@
  * fail before anything is written, naming the file and tensor. The output
  * is written through gguf_writer's fill callback, one tensor at a time, and
  * rows are converted in parallel on a thread pool, so memory stays bounded by
- * the largest output tensor (plus one row per thread), whatever the model's
- * size. The writer writes to a temporary name and renames: a failure leaves
- * no partial file, and OUT may even be IN.
+ * the largest output tensor (plus one row per thread) whatever the model's
+ * size; converted source tensors are dropped from the resident set. The
+ * writer writes to a temporary name and renames: a failure leaves no partial
+ * file, and OUT may even be IN.
  */
 #include "pagellm.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -129,12 +133,22 @@ static bool type_is_integer(uint32_t t)
     return t == DT_I8 || t == DT_I16 || t == DT_I32 || t == DT_I64;
 }
 
+/* Dimensions as ggml_n_dims counts them: trailing 1s do not count, so a
+ * [4096, 1] norm stored as 2-D is still a vector. */
+static uint32_t tensor_rank(const gguf_tensor *t)
+{
+    uint32_t r = 1;
+    for (uint32_t d = 1; d < GGUF_MAX_DIMS; d++)
+        if (t->ne[d] > 1) r = d + 1;
+    return r;
+}
+
 /* llama.cpp's tensor_allows_quantization, for the tensors llama-style
  * models have. */
 static bool tensor_is_weight_matrix(const qtensor *t)
 {
     const char *n = t->name;
-    return t->src->n_dims >= 2 && !type_is_integer(t->src->type) && name_ends_with(n, "weight")
+    return tensor_rank(t->src) >= 2 && !type_is_integer(t->src->type) && name_ends_with(n, "weight")
            && !strstr(n, "_norm.weight") && !strstr(n, "ffn_gate_inp.weight")
            && strcmp(n, "position_embd.weight") != 0 && strcmp(n, "token_types.weight") != 0;
 }
@@ -257,6 +271,7 @@ static void convert_rows(void *arg, int ith, int nth)
 {
     const convert_job *j = arg;
     const qtensor *t = j->t;
+    assert(nth <= j->q->n_threads);
     const int64_t n = (int64_t)t->src->ne[0];
     float *f = j->q->f_rows + (size_t)ith * j->q->max_row_elems;
     uint8_t *raw = j->q->raw_rows + (size_t)ith * j->q->raw_stride;
@@ -269,6 +284,20 @@ static void convert_rows(void *arg, int ith, int nth)
         quant_dequant_row(t->src->type, raw, f, n);
         quant_quantize_row(t->type, f, j->dst + r * j->out_row, n);
     }
+}
+
+/* The source tensor is read once: drop its pages from our resident set, so
+ * that converting a 4 GB f32 model does not end with 4 GB resident (clean
+ * file pages, but still counted against us). The mapping is read-only and
+ * MADV_DONTNEED on it only means "re-read from the file if touched again";
+ * only whole pages inside the tensor are released, and nothing reads them
+ * again (the writer takes only unchanged tensors from the mapping). */
+static void source_pages_release(const gguf_tensor *t)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+    const uintptr_t b = ((uintptr_t)t->data + (uintptr_t)t->nbytes) & ~(page - 1);
+    if (page > 1 && b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 static int fill_tensor(void *user, uint64_t idx, void *dst, uint64_t nbytes)
@@ -284,6 +313,7 @@ static int fill_tensor(void *user, uint64_t idx, void *dst, uint64_t nbytes)
         return err_set(PL_EINVAL, "%s: tensor '%s': %llu bytes expected, writer asks %llu", q->in_path, t->name,
                        (unsigned long long)(j.rows * j.out_row), (unsigned long long)nbytes);
     tp_run(q->tp, convert_rows, &j);
+    source_pages_release(t->src);
     return 0;
 }
 

@@ -9,12 +9,22 @@
  * Quantization produces valid blocks with a bounded error; for Q8_0 and Q8_K
  * (the activation formats) it follows ggml's rounding so that dot products
  * see the same integers llama.cpp sees.
+ *
+ * The weight quantizers (Q4_0, Q4_K, Q6_K) search for scales that lower the
+ * squared error; they are deterministic but not byte-identical to ggml's
+ * (nothing requires that: a file only has to decode the same everywhere).
+ * Non-finite inputs give unspecified (but memory-safe) blocks.
+ *
+ * quant_quantize_row() and quant_dequant_row() are the generic doors; the
+ * per-type functions below are the same code, for callers (kernels) that
+ * already know the type.
  */
 #ifndef PL_TENSOR_QUANT_H
 #define PL_TENSOR_QUANT_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
@@ -27,5 +37,41 @@ void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Encodes n floats into dtype_row_bytes(type, n) bytes at dst. */
 void quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* ------------------------------------------------------ per-type rows */
+/* n is the element count (a multiple of the block size). */
+
+void quant_f16_dequant_row(const uint16_t *src, float *dst, int64_t n);
+void quant_f16_quantize_row(const float *src, uint16_t *dst, int64_t n);
+void quant_bf16_dequant_row(const uint16_t *src, float *dst, int64_t n);
+void quant_bf16_quantize_row(const float *src, uint16_t *dst, int64_t n);
+
+void quant_q8_0_dequant_row(const block_q8_0 *src, float *dst, int64_t n);
+void quant_q8_0_quantize_row(const float *src, block_q8_0 *dst, int64_t n);  /* = ggml ref */
+void quant_q4_0_dequant_row(const block_q4_0 *src, float *dst, int64_t n);
+void quant_q4_0_quantize_row(const float *src, block_q4_0 *dst, int64_t n);  /* scale search */
+/* ggml's quantize_row_q4_0_ref, byte for byte (d = max / -8, no search):
+ * about 10x faster than the searching quantizer above and what llama.cpp
+ * uses for a Q4_0 KV cache; for hot paths, not for weights. */
+void quant_q4_0_quantize_row_ref(const float *src, block_q4_0 *dst, int64_t n);
+
+void quant_q4_K_dequant_row(const block_q4_K *src, float *dst, int64_t n);
+void quant_q4_K_quantize_row(const float *src, block_q4_K *dst, int64_t n);  /* scale/min search */
+void quant_q6_K_dequant_row(const block_q6_K *src, float *dst, int64_t n);
+void quant_q6_K_quantize_row(const float *src, block_q6_K *dst, int64_t n);  /* scale search */
+void quant_q8_K_dequant_row(const block_q8_K *src, float *dst, int64_t n);
+void quant_q8_K_quantize_row(const float *src, block_q8_K *dst, int64_t n);  /* = ggml ref */
+
+/* Round to the nearest integer, ties to even, as ggml's nearest_int(): adding
+ * 1.5*2^23 leaves the rounded value in the low mantissa bits. Valid for
+ * |x| <= 2^22 (callers keep x in range; outside it the result is garbage,
+ * never undefined behaviour). */
+static inline int quant_round_nearest(float x)
+{
+    float v = x + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
 
 #endif

@@ -1,0 +1,111 @@
+/* cmd_quantize.c - `pagellm quantize IN OUT TYPE`: re-encode a GGUF model's
+ * weights (f32, f16, bf16, q8_0, q4_0, q4_k_m) through pl_quantize, then
+ * summarise the new file (sizes, tensors per type) through pl_file_inspect.
+ * Which tensors get which type is described in src/api/api_quantize.c and
+ * printed by --help.
+ *
+ * Exit: 0 ok, 1 the input cannot be read or the output cannot be written
+ * (the message carries pl_last_error()), 2 usage (missing arguments, unknown
+ * type).
+ */
+#include "cli.h"
+#include "commands.h"
+#include "pagellm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define QUANTIZE "quantize"
+
+/* The mixes pl_quantize knows; checked here so that a typo is a usage error
+ * (exit 2) before any file is touched. */
+static const char *const quantize_types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", NULL};
+
+static const char quantize_usage[] =
+    "IN.gguf OUT.gguf TYPE\n\n"
+    "Re-encodes the weight matrices of IN to TYPE and writes OUT (metadata copied,\n"
+    "general.file_type set to llama.cpp's value for TYPE). TYPE is one of:\n"
+    "  f32, f16, bf16   plain float weights\n"
+    "  q8_0, q4_0       32-element blocks (q4_0 keeps the output projection in q6_K)\n"
+    "  q4_k_m           llama.cpp's Q4_K_M mix: q4_K, with q6_K for the output\n"
+    "                   projection and for attn_v / ffn_down in the first and last\n"
+    "                   eighth of the layers and every third layer between\n"
+    "Norms and other 1-D tensors are copied unchanged. A row whose length the\n"
+    "type's block does not divide falls back: q4_K / q6_K -> q8_0 -> f16.";
+
+static bool quantize_type_known(const char *t)
+{
+    for (const char *const *p = quantize_types; *p; p++)
+        if (strcasecmp(*p, t) == 0) return true;
+    return false;
+}
+
+static const char *quantize_human(double bytes, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
+}
+
+/* "wrote OUT (q4_k_m) in 1.2 s: 4.20 MiB -> 1.31 MiB; tensors: 12 q4_K, 3 q6_K, 11 f32"
+ * in_bytes: the input's size, taken before (OUT may be IN); 0 if unknown. */
+static void quantize_report(uint64_t in_bytes, const char *out, const char *type, double seconds)
+{
+    pl_file_info *b = calloc(1, sizeof *b);
+    if (!b || pl_file_inspect(out, b) != 0) {
+        printf("wrote %s (%s) in %.1f s\n", out, type, seconds);
+        free(b);
+        return;
+    }
+    char s1[32], s2[32];
+    printf("wrote %s (%s) in %.1f s: %s -> %s; tensors:", out, type, seconds,
+           in_bytes ? quantize_human((double)in_bytes, s1, sizeof s1) : "?",
+           quantize_human((double)b->file_bytes, s2, sizeof s2));
+    for (int i = 0; i < b->n_types; i++)
+        printf("%s %llu %s", i ? "," : "", (unsigned long long)b->types[i].count, b->types[i].type);
+    printf("\n");
+    free(b);
+}
+
+/* The input's size in bytes, or 0 if it cannot be inspected (pl_quantize
+ * will then say why). */
+static uint64_t quantize_input_bytes(const char *in)
+{
+    pl_file_info *a = calloc(1, sizeof *a);
+    uint64_t n = a && pl_file_inspect(in, a) == 0 ? a->file_bytes : 0;
+    free(a);
+    return n;
+}
+
+int cmd_quantize(int argc, char **argv)
+{
+    const cli_opt opts[] = {{0}};
+    const char *pos[3];
+    int npos = 0;
+    int rc = cli_parse(QUANTIZE, quantize_usage, opts, argc, argv, pos, 3, &npos);
+    if (rc == CLI_HELP) return 0;
+    if (rc != CLI_OK) return 2;
+    if (npos < 3) {
+        cli_error(QUANTIZE, "expected IN.gguf OUT.gguf TYPE (see --help)");
+        return 2;
+    }
+    if (!quantize_type_known(pos[2])) {
+        cli_error(QUANTIZE, "unknown type '%s' (expected f32, f16, bf16, q8_0, q4_0 or q4_k_m)", pos[2]);
+        return 2;
+    }
+    const uint64_t in_bytes = quantize_input_bytes(pos[0]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (pl_quantize(pos[0], pos[1], pos[2]) != 0) {
+        cli_error(QUANTIZE, "%s", pl_last_error());
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    quantize_report(in_bytes, pos[1], pos[2], (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return 0;
+}
