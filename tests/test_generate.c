@@ -2,17 +2,30 @@
  * real and synthetic models, identical across KV modes, block sizes and
  * prefill chunking, and clear errors for bad models and prompts.
  *
- * Where greedy tokens part ways with llama.cpp's, the step is accepted only
- * as a near-tie: both engines' logits agree within LOGIT_TOL everywhere and
- * the two candidate tokens are within LOGIT_TOL of each other. The max abs
- * logit difference is printed for every comparison. */
+ * stories260K must match llama.cpp's greedy tokens exactly. Synthetic models
+ * in quantized types may part ways at a near-tie; then every step is checked
+ * teacher-forced on llama.cpp's tokens (our argmax is its token, or within
+ * the tolerance of it), and the logits after its whole sequence must agree
+ * within the tolerance. The max abs logit difference is printed each time. */
 #include "test.h"
 
 #include "gen_util.h"
 #include "gguf/gguf.h"
 
 #define STORIES SHARED_MODELS "/stories260K.gguf"
-#define LOGIT_TOL 0.02
+/* Tolerances on logits (synthetic logits have std ~2):
+ * - float weights: both engines compute the same math in another order;
+ *   llama.cpp itself moves by up to 2e-3 (f32) / 8e-3 (f16) between its
+ *   batched and single-token kernels (peer-logits -split).
+ * - quantized weights: activations are quantized to 8 bits before each
+ *   matmul, a discontinuous step; a 1-ulp difference upstream (f16 rounding
+ *   of a cached V, say) flips a rounding and moves every output of that
+ *   matmul. Measured on synthetic 110m: llama.cpp's q8_0 logits differ from
+ *   its own run of the same weights in f32 by 0.12; ours differ from its by
+ *   0.13 (q8_0) to 0.21 (q4_0). A near-tie within this noise may pick the
+ *   other token, so quantized models are checked teacher-forced. */
+#define LOGIT_TOL_FLOAT 0.02
+#define LOGIT_TOL_QUANT 0.35
 
 static const char *prompts[] = {
     "Once upon a time",
@@ -21,8 +34,52 @@ static const char *prompts[] = {
     "One day, a girl named Sue found a shiny",
 };
 
-/* Compares our greedy tokens with the peer's for one model and prompt. */
-static int check_vs_peer(const char *label, const char *path, const char *prompt, int n_gen, char *why, size_t wn)
+/* Teacher-forced check: feeds the peer's greedy tokens and, at every step,
+ * requires our argmax to be the peer's token, or else a near-tie: the two
+ * candidates within tol of each other in our logits. Returns the number of
+ * near-ties, or -1 with why on a real mismatch. */
+static int teacher_forced(pl_model *m, const int32_t *prompt, int np, const id_list *pg, double tol, char *why,
+                          size_t wn)
+{
+    const uint32_t nv = pl_model_n_vocab(m);
+    float *l = malloc(sizeof(float) * nv);
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    pl_ctx *c = NULL;
+    int32_t seq, ties = 0;
+    int rc = pl_ctx_new(&c, m, &cp);
+    if (!rc) rc = pl_seq_new(c, &seq);
+    if (!rc) rc = pl_seq_append(c, seq, prompt, (size_t)np, l);
+    for (int i = 0; !rc && i < pg->n && ties >= 0; i++) {
+        int32_t best = 0;
+        for (uint32_t v = 1; v < nv; v++)
+            if (l[v] > l[best]) best = (int32_t)v;
+        if (best != pg->ids[i]) {
+            double gap = l[best] - l[pg->ids[i]];
+            if (gap > tol) {
+                snprintf(why, wn, "step %d: ours %d, peer %d, our logit gap %.3g > tol %.3g", i, best, pg->ids[i], gap, tol);
+                ties = -1;
+            } else {
+                ties++;
+            }
+        }
+        if (i + 1 < pg->n) rc = pl_seq_append(c, seq, &pg->ids[i], 1, l);
+    }
+    if (rc) { snprintf(why, wn, "teacher-forced run: %s", pl_last_error()); ties = -1; }
+    pl_ctx_free(c);
+    free(l);
+    return ties;
+}
+
+/* Compares pagellm with the peer on one model and prompt:
+ *  - our prompt ids must equal the peer's;
+ *  - free-running greedy tokens must equal the peer's (exact_required), or
+ *    else every step must pass the teacher-forced check above;
+ *  - the max abs logit difference after the peer's full sequence is printed
+ *    and must be <= tol. */
+static int check_vs_peer(const char *label, const char *path, const char *prompt, int n_gen, double tol,
+                         bool exact_required, char *why, size_t wn)
 {
     id_list pp, pg, ours;
     if (peer_greedy(path, prompt, n_gen, &pp, &pg) != 0) { snprintf(why, wn, "peer-bench failed on %s", path); return 0; }
@@ -46,25 +103,36 @@ static int check_vs_peer(const char *label, const char *path, const char *prompt
         snprintf(why, wn, "generate: %s", pl_last_error());
         ok = 0;
     }
+    int same = ok ? first_difference(&ours, &pg) : 0, ties = 0;
+    if (ok && same < n_gen) {
+        if (exact_required) {
+            snprintf(why, wn, "%s: token %d differs (ours %d, peer %d)", label, same, ours.ids[same], pg.ids[same]);
+            ok = 0;
+        } else {
+            ties = teacher_forced(m, ids, (int)n, &pg, tol, why, wn);
+            ok = ties >= 0;
+        }
+    }
     if (ok) {
-        int d = first_difference(&ours, &pg);
-        int at = d < n_gen ? d : n_gen - 1; /* where to compare logits */
+        /* logits after the peer's whole sequence, both engines on the same tokens */
         int32_t seqv[4096];
         memcpy(seqv, ids, n * sizeof *ids);
-        memcpy(seqv + n, pg.ids, (size_t)at * sizeof *ids);
-        float *pl = peer_logits(path, seqv, (int)n + at, (int)nv), *ol = steps + (size_t)at * nv;
+        memcpy(seqv + n, pg.ids, (size_t)(n_gen - 1) * sizeof *ids);
+        float *pl = peer_logits(path, seqv, (int)n + n_gen - 1, (int)nv), *ol = NULL;
+        id_list dummy;
+        if (same < n_gen) { /* our last-step logits on the peer's tokens */
+            ol = steps;
+            our_greedy(m, &cp, seqv, (int)n + n_gen - 1, 1, &dummy, ol);
+        } else {
+            ol = steps + (size_t)(n_gen - 1) * nv;
+        }
         double maxd = 0;
         for (uint32_t i = 0; pl && i < nv; i++) maxd = fmax(maxd, fabs(pl[i] - ol[i]));
-        INFO("%s \"%.24s\": %d/%d tokens equal; max abs logit diff at step %d: %.2e", label, prompt, d, n_gen, at, maxd);
-        if (d < n_gen) {
-            double gap = fabs(ol[ours.ids[d]] - ol[pg.ids[d]]);
-            if (!pl || maxd > LOGIT_TOL || gap > LOGIT_TOL) {
-                snprintf(why, wn, "%s: token %d differs (ours %d, peer %d), logit gap %.3g, max abs diff %.3g: not a near-tie",
-                         label, d, ours.ids[d], pg.ids[d], gap, maxd);
-                ok = 0;
-            } else {
-                INFO("%s: step %d is a near-tie (gap %.2e), accepted", label, d, gap);
-            }
+        INFO("%s \"%.20s\": %d/%d greedy tokens equal, %d near-ties when teacher-forced; max abs logit diff %.2e (tol %.2g)",
+             label, prompt, same, n_gen, ties, maxd, tol);
+        if (!pl || maxd > tol) {
+            snprintf(why, wn, "%s: max abs logit diff %.3g > tol %.3g", label, maxd, tol);
+            ok = 0;
         }
         free(pl);
     }
@@ -78,7 +146,7 @@ TEST(stories260k_greedy_64_equals_llama_cpp)
 {
     char why[512];
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
-        CHECK_MSG(check_vs_peer("stories260K", STORIES, prompts[i], 64, why, sizeof why), "%s", why);
+        CHECK_MSG(check_vs_peer("stories260K", STORIES, prompts[i], 64, LOGIT_TOL_FLOAT, true, why, sizeof why), "%s", why);
 }
 
 /* Greedy ids on stories260K under the given context parameters. */
@@ -143,7 +211,9 @@ TEST(synthetic_110m_greedy_equals_llama_cpp_in_every_weight_type)
         CHECK_MSG(synth_110m(types[i], path, sizeof path) == 0, "making %s: %s", types[i], pl_last_error());
         char label[64];
         snprintf(label, sizeof label, "110m-%s", types[i]);
-        CHECK_MSG(check_vs_peer(label, path, "Once upon a time there was", 32, why, sizeof why), "%s", why);
+        const bool quantized = i >= 2;
+        CHECK_MSG(check_vs_peer(label, path, "Once upon a time there was", 32,
+                                quantized ? LOGIT_TOL_QUANT : LOGIT_TOL_FLOAT, false, why, sizeof why), "%s", why);
     }
 }
 

@@ -46,6 +46,9 @@ typedef enum {
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
+/* Arrays nested deeper than this are refused at open (bounds the recursion
+ * of the reader, the writer and every walker of gguf_value). */
+#define GGUF_MAX_ARRAY_DEPTH 8
 
 typedef struct {
     const char *ptr; /* into the mapping (or the writer's copy); not NUL-terminated */
@@ -137,6 +140,9 @@ uint8_t gguf_arr_u8(const gguf_value *arr, uint64_t i);  /* UINT8/INT8/BOOL */
 bool gguf_str_eq(gguf_str s, const char *c);
 
 const char *gguf_type_name(gguf_type t);
+
+/* Bytes of one element of a scalar type; 0 for STRING, ARRAY and unknown. */
+size_t gguf_type_size(gguf_type t);
 
 /* ---------------------------------------------------------------- writer */
 

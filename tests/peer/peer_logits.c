@@ -6,7 +6,12 @@
  * sequence with llama.cpp (the same prebuilt library as peer-bench) and
  * writes the logits of its last position as raw little-endian float32.
  *
- *   peer-logits -m MODEL.gguf -ids 1,2,3 -o OUT.f32 [-t THREADS]
+ *   peer-logits -m MODEL.gguf -ids 1,2,3 -o OUT.f32 [-t THREADS] [-split K]
+ *
+ * -split K evaluates the first K ids as one batch and the rest one at a
+ * time, as generation does: comparing it with the default (one batch) shows
+ * how much llama.cpp's own logits move between its batched and its
+ * single-token kernels, which bounds the tolerance a comparison can ask.
  *
  * Built by tests/peer.sh against the headers and libraries that
  * ../shared/peer/build.sh unpacks.
@@ -39,12 +44,13 @@ static int parse_ids(const char *s, llama_token **out)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *ids_s = NULL, *out_path = NULL;
-    int threads = 2;
+    int threads = 2, split = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) model_path = argv[i + 1];
         else if (!strcmp(argv[i], "-ids")) ids_s = argv[i + 1];
         else if (!strcmp(argv[i], "-o")) out_path = argv[i + 1];
         else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-split")) split = atoi(argv[i + 1]);
     }
     if (!model_path || !ids_s || !out_path) {
         fprintf(stderr, "usage: peer-logits -m MODEL -ids 1,2,3 -o OUT.f32 [-t T]\n");
@@ -68,18 +74,23 @@ int main(int argc, char **argv)
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create context\n"); return 1; }
     struct llama_batch b = llama_batch_init(n, 0, 1);
-    for (int i = 0; i < n; i++) {
-        b.token[i] = ids[i];
-        b.pos[i] = i;
-        b.n_seq_id[i] = 1;
-        b.seq_id[i][0] = 0;
-        b.logits[i] = i == n - 1;
+    if (split <= 0 || split > n) split = n;
+    for (int from = 0; from < n;) {
+        int to = from == 0 ? split : from + 1;
+        b.n_tokens = 0;
+        for (int i = from; i < to; i++, b.n_tokens++) {
+            b.token[b.n_tokens] = ids[i];
+            b.pos[b.n_tokens] = i;
+            b.n_seq_id[b.n_tokens] = 1;
+            b.seq_id[b.n_tokens][0] = 0;
+            b.logits[b.n_tokens] = i == to - 1;
+        }
+        if (llama_decode(ctx, b)) { fprintf(stderr, "decode failed\n"); return 1; }
+        from = to;
     }
-    b.n_tokens = n;
-    if (llama_decode(ctx, b)) { fprintf(stderr, "decode failed\n"); return 1; }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     FILE *f = fopen(out_path, "wb");
-    if (!f || fwrite(llama_get_logits_ith(ctx, n - 1), sizeof(float), (size_t)n_vocab, f) != (size_t)n_vocab) {
+    if (!f || fwrite(llama_get_logits_ith(ctx, -1), sizeof(float), (size_t)n_vocab, f) != (size_t)n_vocab) {
         fprintf(stderr, "cannot write %s\n", out_path);
         return 1;
     }
