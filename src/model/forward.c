@@ -127,6 +127,15 @@ static void embed(const model *m, fwd_state *s, const fwd_batch *b)
     }
 }
 
+/* Encodes one head's K or V row in the cache's row type. q4_0 uses ggml's
+ * reference rounding (what llama.cpp's cache does), not the searching
+ * weight quantizer, which is slower and would store different values. */
+static void kv_encode(uint32_t rt, const float *src, uint8_t *dst, int n)
+{
+    if (rt == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n);
+    else quant_quantize_row(rt, src, dst, n);
+}
+
 /* Writes the batch's K and V rows of layer l into the cache. */
 static void kv_store(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l)
 {
@@ -142,8 +151,8 @@ static void kv_store(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch 
         uint8_t *kr = kv_block_k(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_K);
         uint8_t *vr = kv_block_v(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_V);
         for (uint32_t h = 0; h < c->n_kv_heads; h++) {
-            quant_quantize_row(rt, s->k + t * kvd + h * c->head_dim, kr + h * head_bytes, c->head_dim);
-            quant_quantize_row(rt, s->v + t * kvd + h * c->head_dim, vr + h * head_bytes, c->head_dim);
+            kv_encode(rt, s->k + t * kvd + h * c->head_dim, kr + h * head_bytes, (int)c->head_dim);
+            kv_encode(rt, s->v + t * kvd + h * c->head_dim, vr + h * head_bytes, (int)c->head_dim);
         }
     }
 }
