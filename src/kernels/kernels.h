@@ -1,9 +1,10 @@
 /* kernels.h - the numeric kernels of the forward pass.
  *
- * Each kernel has a plain C reference (*_ref, in kernels_ref.c) and SIMD
- * variants chosen once at start from the CPU's features (kern_init()). The
- * public entry points below call the chosen variant. Tests compare every
- * variant with _ref.
+ * Each kernel has a plain C reference (kern_ref.c) and SIMD variants
+ * (kern_avx2.c, ...) collected in one table per variant (kern_impl.h); the
+ * table is chosen once at start from the CPU's features (kern_init(), or
+ * lazily on first use). The public entry points below call the chosen
+ * variant. Tests compare every variant with the reference.
  *
  * Matrix products follow ggml's numerics so that logits agree with llama.cpp:
  * activations are converted to the weight type's "dot type" first
@@ -26,31 +27,57 @@ void kern_init(int force_ref);
 /* Name of the chosen variant set, e.g. "avx2" or "ref". */
 const char *kern_variant(void);
 
+/* True if kern_matmul accepts weights of ggml type wtype (F32, F16, BF16,
+ * Q8_0, Q4_0, Q4_K, Q6_K). Loaders check this; kern_matmul asserts it. */
+bool kern_matmul_supports(uint32_t wtype);
+
 /* y[m][n_out] = x[m][n_in] . W^T, where W is n_out rows of n_in elements in
  * ggml type wtype, row stride dtype_row_bytes(wtype, n_in). n_in must be a
  * multiple of the type's block size. Threads split the output columns; each
- * weight row is read once for all m rows of x. */
+ * weight row is read once for all m rows of x. y must not overlap x or w.
+ * The result does not depend on tp's size (bit for bit). */
 void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
                  threadpool *tp);
 
-/* y = x / rms(x) * w (w may be NULL for no weight); y may alias x. */
+/* kern_matmul converts x into a scratch buffer owned by the calling thread
+ * (grown on demand, never shrunk, freed when the thread exits or by
+ * kern_scratch_free). Reserving the largest (m, n_in) up front keeps
+ * allocation off the hot path and turns out-of-memory into an error here
+ * (kern_matmul itself aborts if a needed allocation fails). 0 or PL_ENOMEM. */
+int kern_matmul_reserve(int m, int n_in);
+void kern_scratch_free(void);
+
+/* y = x / rms(x) * w (w may be NULL for no weight); y may alias x.
+ * As ggml: sum of float squares accumulated in double, mean rounded to float,
+ * scale = 1/sqrtf(mean + eps), y = (x * scale) * w. */
 void kern_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
 /* Rotary embedding in place on x[n_heads][head_dim] at position pos.
  * The first rope_dim dims of each head rotate; theta_i = pos * freq_scale *
  * base^(-2i/rope_dim) / (freq_factors ? freq_factors[i] : 1).
- * neox=false: pairs (2i, 2i+1) (llama); neox=true: pairs (i, i+rope_dim/2). */
+ * neox=false: pairs (2i, 2i+1) (llama); neox=true: pairs (i, i+rope_dim/2).
+ * Float ops as ggml's rope cache, so angles agree bit for bit: t_0 = (float)pos,
+ * t_{i+1} = t_i * powf(base, -2.0f/rope_dim), angle_i = freq_scale * (t_i / ff_i),
+ * then x0*cos - x1*sin, x0*sin + x1*cos. rope_dim is even and <= head_dim. */
 void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,
                float freq_scale, bool neox, const float *freq_factors);
 
-/* In place softmax over n values. */
+/* In place softmax over n values (n >= 1, at least one finite): as ggml,
+ * exp(x - max), sum in double, multiply by (float)(1/sum). SIMD variants use
+ * a vector expf within ~2 ulp of libm's. */
 void kern_softmax(float *x, int n);
 
-/* a[i] = silu(a[i]) * b[i]. */
+/* a[i] = silu(a[i]) * b[i], silu(x) = x / (1 + expf(-x)). */
 void kern_swiglu(float *a, const float *b, int n);
 
-/* Row conversions used by the dot types (exposed for tests and the KV cache). */
+/* Row conversions used by the dot types (exposed for tests and the KV cache).
+ * Bit-exact with half.h (round to nearest even); NaN stays NaN. */
 void kern_f32_to_f16_row(uint16_t *dst, const float *src, int n);
 void kern_f16_to_f32_row(float *dst, const uint16_t *src, int n);
+
+/* Attention (Q.K over the paged KV cache, online softmax, .V): the reference
+ * is in attention.h while the KV layout settles; its SIMD versions will join
+ * the variant tables in kern_impl.h, reusing the per-dtype dot tiles, the
+ * activation conversions and the vector expf (exp_row). */
 
 #endif

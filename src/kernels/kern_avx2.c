@@ -1,0 +1,626 @@
+/* kern_avx2.c - the AVX2 + FMA + F16C variant of the kernels.
+ *
+ * The build has no -march flags: every function here carries
+ * target("avx2,fma,f16c") and is only called after kern_init() saw those
+ * features (kern_cpu_has_avx2). On other architectures the file compiles to
+ * a stub and kern_vt_avx2() returns NULL.
+ *
+ * Numerics, relative to kern_ref.c:
+ * - quantized dots compute the same exact integer sums, split over 8 lanes,
+ *   and scale/sum them in float with FMA (only the float order differs);
+ * - float dots (F32/F16/BF16) accumulate in float lanes instead of double;
+ * - activation conversions produce exactly the reference's bytes (roundf is
+ *   emulated, nearest-even is the FPU default);
+ * - rmsnorm sums squares in double like the reference; softmax and swiglu
+ *   use expf8 (below), within ~2 ulp of libm.
+ *
+ * Integer dot products use ggml's trick for int8 x int8 on AVX2: maddubs
+ * multiplies unsigned by signed bytes, so the weight's sign is moved onto the
+ * activation: |w| * sign(x, w). Pair sums stay below the int16 limit because
+ * activations are never -128 (|q| <= 127 by construction). 4-bit and 6-bit
+ * weights are unsigned before their offset, so they go straight into maddubs.
+ */
+#include "kernels/kern_impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "tensor/blocks.h"
+#include "tensor/half.h"
+
+#define KA __attribute__((target("avx2,fma,f16c")))
+#define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+bool kern_cpu_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+/* --------------------------------------------------------------- helpers */
+
+KAI float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KAI double hsum_pd(__m256d v)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+}
+
+KAI float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* f16 -> f32 of one scalar (block scales) by table: a load is cheaper than
+ * F16C's vpinsrw + vcvtph2ps on the per-block path (measured ~10% on Q4_0
+ * and Q8_0 dots). Built from half.h, so bit-exact; filled once by
+ * kern_vt_avx2() before any function of this table can run. */
+static float f16_lut[65536];
+static pthread_once_t f16_lut_once = PTHREAD_ONCE_INIT;
+
+static void f16_lut_init(void)
+{
+    for (int i = 0; i < 65536; i++) f16_lut[i] = f16_to_f32((uint16_t)i);
+}
+
+KAI float f16s(uint16_t h) { return f16_lut[h]; }
+
+/* Adds the 8 float products of v into double accumulators lo/hi. */
+KAI void acc_pd(__m256 v, __m256d *lo, __m256d *hi)
+{
+    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+/* 32 int8 weights (any sign) times 32 int8 activations, as 8 float lanes of
+ * exact int32 sums of 4 products. aw = |w| (sign(w, w)). */
+KAI __m256 dot_i8_ps(__m256i aw, __m256i w, __m256i x)
+{
+    const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Packs 4 vectors of 8 int32 (elements 0..31 in order) into 32 int8. */
+KAI __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    /* packs works per 128-bit lane; the permute puts the dwords back in order. */
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* roundf(): nearest, ties away from zero (v - trunc(v) is exact). */
+KAI __m256 round_away_ps(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign));
+    return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
+/* expf on 8 lanes, ~1-2 ulp: e^x = 2^n * e^r, |r| <= ln2/2, with Cody-Waite
+ * reduction and Cephes' degree-6 polynomial. 2^n is applied in two halves so
+ * that n in [-150, 128] neither wraps the exponent field nor underflows
+ * early; inputs are clamped to [-104, 89] (0 and +inf beyond); NaN stays NaN
+ * (min/max return their second operand on NaN). */
+KAI __m256 expf8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
+    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* ------------------------------------------------------------- float dots */
+
+enum { FK_F32, FK_F16, FK_BF16 };
+
+KAI __m256 fload8(int kind, const void *p, int i)
+{
+    if (kind == FK_F32) return _mm256_loadu_ps((const float *)p + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (kind == FK_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+KAI float fload1(int kind, const void *p, int i)
+{
+    if (kind == FK_F32) return ((const float *)p)[i];
+    if (kind == FK_F16) return f16s(((const uint16_t *)p)[i]);
+    return bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* NX activation rows, U independent accumulators per row (to hide FMA
+ * latency when NX is small). */
+KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const void *w, const uint8_t *x,
+                   size_t xs)
+{
+    __m256 acc[KERN_NX_MAX][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) acc[r][u] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 * U <= n; i += 8 * U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const __m256 wv = fload8(kind, w, i + 8 * u);
+#pragma GCC unroll 4
+            for (int r = 0; r < NX; r++)
+                acc[r][u] = _mm256_fmadd_ps(wv, fload8(kind, x + r * xs, i + 8 * u), acc[r][u]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 wv = fload8(kind, w, i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) acc[r][0] = _mm256_fmadd_ps(wv, fload8(kind, x + r * xs, i), acc[r][0]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+#pragma GCC unroll 4
+        for (int u = 1; u < U; u++) acc[r][0] = _mm256_add_ps(acc[r][0], acc[r][u]);
+        float t = 0.0f;
+        for (int k = i; k < n; k++) t += fload1(kind, w, k) * fload1(kind, x + r * xs, k);
+        s[r * ss] = hsum_ps(acc[r][0]) + t;
+    }
+}
+
+#define FDOT_AVX2(name, kind)                                                                          \
+    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+    {                                                                                                  \
+        switch (nx) {                                                                                  \
+        case 1: fdot_tile(kind, 1, 4, n, s, ss, w, x, xs); break;                                      \
+        case 2: fdot_tile(kind, 2, 2, n, s, ss, w, x, xs); break;                                      \
+        case 3: fdot_tile(kind, 3, 1, n, s, ss, w, x, xs); break;                                      \
+        default: fdot_tile(kind, 4, 1, n, s, ss, w, x, xs); break;                                     \
+        }                                                                                              \
+    }
+
+FDOT_AVX2(dot_f32_avx2, FK_F32)
+FDOT_AVX2(dot_f16_avx2, FK_F16)
+FDOT_AVX2(dot_bf16_avx2, FK_BF16)
+
+/* -------------------------------------------------------- Q8_0 and Q4_0 */
+
+/* Block b of a Q4_0 row as 32 signed bytes (q - 8), in element order. */
+KAI __m256i q4_0_load(const block_q4_0 *wb)
+{
+    const __m128i t = _mm_loadu_si128((const __m128i *)wb->qs);
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+}
+
+/* One weight block (Q4_0 if is_q4, else Q8_0) against block b of NX rows. */
+KAI void q8dot_block(bool is_q4, int NX, int b, __m256 *acc, size_t acc_stride, const void *w, const uint8_t *x,
+                     size_t xs)
+{
+    __m256i wq;
+    float dw;
+    if (is_q4) {
+        const block_q4_0 *w4 = (const block_q4_0 *)w + b;
+        wq = q4_0_load(w4);
+        dw = f16s(w4->d);
+    } else {
+        const block_q8_0 *w8 = (const block_q8_0 *)w + b;
+        wq = _mm256_loadu_si256((const __m256i *)w8->qs);
+        dw = f16s(w8->d);
+    }
+    const __m256i aw = _mm256_sign_epi8(wq, wq);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+        const block_q8_0 *xb = (const block_q8_0 *)(x + r * xs) + b;
+        const __m256 p = dot_i8_ps(aw, wq, _mm256_loadu_si256((const __m256i *)xb->qs));
+        acc[r * acc_stride] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), p, acc[r * acc_stride]);
+    }
+}
+
+/* U = 2 for a single row: two accumulators over alternating blocks. */
+KAI void q8dot_tile(bool is_q4, int NX, int U, int nb, float *s, size_t ss, const void *w, const uint8_t *x,
+                    size_t xs)
+{
+    __m256 acc[KERN_NX_MAX][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + U <= nb; b += U) {
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) q8dot_block(is_q4, NX, b + u, &acc[0][u], 2, w, x, xs);
+    }
+    for (; b < nb; b++) q8dot_block(is_q4, NX, b, &acc[0][0], 2, w, x, xs);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+#define Q8DOT_AVX2(name, is_q4)                                                                        \
+    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+    {                                                                                                  \
+        const int nb = n / 32;                                                                         \
+        switch (nx) {                                                                                  \
+        case 1: q8dot_tile(is_q4, 1, 2, nb, s, ss, w, x, xs); break;                                   \
+        case 2: q8dot_tile(is_q4, 2, 1, nb, s, ss, w, x, xs); break;                                   \
+        case 3: q8dot_tile(is_q4, 3, 1, nb, s, ss, w, x, xs); break;                                   \
+        default: q8dot_tile(is_q4, 4, 1, nb, s, ss, w, x, xs); break;                                  \
+        }                                                                                              \
+    }
+
+Q8DOT_AVX2(dot_q8_0_avx2, false)
+Q8DOT_AVX2(dot_q4_0_avx2, true)
+
+/* ------------------------------------------------------------------ Q4_K */
+
+/* The 8 six-bit scales and 8 mins of a Q4_K block (layout in blocks.h) as
+ * 16 bytes sc[0..7] m[0..7], unpacked 4 at a time with 32-bit operations. */
+KAI __m128i q4_K_scales_mins(const uint8_t *s12)
+{
+    uint32_t a, b, c;
+    memcpy(&a, s12, 4);     /* sc[0..3] | top bits of sc[4..7] */
+    memcpy(&b, s12 + 4, 4); /*  m[0..3] | top bits of  m[4..7] */
+    memcpy(&c, s12 + 8, 4); /* low 4 bits of sc[4..7] | low 4 bits of m[4..7] << 4 */
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint32_t sc03 = a & lo6, m03 = b & lo6;
+    const uint32_t sc47 = (c & lo4) | (((a >> 6) & lo2) << 4);
+    const uint32_t m47 = ((c >> 4) & lo4) | (((b >> 6) & lo2) << 4);
+    return _mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47);
+}
+
+/* dot = d*y.d * sum_j sc_j (q.y)_j - dmin*y.d * sum_j m_j (sum y)_j, where the
+ * min term uses the activation's bsums (sums of 16) against each min twice. */
+KAI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* shuffle control broadcasting int16 #j of a 128-bit lane to all 16 */
+    __m256i pick[8];
+    for (int j = 0; j < 8; j++) pick[j] = _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8)));
+    __m256 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_q4_K *wb = &w[b];
+        const __m128i sm = q4_K_scales_mins(wb->scales);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const __m128i mn8 = _mm_unpackhi_epi64(sm, sm);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)); /* m[j/2] for bsum j */
+        __m256i isum[KERN_NX_MAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) isum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i sl = _mm256_shuffle_epi8(sc16, pick[2 * k]);
+            const __m256i sh = _mm256_shuffle_epi8(sc16, pick[2 * k + 1]);
+#pragma GCC unroll 4
+            for (int r = 0; r < NX; r++) {
+                const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs + 64 * k;
+                const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y)), sl);
+                const __m256i ph =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))), sh);
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(pl, ph));
+            }
+        }
+        const float dw = f16s(wb->d), dm = f16s(wb->dmin);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dm * xb->d), _mm256_cvtepi32_ps(ms), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(acc[r]);
+}
+
+/* ------------------------------------------------------------------ Q6_K */
+
+/* The unsigned 6-bit q (0..63) of elements 128h + 32k + (0..31); see the
+ * layout in blocks.h. */
+KAI __m256i q6_K_load(const block_q6_K *wb, int h, int k)
+{
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h + 32 * (k & 1)));
+    if (k >> 1) lo = _mm256_srli_epi16(lo, 4);
+    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h));
+    hi = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * k), _mm256_set1_epi8(0x03));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+/* dot = d*y.d * sum_j sc_j ((q-32).y)_j; q is used unsigned in maddubs and
+ * the offset comes back as 32 * sum_j sc_j * bsums_j. */
+KAI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
+{
+    /* shuffle controls: low lane broadcasts int16 #2k, high lane #2k+1 */
+    __m256i pick[4];
+    for (int k = 0; k < 4; k++)
+        pick[k] = _mm256_setr_m128i(_mm_set1_epi16((short)((4 * k) | ((4 * k + 1) << 8))),
+                                    _mm_set1_epi16((short)((4 * k + 2) | ((4 * k + 3) << 8))));
+    __m256 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_q6_K *wb = &w[b];
+        __m256i isum[KERN_NX_MAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) isum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i sc = _mm256_broadcastsi128_si256(
+                _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(wb->scales + 8 * h))));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = q6_K_load(wb, h, k);
+                const __m256i scv = _mm256_shuffle_epi8(sc, pick[k]);
+#pragma GCC unroll 4
+                for (int r = 0; r < NX; r++) {
+                    const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs + 128 * h + 32 * k;
+                    const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)y));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, scv));
+                }
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
+        const float dw = f16s(wb->d);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(corr, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(acc[r]);
+}
+
+#define KDOT_AVX2(name, tile, wtype_c)                                                                 \
+    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+    {                                                                                                  \
+        const int nb = n / QK_K;                                                                       \
+        const wtype_c *wb = w;                                                                         \
+        switch (nx) {                                                                                  \
+        case 1: tile(1, nb, s, ss, wb, x, xs); break;                                                  \
+        case 2: tile(2, nb, s, ss, wb, x, xs); break;                                                  \
+        case 3: tile(3, nb, s, ss, wb, x, xs); break;                                                  \
+        default: tile(4, nb, s, ss, wb, x, xs); break;                                                 \
+        }                                                                                              \
+    }
+
+KDOT_AVX2(dot_q4_K_avx2, q4_K_tile, block_q4_K)
+KDOT_AVX2(dot_q6_K_avx2, q6_K_tile, block_q6_K)
+
+/* ------------------------------------------------- activation conversions */
+
+/* Same bytes as quant_q8_0_quantize_row for finite input. */
+static KA void conv_q8_0_avx2(void *dst, const float *src, int n)
+{
+    block_q8_0 *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int b = 0; b < n / QK8_0; b++) {
+        const float *x = src + (size_t)b * QK8_0;
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        const float amax = hmax_ps(m);
+        const float d = amax / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = f32_to_f16(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
+/* Same bytes as quant_q8_K_quantize_row for finite input: scale from the
+ * first element of largest magnitude, q = nearest-even(-127/max * x). */
+static KA void conv_q8_K_avx2(void *dst, const float *src, int n)
+{
+    block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int b = 0; b < n / QK_K; b++) {
+        const float *x = src + (size_t)b * QK_K;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K / 8; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        const float amax = hmax_ps(m);
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        int j = 0;
+        while (j < QK_K - 1 && fabsf(x[j]) != amax) j++;
+        const float iscale = -127.f / x[j];
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int g = 0; g < QK_K / 32; g++) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * g + 8 * k), vs));
+            _mm256_storeu_si256((__m256i *)(y[b].qs + 32 * g), pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+        }
+        for (int g = 0; g < QK_K / 16; g++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].qs[16 * g + i];
+            y[b].bsums[g] = (int16_t)sum;
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+static KA void f32_to_f16_avx2(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = f32_to_f16(src[i]);
+}
+
+static KA void f16_to_f32_avx2(float *dst, const uint16_t *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = f16_to_f32(src[i]);
+}
+
+static KA void conv_f16_avx2(void *dst, const float *src, int n) { f32_to_f16_avx2(dst, src, n); }
+
+/* f32 -> bf16 bits in the low half of each int32 lane (as half.h). */
+KAI __m256i bf16_round(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
+    return _mm256_blendv_epi8(r, qnan, nan);
+}
+
+static KA void conv_bf16_avx2(void *dst, const float *src, int n)
+{
+    uint16_t *d = dst;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i a = bf16_round(_mm256_loadu_ps(src + i)), b = bf16_round(_mm256_loadu_ps(src + i + 8));
+        /* packus interleaves the lanes (a0-3 b0-3 | a4-7 b4-7); the permute restores order */
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+        _mm256_storeu_si256((__m256i *)(d + i), p);
+    }
+    for (; i < n; i++) d[i] = f32_to_bf16(src[i]);
+}
+
+/* ------------------------------------------------------------ row kernels */
+
+static KA void rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps)
+{
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        acc_pd(_mm256_mul_ps(v, v), &lo, &hi);
+    }
+    double sum = hsum_pd(_mm256_add_pd(lo, hi));
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+static KA void softmax_avx2(float *x, int n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+    float max = hmax_ps(vm);
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    vm = _mm256_set1_ps(max);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        acc_pd(e, &lo, &hi);
+    }
+    double sum = hsum_pd(_mm256_add_pd(lo, hi));
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += (double)x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    const __m256 vi = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
+    for (; i < n; i++) x[i] *= inv;
+}
+
+static KA void swiglu_avx2(float *a, const float *b, int n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(a + i);
+        const __m256 e = expf8(_mm256_xor_ps(v, sign));
+        _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(one, e)), _mm256_loadu_ps(b + i)));
+    }
+    for (; i < n; i++) a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+}
+
+static KA void exp_row_avx2(float *y, const float *x, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = expf(x[i]);
+}
+
+static const kern_vtable kern_vt_avx2_table = {
+    .name = "avx2",
+    .dot = {
+        [DT_F32] = dot_f32_avx2,
+        [DT_F16] = dot_f16_avx2,
+        [DT_BF16] = dot_bf16_avx2,
+        [DT_Q8_0] = dot_q8_0_avx2,
+        [DT_Q4_0] = dot_q4_0_avx2,
+        [DT_Q4_K] = dot_q4_K_avx2,
+        [DT_Q6_K] = dot_q6_K_avx2,
+    },
+    .conv = {
+        [DT_F16] = conv_f16_avx2,
+        [DT_BF16] = conv_bf16_avx2,
+        [DT_Q8_0] = conv_q8_0_avx2,
+        [DT_Q8_K] = conv_q8_K_avx2,
+    },
+    .rmsnorm = rmsnorm_avx2,
+    .softmax = softmax_avx2,
+    .swiglu = swiglu_avx2,
+    .exp_row = exp_row_avx2,
+    .f32_to_f16 = f32_to_f16_avx2,
+    .f16_to_f32 = f16_to_f32_avx2,
+    /* rope: the reference (its cost is the scalar cosf/sinf per pair, shared by all heads) */
+};
+
+const kern_vtable *kern_vt_avx2(void)
+{
+    pthread_once(&f16_lut_once, f16_lut_init);
+    return &kern_vt_avx2_table;
+}
+
+#else /* not x86 */
+
+bool kern_cpu_has_avx2(void) { return false; }
+const kern_vtable *kern_vt_avx2(void) { return NULL; }
+
+#endif

@@ -1,0 +1,94 @@
+/* kern_dispatch.c - chooses the kernel variant and forwards the public entry
+ * points (kernels.h) to it.
+ *
+ * kern_vt starts as a copy of the reference table; kern_init overlays the
+ * non-NULL entries of the best supported SIMD variant. The entry points
+ * initialize lazily (pthread_once) so that callers who never call kern_init
+ * still get the best variant. kern_init itself is meant for program start or
+ * tests: it rewrites the table and must not race with kernel calls.
+ */
+#include "kernels/kernels.h"
+#include "kernels/kern_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+kern_vtable kern_vt;
+static _Atomic int kern_ready;
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+
+/* Copies every non-NULL entry of v over kern_vt. */
+static void kern_overlay(const kern_vtable *v)
+{
+    for (int t = 0; t < DT_COUNT; t++) {
+        if (v->dot[t]) kern_vt.dot[t] = v->dot[t];
+        if (v->conv[t]) kern_vt.conv[t] = v->conv[t];
+    }
+#define KERN_TAKE(f) if (v->f) kern_vt.f = v->f
+    KERN_TAKE(rmsnorm);
+    KERN_TAKE(rope);
+    KERN_TAKE(softmax);
+    KERN_TAKE(swiglu);
+    KERN_TAKE(exp_row);
+    KERN_TAKE(f32_to_f16);
+    KERN_TAKE(f16_to_f32);
+#undef KERN_TAKE
+    kern_vt.name = v->name;
+}
+
+void kern_init(int force_ref)
+{
+    kern_vt = kern_vt_ref;
+    const kern_vtable *avx2 = kern_vt_avx2();
+    if (!force_ref && avx2 && kern_cpu_has_avx2()) kern_overlay(avx2);
+    atomic_store_explicit(&kern_ready, 1, memory_order_release);
+}
+
+static void kern_init_default(void)
+{
+    if (!atomic_load_explicit(&kern_ready, memory_order_acquire)) kern_init(0);
+}
+
+const kern_vtable *kern_active(void)
+{
+    if (__builtin_expect(!atomic_load_explicit(&kern_ready, memory_order_acquire), 0))
+        pthread_once(&kern_once, kern_init_default);
+    return &kern_vt;
+}
+
+const char *kern_variant(void) { return kern_active()->name; }
+
+int kern_dot_type(uint32_t wtype)
+{
+    switch (wtype) {
+    case DT_F32: return DT_F32;
+    case DT_F16: return DT_F16;
+    case DT_BF16: return DT_BF16;
+    case DT_Q8_0:
+    case DT_Q4_0: return DT_Q8_0;
+    case DT_Q4_K:
+    case DT_Q6_K: return DT_Q8_K;
+    default: return -1;
+    }
+}
+
+bool kern_matmul_supports(uint32_t wtype) { return kern_dot_type(wtype) >= 0; }
+
+void kern_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    kern_active()->rmsnorm(y, x, w, n, eps);
+}
+
+void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,
+               float freq_scale, bool neox, const float *freq_factors)
+{
+    kern_active()->rope(x, n_heads, head_dim, rope_dim, pos, freq_base, freq_scale, neox, freq_factors);
+}
+
+void kern_softmax(float *x, int n) { kern_active()->softmax(x, n); }
+
+void kern_swiglu(float *a, const float *b, int n) { kern_active()->swiglu(a, b, n); }
+
+void kern_f32_to_f16_row(uint16_t *dst, const float *src, int n) { kern_active()->f32_to_f16(dst, src, n); }
+
+void kern_f16_to_f32_row(float *dst, const uint16_t *src, int n) { kern_active()->f16_to_f32(dst, src, n); }

@@ -1,0 +1,72 @@
+/* kern_impl.h - internals shared by the kernel files: the variant tables.
+ *
+ * A variant (ref, avx2; later avx512, neon) is one kern_vtable. A variant may
+ * leave entries NULL: kern_init() starts from the reference table and
+ * overlays every non-NULL entry of the best variant the CPU supports, so the
+ * active table (kern_vt) is always complete and a new variant can be added one
+ * kernel at a time.
+ *
+ * Matrix products are built from "dot tiles": one weight row against nx
+ * (1..KERN_NX_MAX) activation rows already converted to the weight type's dot
+ * type, so that a weight block is loaded and unpacked once for several rows:
+ *
+ *   s[r * s_stride] = dot(w[0..n), x + r * x_stride)   for r in 0..nx-1
+ *
+ *   weight type  dot type   conversion of activations (conv[dot type])
+ *   F32          F32        none (x used as is)
+ *   F16          F16        f32 -> f16, round to nearest even
+ *   BF16         BF16       f32 -> bf16, round to nearest even
+ *   Q8_0, Q4_0   Q8_0       ggml's quantize_row_q8_0_ref (roundf)
+ *   Q4_K, Q6_K   Q8_K       ggml's quantize_row_q8_K_ref (nearest even)
+ *
+ * Every conversion in every variant produces the same bytes as the
+ * reference (quant_quantize_row for Q8_0/Q8_K, half.h for f16/bf16), so that
+ * all variants multiply the same integers; the tests check it.
+ */
+#ifndef PL_KERNELS_KERN_IMPL_H
+#define PL_KERNELS_KERN_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/dtype.h"
+
+/* Activation rows one dot tile handles at most. */
+#define KERN_NX_MAX 4
+
+typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x,
+                            size_t x_stride, int nx);
+typedef void (*kern_conv_fn)(void *dst, const float *src, int n);
+
+typedef struct {
+    const char *name;
+    kern_dot_fn dot[DT_COUNT];   /* by weight type */
+    kern_conv_fn conv[DT_COUNT]; /* by dot type: F16, BF16, Q8_0, Q8_K */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
+    void (*rope)(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,
+                 float freq_scale, bool neox, const float *freq_factors);
+    void (*softmax)(float *x, int n);
+    void (*swiglu)(float *a, const float *b, int n);
+    void (*exp_row)(float *y, const float *x, int n); /* y = expf(x); y may alias x */
+    void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
+    void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
+} kern_vtable;
+
+/* The reference variant (complete). */
+extern const kern_vtable kern_vt_ref;
+
+/* The AVX2+FMA+F16C variant, or NULL when not compiled for x86. Only valid to
+ * call through when kern_cpu_has_avx2() is true. Getting the table also
+ * initializes its private data (once, thread-safe). */
+const kern_vtable *kern_vt_avx2(void);
+bool kern_cpu_has_avx2(void);
+
+/* The active table (filled by kern_init; kern_active() initializes lazily). */
+extern kern_vtable kern_vt;
+const kern_vtable *kern_active(void);
+
+/* Dot type of a weight type, or -1 if kern_matmul does not support it. */
+int kern_dot_type(uint32_t wtype);
+
+#endif

@@ -1,0 +1,197 @@
+/* kern_matmul.c - the matrix product driver: converts activations once,
+ * splits output columns over threads, and calls the variant's dot tiles.
+ *
+ *   x [m][n_in] f32 --conv--> xa [m][row bytes of the dot type]   (scratch)
+ *   W [n_out][n_in] (ggml rows)
+ *   y [m][n_out]:  y[i][j] = dot(W[j], xa[i])
+ *
+ * Work is cut into chunks of consecutive output columns (weight rows). Each
+ * thread takes chunk ith first, then the next free chunk from an atomic
+ * counter, so a thread that falls behind (preempted, slower core) does not
+ * hold up the others. Inside a chunk, activation rows go in groups of
+ * KERN_NX_MAX and the weight rows of the chunk are swept for each group: the
+ * chunk's weights stay in cache after the first group, the group's
+ * activations stay in L1 across the chunk. Which thread computes an element
+ * never changes its value, so results do not depend on the thread count.
+ *
+ * Scratch: the converted activations live in a buffer owned by the calling
+ * thread (_Thread_local pointer, freed by a pthread key destructor when the
+ * thread exits). It only grows, so a steady state allocates nothing; the
+ * engine can reserve the largest size up front with kern_matmul_reserve.
+ */
+#include "kernels/kernels.h"
+#include "kernels/kern_impl.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "tensor/dtype.h"
+
+/* Below this many multiply-adds, waking workers costs more than it saves. */
+#define MM_MIN_PARALLEL_MACS (1 << 16)
+/* Rows converted on the caller alone below this many elements. */
+#define MM_MIN_PARALLEL_CONV (1 << 15)
+
+/* ------------------------------------------------------------- scratch */
+
+static _Thread_local void *mm_scratch;
+static _Thread_local size_t mm_scratch_cap;
+static pthread_key_t mm_scratch_key;
+static pthread_once_t mm_scratch_once = PTHREAD_ONCE_INIT;
+static int mm_scratch_key_ok;
+
+static void mm_scratch_destroy(void *p) { mem_free(p); }
+
+static void mm_scratch_key_init(void)
+{
+    mm_scratch_key_ok = pthread_key_create(&mm_scratch_key, mm_scratch_destroy) == 0;
+}
+
+/* This thread's scratch of at least bytes, or NULL (error text set). */
+static void *mm_scratch_get(size_t bytes)
+{
+    if (bytes <= mm_scratch_cap) return mm_scratch;
+    size_t cap = bytes + bytes / 4 + 4096; /* slack: fewer regrowths while m creeps up */
+    void *p = mem_alloc_aligned(cap, 64);
+    if (!p) return NULL;
+    pthread_once(&mm_scratch_once, mm_scratch_key_init);
+    mem_free(mm_scratch);
+    mm_scratch = p;
+    mm_scratch_cap = cap;
+    if (mm_scratch_key_ok) pthread_setspecific(mm_scratch_key, p);
+    return p;
+}
+
+void kern_scratch_free(void)
+{
+    mem_free(mm_scratch);
+    mm_scratch = NULL;
+    mm_scratch_cap = 0;
+    if (mm_scratch_key_ok) pthread_setspecific(mm_scratch_key, NULL);
+}
+
+/* Bytes of one converted activation row. */
+static size_t mm_x_row_bytes(int dot_type, int n_in)
+{
+    return (size_t)dtype_row_bytes((uint32_t)dot_type, (uint64_t)n_in);
+}
+
+int kern_matmul_reserve(int m, int n_in)
+{
+    /* The widest dot type per element is f16/bf16 (2 B); Q8_0 takes 34/32 B
+     * and Q8_K 292/256 B per element. */
+    if (m > 0 && n_in > 0 && !mm_scratch_get((size_t)m * (size_t)n_in * 2)) return PL_ENOMEM;
+    return PL_OK;
+}
+
+/* ------------------------------------------------------------- the jobs */
+
+typedef struct {
+    const float *x;
+    uint8_t *xa;
+    size_t x_row;      /* bytes of one converted row */
+    int m, n_in;
+    kern_conv_fn conv;
+} mm_conv_job;
+
+static void mm_conv_run(void *arg, int ith, int nth)
+{
+    mm_conv_job *j = arg;
+    int r0 = (int)((int64_t)j->m * ith / nth), r1 = (int)((int64_t)j->m * (ith + 1) / nth);
+    for (int r = r0; r < r1; r++) j->conv(j->xa + (size_t)r * j->x_row, j->x + (size_t)r * j->n_in, j->n_in);
+}
+
+typedef struct {
+    float *y;
+    const uint8_t *w, *xa;
+    size_t w_row, x_row; /* bytes of one weight row, one activation row */
+    int m, n_in, n_out;
+    int chunk;           /* output columns per chunk */
+    kern_dot_fn dot;
+    _Atomic int next;    /* next chunk to hand out */
+} mm_dot_job;
+
+static void mm_dot_chunk(const mm_dot_job *j, int c0, int c1)
+{
+    for (int i0 = 0; i0 < j->m; i0 += KERN_NX_MAX) {
+        const int nx = j->m - i0 < KERN_NX_MAX ? j->m - i0 : KERN_NX_MAX;
+        const uint8_t *xg = j->xa + (size_t)i0 * j->x_row;
+        float *yg = j->y + (size_t)i0 * j->n_out;
+        for (int c = c0; c < c1; c++)
+            j->dot(j->n_in, yg + c, (size_t)j->n_out, j->w + (size_t)c * j->w_row, xg, j->x_row, nx);
+    }
+}
+
+static void mm_dot_run(void *arg, int ith, int nth)
+{
+    mm_dot_job *j = arg;
+    const int n_chunks = (j->n_out + j->chunk - 1) / j->chunk;
+    (void)nth;
+    for (int c = ith; c < n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
+        const int c0 = c * j->chunk;
+        const int c1 = c0 + j->chunk < j->n_out ? c0 + j->chunk : j->n_out;
+        mm_dot_chunk(j, c0, c1);
+    }
+}
+
+/* Columns per chunk: about 8 chunks per thread for balance, and no more
+ * weight bytes than fit in L2 (so that every activation group after the first
+ * finds the chunk's weights in cache). */
+#define MM_CHUNK_BYTES (256 * 1024)
+
+static int mm_chunk_size(int n_out, int nth, size_t w_row)
+{
+    int c = n_out / (8 * nth);
+    const size_t cap = MM_CHUNK_BYTES / (w_row ? w_row : 1);
+    if ((size_t)c > cap) c = (int)cap;
+    return c < 1 ? 1 : c;
+}
+
+/* ------------------------------------------------------------ kern_matmul */
+
+/* Converts x to the dot type (in this thread's scratch); returns the rows. */
+static const uint8_t *mm_convert(const kern_vtable *vt, const float *x, int dot_type, int m, int n_in,
+                                 size_t x_row, threadpool *tp)
+{
+    if (dot_type == DT_F32) return (const uint8_t *)x;
+    uint8_t *xa = mm_scratch_get((size_t)m * x_row);
+    if (!xa) {
+        fprintf(stderr, "kern_matmul: %s (call kern_matmul_reserve at start)\n", err_msg());
+        abort();
+    }
+    mm_conv_job cj = {x, xa, x_row, m, n_in, vt->conv[dot_type]};
+    if ((int64_t)m * n_in >= MM_MIN_PARALLEL_CONV && m > 1) tp_run(tp, mm_conv_run, &cj);
+    else mm_conv_run(&cj, 0, 1);
+    return xa;
+}
+
+void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
+                 threadpool *tp)
+{
+    const kern_vtable *vt = kern_active();
+    const int dot_type = kern_dot_type(wtype);
+    assert(dot_type >= 0 && "kern_matmul: unsupported weight type");
+    assert(dtype_row_bytes(wtype, (uint64_t)n_in) != 0 && "kern_matmul: n_in not a multiple of the block");
+    if (m <= 0 || n_out <= 0) return;
+
+    const size_t x_row = mm_x_row_bytes(dot_type, n_in);
+    const uint8_t *xa = mm_convert(vt, x, dot_type, m, n_in, x_row, tp);
+    const int64_t macs = (int64_t)m * n_in * n_out;
+    const int nth = macs < MM_MIN_PARALLEL_MACS ? 1 : tp_size(tp);
+    const size_t w_row = (size_t)dtype_row_bytes(wtype, (uint64_t)n_in);
+    mm_dot_job j = {
+        .y = y, .w = w, .xa = xa,
+        .w_row = w_row, .x_row = x_row,
+        .m = m, .n_in = n_in, .n_out = n_out,
+        .chunk = mm_chunk_size(n_out, nth, w_row),
+        .dot = vt->dot[wtype],
+    };
+    atomic_init(&j.next, nth);
+    if (nth == 1) mm_dot_run(&j, 0, 1);
+    else tp_run(tp, mm_dot_run, &j);
+}

@@ -1,0 +1,794 @@
+/* test_kernels.c - the numeric kernels against their reference and against
+ * plain math.
+ *
+ * - Every SIMD variant's dot tiles and activation conversions vs the
+ *   reference (conversions byte for byte; dots within 2e-6 of sum |w*x|, the
+ *   scale of the rounding error, since the integer sums are exact and only
+ *   the float accumulation order differs; see TOL_SIMD_VS_REF).
+ * - The reference matmul vs a naive double computation from dequantized
+ *   weights and dequantized converted activations.
+ * - Threaded matmul equals single-threaded bit for bit.
+ * - rope, rmsnorm, softmax, swiglu at hand-computed values.
+ * - When the llama.cpp peer is built (tests/peer.sh), our dots vs ggml's own
+ *   vec_dot on the same bytes (the oracle: logits must agree with llama.cpp).
+ *
+ * `test_kernels bench` prints matmul throughput instead of testing.
+ */
+#include "test.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "base/threadpool.h"
+#include "kernels/kern_impl.h"
+#include "kernels/kernels.h"
+#include "tensor/blocks.h"
+#include "tensor/dtype.h"
+#include "tensor/half.h"
+#include "tensor/quant.h"
+
+/* ------------------------------------------------------------ random data */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rng_unit(void) { return (float)(rng_u32() & 0xFFFFFF) / 16777216.0f; } /* [0,1) */
+static float rng_sym(void) { return 2.0f * rng_unit() - 1.0f; }                       /* [-1,1) */
+static float rng_gauss(void) { return rng_sym() + rng_sym() + rng_sym(); }
+
+static void rng_bytes(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rng_u32();
+}
+
+/* A random f16 scale with magnitude in [lo, hi), random sign if signed_. */
+static uint16_t rng_scale(float lo, float hi, int signed_)
+{
+    float v = lo + (hi - lo) * rng_unit();
+    if (signed_ && (rng_u32() & 1)) v = -v;
+    return f32_to_f16(v);
+}
+
+/* n_out random rows of type t (any bit pattern the format allows, with
+ * finite scales). */
+static uint8_t *make_weights(uint32_t t, int n_out, int n_in)
+{
+    const size_t row = dtype_row_bytes(t, (uint64_t)n_in), bytes = row * (size_t)n_out;
+    uint8_t *w = malloc(bytes ? bytes : 1);
+    rng_bytes(w, bytes);
+    const int64_t n = (int64_t)n_in * n_out;
+    switch (t) {
+    case DT_F32:
+        for (int64_t i = 0; i < n; i++) ((float *)w)[i] = rng_gauss();
+        break;
+    case DT_F16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = f32_to_f16(rng_gauss());
+        break;
+    case DT_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = f32_to_bf16(rng_gauss());
+        break;
+    case DT_Q8_0:
+        for (int64_t b = 0; b < n / QK8_0; b++) ((block_q8_0 *)w)[b].d = rng_scale(1e-3f, 2e-2f, 1);
+        break;
+    case DT_Q4_0:
+        for (int64_t b = 0; b < n / QK4_0; b++) ((block_q4_0 *)w)[b].d = rng_scale(1e-3f, 2e-2f, 1);
+        break;
+    case DT_Q4_K:
+        for (int64_t b = 0; b < n / QK_K; b++) {
+            ((block_q4_K *)w)[b].d = rng_scale(1e-4f, 2e-3f, 0);
+            ((block_q4_K *)w)[b].dmin = rng_scale(1e-4f, 2e-3f, 0);
+        }
+        break;
+    case DT_Q6_K:
+        for (int64_t b = 0; b < n / QK_K; b++) ((block_q6_K *)w)[b].d = rng_scale(1e-4f, 2e-3f, 1);
+        break;
+    }
+    return w;
+}
+
+/* m rows of activations: gaussian, row scales from 1e-2 to 1e2, and row 3
+ * zero over its first 256 elements (an all-zero quantization block). */
+static float *make_acts(int m, int n_in)
+{
+    float *x = malloc(sizeof(float) * (size_t)m * (size_t)n_in);
+    for (int i = 0; i < m; i++) {
+        const float scale = powf(10.0f, (float)(i % 5 - 2));
+        for (int k = 0; k < n_in; k++) x[(size_t)i * n_in + k] = rng_gauss() * scale;
+        if (i == 3)
+            for (int k = 0; k < n_in && k < 256; k++) x[(size_t)i * n_in + k] = 0.0f;
+    }
+    return x;
+}
+
+/* ------------------------------------------------------------ test cases */
+
+/* One matmul problem with everything the checks need. */
+typedef struct {
+    uint32_t wtype;
+    int dt, m, n_in, n_out;
+    uint8_t *w;
+    size_t w_row;
+    float *x;     /* [m][n_in] */
+    uint8_t *xa;  /* [m][x_row]: x converted by the reference */
+    size_t x_row;
+    float *wd;    /* dequantized weights [n_out][n_in] */
+    float *xd;    /* dequantized converted activations [m][n_in] */
+} mm_case;
+
+static void case_make(mm_case *c, uint32_t wtype, int m, int n_in, int n_out, uint64_t seed)
+{
+    rng_seed(seed);
+    c->wtype = wtype;
+    c->dt = kern_dot_type(wtype);
+    c->m = m, c->n_in = n_in, c->n_out = n_out;
+    c->w = make_weights(wtype, n_out, n_in);
+    c->w_row = dtype_row_bytes(wtype, (uint64_t)n_in);
+    c->x = make_acts(m, n_in);
+    c->x_row = dtype_row_bytes((uint32_t)c->dt, (uint64_t)n_in);
+    c->xa = malloc(c->x_row * (size_t)m);
+    c->wd = malloc(sizeof(float) * (size_t)n_out * (size_t)n_in);
+    c->xd = malloc(sizeof(float) * (size_t)m * (size_t)n_in);
+    for (int j = 0; j < n_out; j++)
+        quant_dequant_row(wtype, c->w + (size_t)j * c->w_row, c->wd + (size_t)j * n_in, n_in);
+    for (int i = 0; i < m; i++) {
+        uint8_t *xr = c->xa + (size_t)i * c->x_row;
+        if (c->dt == DT_F32) memcpy(xr, c->x + (size_t)i * n_in, c->x_row);
+        else kern_vt_ref.conv[c->dt](xr, c->x + (size_t)i * n_in, n_in);
+        quant_dequant_row((uint32_t)c->dt, xr, c->xd + (size_t)i * n_in, n_in);
+    }
+}
+
+static void case_free(mm_case *c)
+{
+    free(c->w);
+    free(c->x);
+    free(c->xa);
+    free(c->wd);
+    free(c->xd);
+}
+
+/* Exact-ish dot of dequantized values, and the error scale sum |w*x|. */
+static double case_naive(const mm_case *c, int i, int j, double *mag)
+{
+    const float *w = c->wd + (size_t)j * c->n_in, *x = c->xd + (size_t)i * c->n_in;
+    double s = 0.0, a = 0.0;
+    for (int k = 0; k < c->n_in; k++) {
+        s += (double)w[k] * x[k];
+        a += fabs((double)w[k] * x[k]);
+    }
+    *mag = a;
+    return s;
+}
+
+static const uint32_t mm_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K};
+#define N_MM_TYPES (int)(sizeof mm_types / sizeof mm_types[0])
+
+/* Tolerances, as a fraction of sum |w*x| (the natural scale of rounding
+ * error: relative error of the result itself is unbounded under
+ * cancellation). Measured on this data: SIMD vs ref <= 5e-8 for every type
+ * (float lanes vs double, or a different float order of exact block sums);
+ * ref vs naive <= 1e-8 for float types (double sums: one final rounding)
+ * and <= 3e-8 for the block types (float sums over blocks). */
+#define TOL_SIMD_VS_REF 2e-6
+static double tol_ref_vs_naive(uint32_t t) { return dtype_get(t)->blck_size == 1 ? 1e-7 : 1e-6; }
+
+/* The SIMD variants this CPU can run (the reference is not one of them). */
+static int simd_variants(const kern_vtable **out)
+{
+    int n = 0;
+    if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
+    return n;
+}
+
+/* ------------------------------------------------- dots and conversions */
+
+TEST(simd_dots_match_ref)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    static const int n_small[] = {32, 96, 256, 288, 4096};
+    static const int n_k[] = {256, 512, 4096};
+    static const int n_float[] = {1, 7, 33, 256, 259, 4096};
+    for (int v = 0; v < nv; v++) {
+        for (int ti = 0; ti < N_MM_TYPES; ti++) {
+            const uint32_t t = mm_types[ti];
+            if (!vs[v]->dot[t]) continue;
+            const int blk = (int)dtype_get(t)->blck_size;
+            const int *ns = blk == 1 ? n_float : blk == 32 ? n_small : n_k;
+            const int nn = blk == 1 ? 6 : blk == 32 ? 5 : 3;
+            for (int q = 0; q < nn; q++) {
+                mm_case c;
+                case_make(&c, t, KERN_NX_MAX, ns[q], 3, 100 + (uint64_t)q);
+                for (int nx = 1; nx <= KERN_NX_MAX; nx++) {
+                    for (int j = 0; j < c.n_out; j++) {
+                        float sr[KERN_NX_MAX], sv[KERN_NX_MAX];
+                        const uint8_t *wj = c.w + (size_t)j * c.w_row;
+                        kern_vt_ref.dot[t](c.n_in, sr, 1, wj, c.xa, c.x_row, nx);
+                        vs[v]->dot[t](c.n_in, sv, 1, wj, c.xa, c.x_row, nx);
+                        for (int r = 0; r < nx; r++) {
+                            double mag;
+                            case_naive(&c, r, j, &mag);
+                            const double err = fabs((double)sv[r] - sr[r]);
+                            if (!(err <= TOL_SIMD_VS_REF * mag + 1e-30)) {
+                                case_free(&c);
+                                CHECK_MSG(0, "%s %s n=%d nx=%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
+                                          vs[v]->name, dtype_get(t)->name, ns[q], nx, r, j, sv[r], sr[r], mag);
+                            }
+                        }
+                    }
+                }
+                case_free(&c);
+            }
+        }
+    }
+}
+
+/* Rows that exercise the rounding rules of the activation quantizers. */
+static void fill_special_rows(float *x, int n, int which)
+{
+    for (int k = 0; k < n; k++) x[k] = rng_gauss() * 3.0f;
+    switch (which) {
+    case 1: /* ties: amax 127 gives Q8_0 scale 1, so x.5 must round away from zero */
+        for (int k = 0; k < n; k++) x[k] = (float)((int)(rng_u32() % 254) - 127) + 0.5f;
+        for (int k = 0; k < n; k += 32) x[k] = 127.0f;
+        break;
+    case 2: /* Q8_K: max -127 gives iscale 1, ties must go to even */
+        for (int k = 0; k < n; k++) x[k] = (float)((int)(rng_u32() % 252) - 126) + 0.5f;
+        for (int k = 0; k < n; k += 256) x[k + 5] = -127.0f;
+        break;
+    case 3: /* equal magnitudes of both signs: the first one sets the sign of d */
+        for (int k = 0; k < n; k += 256) { x[k + 7] = -50.0f; x[k + 9] = 50.0f; }
+        for (int k = 0; k < n; k += 32) x[k + 1] = (k / 32) % 2 ? 50.0f : -50.0f;
+        break;
+    case 4: /* zeros and tiny values */
+        for (int k = 0; k < n; k++) x[k] = k < 256 ? 0.0f : rng_sym() * 1e-30f;
+        break;
+    case 5: /* bf16 ties (low 16 bits exactly half way), inf */
+        for (int k = 0; k < n; k++) {
+            uint32_t u = (rng_u32() & 0xBFFF0000u) | 0x8000u; /* exponent below inf */
+            memcpy(&x[k], &u, 4);
+        }
+        x[3] = INFINITY, x[4] = -INFINITY;
+        break;
+    case 6: /* NaNs whose payload sits in the low bits only (bf16 must stay NaN) */
+        for (int k = 0; k < n; k += 3) {
+            uint32_t u = 0x7F800000u | (rng_u32() & 0xFFFFu) | 1u | (k & 4 ? 0x80000000u : 0);
+            memcpy(&x[k], &u, 4);
+        }
+        break;
+    }
+}
+
+TEST(simd_conversions_bit_exact)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    const int n = 1024;
+    float x[1024];
+    static uint8_t a[2048 * 2], b[2048 * 2];
+    static const int dts[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q8_K};
+    rng_seed(7);
+    for (int v = 0; v < nv; v++)
+        for (int which = 0; which < 7; which++)
+            for (int d = 0; d < 4; d++) {
+                if (!vs[v]->conv[dts[d]]) continue;
+                if (which == 5 && (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K)) continue; /* finite input only */
+                if (which == 6 && dts[d] != DT_BF16) continue; /* f16 NaN payloads may differ */
+                fill_special_rows(x, n, which);
+                const size_t bytes = dtype_row_bytes((uint32_t)dts[d], (uint64_t)n);
+                memset(a, 0, bytes);
+                memset(b, 0xAB, bytes);
+                if (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K) quant_quantize_row((uint32_t)dts[d], x, a, n);
+                else kern_vt_ref.conv[dts[d]](a, x, n);
+                vs[v]->conv[dts[d]](b, x, n);
+                for (size_t k = 0; k < bytes; k++)
+                    CHECK_MSG(a[k] == b[k], "%s conv to %s, row kind %d: byte %zu: %d vs ref %d", vs[v]->name,
+                              dtype_get((uint32_t)dts[d])->name, which, k, b[k], a[k]);
+            }
+}
+
+TEST(f16_rows_bit_exact)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    static float f[65536], g[65536];
+    static uint16_t h[65536], h2[65536];
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    kern_init(0);
+    kern_f16_to_f32_row(f, h, 65536 - 3); /* odd length: SIMD body and scalar tail */
+    for (int i = 0; i < 65536 - 3; i++) {
+        const float want = f16_to_f32(h[i]);
+        if (isnan(want)) CHECK_MSG(isnan(f[i]), "f16 %04x: NaN expected", i);
+        else CHECK_MSG(memcmp(&want, &f[i], 4) == 0, "f16 %04x: %g vs %g", i, f[i], want);
+    }
+    /* f32 -> f16: every f16 value, the midpoints between neighbours (ties),
+     * and values around them. */
+    rng_seed(11);
+    for (int i = 0; i < 65536; i++) {
+        const float a = f16_to_f32((uint16_t)i), b = f16_to_f32((uint16_t)(i + 1));
+        g[i] = (i & 3) == 0 ? a : (i & 3) == 1 ? (a + b) * 0.5f : (i & 3) == 2 ? a * (1 + 1e-4f * rng_sym()) : rng_gauss() * 1e5f;
+    }
+    g[0] = INFINITY, g[1] = -INFINITY, g[2] = 65520.0f, g[3] = 1e-8f, g[4] = -0.0f;
+    for (int v = 0; v <= nv; v++) {
+        void (*fn)(uint16_t *, const float *, int) = v < nv ? vs[v]->f32_to_f16 : kern_f32_to_f16_row;
+        if (!fn) continue;
+        fn(h2, g, 65536 - 5);
+        for (int i = 0; i < 65536 - 5; i++) {
+            const uint16_t want = f32_to_f16(g[i]);
+            if (isnan(g[i])) CHECK_MSG((h2[i] & 0x7C00) == 0x7C00 && (h2[i] & 0x3FF), "NaN lost at %d", i);
+            else CHECK_MSG(h2[i] == want, "f32 %.9g -> f16 %04x, want %04x", g[i], h2[i], want);
+        }
+    }
+}
+
+/* -------------------------------------------------------------- matmul */
+
+static int check_vs_naive(const mm_case *c, const float *y, double rel, char *why, size_t wn)
+{
+    for (int i = 0; i < c->m; i++)
+        for (int j = 0; j < c->n_out; j++) {
+            double mag;
+            const double want = case_naive(c, i, j, &mag);
+            const double got = y[(size_t)i * c->n_out + j];
+            if (!(fabs(got - want) <= rel * mag + 1e-30)) {
+                snprintf(why, wn, "%s m=%d n_in=%d n_out=%d: y[%d][%d] = %.9g, naive %.9g (|wx| %.3g)",
+                         dtype_get(c->wtype)->name, c->m, c->n_in, c->n_out, i, j, got, want, mag);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+TEST(ref_matmul_matches_naive)
+{
+    static const int ms[] = {1, 7};
+    static const int n_ins[] = {256, 512};
+    kern_init(1);
+    CHECK_STR(kern_variant(), "ref");
+    for (int ti = 0; ti < N_MM_TYPES; ti++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                mm_case c;
+                char why[256] = "";
+                case_make(&c, mm_types[ti], ms[a], n_ins[b], 33, 1000 + (uint64_t)(ti * 4 + a * 2 + b));
+                float *y = malloc(sizeof(float) * (size_t)c.m * (size_t)c.n_out);
+                kern_matmul(y, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, NULL);
+                int ok = check_vs_naive(&c, y, tol_ref_vs_naive(c.wtype), why, sizeof why);
+                free(y);
+                case_free(&c);
+                CHECK_MSG(ok, "%s", why);
+            }
+    kern_init(0);
+}
+
+TEST(simd_matmul_matches_ref)
+{
+    static const int shapes[][3] = {{1, 256, 33}, {7, 512, 33}, {64, 256, 17}, {5, 4096, 9}};
+    for (int ti = 0; ti < N_MM_TYPES; ti++)
+        for (int s = 0; s < 4; s++) {
+            mm_case c;
+            case_make(&c, mm_types[ti], shapes[s][0], shapes[s][1], shapes[s][2], 2000 + (uint64_t)s);
+            const size_t ny = (size_t)c.m * (size_t)c.n_out;
+            float *yr = malloc(sizeof(float) * ny), *yv = malloc(sizeof(float) * ny);
+            kern_init(1);
+            kern_matmul(yr, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, NULL);
+            kern_init(0);
+            kern_matmul(yv, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, NULL);
+            char why[256] = "";
+            for (int i = 0; i < c.m && !why[0]; i++)
+                for (int j = 0; j < c.n_out; j++) {
+                    double mag;
+                    case_naive(&c, i, j, &mag);
+                    const size_t k = (size_t)i * c.n_out + j;
+                    if (!(fabs((double)yv[k] - yr[k]) <= TOL_SIMD_VS_REF * mag + 1e-30)) {
+                        snprintf(why, sizeof why, "%s %s m=%d n_in=%d: y[%d][%d] %.9g vs ref %.9g (|wx| %.3g)",
+                                 kern_variant(), dtype_get(c.wtype)->name, c.m, c.n_in, i, j, yv[k], yr[k], mag);
+                        break;
+                    }
+                }
+            free(yr);
+            free(yv);
+            case_free(&c);
+            CHECK_MSG(!why[0], "%s", why);
+        }
+}
+
+TEST(threaded_matmul_equals_single)
+{
+    threadpool *tp2 = tp_new(2), *tp3 = tp_new(3);
+    CHECK(tp2 && tp3);
+    char why[256] = "";
+    for (int force_ref = 0; force_ref < 2 && !why[0]; force_ref++) {
+        kern_init(force_ref);
+        for (int ti = 0; ti < N_MM_TYPES && !why[0]; ti++) {
+            mm_case c;
+            case_make(&c, mm_types[ti], 7, 512, 129, 3000 + (uint64_t)ti);
+            const size_t ny = (size_t)c.m * (size_t)c.n_out;
+            float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *y3 = malloc(sizeof(float) * ny);
+            for (size_t k = 0; k < ny; k++) y2[k] = y3[k] = NAN; /* every element must be written */
+            kern_matmul(y1, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, NULL);
+            kern_matmul(y2, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, tp2);
+            kern_matmul(y3, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, tp3);
+            if (memcmp(y1, y2, ny * 4) || memcmp(y1, y3, ny * 4))
+                snprintf(why, sizeof why, "%s %s: threaded result differs", kern_variant(), dtype_get(c.wtype)->name);
+            free(y1);
+            free(y2);
+            free(y3);
+            case_free(&c);
+        }
+    }
+    kern_init(0);
+    tp_free(tp2);
+    tp_free(tp3);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+TEST(matmul_reserve_and_supports)
+{
+    CHECK(kern_matmul_supports(DT_Q4_K));
+    CHECK(kern_matmul_supports(DT_BF16));
+    CHECK(!kern_matmul_supports(DT_Q5_K));
+    CHECK(!kern_matmul_supports(DT_Q8_K));
+    CHECK_EQ_INT(kern_matmul_reserve(16, 4096), 0);
+    kern_scratch_free();
+    CHECK_EQ_INT(kern_matmul_reserve(0, 4096), 0);
+}
+
+/* ------------------------------------------------------------ row kernels */
+
+TEST(rope_known_values)
+{
+    kern_init(0);
+    /* pos 0: identity, bit for bit */
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, x0[8];
+    memcpy(x0, x, sizeof x);
+    kern_rope(x, 2, 4, 4, 0, 10000.0f, 1.0f, false, NULL);
+    CHECK(memcmp(x, x0, sizeof x) == 0);
+    kern_rope(x, 2, 4, 4, 0, 10000.0f, 1.0f, true, NULL);
+    CHECK(memcmp(x, x0, sizeof x) == 0);
+
+    /* pos 1, head_dim 2: rotation by 1 radian */
+    float p[2] = {1, 0}, q[2] = {0, 1};
+    kern_rope(p, 1, 2, 2, 1, 10000.0f, 1.0f, false, NULL);
+    kern_rope(q, 1, 2, 2, 1, 10000.0f, 1.0f, false, NULL);
+    CHECK_NEAR(p[0], cos(1.0), 1e-7);
+    CHECK_NEAR(p[1], sin(1.0), 1e-7);
+    CHECK_NEAR(q[0], -sin(1.0), 1e-7);
+    CHECK_NEAR(q[1], cos(1.0), 1e-7);
+
+    /* head_dim 4, base 100, pos 3: pair 0 turns by 3, pair 1 by 3/10.
+     * llama pairs (0,1),(2,3); neox pairs (0,2),(1,3). */
+    float l[4] = {1, 2, 3, 4}, n[4] = {1, 2, 3, 4};
+    kern_rope(l, 1, 4, 4, 3, 100.0f, 1.0f, false, NULL);
+    kern_rope(n, 1, 4, 4, 3, 100.0f, 1.0f, true, NULL);
+    const double a0 = 3.0, a1 = 0.3;
+    CHECK_NEAR(l[0], 1 * cos(a0) - 2 * sin(a0), 1e-6);
+    CHECK_NEAR(l[1], 1 * sin(a0) + 2 * cos(a0), 1e-6);
+    CHECK_NEAR(l[2], 3 * cos(a1) - 4 * sin(a1), 1e-6);
+    CHECK_NEAR(l[3], 3 * sin(a1) + 4 * cos(a1), 1e-6);
+    CHECK_NEAR(n[0], 1 * cos(a0) - 3 * sin(a0), 1e-6);
+    CHECK_NEAR(n[2], 1 * sin(a0) + 3 * cos(a0), 1e-6);
+    CHECK_NEAR(n[1], 2 * cos(a1) - 4 * sin(a1), 1e-6);
+    CHECK_NEAR(n[3], 2 * sin(a1) + 4 * cos(a1), 1e-6);
+
+    /* freq_scale halves the angles, freq_factors divide them; dims past
+     * rope_dim are untouched; every head turns the same. */
+    float f[12] = {1, 0, 1, 0, 9, 9, 1, 0, 1, 0, 9, 9};
+    const float ff[2] = {1.0f, 4.0f};
+    kern_rope(f, 2, 6, 4, 2, 100.0f, 0.5f, false, ff);
+    for (int h = 0; h < 2; h++) {
+        CHECK_NEAR(f[6 * h + 0], cos(1.0), 1e-6);
+        CHECK_NEAR(f[6 * h + 1], sin(1.0), 1e-6);
+        CHECK_NEAR(f[6 * h + 2], cos(0.2 * 0.5 / 4), 1e-6);
+        CHECK_NEAR(f[6 * h + 3], sin(0.2 * 0.5 / 4), 1e-6);
+        CHECK(f[6 * h + 4] == 9.0f && f[6 * h + 5] == 9.0f);
+    }
+}
+
+TEST(rope_angles_follow_ggml_iteration)
+{
+    /* ggml iterates theta *= powf(base, -2/n_dims) in float; at a long
+     * position the last pair's angle differs from the exact power in the low
+     * bits, so the result must match the iterated form exactly. */
+    const int hd = 128, pos = 30000;
+    float x[128], want[128];
+    for (int i = 0; i < hd; i++) x[i] = want[i] = (float)(i % 7) - 3.0f;
+    const float ts = powf(10000.0f, -2.0f / hd);
+    float theta = (float)pos;
+    for (int i0 = 0; i0 < hd; i0 += 2) {
+        const float c = cosf(theta), s = sinf(theta), a = want[i0], b = want[i0 + 1];
+        want[i0] = a * c - b * s;
+        want[i0 + 1] = a * s + b * c;
+        theta *= ts;
+    }
+    kern_rope(x, 1, hd, hd, pos, 10000.0f, 1.0f, false, NULL);
+    for (int i = 0; i < hd; i++) CHECK_MSG(x[i] == want[i], "dim %d: %.9g vs %.9g", i, x[i], want[i]);
+}
+
+TEST(rmsnorm_known_values)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    for (int v = -1; v < nv; v++) {
+        const kern_vtable *k = v < 0 ? &kern_vt_ref : vs[v];
+        float x[4] = {1, 2, 3, 4}, y[4];
+        const float w[4] = {1, 0.5f, 2, -1};
+        k->rmsnorm(y, x, NULL, 4, 1e-5f);
+        const float scale = 1.0f / sqrtf(7.5f + 1e-5f); /* mean of squares 30/4 */
+        for (int i = 0; i < 4; i++) CHECK_MSG(y[i] == x[i] * scale, "%s y[%d] = %.9g", k->name, i, y[i]);
+        k->rmsnorm(x, x, w, 4, 1e-5f); /* in place, with weight */
+        for (int i = 0; i < 4; i++) CHECK_MSG(x[i] == ((float)(i + 1) * scale) * w[i], "%s weighted y[%d]", k->name, i);
+        float z[3] = {0, 0, 0};
+        k->rmsnorm(z, z, NULL, 3, 1.0f);
+        CHECK(z[0] == 0 && z[1] == 0 && z[2] == 0);
+    }
+    /* SIMD vs ref on a long row (double sums: equal in practice). */
+    static float a[4099], r1[4099], r2[4099], w[4099];
+    rng_seed(5);
+    for (int i = 0; i < 4099; i++) a[i] = rng_gauss() * 10, w[i] = rng_gauss();
+    kern_vt_ref.rmsnorm(r1, a, w, 4099, 1e-6f);
+    for (int v = 0; v < nv; v++) {
+        vs[v]->rmsnorm(r2, a, w, 4099, 1e-6f);
+        for (int i = 0; i < 4099; i++) CHECK_NEAR(r2[i], r1[i], 1e-6 * fabs(r1[i]));
+    }
+}
+
+static int softmax_check(void (*fn)(float *, int), const char *name, char *why, size_t wn)
+{
+    static float x[1031];
+    rng_seed(9);
+    for (int n = 1; n <= 1031; n += 103) {
+        for (int i = 0; i < n; i++) x[i] = rng_gauss() * 20.0f + 500.0f; /* large: max subtraction needed */
+        if (n > 3) x[1] = -INFINITY;
+        fn(x, n);
+        double s = 0.0;
+        for (int i = 0; i < n; i++) {
+            if (!(x[i] >= 0.0f && x[i] <= 1.0f)) return snprintf(why, wn, "%s n=%d x[%d] = %g", name, n, i, x[i]), 0;
+            s += x[i];
+        }
+        if (fabs(s - 1.0) > 1e-5) return snprintf(why, wn, "%s n=%d: sum %.9g", name, n, s), 0;
+        if (n > 3 && x[1] != 0.0f) return snprintf(why, wn, "%s: exp(-inf) = %g", name, x[1]), 0;
+    }
+    float two[2] = {1000.0f, 1000.0f};
+    fn(two, 2);
+    if (two[0] != 0.5f || two[1] != 0.5f) return snprintf(why, wn, "%s: [1000,1000] -> %g %g", name, two[0], two[1]), 0;
+    return 1;
+}
+
+TEST(softmax_sums_to_one)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    char why[200] = "";
+    CHECK_MSG(softmax_check(kern_vt_ref.softmax, "ref", why, sizeof why), "%s", why);
+    for (int v = 0; v < nv; v++) CHECK_MSG(softmax_check(vs[v]->softmax, vs[v]->name, why, sizeof why), "%s", why);
+    /* SIMD vs ref: a few ulp (vector expf) */
+    static float a[1000], b[1000];
+    rng_seed(10);
+    for (int i = 0; i < 1000; i++) a[i] = b[i] = rng_gauss() * 8.0f;
+    kern_vt_ref.softmax(a, 1000);
+    for (int v = 0; v < nv; v++) {
+        vs[v]->softmax(b, 1000);
+        for (int i = 0; i < 1000; i++) CHECK_NEAR(b[i], a[i], 5e-7 * a[i] + 1e-38);
+    }
+}
+
+TEST(swiglu_known_values)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    for (int v = -1; v < nv; v++) {
+        const kern_vtable *k = v < 0 ? &kern_vt_ref : vs[v];
+        /* 9 values: the SIMD body (8) and the scalar tail */
+        float a[9] = {0, 1, -1, 100, -100, 2, 0.5f, -200, 3};
+        const float b[9] = {1, 1, 1, 1, 1, 2, 4, 1, -1};
+        k->swiglu(a, b, 9);
+        CHECK(a[0] == 0.0f);
+        CHECK_NEAR(a[1], 1.0 / (1.0 + exp(-1.0)), 1e-7);
+        CHECK_NEAR(a[2], -1.0 / (1.0 + exp(1.0)), 1e-7);
+        CHECK(a[3] == 100.0f);
+        CHECK(a[4] > -1e-40f && a[4] <= 0.0f);
+        CHECK_NEAR(a[5], 2 * 2.0 / (1.0 + exp(-2.0)), 2e-7);
+        CHECK_NEAR(a[6], 4 * 0.5 / (1.0 + exp(-0.5)), 2e-7);
+        CHECK(a[7] == 0.0f); /* -200 * 1/(1+e^200) underflows to -0 */
+        CHECK_NEAR(a[8], -3.0 / (1.0 + exp(-3.0)), 2e-7);
+    }
+    /* SIMD vs ref over a wide range: within a few ulp */
+    static float x[4096], g[4096], r1[4096], r2[4096];
+    rng_seed(12);
+    for (int i = 0; i < 4096; i++) x[i] = rng_gauss() * 30.0f, g[i] = rng_gauss();
+    memcpy(r1, x, sizeof x);
+    kern_vt_ref.swiglu(r1, g, 4096);
+    for (int v = 0; v < nv; v++) {
+        memcpy(r2, x, sizeof x);
+        vs[v]->swiglu(r2, g, 4096);
+        for (int i = 0; i < 4096; i++) CHECK_NEAR(r2[i], r1[i], 6e-7 * fabs(r1[i]) + 1e-37);
+    }
+}
+
+TEST(exp_row_accuracy)
+{
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    static float x[4096], y[4096];
+    for (int v = -1; v < nv; v++) {
+        const kern_vtable *k = v < 0 ? &kern_vt_ref : vs[v];
+        double worst = 0.0;
+        float worst_x = 0.0f;
+        for (int rep = 0; rep < 64; rep++) {
+            for (int i = 0; i < 4096; i++) x[i] = -87.0f + 175.5f * (float)(rep * 4096 + i) / (64.0f * 4096.0f);
+            k->exp_row(y, x, 4096 - (rep & 7)); /* also odd lengths: scalar tail */
+            for (int i = 0; i < 4096 - (rep & 7); i++) {
+                const double t = exp((double)x[i]);
+                const double ulp = (double)nextafterf((float)t, INFINITY) - (float)t;
+                const double e = fabs((double)y[i] - t) / ulp;
+                if (e > worst) worst = e, worst_x = x[i];
+            }
+        }
+        CHECK_MSG(worst <= 1.5, "%s: expf error %.2f ulp at %.9g", k->name, worst, worst_x);
+        float sp[11] = {-INFINITY, -200.0f, -104.0f, 89.0f, 100.0f, INFINITY, NAN, 0.0f, -0.0f, 1.0f, -1.0f};
+        k->exp_row(sp, sp, 11);
+        CHECK(sp[0] == 0.0f && sp[1] == 0.0f && sp[2] == 0.0f);
+        CHECK(isinf(sp[3]) && isinf(sp[4]) && isinf(sp[5]) && sp[5] > 0);
+        CHECK(isnan(sp[6]));
+        CHECK(sp[7] == 1.0f && sp[8] == 1.0f);
+        CHECK_NEAR(sp[9], exp(1.0), 3e-7);
+        CHECK_NEAR(sp[10], exp(-1.0), 1e-7);
+    }
+}
+
+/* --------------------------------------------------- llama.cpp as oracle */
+
+/* ggml-cpu.h's struct ggml_type_traits_cpu and vec_dot, declared here so the
+ * test needs no ggml headers; the library is opened at run time. */
+typedef struct {
+    void (*from_float)(const float *x, void *y, int64_t n);
+    void (*vec_dot)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
+    int vec_dot_type;
+    int64_t nrows;
+} ggml_traits_cpu;
+
+/* ggml's CPU type traits getter from the peer build, or NULL. */
+static const ggml_traits_cpu *(*ggml_oracle(void))(int)
+{
+    const char *dir = getenv("PEER_DIR") ? getenv("PEER_DIR") : "/tmp/llamacpp-peer";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so", dir);
+    if (!dlopen(path, RTLD_NOW | RTLD_GLOBAL)) return NULL;
+    snprintf(path, sizeof path, "%s/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-cpu-%s.so", dir,
+             kern_cpu_has_avx2() ? "haswell" : "x64");
+    void *h = dlopen(path, RTLD_NOW);
+    if (!h) return NULL;
+    void (*init)(void) = (void (*)(void))dlsym(h, "ggml_cpu_init");
+    const ggml_traits_cpu *(*get)(int) = (const ggml_traits_cpu *(*)(int))dlsym(h, "ggml_get_type_traits_cpu");
+    if (!init || !get) return NULL;
+    init();
+    /* the layout we assume: dot types as in kern_impl.h */
+    if (get(DT_Q4_K)->vec_dot_type != DT_Q8_K || get(DT_Q4_0)->vec_dot_type != DT_Q8_0 || !get(DT_Q6_K)->vec_dot)
+        return NULL;
+    return get;
+}
+
+static const ggml_traits_cpu *(*oracle_get)(int);
+
+TEST(dots_match_llama_cpp)
+{
+    const ggml_traits_cpu *(*get)(int) = oracle_get;
+    kern_init(0);
+    const kern_vtable *vts[2] = {&kern_vt_ref, kern_active()};
+    for (int ti = 1; ti < N_MM_TYPES; ti++) { /* F32's ggml dot is plain; the rest matter */
+        mm_case c;
+        case_make(&c, mm_types[ti], KERN_NX_MAX, 4096, 8, 4000 + (uint64_t)ti);
+        for (int v = 0; v < 2; v++)
+            for (int j = 0; j < c.n_out; j++)
+                for (int r = 0; r < c.m; r++) {
+                    float sg, sv;
+                    const uint8_t *wj = c.w + (size_t)j * c.w_row, *xr = c.xa + (size_t)r * c.x_row;
+                    get((int)c.wtype)->vec_dot(c.n_in, &sg, 0, wj, 0, xr, 0, 1);
+                    vts[v]->dot[c.wtype](c.n_in, &sv, 1, wj, xr, c.x_row, 1);
+                    double mag;
+                    case_naive(&c, r, j, &mag);
+                    if (!(fabs((double)sv - sg) <= TOL_SIMD_VS_REF * mag + 1e-30)) {
+                        case_free(&c);
+                        CHECK_MSG(0, "%s %s row %d col %d: %.9g vs ggml %.9g (|wx| %.3g)", vts[v]->name,
+                                  dtype_get(mm_types[ti])->name, r, j, sv, sg, mag);
+                    }
+                }
+        case_free(&c);
+    }
+}
+
+/* -------------------------------------------------------------- bench */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_one(uint32_t t, int m, int n, threadpool *tp)
+{
+    rng_seed(1);
+    uint8_t *w = make_weights(t, n, n);
+    float *x = make_acts(m, n), *y = malloc(sizeof(float) * (size_t)m * n);
+    kern_matmul(y, x, w, t, m, n, n, tp); /* warm up */
+    /* The fastest of many runs: other processes on a shared machine only
+     * ever slow a run down. */
+    double best = 1e30;
+    const double t0 = now_s();
+    for (int it = 0; it < 5 || now_s() - t0 < 1.0; it++) {
+        const double a = now_s();
+        kern_matmul(y, x, w, t, m, n, n, tp);
+        const double b = now_s() - a;
+        best = b < best ? b : best;
+    }
+    const double per = best;
+    const double bytes = (double)dtype_row_bytes(t, (uint64_t)n) * n;
+    printf("%-5s %-4s m=%-3d %dx%d threads=%d: %8.1f us  %7.1f GFLOP/s  %6.1f GB/s of weights\n", kern_variant(),
+           dtype_get(t)->name, m, n, n, tp_size(tp), per * 1e6, 2.0 * m * n * n / per * 1e-9, bytes / per * 1e-9);
+    free(w);
+    free(x);
+    free(y);
+}
+
+static void bench(void)
+{
+    threadpool *tp2 = tp_new(2);
+    static const uint32_t types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_F16, DT_BF16, DT_F32};
+    kern_init(0);
+    for (int k = 0; k < 7; k++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int th = 0; th < 2; th++) bench_one(types[k], mi ? 64 : 1, 2048, th ? tp2 : NULL);
+    /* weights larger than L3: the DRAM-bound decode case */
+    for (int th = 0; th < 2; th++) bench_one(DT_Q4_0, 1, 8192, th ? tp2 : NULL);
+    kern_init(1);
+    for (int k = 0; k < 4; k++) bench_one(types[k], 1, 2048, NULL);
+    tp_free(tp2);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "bench") == 0) {
+        bench();
+        return 0;
+    }
+    kern_init(0);
+    printf("# kernel variant: %s\n", kern_variant());
+    const kern_vtable *vs[4] = {0};
+    const int have_simd = simd_variants(vs) > 0;
+    if (have_simd) {
+        RUN(simd_dots_match_ref);
+        RUN(simd_conversions_bit_exact);
+    } else {
+        test_skip("simd_dots_match_ref", "no SIMD variant on this CPU");
+        test_skip("simd_conversions_bit_exact", "no SIMD variant on this CPU");
+    }
+    RUN(f16_rows_bit_exact);
+    RUN(ref_matmul_matches_naive);
+    if (have_simd) RUN(simd_matmul_matches_ref);
+    else test_skip("simd_matmul_matches_ref", "no SIMD variant on this CPU");
+    RUN(threaded_matmul_equals_single);
+    RUN(matmul_reserve_and_supports);
+    RUN(rope_known_values);
+    RUN(rope_angles_follow_ggml_iteration);
+    RUN(rmsnorm_known_values);
+    RUN(softmax_sums_to_one);
+    RUN(swiglu_known_values);
+    RUN(exp_row_accuracy);
+    oracle_get = ggml_oracle();
+    if (oracle_get) RUN(dots_match_llama_cpp);
+    else test_skip("dots_match_llama_cpp", "llama.cpp peer library not built (tests/peer.sh)");
+    kern_scratch_free();
+    return test_summary();
+}
