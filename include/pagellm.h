@@ -361,6 +361,9 @@ int pl_request_next(pl_request *r, pl_event *ev, int timeout_ms);
 void pl_request_cancel(pl_request *r);
 /* Cancels if needed and releases the handle. */
 void pl_request_free(pl_request *r);
+/* The engine-wide id of the request (>= 1, increasing with submission), as
+ * the owners in pl_engine_kv_json name it. */
+uint64_t pl_request_id(const pl_request *r);
 
 #define PL_HIST_BUCKETS 16
 

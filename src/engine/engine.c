@@ -1,0 +1,353 @@
+/* engine.c - pl_engine_*: the engine thread, submission, the step loop,
+ * shutdown; see engine.h for the threads and locks, scheduler.h for what a
+ * step runs.
+ *
+ * One iteration of the engine thread:
+ *   take submissions and kv_json jobs (mu) -> serve jobs -> queue the new
+ *   requests -> drop cancelled/failed sequences -> plan + ctx_step (retry
+ *   after preemption on PL_EFULL) -> sample -> publish metrics -> deliver
+ *   events.
+ * With nothing running or waiting it sleeps on cv; submit, kv_json,
+ * shutdown and free wake it. After pl_engine_shutdown it runs until
+ * running and waiting are empty and exits; pl_engine_free cancels what is
+ * left (every unfinished completion gets DONE "cancelled") and joins.
+ */
+#include "pagellm.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "engine/engine.h"
+
+void pl_engine_params_default(pl_engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    pl_ctx_params_default(&p->ctx);
+    p->ctx.max_seqs = 16;
+    p->max_batch_tokens = 512;
+    p->max_queue = 256;
+    p->prefix_order = false;
+    p->prefix_cache = true;
+}
+
+/* ------------------------------------------------------------- the step */
+
+static void eng_fail_too_big(pl_engine *e, sched_seq *q, double now)
+{
+    char msg[200];
+    const kv_pool *pool = ctx_pool(e->ctx);
+    snprintf(msg, sizeof msg,
+             "needs more KV cache than the whole pool: %u tokens do not fit %u blocks of %u tokens", sched_total(q),
+             pool->n_blocks, pool->g.s.block_size);
+    eng_fail(e, q->r, msg, now);
+    eng_sweep(e, now);
+}
+
+/* ctx_step failed for another reason than a full pool: the batch's
+ * requests fail with its message. */
+static void eng_fail_batch(pl_engine *e, int rc, double now)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "forward pass failed (%d): %s", rc, err_msg());
+    for (int i = 0; i < e->sc.n_items; i++) eng_fail(e, e->sc.planned[i]->r, msg, now);
+    eng_sweep(e, now);
+}
+
+/* Plans and runs one forward pass; false if there was nothing to run. */
+static bool eng_run_step(pl_engine *e)
+{
+    sched *s = &e->sc;
+    for (;;) {
+        sched_seq *big = NULL;
+        int n = sched_plan(s, &big);
+        if (big) { eng_fail_too_big(e, big, eng_now()); continue; }
+        if (n == 0) return false;
+        int rc = ctx_step(e->ctx, s->items, n);
+        if (rc == 0) break;
+        if (rc != PL_EFULL) { eng_fail_batch(e, rc, eng_now()); return true; }
+        /* The plan's block count was short (it should not be): preempt. */
+        if (!sched_preempt_newest(s)) eng_fail_too_big(e, s->running[0], eng_now());
+    }
+    sched_commit(s);
+    e->m.steps++;
+    const double now = eng_now();
+    for (int i = 0; i < s->n_items; i++)
+        if (s->items[i].logits) eng_on_logits(e, s->planned[i], s->items[i].logits, now);
+    eng_sweep(e, now); /* sequences of requests that failed while sampling */
+    return true;
+}
+
+/* Queues the requests taken from the submission queue. */
+static void eng_intake(pl_engine *e, pl_request *in, double now)
+{
+    while (in) {
+        pl_request *r = in;
+        in = in->next;
+        r->next = NULL;
+        e->m.requests_total++;
+        if (sched_add(&e->sc, r) != 0) eng_fail(e, r, err_msg(), now);
+    }
+}
+
+static void eng_cancel_all(pl_engine *e, double now)
+{
+    sched *s = &e->sc;
+    while (s->n_running) eng_drop(e, s->running[s->n_running - 1], now);
+    while (s->wait_head) eng_drop(e, s->wait_head, now);
+}
+
+/* Builds the kv JSON once and hands a copy to every waiting job. */
+static void eng_jobs_serve(pl_engine *e, eng_job *jobs, bool locked)
+{
+    if (!jobs) return;
+    char *json = eng_kv_json(e);
+    if (!locked) pthread_mutex_lock(&e->mu);
+    for (eng_job *j = jobs, *nx; j; j = nx) {
+        nx = j->next;
+        /* the first caller takes the string itself, the others copies */
+        j->result = j == jobs || !json ? json : strdup(json);
+        j->done = true;
+    }
+    pthread_cond_broadcast(&e->job_cv);
+    if (!locked) pthread_mutex_unlock(&e->mu);
+}
+
+static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
+{
+    double now = eng_now();
+    eng_intake(e, in, now);
+    bool stalled = false;
+    if (stop) {
+        eng_cancel_all(e, now);
+    } else {
+        sched_step_begin(&e->sc);
+        eng_sweep(e, now);
+        stalled = !eng_run_step(e) && !sched_idle(&e->sc);
+    }
+    eng_metrics_publish(e);
+    eng_deliver(e);
+    if (e->check && sched_check(&e->sc) != 0) {
+        /* a test hook: an invariant is broken, stop where it broke */
+        fprintf(stderr, "pagellm engine: %s\n", err_msg());
+        abort();
+    }
+    /* Work left but nothing ran: a step that preempted admits nothing, so
+     * one such iteration can happen (the next admits); two in a row would be
+     * a scheduler bug, and must not become a busy loop. */
+    e->stalls = stalled ? e->stalls + 1 : 0;
+    if (e->stalls > 1) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static bool eng_should_sleep(const pl_engine *e)
+{
+    return !e->stop && !e->subq_head && !e->jobs && !e->draining && sched_idle(&e->sc);
+}
+
+static void *eng_main(void *arg)
+{
+    pl_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (eng_should_sleep(e)) pthread_cond_wait(&e->cv, &e->mu);
+        if (!e->stop && e->draining && !e->subq_head && sched_idle(&e->sc)) break; /* drained */
+        pl_request *in = e->subq_head;
+        e->subq_head = e->subq_tail = NULL;
+        e->waiting_pub += e->subq_n; /* they are waiting now, until the step publishes */
+        e->subq_n = 0;
+        eng_job *jobs = e->jobs;
+        e->jobs = NULL;
+        const bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        eng_jobs_serve(e, jobs, false);
+        eng_iteration(e, in, stop);
+        pthread_mutex_lock(&e->mu);
+        if (stop) break;
+    }
+    /* Still under mu: later kv_json callers build it themselves, under mu. */
+    e->exited = true;
+    eng_job *jobs = e->jobs;
+    e->jobs = NULL;
+    eng_jobs_serve(e, jobs, true);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static int eng_params_check(const pl_engine_params *p)
+{
+    if (p->ctx.no_kv_cache) return err_set(PL_EUNSUPPORTED, "engine: no_kv_cache is a single-sequence baseline");
+    if (p->max_batch_tokens == 0 || p->max_batch_tokens > 65536)
+        return err_set(PL_EINVAL, "engine: max_batch_tokens %u out of range 1..65536", p->max_batch_tokens);
+    if (p->ctx.max_seqs == 0 || p->ctx.max_seqs > CTX_STEP_MAX_ITEMS)
+        return err_set(PL_EINVAL, "engine: max_seqs %u out of range 1..%d", p->ctx.max_seqs, CTX_STEP_MAX_ITEMS);
+    if (p->max_batch_tokens < p->ctx.max_seqs)
+        return err_set(PL_EINVAL, "engine: max_batch_tokens %u < max_seqs %u: every running sequence needs a token per step",
+                       p->max_batch_tokens, p->ctx.max_seqs);
+    if (p->max_queue == 0) return err_set(PL_EINVAL, "engine: max_queue must be >= 1");
+    return 0;
+}
+
+static int eng_sync_init(pl_engine *e)
+{
+    if (pthread_mutex_init(&e->mu, NULL) || pthread_mutex_init(&e->mmu, NULL) || pthread_cond_init(&e->cv, NULL) ||
+        pthread_cond_init(&e->job_cv, NULL))
+        return err_set(PL_ENOMEM, "engine: cannot make its locks");
+    return 0;
+}
+
+static void eng_destroy(pl_engine *e)
+{
+    sched_free(&e->sc);
+    pl_ctx_free(e->ctx);
+    free(e->out);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->mmu);
+    pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->job_cv);
+    free(e);
+}
+
+static void eng_metrics_init(pl_engine_metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    eng_hist_init(&m->ttft);
+    eng_hist_init(&m->itl);
+    eng_hist_init(&m->e2e);
+}
+
+int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
+{
+    pl_engine_params p;
+    if (params) p = *params;
+    else pl_engine_params_default(&p);
+    if (!out || !m) return err_set(PL_EINVAL, "pl_engine_new: NULL argument");
+    int rc = eng_params_check(&p);
+    if (rc) return rc;
+    pl_engine *e = mem_calloc(1, sizeof *e);
+    if (!e) return PL_ENOMEM;
+    if (eng_sync_init(e)) { free(e); return PL_ENOMEM; }
+    e->model = m;
+    e->p = p;
+    pl_ctx_params cp = p.ctx;
+    cp.max_batch = p.max_batch_tokens; /* one step = one forward pass */
+    rc = pl_ctx_new(&e->ctx, m, &cp);
+    const uint32_t nv = pl_model_n_vocab(m);
+    if (!rc) rc = sched_init(&e->sc, e->ctx, &p, nv);
+    if (rc) { eng_destroy(e); return rc; }
+    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs};
+    e->accepting = true;
+    const char *chk = getenv("PAGELLM_ENGINE_CHECK");
+    e->check = chk && strcmp(chk, "0") != 0;
+    eng_metrics_init(&e->m);
+    pl_ctx_kv_stats(e->ctx, &e->m.kv);
+    e->pub = e->m;
+    if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {
+        eng_destroy(e);
+        return err_set(PL_ENOMEM, "engine: cannot start its thread");
+    }
+    e->thread_ok = true;
+    *out = e;
+    return 0;
+}
+
+void pl_engine_shutdown(pl_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->accepting = false;
+    e->draining = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void pl_engine_free(pl_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->accepting = false;
+    e->stop = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_ok) pthread_join(e->thread, NULL);
+    /* The thread took every submission before it stopped; no request is
+     * referenced by the engine any more. */
+    assert(!e->subq_head && sched_idle(&e->sc) && e->n_out == 0);
+    eng_destroy(e);
+}
+
+/* --------------------------------------------------------------- submit */
+
+int pl_engine_submit(pl_engine *e, const pl_request_params *p, pl_request **out)
+{
+    if (!e || !out) return err_set(PL_EINVAL, "pl_engine_submit: NULL argument");
+    pthread_mutex_lock(&e->mu);
+    const bool open = e->accepting;
+    const uint64_t id = ++e->next_id;
+    pthread_mutex_unlock(&e->mu);
+    if (!open) return err_set(PL_EUNSUPPORTED, "engine: shut down, not taking requests");
+    pl_request *r;
+    int rc = req_new(&r, p, &e->lim, id);
+    if (rc) return rc;
+    pthread_mutex_lock(&e->mu);
+    if (!e->accepting) rc = err_set(PL_EUNSUPPORTED, "engine: shut down, not taking requests");
+    else if (e->subq_n + e->waiting_pub >= e->p.max_queue)
+        rc = err_set(PL_EFULL, "engine: %u requests waiting (max_queue %u)", e->subq_n + e->waiting_pub,
+                     e->p.max_queue);
+    if (!rc) {
+        if (e->subq_tail) e->subq_tail->next = r;
+        else e->subq_head = r;
+        e->subq_tail = r;
+        e->subq_n++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (rc) {
+        req_release(r);
+        req_release(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* ------------------------------------------------------ metrics, kv json */
+
+void pl_engine_metrics_get(pl_engine *e, pl_engine_metrics *out)
+{
+    if (!e || !out) return;
+    pthread_mutex_lock(&e->mmu);
+    *out = e->pub;
+    pthread_mutex_unlock(&e->mmu);
+}
+
+char *pl_engine_kv_json(pl_engine *e)
+{
+    eng_job job = {0};
+    char *res = NULL;
+    if (!e) {
+        err_set(PL_EINVAL, "pl_engine_kv_json: NULL engine");
+        return NULL;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->exited) {
+        res = eng_kv_json(e); /* the thread is gone; mu keeps callers apart */
+    } else {
+        job.next = e->jobs;
+        e->jobs = &job;
+        pthread_cond_signal(&e->cv);
+        while (!job.done) pthread_cond_wait(&e->job_cv, &e->mu);
+        res = job.result;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!res) err_set(PL_ENOMEM, "engine: out of memory building the KV JSON");
+    return res;
+}

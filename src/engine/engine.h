@@ -1,0 +1,93 @@
+/* engine.h - the engine's internals, shared by engine.c (thread, submit,
+ * step loop), engine_emit.c (sampling, text, events) and engine_stats.c
+ * (metrics, /v1/kv JSON).
+ *
+ * Threads and locks:
+ *
+ *   callers ──submit──> subq ─┐  (mu)            ┌──> request mu: events
+ *   callers ──kv_json─> jobs ─┤                  │
+ *   shutdown/free ──> flags ──┘                  │
+ *                         engine thread: intake, sweep, plan, ctx_step,
+ *                         sample, publish (mmu), deliver ┘
+ *
+ * Only the engine thread touches ctx, sc, m and the outbox. Lock order:
+ * a request's mu is never held while taking the engine's mu or mmu, and
+ * the engine thread holds no lock while it runs a step. Events of a step
+ * are delivered after its metrics are published, so a caller that has seen
+ * an event sees metrics at least as new as it.
+ */
+#ifndef PL_ENGINE_ENGINE_H
+#define PL_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "pagellm.h"
+
+/* An event waiting for the end of the step (engine thread). */
+typedef struct {
+    pl_request *r;
+    bool final;      /* the request's last event: the engine drops its reference after it */
+    bool pushed;     /* already queued to the request (out of memory: spilled early) */
+    pl_event ev;
+} eng_out;
+
+/* A pl_engine_kv_json call waiting for the engine thread (on its stack). */
+typedef struct eng_job {
+    struct eng_job *next;
+    char *result;
+    bool done;
+} eng_job;
+
+struct pl_engine {
+    pl_model *model;
+    pl_ctx *ctx;
+    pl_engine_params p;
+    req_limits lim;
+    pthread_t thread;
+    bool thread_ok;
+
+    pthread_mutex_t mu;        /* guards the block below */
+    pthread_cond_t cv;         /* the engine thread sleeps on it */
+    pthread_cond_t job_cv;     /* kv_json callers sleep on it */
+    pl_request *subq_head, *subq_tail;
+    uint32_t subq_n;
+    uint32_t waiting_pub;      /* the scheduler's waiting count after the newest step */
+    uint64_t next_id;
+    bool accepting, draining, stop, exited;
+    eng_job *jobs;
+
+    pthread_mutex_t mmu;       /* guards pub */
+    pl_engine_metrics pub;
+
+    bool check;                /* PAGELLM_ENGINE_CHECK: sched_check after every iteration */
+
+    /* engine thread only */
+    sched sc;
+    pl_engine_metrics m;
+    eng_out *out;
+    size_t n_out, cap_out;
+    int stalls;                        /* iterations in a row that ran nothing with work left */
+    eng_out spare;                     /* out of memory: one event that could not be queued */
+    bool spare_used;
+    char piece[4096];                  /* one token's text from the detokenizer */
+    char sbuf[2 * PL_MAX_STOP_LEN + 1]; /* pl_stop output: a slice + the longest stop + NUL */
+};
+
+/* engine_emit.c */
+void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now);
+void eng_drop(pl_engine *e, sched_seq *q, double now);           /* cancel: DONE "cancelled", removed */
+void eng_fail(pl_engine *e, pl_request *r, const char *msg, double now); /* ERROR; sweep removes its seqs */
+void eng_sweep(pl_engine *e, double now);                        /* drops failed and cancelled seqs */
+void eng_deliver(pl_engine *e);
+
+/* engine_stats.c */
+void eng_hist_init(pl_histogram *h);
+void eng_hist_observe(pl_histogram *h, double v);
+void eng_metrics_publish(pl_engine *e);
+char *eng_kv_json(pl_engine *e);
+
+#endif

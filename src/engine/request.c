@@ -1,0 +1,256 @@
+/* request.c - request validation, the per-request event queue and the
+ * caller side of pl_request_*; see request.h for the threading rules.
+ *
+ * The event queue is a ring that grows by doubling: the engine never waits
+ * for a slow reader, and a reader waits on the condvar (CLOCK_MONOTONIC, so
+ * timeouts do not jump with the wall clock).
+ */
+#include "engine/request.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+
+double eng_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------ validation */
+
+static int req_check_stops(const pl_request_params *p)
+{
+    if (p->n_stops > REQ_MAX_STOPS)
+        return err_set(PL_ERANGE, "request: %zu stop strings (at most %d)", p->n_stops, REQ_MAX_STOPS);
+    if (p->n_stops && !p->stops) return err_set(PL_EINVAL, "request: n_stops %zu but no stops array", p->n_stops);
+    for (size_t i = 0; i < p->n_stops; i++) {
+        if (!p->stops[i]) return err_set(PL_EINVAL, "request: stop string %zu is NULL", i);
+        size_t l = strlen(p->stops[i]);
+        if (l >= PL_MAX_STOP_LEN)
+            return err_set(PL_ERANGE, "request: stop string %zu is %zu bytes (at most %d)", i, l, PL_MAX_STOP_LEN - 1);
+    }
+    return 0;
+}
+
+static int req_check(const pl_request_params *p, const req_limits *lim)
+{
+    if (!p) return err_set(PL_EINVAL, "request: no parameters");
+    if (!p->prompt || p->n_prompt == 0) return err_set(PL_EINVAL, "request: empty prompt");
+    if (p->n_prompt > lim->n_ctx)
+        return err_set(PL_ERANGE, "request: prompt of %zu tokens exceeds the context of %u tokens", p->n_prompt,
+                       lim->n_ctx);
+    for (size_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= lim->n_vocab)
+            return err_set(PL_EINVAL, "request: prompt token %zu: id %d out of range 0..%u", i, p->prompt[i],
+                           lim->n_vocab - 1);
+    if (p->n < 1 || p->n > REQ_MAX_N) return err_set(PL_ERANGE, "request: n %d out of range 1..%d", p->n, REQ_MAX_N);
+    if ((uint32_t)p->n > lim->max_seqs)
+        return err_set(PL_ERANGE, "request: n %d exceeds the engine's max_seqs %u (completions run side by side)",
+                       p->n, lim->max_seqs);
+    if (p->max_tokens < 1) return err_set(PL_ERANGE, "request: max_tokens %d must be >= 1", p->max_tokens);
+    if (p->top_logprobs < -1 || p->top_logprobs > PL_MAX_TOP_LOGPROBS)
+        return err_set(PL_ERANGE, "request: top_logprobs %d out of range -1..%d", p->top_logprobs,
+                       PL_MAX_TOP_LOGPROBS);
+    return req_check_stops(p);
+}
+
+/* ------------------------------------------------------------- building */
+
+static void req_destroy(pl_request *r)
+{
+    for (int32_t i = 0; r->comp && i < r->n; i++) {
+        req_comp *c = &r->comp[i];
+        pl_sampler_free(c->smp);
+        pl_detok_free(c->dt);
+        pl_stop_free(c->stop);
+        free(c->toks);
+        free(c->text);
+    }
+    free(r->comp);
+    free(r->prompt);
+    free(r->q);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static int req_comp_init(pl_request *r, req_comp *c, int32_t i, const pl_request_params *p, const req_limits *lim)
+{
+    pl_sampler_params sp = p->sampling;
+    sp.seed = p->sampling.seed + (uint64_t)i;
+    c->index = i;
+    int rc = pl_sampler_new(&c->smp, &sp, (int32_t)lim->n_vocab);
+    if (rc) return err_prefix(rc, "request: sampling");
+    c->dt = pl_detok_new(lim->vocab);
+    c->stop = pl_stop_new(p->stops, p->n_stops);
+    c->toks = mem_calloc(r->cap_toks, sizeof *c->toks);
+    if (!c->dt || !c->stop || !c->toks) return err_set(PL_ENOMEM, "request: out of memory");
+    memcpy(c->toks, r->prompt, r->n_prompt * sizeof *c->toks);
+    return 0;
+}
+
+static int req_init_sync(pl_request *r)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca)) return err_set(PL_ENOMEM, "request: condvar attributes");
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int bad = pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (bad) return err_set(PL_ENOMEM, "request: condvar");
+    if (pthread_mutex_init(&r->mu, NULL)) {
+        pthread_cond_destroy(&r->cv);
+        return err_set(PL_ENOMEM, "request: mutex");
+    }
+    return 0;
+}
+
+int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim, uint64_t id)
+{
+    int rc = req_check(p, lim);
+    if (rc) return rc;
+    pl_request *r = mem_calloc(1, sizeof *r);
+    if (!r) return PL_ENOMEM;
+    if (req_init_sync(r)) { free(r); return PL_ENOMEM; }
+    r->id = id;
+    r->n_prompt = (uint32_t)p->n_prompt;
+    r->n = p->n;
+    r->max_tokens = p->max_tokens;
+    r->top_logprobs = p->top_logprobs;
+    r->ignore_eos = p->ignore_eos;
+    uint64_t cap = (uint64_t)r->n_prompt + (uint64_t)p->max_tokens;
+    r->cap_toks = (uint32_t)(cap < (uint64_t)lim->n_ctx + 1 ? cap : (uint64_t)lim->n_ctx + 1);
+    r->t_submit = eng_now();
+    atomic_init(&r->refs, 2);
+    atomic_init(&r->cancelled, false);
+    r->n_live = p->n;
+    r->prompt = mem_calloc(r->n_prompt, sizeof *r->prompt);
+    r->comp = mem_calloc((size_t)p->n, sizeof *r->comp);
+    if (!r->prompt || !r->comp) rc = err_set(PL_ENOMEM, "request: out of memory");
+    if (!rc) memcpy(r->prompt, p->prompt, r->n_prompt * sizeof *r->prompt);
+    for (int32_t i = 0; !rc && i < p->n; i++) rc = req_comp_init(r, &r->comp[i], i, p, lim);
+    if (rc) { req_destroy(r); return rc; }
+    *out = r;
+    return 0;
+}
+
+void req_release(pl_request *r)
+{
+    if (atomic_fetch_sub(&r->refs, 1) == 1) req_destroy(r);
+}
+
+/* ---------------------------------------------------------------- events */
+
+static int req_queue_grow(pl_request *r)
+{
+    size_t cap = r->q_cap ? r->q_cap * 2 : 16;
+    pl_event *q = malloc(cap * sizeof *q);
+    if (!q) return err_set(PL_ENOMEM, "request %llu: event queue of %zu", (unsigned long long)r->id, cap);
+    for (size_t i = 0; i < r->q_len; i++) q[i] = r->q[(r->q_head + i) % r->q_cap];
+    free(r->q);
+    r->q = q;
+    r->q_head = 0;
+    r->q_cap = cap;
+    return 0;
+}
+
+int req_push(pl_request *r, const pl_event *ev, bool final)
+{
+    pthread_mutex_lock(&r->mu);
+    assert(!r->ended);
+    int rc = r->q_len == r->q_cap ? req_queue_grow(r) : 0;
+    if (!rc) {
+        r->q[(r->q_head + r->q_len) % r->q_cap] = *ev;
+        r->q_len++;
+    }
+    /* Even if the event is lost to memory, the reader must not hang. */
+    if (final) r->ended = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+/* Absolute CLOCK_MONOTONIC deadline timeout_ms from now. */
+static struct timespec req_deadline(int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    return ts;
+}
+
+int pl_request_next(pl_request *r, pl_event *ev, int timeout_ms)
+{
+    if (!r || !ev) return err_set(PL_EINVAL, "pl_request_next: NULL argument");
+    struct timespec until = req_deadline(timeout_ms < 0 ? 0 : timeout_ms);
+    int res = 0;
+    pthread_mutex_lock(&r->mu);
+    while (r->q_len == 0 && !r->ended) {
+        if (timeout_ms < 0) pthread_cond_wait(&r->cv, &r->mu);
+        else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) break;
+    }
+    if (r->q_len > 0) {
+        *ev = r->q[r->q_head];
+        r->q_head = (r->q_head + 1) % r->q_cap;
+        r->q_len--;
+        res = 1;
+    } else if (r->ended) {
+        res = 2;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return res;
+}
+
+void pl_request_cancel(pl_request *r)
+{
+    if (r) atomic_store(&r->cancelled, true);
+}
+
+void pl_request_free(pl_request *r)
+{
+    if (!r) return;
+    atomic_store(&r->cancelled, true);
+    req_release(r);
+}
+
+uint64_t pl_request_id(const pl_request *r) { return r ? r->id : 0; }
+
+/* ------------------------------------------------------------------ text */
+
+int req_text_add(req_comp *c, const char *s, size_t n)
+{
+    if (c->text_len + n + 1 > c->text_cap) {
+        size_t cap = (c->text_len + n + 1) * 2;
+        char *t = realloc(c->text, cap);
+        if (!t) return err_set(PL_ENOMEM, "request: out of memory for text");
+        c->text = t;
+        c->text_cap = cap;
+    }
+    memcpy(c->text + c->text_len, s, n);
+    c->text_len += n;
+    return 0;
+}
+
+size_t req_text_take(req_comp *c, char *dst, size_t cap)
+{
+    assert(cap > 0);
+    size_t k = c->text_len < cap - 1 ? c->text_len : cap - 1;
+    /* never split a UTF-8 sequence: back off over continuation bytes */
+    if (k < c->text_len)
+        while (k > 0 && ((unsigned char)c->text[k] & 0xC0) == 0x80) k--;
+    if (k) {
+        memcpy(dst, c->text, k);
+        memmove(c->text, c->text + k, c->text_len - k);
+    }
+    dst[k] = 0;
+    c->text_len -= k;
+    return k;
+}

@@ -1,0 +1,456 @@
+/* scheduler.c - continuous batching, chunked prefill, preemption by
+ * recompute and prefix-ordered admission; see scheduler.h.
+ *
+ * KV block accounting: the plan keeps `held`, the blocks its items will
+ * take, and never lets held exceed kv_pool_available() (free + evictable
+ * cached blocks). sched_blocks_for() mirrors kv_seq_append's count: new
+ * table entries plus one copy per shared block written into. Two forks
+ * sharing one partly filled block both count a copy although the second
+ * writer finds it private: an overestimate, never an underestimate.
+ */
+#include "engine/scheduler.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+
+/* prefix_order looks this far into the waiting queue for the best prefix. */
+#define SCHED_PEEK_WINDOW 32
+
+int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_vocab)
+{
+    memset(s, 0, sizeof *s);
+    s->ctx = ctx;
+    s->pool = ctx_pool(ctx);
+    s->max_seqs = ctx_max_seqs(ctx);
+    s->budget = p->max_batch_tokens;
+    s->prefix_order = p->prefix_order;
+    s->prefix_cache = p->prefix_cache;
+    s->n_vocab = n_vocab;
+    s->running = mem_calloc(s->max_seqs, sizeof *s->running);
+    s->planned = mem_calloc(s->max_seqs, sizeof *s->planned);
+    s->items = mem_calloc(s->max_seqs, sizeof *s->items);
+    s->logits = mem_calloc((size_t)s->max_seqs * n_vocab, sizeof *s->logits);
+    if (!s->running || !s->planned || !s->items || !s->logits) {
+        sched_free(s);
+        return err_set(PL_ENOMEM, "scheduler: out of memory for %u sequences", s->max_seqs);
+    }
+    return 0;
+}
+
+void sched_free(sched *s)
+{
+    for (uint32_t i = 0; s->running && i < s->n_running; i++) free(s->running[i]);
+    for (sched_seq *q = s->wait_head, *nx; q; q = nx) {
+        nx = q->next;
+        free(q);
+    }
+    free(s->running);
+    free(s->planned);
+    free(s->items);
+    free(s->logits);
+    memset(s, 0, sizeof *s);
+}
+
+/* -------------------------------------------------------------- lists */
+
+static void wait_unlink(sched *s, sched_seq *q)
+{
+    if (q->prev) q->prev->next = q->next;
+    else s->wait_head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    else s->wait_tail = q->prev;
+    q->prev = q->next = NULL;
+    s->n_waiting--;
+}
+
+static void wait_push_back(sched *s, sched_seq *q)
+{
+    q->prev = s->wait_tail;
+    q->next = NULL;
+    if (s->wait_tail) s->wait_tail->next = q;
+    else s->wait_head = q;
+    s->wait_tail = q;
+    s->n_waiting++;
+}
+
+static void wait_push_front(sched *s, sched_seq *q)
+{
+    q->prev = NULL;
+    q->next = s->wait_head;
+    if (s->wait_head) s->wait_head->prev = q;
+    else s->wait_tail = q;
+    s->wait_head = q;
+    s->n_waiting++;
+}
+
+static uint32_t running_index(const sched *s, const sched_seq *q)
+{
+    for (uint32_t i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) return i;
+    assert(!"sequence not running");
+    return s->n_running;
+}
+
+static void running_remove(sched *s, sched_seq *q)
+{
+    uint32_t i = running_index(s, q);
+    memmove(s->running + i, s->running + i + 1, (s->n_running - i - 1) * sizeof *s->running);
+    s->n_running--;
+    s->slots_used -= (uint32_t)q->n_comp;
+}
+
+/* Inserts q at index at (keeps admission order). */
+static void running_insert(sched *s, uint32_t at, sched_seq *q)
+{
+    assert(s->n_running < s->max_seqs && at <= s->n_running);
+    memmove(s->running + at + 1, s->running + at, (s->n_running - at) * sizeof *s->running);
+    s->running[at] = q;
+    s->n_running++;
+}
+
+int sched_add(sched *s, pl_request *r)
+{
+    sched_seq *q = mem_calloc(1, sizeof *q);
+    if (!q) return err_set(PL_ENOMEM, "scheduler: out of memory queueing request %llu", (unsigned long long)r->id);
+    *q = (sched_seq){.r = r, .comp_lo = 0, .n_comp = r->n, .seq = -1, .fresh = true, .peek = -1};
+    wait_push_back(s, q);
+    return 0;
+}
+
+void sched_remove(sched *s, sched_seq *q)
+{
+    if (q->seq >= 0) {
+        running_remove(s, q);
+        pl_seq_free(s->ctx, q->seq);
+    } else {
+        wait_unlink(s, q);
+    }
+    free(q);
+}
+
+/* ------------------------------------------------------- block counting */
+
+static const kv_seq *sched_kv(const sched *s, const sched_seq *q)
+{
+    const kv_seq *kv = ctx_seq_kv(s->ctx, q->seq);
+    assert(kv && kv->n_tokens == q->n_done);
+    return kv;
+}
+
+/* Blocks kv_seq_append(kv, n) would take now (see the file header). */
+static uint32_t sched_blocks_for(const kv_seq *kv, uint32_t n)
+{
+    if (n == 0) return 0;
+    const uint32_t t = kv->pool->g.s.block_size;
+    const uint64_t end_tok = (uint64_t)kv->n_tokens + n;
+    uint32_t need = 0;
+    if (kv->mode == KV_SEQ_PAGED) need = (uint32_t)((end_tok + t - 1) / t) - kv->n_blocks;
+    uint32_t first = kv->n_tokens / t, end = (uint32_t)((end_tok - 1) / t) + 1;
+    uint32_t have = end < kv->n_blocks ? end : kv->n_blocks;
+    for (uint32_t i = first; i < have; i++) need += kv->pool->blocks[kv->table[i]].refcount > 1;
+    return need;
+}
+
+/* The most tokens (<= want) kv can append with `avail` blocks. */
+static uint32_t sched_fit(const kv_seq *kv, uint32_t want, uint32_t avail)
+{
+    if (sched_blocks_for(kv, want) <= avail) return want;
+    uint32_t lo = 0, hi = want; /* fits(lo), !fits(hi) */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (sched_blocks_for(kv, mid) <= avail) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static uint32_t sched_avail(const sched *s, uint32_t held)
+{
+    uint32_t a = kv_pool_available(s->pool);
+    return a > held ? a - held : 0;
+}
+
+/* ------------------------------------------------------------- planning */
+
+void sched_step_begin(sched *s)
+{
+    s->preempted_now = false;
+    s->n_items = 0;
+}
+
+static void sched_preempt(sched *s, sched_seq *q)
+{
+    assert(q->seq >= 0);
+    running_remove(s, q);
+    pl_seq_free(s->ctx, q->seq);
+    q->seq = -1;
+    q->n_done = 0;
+    q->peek = -1;
+    wait_push_front(s, q);
+    s->st.preemptions++;
+    s->preempted_now = true;
+}
+
+bool sched_preempt_newest(sched *s)
+{
+    if (s->n_running <= 1) return false;
+    sched_preempt(s, s->running[s->n_running - 1]);
+    return true;
+}
+
+/* Adds q's next n tokens to the plan; logits when they are its last. */
+static void sched_take(sched *s, sched_seq *q, uint32_t n)
+{
+    assert(n >= 1 && q->n_done + n <= sched_total(q) && s->n_items < (int)s->max_seqs);
+    const int i = s->n_items++;
+    const bool last = q->n_done + n == sched_total(q);
+    q->chunk = n;
+    s->planned[i] = q;
+    s->items[i] = (ctx_item){q->seq, q->r->comp[q->comp_lo].toks + q->n_done, n,
+                             last ? s->logits + (size_t)i * s->n_vocab : NULL};
+}
+
+static bool sched_is_decode(const sched_seq *q)
+{
+    return q->r->comp[q->comp_lo].n_gen > 0 && sched_total(q) - q->n_done == 1;
+}
+
+/* Step 1: one token for every decoding sequence, preempting the newest
+ * while the pool cannot hold them. Returns false with *too_big set if a
+ * sequence alone does not fit. */
+static bool sched_plan_decodes(sched *s, uint32_t *budget, uint32_t *held, sched_seq **too_big)
+{
+    for (uint32_t i = 0; i < s->n_running && *budget > 0; i++) {
+        sched_seq *q = s->running[i];
+        if (!sched_is_decode(q)) continue;
+        uint32_t need = sched_blocks_for(sched_kv(s, q), 1);
+        bool dropped = false;
+        while (need > sched_avail(s, *held) && !dropped) {
+            if (s->n_running == 1) { *too_big = q; return false; }
+            sched_seq *victim = s->running[s->n_running - 1];
+            dropped = victim == q;
+            sched_preempt(s, victim);
+            if (!dropped) need = sched_blocks_for(sched_kv(s, q), 1); /* a victim may have shared q's block */
+        }
+        if (dropped) break; /* q was the newest: nothing after it */
+        sched_take(s, q, 1);
+        *held += need;
+        (*budget)--;
+    }
+    return true;
+}
+
+/* Step 2: prefill chunks of running sequences, cut to budget and blocks. */
+static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
+{
+    for (uint32_t i = 0; i < s->n_running && *budget > 0; i++) {
+        sched_seq *q = s->running[i];
+        if (sched_is_decode(q)) continue;
+        uint32_t rem = sched_total(q) - q->n_done, want = rem < *budget ? rem : *budget;
+        const kv_seq *kv = sched_kv(s, q);
+        uint32_t n = sched_fit(kv, want, sched_avail(s, *held));
+        if (n == 0) continue;
+        *held += sched_blocks_for(kv, n);
+        sched_take(s, q, n);
+        *budget -= n;
+    }
+}
+
+/* The cached prefix of q's tokens, without keeping it: attach to a scratch
+ * sequence and free it (the blocks go back to the cache, now most recent).
+ * A ctx_prefix_peek() that only walks the hash chain would spare the slot. */
+static int32_t sched_peek(sched *s, sched_seq *q)
+{
+    if (q->peek_at == s->n_plans && q->peek >= 0) return q->peek;
+    int32_t id, k = 0;
+    if (pl_seq_new(s->ctx, &id) == 0) {
+        int h = ctx_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q));
+        k = h > 0 ? h : 0;
+        pl_seq_free(s->ctx, id);
+    }
+    q->peek = k;
+    q->peek_at = s->n_plans;
+    return k;
+}
+
+/* The waiting sequence to admit next: the front (FCFS; preempted ones are
+ * there), or with prefix_order the fresh one with the longest cached
+ * prefix among the first SCHED_PEEK_WINDOW (earliest on ties). */
+static sched_seq *sched_pick(sched *s)
+{
+    sched_seq *best = s->wait_head;
+    if (!s->prefix_order || !best->fresh || !s->prefix_cache) return best;
+    int32_t best_k = sched_peek(s, best);
+    int k = 1;
+    for (sched_seq *q = best->next; q && k < SCHED_PEEK_WINDOW; q = q->next, k++) {
+        int32_t h = sched_peek(s, q);
+        if (h > best_k) { best = q; best_k = h; }
+    }
+    return best;
+}
+
+/* Makes q running with a ctx sequence holding its cached prefix. */
+static void sched_admit(sched *s, sched_seq *q, int32_t id, uint32_t hit)
+{
+    wait_unlink(s, q);
+    q->seq = id;
+    q->n_done = hit;
+    q->order = s->next_order++;
+    running_insert(s, s->n_running, q);
+    s->slots_used += (uint32_t)q->n_comp;
+    if (q->fresh) {
+        /* Counted once per request: recomputation after preemption is not a hit. */
+        q->fresh = false;
+        q->r->admitted = true;
+        q->r->cached_tokens = hit;
+        s->st.prefix_query_tokens += q->r->n_prompt;
+        s->st.prefix_hit_tokens += hit;
+        s->st.prompt_tokens += q->r->n_prompt;
+    }
+}
+
+/* Step 3: admissions. Returns false with *too_big set if the pool cannot
+ * take even one token of a sequence while nothing else runs. */
+static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_seq **too_big)
+{
+    while (!s->preempted_now && *budget > 0 && s->wait_head && s->slots_used < s->max_seqs) {
+        sched_seq *q = sched_pick(s);
+        if (s->slots_used + (uint32_t)q->n_comp > s->max_seqs) break;
+        int32_t id;
+        if (pl_seq_new(s->ctx, &id) != 0) { /* static layout: no room to reserve n_ctx */
+            if (s->n_running == 0) { *too_big = q; return false; }
+            break;
+        }
+        int h = s->prefix_cache ? ctx_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q)) : 0;
+        uint32_t hit = h > 0 ? (uint32_t)h : 0;
+        const kv_seq *kv = ctx_seq_kv(s->ctx, id);
+        uint32_t rem = sched_total(q) - hit, want = rem < *budget ? rem : *budget;
+        uint32_t n = sched_fit(kv, want, sched_avail(s, *held));
+        if (n == 0) {
+            pl_seq_free(s->ctx, id);
+            if (s->n_running == 0) { *too_big = q; return false; }
+            break;
+        }
+        sched_admit(s, q, id, hit);
+        *held += sched_blocks_for(kv, n);
+        sched_take(s, q, n);
+        *budget -= n;
+    }
+    return true;
+}
+
+int sched_plan(sched *s, sched_seq **too_big)
+{
+    *too_big = NULL;
+    for (;;) {
+        s->n_items = 0;
+        s->n_plans++;
+        uint32_t budget = s->budget, held = 0;
+        if (!sched_plan_decodes(s, &budget, &held, too_big)) return 0;
+        sched_plan_prefills(s, &budget, &held);
+        if (!sched_plan_admits(s, &budget, &held, too_big)) return 0;
+        if (s->n_items > 0 || s->n_running == 0) return s->n_items;
+        /* Every running sequence is a prefill that got no block: they hold
+         * the pool between them. Free the newest and try again. */
+        if (s->n_running == 1) { *too_big = s->running[0]; return 0; }
+        sched_preempt_newest(s);
+    }
+}
+
+void sched_commit(sched *s)
+{
+    for (int i = 0; i < s->n_items; i++) {
+        sched_seq *q = s->planned[i];
+        q->n_done += q->chunk;
+        q->chunk = 0;
+        assert(pl_seq_len(s->ctx, q->seq) == q->n_done);
+    }
+}
+
+/* ----------------------------------------------------------------- fork */
+
+int sched_fork(sched *s, sched_seq *q, sched_seq **kids)
+{
+    assert(q->seq >= 0 && q->n_comp > 1 && q->n_done == sched_total(q));
+    /* Made first, so that no completion can be lost once forking starts. */
+    sched_seq *g = mem_calloc(1, sizeof *g);
+    if (!g) return err_set(PL_ENOMEM, "scheduler: out of memory forking request %llu", (unsigned long long)q->r->id);
+    uint32_t at = running_index(s, q) + 1;
+    int made = 0;
+    for (int32_t i = 1; i < q->n_comp; i++) {
+        sched_seq *k = mem_calloc(1, sizeof *k);
+        int32_t id;
+        if (!k || ctx_seq_fork(s->ctx, q->seq, &id) != 0) { free(k); break; }
+        *k = (sched_seq){.r = q->r, .comp_lo = q->comp_lo + i, .n_comp = 1, .seq = id, .n_done = q->n_done,
+                         .order = q->order, .peek = -1};
+        running_insert(s, at + (uint32_t)made, k);
+        kids[made++] = k;
+    }
+    int32_t left = q->n_comp - 1 - made;
+    q->n_comp = 1;
+    if (left == 0) {
+        free(g);
+        return made;
+    }
+    /* Their slots are given back; they recompute the prompt later. */
+    s->slots_used -= (uint32_t)left;
+    *g = (sched_seq){.r = q->r, .comp_lo = q->comp_lo + 1 + made, .n_comp = left, .seq = -1, .peek = -1};
+    wait_push_front(s, g);
+    return made;
+}
+
+/* ---------------------------------------------------------------- check */
+
+#define SCHED_BAD(...) err_set(PL_EFORMAT, "sched_check: " __VA_ARGS__)
+
+static int sched_check_running(const sched *s, kv_seq **live)
+{
+    uint32_t slots = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const sched_seq *q = s->running[i];
+        const kv_seq *kv = ctx_seq_kv(s->ctx, q->seq);
+        if (!kv) return SCHED_BAD("running %u: ctx sequence %d is not live", i, q->seq);
+        if (kv->n_tokens != q->n_done || pl_seq_len(s->ctx, q->seq) != q->n_done)
+            return SCHED_BAD("running %u: holds %u tokens, n_done %u", i, kv->n_tokens, q->n_done);
+        if (q->n_done >= sched_total(q)) return SCHED_BAD("running %u: nothing left to run", i);
+        if (i > 0 && s->running[i - 1]->order > q->order) return SCHED_BAD("running %u: out of admission order", i);
+        for (int32_t c = q->comp_lo; c < q->comp_lo + q->n_comp; c++)
+            if (q->r->comp[c].done) return SCHED_BAD("running %u: completion %d is done", i, c);
+        slots += (uint32_t)q->n_comp;
+        live[i] = (kv_seq *)kv;
+    }
+    if (slots != s->slots_used || s->n_running > slots || slots > s->max_seqs)
+        return SCHED_BAD("slots_used %u, counted %u, running %u, max %u", s->slots_used, slots, s->n_running,
+                         s->max_seqs);
+    return 0;
+}
+
+static int sched_check_waiting(const sched *s)
+{
+    uint32_t n = 0;
+    bool seen_fresh = false;
+    for (const sched_seq *q = s->wait_head; q; q = q->next, n++) {
+        if (q->seq != -1 || q->n_done != 0) return SCHED_BAD("waiting %u holds a ctx sequence", n);
+        if (seen_fresh && !q->fresh) return SCHED_BAD("waiting %u: preempted after a fresh request", n);
+        seen_fresh |= q->fresh;
+        if (q->next && q->next->prev != q) return SCHED_BAD("waiting %u: broken links", n);
+        if (!q->next && s->wait_tail != q) return SCHED_BAD("waiting: tail is not the last");
+    }
+    if (n != s->n_waiting) return SCHED_BAD("n_waiting %u, counted %u", s->n_waiting, n);
+    return 0;
+}
+
+int sched_check(sched *s)
+{
+    kv_seq **live = mem_calloc(s->max_seqs ? s->max_seqs : 1, sizeof *live);
+    if (!live) return PL_ENOMEM;
+    int rc = sched_check_running(s, live);
+    if (!rc) rc = sched_check_waiting(s);
+    if (!rc) rc = kv_check(s->pool, live, s->n_running);
+    free(live);
+    return rc;
+}

@@ -1,0 +1,1035 @@
+/* test_engine.c - the engine (src/engine) end to end on stories260K:
+ * continuous batching gives the tokens of plain one-sequence generation,
+ * n > 1 forks share the prompt's blocks, a small pool preempts and
+ * recomputes without changing a token, cancellation and free are safe,
+ * validation, queue limits, shutdown, stop strings, logprobs, the kv JSON.
+ *
+ * The reference everywhere is our_greedy (tests/gen_util.h): pl_seq_append
+ * one token at a time, which test_generate ties to llama.cpp. */
+#include "test.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/request.h"
+#include "gen_util.h"
+
+#define STORIES SHARED_MODELS "/stories260K.gguf"
+#define N_CTX 512
+#define WAIT_MS 60000 /* per event: generous for sanitizer builds */
+
+static pl_model *M;
+
+static const char *prompts[] = {
+    "Once upon a time",
+    "Lily and Tom went to the park. They saw a big dog",
+    "The little cat was sad because",
+    "One day, a girl named Sue found a shiny",
+    "Tim had a red ball. He liked to",
+    "The sun was hot and the bird",
+    "Mom said, \"Let's bake a cake",
+    "There was a big tree in the garden. Every day",
+};
+#define N_PROMPTS ((int)(sizeof prompts / sizeof prompts[0]))
+
+/* ------------------------------------------------------------- helpers */
+
+typedef struct {
+    id_list ids[16];
+    float lp[16][512];          /* logprob of each token (when asked) */
+    char text[16][8192];
+    size_t text_len[16];
+    const char *reason[16];
+    pl_event done[16];
+    int n_done, n_error, n_events;
+    char error[256];
+    int last_kind;
+} result;
+
+static result *result_new(void) { return calloc(1, sizeof(result)); }
+
+static void tokenize(const char *text, id_list *out)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const pl_vocab *v = pl_model_vocab(M);
+    out->n = 0;
+    if (pl_tokenize(v, text, strlen(text), pl_vocab_add_bos(v), false, &ids, &n) != 0) return;
+    for (size_t i = 0; i < n && i < 4096; i++) out->ids[out->n++] = ids[i];
+    pl_free(ids);
+}
+
+static void engine_params(pl_engine_params *p)
+{
+    pl_engine_params_default(p);
+    p->ctx.n_threads = 2;
+    p->ctx.n_ctx = N_CTX;
+}
+
+static void request_params(pl_request_params *rp, const id_list *prompt, int max_tokens)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->prompt = prompt->ids;
+    rp->n_prompt = (size_t)prompt->n;
+    rp->max_tokens = max_tokens;
+    rp->n = 1;
+    pl_sampler_params_default(&rp->sampling);
+    rp->sampling.temperature = 0;
+    rp->ignore_eos = true;
+    rp->top_logprobs = -1;
+}
+
+/* Reads r's events until it is finished; 0 when it ended, -1 on timeout or
+ * an event after the end. */
+static int collect(pl_request *r, result *res)
+{
+    pl_event ev;
+    for (;;) {
+        int k = pl_request_next(r, &ev, WAIT_MS);
+        if (k == 2) return 0;
+        if (k != 1) return -1;
+        res->n_events++;
+        res->last_kind = ev.kind;
+        int i = ev.index;
+        if (i < 0 || i >= 16) return -1;
+        if (ev.kind == PL_EV_ERROR) {
+            res->n_error++;
+            snprintf(res->error, sizeof res->error, "%s", ev.message);
+            continue;
+        }
+        if (res->text_len[i] + ev.text_len < sizeof res->text[i]) {
+            memcpy(res->text[i] + res->text_len[i], ev.text, ev.text_len);
+            res->text_len[i] += ev.text_len;
+        }
+        if (ev.kind == PL_EV_DONE) {
+            res->reason[i] = ev.finish_reason;
+            res->done[i] = ev;
+            res->n_done++;
+        } else if (ev.token >= 0 && res->ids[i].n < 512) {
+            res->lp[i][res->ids[i].n] = ev.logprob;
+            res->ids[i].ids[res->ids[i].n++] = ev.token;
+        }
+    }
+}
+
+/* Submits and collects one request. */
+static int run_one(pl_engine *e, const pl_request_params *rp, result *res)
+{
+    pl_request *r = NULL;
+    int rc = pl_engine_submit(e, rp, &r);
+    if (rc) return rc;
+    rc = collect(r, res);
+    pl_request_free(r);
+    return rc;
+}
+
+/* The reference: our_greedy with the engine's context size. */
+static int reference(const id_list *prompt, int n_gen, id_list *out, float *steps)
+{
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    cp.n_ctx = N_CTX;
+    return our_greedy(M, &cp, prompt->ids, prompt->n, n_gen, out, steps);
+}
+
+/* --------------------------------------------------------------- tests */
+
+TEST(single_greedy_request_equals_pl_seq_append_generation)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt, ref;
+    tokenize(prompts[0], &prompt);
+    CHECK(reference(&prompt, 64, &ref, NULL) == 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 64);
+    result *res = result_new();
+    int rc = run_one(e, &rp, res);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(res->n_done, 1);
+    CHECK_STR(res->reason[0], "length");
+    CHECK_EQ_INT(res->done[0].completion_tokens, 64);
+    CHECK_EQ_INT(res->done[0].prompt_tokens, prompt.n);
+    CHECK_MSG(ids_equal(&res->ids[0], &ref), "tokens differ from our_greedy at %d", first_difference(&res->ids[0], &ref));
+    /* the text is the detokenized ids */
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(pl_detokenize(pl_model_vocab(M), ref.ids, (size_t)ref.n, &text, &len) == 0);
+    CHECK_MSG(len == res->text_len[0] && memcmp(text, res->text[0], len) == 0, "text \"%s\" vs \"%.*s\"", text,
+              (int)res->text_len[0], res->text[0]);
+    pl_free(text);
+    CHECK_EQ_INT(mt.requests_total, 1);
+    CHECK_EQ_INT(mt.requests_finished, 1);
+    CHECK_EQ_INT(mt.generated_tokens, 64);
+    CHECK_EQ_INT(mt.prompt_tokens, prompt.n);
+    CHECK_EQ_INT(mt.ttft.n, 1);
+    CHECK_EQ_INT(mt.itl.n, 63);
+    CHECK_EQ_INT(mt.e2e.n, 1);
+    CHECK_EQ_INT(mt.e2e.count[PL_HIST_BUCKETS - 1], 1);
+    CHECK(isinf(mt.e2e.le[PL_HIST_BUCKETS - 1]));
+    CHECK(mt.steps >= 64);
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+    CHECK_EQ_INT(mt.running, 0);
+    free(res);
+}
+
+/* Submits every prompt at once (each with logprobs of its tokens) and
+ * compares each with its reference. */
+TEST(eight_concurrent_greedy_requests_equal_their_single_runs)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt[N_PROMPTS], ref[N_PROMPTS];
+    pl_request *r[N_PROMPTS];
+    result *alone[N_PROMPTS], *res[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++) {
+        tokenize(prompts[i], &prompt[i]);
+        CHECK(reference(&prompt[i], 64, &ref[i], NULL) == 0);
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 64);
+        rp.top_logprobs = 0;
+        alone[i] = result_new();
+        res[i] = result_new();
+        CHECK(run_one(e, &rp, alone[i]) == 0);
+    }
+    pl_engine_metrics m0, m1;
+    pl_engine_metrics_get(e, &m0);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 64);
+        rp.top_logprobs = 0;
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+    }
+    for (int i = 0; i < N_PROMPTS; i++) {
+        CHECK(collect(r[i], res[i]) == 0);
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics_get(e, &m1);
+    pl_engine_free(e);
+    double maxd = 0;
+    int bad = -1, at = 0;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        CHECK_MSG(ids_equal(&alone[i]->ids[0], &ref[i]), "prompt %d alone differs from our_greedy at %d", i,
+                  first_difference(&alone[i]->ids[0], &ref[i]));
+        int d = first_difference(&res[i]->ids[0], &alone[i]->ids[0]);
+        for (int t = 0; t < d && t < 512; t++) maxd = fmax(maxd, fabs(res[i]->lp[0][t] - alone[i]->lp[0][t]));
+        if (bad < 0 && !ids_equal(&res[i]->ids[0], &alone[i]->ids[0])) { bad = i; at = d; }
+    }
+    uint64_t steps = m1.steps - m0.steps;
+    INFO("8 requests x 64 tokens batched in %llu steps (alone: %llu); max |chosen logprob diff| batched vs alone %.3g",
+         (unsigned long long)steps, (unsigned long long)m0.steps, maxd);
+    CHECK_MSG(bad < 0, "prompt %d: batched tokens differ from its single run at %d (max logprob diff before: %.3g): "
+              "the kernels are not batch-invariant", bad, at, maxd);
+    /* they did run together: far fewer steps than one after another */
+    CHECK_MSG(steps < 8 * 64 / 2, "%llu steps for 8 x 64 tokens: not batched", (unsigned long long)steps);
+    for (int i = 0; i < N_PROMPTS; i++) { free(alone[i]); free(res[i]); }
+}
+
+/* Waits for a snapshot with `running` sequences of one length >= min_len. */
+static int wait_for_running(pl_engine *e, uint32_t running, uint64_t min_len, pl_engine_metrics *out)
+{
+    for (int i = 0; i < 200000; i++) {
+        pl_engine_metrics_get(e, out);
+        if (out->running == running && out->kv.tokens % running == 0 && out->kv.tokens >= min_len * running) return 0;
+        usleep(50);
+    }
+    return -1;
+}
+
+TEST(n4_greedy_completions_are_equal_and_share_the_prompt)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt, ref;
+    tokenize(prompts[1], &prompt); /* more than one block */
+    CHECK(reference(&prompt, 48, &ref, NULL) == 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 48);
+    rp.n = 4;
+    result *res = result_new();
+    CHECK(run_one(e, &rp, res) == 0);
+    pl_engine_free(e);
+    CHECK_EQ_INT(res->n_done, 4);
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(ids_equal(&res->ids[i], &ref), "completion %d differs from our_greedy at %d", i,
+                  first_difference(&res->ids[i], &ref));
+        CHECK_STR(res->reason[i], "length");
+        CHECK_EQ_INT(res->done[i].completion_tokens, 48);
+    }
+    free(res);
+}
+
+TEST(n4_sampled_completions_follow_their_seeds_and_hold_the_prompt_once)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt;
+    tokenize("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog.", &prompt);
+    const int T = 16, n_gen = 200, p_full = prompt.n / T;
+    CHECK(prompt.n > 2 * T && prompt.n % T != 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, n_gen);
+    rp.n = 4;
+    rp.sampling.temperature = 0.8f;
+    rp.sampling.seed = 42;
+    result *a = result_new(), *b = result_new(), *one = result_new();
+    pl_request *r;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    pl_engine_metrics mt;
+    int seen = wait_for_running(e, 4, (uint64_t)prompt.n + 2 * T, &mt); /* past the copy-on-write */
+    CHECK(collect(r, a) == 0);
+    pl_request_free(r);
+    CHECK_MSG(seen == 0, "never saw the 4 completions running together");
+    /* every completion holds the full prompt blocks once, plus its own */
+    uint32_t len = (uint32_t)(mt.kv.tokens / 4), own = (len + T - 1) / T - (uint32_t)p_full;
+    INFO("n=4 at %u tokens each: %u blocks used (shared prompt: %u; unshared would be %u)", len, mt.kv.blocks_used,
+         p_full + 4 * own, 4 * (p_full + own));
+    CHECK_MSG(mt.kv.blocks_used <= (uint32_t)p_full + 4 * own, "%u blocks used for 4 x %u tokens: prompt not shared",
+              mt.kv.blocks_used, len);
+    CHECK(mt.kv.blocks_used < 4 * (p_full + own));
+    /* the same seed gives the same completions */
+    CHECK(run_one(e, &rp, b) == 0);
+    int differ = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(a->ids[i].n, n_gen);
+        CHECK_MSG(ids_equal(&a->ids[i], &b->ids[i]), "completion %d not deterministic", i);
+        differ += i > 0 && !ids_equal(&a->ids[i], &a->ids[0]);
+        /* completion i is a single request with seed + i */
+        pl_request_params r1 = rp;
+        r1.n = 1;
+        r1.sampling.seed = 42 + (uint64_t)i;
+        memset(one, 0, sizeof *one);
+        CHECK(run_one(e, &r1, one) == 0);
+        CHECK_MSG(ids_equal(&one->ids[0], &a->ids[i]), "completion %d differs from n=1 with seed %d at %d", i,
+                  42 + i, first_difference(&one->ids[0], &a->ids[i]));
+    }
+    CHECK_MSG(differ > 0, "4 sampled completions are all the same");
+    pl_engine_free(e);
+    free(a);
+    free(b);
+    free(one);
+}
+
+TEST(small_pool_preempts_and_recomputes_without_changing_tokens)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine_metrics m0;
+    pl_engine_metrics_get(e, &m0);
+    pl_engine_free(e);
+    /* 14 blocks of 16 tokens; each request needs up to 6 (<= 30 + 64 tokens) */
+    ep.ctx.kv_mem = 14 * m0.kv.block_bytes;
+    ep.ctx.max_seqs = 8;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt[N_PROMPTS], ref[N_PROMPTS];
+    pl_request *r[N_PROMPTS];
+    result *res[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++) {
+        tokenize(prompts[i], &prompt[i]);
+        CHECK(reference(&prompt[i], 64, &ref[i], NULL) == 0);
+    }
+    for (int i = 0; i < N_PROMPTS; i++) { /* all at once */
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 64);
+        res[i] = result_new();
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+    }
+    for (int i = 0; i < N_PROMPTS; i++) {
+        CHECK(collect(r[i], res[i]) == 0);
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("pool of %u blocks, 8 requests: %llu preemptions, %llu steps", mt.kv.blocks_total,
+         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
+    CHECK_EQ_INT(mt.kv.blocks_total, 14);
+    CHECK(mt.preemptions > 0);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        CHECK_MSG(res[i]->n_error == 0, "request %d: %s", i, res[i]->error);
+        CHECK_EQ_INT(res[i]->done[0].completion_tokens, 64);
+        CHECK_MSG(ids_equal(&res[i]->ids[0], &ref[i]), "request %d differs from our_greedy at %d", i,
+                  first_difference(&res[i]->ids[0], &ref[i]));
+        free(res[i]);
+    }
+    CHECK_EQ_INT(mt.generated_tokens, 8 * 64); /* recomputed tokens are not emitted again */
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+}
+
+TEST(request_larger_than_the_whole_pool_gets_an_error)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine_metrics m0;
+    pl_engine_metrics_get(e, &m0);
+    pl_engine_free(e);
+    ep.ctx.kv_mem = 2 * m0.kv.block_bytes;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt;
+    tokenize(prompts[0], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 64);
+    result *big = result_new(), *small = result_new();
+    CHECK(run_one(e, &rp, big) == 0);
+    rp.max_tokens = 8; /* fits 2 blocks: the engine still serves */
+    CHECK(run_one(e, &rp, small) == 0);
+    pl_engine_free(e);
+    CHECK_EQ_INT(big->n_error, 1);
+    CHECK_EQ_INT(big->last_kind, PL_EV_ERROR);
+    CHECK_MSG(strstr(big->error, "whole pool"), "%s", big->error);
+    CHECK_EQ_INT(small->n_error, 0);
+    CHECK_EQ_INT(small->done[0].completion_tokens, 8);
+    free(big);
+    free(small);
+}
+
+TEST(generation_stops_at_the_context_with_length)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.n_ctx = 32;
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[1], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 100); /* prompt + max_tokens beyond n_ctx is allowed */
+    result *res = result_new();
+    CHECK(run_one(e, &rp, res) == 0);
+    pl_engine_free(e);
+    CHECK_STR(res->reason[0], "length");
+    /* like tools/generate.c: the last token is sampled at position n_ctx - 1 */
+    CHECK_EQ_INT(res->done[0].completion_tokens, 32 - prompt.n + 1);
+    free(res);
+}
+
+TEST(cancel_frees_blocks_and_ends_with_cancelled)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 2;
+    ep.max_batch_tokens = 64;
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[1], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 400);
+    rp.n = 2;
+    pl_request *r, *w;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    CHECK(pl_engine_submit(e, &rp, &w) == 0); /* waits: both slots are taken */
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(r, &ev, WAIT_MS), 1);
+    CHECK_EQ_INT(ev.kind, PL_EV_TOKEN);
+    pl_request_cancel(r);
+    pl_request_cancel(r); /* idempotent */
+    pl_request_cancel(w); /* waiting, or admitted in the step that dropped r */
+    result *res = result_new(), *wres = result_new();
+    CHECK(collect(r, res) == 0);
+    CHECK(collect(w, wres) == 0);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    CHECK_EQ_INT(res->n_done, 2);
+    CHECK_STR(res->reason[0], "cancelled");
+    CHECK_STR(res->reason[1], "cancelled");
+    CHECK_EQ_INT(res->last_kind, PL_EV_DONE);
+    CHECK(res->done[0].completion_tokens < 400);
+    CHECK_STR(wres->reason[0], "cancelled");
+    CHECK_EQ_INT(pl_request_next(w, &ev, 0), 2);
+    pl_request_free(r);
+    pl_request_free(w);
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+    CHECK_EQ_INT(mt.running, 0);
+    CHECK_EQ_INT(mt.requests_cancelled, 2);
+    pl_engine_free(e);
+    free(res);
+    free(wres);
+}
+
+TEST(cancel_of_a_waiting_request_and_free_of_a_running_one)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 1;
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[0], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 300);
+    pl_request *run, *wait;
+    CHECK(pl_engine_submit(e, &rp, &run) == 0);
+    CHECK(pl_engine_submit(e, &rp, &wait) == 0);
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(run, &ev, WAIT_MS), 1); /* run is running, wait waits */
+    CHECK_EQ_INT(pl_request_next(wait, &ev, 0), 0);      /* nothing yet: timed out */
+    CHECK_EQ_INT(pl_request_next(wait, &ev, 5), 0);
+    pl_request_cancel(wait);
+    result *wres = result_new();
+    CHECK(collect(wait, wres) == 0);
+    CHECK_STR(wres->reason[0], "cancelled");
+    CHECK_EQ_INT(wres->done[0].completion_tokens, 0);
+    pl_request_free(wait);
+    pl_request_free(run); /* running: cancelled, the engine keeps its memory until it is done */
+    rp.max_tokens = 16;
+    result *after = result_new();
+    CHECK(run_one(e, &rp, after) == 0);
+    CHECK_EQ_INT(after->done[0].completion_tokens, 16);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+    CHECK_EQ_INT(mt.requests_cancelled, 2);
+    CHECK_EQ_INT(mt.requests_finished, 3);
+    pl_engine_free(e);
+    free(wres);
+    free(after);
+}
+
+TEST(submit_validates_its_parameters)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt, longp;
+    tokenize(prompts[0], &prompt);
+    longp.n = N_CTX + 1;
+    for (int i = 0; i < longp.n; i++) longp.ids[i] = 300;
+    pl_request_params rp;
+    pl_request *r = NULL;
+#define CASE(what_, code_, msg_, change) do { request_params(&rp, &prompt, 8); change; \
+    int rc_ = pl_engine_submit(e, &rp, &r); \
+    CHECK_MSG(rc_ == code_, "%s: %d (%s)", what_, rc_, pl_last_error()); \
+    CHECK_MSG(strstr(pl_last_error(), msg_), "%s: \"%s\" lacks \"%s\"", what_, pl_last_error(), msg_); } while (0)
+    CASE("empty prompt", PL_ERR_INVAL, "empty prompt", rp.n_prompt = 0);
+    CASE("n 0", PL_ERR_RANGE, "n 0", rp.n = 0);
+    CASE("n 17", PL_ERR_RANGE, "n 17", rp.n = 17);
+    CASE("max_tokens 0", PL_ERR_RANGE, "max_tokens", rp.max_tokens = 0);
+    CASE("prompt > n_ctx", PL_ERR_RANGE, "context", (rp.prompt = longp.ids, rp.n_prompt = (size_t)longp.n));
+    CASE("bad token", PL_ERR_INVAL, "100000", (longp.ids[3] = 100000, rp.prompt = longp.ids, rp.n_prompt = 10));
+    CASE("temperature", PL_ERR_INVAL, "temperature", rp.sampling.temperature = -1);
+    CASE("top_p", PL_ERR_INVAL, "top_p", rp.sampling.top_p = 2);
+    CASE("top_logprobs", PL_ERR_RANGE, "top_logprobs", rp.top_logprobs = 21);
+    static char big[PL_MAX_STOP_LEN + 1];
+    memset(big, 'a', PL_MAX_STOP_LEN);
+    const char *stops[] = {"ok", big};
+    CASE("stop too long", PL_ERR_RANGE, "stop string 1", (rp.stops = stops, rp.n_stops = 2));
+#undef CASE
+    CHECK(r == NULL);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    CHECK_EQ_INT(mt.requests_total, 0);
+    pl_engine_free(e);
+    /* engine parameters too */
+    ep.max_batch_tokens = 4;
+    ep.ctx.max_seqs = 8;
+    CHECK(pl_engine_new(&e, M, &ep) == PL_ERR_INVAL);
+    CHECK(strstr(pl_last_error(), "max_batch_tokens"));
+    engine_params(&ep);
+    ep.ctx.no_kv_cache = true;
+    CHECK(pl_engine_new(&e, M, &ep) == PL_ERR_UNSUPPORTED);
+}
+
+TEST(a_full_queue_refuses_and_shutdown_drains)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 1;
+    ep.max_queue = 2;
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[2], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 100);
+    pl_request *r[8];
+    int ok = 0, full = 0;
+    for (int i = 0; i < 8; i++) {
+        pl_request *x = NULL;
+        int rc = pl_engine_submit(e, &rp, &x);
+        if (rc == 0) r[ok++] = x;
+        else if (rc == PL_ERR_FULL) full++;
+        else CHECK_MSG(0, "submit %d: %d %s", i, rc, pl_last_error());
+    }
+    CHECK_MSG(full > 0 && ok >= 2 && ok <= 4, "%d accepted, %d refused as full", ok, full);
+    pl_engine_shutdown(e);
+    pl_request *x = NULL;
+    CHECK_EQ_INT(pl_engine_submit(e, &rp, &x), PL_ERR_UNSUPPORTED);
+    CHECK(strstr(pl_last_error(), "shut down"));
+    for (int i = 0; i < ok; i++) {
+        result *res = result_new();
+        CHECK(collect(r[i], res) == 0);
+        CHECK_MSG(res->n_done == 1 && strcmp(res->reason[0], "length") == 0, "request %d not drained", i);
+        CHECK_EQ_INT(res->done[0].completion_tokens, 100);
+        pl_request_free(r[i]);
+        free(res);
+    }
+    char *json = pl_engine_kv_json(e); /* after the thread drained and exited */
+    CHECK(json && strstr(json, "\"blocks_used\":0"));
+    pl_free(json);
+    pl_engine_free(e);
+}
+
+TEST(engine_free_ends_live_requests_which_stay_readable)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 2;
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[3], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 400);
+    pl_request *r[4];
+    for (int i = 0; i < 4; i++) CHECK(pl_engine_submit(e, &rp, &r[i]) == 0);
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(r[0], &ev, WAIT_MS), 1);
+    pl_engine_free(e);
+    for (int i = 0; i < 4; i++) {
+        result *res = result_new();
+        CHECK(collect(r[i], res) == 0);
+        CHECK_STR(res->reason[0], "cancelled");
+        pl_request_cancel(r[i]);
+        pl_request_free(r[i]);
+        free(res);
+    }
+}
+
+TEST(stop_string_ends_generation_before_it)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[0], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 64);
+    result *full = result_new(), *cut = result_new();
+    CHECK(run_one(e, &rp, full) == 0);
+    CHECK(full->text_len[0] > 40);
+    char stop[8];
+    memcpy(stop, full->text[0] + full->text_len[0] / 2, 6);
+    stop[6] = 0;
+    const char *stops[] = {"never appears", stop};
+    size_t want = (size_t)(strstr(full->text[0], stop) - full->text[0]);
+    rp.stops = stops;
+    rp.n_stops = 2;
+    CHECK(run_one(e, &rp, cut) == 0);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    CHECK_STR(cut->reason[0], "stop");
+    CHECK_MSG(cut->text_len[0] == want && memcmp(cut->text[0], full->text[0], want) == 0,
+              "text \"%.200s\" is not the %zu bytes before \"%s\"", cut->text[0], want, stop);
+    CHECK(strstr(cut->text[0], stop) == NULL);
+    CHECK(cut->done[0].completion_tokens < 64);
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+    free(full);
+    free(cut);
+}
+
+TEST(logprobs_are_log_softmax_of_the_logits)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt, ref;
+    tokenize(prompts[2], &prompt);
+    const int n_gen = 16, nv = (int)pl_model_n_vocab(M);
+    float *steps = malloc(sizeof(float) * (size_t)nv * n_gen);
+    CHECK(reference(&prompt, n_gen, &ref, steps) == 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, n_gen);
+    rp.top_logprobs = 5;
+    pl_request *r;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    pl_event ev;
+    int t = 0, k;
+    while ((k = pl_request_next(r, &ev, WAIT_MS)) == 1) {
+        if (ev.kind != PL_EV_TOKEN) continue;
+        CHECK(t < n_gen);
+        const float *l = steps + (size_t)t * nv;
+        double mx = l[0], sum = 0;
+        for (int i = 1; i < nv; i++) mx = fmax(mx, l[i]);
+        for (int i = 0; i < nv; i++) sum += exp(l[i] - mx);
+        double want = l[ref.ids[t]] - mx - log(sum), psum = 0;
+        CHECK_EQ_INT(ev.token, ref.ids[t]);
+        CHECK_NEAR(ev.logprob, want, 1e-4);
+        CHECK(ev.logprob <= 0);
+        CHECK_EQ_INT(ev.n_top, 5);
+        CHECK_EQ_INT(ev.top_ids[0], ev.token); /* greedy: the best is chosen */
+        CHECK_NEAR(ev.top_logprobs[0], ev.logprob, 1e-6);
+        for (int i = 0; i < ev.n_top; i++) {
+            CHECK(ev.top_logprobs[i] <= 0);
+            CHECK(i == 0 || ev.top_logprobs[i] <= ev.top_logprobs[i - 1]);
+            CHECK_NEAR(ev.top_logprobs[i], l[ev.top_ids[i]] - mx - log(sum), 1e-4);
+            psum += exp(ev.top_logprobs[i]);
+        }
+        CHECK(psum <= 1 + 1e-5);
+        t++;
+    }
+    CHECK_EQ_INT(k, 2);
+    CHECK_EQ_INT(t, n_gen);
+    pl_request_free(r);
+    pl_engine_free(e);
+    free(steps);
+}
+
+TEST(kv_json_shows_blocks_shared_by_a_fork)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt;
+    tokenize(prompts[1], &prompt);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 300);
+    rp.n = 2;
+    pl_request *r;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(r, &ev, WAIT_MS), 1);
+    char *s = pl_engine_kv_json(e);
+    pl_request_cancel(r);
+    CHECK(s);
+    json_t *o = json_loads(s, 0, NULL);
+    pl_free(s);
+    CHECK(o);
+    json_t *blocks = json_object_get(o, "blocks"), *seqs = json_object_get(o, "sequences");
+    int total = (int)json_integer_value(json_object_get(o, "blocks_total"));
+    int used = (int)json_integer_value(json_object_get(o, "blocks_used"));
+    CHECK_EQ_INT(json_array_size(blocks), total);
+    CHECK_EQ_INT(json_array_size(seqs), 2);
+    int n_used = 0, shared = 0;
+    size_t i;
+    json_t *b;
+    json_array_foreach(blocks, i, b) {
+        const char *st = json_string_value(json_object_get(b, "state"));
+        json_t *own = json_object_get(b, "owners");
+        if (strcmp(st, "used") == 0) n_used++;
+        CHECK_EQ_INT(json_array_size(own), json_integer_value(json_object_get(b, "refcount")));
+        if (json_array_size(own) == 2) {
+            shared++;
+            json_t *w = json_array_get(own, 1);
+            CHECK_EQ_INT(json_integer_value(json_object_get(w, "request")), pl_request_id(r));
+        }
+    }
+    json_decref(o);
+    CHECK_EQ_INT(n_used, used);
+    CHECK_MSG(shared >= prompt.n / 16, "%d blocks shared by the 2 completions", shared);
+    result *res = result_new();
+    CHECK(collect(r, res) == 0);
+    pl_request_free(r);
+    pl_engine_free(e);
+    free(res);
+}
+
+TEST(static_layout_serves_requests_one_reservation_each)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine_metrics m0;
+    pl_engine_metrics_get(e, &m0);
+    pl_engine_free(e);
+    ep.ctx.layout = PL_KV_STATIC;
+    ep.ctx.max_seqs = 4;
+    ep.ctx.kv_mem = 2 * (N_CTX / 16) * m0.kv.block_bytes; /* room for 2 of the 4 slots */
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    pl_request *r[4];
+    id_list prompt[4], ref[4];
+    for (int i = 0; i < 4; i++) {
+        tokenize(prompts[i], &prompt[i]);
+        CHECK(reference(&prompt[i], 32, &ref[i], NULL) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 32);
+        CHECK(pl_engine_submit(e, &rp, &r[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        result *res = result_new();
+        CHECK(collect(r[i], res) == 0);
+        CHECK_MSG(res->n_error == 0, "%s", res->error);
+        CHECK(ids_equal(&res->ids[0], &ref[i]));
+        pl_request_free(r[i]);
+        free(res);
+    }
+    pl_engine_free(e);
+}
+
+/* Until the prefix cache serves hits this checks the bookkeeping and that
+ * ordering by cached prefix changes no token; with hits it checks that
+ * served blocks give the same tokens as computed ones. */
+TEST(prefix_order_and_repeated_prompts_keep_tokens_and_count_hits)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 2;
+    ep.prefix_order = true;
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    id_list prompt[6], ref[6];
+    pl_request *r[6];
+    const int pick[6] = {0, 1, 0, 7, 1, 0};
+    uint64_t query = 0, hits = 0;
+    for (int i = 0; i < 6; i++) {
+        tokenize(prompts[pick[i]], &prompt[i]);
+        CHECK(reference(&prompt[i], 24, &ref[i], NULL) == 0);
+        query += (uint64_t)prompt[i].n;
+    }
+    for (int i = 0; i < 6; i++) {
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 24);
+        CHECK(pl_engine_submit(e, &rp, &r[i]) == 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        result *res = result_new();
+        CHECK(collect(r[i], res) == 0);
+        CHECK_MSG(ids_equal(&res->ids[0], &ref[i]), "request %d differs at %d", i,
+                  first_difference(&res->ids[0], &ref[i]));
+        CHECK((int)res->done[0].cached_tokens < prompt[i].n);
+        hits += res->done[0].cached_tokens;
+        pl_request_free(r[i]);
+        free(res);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("prefix cache: %llu of %llu prompt tokens served", (unsigned long long)hits, (unsigned long long)query);
+    CHECK_EQ_INT(mt.prefix_query_tokens, query);
+    CHECK_EQ_INT(mt.prefix_hit_tokens, hits);
+    CHECK_EQ_INT(mt.prompt_tokens, query);
+}
+
+/* A mixed load: n = 1..3, greedy and sampled, stop strings, logprobs,
+ * prompts longer than the step budget (chunked prefill), a pool too small
+ * for it all (preemption), cancels at random moments. The scheduler's and
+ * the pool's invariants are checked after every engine iteration
+ * (PAGELLM_ENGINE_CHECK), every request ends with consistent events, and
+ * what was not cancelled equals the run on a large pool. */
+#define STRESS_N 30
+
+static void stress_params(int i, id_list *prompt, pl_request_params *rp)
+{
+    static const char *const stops[] = {" the"};
+    char text[512];
+    if (i % 4 == 1) snprintf(text, sizeof text, "%s %s", prompts[i % N_PROMPTS], prompts[(i + 3) % N_PROMPTS]);
+    else snprintf(text, sizeof text, "%s", prompts[i % N_PROMPTS]);
+    tokenize(text, prompt);
+    request_params(rp, prompt, 10 + (i * 7) % 50);
+    rp->n = 1 + i % 3;
+    rp->sampling.temperature = i % 2 ? 0.8f : 0;
+    rp->sampling.seed = (uint64_t)i;
+    rp->ignore_eos = i % 3 != 0;
+    rp->top_logprobs = i % 4 == 0 ? 3 : -1;
+    if (i % 5 == 0) { rp->stops = stops; rp->n_stops = 1; }
+}
+
+/* Runs the STRESS_N requests; cancels some when `cancel`. */
+static int stress_run(const pl_engine_params *ep, bool cancel, result **res, char *why, size_t wn)
+{
+    pl_engine *e = NULL;
+    if (pl_engine_new(&e, M, ep) != 0) { snprintf(why, wn, "engine: %s", pl_last_error()); return -1; }
+    static id_list prompt[STRESS_N];
+    pl_request *r[STRESS_N];
+    for (int i = 0; i < STRESS_N; i++) {
+        pl_request_params rp;
+        stress_params(i, &prompt[i], &rp);
+        if (pl_engine_submit(e, &rp, &r[i]) != 0) { snprintf(why, wn, "submit %d: %s", i, pl_last_error()); return -1; }
+        if (cancel && i % 7 == 3) pl_request_cancel(r[i]);
+    }
+    int rc = 0;
+    for (int i = 0; i < STRESS_N; i++) {
+        pl_event ev;
+        if (cancel && i % 7 == 5 && pl_request_next(r[i], &ev, WAIT_MS) == 1) {
+            pl_request_cancel(r[i]); /* after its first event (or its end) */
+            res[i]->n_events++;
+            if (ev.kind == PL_EV_TOKEN && ev.index == 0) res[i]->ids[0].ids[res[i]->ids[0].n++] = ev.token;
+            if (ev.kind == PL_EV_DONE) { res[i]->reason[ev.index] = ev.finish_reason; res[i]->done[ev.index] = ev; res[i]->n_done++; }
+        }
+        if (collect(r[i], res[i]) != 0) { snprintf(why, wn, "request %d: no end", i); rc = -1; }
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("stress on %u blocks%s: %llu preemptions, %llu steps, %llu cancelled", mt.kv.blocks_total,
+         cancel ? " with cancels" : "", (unsigned long long)mt.preemptions, (unsigned long long)mt.steps,
+         (unsigned long long)mt.requests_cancelled);
+    if (!rc && (mt.kv.blocks_used || mt.running || mt.waiting || mt.requests_finished != STRESS_N)) {
+        snprintf(why, wn, "after the load: %u blocks used, %u running, %u waiting, %llu finished", mt.kv.blocks_used,
+                 mt.running, mt.waiting, (unsigned long long)mt.requests_finished);
+        rc = -1;
+    }
+    if (!rc && cancel && mt.preemptions == 0) { snprintf(why, wn, "the small pool never preempted"); rc = -1; }
+    return rc;
+}
+
+TEST(stress_mixed_load_small_pool_and_cancels_keeps_every_invariant)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 6;
+    ep.max_batch_tokens = 48;
+    ep.max_queue = 64;
+    result *big[STRESS_N], *small[STRESS_N];
+    for (int i = 0; i < STRESS_N; i++) { big[i] = result_new(); small[i] = result_new(); }
+    char why[256] = "";
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    int rc = stress_run(&ep, false, big, why, sizeof why);
+    pl_engine_metrics m0 = {0};
+    if (!rc) {
+        pl_engine *e = NULL;
+        CHECK(pl_engine_new(&e, M, &ep) == 0);
+        pl_engine_metrics_get(e, &m0);
+        pl_engine_free(e);
+        ep.ctx.kv_mem = 12 * m0.kv.block_bytes;
+        rc = stress_run(&ep, true, small, why, sizeof why);
+    }
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(rc == 0, "%s", why);
+    int compared = 0;
+    for (int i = 0; i < STRESS_N; i++) {
+        id_list prompt;
+        pl_request_params rp;
+        stress_params(i, &prompt, &rp);
+        for (int k = 0; k < 2; k++) {
+            result *x = k ? small[i] : big[i];
+            CHECK_MSG(x->n_error == 0, "request %d: %s", i, x->error);
+            CHECK_MSG(x->n_done == rp.n, "request %d: %d DONE of %d", i, x->n_done, rp.n);
+            for (int c = 0; c < rp.n; c++) {
+                const char *why_end = x->reason[c];
+                CHECK(why_end);
+                bool cancelled = strcmp(why_end, "cancelled") == 0;
+                CHECK_MSG(cancelled || strcmp(why_end, "stop") == 0 || strcmp(why_end, "length") == 0, "%s", why_end);
+                CHECK_MSG(k == 1 || !cancelled, "request %d cancelled without a cancel", i);
+                if (!(k == 1 && i % 7 == 5 && c == 0))
+                    CHECK_EQ_INT(x->done[c].completion_tokens, x->ids[c].n);
+                if (strcmp(why_end, "length") == 0) CHECK_EQ_INT(x->ids[c].n, rp.max_tokens);
+                if (k == 1 && !cancelled && !(i % 7 == 5)) {
+                    CHECK_MSG(ids_equal(&x->ids[c], &big[i]->ids[c]), "request %d.%d: preempted run differs at %d",
+                              i, c, first_difference(&x->ids[c], &big[i]->ids[c]));
+                    CHECK_STR(x->text[c], big[i]->text[c]);
+                    compared++;
+                }
+            }
+        }
+    }
+    INFO("%d completions of the small-pool run equal the large-pool run", compared);
+    CHECK(compared > 20);
+    for (int i = 0; i < STRESS_N; i++) { free(big[i]); free(small[i]); }
+}
+
+TEST(event_text_is_cut_on_utf8_boundaries)
+{
+    req_comp c = {0};
+    char big[1001], out[sizeof ((pl_event *)0)->text];
+    for (int i = 0; i < 500; i++) memcpy(big + 2 * i, "\xc3\xa9", 2); /* 500 x U+00E9 */
+    CHECK(req_text_add(&c, big, 1000) == 0);
+    size_t total = 0, k;
+    int events = 0;
+    while ((k = req_text_take(&c, out, sizeof out)) > 0) {
+        CHECK(k < sizeof out && k % 2 == 0 && strlen(out) == k);
+        CHECK(memcmp(out, big, k) == 0);
+        total += k;
+        events++;
+    }
+    CHECK_EQ_INT(total, 1000);
+    CHECK_EQ_INT(events, 2);
+    CHECK_EQ_INT(c.text_len, 0);
+    free(c.text);
+}
+
+/* Several threads submit and read at once (for -fsanitize=thread too). */
+static pl_engine *g_engine;
+static id_list g_prompt[N_PROMPTS];
+static _Atomic int g_fail;
+
+static void *client(void *arg)
+{
+    const id_list *prompt = &g_prompt[(intptr_t)arg % N_PROMPTS];
+    for (int k = 0; k < 3; k++) {
+        pl_request_params rp;
+        request_params(&rp, prompt, 20 + 5 * k);
+        result *res = result_new();
+        if (run_one(g_engine, &rp, res) != 0 || res->done[0].completion_tokens != (uint32_t)(20 + 5 * k)) g_fail++;
+        pl_engine_metrics mt;
+        pl_engine_metrics_get(g_engine, &mt);
+        free(res);
+    }
+    return NULL;
+}
+
+TEST(many_client_threads)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 4;
+    CHECK(pl_engine_new(&g_engine, M, &ep) == 0);
+    pthread_t th[6];
+    g_fail = 0;
+    for (int i = 0; i < N_PROMPTS; i++) tokenize(prompts[i], &g_prompt[i]);
+    for (int i = 0; i < 6; i++) pthread_create(&th[i], NULL, client, (void *)(intptr_t)i);
+    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(g_engine, &mt);
+    pl_engine_free(g_engine);
+    CHECK_EQ_INT(g_fail, 0);
+    CHECK_EQ_INT(mt.requests_finished, 18);
+}
+
+int main(void)
+{
+    /* gen_util.h's peer helpers are not used here */
+    (void)peer_available, (void)peer_greedy, (void)peer_logits, (void)file_exists;
+    if (pl_model_load(&M, STORIES) != 0) {
+        printf("FAIL load %s: %s\n", STORIES, pl_last_error());
+        return 1;
+    }
+    RUN(single_greedy_request_equals_pl_seq_append_generation);
+    RUN(eight_concurrent_greedy_requests_equal_their_single_runs);
+    RUN(n4_greedy_completions_are_equal_and_share_the_prompt);
+    RUN(n4_sampled_completions_follow_their_seeds_and_hold_the_prompt_once);
+    RUN(small_pool_preempts_and_recomputes_without_changing_tokens);
+    RUN(request_larger_than_the_whole_pool_gets_an_error);
+    RUN(generation_stops_at_the_context_with_length);
+    RUN(cancel_frees_blocks_and_ends_with_cancelled);
+    RUN(cancel_of_a_waiting_request_and_free_of_a_running_one);
+    RUN(submit_validates_its_parameters);
+    RUN(a_full_queue_refuses_and_shutdown_drains);
+    RUN(engine_free_ends_live_requests_which_stay_readable);
+    RUN(stop_string_ends_generation_before_it);
+    RUN(logprobs_are_log_softmax_of_the_logits);
+    RUN(kv_json_shows_blocks_shared_by_a_fork);
+    RUN(static_layout_serves_requests_one_reservation_each);
+    RUN(prefix_order_and_repeated_prompts_keep_tokens_and_count_hits);
+    RUN(stress_mixed_load_small_pool_and_cancels_keeps_every_invariant);
+    RUN(event_text_is_cut_on_utf8_boundaries);
+    RUN(many_client_threads);
+    pl_model_free(M);
+    return test_summary();
+}
