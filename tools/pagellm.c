@@ -13,6 +13,7 @@ typedef struct {
 static const command commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive multi-turn chat that keeps its KV cache between turns"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server: completions, chat, SSE streaming, /metrics"},
     {"bench", cmd_bench, "benchmarks: gen (tokens/s), cache (with vs without KV cache)"},
     {"inspect", cmd_inspect, "describe a GGUF model and its KV memory per token"},
     {"kvcalc", cmd_kvcalc, "KV cache memory from bare dimensions"},

@@ -23,6 +23,7 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "kv/kv_seq.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "api/ctx_internal.h"
 
@@ -78,6 +79,7 @@ typedef struct {
     kv_seq kv;
     int32_t *tokens;   /* [n_ctx] history */
     uint32_t n_tokens;
+    pc_cursor pcur;    /* prefix cache: full blocks registered so far */
 } ctx_seq;
 
 struct pl_ctx {
@@ -87,6 +89,8 @@ struct pl_ctx {
     fwd_state *fs;
     kv_pool pool;
     bool pool_ok;
+    prefix_cache pc;         /* over pool; paged layout with a KV cache only */
+    bool pc_ok;
     ctx_seq *seqs;           /* [max_seqs] */
     int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
     int32_t *b_lidx;                /* [max_seqs] rows that want logits */
@@ -160,6 +164,10 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     c->b_logits = mem_calloc((size_t)rows * pm->m->cfg.n_vocab, sizeof *c->b_logits);
     if (!c->tp || !c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits) rc = err_set(PL_ENOMEM, "out of memory creating a context");
     if (!rc) rc = pool_make(c);
+    if (!rc && !c->p.no_kv_cache && c->p.layout == PL_KV_PAGED) {
+        rc = pc_init(&c->pc, &c->pool, pm->m->fingerprint);
+        c->pc_ok = rc == 0;
+    }
     if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, c->tp);
     if (rc) { pl_ctx_free(c); return rc; }
     *out = c;
@@ -172,6 +180,7 @@ void pl_ctx_free(pl_ctx *c)
     for (uint32_t i = 0; c->seqs && i < c->p.max_seqs; i++)
         if (c->seqs[i].alive) pl_seq_free(c, (int32_t)i);
     fwd_state_free(c->fs);
+    if (c->pc_ok) pc_free(&c->pc);
     if (c->pool_ok) kv_pool_free(&c->pool);
     tp_free(c->tp);
     free(c->seqs);
@@ -204,6 +213,7 @@ int pl_seq_new(pl_ctx *c, int32_t *out)
         if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
         s->alive = true;
         s->n_tokens = 0;
+        pc_cursor_init(&s->pcur);
         *out = (int32_t)i;
         return 0;
     }
@@ -302,6 +312,13 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
     return 0;
 }
 
+/* Makes s's newly full blocks findable by later prompts; only after a
+ * forward pass has written them. */
+static void seq_register(pl_ctx *c, ctx_seq *s)
+{
+    if (c->pc_ok) pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+}
+
 int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
 {
     core_item it[CTX_STEP_MAX_ITEMS];
@@ -322,7 +339,10 @@ int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
     for (int i = 0; i < n_items; i++) memcpy(it[i].s->tokens + it[i].from, items[i].tokens, items[i].n * sizeof(int32_t));
     int rc = step_core(c, it, n_items);
     if (rc) return rc;
-    for (int i = 0; i < n_items; i++) it[i].s->n_tokens += it[i].n;
+    for (int i = 0; i < n_items; i++) {
+        it[i].s->n_tokens += it[i].n;
+        seq_register(c, it[i].s);
+    }
     return 0;
 }
 
@@ -339,11 +359,23 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
         rc = run_range(c, s, 0, old + (uint32_t)n, logits);
         kv_seq_truncate(&s->kv, 0);
     } else {
-        rc = run_range(c, s, old, old + (uint32_t)n, logits);
-        if (rc) kv_seq_truncate(&s->kv, old);
+        /* An empty sequence first takes what the prefix cache holds of its
+         * tokens (never the last one, which must produce logits). */
+        uint32_t from = old;
+        if (old == 0 && c->pc_ok) {
+            int hit = ctx_seq_attach_prefix(c, id, tokens, (uint32_t)n, false);
+            if (hit < 0) return hit;
+            from = (uint32_t)hit;
+        }
+        rc = run_range(c, s, from, old + (uint32_t)n, logits);
+        if (rc) {
+            kv_seq_truncate(&s->kv, old);
+            if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, old);
+        }
     }
     if (rc) return rc;
     s->n_tokens = old + (uint32_t)n;
+    if (!c->p.no_kv_cache) seq_register(c, s);
     return 0;
 }
 
@@ -353,6 +385,7 @@ int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n > s->n_tokens) return err_set(PL_ERANGE, "truncate to %u > length %u", n, s->n_tokens);
     if (!c->p.no_kv_cache) kv_seq_truncate(&s->kv, n);
+    if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n);
     s->n_tokens = n;
     return 0;
 }
@@ -388,15 +421,27 @@ uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)
     return s ? kv_seq_bytes_held(&s->kv) : 0;
 }
 
-int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t n)
+int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t n, bool is_recompute)
 {
     ctx_seq *s = seq_get(c, id);
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
-    (void)tokens;
-    (void)n;
-    return 0;
+    if (!c->pc_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
+    uint32_t hit = 0;
+    int rc = pc_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
+    if (rc) return rc;
+    /* The hit tokens equal tokens that some sequence ran, so they are valid ids. */
+    memcpy(s->tokens, tokens, hit * sizeof *tokens);
+    s->n_tokens = hit;
+    return (int)hit;
 }
+
+uint32_t ctx_prefix_peek(const pl_ctx *c, const int32_t *tokens, uint32_t n)
+{
+    return c->pc_ok ? pc_match_len(&c->pc, tokens, n) : 0;
+}
+
+const prefix_cache *ctx_prefix_cache(const pl_ctx *c) { return c->pc_ok ? &c->pc : NULL; }
 
 int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child)
 {
@@ -412,6 +457,7 @@ int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child)
         if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
         memcpy(s->tokens, p->tokens, p->n_tokens * sizeof *s->tokens);
         s->n_tokens = p->n_tokens;
+        s->pcur = p->pcur;
         s->alive = true;
         *child = (int32_t)i;
         return 0;

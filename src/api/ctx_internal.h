@@ -4,6 +4,7 @@
 #define PL_API_CTX_INTERNAL_H
 
 #include "kv/kv_seq.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "pagellm.h"
 
@@ -26,9 +27,18 @@ int ctx_step(pl_ctx *c, const ctx_item *items, int n_items);
  * tokens[0..n) (never all n: the last token is always computed, so that
  * there are logits); the sequence then holds those k tokens (KV and
  * history) and the caller appends tokens[k..n) with ctx_step. Returns k
- * (>= 0) or a negative error. Until the prefix cache lands this serves
- * nothing (returns 0). */
-int ctx_seq_attach_prefix(pl_ctx *c, int32_t seq, const int32_t *tokens, uint32_t n);
+ * (>= 0) or a negative error. is_recompute: the sequence rebuilds a
+ * preempted request (counted apart in the cache's stats, never as hits).
+ * Serves nothing (0) with the static layout or without a KV cache. */
+int ctx_seq_attach_prefix(pl_ctx *c, int32_t seq, const int32_t *tokens, uint32_t n, bool is_recompute);
+
+/* What ctx_seq_attach_prefix would serve of tokens[0..n) (if a block is
+ * free for the tail copy); takes nothing, counts nothing: for ordering
+ * the waiting queue. */
+uint32_t ctx_prefix_peek(const pl_ctx *c, const int32_t *tokens, uint32_t n);
+
+/* The context's prefix cache (its stats), or NULL if it has none. */
+const prefix_cache *ctx_prefix_cache(const pl_ctx *c);
 
 /* Forks: *child = a new sequence sharing parent's blocks (copy-on-write)
  * and history. PL_EFULL if no slot or block. */

@@ -260,18 +260,11 @@ static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
     }
 }
 
-/* The cached prefix of q's tokens, without keeping it: attach to a scratch
- * sequence and free it (the blocks go back to the cache, now most recent).
- * A ctx_prefix_peek() that only walks the hash chain would spare the slot. */
+/* The cached prefix of q's tokens, without taking it (walks the hash chain). */
 static int32_t sched_peek(sched *s, sched_seq *q)
 {
     if (q->peek_at == s->n_plans && q->peek >= 0) return q->peek;
-    int32_t id, k = 0;
-    if (pl_seq_new(s->ctx, &id) == 0) {
-        int h = ctx_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q));
-        k = h > 0 ? h : 0;
-        pl_seq_free(s->ctx, id);
-    }
+    int32_t k = (int32_t)ctx_prefix_peek(s->ctx, q->r->comp[q->comp_lo].toks, sched_total(q));
     q->peek = k;
     q->peek_at = s->n_plans;
     return k;
@@ -325,7 +318,7 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
-        int h = s->prefix_cache ? ctx_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q)) : 0;
+        int h = s->prefix_cache ? ctx_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
         const kv_seq *kv = ctx_seq_kv(s->ctx, id);
         uint32_t rem = sched_total(q) - hit, want = rem < *budget ? rem : *budget;
