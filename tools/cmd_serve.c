@@ -1,0 +1,208 @@
+/* cmd_serve.c - `pagellm serve`: an OpenAI-compatible HTTP server over the
+ * engine (continuous batching, paged KV cache, prefix cache).
+ *
+ * Start-up: flags -> model -> token table -> engine -> HTTP server, then
+ * "listening on http://HOST:PORT" on stderr (tests wait for that line).
+ *
+ * Shutdown on SIGTERM or SIGINT (exit status 0):
+ *   1. stop accepting connections (requests on open ones get 503) and stop
+ *      the engine taking requests (pl_engine_shutdown);
+ *   2. let running and waiting requests finish, up to --drain-timeout
+ *      seconds; a second signal or the timeout cancels them instead;
+ *   3. close every connection, free the engine and the model.
+ * The signals are blocked in every thread and taken by sigtimedwait in the
+ * main thread, so no work happens in a signal handler.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "gen_opts.h"
+#include "server_http.h"
+#include "server_openai.h"
+#include "server_tokens.h"
+
+typedef struct {
+    gen_opts g;
+    srv_http_config http;
+    int max_queue, completions_max_tokens;
+    double drain_s;
+    bool no_prefix_cache, prefix_order;
+    uint64_t max_body;
+} serve_opts;
+
+#define SEED_UNSET UINT64_MAX /* --seed not given: each request without a seed gets a random one */
+
+static int serve_parse(int argc, char **argv, serve_opts *o)
+{
+    gen_opts_default(&o->g);
+    o->g.max_seqs = 16;
+    o->g.seed = SEED_UNSET;
+    o->http = (srv_http_config){"127.0.0.1", 8080, NULL, 0, 512, 600, false};
+    o->max_queue = 256;
+    o->max_body = 8u << 20;
+    o->drain_s = 30;
+    o->completions_max_tokens = 16;
+    cli_opt opts[48];
+    int n = 0;
+    gen_opts_table(&o->g, opts, &n);
+    for (int i = 0; i < n; i++) /* sampling flags are the defaults of requests that do not say */
+        if (strcmp(opts[i].name, "seed") == 0) opts[i].help = "seed of requests without one (default: random per request)";
+    const cli_opt mine[] = {
+        {"host", 0, CLI_STR, &o->http.host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
+        {"port", 0, CLI_INT, &o->http.port, 0, 65535, "N", "port (default 8080; 0 = any free port, printed)"},
+        {"api-key", 0, CLI_STR, &o->http.api_key, 0, 0, "KEY", "require Authorization: Bearer KEY on /v1/* (also $PAGELLM_API_KEY)"},
+        {"max-seqs", 0, CLI_INT, &o->g.max_seqs, 1, 4096, "N", "sequences generated at once (default 16; n of a request must fit)"},
+        {"max-queue", 0, CLI_INT, &o->max_queue, 0, 1 << 20, "N", "waiting requests beyond which the server answers 503 (default 256)"},
+        {"max-body", 0, CLI_SIZE, &o->max_body, 1, 1e12, "BYTES", "largest request body, e.g. 8M (default 8M; 413 beyond)"},
+        {"max-conns", 0, CLI_INT, &o->http.max_conns, 1, 1 << 16, "N", "concurrent connections, one thread each (default 512)"},
+        {"timeout", 0, CLI_INT, &o->http.timeout_s, 0, 1 << 20, "S", "close connections idle for S seconds (default 600; 0 = never)"},
+        {"drain-timeout", 0, CLI_FLOAT, &o->drain_s, 0, 1e6, "S", "on SIGTERM, wait S seconds for running requests, then cancel (default 30)"},
+        {"default-max-tokens", 0, CLI_INT, &o->completions_max_tokens, 1, 1 << 20, "N", "/v1/completions max_tokens when not given (default 16)"},
+        {"no-prefix-cache", 0, CLI_FLAG, &o->no_prefix_cache, 0, 0, NULL, "do not reuse cached prompt blocks across requests"},
+        {"prefix-order", 0, CLI_FLAG, &o->prefix_order, 0, 0, NULL, "schedule waiting requests with the longest cached prefix first"},
+        {"verbose", 'v', CLI_FLAG, &o->http.verbose, 0, 0, NULL, "log every request on stderr"},
+        {0},
+    };
+    for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
+    opts[n] = (cli_opt){0};
+    const char *pos[1];
+    int np, rc = cli_parse("serve", "-m MODEL [--host ADDR] [--port N] [options]", opts, argc, argv, pos, 0, &np);
+    if (rc == CLI_HELP) return -1;
+    if (rc != CLI_OK) return 2;
+    if (!o->g.model) { cli_error("serve", "missing -m MODEL"); return 2; }
+    if (!o->http.api_key) o->http.api_key = getenv("PAGELLM_API_KEY");
+    if (o->http.api_key && !*o->http.api_key) o->http.api_key = NULL;
+    o->http.max_body = o->max_body;
+    return 0;
+}
+
+/* The model's name in the API: its file's basename. */
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int serve_engine_params(const serve_opts *o, const pl_model *m, pl_engine_params *ep)
+{
+    pl_engine_params_default(ep);
+    if (gen_opts_ctx_params("serve", &o->g, &ep->ctx)) return 2;
+    if (ep->ctx.n_ctx == 0) {
+        /* decided here rather than by the engine, so that request checks use the same number */
+        uint32_t train = pl_model_n_ctx_train(m);
+        ep->ctx.n_ctx = train && train < 4096 ? train : 4096;
+    }
+    ep->max_batch_tokens = (uint32_t)o->g.batch;
+    ep->max_queue = (uint32_t)o->max_queue;
+    ep->prefix_cache = !o->no_prefix_cache;
+    ep->prefix_order = o->prefix_order;
+    return 0;
+}
+
+static void serve_model_ctx(const serve_opts *o, const pl_model *m, uint32_t n_ctx, srv_model_ctx *mc)
+{
+    memset(mc, 0, sizeof *mc);
+    mc->model = m;
+    mc->vocab = pl_model_vocab(m);
+    mc->n_ctx = n_ctx;
+    gen_opts_sampler_params(&o->g, &mc->defaults);
+    mc->random_seed = o->g.seed == SEED_UNSET;
+    if (mc->random_seed) mc->defaults.seed = 0;
+    mc->completions_max_tokens = o->completions_max_tokens;
+}
+
+/* Waits for SIGINT/SIGTERM (blocked in every thread); returns the signal. */
+static int wait_signal(const sigset_t *set, double timeout_s)
+{
+    struct timespec ts = {(time_t)timeout_s, (long)((timeout_s - (double)(time_t)timeout_s) * 1e9)};
+    for (;;) {
+        int sig = timeout_s < 0 ? sigwaitinfo(set, NULL) : sigtimedwait(set, NULL, &ts);
+        if (sig >= 0 || errno != EINTR) return sig;
+    }
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Steps 1-2 of the shutdown (see the header). */
+static void serve_drain(srv *s, pl_engine *e, const sigset_t *set, double drain_s)
+{
+    srv_quiesce(s);
+    pl_engine_shutdown(e);
+    uint64_t n = srv_active(s);
+    if (n) fprintf(stderr, "pagellm serve: shutting down; waiting up to %.0f s for %llu request(s) (signal again to cancel them)\n",
+                   drain_s, (unsigned long long)n);
+    double t_end = mono_s() + drain_s;
+    while (srv_active(s) && mono_s() < t_end)
+        if (wait_signal(set, 0.05) > 0) break;
+    if (srv_active(s)) {
+        fprintf(stderr, "pagellm serve: cancelling %llu request(s)\n", (unsigned long long)srv_active(s));
+        srv_abort(s);
+        for (int i = 0; i < 100 && srv_active(s); i++) wait_signal(set, 0.05);
+    }
+}
+
+static int serve_run(const serve_opts *o, const sigset_t *set)
+{
+    pl_model *m = NULL;
+    pl_engine *e = NULL;
+    srv *s = NULL;
+    srv_tokens tok = {0};
+    pl_file_info info;
+    pl_engine_params ep;
+    srv_model_ctx mc;
+    if (pl_model_load(&m, o->g.model) != 0 || pl_file_inspect(o->g.model, &info) != 0) {
+        cli_error("serve", "%s", pl_last_error());
+        pl_model_free(m);
+        return 1;
+    }
+    int rc = serve_engine_params(o, m, &ep);
+    if (!rc && srv_tokens_init(&tok, pl_model_vocab(m), info.tokenizer) != 0) rc = 1, cli_error("serve", "out of memory");
+    if (!rc && pl_engine_new(&e, m, &ep) != 0) rc = 1, cli_error("serve", "%s", pl_last_error());
+    serve_model_ctx(o, m, ep.ctx.n_ctx, &mc);
+    if (!rc) rc = srv_start(&s, &o->http, e, &mc, &tok, base_name(o->g.model));
+    if (!rc) {
+        const char *h = o->http.host;
+        fprintf(stderr, "pagellm serve: model %s, context %u tokens, up to %u sequences\n", base_name(o->g.model),
+                ep.ctx.n_ctx, ep.ctx.max_seqs);
+        fprintf(stderr, strchr(h, ':') ? "listening on http://[%s]:%d\n" : "listening on http://%s:%d\n", h, srv_port(s));
+        int sig = wait_signal(set, -1);
+        fprintf(stderr, "pagellm serve: %s received\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        serve_drain(s, e, set, o->drain_s);
+        srv_stop(s);
+    }
+    pl_engine_free(e);
+    srv_tokens_free(&tok);
+    pl_model_free(m);
+    if (!rc) fprintf(stderr, "pagellm serve: stopped\n");
+    return rc;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = serve_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    /* Block the stop signals before any thread starts, so that every
+     * thread inherits the mask and only sigtimedwait sees them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    rc = serve_run(&o, &set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    return rc;
+}

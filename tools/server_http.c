@@ -1,0 +1,549 @@
+/* server_http.c - routes, bodies and generation over libmicrohttpd; see
+ * server_http.h for the endpoints and the threading choice.
+ *
+ * One request's life (all on its connection's thread):
+ *
+ *   headers   on_request, first call: route, method, API key, Content-Length
+ *             (an answer may be queued right here: 404 405 401 413)
+ *   body      further calls: appended to conn.body up to --max-body
+ *   dispatch  last call: GET handlers answer at once; a completion is
+ *             parsed, submitted, then either waited for (blocking) or
+ *             answered with a content-reader response that pulls events
+ *             (streaming)
+ *   end       on_completed: cancels the engine request unless it ended
+ *             normally, frees it and the connection state
+ *
+ * Invariant: conn.r, once submitted, is freed only in on_completed, which
+ * MHD calls exactly once per request it presented to on_request, after the
+ * content reader's last call.
+ */
+#include "server_http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server_metrics.h"
+#include "server_sse.h"
+
+#define SRV_POLL_MS 100                 /* how often a waiting generation looks at its client */
+#define SRV_KEEPALIVE_S 15.0            /* an idle stream sends an SSE comment this often */
+#define SRV_THREAD_STACK (1024 * 1024)  /* per connection thread: the handlers use a few KiB */
+#define SRV_SSE_BATCH 8192              /* stream bytes gathered before a write when events come fast */
+
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_COMPLETIONS, R_CHAT };
+
+struct srv {
+    struct MHD_Daemon *d;
+    srv_http_config cfg;
+    pl_engine *e;
+    const srv_model_ctx *mc;
+    const srv_tokens *tok;
+    char model[256];
+    long created;
+    int port;
+    MHD_socket quiesced_fd;
+    atomic_bool aborting, quiescing, started;
+    _Atomic uint64_t responses[SRV_N_CODES];
+    _Atomic uint64_t active, disconnects;
+};
+
+/* One request on a connection (MHD's con_cls). */
+typedef struct {
+    srv *s;
+    struct MHD_Connection *conn;
+    int route;
+    char what[96];         /* "POST /v1/completions", for the log */
+    int status;            /* the status queued, 0 before */
+    bool too_big;
+    srv_buf body;
+    srv_gen_req q;
+    pl_request *r;         /* submitted request, or NULL */
+    bool active;           /* counted in s->active */
+    bool gone;             /* the client went away (counted once) */
+    double t_watch;        /* when to look at the client next (watch_due) */
+    /* streaming */
+    srv_sse sse;
+    srv_buf out;
+    size_t out_pos;
+    bool ended;            /* "data: [DONE]" is in out */
+    double t0, last_out;
+} conn_ctx;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------- answers */
+
+static void count(srv *s, int status) { atomic_fetch_add(&s->responses[srv_http_code_index(status)], 1); }
+
+/* Queues body (malloc'd; owned from here on) as the answer. */
+static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *body, const char *allow)
+{
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->status = status;
+    count(c->s, status);
+    return ret;
+}
+
+static enum MHD_Result reply_json(conn_ctx *c, int status, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return reply(c, status, "application/json", s, NULL);
+}
+
+static enum MHD_Result reply_error(conn_ctx *c, const srv_error *e, const char *allow)
+{
+    return reply(c, e->status, "application/json", srv_error_json(e), allow);
+}
+
+/* ------------------------------------------------------------- routing */
+
+static int route_of(const char *url)
+{
+    static const struct { const char *path; int route; } t[] = {
+        {"/health", R_HEALTH}, {"/metrics", R_METRICS}, {"/v1/models", R_MODELS}, {"/v1/kv", R_KV},
+        {"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(url, t[i].path) == 0) return t[i].route;
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return R_MODEL;
+    return R_NONE;
+}
+
+static const char *route_allow(int route) { return route >= R_COMPLETIONS ? "POST" : "GET, HEAD"; }
+
+static bool method_ok(int route, const char *method)
+{
+    if (route >= R_COMPLETIONS) return strcmp(method, "POST") == 0;
+    return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+/* Authorization: Bearer KEY, compared in constant time. */
+static bool authorized(const srv *s, struct MHD_Connection *conn)
+{
+    const char *key = s->cfg.api_key;
+    if (!key) return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(key), m = strlen(h);
+    unsigned diff = (unsigned)(n != m);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? h[i] : 0);
+    return diff == 0;
+}
+
+/* The first call: everything that can be refused from the headers alone. */
+static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *method)
+{
+    srv_error e;
+    c->route = route_of(url);
+    if (c->route == R_NONE) {
+        srv_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s", method, url);
+        return reply_error(c, &e, NULL);
+    }
+    if (!method_ok(c->route, method)) {
+        srv_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s %s is not allowed (allowed: %s)",
+                      method, url, route_allow(c->route));
+        return reply_error(c, &e, route_allow(c->route));
+    }
+    if (strncmp(url, "/v1/", 4) == 0 && !authorized(c->s, c->conn)) {
+        srv_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                      "missing or incorrect API key (send Authorization: Bearer KEY)");
+        return reply_error(c, &e, NULL);
+    }
+    const char *cl = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > c->s->cfg.max_body) {
+        srv_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "the request body of %s bytes exceeds the limit of %llu bytes (--max-body)", cl,
+                      (unsigned long long)c->s->cfg.max_body);
+        return reply_error(c, &e, NULL);
+    }
+    return MHD_YES;
+}
+
+/* --------------------------------------------------------- GET handlers */
+
+static json_t *model_obj(const srv *s)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", s->model, "object", "model", "created", (json_int_t)s->created,
+                     "owned_by", "pagellm", "max_model_len", (json_int_t)s->mc->n_ctx);
+}
+
+static enum MHD_Result handle_model(conn_ctx *c, const char *url)
+{
+    if (strcmp(url + 11, c->s->model) == 0) return reply_json(c, 200, model_obj(c->s));
+    srv_error e;
+    srv_error_set(&e, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist (this server has '%s')",
+                  url + 11, c->s->model);
+    return reply_error(c, &e, NULL);
+}
+
+static enum MHD_Result handle_metrics(conn_ctx *c)
+{
+    srv *s = c->s;
+    pl_engine_metrics m;
+    pl_engine_metrics_get(s->e, &m);
+    srv_http_stats h;
+    for (int i = 0; i < SRV_N_CODES; i++) h.responses[i] = atomic_load(&s->responses[i]);
+    h.active = atomic_load(&s->active);
+    h.disconnects = atomic_load(&s->disconnects);
+    return reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_text(&m, &h), NULL);
+}
+
+static enum MHD_Result handle_kv(conn_ctx *c)
+{
+    char *j = pl_engine_kv_json(c->s->e);
+    if (!j) {
+        srv_error e;
+        srv_error_set(&e, 500, "server_error", NULL, NULL, "cannot snapshot the KV cache: %s", pl_last_error());
+        return reply_error(c, &e, NULL);
+    }
+    char *copy = strdup(j); /* MHD frees with free(); the API's memory goes back through pl_free */
+    pl_free(j);
+    return reply(c, 200, "application/json", copy, NULL);
+}
+
+static enum MHD_Result handle_health(conn_ctx *c)
+{
+    if (atomic_load(&c->s->quiescing)) return reply_json(c, 503, json_pack("{s:s}", "status", "shutting_down"));
+    return reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* ---------------------------------------------------------- generation */
+
+/* True when the client has closed its side of the connection. */
+static bool client_closed(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Cancels the request if the server is aborting (its final events then
+ * still arrive and are served) or if the client went away (returns true:
+ * stop serving it). */
+static bool watch(conn_ctx *c)
+{
+    if (atomic_load(&c->s->aborting)) pl_request_cancel(c->r);
+    if (c->gone || !client_closed(c->conn)) return c->gone;
+    c->gone = true;
+    pl_request_cancel(c->r);
+    atomic_fetch_add(&c->s->disconnects, 1);
+    return true;
+}
+
+/* watch() every SRV_POLL_MS by the clock: tokens may come without a
+ * pause, so waits that time out are not enough to look at the client. */
+static bool watch_due(conn_ctx *c)
+{
+    double t = now_s();
+    if (t < c->t_watch) return false;
+    c->t_watch = t + SRV_POLL_MS / 1000.0;
+    return watch(c);
+}
+
+static enum MHD_Result run_blocking(conn_ctx *c, const char *id)
+{
+    srv *s = c->s;
+    srv_result res;
+    srv_result_init(&res, c->q.p.n);
+    pl_event ev;
+    int rc, nomem = 0;
+    while ((rc = pl_request_next(c->r, &ev, SRV_POLL_MS)) != 2 && rc >= 0) {
+        if (rc == 1) nomem |= srv_result_add(&res, &c->q, s->tok, &ev) != 0;
+        if (watch_due(c)) { srv_result_free(&res); return MHD_NO; } /* MHD closes the connection */
+    }
+    srv_error e;
+    enum MHD_Result ret;
+    if (res.failed || nomem) {
+        srv_error_set(&e, 500, "server_error", NULL, NULL, "%s", nomem ? "out of memory" : res.message);
+        ret = reply_error(c, &e, NULL);
+    } else {
+        ret = reply(c, 200, "application/json", srv_result_json(&res, &c->q, id, (long)time(NULL), s->model), NULL);
+    }
+    srv_result_free(&res);
+    return ret;
+}
+
+/* Waits for events and formats them into c->out (at least one byte unless
+ * the stream ended). -1: stop the stream (client gone, out of memory). */
+static int sse_pump(conn_ctx *c)
+{
+    pl_event ev;
+    int rc = pl_request_next(c->r, &ev, SRV_POLL_MS);
+    while (rc == 1) {
+        if (srv_sse_event(&c->sse, &ev, &c->out)) return -1;
+        if (c->out.len >= SRV_SSE_BATCH) break;
+        rc = pl_request_next(c->r, &ev, 0); /* gather what is ready into one write */
+    }
+    if (rc == 2 || rc < 0) {
+        if (srv_sse_finish(&c->sse, &c->out)) return -1;
+        c->ended = true;
+    }
+    if (!c->ended && watch_due(c)) return -1;
+    double t = now_s();
+    if (c->out.len) { c->last_out = t; return 0; }
+    if (t - c->last_out >= SRV_KEEPALIVE_S) {
+        c->last_out = t;
+        return srv_sse_comment(&c->out, "keep-alive") ? -1 : 0;
+    }
+    return 0;
+}
+
+/* MHD's content reader for a stream: blocks (this connection's thread)
+ * until there is something to send. */
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    conn_ctx *c = cls;
+    (void)pos;
+    while (c->out_pos == c->out.len) {
+        if (c->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        c->out.len = 0;
+        c->out_pos = 0;
+        if (sse_pump(c) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = c->out.len - c->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, c->out.p + c->out_pos, n);
+    c->out_pos += n;
+    return (ssize_t)n;
+}
+
+static enum MHD_Result start_stream(conn_ctx *c, const char *id)
+{
+    srv_sse_init(&c->sse, &c->q, c->s->tok, id, (long)time(NULL), c->s->model);
+    c->last_out = now_s();
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, c, NULL);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    c->status = 200;
+    count(c->s, 200);
+    return ret;
+}
+
+static enum MHD_Result submit_failed(conn_ctx *c, int rc)
+{
+    srv_error e;
+    if (rc == PL_ERR_FULL)
+        srv_error_set(&e, 503, "server_error", NULL, "server_overloaded",
+                      "the server is busy: its request queue is full; retry later");
+    else if (rc == PL_ERR_UNSUPPORTED)
+        srv_error_set(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    else if (rc == PL_ERR_INVAL || rc == PL_ERR_RANGE)
+        srv_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", pl_last_error());
+    else
+        srv_error_set(&e, 500, "server_error", NULL, NULL, "%s", pl_last_error());
+    return reply_error(c, &e, NULL);
+}
+
+static enum MHD_Result handle_generation(conn_ctx *c, srv_kind kind)
+{
+    srv *s = c->s;
+    srv_error e;
+    if (srv_gen_req_parse(s->mc, kind, c->body.p ? c->body.p : "", c->body.len, &c->q, &e) != 0)
+        return reply_error(c, &e, NULL);
+    int rc = pl_engine_submit(s->e, &c->q.p, &c->r);
+    if (rc != 0) {
+        c->r = NULL;
+        return submit_failed(c, rc);
+    }
+    c->active = true;
+    atomic_fetch_add(&s->active, 1);
+    char id[64];
+    srv_make_id(id, sizeof id, kind == SRV_CHAT ? "chatcmpl-" : "cmpl-");
+    return c->q.stream ? start_stream(c, id) : run_blocking(c, id);
+}
+
+/* ------------------------------------------------------------ MHD hooks */
+
+static enum MHD_Result dispatch(conn_ctx *c, const char *url)
+{
+    srv_error e;
+    switch (c->route) {
+    case R_HEALTH: return handle_health(c);
+    case R_METRICS: return handle_metrics(c);
+    case R_MODELS: return reply_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_obj(c->s)));
+    case R_MODEL: return handle_model(c, url);
+    case R_KV: return handle_kv(c);
+    default: break;
+    }
+    if (c->too_big) {
+        srv_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "the request body exceeds the limit of %llu bytes (--max-body)",
+                      (unsigned long long)c->s->cfg.max_body);
+        return reply_error(c, &e, NULL);
+    }
+    return handle_generation(c, c->route == R_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *size, void **con_cls)
+{
+    (void)version;
+    conn_ctx *c = *con_cls;
+    if (!c) {
+        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        c->s = cls;
+        c->conn = conn;
+        c->t0 = now_s();
+        snprintf(c->what, sizeof c->what, "%s %.80s", method, url);
+        *con_cls = c;
+        return on_headers(c, url, method);
+    }
+    if (*size) {
+        /* body bytes; after an early answer, or past the limit, they are dropped */
+        if (!c->status && !c->too_big) {
+            if (c->body.len + *size > c->s->cfg.max_body) c->too_big = true, srv_buf_free(&c->body);
+            else if (srv_buf_add(&c->body, data, *size)) return MHD_NO;
+        }
+        *size = 0;
+        return MHD_YES;
+    }
+    if (c->status) return MHD_YES; /* answered from the headers */
+    return dispatch(c, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    srv *s = cls;
+    conn_ctx *c = *con_cls;
+    (void)conn;
+    if (!c) return;
+    if (c->r) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+            pl_request_cancel(c->r); /* its blocks are freed at the engine's next step */
+            if (!c->gone && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) atomic_fetch_add(&s->disconnects, 1);
+        }
+        pl_request_free(c->r);
+    }
+    if (c->active) atomic_fetch_sub(&s->active, 1);
+    if (s->cfg.verbose) {
+        if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+            fprintf(stderr, "pagellm serve: %s %d %.3f s\n", c->what, c->status, now_s() - c->t0);
+        else
+            fprintf(stderr, "pagellm serve: %s %d, connection ended early (%s) after %.3f s\n", c->what, c->status,
+                    c->gone ? "client went away" : "closed", now_s() - c->t0);
+    }
+    srv_gen_req_free(&c->q);
+    srv_buf_free(&c->body);
+    srv_buf_free(&c->out);
+    free(c);
+    *con_cls = NULL;
+}
+
+/* MHD's own messages: always while starting (a port in use...), then only
+ * with --verbose (a client that goes away makes MHD say so). */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    const srv *s = cls;
+    if (atomic_load(&s->started) && !s->cfg.verbose) return;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = 0;
+    fprintf(stderr, "pagellm serve: http: %s\n", line);
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static struct addrinfo *resolve(const srv_http_config *cfg)
+{
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int rc = getaddrinfo(cfg->host, NULL, &hints, &ai);
+    if (rc != 0) {
+        fprintf(stderr, "pagellm serve: cannot resolve --host '%s': %s\n", cfg->host, gai_strerror(rc));
+        return NULL;
+    }
+    if (ai->ai_family == AF_INET) ((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)cfg->port);
+    else if (ai->ai_family == AF_INET6) ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)cfg->port);
+    return ai;
+}
+
+int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_model_ctx *mc, const srv_tokens *tok,
+              const char *model_name)
+{
+    srv *s = calloc(1, sizeof *s);
+    struct addrinfo *ai = s ? resolve(cfg) : NULL;
+    if (!ai) { free(s); return 1; }
+    s->cfg = *cfg;
+    s->e = e, s->mc = mc, s->tok = tok;
+    s->created = (long)time(NULL);
+    s->quiesced_fd = MHD_INVALID_SOCKET;
+    snprintf(s->model, sizeof s->model, "%s", model_name);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that it catches everything */
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
+                            MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)SRV_THREAD_STACK,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
+        free(s);
+        return 1;
+    }
+    atomic_store(&s->started, true);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    *out = s;
+    return 0;
+}
+
+int srv_port(const srv *s) { return s->port; }
+
+void srv_quiesce(srv *s)
+{
+    atomic_store(&s->quiescing, true);
+    if (s->quiesced_fd == MHD_INVALID_SOCKET) s->quiesced_fd = MHD_quiesce_daemon(s->d);
+}
+
+uint64_t srv_active(srv *s) { return atomic_load(&s->active); }
+
+void srv_abort(srv *s) { atomic_store(&s->aborting, true); }
+
+void srv_stop(srv *s)
+{
+    if (!s) return;
+    srv_abort(s);
+    MHD_stop_daemon(s->d);
+    if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd); /* only after the stop, says MHD */
+    free(s);
+}

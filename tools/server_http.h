@@ -1,0 +1,64 @@
+/* server_http.h - the HTTP side of `pagellm serve` (libmicrohttpd): routes,
+ * bodies, API key, errors, blocking and streaming (SSE) generation, and
+ * cancelling a generation whose client went away.
+ *
+ *   GET  /health                 {"status": "ok"}
+ *   GET  /metrics                Prometheus text (server_metrics.h)
+ *   GET  /v1/models[/ID]         the one model, named by its file's basename
+ *   GET  /v1/kv                  pl_engine_kv_json: every KV block
+ *   POST /v1/completions         server_openai.h
+ *   POST /v1/chat/completions
+ *
+ * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION). A
+ * generation is a blocking loop over pl_request_next on its connection's
+ * thread - for a stream, inside the content reader - so the code reads top
+ * to bottom and needs no locks of its own (the engine API is thread-safe;
+ * server counters are atomics). The engine's token queue has no readiness
+ * descriptor to put into a poll loop, which is what the suspend/resume
+ * alternative would need. Many concurrent streams cost one mostly idle
+ * thread each (a small stack, see SRV_THREAD_STACK); --max-conns bounds
+ * them.
+ *
+ * A client that goes away is noticed within SRV_POLL_MS (100 ms): the
+ * generation loops look at the socket that often (POLLRDHUP), whether
+ * tokens are flowing or not, and a failed write ends the connection too;
+ * either way the engine request is cancelled (the request-completed
+ * callback makes sure) and its blocks are freed at the engine's next step.
+ */
+#ifndef PL_TOOLS_SERVER_HTTP_H
+#define PL_TOOLS_SERVER_HTTP_H
+
+#include <stdint.h>
+
+#include "pagellm.h"
+#include "server_openai.h"
+#include "server_tokens.h"
+
+typedef struct {
+    const char *host;      /* numeric address or name to bind ("127.0.0.1") */
+    int port;              /* 0: any free port */
+    const char *api_key;   /* NULL: no authentication */
+    uint64_t max_body;     /* request body bytes (413 beyond) */
+    unsigned max_conns;    /* concurrent connections */
+    unsigned timeout_s;    /* idle keep-alive connections are closed after this (0: never) */
+    bool verbose;          /* one log line per request on stderr */
+} srv_http_config;
+
+typedef struct srv srv;
+
+/* Binds and starts serving. The model context, token table and engine
+ * must outlive the server. Errors are printed; returns 0 or 1. */
+int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_model_ctx *mc, const srv_tokens *tok,
+              const char *model_name);
+/* The bound port (the chosen one when cfg->port was 0). */
+int srv_port(const srv *s);
+/* Stops accepting connections; open ones go on (shutdown, step 1). */
+void srv_quiesce(srv *s);
+/* Generations being served now. */
+uint64_t srv_active(srv *s);
+/* Cancels every generation being served (shutdown when draining takes too long). */
+void srv_abort(srv *s);
+/* Closes every connection, joins the threads and frees the server. */
+void srv_stop(srv *s);
+
+#endif
