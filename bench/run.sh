@@ -5,7 +5,8 @@
 # Prints medians and the pagellm/peer ratio; writes bench/out/*.
 set -u
 cd "$(dirname "$0")/.."
-PL=${PAGELLM:-build/pagellm}
+BUILD=${BUILD:-build}; export BUILD
+PL=${PAGELLM:-$BUILD/pagellm}
 PEER=${PEER_DIR:-/tmp/llamacpp-peer}/peer-bench
 MD=${BENCH_MODELS:-/tmp/pagellm-bench}
 SHAPES=${BENCH_SHAPES:-110m tinyllama-1.1b}
@@ -15,6 +16,7 @@ NP=${BENCH_NP:-128}; NG=${BENCH_NG:-64}; T=${BENCH_THREADS:-2}
 OUT=bench/out; mkdir -p "$OUT" "$MD"
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
 model() { # shape type -> path (made once)
@@ -44,7 +46,7 @@ for s in $SHAPES; do for t in $TYPES; do
   pa=$(printf '%s\n' "${ppa[@]}" | median); ta=$(printf '%s\n' "${tga[@]}" | median)
   pb=$(printf '%s\n' "${ppb[@]:-0}" | median); tb=$(printf '%s\n' "${tgb[@]:-0}" | median)
   printf '%-16s %-6s %12.1f %12.1f %6.2fx %12.1f %12.1f %6.2fx\n' "$s" "$t" "$pa" "$pb" \
-    "$(awk -v a="$pa" -v b="$pb" 'BEGIN{print b>0?a/b:0}')" "$ta" "$tb" "$(awk -v a="$ta" -v b="$tb" 'BEGIN{print b>0?a/b:0}')"
+    "$(ratio "$pa" "$pb")" "$ta" "$tb" "$(ratio "$ta" "$tb")"
 done; done | tee "$OUT/generation.txt"
 
 echo "== decode time with and without the KV cache (110m q8_0)"

@@ -208,6 +208,10 @@ const int32_t *pl_seq_tokens(const pl_ctx *c, int32_t seq);
  * Fails (nothing appended) if a token id is out of range or the sequence
  * would pass n_ctx (PL_ERR_RANGE) or the pool is exhausted (PL_ERR_FULL). */
 int pl_seq_append(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float *logits);
+/* Like pl_seq_append, but logits gets one row of n_vocab floats for EVERY
+ * appended token (n x n_vocab floats): what perplexity needs. Does not take
+ * prefix-cache hits (every position is computed). */
+int pl_seq_append_all(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float *logits);
 /* Keeps the first n tokens and forgets the rest (n <= length). */
 int pl_seq_truncate(pl_ctx *c, int32_t seq, uint32_t n);
 

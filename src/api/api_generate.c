@@ -93,7 +93,7 @@ struct pl_ctx {
     bool pc_ok;
     ctx_seq *seqs;           /* [max_seqs] */
     int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
-    int32_t *b_lidx;                /* [max_seqs] rows that want logits */
+    int32_t *b_lidx;                /* [max(max_seqs, max_batch)] rows that want logits */
     fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
     float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
 };
@@ -159,7 +159,7 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     c->b_tok = mem_calloc(c->p.max_batch, sizeof *c->b_tok);
     c->b_pos = mem_calloc(c->p.max_batch, sizeof *c->b_pos);
     c->b_seq = mem_calloc(c->p.max_batch, sizeof *c->b_seq);
-    c->b_lidx = mem_calloc(c->p.max_seqs, sizeof *c->b_lidx);
+    c->b_lidx = mem_calloc(c->p.max_seqs > c->p.max_batch ? c->p.max_seqs : c->p.max_batch, sizeof *c->b_lidx);
     c->b_fseq = mem_calloc(c->p.max_seqs, sizeof *c->b_fseq);
     c->b_logits = mem_calloc((size_t)rows * pm->m->cfg.n_vocab, sizeof *c->b_logits);
     if (!c->tp || !c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits) rc = err_set(PL_ENOMEM, "out of memory creating a context");
@@ -249,6 +249,7 @@ typedef struct {
     ctx_seq *s;
     uint32_t from, n;
     float *logits;
+    bool all;       /* logits gets a row for every token, written in place */
 } core_item;
 
 static int step_core(pl_ctx *c, const core_item *it, int n_items)
@@ -270,16 +271,22 @@ static int step_core(pl_ctx *c, const core_item *it, int n_items)
             c->b_pos[t] = (int32_t)(it[i].from + j);
             c->b_seq[t] = i;
         }
-        if (it[i].logits) c->b_lidx[n_logits++] = t - 1;
+        if (it[i].all)
+            for (uint32_t j = 0; j < it[i].n; j++) c->b_lidx[n_logits++] = t - (int)it[i].n + (int)j;
+        else if (it[i].logits)
+            c->b_lidx[n_logits++] = t - 1;
     }
     assert(t <= (int)c->p.max_batch);
     fwd_batch b = {t, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, n_items, c->b_lidx, n_logits};
-    rc = model_forward(c->pm->m, c->fs, &c->pool, &b, c->b_logits);
+    /* a lone all-logits item takes its rows straight into the caller's buffer */
+    const bool direct = n_items == 1 && it[0].all;
+    rc = model_forward(c->pm->m, c->fs, &c->pool, &b, direct ? it[0].logits : c->b_logits);
     if (rc) {
         for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
         return rc;
     }
     const size_t nv = c->pm->m->cfg.n_vocab;
+    if (direct) return 0;
     for (int i = 0, l = 0; i < n_items; i++)
         if (it[i].logits) memcpy(it[i].logits, c->b_logits + (size_t)l++ * nv, nv * sizeof(float));
     return 0;
@@ -291,7 +298,7 @@ static int run_range(pl_ctx *c, ctx_seq *s, uint32_t from, uint32_t to, float *l
 {
     for (uint32_t at = from; at < to;) {
         uint32_t n = to - at < c->p.max_batch ? to - at : c->p.max_batch;
-        core_item it = {s, at, n, at + n == to ? logits : NULL};
+        core_item it = {s, at, n, at + n == to ? logits : NULL, false};
         int rc = step_core(c, &it, 1);
         if (rc) return rc;
         at += n;
@@ -333,7 +340,7 @@ int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
         for (int j = 0; j < i; j++)
             if (items[j].seq == items[i].seq) return err_set(PL_EINVAL, "ctx_step: sequence %d twice", items[i].seq);
         total += items[i].n;
-        it[i] = (core_item){s, s->n_tokens, items[i].n, items[i].logits};
+        it[i] = (core_item){s, s->n_tokens, items[i].n, items[i].logits, false};
     }
     if (total > c->p.max_batch) return err_set(PL_EINVAL, "ctx_step: %u tokens > max_batch %u", total, c->p.max_batch);
     for (int i = 0; i < n_items; i++) memcpy(it[i].s->tokens + it[i].from, items[i].tokens, items[i].n * sizeof(int32_t));
@@ -376,6 +383,31 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
     if (rc) return rc;
     s->n_tokens = old + (uint32_t)n;
     if (!c->p.no_kv_cache) seq_register(c, s);
+    return 0;
+}
+
+int pl_seq_append_all(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float *logits)
+{
+    ctx_seq *s = seq_get(c, id);
+    int rc = tokens_check(c, s, id, tokens, n);
+    if (rc) return rc;
+    if (c->p.no_kv_cache) return err_set(PL_EUNSUPPORTED, "pl_seq_append_all: not available without a KV cache");
+    const uint32_t old = s->n_tokens;
+    const size_t nv = c->pm->m->cfg.n_vocab;
+    memcpy(s->tokens + old, tokens, n * sizeof *tokens);
+    for (uint32_t at = old; at < old + n && !rc;) {
+        uint32_t k = old + (uint32_t)n - at < c->p.max_batch ? old + (uint32_t)n - at : c->p.max_batch;
+        core_item it = {s, at, k, logits + (size_t)(at - old) * nv, true};
+        rc = step_core(c, &it, 1);
+        at += k;
+    }
+    if (rc) {
+        kv_seq_truncate(&s->kv, old);
+        if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, old);
+        return rc;
+    }
+    s->n_tokens = old + (uint32_t)n;
+    seq_register(c, s);
     return 0;
 }
 
