@@ -299,6 +299,7 @@ TEST(append_all_gives_the_logits_of_every_position)
     pl_ctx_params cp;
     pl_ctx_params_default(&cp);
     cp.max_batch = 16; /* several chunks */
+    cp.kv_dtype = PL_KV_F32; /* an f16 cache would amplify the matmul's order differences (see below) */
     pl_ctx *c = NULL;
     int32_t seq;
     float *all = malloc(sizeof(float) * nv * 40), *one = malloc(sizeof(float) * nv);
@@ -312,9 +313,10 @@ TEST(append_all_gives_the_logits_of_every_position)
         for (int i = 0; i < k; i++) CHECK(pl_seq_append(c, seq, &ids[i], 1, one) == 0);
         double md = 0;
         for (uint32_t v = 0; v < nv; v++) md = fmax(md, fabs(one[v] - all[(size_t)(k - 1) * nv + v]));
-        /* The batched matmul sums in another order than m=1 (~3e-6), which can
-         * flip an f16 rounding of a cached K/V: 1e-4-level logit moves. */
-        CHECK_MSG(md < 2e-3, "row %d differs by %g", k - 1, md);
+        /* The batched matmul sums in another order than m=1 (~3e-6); with an
+         * f16 cache that can flip the rounding of a cached K/V and move the
+         * logits of stories260K (head dim 8) by ~5e-3, so this uses f32. */
+        CHECK_MSG(md < 1e-4, "row %d differs by %g", k - 1, md);
     }
     free(all);
     free(one);
