@@ -6,7 +6,10 @@
  * are kept up to the first difference and only the rest is prefilled. So a
  * turn costs its new tokens, and the report on stderr says how many were
  * reused and how many were computed. Reads a pipe as well as a terminal.
+ * With --json each turn is one JSON line on stdout instead (the rendered
+ * prompt, the answer and the counts), for scripts and tests.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +57,23 @@ static int sync_seq(pl_ctx *c, int32_t seq, const int32_t *ids, size_t n, float 
 
 static const char *const plain_stops[] = {"\n\nUser:", "\nUser:"};
 
+static void turn_json(int turn, const char *prompt, const gen_result *r, size_t n_ids, size_t reused,
+                      double t_prefill, const char *tpl)
+{
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s%, s:I, s:I, s:I, s:i, s:f, s:f, s:s}", "turn", turn, "template", tpl,
+                          "prompt", prompt, "text", r->text, r->text_len, "prompt_tokens", (json_int_t)n_ids,
+                          "reused_tokens", (json_int_t)reused, "prefilled_tokens", (json_int_t)(n_ids - reused),
+                          "generated_tokens", r->n_ids, "prefill_s", t_prefill, "decode_s", r->decode_s,
+                          "stop_reason", r->stop_reason);
+    char *txt = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    puts(txt);
+    fflush(stdout);
+    free(txt);
+    json_decref(o);
+}
+
 static int chat_turn(pl_ctx *c, pl_model *m, int32_t seq, pl_sampler *s, float *logits, chat_log *log,
-                     int n_predict, int turn)
+                     int n_predict, int turn, bool json)
 {
     char *prompt;
     const char *tpl;
@@ -64,26 +82,31 @@ static int chat_turn(pl_ctx *c, pl_model *m, int32_t seq, pl_sampler *s, float *
     const pl_vocab *v = pl_model_vocab(m);
     if (pl_chat_render(m, log->msgs, log->n, true, &prompt, &tpl) != 0) return -1;
     int rc = pl_tokenize(v, prompt, strlen(prompt), pl_vocab_add_bos(v), true, &ids, &n_ids);
-    pl_free(prompt);
-    if (rc) return rc;
+    if (rc) { pl_free(prompt); return rc; }
     if (n_ids + (size_t)n_predict > pl_ctx_n_ctx(c)) {
         pl_free(ids);
         fprintf(stderr, "pagellm chat: the conversation (%zu tokens + %d to generate) no longer fits the context of %u tokens\n",
                 n_ids, n_predict, pl_ctx_n_ctx(c));
+        pl_free(prompt);
         return 1;
     }
     double t0 = now_seconds();
     rc = sync_seq(c, seq, ids, n_ids, logits, &reused);
     double t_prefill = now_seconds() - t0;
     pl_free(ids);
-    if (rc) return rc;
+    if (rc) { pl_free(prompt); return rc; }
     bool plain = strcmp(tpl, "plain") == 0;
-    gen_config gc = {n_predict, false, plain ? plain_stops : NULL, plain ? 2 : 0, stdout};
+    gen_config gc = {n_predict, false, plain ? plain_stops : NULL, plain ? 2 : 0, json ? NULL : stdout};
     gen_result r;
     rc = generate(c, m, seq, s, logits, &gc, &r);
-    if (rc) return rc;
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (rc) { pl_free(prompt); return rc; }
+    if (json) {
+        turn_json(turn, prompt, &r, n_ids, reused, t_prefill, tpl);
+    } else {
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    pl_free(prompt);
     const char *text = r.text;
     while (*text == ' ') text++;
     rc = chat_log_add(log, "assistant", text, strlen(text));
@@ -105,11 +128,13 @@ int cmd_chat(int argc, char **argv)
     gen_opts_default(&g);
     const char *system = NULL;
     int n_predict = 256;
+    bool json = false;
     cli_opt opts[32];
     int n = 0;
     gen_opts_table(&g, opts, &n);
     opts[n++] = (cli_opt){"system", 0, CLI_STR, &system, 0, 0, "TEXT", "system message"};
     opts[n++] = (cli_opt){"n-predict", 'n', CLI_INT, &n_predict, 1, 1 << 20, "N", "tokens per answer at most (default 256)"};
+    opts[n++] = (cli_opt){"json", 0, CLI_FLAG, &json, 0, 0, NULL, "one JSON line per turn (prompt, text, token counts)"};
     opts[n] = (cli_opt){0};
     const char *pos[1];
     int np, rc = cli_parse("chat", "-m MODEL [options]   (one user turn per input line; EOF or /exit ends)", opts,
@@ -136,14 +161,14 @@ int cmd_chat(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     for (int turn = 1; !rc; turn++) {
-        if (tty) { fputs("> ", stdout); fflush(stdout); }
+        if (tty && !json) { fputs("> ", stdout); fflush(stdout); }
         ssize_t len = getline(&line, &cap, stdin);
         if (len < 0) break;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (strcmp(line, "/exit") == 0) break;
         if (len == 0) { turn--; continue; }
         if (chat_log_add(&log, "user", line, (size_t)len) != 0) { cli_error("chat", "conversation too long"); rc = 1; break; }
-        int trc = chat_turn(c, m, seq, s, logits, &log, n_predict, turn);
+        int trc = chat_turn(c, m, seq, s, logits, &log, n_predict, turn, json);
         if (trc < 0) { cli_error("chat", "%s", pl_last_error()); rc = 1; }
         else if (trc > 0) rc = 1;
     }

@@ -1,6 +1,7 @@
 /* cmd_synth.c - `pagellm synth`: write a synthetic llama GGUF. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -33,6 +34,10 @@ int cmd_synth(int argc, char **argv)
     for (const char *const *s = pl_synth_shapes(); *s; s++) known |= strcmp(*s, shape) == 0;
     if (!known) { cli_error("synth", "unknown --shape '%s' (see --list)", shape); return 2; }
     if (!out) { cli_error("synth", "missing -o OUT.gguf"); return 2; }
+    static const char *const types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K", NULL};
+    int type_ok = 0;
+    for (int i = 0; types[i]; i++) type_ok |= strcasecmp(types[i], type) == 0;
+    if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", type); return 2; }
     pl_synth_params p = {shape, seed, vocab, type, out};
     if (pl_synth(&p) != 0) {
         cli_error("synth", "%s", pl_last_error());

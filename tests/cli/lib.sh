@@ -26,6 +26,6 @@ expect_exit() {
 }
 
 # check NAME COND...: runs the test command COND; PASS if it succeeds.
-check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name" "$*"; fi; }
+check() { local name=$1; shift; if "$@" >/dev/null 2>&1; then pass "$name"; else fail "$name" "$*"; fi; }
 
 have_peer() { [ -x "$PEER" ]; }

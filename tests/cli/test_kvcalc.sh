@@ -36,6 +36,15 @@ field kvcalc_llama70b_q4_0 .bytes_per_token $((80 * 2 * 1024 / 32 * 18)) -- $L70
 field kvcalc_llama70b_e5m2 .bytes_per_token $((80 * 2 * 1024)) -- $L70 --dtype fp8_e5m2
 # fp8_e4m3: + one f32 scale per (block of 16, layer, K|V, KV head) = 2 bytes a token per layer.
 field kvcalc_llama70b_e4m3 .bytes_per_token $((80 * 2 * (1024 + 8 * 4 / 16))) -- $L70 --dtype fp8_e4m3
+# KIVI (kivi4 / kivi2): per layer and block of 16, K = 1024 channels x (a column of
+# 16 codes + f16 scale + f16 min), V = 16 rows x 32 groups x (f16 scale + min + 32 codes).
+field kvcalc_llama70b_kivi4 .bytes_per_token $((80 * (1024 * (8 + 4) + 16 * 32 * 20) / 16)) -- $L70 --dtype kivi4
+field kvcalc_llama70b_kivi2 .bytes_per_token $((80 * (1024 * (4 + 4) + 16 * 32 * 12) / 16)) -- $L70 --dtype kivi2
+field kvcalc_kivi4_block .bytes_per_block $((80 * (1024 * 12 + 16 * 640))) -- $L70 --dtype kivi4
+field kvcalc_int4_alias .dtype kivi4 -- $L70 --dtype int4
+field kvcalc_int2_alias .dtype kivi2 -- $L70 --dtype INT2
+# Blocks of 32 halve the per-channel key scales' share: K column 16 B + 4.
+field kvcalc_kivi4_block32 .bytes_per_token $((80 * (1024 * (16 + 4) + 32 * 640) / 32)) -- $L70 --dtype kivi4 --block-size 32
 # Llama-3.1-8B at 128000 tokens, f16: about 16 GB for one sequence.
 field kvcalc_llama8b_128k_total .total_bytes 16777216000 -- $L8 --dtype f16 --ctx 128000
 field kvcalc_llama8b_128k_blocks .blocks_per_seq 8000 -- $L8 --ctx 128000
@@ -73,5 +82,7 @@ expect_exit kvcalc_missing_layers 2 "--layers" -- "$PAGELLM" kvcalc --kv-heads 8
 expect_exit kvcalc_missing_head_dim 2 "--head-dim" -- "$PAGELLM" kvcalc --layers 2 --kv-heads 8
 # q4_0 groups 32 elements of a token's KV row; 1 x 8 = 8 does not divide.
 expect_exit kvcalc_dtype_does_not_fit 2 "--dtype q4_0.*multiple of 32" -- "$PAGELLM" kvcalc --layers 2 --kv-heads 1 --head-dim 8 --dtype q4_0
+# KIVI values group 32 elements of a token's KV row: 1 x 8 does not divide either.
+expect_exit kvcalc_kivi_does_not_fit 2 "--dtype kivi2.*multiple of 32" -- "$PAGELLM" kvcalc --layers 2 --kv-heads 1 --head-dim 8 --dtype kivi2
 expect_exit kvcalc_heads_not_multiple 2 "--heads" -- "$PAGELLM" kvcalc $L8 --heads 12
 expect_exit kvcalc_stray_argument 2 "extra" -- "$PAGELLM" kvcalc $L8 extra
