@@ -47,6 +47,10 @@ typedef enum {
     PL_KV_Q4_0,      /* groups of 32: 16 bytes of nibbles + f16 scale */
     PL_KV_FP8_E4M3,  /* 1 byte/elem + one f32 scale per (block, layer, K|V, KV head) */
     PL_KV_FP8_E5M2,  /* 1 byte/elem, no scale */
+    PL_KV_INT4,      /* "kivi4" (alias "int4"): KIVI 4 bit, keys per channel over each block,
+                        values per token in groups of 32, f16 scale+min per group; the block
+                        being filled stays in f16 in a per-sequence staging block */
+    PL_KV_INT2,      /* "kivi2" (alias "int2"): the same at 2 bits */
     PL_KV_DTYPE_COUNT
 } pl_kv_dtype;
 
@@ -105,9 +109,10 @@ typedef struct {
     const char *vocab_path; /* a GGUF with a tokenizer, or NULL for the built-in byte vocab */
     const char *type;       /* weight type name: "f32" (default), "f16", "q8_0", ... */
     const char *out_path;
+    const char *arch;       /* "llama" (default), "qwen2" (q/k/v biases), "qwen3" (q/k norms) */
 } pl_synth_params;
 
-/* Writes a deterministic synthetic llama GGUF. */
+/* Writes a deterministic synthetic llama-family GGUF. */
 int pl_synth(const pl_synth_params *p);
 /* Names of the built-in shapes, NULL-terminated. */
 const char *const *pl_synth_shapes(void);

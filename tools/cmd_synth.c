@@ -9,7 +9,7 @@
 
 int cmd_synth(int argc, char **argv)
 {
-    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32";
+    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = "llama";
     uint64_t seed = 1;
     bool list = false;
     const cli_opt opts[] = {
@@ -18,6 +18,7 @@ int cmd_synth(int argc, char **argv)
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_K, q6_K"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
+        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default), qwen2 (q/k/v biases), qwen3 (q/k norms)"},
         {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
         {0},
     };
@@ -38,7 +39,11 @@ int cmd_synth(int argc, char **argv)
     int type_ok = 0;
     for (int i = 0; types[i]; i++) type_ok |= strcasecmp(types[i], type) == 0;
     if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", type); return 2; }
-    pl_synth_params p = {shape, seed, vocab, type, out};
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
+        cli_error("synth", "bad value '%s' for --arch (llama, qwen2, qwen3)", arch);
+        return 2;
+    }
+    pl_synth_params p = {shape, seed, vocab, type, out, arch};
     if (pl_synth(&p) != 0) {
         cli_error("synth", "%s", pl_last_error());
         return 1;

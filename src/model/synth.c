@@ -10,6 +10,11 @@
  *
  * Weights are encoded directly in the requested type (F32 by default), so a
  * quantized 1B model never needs its 4 GB F32 form in memory or on disk.
+ *
+ * Architectures: llama, and its relatives qwen2 (adds q/k/v biases, NeoX
+ * rope order) and qwen3 (adds per-head RMSNorm weights on q and k, NeoX), so
+ * that each code path of the forward pass can be compared with llama.cpp.
+ * Bias and q/k-norm values are drawn around 0 and 1 respectively.
  */
 #include "pagellm.h"
 
@@ -51,7 +56,8 @@ typedef struct {
     char name[64];
     uint64_t ne[2];
     uint32_t n_dims, type;
-    float std;
+    float std;   /* 0: all ones */
+    float mean;  /* added to every value (1 for q/k norm weights) */
 } synth_tensor;
 
 typedef struct {
@@ -91,7 +97,7 @@ static int synth_fill(void *user, uint64_t idx, void *dst, uint64_t nbytes)
         for (uint64_t j = 0; j < t->ne[0]; j++) {
             if (t->std == 0) { c->row[j] = 1.0f; continue; }
             double u = (double)(rng_next(st) >> 11) * 0x1.0p-53; /* [0, 1) */
-            c->row[j] = (float)((2.0 * u - 1.0) * a);
+            c->row[j] = (float)((2.0 * u - 1.0) * a) + t->mean;
         }
         quant_quantize_row(t->type, c->row, (uint8_t *)dst + r * row_bytes, (int64_t)t->ne[0]);
     }
@@ -116,11 +122,13 @@ static void tensor_add(synth_tensor *t, int *n, const char *name, uint64_t ne0, 
     x->n_dims = ne1 > 1 ? 2 : 1;
     x->type = ne1 > 1 ? type : DT_F32; /* norms stay f32, as llama.cpp keeps them */
     x->std = std;
+    x->mean = 0;
 }
 
-/* Lays out the llama tensor list in llama.cpp's names and order. */
-static int tensors_plan(const synth_shape *s, uint32_t n_vocab, uint32_t type, synth_tensor *t)
+/* Lays out the tensor list in llama.cpp's names and order. */
+static int tensors_plan(const synth_shape *s, const char *arch, uint32_t n_vocab, uint32_t type, synth_tensor *t)
 {
+    const bool biases = strcmp(arch, "qwen2") == 0, qk_norm = strcmp(arch, "qwen3") == 0;
     int n = 0;
     const uint32_t hd = s->dim / s->heads, kv = hd * s->kv_heads;
     const float sd = 1.0f / sqrtf((float)s->dim), sf = 1.0f / sqrtf((float)s->ffn);
@@ -132,6 +140,17 @@ static int tensors_plan(const synth_shape *s, uint32_t n_vocab, uint32_t type, s
         T("attn_q.weight", s->dim, s->dim, sd);
         T("attn_k.weight", s->dim, kv, sd);
         T("attn_v.weight", s->dim, kv, sd);
+        if (biases) {
+            T("attn_q.bias", s->dim, 1, 0.2f);
+            T("attn_k.bias", kv, 1, 0.2f);
+            T("attn_v.bias", kv, 1, 0.2f);
+        }
+        if (qk_norm) {
+            T("attn_q_norm.weight", hd, 1, 0.2f);
+            t[n - 1].mean = 1.0f;
+            T("attn_k_norm.weight", hd, 1, 0.2f);
+            t[n - 1].mean = 1.0f;
+        }
         T("attn_output.weight", s->dim, s->dim, sd);
         T("ffn_norm.weight", s->dim, 1, 0);
         T("ffn_gate.weight", s->dim, s->ffn, sd);
@@ -144,27 +163,30 @@ static int tensors_plan(const synth_shape *s, uint32_t n_vocab, uint32_t type, s
     return n;
 }
 
-static int metadata_write(gguf_writer *w, const synth_shape *s, uint32_t n_vocab, uint32_t type,
+static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch, uint32_t n_vocab, uint32_t type,
                           uint64_t seed)
 {
+    char key[96];
+#define K(name) (snprintf(key, sizeof key, "%s." name, arch), key)
     char name[96];
     snprintf(name, sizeof name, "pagellm-synth-%s-seed%llu", s->name, (unsigned long long)seed);
     /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for the weight type */
     uint32_t ftype = type == DT_F32 ? 0 : type == DT_F16 ? 1 : type == DT_Q4_0 ? 2
                    : type == DT_Q8_0 ? 7 : type == DT_BF16 ? 32 : type == DT_Q4_K ? 15 : 0;
-    int rc = gguf_writer_set_str(w, "general.architecture", "llama");
+    int rc = gguf_writer_set_str(w, "general.architecture", arch);
     if (!rc) rc = gguf_writer_set_str(w, "general.name", name);
     if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", ftype);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.context_length", s->ctx);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.embedding_length", s->dim);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.block_count", s->layers);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.feed_forward_length", s->ffn);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.attention.head_count", s->heads);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.attention.head_count_kv", s->kv_heads);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.rope.dimension_count", s->dim / s->heads);
-    if (!rc) rc = gguf_writer_set_f32(w, "llama.rope.freq_base", s->rope_base);
-    if (!rc) rc = gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!rc) rc = gguf_writer_set_u32(w, "llama.vocab_size", n_vocab);
+    if (!rc) rc = gguf_writer_set_u32(w, K("context_length"), s->ctx);
+    if (!rc) rc = gguf_writer_set_u32(w, K("embedding_length"), s->dim);
+    if (!rc) rc = gguf_writer_set_u32(w, K("block_count"), s->layers);
+    if (!rc) rc = gguf_writer_set_u32(w, K("feed_forward_length"), s->ffn);
+    if (!rc) rc = gguf_writer_set_u32(w, K("attention.head_count"), s->heads);
+    if (!rc) rc = gguf_writer_set_u32(w, K("attention.head_count_kv"), s->kv_heads);
+    if (!rc) rc = gguf_writer_set_u32(w, K("rope.dimension_count"), s->dim / s->heads);
+    if (!rc) rc = gguf_writer_set_f32(w, K("rope.freq_base"), s->rope_base);
+    if (!rc) rc = gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
+    if (!rc) rc = gguf_writer_set_u32(w, K("vocab_size"), n_vocab);
+#undef K
     return rc;
 }
 
@@ -205,6 +227,9 @@ int pl_synth(const pl_synth_params *p)
 {
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
     if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
+    const char *arch = p->arch ? p->arch : "llama";
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
+        return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     int type = dtype_from_name(p->type ? p->type : "f32");
     gguf_writer *w = gguf_writer_new();
@@ -212,11 +237,11 @@ int pl_synth(const pl_synth_params *p)
     uint32_t n_vocab = s->vocab;
     int rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
     if (!rc) rc = synth_check_type(s, n_vocab, type);
-    if (!rc) rc = metadata_write(w, s, n_vocab, (uint32_t)type, p->seed);
-    synth_tensor *t = mem_calloc(s->layers * 9 + 3, sizeof *t);
+    if (!rc) rc = metadata_write(w, s, arch, n_vocab, (uint32_t)type, p->seed);
+    synth_tensor *t = mem_calloc(s->layers * 12 + 3, sizeof *t);
     synth_fill_ctx fc = {p->seed, t, mem_calloc(s->ffn > s->dim ? s->ffn : s->dim, sizeof(float))};
     if (!t || !fc.row) rc = PL_ENOMEM;
-    int n = rc ? 0 : tensors_plan(s, n_vocab, (uint32_t)type, t);
+    int n = rc ? 0 : tensors_plan(s, arch, n_vocab, (uint32_t)type, t);
     for (int i = 0; i < n && !rc; i++) {
         int idx = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL);
         if (idx < 0) rc = idx;

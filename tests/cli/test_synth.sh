@@ -32,6 +32,12 @@ if have_peer; then
   same_as_peer synth_tiny_q8_0_runs_in_llama_cpp "$T/q8.gguf" "Once upon a time"
   "$PAGELLM" synth --shape tiny --vocab "$SHARED/models/vocab/ggml-vocab-llama-spm.gguf" -o "$T/spm.gguf" 2>/dev/null
   same_as_peer synth_tiny_llama_spm_vocab_runs_in_llama_cpp "$T/spm.gguf" "Hello world, this is a test"
+  # the other architectures' code paths: qwen2 (q/k/v biases, NeoX rope),
+  # qwen3 (per-head q/k RMSNorm, NeoX rope)
+  for a in qwen2 qwen3; do
+    "$PAGELLM" synth --shape tiny --arch $a -o "$T/$a.gguf" 2>/dev/null
+    same_as_peer "synth_tiny_${a}_runs_in_llama_cpp" "$T/$a.gguf" "Once upon a time, the dog"
+  done
 else
   skip synth_vs_llama_cpp "peer not built"
 fi
@@ -39,6 +45,7 @@ fi
 expect_exit synth_unknown_shape 2 "unknown --shape 'huge'" -- "$PAGELLM" synth --shape huge -o "$T/x.gguf"
 expect_exit synth_no_output 2 'missing -o' -- "$PAGELLM" synth --shape tiny
 expect_exit synth_bad_type 2 "bad value 'q3' for --type" -- "$PAGELLM" synth --shape tiny --type q3 -o "$T/x.gguf"
+expect_exit synth_bad_arch 2 "bad value 'gptj' for --arch" -- "$PAGELLM" synth --arch gptj -o "$T/x.gguf"
 expect_exit synth_bad_seed 2 "bad value 'abc' for --seed" -- "$PAGELLM" synth --seed abc -o "$T/x.gguf"
 expect_exit synth_missing_vocab 1 'nope.gguf' -- "$PAGELLM" synth --vocab "$T/nope.gguf" -o "$T/x.gguf"
 expect_exit synth_unwritable 1 'cannot create' -- "$PAGELLM" synth -o /nonexistent/dir/x.gguf
