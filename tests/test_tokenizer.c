@@ -590,21 +590,30 @@ TEST(invalid_utf8_is_deterministic)
 }
 
 /* Tokenizing 1 MB must be far from quadratic: compared with 256 KB (4x the
- * text: about 4x the time when linear, 16x when quadratic). */
+ * text: about 4x the time when linear, 16x when quadratic). Measured in this
+ * thread's CPU time, so that a loaded machine does not move the ratio; how
+ * fast it is, is make bench's business, not a test's. */
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void big_case(const tok_vocab *v, char fill, double *secs)
 {
     size_t big = 1 << 20, small = 1 << 18;
     char *s = malloc(big + 1);
     const char *para = "The quick brown fox jumps over the lazy dog; it's 42 degrees.\n";
     for (size_t i = 0; i < big; i++) s[i] = fill ? fill : para[i % strlen(para)];
-    double t0 = now_s();
+    double t0 = cpu_s();
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = tok_tokenize(v, s, small, false, false, &ids, &n);
     free(ids);
-    double t1 = now_s();
+    double t1 = cpu_s();
     if (!rc) rc = tok_tokenize(v, s, big, false, false, &ids, &n);
-    double t2 = now_s();
+    double t2 = cpu_s();
     free(ids);
     free(s);
     secs[0] = t1 - t0;
@@ -618,7 +627,7 @@ static void big_case(const tok_vocab *v, char fill, double *secs)
 #define SLOW 1.0
 #endif
 
-TEST(one_megabyte_is_fast)
+TEST(one_megabyte_is_linear)
 {
     static const char fills[] = {0, 'a', ' ', '\n'};
     for (int k = 0; k < 2; k++) {
@@ -628,7 +637,6 @@ TEST(one_megabyte_is_fast)
             if (getenv("TOK_TEST_VERBOSE"))
                 printf("# %s fill %d: 256 KB %.3f s, 1 MB %.3f s\n", k ? "gpt2" : "spm", fills[f], s[0], s[1]);
             CHECK_MSG(s[1] >= 0, "%s fill %d: tokenize failed: %s", k ? "gpt2" : "spm", fills[f], err_msg());
-            CHECK_MSG(s[1] < 3.0 * SLOW, "%s fill %d: 1 MB took %.2f s", k ? "gpt2" : "spm", fills[f], s[1]);
             CHECK_MSG(s[1] < 9 * s[0] + 0.2 * SLOW, "%s fill %d: 1 MB %.3f s vs 256 KB %.3f s: not linear",
                       k ? "gpt2" : "spm", fills[f], s[1], s[0]);
         }
@@ -785,7 +793,7 @@ int main(void)
     RUN(stream_small_buffer_keeps_state);
     RUN(detokenize_follows_llama_cpp);
     RUN(invalid_utf8_is_deterministic);
-    RUN(one_megabyte_is_fast);
+    RUN(one_megabyte_is_linear);
     RUN(spm_chunks_equal_one_heap);
     RUN(empty_text);
     RUN(bad_vocab_files_name_the_key);
