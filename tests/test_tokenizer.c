@@ -50,12 +50,6 @@ static char *read_all(const char *path, size_t *len)
     return b;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Tokenizes and compares with want[0..nw); on mismatch writes both. */
 static bool same_ids(const tok_vocab *v, const char *s, size_t len, bool bos, bool special, const int32_t *want,
