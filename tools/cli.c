@@ -188,3 +188,12 @@ char *cli_read_file(const char *path, uint64_t *len)
     *len = n;
     return buf;
 }
+
+const char *cli_human_bytes(double bytes, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
+}

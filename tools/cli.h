@@ -9,6 +9,7 @@
 #define PL_TOOLS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -48,6 +49,9 @@ int cli_parse(const char *cmd, const char *usage, const cli_opt *opts, int argc,
 
 /* Prints "pagellm CMD: msg" to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "15.62 GiB": bytes in powers of 1024, into buf; returns buf. */
+const char *cli_human_bytes(double bytes, char *buf, size_t cap);
 
 /* Reads a whole file ("-" = stdin) into a NUL-terminated malloc'd buffer. */
 char *cli_read_file(const char *path, uint64_t *len);

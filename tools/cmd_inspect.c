@@ -39,15 +39,6 @@ typedef struct {
     inspect_kv mha;    /* f16 with n_kv_heads = n_heads */
 } inspect_report;
 
-static const char *inspect_human(double bytes, char *buf, size_t cap)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
-    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
-    return buf;
-}
-
 static json_t *inspect_json_num(double x)
 {
     if (x == floor(x) && fabs(x) < 9007199254740992.0) return json_integer((json_int_t)x);
@@ -104,7 +95,7 @@ static void inspect_print_model(const pl_file_info *in)
            in->ctx_train, in->rope_dim, (double)in->rope_base, (double)in->norm_eps,
            in->tokenizer[0] ? in->tokenizer : "(none)");
     printf("\nweights: %llu bytes (%s), %llu elements\n", (unsigned long long)in->weights_bytes,
-           inspect_human((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements);
+           cli_human_bytes((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements);
     printf("  %-8s %8s %14s %14s\n", "type", "tensors", "elements", "bytes");
     for (int i = 0; i < in->n_types; i++)
         printf("  %-8s %8llu %14llu %14llu\n", in->types[i].type, (unsigned long long)in->types[i].count,
@@ -120,7 +111,7 @@ static void inspect_print_kv(const inspect_report *r)
         const inspect_kv *k = &r->kv[t];
         if (k->ok)
             printf("  %-9s %12.10g bytes  (%s)\n", pl_kv_dtype_name((pl_kv_dtype)t), k->size.bytes_per_token,
-                   inspect_human(k->size.bytes_per_token, h, sizeof h));
+                   cli_human_bytes(k->size.bytes_per_token, h, sizeof h));
         else
             printf("  %-9s %12s        (%s)\n", pl_kv_dtype_name((pl_kv_dtype)t), "n/a", k->why);
     }
@@ -143,7 +134,7 @@ static void inspect_print_table(const inspect_report *r)
         for (size_t c = 0; c < N_CTX; c++) {
             printf("  %-6s %5lluK", pl_kv_dtype_name(shown[d]), (unsigned long long)inspect_ctx[c] / 1024);
             for (size_t b = 0; b < N_BATCH; b++)
-                printf("  %16s", inspect_human(k->size.bytes_per_token * (double)inspect_ctx[c] * (double)inspect_batch[b],
+                printf("  %16s", cli_human_bytes(k->size.bytes_per_token * (double)inspect_ctx[c] * (double)inspect_batch[b],
                                                h, sizeof h));
             printf("%s\n", r->info.ctx_train && inspect_ctx[c] > r->info.ctx_train ? "  (beyond trained context)" : "");
         }
@@ -163,7 +154,7 @@ static void inspect_print_gqa(const inspect_report *r)
     printf("\nGQA: %u query heads share %u KV heads (%.4gx): MHA would need %.10g bytes per token at f16;"
            " GQA saves %.10g (%s, %.1f%%)\n",
            in->n_heads, in->n_kv_heads, (double)in->n_heads / in->n_kv_heads, mha, mha - gqa,
-           inspect_human(mha - gqa, h, sizeof h), 100.0 * (mha - gqa) / mha);
+           cli_human_bytes(mha - gqa, h, sizeof h), 100.0 * (mha - gqa) / mha);
 }
 
 /* ---------------------------------------------------------------- JSON */

@@ -36,16 +36,6 @@ typedef struct {
     double mha_bytes_per_token; /* 0 without --heads */
 } kvcalc_result;
 
-/* "15.62 GiB"; powers of 1024. */
-static const char *kvcalc_human(double bytes, char *buf, size_t cap)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
-    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
-    return buf;
-}
-
 /* An integer when exact, else a real (fp8_e4m3 scales shared by a block). */
 static json_t *kvcalc_json_num(double x)
 {
@@ -153,20 +143,20 @@ static void kvcalc_print_text(const kvcalc_args *a, const kvcalc_result *r)
     double bpt = a->size.bytes_per_token;
     printf("KV cache: %d layers x %d KV heads x head dim %d, %s, blocks of %d tokens\n", a->layers, a->kv_heads,
            a->head_dim, pl_kv_dtype_name(a->dtype), a->block);
-    printf("  bytes per token   %.10g (%s)\n", bpt, kvcalc_human(bpt, h, sizeof h));
+    printf("  bytes per token   %.10g (%s)\n", bpt, cli_human_bytes(bpt, h, sizeof h));
     printf("  bytes per block   %llu (%s)\n", (unsigned long long)a->size.bytes_per_block,
-           kvcalc_human((double)a->size.bytes_per_block, h, sizeof h));
+           cli_human_bytes((double)a->size.bytes_per_block, h, sizeof h));
     printf("  total bytes       %llu (%s) for ctx %llu tokens x batch %llu\n", (unsigned long long)r->total,
-           kvcalc_human((double)r->total, h, sizeof h), (unsigned long long)a->ctx, (unsigned long long)a->batch);
+           cli_human_bytes((double)r->total, h, sizeof h), (unsigned long long)a->ctx, (unsigned long long)a->batch);
     printf("  allocated bytes   %llu (%s) in %llu blocks per sequence; %llu bytes in unfilled block tails\n",
-           (unsigned long long)r->allocated, kvcalc_human((double)r->allocated, h, sizeof h),
+           (unsigned long long)r->allocated, cli_human_bytes((double)r->allocated, h, sizeof h),
            (unsigned long long)r->blocks_per_seq, (unsigned long long)r->tail_waste);
     if (a->heads) {
         double saved = r->mha_bytes_per_token - bpt;
         printf("  GQA: %d query heads share %d KV heads (%dx): MHA would need %.10g bytes per token;"
                " GQA saves %.10g (%s, %.1f%%)\n",
                a->heads, a->kv_heads, a->heads / a->kv_heads, r->mha_bytes_per_token, saved,
-               kvcalc_human(saved, h, sizeof h), 100.0 * saved / r->mha_bytes_per_token);
+               cli_human_bytes(saved, h, sizeof h), 100.0 * saved / r->mha_bytes_per_token);
     }
 }
 
