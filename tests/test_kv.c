@@ -77,11 +77,20 @@ TEST(dtype_bytes_per_token_llama70b)
         [KV_F32] = 655360, [KV_F16] = 327680, [KV_BF16] = 327680,
         [KV_Q8_0] = 80 * 2 * (1024 / 32 * 34), [KV_Q4_0] = 80 * 2 * (1024 / 32 * 18),
         [KV_FP8_E4M3] = 80 * 2 * (1024 + 8 * 4 / 16.0), [KV_FP8_E5M2] = 80 * 2 * 1024,
+        /* KIVI per layer and block of 16: K = 1024 channels x (8 B of nibbles +
+         * f16 scale + f16 min), V = 16 rows x 32 groups x 20 B (int2: 4 B, 12 B) */
+        [KV_INT4] = 80 * (1024 * (8 + 4) + 16 * 32 * 20) / 16.0,
+        [KV_INT2] = 80 * (1024 * (4 + 4) + 16 * 32 * 12) / 16.0,
     };
     for (int t = 0; t < KV_DTYPE_COUNT; t++)
         CHECK_MSG(kv_dtype_bytes_per_token((kv_dtype)t, 80, 8, 128, 16) == want[t], "%s: %.3f != %.3f",
                   kv_dtype_name((kv_dtype)t), kv_dtype_bytes_per_token((kv_dtype)t, 80, 8, 128, 16), want[t]);
     CHECK_EQ_INT(kv_dtype_bytes_per_token(KV_Q8_0, 80, 8, 128, 16), 174080);
+    CHECK_EQ_INT(kv_dtype_bytes_per_token(KV_INT4, 80, 8, 128, 16), 112640);
+    CHECK_EQ_INT(kv_dtype_bytes_per_token(KV_INT2, 80, 8, 128, 16), 71680);
+    /* the f16 block being filled is per sequence, counted apart */
+    CHECK_EQ_INT(kv_dtype_stage_bytes(KV_INT4, 80, 8, 128, 16), 80 * 2 * 16 * 1024 * 2);
+    CHECK_EQ_INT(kv_dtype_stage_bytes(KV_Q4_0, 80, 8, 128, 16), 0);
 }
 
 TEST(dtype_plane_and_tail)
@@ -93,6 +102,12 @@ TEST(dtype_plane_and_tail)
     CHECK_EQ_INT(kv_dtype_row_bytes(KV_Q4_0, KV_PLANE_K, 48), 0); /* does not fit */
     /* The e4m3 tail per token shrinks with bigger blocks: fractional at 3. */
     CHECK_NEAR(kv_dtype_bytes_per_token(KV_FP8_E4M3, 1, 1, 32, 3), 2 * (32 + 4 / 3.0), 1e-9);
+    /* KIVI keys have no rows: columns of ceil(T x bits / 8) bytes + d, m */
+    CHECK_EQ_INT(kv_dtype_row_bytes(KV_INT4, KV_PLANE_K, 1024), 0);
+    CHECK_EQ_INT(kv_dtype_plane_bytes(KV_INT4, KV_PLANE_K, 16, 8, 128), 1024 * 12);
+    CHECK_EQ_INT(kv_dtype_plane_bytes(KV_INT2, KV_PLANE_K, 3, 1, 32), 32 * (1 + 4));
+    CHECK_EQ_INT(kv_dtype_row_bytes(KV_INT2, KV_PLANE_V, 64), 24);
+    CHECK_NEAR(kv_dtype_bytes_per_token(KV_INT2, 1, 1, 32, 3), (32 * 5 + 3 * 12) / 3.0, 1e-9);
 }
 
 TEST(dtype_check_grouping)
@@ -116,6 +131,11 @@ TEST(dtype_names_round_trip)
     CHECK_EQ_INT(d, KV_Q8_0);
     CHECK_EQ_INT(kv_dtype_from_name("fp8", &d), 0);
     CHECK_EQ_INT(d, KV_FP8_E4M3);
+    CHECK_EQ_INT(kv_dtype_from_name("int4", &d), 0);
+    CHECK_EQ_INT(d, KV_INT4);
+    CHECK_EQ_INT(kv_dtype_from_name("INT2", &d), 0);
+    CHECK_EQ_INT(d, KV_INT2);
+    CHECK_STR(kv_dtype_name(KV_INT2), "kivi2");
     d = KV_F16;
     CHECK_EQ_INT(kv_dtype_from_name("q3", &d), PL_EINVAL);
     CHECK_EQ_INT(d, KV_F16);
@@ -141,6 +161,11 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(pl_kv_dtype_from_name("fp8_e5m2", &t), 0);
     CHECK_EQ_INT(t, PL_KV_FP8_E5M2);
     CHECK_STR(pl_kv_dtype_name(PL_KV_Q4_0), "q4_0");
+    CHECK_EQ_INT(pl_kv_dtype_from_name("int4", &t), 0);
+    CHECK_EQ_INT(t, PL_KV_INT4);
+    CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_INT2, &sz), 0);
+    CHECK_EQ_INT(sz.bytes_per_token, 71680);
+    CHECK_EQ_INT(sz.bytes_per_block, 71680 * 16);
 }
 
 /* ------------------------------------------------------------ geometry */
@@ -220,6 +245,23 @@ TEST(pool_fp8_tail_address)
     CHECK(t == kv_block_v(&pool, 1, 1) + 16 * 1024);
     CHECK((uintptr_t)t % 4 == 0);
     CHECK_EQ_INT(pool.g.plane_stride[1], 16 * 1024 + 32);
+    kv_pool_free(&pool);
+}
+
+TEST(pool_kivi_planes)
+{
+    /* kivi4, 2 layers, 2 heads of 32, blocks of 16: K 64 x (8 + 4) = 768,
+     * V 16 x 2 x 20 = 640; both already multiples of 16 */
+    kv_shape s = {2, 2, 32, 16, KV_INT4};
+    kv_pool pool;
+    CHECK_EQ_INT(kv_pool_init(&pool, &s, 2), 0);
+    CHECK_EQ_INT(pool.g.row_bytes[KV_PLANE_K], 0);
+    CHECK_EQ_INT(pool.g.row_bytes[KV_PLANE_V], 40);
+    CHECK_EQ_INT(pool.g.plane_bytes[KV_PLANE_K], 768);
+    CHECK_EQ_INT(pool.g.plane_bytes[KV_PLANE_V], 640);
+    CHECK_EQ_INT(pool.g.block_bytes, pool.g.block_bytes_exact);
+    CHECK(kv_block_v(&pool, 1, 1) == kv_block_k(&pool, 1, 1) + 768);
+    CHECK(kv_block_tail(&pool, 1, 1, KV_PLANE_V) == NULL);
     kv_pool_free(&pool);
 }
 
@@ -895,6 +937,7 @@ int main(void)
     RUN(geom_rejects_bad_shapes);
     RUN(pool_init_addresses);
     RUN(pool_fp8_tail_address);
+    RUN(pool_kivi_planes);
     RUN(pool_alloc_until_full);
     RUN(pool_acquire_from_middle_of_free_list);
     RUN(pool_alloc_n_contiguous);

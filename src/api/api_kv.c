@@ -3,9 +3,12 @@
  * `inspect` and the block pool all count the same way.
  *
  * pl_kv_size.bytes_per_token is the formula (2 x layers x bytes of one
- * token's K or V row, plus its share of block-wide scales); bytes_per_block
- * is one block as the pool lays it out (planes padded to KV_PLANE_ALIGN,
- * which for every common shape is no padding at all).
+ * token's K or V row, plus its share of block-wide scales and, for KIVI,
+ * of the per-channel key scales); bytes_per_block is one block as the pool
+ * lays it out (planes padded to KV_PLANE_ALIGN, which for every common
+ * shape is no padding at all). KIVI's f16 staging block is a per-sequence
+ * cost outside both (kv_dtype_stage_bytes); pl_kv_size has no field for it
+ * yet.
  */
 #include "pagellm.h"
 
@@ -23,6 +26,8 @@ static_assert((int)PL_KV_Q8_0 == (int)KV_Q8_0, "pl_kv_dtype == kv_dtype");
 static_assert((int)PL_KV_Q4_0 == (int)KV_Q4_0, "pl_kv_dtype == kv_dtype");
 static_assert((int)PL_KV_FP8_E4M3 == (int)KV_FP8_E4M3, "pl_kv_dtype == kv_dtype");
 static_assert((int)PL_KV_FP8_E5M2 == (int)KV_FP8_E5M2, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_INT4 == (int)KV_INT4, "pl_kv_dtype == kv_dtype");
+static_assert((int)PL_KV_INT2 == (int)KV_INT2, "pl_kv_dtype == kv_dtype");
 static_assert((int)PL_KV_DTYPE_COUNT == (int)KV_DTYPE_COUNT, "pl_kv_dtype == kv_dtype");
 
 const char *pl_kv_dtype_name(pl_kv_dtype t) { return kv_dtype_name((kv_dtype)t); }

@@ -11,12 +11,17 @@
 
 #include <assert.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <strings.h>
 
 /* Rows of plain elements of `bytes` each, no tail. */
-#define KV_PLAIN(bytes) {KV_LAYOUT_ROWS, 1, (bytes), 0}
+#define KV_PLAIN(bytes) {KV_LAYOUT_ROWS, 1, (bytes), 0, 0}
 /* Rows of ggml blocks of 32 elements (the scale sits inside each block). */
-#define KV_GROUP32(bytes) {KV_LAYOUT_ROWS, 32, (bytes), 0}
+#define KV_GROUP32(bytes) {KV_LAYOUT_ROWS, 32, (bytes), 0, 0}
+/* KIVI keys: per-channel columns of `bits`-bit codes + f16 scale and min. */
+#define KV_KIVI_K(bits) {KV_LAYOUT_CHANNELS, 1, 4, 0, (bits)}
+/* KIVI values: rows of groups of 32: f16 scale, f16 min, 32 codes. */
+#define KV_KIVI_V(bits) {KV_LAYOUT_ROWS, 32, 4 + 32 * (bits) / 8, 0, (bits)}
 
 static const kv_dtype_traits kv_traits[KV_DTYPE_COUNT] = {
     [KV_F32] = {"f32", "4 bytes per element", KV_F32, {KV_PLAIN(4), KV_PLAIN(4)}},
@@ -29,9 +34,24 @@ static const kv_dtype_traits kv_traits[KV_DTYPE_COUNT] = {
     /* One f32 scale per (block, layer, K|V, KV head): 4 bytes per head in
      * each plane's tail. */
     [KV_FP8_E4M3] = {"fp8_e4m3", "1 byte per element + an f32 scale per block, layer, K|V and KV head",
-                     KV_FP8_E4M3, {{KV_LAYOUT_ROWS, 1, 1, 4}, {KV_LAYOUT_ROWS, 1, 1, 4}}},
+                     KV_FP8_E4M3, {{KV_LAYOUT_ROWS, 1, 1, 4, 0}, {KV_LAYOUT_ROWS, 1, 1, 4, 0}}},
     [KV_FP8_E5M2] = {"fp8_e5m2", "1 byte per element, no scale", KV_FP8_E5M2, {KV_PLAIN(1), KV_PLAIN(1)}},
+    /* KIVI: K per channel over the block (packed column + f16 d, m per
+     * channel), V per token in groups of 32 (f16 d, m + codes); written in
+     * f16 (staging) until the block is full. */
+    [KV_INT4] = {"kivi4", "KIVI 4 bit: keys per channel over each block, values per token (groups of 32); "
+                          "f16 scale+min per group; the filling block in f16 per sequence",
+                 KV_F16, {KV_KIVI_K(4), KV_KIVI_V(4)}},
+    [KV_INT2] = {"kivi2", "KIVI 2 bit: keys per channel over each block, values per token (groups of 32); "
+                          "f16 scale+min per group; the filling block in f16 per sequence",
+                 KV_F16, {KV_KIVI_K(2), KV_KIVI_V(2)}},
 };
+
+/* Names accepted besides the table's. */
+static const struct {
+    const char *alias;
+    kv_dtype t;
+} kv_aliases[] = {{"fp8", KV_FP8_E4M3}, {"int4", KV_INT4}, {"int2", KV_INT2}};
 
 const kv_dtype_traits *kv_dtype_get(kv_dtype t)
 {
@@ -47,11 +67,18 @@ const char *kv_dtype_name(kv_dtype t)
 
 int kv_dtype_from_name(const char *name, kv_dtype *out)
 {
-    if (name && strcasecmp(name, "fp8") == 0) { *out = KV_FP8_E4M3; return 0; }
+    for (size_t i = 0; name && i < sizeof kv_aliases / sizeof kv_aliases[0]; i++)
+        if (strcasecmp(name, kv_aliases[i].alias) == 0) { *out = kv_aliases[i].t; return 0; }
     for (int t = 0; name && t < KV_DTYPE_COUNT; t++)
         if (strcasecmp(name, kv_traits[t].name) == 0) { *out = (kv_dtype)t; return 0; }
-    return err_set(PL_EINVAL, "unknown KV dtype '%s' (known: f32, f16, bf16, q8_0, q4_0, fp8_e4m3, fp8_e5m2)",
-                   name ? name : "(null)");
+    /* The known names, from the table, so that the text never goes stale. */
+    char known[256];
+    size_t n = 0;
+    known[0] = 0;
+    for (int t = 0; t < KV_DTYPE_COUNT && n < sizeof known; t++)
+        n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", t ? ", " : "", kv_traits[t].name);
+    return err_set(PL_EINVAL, "unknown KV dtype '%s' (known: %s; aliases fp8, int4, int2)", name ? name : "(null)",
+                   known);
 }
 
 int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
@@ -62,7 +89,7 @@ int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
     uint64_t kv_dim = (uint64_t)n_kv_heads * head_dim;
     for (int p = 0; p < 2; p++) {
         const kv_plane_traits *pt = &kv_traits[t].plane[p];
-        if (kv_dim % pt->group != 0)
+        if (pt->layout == KV_LAYOUT_ROWS && kv_dim % pt->group != 0)
             return err_set(PL_EINVAL, "%s needs the KV row (%u heads x %u = %llu) to be a multiple of %u",
                            kv_traits[t].name, n_kv_heads, head_dim, (unsigned long long)kv_dim, pt->group);
     }
@@ -73,15 +100,25 @@ uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim)
 {
     const kv_plane_traits *pt = &kv_dtype_get(t)->plane[p];
     uint64_t r;
-    if (kv_dim == 0 || kv_dim % pt->group != 0) return 0;
+    if (pt->layout != KV_LAYOUT_ROWS || kv_dim == 0 || kv_dim % pt->group != 0) return 0;
     if (!mul_u64(kv_dim / pt->group, pt->group_bytes, &r)) return 0;
     return r;
+}
+
+/* KIVI keys: kv_dim x (a packed column of T codes + the channel's d, m). */
+static uint64_t kv_channels_plane_bytes(const kv_plane_traits *pt, uint32_t block_size, uint64_t kv_dim)
+{
+    uint64_t col = ((uint64_t)block_size * pt->bits + 7) / 8, per, total;
+    if (kv_dim == 0 || block_size == 0) return 0;
+    if (!add_u64(col, pt->group_bytes, &per) || !mul_u64(per, kv_dim, &total)) return 0;
+    return total;
 }
 
 uint64_t kv_dtype_plane_bytes(kv_dtype t, kv_plane p, uint32_t block_size, uint32_t n_kv_heads,
                               uint32_t head_dim)
 {
     const kv_plane_traits *pt = &kv_dtype_get(t)->plane[p];
+    if (pt->layout == KV_LAYOUT_CHANNELS) return kv_channels_plane_bytes(pt, block_size, (uint64_t)n_kv_heads * head_dim);
     uint64_t row = kv_dtype_row_bytes(t, p, (uint64_t)n_kv_heads * head_dim);
     uint64_t rows, tail = (uint64_t)n_kv_heads * pt->head_tail_bytes, total;
     if (row == 0 || block_size == 0) return 0;
@@ -100,4 +137,15 @@ double kv_dtype_bytes_per_token(kv_dtype t, uint32_t n_layers, uint32_t n_kv_hea
         return (double)n_layers * ((double)k + (double)v) / (double)block_size;
     /* One division of the exact block total: exact whenever it divides. */
     return (double)all / (double)block_size;
+}
+
+uint64_t kv_dtype_stage_bytes(kv_dtype t, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                              uint32_t block_size)
+{
+    uint64_t r = 2 * 2; /* K and V, 2 bytes per f16 element */
+    if (!kv_dtype_staged(t) || n_layers == 0 || block_size == 0 || n_kv_heads == 0 || head_dim == 0) return 0;
+    if (!mul_u64(r, n_layers, &r) || !mul_u64(r, block_size, &r) || !mul_u64(r, n_kv_heads, &r) ||
+        !mul_u64(r, head_dim, &r))
+        return 0;
+    return r;
 }

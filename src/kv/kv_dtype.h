@@ -3,11 +3,11 @@
  * This file knows how many bytes each KV dtype needs for a block of tokens of
  * one layer's K or V (a "plane"), and how those bytes are arranged, so that
  * the block pool (kv_pool.h), `pagellm kvcalc` and `pagellm inspect` all
- * count the same way. The (de)quantization itself lives with the kernels.
+ * count the same way. Encoding and decoding live in kv_codec.h.
  *
- * A plane holds block_size tokens of one layer's K (or V); kv_dim =
+ * A plane holds block_size (T) tokens of one layer's K (or V); kv_dim =
  * n_kv_heads * head_dim elements per token. Row-major dtypes lay a plane out
- * as block_size rows, one per token, followed by an optional scale tail:
+ * as T rows, one per token, followed by an optional scale tail:
  *
  *   plane = | row 0 | row 1 | ... | row T-1 | tail: per-head scales (opt.) |
  *   row   = kv_dim / group groups of group_bytes each (scales inside rows)
@@ -18,21 +18,29 @@
  *   q4_0      group 32, 18 B (f16 d + 16 B)     no tail  (ggml block_q4_0)
  *   fp8_e4m3  group 1,  1 B                     tail: n_kv_heads x f32 scale
  *   fp8_e5m2  group 1,  1 B                     no tail
+ *   kivi4/2 V group 32, 4 B (f16 d, f16 m) + 32 x 4 (2) bit codes = 20 (12) B
+ *
+ * KIVI keys (kivi4, kivi2) are quantized per channel over the block's T
+ * tokens, so their K plane has no token rows (KV_LAYOUT_CHANNELS): one
+ * packed column of T codes per channel, then every channel's f16 scale, then
+ * every channel's f16 min (C = kv_dim channels, cb = ceil(T x bits / 8)):
+ *
+ *   K plane = | codes ch 0 (cb B) | ch 1 | ... | ch C-1 | d[C] f16 | m[C] f16 |
+ *
+ * (kv_codec.h draws the bit order.) Their values are rows of groups of 32
+ * along the KV row, each group | f16 d | f16 m | 32 codes |, like ggml's
+ * q4_1. A KIVI block is quantized once, when it is full ("the block is the
+ * quantization group"); while it fills, its rows live in f16 in a staging
+ * block that belongs to the sequence (fill_dtype = f16), not to the pool:
+ * kv_dtype_stage_bytes counts it, apart from the pool's bytes per token.
  *
  * Bytes per token by the formula = n_layers x (K plane + V plane) / T
  * (= 2 x n_layers x kv_dim x bytes/elem for the plain types), fractional
- * when a tail is shared by the block's tokens (fp8_e4m3 at odd T).
+ * when a tail or per-channel parameters are shared by the block's tokens.
  *
- * K and V are described separately (kv_dtype_plane) because KIVI-style
- * low-bit dtypes are asymmetric: keys are quantized per channel over the
- * block's tokens (a column-major plane plus a per-channel scale/zero tail),
- * values per token (rows with in-row groups). Such a dtype adds two table
- * entries with layout KV_LAYOUT_CHANNELS for K and sets fill_dtype to
- * KV_F16: a block is written in f16 while it fills and quantized once, when
- * it is full (the pool then sizes a staging plane per sequence).
- *
- * Invariants: every table entry has group >= 1 and group_bytes >= 1; a dtype
- * fits a shape iff kv_dim % group == 0 for both planes (kv_dtype_check).
+ * Invariants: every table entry has group >= 1 and group_bytes >= 1; bits is
+ * 0 for the byte-coded dtypes and 2 or 4 for KIVI; a dtype fits a shape iff
+ * kv_dim % group == 0 for both planes (kv_dtype_check).
  */
 #ifndef PL_KV_DTYPE_H
 #define PL_KV_DTYPE_H
@@ -49,6 +57,8 @@ typedef enum {
     KV_Q4_0,
     KV_FP8_E4M3,
     KV_FP8_E5M2,
+    KV_INT4, /* "kivi4": KIVI 4-bit, keys per channel, values per token */
+    KV_INT2, /* "kivi2": KIVI 2-bit */
     KV_DTYPE_COUNT
 } kv_dtype;
 
@@ -56,15 +66,17 @@ typedef enum { KV_PLANE_K = 0, KV_PLANE_V = 1 } kv_plane;
 
 typedef enum {
     KV_LAYOUT_ROWS = 0,  /* one row per token: row stride = row bytes */
-    KV_LAYOUT_CHANNELS,  /* (KIVI keys, later) one packed column per channel */
+    KV_LAYOUT_CHANNELS,  /* KIVI keys: one packed column of T codes per channel, no rows */
 } kv_layout;
 
 /* How one plane of a dtype is stored. */
 typedef struct {
     kv_layout layout;
-    uint32_t group;           /* elements per in-row group (1 = plain elements) */
-    uint32_t group_bytes;     /* bytes per group, its scale included */
+    uint32_t group;           /* ROWS: elements per in-row group (1 = plain elements); CHANNELS: 1 */
+    uint32_t group_bytes;     /* ROWS: bytes per group, its scale included; CHANNELS: parameter
+                                 bytes per channel (f16 d + f16 m = 4) */
     uint32_t head_tail_bytes; /* bytes per KV head in the plane's tail (a block-wide scale) */
+    uint32_t bits;            /* KIVI code bits (4 or 2); 0 for byte-coded dtypes */
 } kv_plane_traits;
 
 typedef struct {
@@ -79,7 +91,8 @@ const kv_dtype_traits *kv_dtype_get(kv_dtype t);
 
 const char *kv_dtype_name(kv_dtype t);
 
-/* Dtype by name (case-insensitive; "fp8" is an alias of "fp8_e4m3").
+/* Dtype by name (case-insensitive). Aliases: "fp8" = fp8_e4m3, "int4" =
+ * kivi4, "int2" = kivi2.
  * PL_EINVAL with the known names in the error text if none matches. */
 int kv_dtype_from_name(const char *name, kv_dtype *out);
 
@@ -88,8 +101,12 @@ int kv_dtype_from_name(const char *name, kv_dtype *out);
  * multiple of 32"). Dimensions must be >= 1. */
 int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
 
+/* True if blocks of t are written in f16 into a per-sequence staging block
+ * and quantized when full (KIVI). */
+static inline bool kv_dtype_staged(kv_dtype t) { return kv_dtype_get(t)->fill_dtype != t; }
+
 /* Bytes of one token's row in plane p (rows layout), 0 if the dtype does
- * not fit kv_dim. */
+ * not fit kv_dim, and 0 for a CHANNELS plane (it has no token rows). */
 uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim);
 
 /* Exact bytes of one plane: block_size tokens of one layer's K or V,
@@ -101,5 +118,12 @@ uint64_t kv_dtype_plane_bytes(kv_dtype t, kv_plane p, uint32_t block_size, uint3
  * block_size. 0 if the dtype does not fit. */
 double kv_dtype_bytes_per_token(kv_dtype t, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                                 uint32_t block_size);
+
+/* Bytes of the f16 staging block one sequence needs besides its pool blocks:
+ * n_layers x 2 (K, V) x block_size x kv_dim x 2 for a staged dtype (KIVI),
+ * 0 for the others and when the shape does not fit or overflows. This is a
+ * per-sequence cost, not a per-token one: it is not in bytes_per_token. */
+uint64_t kv_dtype_stage_bytes(kv_dtype t, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                              uint32_t block_size);
 
 #endif

@@ -99,7 +99,7 @@ else
   # e4m3: + 4 KV heads x f32 scale per block of 16, layer and K|V: 1 byte a token each.
   is inspect_stories_kv_e4m3 "$T/s.json" .kv_bytes_per_token.fp8_e4m3 $((2 * 5 * (32 + 1)))
   is inspect_stories_gqa_saved "$T/s.json" .gqa.saved_bytes_per_token 640
-  is inspect_stories_table_size "$T/s.json" '.kv_table | length' $((7 * 4 * 3))
+  is inspect_stories_table_size "$T/s.json" '.kv_table | length' $((9 * 4 * 3))
   "$PAGELLM" inspect "$MODEL" --json --block-size 32 >"$T/s32.json" 2>/dev/null
   is inspect_block_size_moves_e4m3_scales "$T/s32.json" .kv_bytes_per_token.fp8_e4m3 $((2 * 5 * 32 + 2 * 5 * 16 / 32))
   "$PAGELLM" inspect "$MODEL" >"$T/s.txt" 2>&1
