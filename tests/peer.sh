@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the llama.cpp oracle once: peer-bench from ../shared/peer, and our
-# own peer-logits (tests/peer/peer_logits.c) against the same library.
+# own peer-logits (tests/peer/peer_logits.c) and peer-ppl (tests/peer/peer_ppl.c)
+# against the same library.
 # Tests that need them print SKIP lines when they cannot be built.
 set -u
 dir=${PEER_DIR:-/tmp/llamacpp-peer}
@@ -17,5 +18,11 @@ if [ ! -x "$dir/peer-logits" ] || [ "$here/tests/peer/peer_logits.c" -nt "$dir/p
       -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
       -L"$lib" -lllama -lggml -lggml-base -Wl,-rpath,"$lib" ||
     echo "peer: peer-logits did not build" >&2
+fi
+if [ ! -x "$dir/peer-ppl" ] || [ "$here/tests/peer/peer_ppl.c" -nt "$dir/peer-ppl" ]; then
+  gcc -O2 -std=gnu11 -o "$dir/peer-ppl" "$here/tests/peer/peer_ppl.c" \
+      -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
+      -L"$lib" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$lib" ||
+    echo "peer: peer-ppl did not build" >&2
 fi
 exit 0

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"chat", cmd_chat, "interactive multi-turn chat that keeps its KV cache between turns"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server: completions, chat, SSE streaming, /metrics"},
     {"bench", cmd_bench, "benchmarks: gen (tokens/s), cache (with vs without KV cache)"},
+    {"perplexity", cmd_perplexity, "perplexity of a text in chunks (llama-perplexity's rule); KL divergence between runs"},
     {"inspect", cmd_inspect, "describe a GGUF model and its KV memory per token"},
     {"kvcalc", cmd_kvcalc, "KV cache memory from bare dimensions"},
     {"synth", cmd_synth, "write a synthetic llama GGUF of a named shape"},
