@@ -2,6 +2,8 @@
 # make bench: pagellm side by side with llama.cpp's peer-bench in the same
 # run, on models made here by pagellm synth + quantize under /tmp.
 #   BENCH_SHAPES="110m tinyllama-1.1b"  BENCH_TYPES="q8_0 q4_0"  BENCH_REPS=3
+#   BENCH_ONLY="kv-memory prefix serve"  runs only those sections (of:
+#   tokenizer generation cache kv-memory prefix serve)
 # Prints medians and the pagellm/peer ratio; writes bench/out/*.
 set -u
 cd "$(dirname "$0")/.."
@@ -18,6 +20,7 @@ OUT=bench/out; mkdir -p "$OUT" "$MD"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+want() { [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $1 "* ]]; }
 
 model() { # shape type -> path (made once)
   local s=$1 t=$2 f16="$MD/$1-f16.gguf" out="$MD/$1-$2.gguf"
@@ -27,9 +30,12 @@ model() { # shape type -> path (made once)
   echo "$out"
 }
 
+if want tokenizer; then
 echo "== tokenizer speed"
 [ -f bench/bench_tokenize.sh ] && bash bench/bench_tokenize.sh
+fi
 
+if want generation; then
 echo "== generation vs llama.cpp (prompt $NP tokens, $NG generated, $T threads, median of $REPS)"
 printf '%-16s %-6s %12s %12s %7s %12s %12s %7s\n' model type pp_pagellm pp_peer ratio tg_pagellm tg_peer ratio
 for s in $SHAPES; do for t in $TYPES; do
@@ -48,7 +54,37 @@ for s in $SHAPES; do for t in $TYPES; do
   printf '%-16s %-6s %12.1f %12.1f %6.2fx %12.1f %12.1f %6.2fx\n' "$s" "$t" "$pa" "$pb" \
     "$(ratio "$pa" "$pb")" "$ta" "$tb" "$(ratio "$ta" "$tb")"
 done; done | tee "$OUT/generation.txt"
+fi
 
+if want cache; then
 echo "== decode time with and without the KV cache (110m q8_0)"
 m=$(model 110m q8_0) && "$PL" bench cache -m "$m" -t "$T" --svg "$OUT/kv-cache-scaling.svg" | tee "$OUT/kv-cache-scaling.txt"
 echo "plot: $OUT/kv-cache-scaling.svg"
+fi
+
+# --- KV memory, prefix cache and serving (tools/bench_*.c; see their headers
+# for the methods). BENCH_SERVE="110m q4_0" picks the serving model.
+SHARED=${SHARED:-../shared}
+STORIES=$SHARED/models/stories260K.gguf
+
+if want kv-memory; then
+echo "== KV memory: paged vs static reservation in the same KV pool (64 requests)"
+if [ -f "$STORIES" ]; then
+  # stories260K was trained on 512-token sequences: lengths 32..256
+  "$PL" bench kv-memory -m "$STORIES" --max-len 256 -t "$T" | tee "$OUT/kv-memory-stories260K.txt"
+fi
+m=$(model tiny f16) && "$PL" bench kv-memory -m "$m" -t "$T" | tee "$OUT/kv-memory-tiny.txt"
+fi
+
+if want prefix; then
+echo "== prefix cache: time to first token behind a shared 2,000-token system prompt"
+m=$(model tiny f16) && "$PL" bench prefix -m "$m" -t "$T" --reps "$REPS" | tee "$OUT/prefix-tiny.txt"
+m=$(model 110m q8_0) && "$PL" bench prefix -m "$m" -t "$T" | tee "$OUT/prefix-110m.txt"
+fi
+
+if want serve; then
+read -r SV_SHAPE SV_TYPE <<<"${BENCH_SERVE:-110m q4_0}"
+echo "== serving: streaming clients vs llama.cpp batched decode ($SV_SHAPE $SV_TYPE, $T threads)"
+m=$(model "$SV_SHAPE" "$SV_TYPE") && "$PL" bench serve -m "$m" -t "$T" --clients 1,4,8,16 --max-tokens "$NG" \
+  --prompt-tokens 32 --peer "$PEER" | tee "$OUT/serve.txt"
+fi

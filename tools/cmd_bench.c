@@ -1,19 +1,25 @@
 /* cmd_bench.c - `pagellm bench`: measurements that are not tests.
  *
- *   bench gen    prefill and decode tokens/s on a synthetic prompt of N ids
- *                (BOS, then ids cycling from 100: the same prompt that
- *                llama.cpp's peer-bench -np N builds, so that no tokenizer
- *                difference enters the comparison)
- *   bench cache  time per decoded token with and without the KV cache at
- *                several positions: O(n) against O(n^2), as a table and an
- *                SVG plot
- * bench/run.sh runs these side by side with the llama.cpp peer.
+ *   bench gen        prefill and decode tokens/s on a synthetic prompt of N
+ *                    ids (BOS, then ids cycling from 100: the same prompt
+ *                    that llama.cpp's peer-bench -np N builds, so that no
+ *                    tokenizer difference enters the comparison)
+ *   bench cache      time per decoded token with and without the KV cache
+ *                    at several positions: O(n) against O(n^2), as a table
+ *                    and an SVG plot
+ *   bench kv-memory  paged vs static KV in one memory (bench_kvmem.c)
+ *   bench prefix     TTFT cold vs prefix-cache hit (bench_prefix.c)
+ *   bench serve      streaming clients against `pagellm serve`, beside the
+ *                    peer's batched decode (bench_serve.c)
+ * bench/run.sh runs these side by side with the llama.cpp peer. Every
+ * benchmark prints a table, or JSON with --json.
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.h"
 #include "cli.h"
 #include "commands.h"
 #include "gen_opts.h"
@@ -29,8 +35,7 @@ static int32_t argmax(const float *l, uint32_t n)
 
 static void synthetic_prompt(const pl_model *m, int32_t *ids, int n)
 {
-    int32_t bos = pl_vocab_bos(pl_model_vocab(m));
-    for (int i = 0; i < n; i++) ids[i] = i == 0 && bos >= 0 ? bos : 100 + (i % 1000);
+    bench_synthetic_prompt((int32_t)pl_model_n_vocab(m), pl_vocab_bos(pl_model_vocab(m)), ids, n);
 }
 
 /* Prefill n_prompt ids, then n_gen greedy steps; returns the rates. */
@@ -143,7 +148,7 @@ static int bench_cache(int argc, char **argv)
 {
     gen_opts g;
     gen_opts_default(&g);
-    const char *svg = NULL;
+    const char *svg = NULL, *pos_list = "128,512,1024,2048";
     int steps = 4;
     bool json = false;
     cli_opt opts[32];
@@ -151,6 +156,7 @@ static int bench_cache(int argc, char **argv)
     gen_opts_table(&g, opts, &n);
     opts[n++] = (cli_opt){"svg", 0, CLI_STR, &svg, 0, 0, "FILE", "write the plot here"};
     opts[n++] = (cli_opt){"steps", 0, CLI_INT, &steps, 1, 1000, "N", "decode steps averaged per point (default 4)"};
+    opts[n++] = (cli_opt){"positions", 0, CLI_STR, &pos_list, 0, 0, "LIST", "increasing positions (default 128,512,1024,2048)"};
     opts[n++] = (cli_opt){"json", 0, CLI_FLAG, &json, 0, 0, NULL, "JSON rows"};
     opts[n] = (cli_opt){0};
     const char *pos_s[1];
@@ -158,9 +164,17 @@ static int bench_cache(int argc, char **argv)
     if (rc == CLI_HELP) return 0;
     if (rc != CLI_OK) return 2;
     if (!g.model) { cli_error("bench cache", "missing -m MODEL"); return 2; }
-    static const int positions[] = {128, 512, 1024, 2048};
-    const int np = 4;
-    double with[4], without[4];
+    int positions[16], np = 0;
+    double with[16], without[16];
+    if (bench_parse_ints(pos_list, positions, 16, &np) != 0 || np == 0) {
+        cli_error("bench cache", "bad value '%s' for --positions (up to 16 increasing numbers >= 1)", pos_list);
+        return 2;
+    }
+    for (int i = 1; i < np; i++)
+        if (positions[i] <= positions[i - 1]) {
+            cli_error("bench cache", "--positions must increase: %d after %d", positions[i], positions[i - 1]);
+            return 2;
+        }
     g.ctx = positions[np - 1] + steps + 8;
     for (int mode = 0; mode < 2 && !rc; mode++) {
         g.no_kv_cache = mode == 1;
@@ -185,13 +199,23 @@ static int bench_cache(int argc, char **argv)
 
 int cmd_bench(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "gen") == 0) return bench_gen(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "cache") == 0) return bench_cache(argc - 1, argv + 1);
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } benches[] = {
+        {"gen", bench_gen}, {"cache", bench_cache}, {"kv-memory", bench_kv_memory},
+        {"prefix", bench_prefix}, {"serve", bench_serve},
+    };
+    for (size_t i = 0; argc >= 2 && i < sizeof benches / sizeof benches[0]; i++)
+        if (strcmp(argv[1], benches[i].name) == 0) return benches[i].fn(argc - 1, argv + 1);
     bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
     fprintf(help ? stdout : stderr,
-            "usage: pagellm bench gen|cache [options]   (pagellm bench gen --help)\n"
-            "  gen    prefill and decode tokens/s on a synthetic prompt\n"
-            "  cache  ms per decoded token with and without the KV cache at positions 128..2048\n");
+            "usage: pagellm bench gen|cache|kv-memory|prefix|serve [options]   (pagellm bench gen --help)\n"
+            "  gen        prefill and decode tokens/s on a synthetic prompt\n"
+            "  cache      ms per decoded token with and without the KV cache at positions 128..2048\n"
+            "  kv-memory  concurrency and KV utilisation, paged vs static, in one KV memory\n"
+            "  prefix     time to first token: cold vs a shared system prompt from the prefix cache\n"
+            "  serve      streaming clients against pagellm serve vs llama.cpp's batched decode\n");
     if (!help && argc >= 2) fprintf(stderr, "pagellm bench: unknown benchmark '%s'\n", argv[1]);
     return help ? 0 : 2;
 }

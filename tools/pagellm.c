@@ -14,7 +14,7 @@ static const command commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive multi-turn chat that keeps its KV cache between turns"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server: completions, chat, SSE streaming, /metrics"},
-    {"bench", cmd_bench, "benchmarks: gen (tokens/s), cache (with vs without KV cache)"},
+    {"bench", cmd_bench, "benchmarks: gen, cache, kv-memory (paged vs static), prefix (TTFT), serve (vs llama.cpp)"},
     {"perplexity", cmd_perplexity, "perplexity of a text in chunks (llama-perplexity's rule); KL divergence between runs"},
     {"inspect", cmd_inspect, "describe a GGUF model and its KV memory per token"},
     {"kvcalc", cmd_kvcalc, "KV cache memory from bare dimensions"},

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# test_bench.sh - smoke runs of every `pagellm bench` with tiny sizes, so that
+# `make test` notices when a benchmark stops working (not its speed): gen and
+# cache on a synthetic tiny model, kv-memory on stories260K, prefix on the
+# tiny model, serve (a child `pagellm serve` on 127.0.0.1, no peer) on
+# stories260K; plus usage errors (exit 2). Well under a minute.
+source "$(dirname "$0")/lib.sh"
+
+M=$SHARED/models/stories260K.gguf
+command -v jq >/dev/null || { skip bench "jq not installed"; exit 0; }
+if ! "$PAGELLM" bench kv-memory --help >/dev/null 2>&1; then skip bench "this pagellm has no bench kv-memory"; exit 0; fi
+TINY=$T/tiny.gguf
+"$PAGELLM" synth --shape tiny --seed 1 -o "$TINY" >/dev/null 2>&1 || { fail bench_synth "pagellm synth --shape tiny failed"; exit 0; }
+
+# jq_check NAME FILE FILTER: PASS if the JSON in FILE satisfies FILTER.
+jq_check() {
+  if jq -e "$3" "$2" >/dev/null 2>&1; then pass "$1"; else fail "$1" "$(head -c 400 "$2") does not satisfy $3"; fi
+}
+
+# gen and cache: rows with positive figures
+"$PAGELLM" bench gen -m "$TINY" --n-prompt 16 --n-gen 4 -t 1 --json >"$T/gen.json" 2>"$T/gen.err"
+jq_check bench_gen "$T/gen.json" '.prefill_tok_s > 0 and .decode_tok_s > 0'
+"$PAGELLM" bench cache -m "$TINY" --positions 16,32 --steps 2 -t 1 --json >"$T/cache.json" 2>"$T/cache.err"
+jq_check bench_cache "$T/cache.json" '.ms_with_cache > 0 and .ms_without_cache > 0'
+check bench_cache_rows [ "$(wc -l <"$T/cache.json")" -eq 2 ]
+
+# kv-memory: 2 static slots in the pool; paged must fit more and waste less
+if [ -f "$M" ]; then
+  "$PAGELLM" bench kv-memory -m "$M" --requests 8 --min-len 16 --max-len 64 --slots 2 -t 1 --json \
+    >"$T/kvm.json" 2>"$T/kvm.err"
+  jq_check bench_kv_memory_fields "$T/kvm.json" \
+    '(.utilisation_paged|type) == "number" and (.utilisation_static|type) == "number" and
+     .max_concurrent_static == 2 and .generated_tokens_paged == .generated_tokens_static'
+  jq_check bench_kv_memory_paged_wins "$T/kvm.json" \
+    '.max_concurrent_paged > .max_concurrent_static and .utilisation_paged > .utilisation_static and .utilisation_paged <= 1'
+  "$PAGELLM" bench kv-memory -m "$M" --requests 4 --min-len 16 --max-len 32 -t 1 >"$T/kvm.txt" 2>&1
+  check bench_kv_memory_table grep -q 'max_concurrent_paged' "$T/kvm.txt"
+else
+  skip bench_kv_memory "$M not found"
+fi
+
+# prefix: the warm requests must be served the whole system prompt (128 = 8 blocks)
+"$PAGELLM" bench prefix -m "$TINY" --system-tokens 128 --requests 3 -t 1 --json >"$T/pf.json" 2>"$T/pf.err"
+jq_check bench_prefix "$T/pf.json" \
+  '.cached_tokens_cold == 0 and .cached_tokens_warm_min == 128 and .ttft_cold_ms > 0 and .ttft_warm_ms > 0 and (.rows|length) == 3'
+"$PAGELLM" bench prefix -m "$TINY" --system-tokens 64 --requests 2 -t 1 --no-prefix-cache --json >"$T/pf0.json" 2>&1
+jq_check bench_prefix_off "$T/pf0.json" '.cached_tokens_warm_min == 0'
+
+# serve: a child server, two levels, every stream exactly --max-tokens long
+if [ -f "$M" ]; then
+  timeout 120 "$PAGELLM" bench serve -m "$M" --clients 1,3 --max-tokens 8 -t 1 --no-peer --json \
+    >"$T/sv.json" 2>"$T/sv.err"
+  rc=$?
+  check bench_serve_exit [ "$rc" -eq 0 ]
+  jq_check bench_serve_rows "$T/sv.json" \
+    'select(.clients == 3) | .tokens == 24 and .total_tok_s > 0 and .ttft_p50_ms > 0 and .itl_p99_ms >= .itl_p50_ms'
+  check bench_serve_levels [ "$(grep -c '"clients"' "$T/sv.json")" -eq 2 ]
+  if grep -q Sanitizer "$T/sv.err"; then fail bench_serve_sanitizer "$(head -c 400 "$T/sv.err")"; fi
+else
+  skip bench_serve "$M not found"
+fi
+
+# usage errors name the flag and exit 2
+expect_exit bench_unknown 2 "unknown benchmark" -- "$PAGELLM" bench nosuch
+expect_exit bench_kvm_no_model 2 "missing -m" -- "$PAGELLM" bench kv-memory
+expect_exit bench_kvm_lengths 2 "min-len" -- "$PAGELLM" bench kv-memory -m "$TINY" --min-len 64 --max-len 32
+expect_exit bench_serve_clients 2 "clients" -- "$PAGELLM" bench serve -m "$TINY" --clients 0,4
+expect_exit bench_cache_positions 2 "positions" -- "$PAGELLM" bench cache -m "$TINY" --positions 64,32
+for f in "$T"/*.err; do
+  if grep -q Sanitizer "$f"; then fail "bench_sanitizer_$(basename "$f" .err)" "$(head -c 400 "$f")"; fi
+done

@@ -1,0 +1,713 @@
+/* bench_serve.c - `pagellm bench serve`: concurrent streaming clients
+ * against `pagellm serve`, beside llama.cpp's batched decode in the same run.
+ *
+ * Method:
+ *   server   this binary (/proc/self/exe) is started as a child:
+ *            `serve -m MODEL --host 127.0.0.1 --port P --max-seqs MAX(clients)
+ *            -t T --ctx PROMPT+MAX_TOKENS --temp 0`; its stderr is read for
+ *            "listening on http://HOST:PORT" (up to 120 s), then drained by a
+ *            thread so the server can never block on a full pipe. At the end
+ *            it gets SIGTERM (SIGKILL after 30 s) - only this child, by pid.
+ *   client   a small HTTP/1.1 client over a POSIX socket to 127.0.0.1 only
+ *            (no libcurl is linked): POST /v1/completions with stream:true,
+ *            the prompt as token ids (peer-bench's -np prompt: BOS, then ids
+ *            cycling from 100; tokens 1 and 2 are changed per request so
+ *            that no request is served another's prompt from the prefix
+ *            cache: every TTFT pays its prefill, as the peer's do), max_tokens,
+ *            temperature 0, ignore_eos (every stream has exactly max_tokens
+ *            tokens), logprobs 0 (so that every token makes its own SSE
+ *            chunk even when its text is held back as incomplete UTF-8;
+ *            --no-logprobs drops it and times text chunks instead) and
+ *            stream_options.include_usage (completion_tokens is the count).
+ *            Chunked transfer coding is decoded; SSE "data:" lines are
+ *            parsed with jansson. Every read has a deadline (--timeout).
+ *   level    after one warm-up stream, for each N in --clients, N threads
+ *            start together (a gate), each with one streaming request:
+ *              total_tok_s   completion tokens / (last stream end - first start)
+ *              decode_tok_s  sum(tokens - 1) / (last token of any stream -
+ *                            first token of any stream): decode only
+ *              ttft          first token chunk - request start, per stream
+ *              itl           gaps between consecutive token chunks
+ *            p50/p99 are over all streams of the level (all --reps pooled;
+ *            throughputs are medians over reps).
+ *   peer     /tmp/llamacpp-peer/peer-bench -m MODEL -np PROMPT -ng MAX_TOKENS
+ *            -b N -t T (the same prompt but for tokens 1-2, the same lengths,
+ *            N sequences decoded in one batch per step, no HTTP): its
+ *            decode_tok_s, run right after our level while the server is
+ *            idle; ratio = our decode_tok_s / peer decode_tok_s
+ *            (ratio_total uses total_tok_s, which also pays prefill, HTTP
+ *            and SSE). The peer's -t threads spin while they wait: on a
+ *            machine whose cores are busy with other work its figures
+ *            collapse (seen: 0.9 tok/s), so compare on an idle machine.
+ * The issue's goal: with 8 concurrent sequences, our throughput >= 2x the
+ * peer's batched decode.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "cli.h"
+
+#define SV_MAX_LEVELS 16
+#define SV_MAX_CLIENTS 256
+
+typedef struct {
+    const char *model, *clients_s, *peer;
+    int max_tokens, prompt_tokens, port, threads, reps, timeout_s;
+    bool no_peer, no_logprobs, json;
+    int levels[SV_MAX_LEVELS], n_levels, max_clients;
+} sv_opts;
+
+/* ------------------------------------------------------------ buffers */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} sv_buf;
+
+static int sv_buf_add(sv_buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+/* Drops the first n bytes. */
+static void sv_buf_consume(sv_buf *b, size_t n)
+{
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+    b->p[b->len] = 0;
+}
+
+/* ----------------------------------------------------------- a client */
+
+/* Clients wait here so that a level's streams start together; ABORT
+ * releases them without a request when not every thread could start. */
+enum { SV_WAIT, SV_GO, SV_ABORT };
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;
+} sv_gate;
+
+typedef struct {
+    /* in */
+    int port;
+    char *body;             /* owned */
+    double timeout_s;
+    bool logprobs;
+    sv_gate *gate;
+    /* out */
+    double t_start, t_end;
+    double *tok_t;          /* [max_tokens + 8] arrival time of each token chunk */
+    int n_tok, cap_tok;
+    int usage_tokens;       /* completion_tokens of the usage chunk, -1 if none */
+    int status;             /* HTTP status */
+    bool done;              /* data: [DONE] seen */
+    char err[256];
+    /* parser state */
+    int phase;              /* 0 headers, 1 body */
+    sv_buf hdr, sse;
+    bool chunked;
+    int cst;                /* chunk decoder: 0 size line, 1 data, 2 CRLF after data, 3 end */
+    uint64_t crem;
+    char cline[64];
+    size_t cll;
+} sv_client;
+
+static void sv_fail(sv_client *c, const char *fmt, const char *arg)
+{
+    if (!c->err[0]) snprintf(c->err, sizeof c->err, fmt, arg);
+}
+
+/* One SSE data payload (a JSON chunk or [DONE]) that arrived at time t. */
+static void sv_on_data(sv_client *c, const char *d, double t)
+{
+    if (strcmp(d, "[DONE]") == 0) {
+        c->done = true;
+        return;
+    }
+    json_error_t je;
+    json_t *j = json_loads(d, 0, &je);
+    if (!j) { sv_fail(c, "bad JSON chunk: %.200s", d); return; }
+    json_t *err = json_object_get(j, "error");
+    if (err) sv_fail(c, "server error: %.200s", json_string_value(json_object_get(err, "message")));
+    json_t *u = json_object_get(j, "usage");
+    if (json_is_object(u)) c->usage_tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+    json_t *ch = json_object_get(j, "choices");
+    for (size_t i = 0; json_is_array(ch) && i < json_array_size(ch); i++) {
+        json_t *x = json_array_get(ch, i);
+        if (!json_is_null(json_object_get(x, "finish_reason"))) continue; /* the end, not a token */
+        const char *text = json_string_value(json_object_get(x, "text"));
+        bool token = c->logprobs ? !json_is_null(json_object_get(x, "logprobs")) : text && *text;
+        if (token && c->n_tok < c->cap_tok) c->tok_t[c->n_tok++] = t;
+    }
+    json_decref(j);
+}
+
+/* Body bytes: complete lines of the SSE stream. */
+static void sv_on_body(sv_client *c, const char *s, size_t n, double t)
+{
+    if (sv_buf_add(&c->sse, s, n)) { sv_fail(c, "%s", "out of memory"); return; }
+    char *nl;
+    while (c->sse.len && (nl = memchr(c->sse.p, '\n', c->sse.len))) {
+        size_t ll = (size_t)(nl - c->sse.p);
+        *nl = 0;
+        if (ll && c->sse.p[ll - 1] == '\r') c->sse.p[ll - 1] = 0;
+        if (strncmp(c->sse.p, "data:", 5) == 0) sv_on_data(c, c->sse.p + 5 + (c->sse.p[5] == ' '), t);
+        sv_buf_consume(&c->sse, ll + 1);
+    }
+}
+
+/* Transfer-Encoding: chunked, byte by byte between states. */
+static void sv_dechunk(sv_client *c, const char *s, size_t n, double t)
+{
+    size_t i = 0;
+    while (i < n && c->cst != 3) {
+        if (c->cst == 0) { /* hex size, optional extensions, CRLF */
+            char ch = s[i++];
+            if (ch != '\n') {
+                if (c->cll + 1 < sizeof c->cline) c->cline[c->cll++] = ch;
+                continue;
+            }
+            c->cline[c->cll] = 0;
+            c->cll = 0;
+            char *end;
+            c->crem = strtoull(c->cline, &end, 16);
+            if (end == c->cline) { sv_fail(c, "bad chunk size line '%.40s'", c->cline); c->cst = 3; return; }
+            c->cst = c->crem ? 1 : 3;
+        } else if (c->cst == 1) {
+            size_t k = n - i < c->crem ? n - i : (size_t)c->crem;
+            sv_on_body(c, s + i, k, t);
+            i += k;
+            c->crem -= k;
+            if (!c->crem) c->cst = 2, c->crem = 2;
+        } else { /* CRLF after the data */
+            i++;
+            if (--c->crem == 0) c->cst = 0;
+        }
+    }
+}
+
+/* Response bytes as they arrive. */
+static void sv_on_bytes(sv_client *c, const char *s, size_t n, double t)
+{
+    if (c->phase == 0) {
+        if (sv_buf_add(&c->hdr, s, n)) { sv_fail(c, "%s", "out of memory"); return; }
+        char *end = strstr(c->hdr.p, "\r\n\r\n");
+        if (!end) return;
+        *end = 0;
+        c->status = atoi(c->hdr.p + (strncmp(c->hdr.p, "HTTP/1.", 7) == 0 ? 9 : 0));
+        for (char *h = strstr(c->hdr.p, "\r\n"); h; h = strstr(h + 2, "\r\n"))
+            if (strncasecmp(h + 2, "transfer-encoding:", 18) == 0 && strstr(h + 20, "chunked")) c->chunked = true;
+        size_t used = (size_t)(end - c->hdr.p) + 4;
+        c->phase = 1;
+        sv_buf_consume(&c->hdr, used); /* what is left is body */
+        if (c->hdr.len) {
+            if (c->chunked) sv_dechunk(c, c->hdr.p, c->hdr.len, t);
+            else sv_on_body(c, c->hdr.p, c->hdr.len, t);
+        }
+        return;
+    }
+    if (c->chunked) sv_dechunk(c, s, n, t);
+    else sv_on_body(c, s, n, t);
+}
+
+static int sv_write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Sends the request and reads the stream to its end or the deadline. */
+static void sv_stream(sv_client *c)
+{
+    const double deadline = bench_now() + c->timeout_s;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) { sv_fail(c, "socket: %s", strerror(errno)); return; }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* loopback only: our own child */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                      "Accept: text/event-stream\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                      c->port, strlen(c->body));
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || sv_write_all(fd, head, (size_t)hn) ||
+        sv_write_all(fd, c->body, strlen(c->body))) {
+        sv_fail(c, "cannot send the request: %s", strerror(errno));
+        close(fd);
+        return;
+    }
+    char buf[16384];
+    while (!c->done && !c->err[0]) {
+        double left = deadline - bench_now();
+        if (left <= 0) { sv_fail(c, "%s", "timed out (--timeout)"); break; }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) continue; /* the deadline check ends it */
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* EOF (or reset) */
+        sv_on_bytes(c, buf, (size_t)n, bench_now());
+    }
+    close(fd);
+    if (!c->err[0] && c->status != 200)
+        snprintf(c->err, sizeof c->err, "HTTP status %d: %.200s", c->status, c->sse.p ? c->sse.p : "");
+    if (!c->err[0] && !c->done) sv_fail(c, "%s", "the stream ended without data: [DONE]");
+}
+
+static void *sv_client_main(void *arg)
+{
+    sv_client *c = arg;
+    pthread_mutex_lock(&c->gate->mu);
+    while (c->gate->state == SV_WAIT) pthread_cond_wait(&c->gate->cv, &c->gate->mu);
+    const int st = c->gate->state;
+    pthread_mutex_unlock(&c->gate->mu);
+    if (st == SV_ABORT) return NULL;
+    c->t_start = bench_now();
+    sv_stream(c);
+    c->t_end = bench_now();
+    return NULL;
+}
+
+/* ------------------------------------------------------------ prompts */
+
+/* Prompts: peer-bench's -np prompt, with tokens 1 and 2 (after BOS) made
+ * distinct per request, so that no request finds another's prompt in the
+ * prefix cache and every TTFT pays a real prefill, as the peer's does. */
+typedef struct {
+    int32_t *ids;   /* [prompt_tokens] */
+    int32_t span;   /* distinct tokens are 100 .. 100 + span - 1 */
+    uint64_t next;  /* requests made so far */
+} sv_prompts;
+
+static int sv_prompts_init(const sv_opts *o, sv_prompts *p)
+{
+    pl_model *m;
+    memset(p, 0, sizeof *p);
+    if (pl_model_load(&m, o->model) != 0) { cli_error("bench serve", "%s", pl_last_error()); return -1; }
+    const int32_t nv = (int32_t)pl_model_n_vocab(m);
+    p->ids = malloc(sizeof *p->ids * (size_t)o->prompt_tokens);
+    if (p->ids) bench_synthetic_prompt(nv, pl_vocab_bos(pl_model_vocab(m)), p->ids, o->prompt_tokens);
+    p->span = nv > 1100 ? 1000 : nv > 101 ? nv - 100 : 1;
+    pl_model_free(m);
+    return p->ids ? 0 : -1;
+}
+
+/* The next request's body (malloc'd), or NULL. */
+static char *sv_body(const sv_opts *o, sv_prompts *p)
+{
+    const uint64_t k = p->next++;
+    json_t *a = json_array();
+    for (int i = 0; i < o->prompt_tokens; i++) {
+        int32_t id = p->ids[i];
+        if (i == 1) id = 100 + (int32_t)(k % (uint64_t)p->span);
+        if (i == 2) id = 100 + (int32_t)(k / (uint64_t)p->span % (uint64_t)p->span);
+        json_array_append_new(a, json_integer(id));
+    }
+    json_t *j = json_pack("{s:o, s:i, s:i, s:b, s:b, s:{s:b}}", "prompt", a, "max_tokens", o->max_tokens,
+                          "temperature", 0, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
+    if (j && !o->no_logprobs) json_object_set_new(j, "logprobs", json_integer(0));
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* ---------------------------------------------------------- one level */
+
+typedef struct {
+    int clients;
+    double total_tok_s, decode_tok_s, ttft_p50, ttft_p99, itl_p50, itl_p99;
+    long tokens;
+    double peer_decode_tok_s; /* 0: not run */
+} sv_level;
+
+typedef struct {
+    double *v;
+    size_t n, cap;
+} sv_vec;
+
+static int sv_vec_add(sv_vec *x, double v)
+{
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 256;
+        double *p = realloc(x->v, cap * sizeof *p);
+        if (!p) return -1;
+        x->v = p;
+        x->cap = cap;
+    }
+    x->v[x->n++] = v;
+    return 0;
+}
+
+/* Folds finished clients into the level's figures; -1 if any failed. */
+static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, double *total, double *decode,
+                      long *tokens)
+{
+    double t0 = 1e300, t1 = 0, f0 = 1e300, f1 = 0;
+    long tok = 0, dec = 0;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        const sv_client *c = &cl[i];
+        if (c->err[0]) {
+            fprintf(stderr, "pagellm bench serve: client %d of %d: %s\n", i, n, c->err);
+            rc = -1;
+        }
+        int k = c->usage_tokens >= 0 ? c->usage_tokens : c->n_tok;
+        if (c->logprobs && !c->err[0] && k != c->n_tok)
+            fprintf(stderr, "pagellm bench serve: client %d: %d token chunks but usage says %d tokens\n", i, c->n_tok, k);
+        tok += k;
+        if (c->n_tok > 0) {
+            dec += k - 1;
+            if (sv_vec_add(ttft, (c->tok_t[0] - c->t_start) * 1e3)) rc = -1;
+            for (int j = 1; j < c->n_tok; j++)
+                if (sv_vec_add(itl, (c->tok_t[j] - c->tok_t[j - 1]) * 1e3)) rc = -1;
+            if (c->tok_t[0] < f0) f0 = c->tok_t[0];
+            if (c->tok_t[c->n_tok - 1] > f1) f1 = c->tok_t[c->n_tok - 1];
+        }
+        if (c->t_start < t0) t0 = c->t_start;
+        if (c->t_end > t1) t1 = c->t_end;
+    }
+    *tokens = tok;
+    *total = t1 > t0 ? (double)tok / (t1 - t0) : 0;
+    *decode = f1 > f0 ? (double)dec / (f1 - f0) : 0;
+    return rc;
+}
+
+/* Runs n concurrent streams once; adds latencies to ttft/itl, sets rates. */
+static int sv_run_once(const sv_opts *o, int port, sv_prompts *pr, int n, sv_vec *ttft, sv_vec *itl, double *total,
+                       double *decode, long *tokens)
+{
+    sv_client *cl = calloc((size_t)n, sizeof *cl);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    sv_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, SV_WAIT};
+    int rc = cl && th ? 0 : -1, started = 0, made = 0;
+    for (int i = 0; i < n && !rc; i++, made++) {
+        cl[i] = (sv_client){.port = port, .body = sv_body(o, pr), .timeout_s = o->timeout_s, .logprobs = !o->no_logprobs,
+                            .gate = &gate, .usage_tokens = -1, .cap_tok = o->max_tokens + 8};
+        cl[i].tok_t = calloc((size_t)cl[i].cap_tok, sizeof(double));
+        if (!cl[i].tok_t || !cl[i].body || pthread_create(&th[i], NULL, sv_client_main, &cl[i])) rc = -1;
+        else started++;
+    }
+    if (rc) fprintf(stderr, "pagellm bench serve: could not start %d client threads\n", n);
+    pthread_mutex_lock(&gate.mu);
+    gate.state = rc ? SV_ABORT : SV_GO;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    /* started == made unless a start failed: threads 0..started-1 exist */
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (!rc) rc = sv_collect(cl, n, ttft, itl, total, decode, tokens);
+    for (int i = 0; i < made; i++) {
+        free(cl[i].body);
+        free(cl[i].tok_t);
+        free(cl[i].hdr.p);
+        free(cl[i].sse.p);
+    }
+    free(cl);
+    free(th);
+    return rc;
+}
+
+/* ------------------------------------------------------------- the peer */
+
+/* peer-bench's decode_tok_s for n sequences decoded together; 0 if it
+ * could not run (the reason is printed). */
+static double sv_peer(const sv_opts *o, int n)
+{
+    char np[16], ng[16], b[16], t[16];
+    snprintf(np, sizeof np, "%d", o->prompt_tokens);
+    snprintf(ng, sizeof ng, "%d", o->max_tokens);
+    snprintf(b, sizeof b, "%d", n);
+    snprintf(t, sizeof t, "%d", o->threads);
+    char *const argv[] = {(char *)o->peer, "-m", (char *)o->model, "-np", np, "-ng", ng, "-b", b, "-t", t, NULL};
+    bench_child c;
+    if (bench_child_spawn(&c, argv, 1) != 0) return 0;
+    char *out = bench_child_read_all(&c, bench_now() + o->timeout_s);
+    int st = out ? bench_child_wait(&c, bench_now() + 30) : bench_child_stop(&c, 5);
+    double v = 0;
+    json_t *j = out && st == 0 ? json_loads(out, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    if (j) v = json_number_value(json_object_get(j, "decode_tok_s"));
+    if (!j || v <= 0) fprintf(stderr, "pagellm bench serve: peer-bench -b %d gave no decode_tok_s (status %d)\n", n, st);
+    json_decref(j);
+    free(out);
+    return v;
+}
+
+/* ----------------------------------------------------------- the server */
+
+typedef struct {
+    bench_child c;
+    int fd;              /* the child's stderr, owned by the drain thread */
+    pthread_t drain;
+    bool draining;
+    char tail[2048];     /* the newest stderr bytes, for error reports */
+    size_t tail_len;
+    pthread_mutex_t mu;
+} sv_server;
+
+/* Keeps reading the server's stderr so that it never blocks on the pipe;
+ * keeps the tail; exits at EOF (the server exited). */
+static void *sv_drain_main(void *arg)
+{
+    sv_server *s = arg;
+    char buf[1024];
+    for (;;) {
+        ssize_t n = read(s->fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        pthread_mutex_lock(&s->mu);
+        for (ssize_t i = 0; i < n; i++) {
+            if (s->tail_len + 1 >= sizeof s->tail) {
+                memmove(s->tail, s->tail + sizeof s->tail / 2, sizeof s->tail / 2);
+                s->tail_len -= sizeof s->tail / 2;
+            }
+            s->tail[s->tail_len++] = buf[i];
+        }
+        s->tail[s->tail_len] = 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    close(s->fd);
+    return NULL;
+}
+
+/* Starts `pagellm serve` and waits for its port. 0 or -1. */
+static int sv_server_start(sv_server *s, const sv_opts *o, int *port)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    char p[16], seqs[16], t[16], ctx[16];
+    snprintf(p, sizeof p, "%d", o->port);
+    snprintf(seqs, sizeof seqs, "%d", o->max_clients);
+    snprintf(t, sizeof t, "%d", o->threads);
+    /* room for the prompt and every token, rounded up to whole blocks */
+    snprintf(ctx, sizeof ctx, "%d", (o->prompt_tokens + o->max_tokens + 15) / 16 * 16);
+    char *const argv[] = {"/proc/self/exe", "serve", "-m", (char *)o->model, "--host", "127.0.0.1", "--port", p,
+                          "--max-seqs", seqs, "-t", t, "--ctx", ctx, "--temp", "0", "--seed", "0", NULL};
+    if (bench_child_spawn(&s->c, argv, 2) != 0) return -1;
+    const double deadline = bench_now() + 120;
+    char line[512], last[512] = "";
+    int r;
+    *port = 0;
+    while ((r = bench_child_readline(&s->c, line, sizeof line, deadline)) == 1) {
+        const char *at = strstr(line, "listening on http://");
+        if (!at) {
+            if (line[0]) memcpy(last, line, sizeof last); /* the newest says why, should it not start */
+            continue;
+        }
+        const char *colon = strrchr(at, ':');
+        *port = colon ? atoi(colon + 1) : 0;
+        break;
+    }
+    if (*port <= 0) {
+        fprintf(stderr, "pagellm bench serve: the server did not start (%s); its last line: %s\n",
+                r == 0 ? "it exited" : "no \"listening on\" line within 120 s", last);
+        bench_child_stop(&s->c, 5);
+        return -1;
+    }
+    s->fd = s->c.fd;
+    s->c.fd = -1; /* the drain thread owns it now */
+    if (pthread_create(&s->drain, NULL, sv_drain_main, s) != 0) {
+        close(s->fd);
+        bench_child_stop(&s->c, 5);
+        return -1;
+    }
+    s->draining = true;
+    return 0;
+}
+
+/* Stops the server; 0 if it exited cleanly (status 0 after SIGTERM). Its
+ * stderr tail is shown when asked or when it did not. */
+static int sv_server_stop(sv_server *s, bool show_tail)
+{
+    int st = bench_child_stop(&s->c, 30);
+    if (s->draining) pthread_join(s->drain, NULL); /* EOF once the server is gone */
+    const bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!clean) {
+        if (st != -1 && WIFSIGNALED(st)) fprintf(stderr, "pagellm bench serve: the server died of signal %d\n", WTERMSIG(st));
+        else fprintf(stderr, "pagellm bench serve: the server exited with status %d\n", st == -1 ? -1 : WEXITSTATUS(st));
+    }
+    if ((show_tail || !clean) && s->tail_len) fprintf(stderr, "pagellm bench serve: server stderr (tail):\n%s\n", s->tail);
+    pthread_mutex_destroy(&s->mu);
+    return clean ? 0 : -1;
+}
+
+/* --------------------------------------------------------------- report */
+
+static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, int n)
+{
+    if (o->json) {
+        for (int i = 0; i < n; i++) {
+            const sv_level *l = &lv[i];
+            json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "model", model, "clients",
+                                  l->clients, "prompt_tokens", o->prompt_tokens, "max_tokens", o->max_tokens, "tokens",
+                                  (json_int_t)l->tokens, "total_tok_s", l->total_tok_s, "decode_tok_s", l->decode_tok_s,
+                                  "ttft_p50_ms", l->ttft_p50, "ttft_p99_ms", l->ttft_p99, "itl_p50_ms", l->itl_p50,
+                                  "itl_p99_ms", l->itl_p99);
+            if (l->peer_decode_tok_s > 0) {
+                json_object_set_new(j, "peer_decode_tok_s", json_real(l->peer_decode_tok_s));
+                json_object_set_new(j, "ratio", json_real(l->decode_tok_s / l->peer_decode_tok_s));
+                json_object_set_new(j, "ratio_total", json_real(l->total_tok_s / l->peer_decode_tok_s));
+            }
+            char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+            if (s) printf("%s\n", s);
+            free(s);
+            json_decref(j);
+        }
+        return;
+    }
+    printf("serve: %s, prompt %d tokens, %d generated per stream, %d threads, %d rep(s)%s\n", model, o->prompt_tokens,
+           o->max_tokens, o->threads, o->reps, o->no_peer ? "" : "; peer: peer-bench -b N (batched decode, no HTTP)");
+    printf("%7s %7s %11s %12s %9s %9s %8s %8s %12s %7s %7s\n", "clients", "tokens", "total tok/s", "decode tok/s",
+           "ttft p50", "ttft p99", "itl p50", "itl p99", "peer tok/s", "ratio", "r_total");
+    for (int i = 0; i < n; i++) {
+        const sv_level *l = &lv[i];
+        printf("%7d %7ld %11.1f %12.1f %9.1f %9.1f %8.2f %8.2f", l->clients, l->tokens, l->total_tok_s, l->decode_tok_s,
+               l->ttft_p50, l->ttft_p99, l->itl_p50, l->itl_p99);
+        if (l->peer_decode_tok_s > 0)
+            printf(" %12.1f %6.2fx %6.2fx\n", l->peer_decode_tok_s, l->decode_tok_s / l->peer_decode_tok_s,
+                   l->total_tok_s / l->peer_decode_tok_s);
+        else
+            printf(" %12s %7s %7s\n", "-", "-", "-");
+    }
+    printf("(latencies in ms; ratio = decode tok/s / peer, r_total = total tok/s / peer)\n");
+}
+
+/* ---------------------------------------------------------------- command */
+
+static int sv_parse(int argc, char **argv, sv_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->clients_s = "1,4,8,16";
+    o->max_tokens = 64;
+    o->prompt_tokens = 32;
+    o->threads = 2;
+    o->reps = 1;
+    o->timeout_s = 600;
+    const char *pd = getenv("PEER_DIR");
+    static char peer[1024];
+    snprintf(peer, sizeof peer, "%s/peer-bench", pd && *pd ? pd : "/tmp/llamacpp-peer");
+    o->peer = peer;
+    const cli_opt opts[] = {
+        {"model", 'm', CLI_STR, &o->model, 0, 0, "GGUF", "model file (required)"},
+        {"clients", 0, CLI_STR, &o->clients_s, 0, 0, "LIST", "concurrency levels (default 1,4,8,16)"},
+        {"max-tokens", 0, CLI_INT, &o->max_tokens, 1, 1 << 16, "N", "tokens generated per stream (default 64)"},
+        {"prompt-tokens", 0, CLI_INT, &o->prompt_tokens, 1, 1 << 16, "N", "prompt length, as peer-bench -np (default 32)"},
+        {"port", 0, CLI_INT, &o->port, 0, 65535, "N", "server port (default 0: any free one)"},
+        {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads for the server and the peer (default 2)"},
+        {"reps", 0, CLI_INT, &o->reps, 1, 100, "N", "repetitions per level (default 1)"},
+        {"peer", 0, CLI_STR, &o->peer, 0, 0, "PATH", "peer-bench binary (default $PEER_DIR/peer-bench or /tmp/llamacpp-peer/peer-bench)"},
+        {"no-peer", 0, CLI_FLAG, &o->no_peer, 0, 0, NULL, "do not run the peer"},
+        {"no-logprobs", 0, CLI_FLAG, &o->no_logprobs, 0, 0, NULL, "do not ask for logprobs; time text chunks"},
+        {"timeout", 0, CLI_INT, &o->timeout_s, 1, 1 << 20, "S", "give up on a stream or the peer after S seconds (default 600)"},
+        {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "one JSON row per level"},
+        {0},
+    };
+    const char *pos[1];
+    int np, rc = cli_parse("bench serve", "-m MODEL [--clients 1,4,8,16] [--max-tokens N] [--port N]", opts, argc, argv,
+                           pos, 0, &np);
+    if (rc == CLI_HELP) return -1;
+    if (rc != CLI_OK) return 2;
+    if (!o->model) { cli_error("bench serve", "missing -m MODEL"); return 2; }
+    if (bench_parse_ints(o->clients_s, o->levels, SV_MAX_LEVELS, &o->n_levels) != 0 || o->n_levels == 0) {
+        cli_error("bench serve", "bad value '%s' for --clients (up to %d numbers, e.g. 1,4,8,16)", o->clients_s, SV_MAX_LEVELS);
+        return 2;
+    }
+    for (int i = 0; i < o->n_levels; i++) {
+        if (o->levels[i] > SV_MAX_CLIENTS) {
+            cli_error("bench serve", "--clients: %d is more than %d", o->levels[i], SV_MAX_CLIENTS);
+            return 2;
+        }
+        if (o->levels[i] > o->max_clients) o->max_clients = o->levels[i];
+    }
+    if (!o->no_peer && access(o->peer, X_OK) != 0) {
+        fprintf(stderr, "pagellm bench serve: no peer at %s (build it: ../shared/peer/build.sh); running without it\n", o->peer);
+        o->no_peer = true;
+    }
+    return 0;
+}
+
+static int sv_level_run(const sv_opts *o, int port, sv_prompts *pr, int n, sv_level *l)
+{
+    sv_vec ttft = {0}, itl = {0};
+    double tot[100], dec[100], peer[100];
+    int rc = 0, np = 0;
+    memset(l, 0, sizeof *l);
+    l->clients = n;
+    for (int r = 0; r < o->reps && !rc; r++) {
+        rc = sv_run_once(o, port, pr, n, &ttft, &itl, &tot[r], &dec[r], &l->tokens);
+        if (!rc && !o->no_peer) {
+            double v = sv_peer(o, n);
+            if (v > 0) peer[np++] = v;
+        }
+    }
+    if (!rc) {
+        l->total_tok_s = bench_median(tot, (size_t)o->reps);
+        l->decode_tok_s = bench_median(dec, (size_t)o->reps);
+        l->peer_decode_tok_s = bench_median(peer, (size_t)np);
+        l->ttft_p50 = bench_percentile(ttft.v, ttft.n, 0.5);
+        l->ttft_p99 = bench_percentile(ttft.v, ttft.n, 0.99);
+        l->itl_p50 = bench_percentile(itl.v, itl.n, 0.5);
+        l->itl_p99 = bench_percentile(itl.v, itl.n, 0.99);
+    }
+    free(ttft.v);
+    free(itl.v);
+    return rc;
+}
+
+int bench_serve(int argc, char **argv)
+{
+    sv_opts o;
+    int rc = sv_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    sv_prompts pr;
+    if (sv_prompts_init(&o, &pr) != 0) { free(pr.ids); return 1; }
+    sv_server srv;
+    int port;
+    if (sv_server_start(&srv, &o, &port) != 0) { free(pr.ids); return 1; }
+    sv_level lv[SV_MAX_LEVELS];
+    /* warm-up: pages in the weights and the server's first-request paths */
+    sv_vec wt = {0}, wi = {0};
+    double a, b;
+    long t;
+    rc = sv_run_once(&o, port, &pr, 1, &wt, &wi, &a, &b, &t);
+    free(wt.v);
+    free(wi.v);
+    for (int i = 0; i < o.n_levels && !rc; i++) rc = sv_level_run(&o, port, &pr, o.levels[i], &lv[i]);
+    if (sv_server_stop(&srv, rc != 0) != 0) rc = -1;
+    free(pr.ids);
+    if (rc) return 1;
+    const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
+    sv_print(&o, base, lv, o.n_levels);
+    return 0;
+}
