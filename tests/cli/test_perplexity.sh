@@ -123,7 +123,9 @@ check saved_file test -s "$T/f32.lp"
 py_check saved_size "a == b" "$(stat -c %s "$T/f32.lp")" "$(jget "$j" saved_bytes)"
 j=$(ppl_json -f "$TEXT" --kv-dtype f32 --kl-base "$T/f32.lp")
 py_check kl_self_zero "a == 0 and b == 0 and c == 100" "$(jget "$j" kl_mean)" "$(jget "$j" kl_max)" "$(jget "$j" same_top_pct)"
-py_check kl_self_ppl "a == b" "$(jget "$j" ppl)" "$(jget "$j" ppl_base)"
+# ppl_base is recomputed from the file's stored log-probs, which are rounded
+# when saved: equal to the run's ppl up to that rounding, not bit for bit
+py_check kl_self_ppl "abs(a - b) <= 1e-7 * b" "$(jget "$j" ppl)" "$(jget "$j" ppl_base)"
 py_check kl_uses_base_chunks "a == 6" "$(jget "$j" n_chunks)"
 # without -f, the base file's own tokens are evaluated
 j2=$(ppl_json --kv-dtype f32 --kl-base "$T/f32.lp")
