@@ -25,6 +25,7 @@
 #include "kv/kv_seq.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "api/ctx_internal.h"
 
 struct pl_model {
@@ -38,7 +39,7 @@ int pl_model_load(pl_model **out, const char *path)
     pl_model *pm = mem_calloc(1, sizeof *pm);
     if (!pm) return PL_ENOMEM;
     int rc = model_open(&pm->m, path);
-    if (!rc) rc = pl_vocab_load(&pm->vocab, path);
+    if (!rc) rc = tok_vocab_load(&pm->vocab, pm->m->file); /* the open file: no second mmap */
     if (!rc && (uint32_t)pl_vocab_size(pm->vocab) > pm->m->cfg.n_vocab)
         rc = err_set(PL_EFORMAT, "%s: tokenizer has %d tokens but the model's vocabulary is %u",
                      path, pl_vocab_size(pm->vocab), pm->m->cfg.n_vocab);
