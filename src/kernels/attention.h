@@ -1,4 +1,4 @@
-/* attention.h - attention over a paged KV cache (reference version).
+/* attention.h - attention over a paged KV cache: reference and AVX2.
  *
  * The kernel never sees the pool itself: the caller passes, for one layer
  * of one sequence, the block table and the address arithmetic of the pool.
@@ -6,18 +6,46 @@
  * row j % block_size:
  *   K row of token j, head g = k_base + blocks[j/bs] * block_bytes
  *                              + (j % bs) * row_bytes + g * head_bytes
- * (the same for V from v_base). Rows are ggml rows of head_dim elements of kv_type (F32, F16,
- * BF16, Q8_0, Q4_0), so any quantized KV row is read by dequantizing on the
- * fly and the cache is never expanded.
+ * (the same for V from v_base). Rows are ggml rows of head_dim elements of
+ * kv_type (F32, F16, BF16, Q8_0, Q4_0), so any quantized KV row is read by
+ * dequantizing on the fly and the cache is never expanded.
  *
- * Numerics follow llama.cpp's non-flash path: with an f16 cache the query is
- * rounded to f16 before Q.K and the softmax weights are rounded to f16 before
- * they weight V, as ggml's mul_mat does when it converts the f32 operand to
- * the cache's dot type.
+ * One call attends a set of query vectors ("rows") of one sequence: the
+ * n_rep query heads of a GQA group, the same heads of several prefill
+ * tokens, or several KV heads of one decode token. Each row names its KV
+ * head g and has its own context length (causal: the token at position p
+ * attends to 0..p, n_ctx = p + 1). Rows with the same g should be adjacent:
+ * a K/V row is then fetched once for all of them.
+ *
+ * Numerics follow llama.cpp's non-flash path, per row:
+ *   s_j = (q . k_j) * scale                       for j in 0..n_ctx-1
+ *   p_j = e_j * (float)(1 / sum_j e_j),  e_j = exp(s_j - max s), sum in double
+ *   out = sum_j p_j v_j                           (j ascending)
+ * With an f16 cache the query is rounded to f16 before Q.K and p_j is rounded
+ * to f16 before it weights V, as ggml's mul_mat does when it converts the
+ * f32 operand to the cache's dot type. The softmax is exact two-pass (all
+ * scores, then weights, then V), not flash's online rescaling, because the
+ * f16 rounding applies to the final normalized weights.
+ *
+ * INVARIANT (row independence): a row's result depends only on its own q,
+ * n_ctx and the cache, never on which other rows share the call, their
+ * number or order, nor on the thread that runs it. Each variant computes
+ * every row by one fixed sequence of float operations, so prefill chunking,
+ * batching with other sequences, GQA grouping and the thread count all give
+ * the same bits (the project tests identical tokens across all of these).
+ * The AVX2 variant reaches this by tiling only the *memory* side: a K or V
+ * row is loaded (and converted) once per call and used by every row of the
+ * call that reads that KV head, while each row's dot products, softmax and
+ * V sum keep one order.
+ *
+ * The variants differ from each other within float tolerance (AVX2: 8-lane
+ * dot products with a fixed reduction tree, vector expf within ~2 ulp, FMA
+ * in the V sum); tests/test_attention.c states the tolerance.
  */
 #ifndef PL_KERNELS_ATTENTION_H
 #define PL_KERNELS_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,13 +60,43 @@ typedef struct {
     int head_dim;
 } attn_kv;
 
-/* out[r][:] = softmax(scale * q[r] . K[0..n_ctx)) . V, for the n_rep query
- * heads r that share KV head g. scratch holds >= n_ctx + 2*head_dim floats
- * plus head_dim*2 bytes (caller-owned, per thread). */
-void attn_paged_head(float *out, const float *q, int n_rep, const attn_kv *kv, int g, int n_ctx,
-                     float scale, float *scratch);
+/* One query vector and where its result goes. */
+typedef struct {
+    const float *q; /* head_dim floats */
+    float *out;     /* head_dim floats; must not overlap any q of the call */
+    int n_ctx;      /* attends to positions 0..n_ctx-1; 1 <= n_ctx */
+    int g;          /* KV head */
+} attn_row;
 
-/* Floats of scratch attn_paged_head needs for n_ctx tokens. */
-size_t attn_scratch_floats(int n_ctx, int head_dim);
+/* Rows per call at most, whatever the context: a GQA group of 8 over 2
+ * tokens, or 16 prefill tokens of one head, so that each K/V row fetched
+ * from L2/RAM serves 16 rows. More rows only grow the score buffer
+ * (16 x 2048 x 4 B = 128 KiB at n_ctx 2048, which stays in L2). */
+#define ATTN_ROWS_CAP 16
+
+/* Most rows one call may take when no row's n_ctx exceeds max_ctx (>= 1;
+ * the scores of a call's rows live in scratch at once, so long contexts get
+ * fewer rows per call). */
+int attn_rows_max(int max_ctx);
+
+/* Floats of scratch a call needs with up to attn_rows_max(max_ctx) rows of
+ * n_ctx <= max_ctx: O(rows x max_ctx), never n_ctx x n_ctx. */
+size_t attn_scratch_floats(int max_ctx, int head_dim);
+
+/* out = attention of each row over its KV head (see above). scratch holds
+ * scratch_floats >= attn_scratch_floats(max n_ctx of the rows, head_dim)
+ * floats, owned by the calling thread; n_rows <= attn_rows_max(that max).
+ * Uses the AVX2 variant when the CPU has it and kern_init did not force the
+ * references. */
+void attn_paged(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                size_t scratch_floats);
+
+/* The variants, for tests. attn_paged_avx2 may only be called when
+ * attn_avx2_available(). */
+void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                    size_t scratch_floats);
+void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                     size_t scratch_floats);
+bool attn_avx2_available(void);
 
 #endif

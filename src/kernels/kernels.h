@@ -75,9 +75,9 @@ void kern_swiglu(float *a, const float *b, int n);
 void kern_f32_to_f16_row(uint16_t *dst, const float *src, int n);
 void kern_f16_to_f32_row(float *dst, const uint16_t *src, int n);
 
-/* Attention (Q.K over the paged KV cache, online softmax, .V): the reference
- * is in attention.h while the KV layout settles; its SIMD versions will join
- * the variant tables in kern_impl.h, reusing the per-dtype dot tiles, the
- * activation conversions and the vector expf (exp_row). */
+/* Attention (Q.K over the paged KV cache, softmax, .V) lives in attention.h
+ * with its reference and AVX2 variants. Its softmax is exact two-pass per
+ * row, not flash-style online rescaling, because llama.cpp rounds the final
+ * normalized weights to f16 before they weight V; see attention.h. */
 
 #endif

@@ -31,8 +31,9 @@ struct fwd_state {
     int max_tokens, max_ctx;
     threadpool *tp;
     float *x, *xn, *q, *k, *v, *att, *g, *u; /* [max_tokens][width] */
-    float *attn_scratch;                      /* [threads][attn_scratch_floats] */
-    size_t attn_scratch_stride;
+    float *attn_scratch;                      /* [threads][attn_scratch_stride] */
+    size_t attn_scratch_stride;               /* attn_scratch_floats(max_ctx, head_dim), rounded to 16 */
+    int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
 };
 
 void fwd_state_free(fwd_state *s)
@@ -62,6 +63,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->att = mem_alloc_aligned(T * qd * sizeof(float), 64);
     s->g = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
+    s->attn_rows = attn_rows_max(max_ctx);
     s->attn_scratch_stride = (attn_scratch_floats(max_ctx, (int)c->head_dim) + 15) & ~(size_t)15;
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->attn_scratch) {
@@ -165,22 +167,94 @@ typedef struct {
     uint32_t layer;
 } attn_job;
 
-/* One work item = (token, KV head): the query heads of that group. */
+/* The attention work of a batch is cut into calls ("tiles") of up to
+ * `tile` query vectors of one sequence: a run of consecutive batch tokens of
+ * one sequence has vectors (KV head g, token t, head r of g's group) in that
+ * order, and a tile is a slice of them. So a prefill tile holds one KV head
+ * over several tokens (each K/V row it fetches serves them all) and a decode
+ * tile several KV heads of one token (each cache row's heads are read
+ * together). Every thread walks the same plan and takes the tiles whose
+ * cost midpoint falls in its share of the total cost, so the split is
+ * balanced by work (a row costs its n_ctx plus a fixed overhead; later
+ * positions attend more) and needs no shared state. A row's result does not
+ * depend on its tile (attention.h), so neither the tiling nor the thread
+ * count changes any bit. */
+typedef struct {
+    int t0, t1; /* the run: batch tokens [t0, t1) of one sequence */
+    int v0, nv; /* vectors [v0, v0 + nv) of the run (see attn_vector) */
+} attn_tile;
+
+/* Vector v of a run of len tokens: KV head, token offset, query head. */
+static inline void attn_vector(int v, int len, int rep, int *g, int *dt, int *h)
+{
+    const int per_g = len * rep, rem = v % per_g;
+    *g = v / per_g;
+    *dt = rem / rep;
+    *h = *g * rep + rem % rep;
+}
+
+/* Advances *it to the next tile of the plan (start from attn_plan_begin);
+ * false at the end. */
+static bool attn_plan_next(const fwd_batch *b, int n_heads, int tile, attn_tile *it)
+{
+    if (it->v0 + it->nv < (it->t1 - it->t0) * n_heads) {
+        it->v0 += it->nv;
+    } else {
+        if (it->t1 >= b->n_tokens) return false;
+        it->t0 = it->t1;
+        it->t1 = it->t0 + 1;
+        while (it->t1 < b->n_tokens && b->seq[it->t1] == b->seq[it->t0]) it->t1++;
+        it->v0 = 0;
+    }
+    const int left = (it->t1 - it->t0) * n_heads - it->v0;
+    it->nv = left < tile ? left : tile;
+    return true;
+}
+
+static void attn_plan_begin(attn_tile *it) { *it = (attn_tile){0, 0, 0, 0}; }
+
+/* Cost of a tile: sum over its rows of n_ctx + a per-row overhead (query
+ * conversion, softmax set-up, output), in "key" units. */
+static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it)
+{
+    int64_t c = 0;
+    for (int v = it->v0; v < it->v0 + it->nv; v++) {
+        int g, dt, h;
+        attn_vector(v, it->t1 - it->t0, rep, &g, &dt, &h);
+        c += b->pos[it->t0 + dt] + 1 + 16;
+    }
+    return c;
+}
+
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
     const model_config *c = &j->m->cfg;
-    const int n_items = j->b->n_tokens * (int)c->n_kv_heads;
-    const int per = (n_items + nth - 1) / nth, lo = ith * per, hi = lo + per < n_items ? lo + per : n_items;
+    const fwd_batch *b = j->b;
+    const int n_heads = (int)c->n_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
     const uint32_t rt = kv_row_type(j->kv->g.s.dtype);
-    const int rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
-    const size_t qd = (size_t)c->n_heads * hd;
+    const size_t qd = (size_t)n_heads * hd;
     float *scratch = j->s->attn_scratch + (size_t)ith * j->s->attn_scratch_stride;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int it = lo; it < hi; it++) {
-        const int t = it / (int)c->n_kv_heads, g = it % (int)c->n_kv_heads;
-        const fwd_seq *sq = &j->b->seqs[j->b->seq[t]];
-        attn_kv akv = {
+    /* Tiles as large as the scratch allows (each K/V row fetched serves
+     * more rows), but small enough that every thread gets work when the
+     * batch is small (one decode token: its heads are shared out). */
+    const int per_thread = (b->n_tokens * n_heads + nth - 1) / nth;
+    const int tile = per_thread < j->s->attn_rows ? per_thread : j->s->attn_rows;
+    attn_tile it;
+    int64_t total = 0, done = 0;
+    attn_plan_begin(&it);
+    while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it);
+    attn_plan_begin(&it);
+    while (attn_plan_next(b, n_heads, tile, &it)) {
+        const int64_t cost = attn_tile_cost(b, rep, &it);
+        int64_t owner = (done + cost / 2) * nth / total;
+        done += cost;
+        if (owner > nth - 1) owner = nth - 1;
+        if (owner < ith) continue;
+        if (owner > ith) break; /* tiles are handed out in plan order */
+        const fwd_seq *sq = &b->seqs[b->seq[it.t0]];
+        const attn_kv akv = {
             .blocks = sq->blocks,
             .k_base = kv_block_k(j->kv, 0, j->layer),
             .v_base = kv_block_v(j->kv, 0, j->layer),
@@ -191,8 +265,15 @@ static void attn_worker(void *arg, int ith, int nth)
             .kv_type = rt,
             .head_dim = hd,
         };
-        const size_t off = (size_t)t * qd + (size_t)g * rep * hd;
-        attn_paged_head(j->s->att + off, j->s->q + off, rep, &akv, g, j->b->pos[t] + 1, scale, scratch);
+        attn_row rows[ATTN_ROWS_CAP];
+        for (int v = 0; v < it.nv; v++) {
+            int g, dt, h;
+            attn_vector(it.v0 + v, it.t1 - it.t0, rep, &g, &dt, &h);
+            const int t = it.t0 + dt;
+            const size_t off = (size_t)t * qd + (size_t)h * hd;
+            rows[v] = (attn_row){j->s->q + off, j->s->att + off, b->pos[t] + 1, g};
+        }
+        attn_paged(&akv, rows, it.nv, scale, scratch, j->s->attn_scratch_stride);
     }
 }
 

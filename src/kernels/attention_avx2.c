@@ -1,0 +1,338 @@
+/* attention_avx2.c - paged attention, AVX2 + FMA + F16C variant; see
+ * attention.h for the contract and attention_impl.h for the scratch layout.
+ *
+ * The build has no -march flags: every function here carries
+ * target("avx2,fma,f16c") and runs only after attn_avx2_available().
+ *
+ * A call gets R rows (query vectors) of one sequence, grouped in segments of
+ * adjacent rows that read the same KV head: the heads of a GQA group and/or
+ * several prefill tokens. It runs in three sweeps, each tiled so that a K or
+ * V row is fetched from the cache and converted once per call, then used by
+ * every row of the segment (the idea of batching queries against a K/V
+ * tile, as flash-attention and vLLM do). Segments are visited key group by
+ * key group, so that a decode call over several KV heads reads each cache
+ * row's heads together: one contiguous span instead of one head's column at
+ * a time (measured on one core, 12 f16 heads of 64: 2.6 -> 4.7 GB/s with the
+ * cache in RAM, 4 -> 16 GB/s with it in L3):
+ *
+ *   1. scores: keys in groups of 8 (converted to f32 in kt, or read in place
+ *      when there is nothing to share); each row's 8 dot products run in 8
+ *      accumulators of 8 lanes, reduced by a fixed hadd tree.
+ *   2. softmax per row (kern avx2 softmax: max, vector expf, sum in double),
+ *      then the weights rounded to f16 for an f16 cache.
+ *   3. values: keys in tiles of ATTN_VB (converted in vt); each row adds
+ *      p_j * v_j with FMA into its output, j ascending, 8 vectors of dims at
+ *      a time in registers.
+ *
+ * Row independence (attention.h): whatever else shares the call, a row sees
+ * the same float values (conversions of f16/bf16/q8_0/q4_0 to f32 are exact,
+ * so "converted in a tile" and "read in place" agree) and the same operation
+ * order: one FMA chain over the dims per key then the same reduction tree;
+ * the softmax over exactly its n_ctx scores; one FMA chain over j ascending
+ * per output dim. Lanes of a score group past a row's n_ctx are computed but
+ * never read, so the group's other keys do not matter.
+ *
+ * Exact two-pass softmax rather than flash's online one: llama.cpp's
+ * non-flash path rounds the *normalized* weights to f16 before they weight
+ * V, which needs the sum before the V sweep. The scores of a call take
+ * R x n_ctx floats (never n_ctx x n_ctx).
+ */
+#include "kernels/attention.h"
+
+#include <assert.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/attention_impl.h"
+#include "kernels/kern_impl.h"
+#include "tensor/blocks.h"
+#include "tensor/dtype.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define KA __attribute__((target("avx2,fma,f16c")))
+#define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() != NULL; }
+
+/* How a row of f32-able elements is read: in place from the cache (F32,
+ * F16, BF16) or from a converted f32 tile (then FK_F32). */
+enum { FK_F32, FK_F16, FK_BF16 };
+
+KAI __m256 ld8(int kind, const void *p, int i)
+{
+    if (kind == FK_F32) return _mm256_loadu_ps((const float *)p + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (kind == FK_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Walks the cache rows in position order without a division per key
+ * (j / block_size is a hardware divide, as costly as a short dot product).
+ * cursor_row is head 0 of the row; head g is g * head_bytes further. */
+typedef struct {
+    const attn_kv *kv;
+    const uint8_t *plane; /* K or V plane of block 0 */
+    uint32_t blk, off;    /* position j = blk * block_size + off */
+} kv_cursor;
+
+static inline kv_cursor cursor_at(const attn_kv *kv, const uint8_t *plane, int j)
+{
+    return (kv_cursor){kv, plane, (uint32_t)j / kv->block_size, (uint32_t)j % kv->block_size};
+}
+
+static inline const uint8_t *cursor_row(const kv_cursor *c)
+{
+    return c->plane + (size_t)c->kv->blocks[c->blk] * c->kv->block_bytes + (size_t)c->off * c->kv->row_bytes;
+}
+
+static inline void cursor_next(kv_cursor *c)
+{
+    if (++c->off == c->kv->block_size) {
+        c->off = 0;
+        c->blk++;
+    }
+}
+
+/* End of the run of rows from r0 that read the same KV head. */
+static inline int segment_end(const attn_row *rows, int n_rows, int r0)
+{
+    int r1 = r0 + 1;
+    while (r1 < n_rows && rows[r1].g == rows[r0].g) r1++;
+    return r1;
+}
+
+/* Largest n_ctx of rows [r0, r1). */
+static inline int segment_nmax(const attn_row *rows, int r0, int r1)
+{
+    int n = 0;
+    for (int r = r0; r < r1; r++) n = rows[r].n_ctx > n ? rows[r].n_ctx : n;
+    return n;
+}
+
+/* One head row of the cache to f32, exactly (q8_0/q4_0: d * q is exact in
+ * float, as in quant_dequant_row). hd is a multiple of 8 (and of 32 for the
+ * quantized types, which model_kv_dtype_ok guarantees). */
+KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
+{
+    if (t == DT_F16) {
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_F16, src, i));
+    } else if (t == DT_BF16) {
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_BF16, src, i));
+    } else if (t == DT_Q8_0) {
+        const block_q8_0 *b = (const block_q8_0 *)src;
+        for (int k = 0; k < hd / QK8_0; k++, dst += QK8_0) {
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[k].d));
+            for (int i = 0; i < QK8_0; i += 8) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[k].qs + i)));
+                _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+    } else if (t == DT_Q4_0) {
+        const block_q4_0 *b = (const block_q4_0 *)src;
+        const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+        for (int k = 0; k < hd / QK4_0; k++, dst += QK4_0) {
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[k].d));
+            const __m128i raw = _mm_loadu_si128((const __m128i *)b[k].qs);
+            /* element i < 16 is the low nibble of byte i, element 16 + i the high one */
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), eight);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), eight);
+            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int p = 0; p < 4; p++)
+                _mm256_storeu_ps(dst + 8 * p, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p])), d));
+        }
+    } else { /* F32 */
+        memcpy(dst, src, sizeof(float) * (size_t)hd);
+    }
+}
+
+/* The 8 dot products q . k[0..8) as one vector: per key, one FMA chain of 8
+ * lanes over the dims in order, then lanes summed as
+ * ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) (the hadd tree). */
+KAI __m256 dot8(int kind, const void *const *k, const float *q, int hd)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int i = 0; i < hd; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        a0 = _mm256_fmadd_ps(ld8(kind, k[0], i), qv, a0);
+        a1 = _mm256_fmadd_ps(ld8(kind, k[1], i), qv, a1);
+        a2 = _mm256_fmadd_ps(ld8(kind, k[2], i), qv, a2);
+        a3 = _mm256_fmadd_ps(ld8(kind, k[3], i), qv, a3);
+        a4 = _mm256_fmadd_ps(ld8(kind, k[4], i), qv, a4);
+        a5 = _mm256_fmadd_ps(ld8(kind, k[5], i), qv, a5);
+        a6 = _mm256_fmadd_ps(ld8(kind, k[6], i), qv, a6);
+        a7 = _mm256_fmadd_ps(ld8(kind, k[7], i), qv, a7);
+    }
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* o[0..8*NV) (+)= sum_k p[k] * v_k[d0 .. d0+8*NV) for k in 0..n, k ascending,
+ * starting from 0 when first (else from o). */
+KAI void vacc(int NV, int kind, bool first, float *o, const float *p, int n, const void *const *vp, int d0)
+{
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++) a[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8 * c);
+    for (int k = 0; k < n; k++) {
+        const __m256 pk = _mm256_broadcast_ss(p + k);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) a[c] = _mm256_fmadd_ps(pk, ld8(kind, vp[k], d0 + 8 * c), a[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++) _mm256_storeu_ps(o + 8 * c, a[c]);
+}
+
+/* vacc with NV and kind as constants, so that the accumulators stay in
+ * registers. */
+#define VACC_NV(kind)                                                                             \
+    switch (nv) {                                                                                 \
+    case 1: vacc(1, kind, first, o, p, n, vp, d0); break;                                         \
+    case 2: vacc(2, kind, first, o, p, n, vp, d0); break;                                         \
+    case 3: vacc(3, kind, first, o, p, n, vp, d0); break;                                         \
+    case 4: vacc(4, kind, first, o, p, n, vp, d0); break;                                         \
+    case 5: vacc(5, kind, first, o, p, n, vp, d0); break;                                         \
+    case 6: vacc(6, kind, first, o, p, n, vp, d0); break;                                         \
+    case 7: vacc(7, kind, first, o, p, n, vp, d0); break;                                         \
+    default: vacc(8, kind, first, o, p, n, vp, d0); break;                                        \
+    }
+
+static KA void vacc_any(int kind, int nv, bool first, float *o, const float *p, int n, const void *const *vp,
+                        int d0)
+{
+    if (kind == FK_F16) { VACC_NV(FK_F16) }
+    else if (kind == FK_BF16) { VACC_NV(FK_BF16) }
+    else { VACC_NV(FK_F32) }
+}
+
+static KA void scores8(int kind, float *s, const void *const *kp, const float *q, int hd, __m256 vscale)
+{
+    if (kind == FK_F16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F16, kp, q, hd), vscale));
+    else if (kind == FK_BF16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_BF16, kp, q, hd), vscale));
+    else _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F32, kp, q, hd), vscale));
+}
+
+KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                        size_t scratch_floats)
+{
+    const int hd = kv->head_dim;
+    const uint32_t t = kv->kv_type;
+    assert(hd % 8 == 0 && n_rows >= 1);
+    const int nmax = segment_nmax(rows, 0, n_rows);
+    const size_t hdp = attn_round8((size_t)hd), ncp = attn_round8((size_t)nmax);
+    assert(attn_layout_floats((size_t)n_rows, (size_t)nmax, (size_t)hd) <= scratch_floats);
+    (void)scratch_floats;
+    float *qf = scratch, *sc = qf + (size_t)n_rows * hdp, *kt = sc + (size_t)n_rows * ncp, *vt = kt + 8 * hdp;
+
+    /* queries as the dot uses them: rounded to f16 for an f16 cache (ggml's
+     * dot type), else copied as they are */
+    for (int r = 0; r < n_rows; r++) {
+        assert(rows[r].n_ctx >= 1);
+        float *d = qf + (size_t)r * hdp;
+        for (int i = 0; i < hd; i += 8) {
+            __m256 v = _mm256_loadu_ps(rows[r].q + i);
+            if (t == DT_F16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            _mm256_storeu_ps(d + i, v);
+        }
+    }
+
+    /* A segment (adjacent rows of one KV head) reads the cache rows in place
+     * when no other row would reuse a conversion (always for F32); else they
+     * are converted once into kt / vt. The values are the same either way. */
+#define SEG_INPLACE(r0, r1) (t == DT_F32 || ((r1) - (r0) == 1 && (t == DT_F16 || t == DT_BF16)))
+#define SEG_KIND(inplace) (!(inplace) || t == DT_F32 ? FK_F32 : t == DT_F16 ? FK_F16 : FK_BF16)
+
+    /* 1. scores, 8 keys at a time; keys past nmax repeat the last one. The
+     * KV heads of a call are visited key group by key group, so that a
+     * decode call over several heads reads each cache row's heads together
+     * (a contiguous span) rather than one head's column at a time. */
+    const __m256 vscale = _mm256_set1_ps(scale);
+    kv_cursor kc = cursor_at(kv, kv->k_base, 0);
+    for (int j0 = 0; j0 < nmax; j0 += 8) {
+        const uint8_t *krow[8];
+        for (int k = 0; k < 8; k++) {
+            krow[k] = cursor_row(&kc);
+            if (j0 + k + 1 < nmax) cursor_next(&kc); /* else stay on the last key */
+        }
+        for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
+            r1 = segment_end(rows, n_rows, r0);
+            if (segment_nmax(rows, r0, r1) <= j0) continue;
+            const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            const bool inplace = SEG_INPLACE(r0, r1);
+            const void *kp[8];
+            for (int k = 0; k < 8; k++) {
+                if (inplace) {
+                    kp[k] = krow[k] + goff;
+                } else {
+                    row_to_f32(t, krow[k] + goff, kt + (size_t)k * hdp, hd);
+                    kp[k] = kt + (size_t)k * hdp;
+                }
+            }
+            for (int r = r0; r < r1; r++)
+                if (rows[r].n_ctx > j0)
+                    scores8(SEG_KIND(inplace), sc + (size_t)r * ncp + j0, kp, qf + (size_t)r * hdp, hd, vscale);
+        }
+    }
+
+    /* 2. softmax of each row over its own n_ctx; f16 weights for f16 */
+    const kern_vtable *vt2 = kern_vt_avx2();
+    for (int r = 0; r < n_rows; r++) {
+        float *s = sc + (size_t)r * ncp;
+        vt2->softmax(s, rows[r].n_ctx);
+        if (t == DT_F16) /* lanes past n_ctx hold scores never read: rounding them is harmless */
+            for (int i = 0; i < rows[r].n_ctx; i += 8)
+                _mm256_storeu_ps(s + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s + i),
+                                                                        _MM_FROUND_TO_NEAREST_INT)));
+    }
+
+    /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
+    kv_cursor vc = cursor_at(kv, kv->v_base, 0);
+    for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
+        const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
+        const uint8_t *vrow[ATTN_VB];
+        for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
+        for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
+            r1 = segment_end(rows, n_rows, r0);
+            const int sn = segment_nmax(rows, r0, r1);
+            if (sn <= j0) continue;
+            const int sjn = sn - j0 < jn ? sn - j0 : jn; /* keys of this tile any row of the segment needs */
+            const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            const bool inplace = SEG_INPLACE(r0, r1);
+            const void *vp[ATTN_VB];
+            for (int k = 0; k < sjn; k++) {
+                if (inplace) {
+                    vp[k] = vrow[k] + goff;
+                } else {
+                    row_to_f32(t, vrow[k] + goff, vt + (size_t)k * hdp, hd);
+                    vp[k] = vt + (size_t)k * hdp;
+                }
+            }
+            for (int r = r0; r < r1; r++) {
+                const int n = (rows[r].n_ctx < j0 + jn ? rows[r].n_ctx : j0 + jn) - j0;
+                if (n <= 0) continue;
+                const float *p = sc + (size_t)r * ncp + j0;
+                for (int d0 = 0; d0 < hd; d0 += 64) {
+                    const int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
+                    vacc_any(SEG_KIND(inplace), nv, j0 == 0, rows[r].out + d0, p, n, vp, d0);
+                }
+            }
+        }
+    }
+#undef SEG_INPLACE
+#undef SEG_KIND
+}
+
+#else /* not x86 */
+
+bool attn_avx2_available(void) { return false; }
+
+void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                     size_t scratch_floats)
+{
+    attn_paged_ref(kv, rows, n_rows, scale, scratch, scratch_floats);
+}
+
+#endif

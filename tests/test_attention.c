@@ -1,0 +1,358 @@
+/* test_attention.c - paged attention (kernels/attention.h): the AVX2 variant
+ * against the reference, and the row-independence invariant.
+ *
+ * Data: a fake KV plane pool (K and V planes per block, several KV heads per
+ * row) whose block table is a shuffled permutation of the physical blocks,
+ * filled with random rows of each KV row type (F32, F16, BF16, Q8_0, Q4_0).
+ * Keys are scaled so that softmaxes range from flat to peaked.
+ *
+ * Tolerance (SIMD vs reference), on each output element, relative to
+ * max |v| of the row's values:
+ * - F32, BF16, Q8_0, Q4_0: 1e-5. Only the float order differs (8-lane dots
+ *   with a tree reduction, FMA, vector expf within ~2 ulp of libm): a few
+ *   ulp on scores, weights and sums.
+ * - F16: 2^-10. The weights are rounded to f16 before they weight V (as
+ *   llama.cpp); a 1-ulp difference in a weight before that rounding can
+ *   flip it by one f16 ulp (2^-11 relative). The flips move the output by
+ *   at most 2^-11 x sum p_j x max|v| = 2^-11 max|v|, plus the float noise.
+ *
+ * Row independence (bit for bit): a call over R rows (GQA heads of several
+ * tokens with different n_ctx) gives each row exactly what a call over that
+ * row alone gives, and so does the same call with the rows reversed; this
+ * is what makes prefill chunking, batching and threads invisible in the
+ * tokens.
+ *
+ * `test_attention bench` prints per-call times instead of testing.
+ */
+#include "test.h"
+
+#include <stdint.h>
+#include <time.h>
+
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/half.h"
+#include "tensor/quant.h"
+
+/* ------------------------------------------------------------ random data */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rng_sym(void) { return 2.0f * (float)(rng_u32() & 0xFFFFFF) / 16777216.0f - 1.0f; }
+static float rng_gauss(void) { return rng_sym() + rng_sym() + rng_sym(); }
+
+/* ------------------------------------------------------------ a fake pool */
+
+typedef struct {
+    uint8_t *data;
+    uint32_t *table;
+    attn_kv kv;
+    int n_kv, n_ctx;
+} fake_kv;
+
+static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0};
+static const char *kv_type_name(uint32_t t)
+{
+    return t == DT_F32 ? "f32" : t == DT_F16 ? "f16" : t == DT_BF16 ? "bf16" : t == DT_Q8_0 ? "q8_0" : "q4_0";
+}
+
+static void encode_row(uint32_t t, const float *src, uint8_t *dst, int n)
+{
+    if (t == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n); /* as the cache does */
+    else quant_quantize_row(t, src, dst, n);
+}
+
+/* n_ctx tokens of n_kv heads in blocks of bs tokens, physical blocks
+ * shuffled (and one spare block more than needed, so ids are not dense). */
+static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
+{
+    rng_seed(seed);
+    const size_t head_bytes = dtype_row_bytes(t, (uint64_t)hd), row_bytes = head_bytes * (size_t)n_kv;
+    const size_t plane = row_bytes * (size_t)bs, block_bytes = 2 * plane + 16;
+    const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
+    f->data = calloc((size_t)n_phys, block_bytes);
+    f->table = malloc(sizeof(uint32_t) * (size_t)n_phys);
+    float *tmp = malloc(sizeof(float) * (size_t)hd);
+    if (!f->data || !f->table || !tmp) return -1;
+    for (int i = 0; i < n_phys; i++) f->table[i] = (uint32_t)i;
+    for (int i = n_phys - 1; i > 0; i--) {
+        int k = (int)(rng_u32() % (uint32_t)(i + 1));
+        uint32_t x = f->table[i];
+        f->table[i] = f->table[k];
+        f->table[k] = x;
+    }
+    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd};
+    for (int j = 0; j < n_ctx; j++)
+        for (int g = 0; g < n_kv; g++)
+            for (int plane_v = 0; plane_v < 2; plane_v++) {
+                /* keys of varied norm: some rows dominate some softmaxes */
+                const float amp = plane_v ? 1.0f : 0.3f + 2.0f * (float)(rng_u32() % 8) / 8.0f;
+                for (int i = 0; i < hd; i++) tmp[i] = amp * rng_gauss();
+                uint8_t *dst = f->data + (size_t)f->table[j / bs] * block_bytes + (plane_v ? plane : 0) +
+                               (size_t)(j % bs) * row_bytes + (size_t)g * head_bytes;
+                encode_row(t, tmp, dst, hd);
+            }
+    free(tmp);
+    f->n_kv = n_kv;
+    f->n_ctx = n_ctx;
+    return 0;
+}
+
+static void fake_kv_free(fake_kv *f)
+{
+    free(f->data);
+    free(f->table);
+}
+
+/* max |v| over the V rows of head g, positions < n (the tolerance's scale) */
+static float max_abs_v(const fake_kv *f, int g, int n)
+{
+    const int hd = f->kv.head_dim;
+    float *tmp = malloc(sizeof(float) * (size_t)hd), m = 0;
+    for (int j = 0; j < n; j++) {
+        const uint8_t *r = f->kv.v_base + (size_t)f->kv.blocks[j / f->kv.block_size] * f->kv.block_bytes +
+                           (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes;
+        quant_dequant_row(f->kv.kv_type, r, tmp, hd);
+        for (int i = 0; i < hd; i++) m = fabsf(tmp[i]) > m ? fabsf(tmp[i]) : m;
+    }
+    free(tmp);
+    return m;
+}
+
+static bool type_fits(uint32_t t, int hd) { return dtype_row_bytes(t, (uint64_t)hd) != 0; }
+
+/* -------------------------------------------------------------- the tests */
+
+TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+{
+    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+F16C"); return; }
+    static const int hds[] = {8, 64, 128}, reps[] = {1, 2, 4, 8}, bss[] = {1, 16, 32};
+    static const int ctxs[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 255, 257, 1000, 2047, 2100};
+    const int n_ctxs = (int)(sizeof ctxs / sizeof ctxs[0]);
+    double worst[5] = {0};
+    int calls = 0;
+    for (int ti = 0; ti < 5; ti++)
+        for (int hi = 0; hi < 3; hi++) {
+            const uint32_t t = kv_types[ti];
+            const int hd = hds[hi];
+            if (!type_fits(t, hd)) continue;
+            for (int bi = 0; bi < 3; bi++) {
+                fake_kv f;
+                const int n_kv = 2, nmax = 2100;
+                CHECK(fake_kv_make(&f, t, hd, n_kv, nmax, bss[bi], 1000u + 17u * ti + 5u * hi + bi) == 0);
+                for (int ri = 0; ri < 4; ri++) {
+                    const int rep = reps[ri];
+                    /* a subset of the contexts per (rep, block size) keeps the run short */
+                    for (int ci = (ri + bi) % 2; ci < n_ctxs; ci += 2) {
+                        const int n = ctxs[ci], g = (ci + ri) % n_kv;
+                        const size_t sf = attn_scratch_floats(n, hd);
+                        float *scratch = malloc(sizeof(float) * sf);
+                        float *q = malloc(sizeof(float) * (size_t)rep * hd);
+                        float *o_ref = malloc(sizeof(float) * (size_t)rep * hd), *o_simd = malloc(sizeof(float) * (size_t)rep * hd);
+                        attn_row rr[8], rs[8];
+                        for (int i = 0; i < rep * hd; i++) q[i] = 0.8f * rng_gauss();
+                        for (int r = 0; r < rep; r++) {
+                            rr[r] = (attn_row){q + r * hd, o_ref + r * hd, n, g};
+                            rs[r] = (attn_row){q + r * hd, o_simd + r * hd, n, g};
+                        }
+                        const float scale = 1.0f / sqrtf((float)hd);
+                        CHECK(rep <= attn_rows_max(n));
+                        attn_paged_ref(&f.kv, rr, rep, scale, scratch, sf);
+                        attn_paged_avx2(&f.kv, rs, rep, scale, scratch, sf);
+                        const double vmax = max_abs_v(&f, g, n);
+                        const double tol = (t == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
+                        double md = 0;
+                        for (int i = 0; i < rep * hd; i++) md = fmax(md, fabs((double)o_ref[i] - o_simd[i]));
+                        worst[ti] = fmax(worst[ti], md / vmax);
+                        calls++;
+                        free(scratch);
+                        free(q);
+                        free(o_ref);
+                        free(o_simd);
+                        CHECK_MSG(md <= tol, "%s hd %d rep %d n_ctx %d bs %d: max diff %.3g > tol %.3g",
+                                  kv_type_name(t), hd, rep, n, bss[bi], md, tol);
+                    }
+                }
+                fake_kv_free(&f);
+            }
+        }
+    INFO("%d calls; worst |simd - ref| / max|v|: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g", calls,
+         worst[0], worst[1], worst[2], worst[3], worst[4]);
+}
+
+/* One call over R rows == R calls of one row == the call reversed, bit for
+ * bit, for one variant. Rows as the forward pass makes them: (KV head g,
+ * token, head of g's group) for n_g KV heads from g = 0, consecutive tokens
+ * (prefill-like, n_ctx = base + token + 1); R <= attn_rows_max(n). */
+typedef void (*attn_fn)(const attn_kv *, const attn_row *, int, float, float *, size_t);
+
+static int rows_independent(attn_fn fn, const fake_kv *f, int n_g, int rep, int base, int n_tok, char *why, size_t wn)
+{
+    const int hd = f->kv.head_dim, R = n_g * rep * n_tok, nmax = base + n_tok;
+    const size_t sf = attn_scratch_floats(nmax, hd);
+    float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * (size_t)R * hd);
+    float *o_all = malloc(sizeof(float) * (size_t)R * hd), *o_one = malloc(sizeof(float) * (size_t)R * hd);
+    float *o_rev = malloc(sizeof(float) * (size_t)R * hd);
+    attn_row all[ATTN_ROWS_CAP], rev[ATTN_ROWS_CAP];
+    int ok = R <= attn_rows_max(nmax) && n_g <= f->n_kv;
+    if (!ok) snprintf(why, wn, "%d rows > attn_rows_max(%d) = %d or too many heads", R, nmax, attn_rows_max(nmax));
+    for (int i = 0; i < R * hd; i++) q[i] = 0.8f * rng_gauss();
+    for (int v = 0; ok && v < R; v++) {
+        const int g = v / (rep * n_tok), n = base + (v % (rep * n_tok)) / rep + 1;
+        all[v] = (attn_row){q + v * hd, o_all + v * hd, n, g};
+        rev[R - 1 - v] = (attn_row){q + v * hd, o_rev + v * hd, n, g};
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (ok) {
+        fn(&f->kv, all, R, scale, scratch, sf);
+        fn(&f->kv, rev, R, scale, scratch, sf);
+        for (int v = 0; v < R; v++) {
+            const attn_row one = {q + v * hd, o_one + v * hd, all[v].n_ctx, all[v].g};
+            fn(&f->kv, &one, 1, scale, scratch, sf);
+        }
+        for (int v = 0; ok && v < R; v++)
+            if (memcmp(o_all + v * hd, o_one + v * hd, sizeof(float) * (size_t)hd) != 0 ||
+                memcmp(o_all + v * hd, o_rev + v * hd, sizeof(float) * (size_t)hd) != 0) {
+                snprintf(why, wn, "row %d (head %d, n_ctx %d) differs between the batched, single and reversed calls",
+                         v, all[v].g, all[v].n_ctx);
+                ok = 0;
+            }
+    }
+    free(scratch);
+    free(q);
+    free(o_all);
+    free(o_one);
+    free(o_rev);
+    return ok;
+}
+
+TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
+{
+    static const int hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
+    /* prefill tiles of one head (GQA 1..8), decode tiles over several heads,
+     * and mixes of both (a tile that crosses a head boundary) */
+    static const struct { int n_g, rep, n_tok, base; } shapes[] = {
+        {1, 1, 16, 0}, {1, 1, 16, 23}, {1, 2, 8, 100}, {1, 4, 4, 1017}, {1, 8, 2, 2030}, {1, 8, 1, 5},
+        {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
+    };
+    char why[256];
+    for (int ti = 0; ti < 5; ti++)
+        for (int hi = 0; hi < 3; hi++) {
+            const uint32_t t = kv_types[ti];
+            if (!type_fits(t, hds[hi])) continue;
+            for (int bi = 0; bi < 3; bi++) {
+                fake_kv f;
+                CHECK(fake_kv_make(&f, t, hds[hi], 4, 2100, bss[bi], 77u + 13u * ti + 3u * hi + bi) == 0);
+                for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                    const int n_g = shapes[s].n_g, rep = shapes[s].rep, n_tok = shapes[s].n_tok, base = shapes[s].base;
+                    int ok = rows_independent(attn_paged_ref, &f, n_g, rep, base, n_tok, why, sizeof why);
+                    if (ok && attn_avx2_available())
+                        ok = rows_independent(attn_paged_avx2, &f, n_g, rep, base, n_tok, why, sizeof why);
+                    if (!ok) fake_kv_free(&f);
+                    CHECK_MSG(ok, "%s hd %d bs %d heads %d rep %d: %s", kv_type_name(t), hds[hi], bss[bi], n_g, rep, why);
+                }
+                fake_kv_free(&f);
+            }
+        }
+}
+
+/* attn_paged follows kern_init: the reference when forced, else the SIMD
+ * variant when the CPU has it (same bits as calling it directly). */
+TEST(dispatch_follows_kern_init)
+{
+    fake_kv f;
+    CHECK(fake_kv_make(&f, DT_F16, 64, 1, 300, 16, 5) == 0);
+    const size_t sf = attn_scratch_floats(300, 64);
+    float *scratch = malloc(sizeof(float) * sf), q[64], o[3][64];
+    for (int i = 0; i < 64; i++) q[i] = rng_gauss();
+    attn_row r0 = {q, o[0], 300, 0}, r1 = {q, o[1], 300, 0}, r2 = {q, o[2], 300, 0};
+    kern_init(1);
+    attn_paged(&f.kv, &r0, 1, 0.125f, scratch, sf);
+    attn_paged_ref(&f.kv, &r1, 1, 0.125f, scratch, sf);
+    kern_init(0);
+    int same_ref = memcmp(o[0], o[1], sizeof o[0]) == 0, same_simd = 1;
+    if (attn_avx2_available()) {
+        attn_paged(&f.kv, &r0, 1, 0.125f, scratch, sf);
+        attn_paged_avx2(&f.kv, &r2, 1, 0.125f, scratch, sf);
+        same_simd = memcmp(o[0], o[2], sizeof o[0]) == 0;
+    }
+    free(scratch);
+    fake_kv_free(&f);
+    CHECK(same_ref);
+    CHECK(same_simd);
+}
+
+/* The scratch size covers the largest call, and attn_rows_max shrinks with
+ * the context so the scores stay O(rows x n_ctx) within a budget. */
+TEST(scratch_sizing)
+{
+    CHECK_EQ_INT(attn_rows_max(1), ATTN_ROWS_CAP);
+    CHECK_EQ_INT(attn_rows_max(2048), ATTN_ROWS_CAP);
+    CHECK(attn_rows_max(1 << 20) >= 1);
+    CHECK(attn_rows_max(131072) < ATTN_ROWS_CAP);
+    CHECK(attn_scratch_floats(131072, 128) < (size_t)8 << 20);
+    for (int n = 1; n < 5000; n += 997) CHECK(attn_scratch_floats(n, 64) >= (size_t)attn_rows_max(n) * (size_t)n);
+}
+
+/* ----------------------------------------------------------------- bench */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* CPU time: robust to a loaded machine */
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench(void)
+{
+    const int hd = 64, n = 2048;
+    for (int ti = 0; ti < 5; ti++) {
+        fake_kv f;
+        if (fake_kv_make(&f, kv_types[ti], hd, 1, n, 16, 9) != 0) return;
+        const size_t sf = attn_scratch_floats(n, hd);
+        float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * 16 * hd), *o = malloc(sizeof(float) * 16 * hd);
+        for (int i = 0; i < 16 * hd; i++) q[i] = rng_gauss();
+        attn_row rows[16];
+        for (int v = 0; v < 16; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n - 15 + v, 0};
+        double t0 = now_s();
+        attn_paged_ref(&f.kv, rows, 1, 0.125f, scratch, sf);
+        double t_ref = now_s() - t0;
+        const int reps = 50;
+        t0 = now_s();
+        for (int i = 0; i < reps; i++) attn_paged_avx2(&f.kv, rows, 1, 0.125f, scratch, sf);
+        double t_one = (now_s() - t0) / reps;
+        t0 = now_s();
+        for (int i = 0; i < reps; i++) attn_paged_avx2(&f.kv, rows, 16, 0.125f, scratch, sf);
+        double t_16 = (now_s() - t0) / reps / 16;
+        printf("%-5s hd %d n_ctx %d: ref %.1f us/row, avx2 %.1f us/row alone, %.1f us/row in 16s\n",
+               kv_type_name(kv_types[ti]), hd, n, t_ref * 1e6, t_one * 1e6, t_16 * 1e6);
+        free(scratch);
+        free(q);
+        free(o);
+        fake_kv_free(&f);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "bench") == 0) {
+        if (attn_avx2_available()) bench();
+        return 0;
+    }
+    RUN(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
+    RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(dispatch_follows_kern_init);
+    RUN(scratch_sizing);
+    return test_summary();
+}
