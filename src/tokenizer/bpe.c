@@ -38,8 +38,9 @@ static int32_t sid_of(const bpe_work *w, uint32_t off, uint32_t len)
     return tok_strmap_get(&w->v->map, w->buf + off, len);
 }
 
-static int try_pair(bpe_work *w, int32_t l, int32_t r)
+static int try_pair(void *ctx, int32_t l, int32_t r)
 {
+    bpe_work *w = ctx;
     if (l < 0 || r < 0 || w->sym[l].sid < 0 || w->sym[r].sid < 0) return 0;
     uint64_t key = (uint64_t)(uint32_t)w->sym[l].sid << 32 | (uint32_t)w->sym[r].sid;
     int32_t rank = tok_pairmap_get(&w->v->merges, key);
@@ -47,25 +48,14 @@ static int try_pair(bpe_work *w, int32_t l, int32_t r)
     return tok_heap_push(&w->heap, (tok_bigram){tok_key_bpe(rank, l), r, w->sym[l].len + w->sym[r].len});
 }
 
-static int merge_all(bpe_work *w)
+/* A merged symbol's text changed: look up its string id again. */
+static void refresh_sid(void *ctx, tok_symbol *l)
 {
-    int rc = 0;
-    for (int32_t i = 1; !rc && i < (int32_t)w->n; i++) rc = try_pair(w, i - 1, i);
-    while (!rc && w->heap.n) {
-        tok_bigram b = tok_heap_pop(&w->heap);
-        int32_t left = tok_bigram_left(b);
-        tok_symbol *l = &w->sym[left], *r = &w->sym[b.right];
-        if (!l->len || !r->len || l->len + r->len != b.size) continue; /* stale */
-        l->len += r->len;
-        l->sid = sid_of(w, l->off, l->len);
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) w->sym[r->next].prev = left;
-        rc = try_pair(w, l->prev, left);
-        if (!rc) rc = try_pair(w, left, l->next);
-    }
-    return rc;
+    bpe_work *w = ctx;
+    l->sid = sid_of(w, l->off, l->len);
 }
+
+static int merge_all(bpe_work *w) { return tok_merge_all(w->sym, w->n, &w->heap, try_pair, refresh_sid, w); }
 
 static int emit_symbols(bpe_work *w, tok_ids *out)
 {

@@ -34,8 +34,9 @@ typedef struct {
 
 static const char SP[3] = {'\xE2', '\x96', '\x81'};
 
-static int try_pair(spm_work *w, int32_t l, int32_t r)
+static int try_pair(void *ctx, int32_t l, int32_t r)
 {
+    spm_work *w = ctx;
     if (l < 0 || r < 0) return 0;
     uint32_t size = w->sym[l].len + w->sym[r].len;
     int32_t id = tok_lookup(w->v, w->buf + w->sym[l].off, size);
@@ -43,24 +44,7 @@ static int try_pair(spm_work *w, int32_t l, int32_t r)
     return tok_heap_push(&w->heap, (tok_bigram){tok_key_spm(w->v->score[id], l), r, size});
 }
 
-static int merge_all(spm_work *w)
-{
-    int rc = 0;
-    for (int32_t i = 1; !rc && i < (int32_t)w->n; i++) rc = try_pair(w, i - 1, i);
-    while (!rc && w->heap.n) {
-        tok_bigram b = tok_heap_pop(&w->heap);
-        int32_t left = tok_bigram_left(b);
-        tok_symbol *l = &w->sym[left], *r = &w->sym[b.right];
-        if (!l->len || !r->len || l->len + r->len != b.size) continue; /* stale */
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) w->sym[r->next].prev = left;
-        rc = try_pair(w, l->prev, left);
-        if (!rc) rc = try_pair(w, left, l->next);
-    }
-    return rc;
-}
+static int merge_all(spm_work *w) { return tok_merge_all(w->sym, w->n, &w->heap, try_pair, NULL, w); }
 
 /* Each final symbol as its token, or byte by byte. */
 static int emit_symbols(spm_work *w, tok_ids *out)

@@ -149,6 +149,17 @@ typedef struct {
     int32_t sid;  /* BPE only: string id of its text or -1 */
 } tok_symbol;
 
+/* The merge loop both encoders share (SPM by score, BPE by rank): offers
+ * every adjacent pair of sym[0..n) through pair(), then pops the best
+ * candidate, skips it if stale (either side changed since it was pushed,
+ * which the joined size tells: symbols only grow), joins right into left,
+ * tells merged() (BPE refreshes the string id there; may be NULL) and
+ * offers the two new neighbour pairs. pair() pushes a candidate onto heap
+ * if the pair can merge (0) or fails (error code). The heap must be empty. */
+typedef int (*tok_pair_fn)(void *ctx, int32_t left, int32_t right);
+typedef void (*tok_merged_fn)(void *ctx, tok_symbol *left);
+int tok_merge_all(tok_symbol *sym, size_t n, tok_heap *heap, tok_pair_fn pair, tok_merged_fn merged, void *ctx);
+
 /* ---------------------------------------------------------------- UTF-8 */
 
 /* Bytes of the UTF-8 sequence led by b, as llama.cpp counts them (1 for

@@ -252,3 +252,23 @@ tok_bigram tok_heap_pop(tok_heap *h)
     if (n) h->v[i] = last;
     return top;
 }
+
+int tok_merge_all(tok_symbol *sym, size_t n, tok_heap *heap, tok_pair_fn pair, tok_merged_fn merged, void *ctx)
+{
+    int rc = 0;
+    for (int32_t i = 1; !rc && i < (int32_t)n; i++) rc = pair(ctx, i - 1, i);
+    while (!rc && heap->n) {
+        tok_bigram b = tok_heap_pop(heap);
+        int32_t left = tok_bigram_left(b);
+        tok_symbol *l = &sym[left], *r = &sym[b.right];
+        if (!l->len || !r->len || l->len + r->len != b.size) continue; /* stale */
+        l->len += r->len;
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = left;
+        if (merged) merged(ctx, l);
+        rc = pair(ctx, l->prev, left);
+        if (!rc) rc = pair(ctx, left, l->next);
+    }
+    return rc;
+}
