@@ -420,6 +420,49 @@ TEST(generation_stops_at_the_context_with_length)
     free(res);
 }
 
+
+/* With a KV window the engine generates far past n_ctx (max_tokens ends
+ * it), shifting blocks as pl_seq_append does: the same greedy tokens, with
+ * n = 3 completions sharing (then copying) the prompt's blocks, and every
+ * scheduler / KV invariant checked after each iteration. */
+TEST(window_generates_past_the_context_like_pl_seq_append)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.n_ctx = 0; /* = sinks + window */
+    ep.ctx.kv_window = 64;
+    ep.ctx.kv_sinks = 4;
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    pl_engine *e = NULL;
+    int rc = pl_engine_new(&e, M, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(rc == 0, "%s", pl_last_error());
+    id_list prompt, ref;
+    tokenize(prompts[1], &prompt);
+    pl_ctx_params cp = ep.ctx;
+    cp.max_seqs = 1;
+    CHECK(our_greedy(M, &cp, prompt.ids, prompt.n, 300, &ref, NULL) == 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 300);
+    rp.n = 3;
+    result *res = result_new();
+    rc = run_one(e, &rp, res);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_MSG(res->n_error == 0, "%s", res->error);
+    CHECK_EQ_INT(res->n_done, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_STR(res->reason[i], "length");
+        CHECK_EQ_INT(res->done[i].completion_tokens, 300); /* n_ctx is 16 + 64 = 80 */
+        CHECK_MSG(ids_equal(&res->ids[i], &ref), "completion %d differs from pl_seq_append's at %d", i,
+                  first_difference(&res->ids[i], &ref));
+    }
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+    free(res);
+}
+
 TEST(cancel_frees_blocks_and_ends_with_cancelled)
 {
     pl_engine_params ep;
@@ -1017,6 +1060,7 @@ int main(void)
     RUN(small_pool_preempts_and_recomputes_without_changing_tokens);
     RUN(request_larger_than_the_whole_pool_gets_an_error);
     RUN(generation_stops_at_the_context_with_length);
+    RUN(window_generates_past_the_context_like_pl_seq_append);
     RUN(cancel_frees_blocks_and_ends_with_cancelled);
     RUN(cancel_of_a_waiting_request_and_free_of_a_running_one);
     RUN(submit_validates_its_parameters);

@@ -647,6 +647,7 @@ int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
     if (!c->pc_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
+    if (c->p.kv_window && n > win_limit(&c->p)) n = win_limit(&c->p); /* the rest streams through the window */
     uint32_t hit = 0;
     int rc = pc_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
     if (rc) return rc;
