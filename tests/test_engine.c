@@ -463,6 +463,59 @@ TEST(window_generates_past_the_context_like_pl_seq_append)
     free(res);
 }
 
+
+/* A window in a pool too small for every sequence: preemption and
+ * recomputation stream the history back through the window; every request
+ * still ends with all its tokens and every invariant holds after each
+ * iteration. (Recomputed pieces may cut the window at other tokens than
+ * decoding one by one did, so tokens are not compared here.) */
+TEST(window_with_preemption_keeps_every_invariant)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine_metrics m0;
+    pl_engine_metrics_get(e, &m0);
+    pl_engine_free(e);
+    ep.ctx.n_ctx = 0;
+    ep.ctx.kv_window = 64;
+    ep.ctx.kv_sinks = 4;
+    ep.ctx.max_seqs = 4;
+    ep.ctx.kv_mem = 12 * m0.kv.block_bytes; /* 4 sequences of up to 5 blocks */
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    int rc = pl_engine_new(&e, M, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(rc == 0, "%s", pl_last_error());
+    id_list prompt[4];
+    pl_request *r[4];
+    result *res[4];
+    for (int i = 0; i < 4; i++) {
+        tokenize(prompts[i], &prompt[i]);
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 200);
+        res[i] = result_new();
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK(collect(r[i], res[i]) == 0);
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("window 16 + 64 in 12 blocks, 4 requests x 200 tokens: %llu preemptions, %llu steps",
+         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(res[i]->n_error == 0, "request %d: %s", i, res[i]->error);
+        CHECK_STR(res[i]->reason[0], "length");
+        CHECK_EQ_INT(res[i]->done[0].completion_tokens, 200);
+        free(res[i]);
+    }
+    CHECK(mt.preemptions > 0);
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+}
+
 TEST(cancel_frees_blocks_and_ends_with_cancelled)
 {
     pl_engine_params ep;
@@ -1061,6 +1114,7 @@ int main(void)
     RUN(request_larger_than_the_whole_pool_gets_an_error);
     RUN(generation_stops_at_the_context_with_length);
     RUN(window_generates_past_the_context_like_pl_seq_append);
+    RUN(window_with_preemption_keeps_every_invariant);
     RUN(cancel_frees_blocks_and_ends_with_cancelled);
     RUN(cancel_of_a_waiting_request_and_free_of_a_running_one);
     RUN(submit_validates_its_parameters);
