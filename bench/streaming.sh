@@ -8,7 +8,7 @@
 #   (c) full attention within the context: the usual chunked perplexity,
 #       --ctx 512 (each chunk's second half scored), for reference
 #   (d) full attention over the whole stream (positions up to 4 x 512)
-#   (a) window only:  --kv-window W
+#   (a) window only:  --kv-sinks 0 --kv-window W
 #   (b) sinks+window: --kv-sinks 4 --kv-window W (4 sink tokens pin one
 #       block of 16, so the effective sinks are 16 tokens)
 # Perplexity per 512-token segment of the stream, then over all of it, and
@@ -49,10 +49,10 @@ c=$("$PL" perplexity -m "$M" -f "$TXT" -t "$TH" --ctx 512 --json 2>/dev/null | j
 printf '| (c) full attention, chunks of 512 (second halves scored) | 0 + 512 |'
 for ((i = 0; i < chunks; i++)); do printf ' |'; done; echo " $c | |"
 row "(d) full attention over the stream" 
-row "(a) window only" --kv-window 448
+row "(a) window only" --kv-sinks 0 --kv-window 448
 row "(b) sinks + window" --kv-sinks 4 --kv-window 432
 row "(b) sinks + window" --kv-sinks 4 --kv-window 448
-row "(a) window only, small" --kv-window 64
+row "(a) window only, small" --kv-sinks 0 --kv-window 64
 row "(b) sinks + window, small" --kv-sinks 4 --kv-window 48
 row "(b) sinks + window, small" --kv-sinks 4 --kv-window 64
 } | tee "$OUT/streaming.md"

@@ -10,7 +10,7 @@
 typedef struct {
     const char *model;
     int ctx, block_size, threads, batch, max_seqs;
-    int kv_window, kv_sinks;
+    int kv_window, kv_sinks; /* kv_sinks -1: unset (4 with a window) */
     uint64_t kv_mem;
     const char *kv_layout, *kv_dtype;
     bool no_kv_cache;

@@ -50,10 +50,13 @@ check chat_window_three_turns test "$(jq -s 'length' "$T/chat")" -eq 3
 check chat_window_turns_generate jq -es 'all(.[]; .generated_tokens > 0)' "$T/chat"
 
 # ---- perplexity --stream: 2048 tokens (4 x the 512 the model was trained at)
-w=$("$PAGELLM" perplexity -m "$M" -f "$TXT" --stream --chunks 4 --segment 512 --kv-window 448 --json 2>/dev/null)
+w=$("$PAGELLM" perplexity -m "$M" -f "$TXT" --stream --chunks 4 --segment 512 --kv-sinks 0 --kv-window 448 --json 2>/dev/null)
 s=$("$PAGELLM" perplexity -m "$M" -f "$TXT" --stream --chunks 4 --segment 512 --kv-window 432 --kv-sinks 4 --json 2>/dev/null)
 f=$("$PAGELLM" perplexity -m "$M" -f "$TXT" --stream --chunks 4 --segment 512 --json 2>/dev/null)
-check ppl_stream_window_finite jq -e '.ppl > 1 and .ppl < 4 and .n_tokens == 2047 and .n_dropped > 1500' <<<"$w"
+check ppl_stream_window_finite jq -e '.ppl > 1 and .ppl < 4 and .n_tokens == 2047 and .n_dropped > 1500 and .kv_sinks == 0' <<<"$w"
+# --kv-sinks defaults to 4 (one block of 16) with a window
+d=$("$PAGELLM" perplexity -m "$M" -f "$TXT" --stream --chunks 1 --kv-window 64 --json 2>/dev/null)
+check ppl_stream_default_sinks jq -e '.kv_sinks == 4 and .kv_sinks_effective == 16' <<<"$d"
 check ppl_stream_sinks_finite jq -e '.ppl > 1 and .ppl < 4 and .kv_sinks_effective == 16' <<<"$s"
 # flat with a window: the last segment within 25% of the first full one; full
 # attention degrades past the trained length (measured: 2.88 -> 4.36)
