@@ -3,7 +3,7 @@
 # run, on models made here by pagellm synth + quantize under /tmp.
 #   BENCH_SHAPES="110m tinyllama-1.1b"  BENCH_TYPES="q8_0 q4_0"  BENCH_REPS=3
 #   BENCH_ONLY="kv-memory prefix serve"  runs only those sections (of:
-#   tokenizer generation cache kv-memory prefix serve)
+#   tokenizer generation cache kv-memory prefix streaming serve)
 # Prints medians and the pagellm/peer ratio; writes bench/out/*.
 set -u
 cd "$(dirname "$0")/.."
@@ -80,6 +80,11 @@ if want prefix; then
 echo "== prefix cache: time to first token behind a shared 2,000-token system prompt"
 m=$(model tiny f16) && "$PL" bench prefix -m "$m" -t "$T" --reps "$REPS" | tee "$OUT/prefix-tiny.txt"
 m=$(model 110m q8_0) && "$PL" bench prefix -m "$m" -t "$T" | tee "$OUT/prefix-110m.txt"
+fi
+
+if want streaming; then
+echo "== streaming: sliding window + attention sinks past the context (stories260K)"
+bash bench/streaming.sh
 fi
 
 if want serve; then

@@ -172,6 +172,10 @@ void pl_model_free(pl_model *m);
 const pl_vocab *pl_model_vocab(const pl_model *m);
 uint32_t pl_model_n_vocab(const pl_model *m);
 uint32_t pl_model_n_ctx_train(const pl_model *m);
+/* <arch>.attention.sliding_window of the file (0 if none). Not applied by
+ * default, as llama.cpp does not for llama-family models; pass it as
+ * pl_ctx_params.kv_window to apply it. */
+uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
 
@@ -190,6 +194,16 @@ typedef struct {
     bool no_kv_cache;     /* recompute all earlier tokens at every step: the O(n^2) baseline */
     uint32_t max_batch;   /* tokens per forward pass; prompts are chunked by it (512) */
     int n_threads;        /* 0 = one per core */
+    /* Sliding window with attention sinks (StreamingLLM): 0 = off. A
+     * sequence keeps its first kv_sinks tokens, rounded up to whole KV
+     * blocks and pinned, plus at most the last kv_window tokens; when an
+     * append would pass that, whole blocks after the sinks are dropped and
+     * the kept keys re-rotated to their new, compacted positions, so a
+     * sequence can run past n_ctx and the model's train context. Needs
+     * kv_window >= 2 x block_size and sinks + window <= n_ctx (n_ctx 0 =
+     * exactly sinks + window); not with no_kv_cache or KIVI dtypes. */
+    uint32_t kv_window;
+    uint32_t kv_sinks;
 } pl_ctx_params;
 
 void pl_ctx_params_default(pl_ctx_params *p);
@@ -200,6 +214,8 @@ typedef struct pl_ctx pl_ctx;
 int pl_ctx_new(pl_ctx **out, pl_model *m, const pl_ctx_params *p);
 void pl_ctx_free(pl_ctx *c);
 uint32_t pl_ctx_n_ctx(const pl_ctx *c);
+/* The window of pl_ctx_params.kv_window (0: none; sequences stop at n_ctx). */
+uint32_t pl_ctx_kv_window(const pl_ctx *c);
 
 /* A new empty sequence; PL_ERR_FULL if max_seqs are alive or (static) the
  * pool cannot reserve it. */
@@ -219,6 +235,11 @@ int pl_seq_append(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float
 int pl_seq_append_all(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float *logits);
 /* Keeps the first n tokens and forgets the rest (n <= length). */
 int pl_seq_truncate(pl_ctx *c, int32_t seq, uint32_t n);
+/* With a window (pl_ctx_params.kv_window): the tokens dropped from the
+ * sequence so far; pl_seq_len and pl_seq_tokens count and list only the
+ * kept ones. With a window, an append longer than the window is run in
+ * pieces, and a failure part-way leaves the pieces already run. */
+uint64_t pl_seq_n_dropped(const pl_ctx *c, int32_t seq);
 
 typedef struct {
     uint32_t block_size;

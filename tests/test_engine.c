@@ -420,6 +420,102 @@ TEST(generation_stops_at_the_context_with_length)
     free(res);
 }
 
+
+/* With a KV window the engine generates far past n_ctx (max_tokens ends
+ * it), shifting blocks as pl_seq_append does: the same greedy tokens, with
+ * n = 3 completions sharing (then copying) the prompt's blocks, and every
+ * scheduler / KV invariant checked after each iteration. */
+TEST(window_generates_past_the_context_like_pl_seq_append)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.n_ctx = 0; /* = sinks + window */
+    ep.ctx.kv_window = 64;
+    ep.ctx.kv_sinks = 4;
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    pl_engine *e = NULL;
+    int rc = pl_engine_new(&e, M, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(rc == 0, "%s", pl_last_error());
+    id_list prompt, ref;
+    tokenize(prompts[1], &prompt);
+    pl_ctx_params cp = ep.ctx;
+    cp.max_seqs = 1;
+    CHECK(our_greedy(M, &cp, prompt.ids, prompt.n, 300, &ref, NULL) == 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 300);
+    rp.n = 3;
+    result *res = result_new();
+    rc = run_one(e, &rp, res);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_MSG(res->n_error == 0, "%s", res->error);
+    CHECK_EQ_INT(res->n_done, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_STR(res->reason[i], "length");
+        CHECK_EQ_INT(res->done[i].completion_tokens, 300); /* n_ctx is 16 + 64 = 80 */
+        CHECK_MSG(ids_equal(&res->ids[i], &ref), "completion %d differs from pl_seq_append's at %d", i,
+                  first_difference(&res->ids[i], &ref));
+    }
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+    free(res);
+}
+
+
+/* A window in a pool too small for every sequence: preemption and
+ * recomputation stream the history back through the window; every request
+ * still ends with all its tokens and every invariant holds after each
+ * iteration. (Recomputed pieces may cut the window at other tokens than
+ * decoding one by one did, so tokens are not compared here.) */
+TEST(window_with_preemption_keeps_every_invariant)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    pl_engine *e = NULL;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine_metrics m0;
+    pl_engine_metrics_get(e, &m0);
+    pl_engine_free(e);
+    ep.ctx.n_ctx = 0;
+    ep.ctx.kv_window = 64;
+    ep.ctx.kv_sinks = 4;
+    ep.ctx.max_seqs = 4;
+    ep.ctx.kv_mem = 12 * m0.kv.block_bytes; /* 4 sequences of up to 5 blocks */
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    int rc = pl_engine_new(&e, M, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(rc == 0, "%s", pl_last_error());
+    id_list prompt[4];
+    pl_request *r[4];
+    result *res[4];
+    for (int i = 0; i < 4; i++) {
+        tokenize(prompts[i], &prompt[i]);
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], 200);
+        res[i] = result_new();
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK(collect(r[i], res[i]) == 0);
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("window 16 + 64 in 12 blocks, 4 requests x 200 tokens: %llu preemptions, %llu steps",
+         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(res[i]->n_error == 0, "request %d: %s", i, res[i]->error);
+        CHECK_STR(res[i]->reason[0], "length");
+        CHECK_EQ_INT(res[i]->done[0].completion_tokens, 200);
+        free(res[i]);
+    }
+    CHECK(mt.preemptions > 0);
+    CHECK_EQ_INT(mt.kv.blocks_used, 0);
+}
+
 TEST(cancel_frees_blocks_and_ends_with_cancelled)
 {
     pl_engine_params ep;
@@ -1017,6 +1113,8 @@ int main(void)
     RUN(small_pool_preempts_and_recomputes_without_changing_tokens);
     RUN(request_larger_than_the_whole_pool_gets_an_error);
     RUN(generation_stops_at_the_context_with_length);
+    RUN(window_generates_past_the_context_like_pl_seq_append);
+    RUN(window_with_preemption_keeps_every_invariant);
     RUN(cancel_frees_blocks_and_ends_with_cancelled);
     RUN(cancel_of_a_waiting_request_and_free_of_a_running_one);
     RUN(submit_validates_its_parameters);

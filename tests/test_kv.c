@@ -757,6 +757,112 @@ TEST(check_detects_corruption)
     kv_pool_free(&pool);
 }
 
+
+/* ------------------------------------------------------- window drops */
+
+TEST(seq_drop_range_compacts_and_copies_shared)
+{
+    kv_pool pool;
+    kv_seq p, c;
+    CHECK_EQ_INT(kv_pool_init(&pool, &small, 12), 0);
+    kv_pool_set_evict(&pool, note_evict, NULL);
+    n_evicted = 0;
+    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(kv_seq_append(&p, 18), 0); /* 5 blocks of 4: the last holds 2 */
+    for (uint32_t i = 0; i < 18; i++) row_fill(&p, i, 100 + i);
+    uint32_t old[5];
+    memcpy(old, p.table, sizeof old);
+    kv_pool_set_hash(&pool, old[3], (uint64_t[2]){1000 + old[3], 0}, KV_NONE); /* keyed: must lose its key when it moves */
+    kv_pool_set_hash(&pool, old[0], (uint64_t[2]){1000 + old[0], 0}, KV_NONE); /* a sink: keeps its key */
+    CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
+    CHECK_EQ_INT(kv_seq_drop_balance(&c, 1, 2), 2 - 0); /* blocks 3, 4 shared: 2 copies; 1, 2 shared: none freed */
+    CHECK_EQ_INT(kv_seq_drop_range(&c, 1, 2), 0);
+    CHECK_EQ_INT(c.n_tokens, 10);
+    CHECK_EQ_INT(c.n_blocks, 3);
+    CHECK_EQ_INT(c.table[0], old[0]);
+    CHECK(c.table[1] != old[3] && c.table[2] != old[4]); /* private copies */
+    CHECK(pool.blocks[old[0]].flags & KV_BLOCK_HASHED);
+    CHECK(!(pool.blocks[c.table[1]].flags & KV_BLOCK_HASHED));
+    for (uint32_t i = 0; i < 4; i++) CHECK(row_holds(&c, i, 100 + i));
+    for (uint32_t i = 4; i < 10; i++) CHECK(row_holds(&c, i, 100 + 8 + i)); /* old positions 12..17 */
+    /* the moved copies are private: rewriting them leaves the parent alone */
+    for (uint32_t i = 4; i < 10; i++) row_fill(&c, i, 900 + i);
+    for (uint32_t i = 0; i < 18; i++) CHECK(row_holds(&p, i, 100 + i));
+    kv_seq *all[] = {&p, &c};
+    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
+    /* the parent alone: blocks 1, 2 are freed now (the child dropped them), 3, 4 are private */
+    CHECK_EQ_INT(kv_seq_drop_balance(&p, 1, 2), -2);
+    uint32_t before = kv_pool_available(&pool);
+    CHECK_EQ_INT(kv_seq_drop_range(&p, 1, 2), 0);
+    CHECK_EQ_INT(kv_pool_available(&pool), before + 2);
+    CHECK_EQ_INT(p.table[1], old[3]); /* private already: not copied, but unkeyed */
+    CHECK(!(pool.blocks[old[3]].flags & KV_BLOCK_HASHED));
+    CHECK_EQ_INT(n_evicted, 1);
+    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
+    /* a range that takes the partly filled tail: n_tokens falls by what it held */
+    CHECK_EQ_INT(kv_seq_drop_range(&p, 2, 1), 0);
+    CHECK_EQ_INT(p.n_tokens, 8);
+    CHECK_EQ_INT(p.n_blocks, 2);
+    CHECK_EQ_INT(kv_seq_drop_range(&p, 2, 1), PL_EINVAL); /* holds no tokens */
+    CHECK_EQ_INT(kv_seq_drop_range(&p, 0, 0), PL_EINVAL);
+    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
+    kv_seq_free(&p);
+    kv_seq_free(&c);
+    CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
+    CHECK_EQ_INT(pool.n_used, 0);
+    kv_pool_free(&pool);
+}
+
+TEST(seq_drop_range_full_leaves_state_unchanged)
+{
+    kv_pool pool;
+    kv_seq p, c;
+    CHECK_EQ_INT(kv_pool_init(&pool, &small, 4), 0);
+    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(kv_seq_append(&p, 16), 0); /* the whole pool */
+    CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
+    /* dropping block 1 moves 2 and 3, both shared: 2 copies, nothing freed, none free */
+    snap sn;
+    snap_take(&sn, &pool, &c);
+    CHECK_EQ_INT(kv_seq_drop_range(&c, 1, 1), PL_EFULL);
+    CHECK(snap_same(&sn, &pool, &c));
+    kv_seq *all[] = {&p, &c};
+    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
+    /* once the parent is gone the same drop frees block 1 and copies nothing */
+    kv_seq_free(&p);
+    CHECK_EQ_INT(kv_seq_drop_range(&c, 1, 1), 0);
+    CHECK_EQ_INT(c.n_tokens, 12);
+    CHECK_EQ_INT(kv_check(&pool, all + 1, 1), 0);
+    kv_seq_free(&c);
+    kv_pool_free(&pool);
+}
+
+TEST(static_drop_range_keeps_blocks)
+{
+    kv_pool pool;
+    kv_seq s;
+    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
+    CHECK_EQ_INT(kv_seq_init(&s, &pool, 24, KV_SEQ_STATIC), 0); /* 6 blocks */
+    CHECK_EQ_INT(kv_seq_append(&s, 15), 0);
+    for (uint32_t i = 0; i < 15; i++) row_fill(&s, i, 7 + i);
+    uint32_t old[6];
+    memcpy(old, s.table, sizeof old);
+    CHECK_EQ_INT(kv_seq_drop_balance(&s, 1, 1), 0);
+    CHECK_EQ_INT(kv_seq_drop_range(&s, 1, 1), 0);
+    CHECK_EQ_INT(s.n_tokens, 11);
+    CHECK_EQ_INT(s.n_blocks, 6);
+    const uint32_t want[6] = {old[0], old[2], old[3], old[4], old[5], old[1]};
+    for (int i = 0; i < 6; i++) CHECK_EQ_INT(s.table[i], want[i]);
+    for (uint32_t i = 4; i < 11; i++) CHECK(row_holds(&s, i, 7 + 4 + i));
+    kv_seq *all[] = {&s};
+    CHECK_EQ_INT(kv_check(&pool, all, 1), 0);
+    CHECK_EQ_INT(kv_seq_append(&s, 13), 0); /* back up to max_ctx through the rotated tail */
+    CHECK_EQ_INT(kv_check(&pool, all, 1), 0);
+    kv_seq_free(&s);
+    CHECK_EQ_INT(pool.free_list.n, 8);
+    kv_pool_free(&pool);
+}
+
 /* ------------------------------------------------------ randomized run */
 
 #define R_SEQS 8
@@ -778,7 +884,7 @@ typedef struct {
 static rseq R[R_SEQS];
 static rcache RC[R_BLOCKS];
 static uint64_t rng_state;
-static unsigned long r_full, r_cow, r_evict, r_revive, r_fork, r_static;
+static unsigned long r_full, r_cow, r_evict, r_revive, r_fork, r_static, r_drop, r_drop_cow;
 
 static uint32_t rnd(uint32_t n)
 {
@@ -829,7 +935,7 @@ static uint32_t r_value(void) { return rnd(1u << 30) + 1; }
 static int r_step(kv_pool *pool)
 {
     snap sn;
-    int op = (int)rnd(100), i, rc = 0;
+    int op = (int)rnd(110), i, rc = 0;
     if (op < 8 && (i = r_pick(false)) >= 0) { /* create */
         kv_seq_mode m = rnd(5) == 0 ? KV_SEQ_STATIC : KV_SEQ_PAGED;
         snap_take(&sn, pool, NULL);
@@ -883,6 +989,22 @@ static int r_step(kv_pool *pool)
         rc = kv_seq_push_block(s, b);
         if (rc) return rc;
         memcpy(&R[i].expect[at], RC[b].sig, sizeof RC[b].sig);
+    } else if (op >= 100 && (i = r_pick(true)) >= 0 && R[i].s.n_tokens > 4) { /* window drop */
+        kv_seq *s = &R[i].s;
+        uint32_t held = (s->n_tokens + 3) / 4, first = rnd(held), n = 1 + rnd(held - first), shared = 0;
+        for (uint32_t k = first + n; k < held; k++) shared += pool->blocks[s->table[k]].refcount > 1;
+        snap_take(&sn, pool, s);
+        rc = kv_seq_drop_range(s, first, n);
+        if (rc) { r_full += rc == PL_EFULL; return rc == PL_EFULL && snap_same(&sn, pool, s) ? 0 : -104; }
+        uint32_t end = (first + n) * 4 < sn.n_tokens ? (first + n) * 4 : sn.n_tokens, gone = end - first * 4;
+        memmove(&R[i].expect[first * 4], &R[i].expect[end], (sn.n_tokens - end) * sizeof R[i].expect[0]);
+        if (s->n_tokens != sn.n_tokens - gone) return -105;
+        for (uint32_t p = 0; p < s->n_tokens; p++) /* compaction kept every row */
+            if (!row_holds(s, p, R[i].expect[p])) return -106;
+        /* the moved rows are rewritten, as a RoPE shift does: must be private */
+        for (uint32_t p = first * 4; p < s->n_tokens; p++) row_fill(s, p, R[i].expect[p] = r_value());
+        r_drop++;
+        r_drop_cow += shared > 0;
     }
     return 0;
 }
@@ -915,15 +1037,16 @@ static void random_run(uint64_t seed, int steps)
 
 TEST(randomized_ops_keep_invariants)
 {
-    r_full = r_cow = r_evict = r_revive = r_fork = r_static = 0;
+    r_full = r_cow = r_evict = r_revive = r_fork = r_static = r_drop = r_drop_cow = 0;
     for (uint64_t seed = 1; seed <= 4; seed++) {
         random_run(seed * 0x9E3779B97F4A7C15ull, 5000);
         if (test_failed_now) return;
     }
     /* The run must have gone through every hard path, or it proves little. */
-    CHECK_MSG(r_full > 50 && r_cow > 50 && r_evict > 10 && r_revive > 10 && r_fork > 100 && r_static > 20,
-              "full %lu cow %lu evict %lu revive %lu fork %lu static %lu", r_full, r_cow, r_evict, r_revive,
-              r_fork, r_static);
+    CHECK_MSG(r_full > 50 && r_cow > 50 && r_evict > 10 && r_revive > 10 && r_fork > 100 && r_static > 20 &&
+                  r_drop > 100 && r_drop_cow > 20,
+              "full %lu cow %lu evict %lu revive %lu fork %lu static %lu drop %lu drop_cow %lu", r_full, r_cow,
+              r_evict, r_revive, r_fork, r_static, r_drop, r_drop_cow);
 }
 
 int main(void)
@@ -955,6 +1078,9 @@ int main(void)
     RUN(stats_paged_vs_static);
     RUN(stats_count_shared_blocks_once);
     RUN(check_detects_corruption);
+    RUN(seq_drop_range_compacts_and_copies_shared);
+    RUN(seq_drop_range_full_leaves_state_unchanged);
+    RUN(static_drop_range_keeps_blocks);
     RUN(randomized_ops_keep_invariants);
     return test_summary();
 }

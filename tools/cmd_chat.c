@@ -47,7 +47,9 @@ static void chat_log_free(chat_log *l)
 static int sync_seq(pl_ctx *c, int32_t seq, const int32_t *ids, size_t n, float *logits, size_t *reused)
 {
     const int32_t *have = pl_seq_tokens(c, seq);
-    size_t k = 0, len = pl_seq_len(c, seq);
+    /* after a window drop the kept tokens are no longer a prefix of ids
+     * (the prefix cache still serves the blocks cached before the drop) */
+    size_t k = 0, len = pl_seq_n_dropped(c, seq) ? 0 : pl_seq_len(c, seq);
     while (k < len && k < n && have[k] == ids[k]) k++;
     if (k == n) k--; /* the last token is always computed: its logits start the answer */
     if (pl_seq_truncate(c, seq, (uint32_t)k) != 0) return -1;
@@ -83,7 +85,7 @@ static int chat_turn(pl_ctx *c, pl_model *m, int32_t seq, pl_sampler *s, float *
     if (pl_chat_render(m, log->msgs, log->n, true, &prompt, &tpl) != 0) return -1;
     int rc = pl_tokenize(v, prompt, strlen(prompt), pl_vocab_add_bos(v), true, &ids, &n_ids);
     if (rc) { pl_free(prompt); return rc; }
-    if (n_ids + (size_t)n_predict > pl_ctx_n_ctx(c)) {
+    if (!pl_ctx_kv_window(c) && n_ids + (size_t)n_predict > pl_ctx_n_ctx(c)) {
         pl_free(ids);
         fprintf(stderr, "pagellm chat: the conversation (%zu tokens + %d to generate) no longer fits the context of %u tokens\n",
                 n_ids, n_predict, pl_ctx_n_ctx(c));

@@ -27,6 +27,17 @@
  *   for 2 x n_ctx tokens); chunks are evaluated one at a time; the last id
  *   of a chunk is never run through the model (its logits score nothing).
  *
+ * --stream (StreamingLLM's evaluation, for --kv-window): the whole text is
+ * fed through ONE sequence, BOS first, and every token from the second on
+ * is scored by the logits of the one before it (logits at position i score
+ * ids[i+1]); --chunks N caps the stream at N x 512 tokens. With --kv-window
+ * W [--kv-sinks S] the sequence keeps S (whole blocks) + W tokens and runs
+ * past --ctx and the train context; without a window the whole stream must
+ * fit --ctx (default: the stream's length), which shows full attention past
+ * the train context. The report adds the perplexity of each segment of
+ * --segment tokens (default: the train context) along the stream. Not with
+ * --save-logits / --kl-base.
+ *
  * --save-logits F writes the log-probabilities of every scored position
  * (full distributions by default; --save-top-k K keeps the K most likely
  * tokens plus the log of the rest's mass, for vocabularies where full rows
@@ -95,15 +106,16 @@
 typedef struct {
     gen_opts g;
     const char *text_path, *save_path, *base_path;
-    int top_k, max_chunks;
-    bool json;
+    int top_k, max_chunks, segment;
+    bool json, stream;
 } ppl_opts;
 
 /* The shared flags that make sense here, taken from gen_opts' table so that
  * they are spelled and checked alike; --ctx gets its own help. */
 static int ppl_parse(int argc, char **argv, ppl_opts *o)
 {
-    static const char *const shared[] = {"model", "kv-dtype", "threads", "batch", "block-size", "kv-layout", NULL};
+    static const char *const shared[] = {"model",     "kv-dtype",  "threads",  "batch", "block-size",
+                                         "kv-layout", "kv-window", "kv-sinks", NULL};
     gen_opts_default(&o->g);
     cli_opt all[GEN_OPTS_N + 1], opts[32];
     int n_all = 0, n = 0;
@@ -119,6 +131,8 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o)
         {"save-top-k", 0, CLI_INT, &o->top_k, 1, 1 << 24, "K", "with --save-logits: keep the K most likely tokens + the rest's mass"},
         {"kl-base", 0, CLI_STR, &o->base_path, 0, 0, "F", "KL divergence against the run that saved F (its tokens unless -f)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "print one JSON object"},
+        {"stream", 0, CLI_FLAG, &o->stream, 0, 0, NULL, "score every token of the text fed through one sequence (with --kv-window: past the context)"},
+        {"segment", 0, CLI_INT, &o->segment, 1, 1 << 24, "N", "with --stream: also report the perplexity of every N tokens (default: train context)"},
         {0},
     };
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
@@ -130,6 +144,16 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o)
     if (!o->g.model) { cli_error(CMD, "missing -m MODEL"); return 2; }
     if (!o->text_path && !o->base_path) { cli_error(CMD, "missing -f TEXT (or --kl-base F, whose tokens are used)"); return 2; }
     if (o->top_k && !o->save_path) { cli_error(CMD, "--save-top-k needs --save-logits F"); return 2; }
+    if (o->stream && (o->save_path || o->base_path)) {
+        cli_error(CMD, "--stream does not combine with --save-logits / --kl-base");
+        return 2;
+    }
+    if (o->stream && !o->text_path) { cli_error(CMD, "--stream needs -f TEXT"); return 2; }
+    if (o->segment && !o->stream) { cli_error(CMD, "--segment needs --stream"); return 2; }
+    if (o->g.kv_window && !o->stream) {
+        cli_error(CMD, "--kv-window needs --stream (chunks are scored from fresh sequences of --ctx tokens)");
+        return 2;
+    }
     if (o->save_path && o->base_path && strcmp(o->save_path, o->base_path) == 0) {
         cli_error(CMD, "--save-logits and --kl-base name the same file '%s'", o->save_path);
         return 2;
@@ -807,6 +831,138 @@ static void print_text(const ppl_run *r, const ppl_summary *x)
     printf("same top   %.3f +/- %.3f %%\n", 100 * x->same, 100 * x->same_err);
 }
 
+
+/* ---------------------------------------------------------------- stream */
+
+#define STREAM_SLICE 512u /* tokens per pl_seq_append_all call (logit rows held at once) */
+
+typedef struct {
+    uint32_t n;          /* tokens of the stream */
+    uint32_t segment;    /* tokens per reported segment */
+    msum *seg;           /* [ceil(n / segment)] nll of the targets in each segment */
+    uint32_t n_seg;
+    uint64_t dropped;
+} stream_run;
+
+/* Feeds ids[0, n-1) through one sequence and scores ids[1, n). */
+static int stream_eval(ppl_run *r, stream_run *st)
+{
+    float *logits = malloc(sizeof(float) * STREAM_SLICE * r->n_vocab);
+    if (!logits) { cli_error(CMD, "out of memory for %u x %u logits", STREAM_SLICE, r->n_vocab); return 1; }
+    int32_t seq = -1;
+    int rc = pl_seq_new(r->c, &seq) ? 1 : 0;
+    double t0 = now_seconds();
+    for (uint32_t at = 0; !rc && at + 1 < st->n;) {
+        const uint32_t k = st->n - 1 - at < STREAM_SLICE ? st->n - 1 - at : STREAM_SLICE;
+        if (pl_seq_append_all(r->c, seq, r->ids + at, k, logits) != 0) { rc = 1; break; }
+        for (uint32_t j = 0; j < k; j++) {
+            const float *l = logits + (size_t)j * r->n_vocab;
+            const uint32_t p = at + j + 1; /* the target's position */
+            int32_t argmax;
+            const double nll = row_lse(l, r->n_vocab, &argmax) - l[r->ids[p]];
+            msum_add(&r->acc.nll, nll);
+            msum_add(&st->seg[p / st->segment], nll);
+        }
+        at += k;
+        if (!r->o->json) fprintf(stderr, "[%u]%.4f,", at, exp(msum_mean(&r->acc.nll)));
+    }
+    if (!r->o->json) fputc('\n', stderr);
+    r->seconds = now_seconds() - t0;
+    if (rc) cli_error(CMD, "stream: %s", pl_last_error());
+    st->dropped = seq >= 0 ? pl_seq_n_dropped(r->c, seq) : 0;
+    if (seq >= 0) pl_seq_free(r->c, seq);
+    free(logits);
+    return rc;
+}
+
+static void stream_print(const ppl_run *r, const stream_run *st, const pl_ctx_params *cp)
+{
+    const msum *a = &r->acc.nll;
+    const double ppl = exp(msum_mean(a)), err = ppl * msum_err(a), tok_s = r->seconds > 0 ? a->n / r->seconds : 0;
+    const uint32_t sinks_eff = (cp->kv_sinks + cp->block_size - 1) / cp->block_size * cp->block_size;
+    if (r->o->json) {
+        json_t *segs = json_array();
+        for (uint32_t i = 0; i < st->n_seg; i++)
+            json_array_append_new(segs, json_pack("{s:I, s:I, s:I, s:o}", "from", (json_int_t)i * st->segment,
+                                                  "to", (json_int_t)((i + 1) * st->segment < st->n ? (i + 1) * st->segment : st->n),
+                                                  "n", (json_int_t)st->seg[i].n, "ppl",
+                                                  jreal(exp(msum_mean(&st->seg[i])))));
+        json_t *j = json_pack("{s:s, s:o, s:o, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:o}",
+                              "mode", "stream", "ppl", jreal(ppl), "ppl_err", jreal(err), "nll_mean", msum_mean(a),
+                              "n_tokens", (json_int_t)a->n, "n_text_tokens", (json_int_t)r->n_ids, "n_ctx",
+                              (json_int_t)cp->n_ctx, "kv_window", (json_int_t)cp->kv_window, "kv_sinks",
+                              (json_int_t)cp->kv_sinks, "kv_sinks_effective", (json_int_t)sinks_eff, "block_size",
+                              (json_int_t)cp->block_size, "n_dropped", (json_int_t)st->dropped, "kv_dtype",
+                              r->me.kv_dtype, "model", r->me.model, "seconds", r->seconds, "tok_s", tok_s,
+                              "segments", segs);
+        char *txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(10));
+        puts(txt);
+        free(txt);
+        json_decref(j);
+        return;
+    }
+    printf("perplexity %.4f +/- %.4f  (stream: %llu tokens scored in one sequence", ppl, err, (unsigned long long)a->n);
+    if (cp->kv_window)
+        printf(", window %u + sinks %u (%u in whole blocks of %u), %llu tokens dropped)\n", cp->kv_window,
+               cp->kv_sinks, sinks_eff, cp->block_size, (unsigned long long)st->dropped);
+    else
+        printf(", full attention over up to %u positions)\n", st->n);
+    printf("segments  ");
+    for (uint32_t i = 0; i < st->n_seg; i++) printf(" [%u,%u) %.4f", i * st->segment,
+                                                     (i + 1) * st->segment < st->n ? (i + 1) * st->segment : st->n,
+                                                     exp(msum_mean(&st->seg[i])));
+    printf("\nkv cache   %s\nspeed      %.2f s, %.1f tok/s\n", r->me.kv_dtype, r->seconds, tok_s);
+}
+
+/* --stream: the whole text through one sequence (see the top). */
+static int stream_main(ppl_run *r, const char *text, size_t len, pl_ctx_params cp)
+{
+    const ppl_opts *o = r->o;
+    const pl_vocab *v = pl_model_vocab(r->m);
+    if (pl_tokenize(v, text, len, pl_vocab_add_bos(v), false, &r->ids, &r->n_ids) != 0) {
+        cli_error(CMD, "%s: %s", o->text_path, pl_last_error());
+        return 1;
+    }
+    stream_run st = {0};
+    uint64_t n = r->n_ids;
+    if (o->max_chunks && (uint64_t)o->max_chunks * DEFAULT_CTX < n) n = (uint64_t)o->max_chunks * DEFAULT_CTX;
+    if (n < 2 || n > (1u << 30)) {
+        cli_error(CMD, "%s: the text has %zu tokens; --stream needs 2 .. 2^30", o->text_path, r->n_ids);
+        return 1;
+    }
+    st.n = (uint32_t)n;
+    const uint32_t train = pl_model_n_ctx_train(r->m);
+    if (!cp.kv_window) {
+        if (o->g.ctx && (uint32_t)o->g.ctx < st.n - 1) {
+            cli_error(CMD, "the stream of %u tokens does not fit --ctx %d: give --kv-window W (and --kv-sinks S), or "
+                      "a larger --ctx", st.n, o->g.ctx);
+            return 1;
+        }
+        cp.n_ctx = o->g.ctx ? (uint32_t)o->g.ctx : st.n - 1;
+        if (train && st.n - 1 > train)
+            fprintf(stderr, "pagellm %s: warning: full attention over %u positions, beyond the model's train context "
+                    "of %u\n", CMD, st.n - 1, train);
+    }
+    cp.max_seqs = 1;
+    if (pl_ctx_new(&r->c, r->m, &cp) != 0) { cli_error(CMD, "%s", pl_last_error()); return 1; }
+    st.segment = o->segment ? (uint32_t)o->segment : train ? train : DEFAULT_CTX;
+    st.n_seg = (st.n + st.segment - 1) / st.segment;
+    st.seg = calloc(st.n_seg, sizeof *st.seg);
+    if (!st.seg) { cli_error(CMD, "out of memory"); return 1; }
+    int rc = stream_eval(r, &st);
+    if (!rc && !isfinite(exp(msum_mean(&r->acc.nll)))) {
+        cli_error(CMD, "the perplexity is not finite (mean nll %g)", msum_mean(&r->acc.nll));
+        rc = 1;
+    }
+    if (!rc) {
+        pl_ctx_params got = cp;
+        got.n_ctx = pl_ctx_n_ctx(r->c);
+        stream_print(r, &st, &got);
+    }
+    free(st.seg);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int ppl_main(ppl_run *r, const char *text, size_t len)
@@ -819,6 +975,7 @@ static int ppl_main(ppl_run *r, const char *text, size_t len)
     r->n_vocab = pl_model_n_vocab(r->m);
     rc = describe_run(o->g.model, r->m, pl_kv_dtype_name(cp.kv_dtype), &r->me);
     r->me.top_k = o->top_k > 0 && (uint32_t)o->top_k < r->n_vocab ? (uint32_t)o->top_k : 0;
+    if (!rc && o->stream) return stream_main(r, text, len, cp);
     if (!rc && o->base_path) {
         rc = lp_reader_open(&r->base, o->base_path, &r->me);
         r->have_base = true;

@@ -94,9 +94,11 @@ static int serve_engine_params(const serve_opts *o, const pl_model *m, pl_engine
     pl_engine_params_default(ep);
     if (gen_opts_ctx_params("serve", &o->g, &ep->ctx)) return 2;
     if (ep->ctx.n_ctx == 0) {
-        /* decided here rather than by the engine, so that request checks use the same number */
-        uint32_t train = pl_model_n_ctx_train(m);
-        ep->ctx.n_ctx = train && train < 4096 ? train : 4096;
+        /* decided here rather than by the engine, so that request checks use the same number;
+         * with a window the context is the sinks (in whole blocks) + the window, as pl_ctx's default */
+        uint32_t train = pl_model_n_ctx_train(m), bs = ep->ctx.block_size;
+        ep->ctx.n_ctx = ep->ctx.kv_window ? (ep->ctx.kv_sinks + bs - 1) / bs * bs + ep->ctx.kv_window
+                                          : train && train < 4096 ? train : 4096;
     }
     ep->max_batch_tokens = (uint32_t)o->g.batch;
     ep->max_queue = (uint32_t)o->max_queue;
@@ -111,6 +113,7 @@ static void serve_model_ctx(const serve_opts *o, const pl_model *m, uint32_t n_c
     mc->model = m;
     mc->vocab = pl_model_vocab(m);
     mc->n_ctx = n_ctx;
+    mc->kv_window = (uint32_t)o->g.kv_window;
     gen_opts_sampler_params(&o->g, &mc->defaults);
     mc->random_seed = o->g.seed == SEED_UNSET;
     if (mc->random_seed) mc->defaults.seed = 0;

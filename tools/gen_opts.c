@@ -21,17 +21,20 @@ void gen_opts_default(gen_opts *o)
     o->repeat_penalty = sp.repeat_penalty;
     o->repeat_last_n = sp.repeat_last_n;
     o->seed = 0;
+    o->kv_sinks = -1; /* unset: 4 with --kv-window (StreamingLLM's), else none */
 }
 
 void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
 {
     const cli_opt add[GEN_OPTS_N] = {
         {"model", 'm', CLI_STR, &o->model, 0, 0, "GGUF", "model file (required)"},
-        {"ctx", 'c', CLI_INT, &o->ctx, 1, 1 << 20, "N", "max tokens per sequence (default min(train ctx, 4096))"},
+        {"ctx", 'c', CLI_INT, &o->ctx, 1, 1 << 20, "N", "max tokens per sequence (default min(train ctx, 4096); with --kv-window: sinks + window)"},
         {"kv-mem", 0, CLI_SIZE, &o->kv_mem, 1, 1e15, "BYTES", "KV pool size, e.g. 512M (default: enough for the context)"},
         {"block-size", 0, CLI_INT, &o->block_size, 1, 4096, "N", "tokens per KV block (default 16)"},
         {"kv-layout", 0, CLI_STR, &o->kv_layout, 0, 0, "L", "paged (default) | static (reserve the whole context per sequence)"},
         {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type: f16 (default), f32, bf16, q8_0, q4_0"},
+        {"kv-window", 0, CLI_INT, &o->kv_window, 1, 1 << 20, "W", "sliding window: keep the last W tokens (+ sinks), dropping whole blocks, and run past --ctx and the train context"},
+        {"kv-sinks", 0, CLI_INT, &o->kv_sinks, 0, 1 << 20, "S", "with --kv-window: keep the first S tokens too, pinned in whole blocks (default 4, StreamingLLM's; 0 = window only)"},
         {"no-kv-cache", 0, CLI_FLAG, &o->no_kv_cache, 0, 0, NULL, "recompute every earlier token at each step (O(n^2) baseline)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads (default: one per core)"},
         {"batch", 'b', CLI_INT, &o->batch, 1, 65536, "N", "tokens per forward pass / prefill chunk (default 512)"},
@@ -57,6 +60,9 @@ int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp)
     cp->max_batch = (uint32_t)o->batch;
     cp->max_seqs = (uint32_t)o->max_seqs;
     cp->no_kv_cache = o->no_kv_cache;
+    cp->kv_window = (uint32_t)o->kv_window;
+    cp->kv_sinks = o->kv_sinks >= 0 ? (uint32_t)o->kv_sinks : o->kv_window ? 4 : 0;
+    if (o->kv_sinks > 0 && !o->kv_window) { cli_error(cmd, "--kv-sinks %d needs --kv-window W", o->kv_sinks); return 2; }
     if (strcmp(o->kv_layout, "paged") == 0) cp->layout = PL_KV_PAGED;
     else if (strcmp(o->kv_layout, "static") == 0) cp->layout = PL_KV_STATIC;
     else { cli_error(cmd, "bad value '%s' for --kv-layout (paged | static)", o->kv_layout); return 2; }

@@ -10,6 +10,7 @@
 typedef struct {
     const char *model;
     int ctx, block_size, threads, batch, max_seqs;
+    int kv_window, kv_sinks; /* kv_sinks -1: unset (4 with a window) */
     uint64_t kv_mem;
     const char *kv_layout, *kv_dtype;
     bool no_kv_cache;
@@ -22,7 +23,7 @@ void gen_opts_default(gen_opts *o);
 
 /* Appends the shared flag descriptions to opts (which must have room for
  * GEN_OPTS_N more entries) starting at *n. */
-#define GEN_OPTS_N 18
+#define GEN_OPTS_N 20
 void gen_opts_table(gen_opts *o, cli_opt *opts, int *n);
 
 /* Turns the parsed flags into parameters; prints the problem and returns 2

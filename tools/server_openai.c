@@ -457,6 +457,12 @@ static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q,
 static int fit_context(const srv_model_ctx *mc, srv_gen_req *q, srv_error *e)
 {
     const char *pp = q->kind == SRV_CHAT ? "messages" : "prompt";
+    if (mc->kv_window) { /* the window drops old blocks: only max_tokens bounds a completion */
+        if (!q->max_tokens_given)
+            q->p.max_tokens = q->kind == SRV_CHAT || mc->completions_max_tokens <= 0 ? (int32_t)mc->n_ctx
+                                                                                     : mc->completions_max_tokens;
+        return 0;
+    }
     if (q->n_prompt >= mc->n_ctx)
         return srv_bad_request(e, pp, "context_length_exceeded",
                                "This model's maximum context length is %u tokens, but the prompt has %zu tokens "

@@ -70,6 +70,7 @@ typedef struct {
     const pl_model *model;       /* chat templates */
     const pl_vocab *vocab;
     uint32_t n_ctx;              /* tokens per sequence (prompt + generated) */
+    uint32_t kv_window;          /* --kv-window: sequences run past n_ctx (0: off) */
     pl_sampler_params defaults;  /* sampling when a request does not say */
     bool random_seed;            /* requests without "seed" get a random one (else defaults.seed) */
     int32_t completions_max_tokens; /* /v1/completions default max_tokens (OpenAI's is 16) */

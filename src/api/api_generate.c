@@ -11,6 +11,21 @@
  *
  * Invariant: for every live slot, kv.n_tokens == n_tokens, except in
  * no-cache mode where the cache is emptied after every step (kv.n_tokens == 0).
+ *
+ * Sliding window with sinks (pl_ctx_params.kv_window / kv_sinks): a
+ * sequence holds at most limit = sink_blocks x T + kv_window tokens, where
+ * sink_blocks = ceil(kv_sinks / T) (sinks are pinned in whole blocks). An
+ * append that would pass the limit first drops the fewest whole blocks
+ * right after the sinks (kv_seq_drop_range), re-rotates the keys of the
+ * blocks that moved down by the tokens dropped (model/kv_shift.h), and
+ * drops the same tokens from the history; new tokens then continue at
+ * position = tokens kept, so the forward pass sees ordinary positions.
+ * Appends longer than what fits run in pieces: up to the limit, then one
+ * block (T tokens) per drop, so every token attends to between
+ * limit - 2T + 1 and limit earlier tokens once the window is full.
+ * A shifted sequence no longer publishes blocks to the prefix cache, nor
+ * takes hits (its blocks are not at the positions their keys name); its
+ * sink blocks keep the keys they had. n_dropped counts the tokens gone.
  */
 #include "pagellm.h"
 
@@ -24,6 +39,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_seq.h"
 #include "kv/prefix_cache.h"
+#include "model/kv_shift.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "api/ctx_internal.h"
@@ -68,6 +84,7 @@ void pl_model_free(pl_model *pm)
 const pl_vocab *pl_model_vocab(const pl_model *pm) { return pm->vocab; }
 uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
 uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
+uint32_t pl_model_sliding_window(const pl_model *pm) { return pm->m->cfg.sliding_window; }
 const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }
 
 /* The engine's view of a model, for other modules of the library. */
@@ -81,6 +98,8 @@ typedef struct {
     int32_t *tokens;   /* [n_ctx] history */
     uint32_t n_tokens;
     pc_cursor pcur;    /* prefix cache: full blocks registered so far */
+    uint64_t n_dropped; /* window: tokens dropped from the middle so far */
+    bool shifted;       /* window: positions compacted; no prefix-cache use (file header) */
 } ctx_seq;
 
 struct pl_ctx {
@@ -97,6 +116,7 @@ struct pl_ctx {
     int32_t *b_lidx;                /* [max(max_seqs, max_batch)] rows that want logits */
     fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
     float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
+    float *shift_scratch;           /* window: kv_shift_scratch_floats(pool) */
 };
 
 void pl_ctx_params_default(pl_ctx_params *p)
@@ -109,9 +129,38 @@ void pl_ctx_params_default(pl_ctx_params *p)
     p->max_batch = 512;
 }
 
+static uint32_t win_sink_blocks(const pl_ctx_params *p) { return (p->kv_sinks + p->block_size - 1) / p->block_size; }
+static uint32_t win_limit(const pl_ctx_params *p) { return win_sink_blocks(p) * p->block_size + p->kv_window; }
+
+/* The window's parameters (after block_size and n_ctx are known). */
+static int window_check(const pl_ctx_params *p)
+{
+    if (!p->kv_window) {
+        if (p->kv_sinks) return err_set(PL_EINVAL, "kv_sinks (--kv-sinks) %u needs kv_window (--kv-window)", p->kv_sinks);
+        return 0;
+    }
+    if (p->kv_window < 2 * p->block_size)
+        return err_set(PL_EINVAL, "kv_window (--kv-window) %u must be at least 2 x the KV block size %u = %u: "
+                       "whole blocks are dropped", p->kv_window, p->block_size, 2 * p->block_size);
+    if (win_limit(p) > p->n_ctx)
+        return err_set(PL_EINVAL, "kv_sinks (--kv-sinks) %u (%u in whole blocks of %u) + kv_window (--kv-window) %u "
+                       "= %u exceed the context n_ctx (--ctx) %u", p->kv_sinks, win_sink_blocks(p) * p->block_size,
+                       p->block_size, p->kv_window, win_limit(p), p->n_ctx);
+    if (p->no_kv_cache) return err_set(PL_EINVAL, "kv_window (--kv-window) needs a KV cache (not --no-kv-cache)");
+    if (!kv_shift_supported((kv_dtype)p->kv_dtype))
+        return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported with KV dtype %s yet (its keys "
+                       "are quantized per channel over a block and cannot be re-rotated in place)",
+                       pl_kv_dtype_name(p->kv_dtype));
+    return 0;
+}
+
 static int params_check(const pl_model *pm, pl_ctx_params *p)
 {
     const model_config *c = &pm->m->cfg;
+    if (p->kv_window > 1u << 20 || p->kv_sinks > 1u << 20)
+        return err_set(PL_EINVAL, "kv_window (--kv-window) %u / kv_sinks (--kv-sinks) %u too large (at most %u)",
+                       p->kv_window, p->kv_sinks, 1u << 20);
+    if (p->n_ctx == 0 && p->kv_window && p->block_size) p->n_ctx = win_limit(p); /* the window is the context */
     if (p->n_ctx == 0) p->n_ctx = c->ctx_train < 4096 ? c->ctx_train : 4096;
     if (p->n_threads <= 0) p->n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (p->n_threads <= 0) p->n_threads = 1;
@@ -124,7 +173,7 @@ static int params_check(const pl_model *pm, pl_ctx_params *p)
     if (!model_kv_dtype_ok(pm->m, (kv_dtype)p->kv_dtype))
         return err_set(PL_EUNSUPPORTED, "KV dtype %s is not supported for this model (head dim %u)",
                        pl_kv_dtype_name(p->kv_dtype), c->head_dim);
-    return 0;
+    return window_check(p);
 }
 
 static int pool_make(pl_ctx *c)
@@ -170,6 +219,10 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
         c->pc_ok = rc == 0;
     }
     if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, c->tp);
+    if (!rc && c->p.kv_window) {
+        c->shift_scratch = mem_calloc(kv_shift_scratch_floats(&c->pool), sizeof(float));
+        if (!c->shift_scratch) rc = err_set(PL_ENOMEM, "out of memory for the window's shift scratch");
+    }
     if (rc) { pl_ctx_free(c); return rc; }
     *out = c;
     return 0;
@@ -191,10 +244,12 @@ void pl_ctx_free(pl_ctx *c)
     free(c->b_lidx);
     free(c->b_fseq);
     free(c->b_logits);
+    free(c->shift_scratch);
     free(c);
 }
 
 uint32_t pl_ctx_n_ctx(const pl_ctx *c) { return c->p.n_ctx; }
+uint32_t pl_ctx_kv_window(const pl_ctx *c) { return c->p.kv_window; }
 
 static ctx_seq *seq_get(const pl_ctx *c, int32_t id)
 {
@@ -214,6 +269,8 @@ int pl_seq_new(pl_ctx *c, int32_t *out)
         if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
         s->alive = true;
         s->n_tokens = 0;
+        s->n_dropped = 0;
+        s->shifted = false;
         pc_cursor_init(&s->pcur);
         *out = (int32_t)i;
         return 0;
@@ -311,7 +368,7 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
 {
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n == 0) return err_set(PL_EINVAL, "append of 0 tokens");
-    if (n > c->p.n_ctx - s->n_tokens)
+    if (!c->p.kv_window && n > c->p.n_ctx - s->n_tokens) /* a window runs any length in pieces */
         return err_set(PL_ERANGE, "sequence of %u tokens + %zu new would exceed the context of %u tokens",
                        s->n_tokens, n, c->p.n_ctx);
     for (size_t i = 0; i < n; i++)
@@ -324,7 +381,119 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
  * forward pass has written them. */
 static void seq_register(pl_ctx *c, ctx_seq *s)
 {
-    if (c->pc_ok) pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+    if (c->pc_ok && !s->shifted) pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+}
+
+
+/* ---------------------------------------------------------------- window */
+
+/* Blocks to drop after the sinks so that n more tokens fit s's window
+ * (0 if they fit already). */
+static uint32_t win_drop_blocks(const pl_ctx *c, const ctx_seq *s, uint32_t n)
+{
+    const uint32_t lim = win_limit(&c->p), t = c->p.block_size;
+    if (s->kv.n_tokens + n <= lim) return 0;
+    return (s->kv.n_tokens + n - lim + t - 1) / t;
+}
+
+/* Makes room for n more tokens in s's window: drops whole blocks after the
+ * sinks, re-rotates the keys that moved, drops the same history. PL_ERANGE
+ * if n cannot fit even with every block after the sinks dropped. */
+static int seq_window_room(pl_ctx *c, ctx_seq *s, uint32_t n)
+{
+    const uint32_t k = win_drop_blocks(c, s, n), t = c->p.block_size, sb = win_sink_blocks(&c->p);
+    if (k == 0) return 0;
+    const uint32_t held = (s->kv.n_tokens + t - 1) / t;
+    if (sb + k > held)
+        return err_set(PL_ERANGE, "window: %u tokens at once do not fit a window of %u tokens after %u sink tokens",
+                       n, c->p.kv_window, sb * t);
+    const uint32_t from = sb * t, end = (sb + k) * t < s->kv.n_tokens ? (sb + k) * t : s->kv.n_tokens;
+    const uint32_t gone = end - from;
+    int rc = kv_seq_drop_range(&s->kv, sb, k);
+    if (rc) return rc;
+    /* every block that moved down (now sb .. held - k - 1) holds keys rotated for gone more positions */
+    for (uint32_t i = sb; i < held - k; i++) {
+        const uint32_t rows = (i + 1) * t <= s->kv.n_tokens ? t : s->kv.n_tokens - i * t;
+        kv_shift_block(c->pm->m, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
+    }
+    memmove(s->tokens + from, s->tokens + end, (size_t)(s->n_tokens - end) * sizeof *s->tokens);
+    s->n_tokens -= gone;
+    s->n_dropped += gone;
+    s->shifted = true;
+    assert(s->n_tokens == s->kv.n_tokens);
+    return 0;
+}
+
+/* The most tokens one forward pass may append to s in window mode: up to
+ * the limit, then one block per drop (see the file header). */
+static uint32_t win_max_piece(const pl_ctx *c, const ctx_seq *s)
+{
+    const uint32_t lim = win_limit(&c->p);
+    return s->n_tokens < lim ? lim - s->n_tokens : c->p.block_size;
+}
+
+/* Window mode's append: tokens[0, n) in pieces that fit the window, with
+ * logits for the last token (all = false) or a row per token (all). An
+ * empty, unshifted sequence first takes its cached prefix (not with all:
+ * every position is computed then). */
+static int seq_append_window(pl_ctx *c, ctx_seq *s, int32_t id, const int32_t *tokens, uint32_t n, float *logits,
+                             bool all)
+{
+    const size_t nv = c->pm->m->cfg.n_vocab;
+    uint32_t done = 0;
+    if (s->n_tokens == 0 && c->pc_ok && !all) {
+        const uint32_t lim = win_limit(&c->p);
+        int hit = ctx_seq_attach_prefix(c, id, tokens, n < lim ? n : lim, false);
+        if (hit < 0) return hit;
+        done = (uint32_t)hit;
+    }
+    while (done < n) {
+        uint32_t piece = win_max_piece(c, s);
+        if (piece > n - done) piece = n - done;
+        if (piece > c->p.max_batch) piece = c->p.max_batch;
+        int rc = seq_window_room(c, s, piece);
+        if (rc) return rc;
+        memcpy(s->tokens + s->n_tokens, tokens + done, piece * sizeof *tokens);
+        const bool last = done + piece == n;
+        core_item it = {s, s->n_tokens, piece, all ? logits + (size_t)done * nv : last ? logits : NULL, all};
+        rc = step_core(c, &it, 1);
+        if (rc) return rc; /* step_core gave back the piece's KV slots */
+        s->n_tokens += piece;
+        seq_register(c, s);
+        done += piece;
+    }
+    return 0;
+}
+
+bool ctx_window(const pl_ctx *c) { return c->p.kv_window != 0; }
+
+uint64_t ctx_seq_dropped(const pl_ctx *c, int32_t id)
+{
+    const ctx_seq *s = seq_get(c, id);
+    return s ? s->n_dropped : 0;
+}
+
+uint64_t pl_seq_n_dropped(const pl_ctx *c, int32_t id) { return ctx_seq_dropped(c, id); }
+
+uint32_t ctx_seq_max_chunk(const pl_ctx *c, int32_t id)
+{
+    const ctx_seq *s = seq_get(c, id);
+    if (!s) return 0;
+    return c->p.kv_window ? win_max_piece(c, s) : c->p.n_ctx - s->n_tokens;
+}
+
+int64_t ctx_seq_window_blocks(const pl_ctx *c, int32_t id, uint32_t n)
+{
+    const ctx_seq *s = seq_get(c, id);
+    if (!s || !c->p.kv_window) return -1;
+    const uint32_t k = win_drop_blocks(c, s, n), t = c->p.block_size, sb = win_sink_blocks(&c->p);
+    const uint32_t held = (s->kv.n_tokens + t - 1) / t;
+    if (k == 0 || sb + k > held) return -1;
+    const uint32_t end = (sb + k) * t < s->kv.n_tokens ? (sb + k) * t : s->kv.n_tokens;
+    const uint32_t kept = s->kv.n_tokens - (end - sb * t);
+    int64_t need = kv_seq_drop_balance(&s->kv, sb, k);
+    if (s->kv.mode == KV_SEQ_PAGED) need += (int64_t)((kept + n + t - 1) / t) - (int64_t)(s->kv.n_blocks - k);
+    return need > 0 ? need : 0;
 }
 
 int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
@@ -337,6 +506,9 @@ int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
     for (int i = 0; i < n_items; i++) {
         ctx_seq *s = seq_get(c, items[i].seq);
         int rc = tokens_check(c, s, items[i].seq, items[i].tokens, items[i].n);
+        if (!rc && c->p.kv_window && items[i].n > win_max_piece(c, s))
+            rc = err_set(PL_ERANGE, "ctx_step: %u tokens for sequence %d, at most %u fit its window now", items[i].n,
+                         items[i].seq, win_max_piece(c, s));
         if (rc) return rc;
         for (int j = 0; j < i; j++)
             if (items[j].seq == items[i].seq) return err_set(PL_EINVAL, "ctx_step: sequence %d twice", items[i].seq);
@@ -344,6 +516,14 @@ int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
         it[i] = (core_item){s, s->n_tokens, items[i].n, items[i].logits, false};
     }
     if (total > c->p.max_batch) return err_set(PL_EINVAL, "ctx_step: %u tokens > max_batch %u", total, c->p.max_batch);
+    /* A window drop is a complete change on its own (the sequence stays
+     * valid and its logical length is kept in n_dropped), so drops done
+     * before a failure are not undone. */
+    for (int i = 0; c->p.kv_window && i < n_items; i++) {
+        int rc = seq_window_room(c, it[i].s, it[i].n);
+        if (rc) return rc;
+        it[i].from = it[i].s->n_tokens;
+    }
     for (int i = 0; i < n_items; i++) memcpy(it[i].s->tokens + it[i].from, items[i].tokens, items[i].n * sizeof(int32_t));
     int rc = step_core(c, it, n_items);
     if (rc) return rc;
@@ -359,6 +539,7 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
     ctx_seq *s = seq_get(c, id);
     int rc = tokens_check(c, s, id, tokens, n);
     if (rc) return rc;
+    if (c->p.kv_window) return seq_append_window(c, s, id, tokens, (uint32_t)n, logits, false);
     const uint32_t old = s->n_tokens;
     memcpy(s->tokens + old, tokens, n * sizeof *tokens);
     if (c->p.no_kv_cache) {
@@ -393,6 +574,7 @@ int pl_seq_append_all(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, fl
     int rc = tokens_check(c, s, id, tokens, n);
     if (rc) return rc;
     if (c->p.no_kv_cache) return err_set(PL_EUNSUPPORTED, "pl_seq_append_all: not available without a KV cache");
+    if (c->p.kv_window) return seq_append_window(c, s, id, tokens, (uint32_t)n, logits, true);
     const uint32_t old = s->n_tokens;
     const size_t nv = c->pm->m->cfg.n_vocab;
     memcpy(s->tokens + old, tokens, n * sizeof *tokens);
@@ -420,6 +602,11 @@ int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
     if (!c->p.no_kv_cache) kv_seq_truncate(&s->kv, n);
     if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n);
     s->n_tokens = n;
+    if (s->shifted && n <= win_sink_blocks(&c->p) * c->p.block_size) {
+        /* only sink tokens are left, at their original positions */
+        s->shifted = false;
+        s->n_dropped = 0;
+    }
     return 0;
 }
 
@@ -460,6 +647,7 @@ int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
     if (!c->pc_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
+    if (c->p.kv_window && n > win_limit(&c->p)) n = win_limit(&c->p); /* the rest streams through the window */
     uint32_t hit = 0;
     int rc = pc_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
     if (rc) return rc;
@@ -491,6 +679,8 @@ int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child)
         memcpy(s->tokens, p->tokens, p->n_tokens * sizeof *s->tokens);
         s->n_tokens = p->n_tokens;
         s->pcur = p->pcur;
+        s->n_dropped = p->n_dropped;
+        s->shifted = p->shifted;
         s->alive = true;
         *child = (int32_t)i;
         return 0;

@@ -50,6 +50,18 @@ kv_pool *ctx_pool(pl_ctx *c);
 uint32_t ctx_max_seqs(const pl_ctx *c);
 const kv_seq *ctx_seq_kv(const pl_ctx *c, int32_t seq); /* NULL if not live */
 
+/* Sliding window (pl_ctx_params.kv_window; api_generate.c's header):
+ * whether the context has one; the tokens dropped from seq so far (its
+ * logical length is pl_seq_len + this); the most tokens one ctx_step item
+ * may carry for seq now (n_ctx - length without a window); and the blocks
+ * ctx_step would take to append n tokens to seq counting the window's drop
+ * (net of the blocks the drop frees, at least 0), or -1 when no drop is
+ * needed (count as kv_seq_append does). */
+bool ctx_window(const pl_ctx *c);
+uint64_t ctx_seq_dropped(const pl_ctx *c, int32_t seq);
+uint32_t ctx_seq_max_chunk(const pl_ctx *c, int32_t seq);
+int64_t ctx_seq_window_blocks(const pl_ctx *c, int32_t seq, uint32_t n);
+
 /* The model behind a public handle. */
 const model *pl_model_internal(const pl_model *pm);
 

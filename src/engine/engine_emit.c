@@ -251,7 +251,7 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     if (r->top_logprobs >= 0) eng_logprobs(logits, e->lim.n_vocab, tok, r->top_logprobs, &o->ev);
     if (stopped) eng_finish(e, q, "stop", now);
     else if (c->n_gen >= (uint32_t)r->max_tokens) eng_finish(e, q, "length", now);
-    else if (r->n_prompt + c->n_gen > e->lim.n_ctx) eng_finish(e, q, "length", now); /* no room to feed it */
+    else if (!e->lim.window && r->n_prompt + c->n_gen > e->lim.n_ctx) eng_finish(e, q, "length", now); /* no room to feed it */
 }
 
 void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now)

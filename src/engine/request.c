@@ -43,7 +43,7 @@ static int req_check(const pl_request_params *p, const req_limits *lim)
 {
     if (!p) return err_set(PL_EINVAL, "request: no parameters");
     if (!p->prompt || p->n_prompt == 0) return err_set(PL_EINVAL, "request: empty prompt");
-    if (p->n_prompt > lim->n_ctx)
+    if (p->n_prompt > lim->n_ctx && !lim->window)
         return err_set(PL_ERANGE, "request: prompt of %zu tokens exceeds the context of %u tokens", p->n_prompt,
                        lim->n_ctx);
     for (size_t i = 0; i < p->n_prompt; i++)
@@ -55,6 +55,9 @@ static int req_check(const pl_request_params *p, const req_limits *lim)
         return err_set(PL_ERANGE, "request: n %d exceeds the engine's max_seqs %u (completions run side by side)",
                        p->n, lim->max_seqs);
     if (p->max_tokens < 1) return err_set(PL_ERANGE, "request: max_tokens %d must be >= 1", p->max_tokens);
+    if (lim->window && (p->n_prompt > REQ_WINDOW_MAX_TOKENS || p->max_tokens > REQ_WINDOW_MAX_TOKENS))
+        return err_set(PL_ERANGE, "request: prompt %zu / max_tokens %d tokens: at most %d each with a KV window",
+                       p->n_prompt, p->max_tokens, REQ_WINDOW_MAX_TOKENS);
     if (p->top_logprobs < -1 || p->top_logprobs > PL_MAX_TOP_LOGPROBS)
         return err_set(PL_ERANGE, "request: top_logprobs %d out of range -1..%d", p->top_logprobs,
                        PL_MAX_TOP_LOGPROBS);
@@ -125,7 +128,7 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     r->top_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
     uint64_t cap = (uint64_t)r->n_prompt + (uint64_t)p->max_tokens;
-    r->cap_toks = (uint32_t)(cap < (uint64_t)lim->n_ctx + 1 ? cap : (uint64_t)lim->n_ctx + 1);
+    r->cap_toks = (uint32_t)(cap < (uint64_t)lim->n_ctx + 1 || lim->window ? cap : (uint64_t)lim->n_ctx + 1);
     r->t_submit = eng_now();
     atomic_init(&r->refs, 2);
     atomic_init(&r->cancelled, false);

@@ -59,7 +59,12 @@ typedef struct {
     uint32_t n_vocab;     /* the model's (token ids must be below it) */
     uint32_t n_ctx;       /* tokens per sequence */
     uint32_t max_seqs;    /* n must not exceed it: completions run side by side */
+    bool window;          /* the ctx has a KV window: prompts and completions may pass n_ctx */
 } req_limits;
+
+/* With a window, max_tokens is capped so that the token history (kept for
+ * recomputation after preemption) stays a bounded allocation. */
+#define REQ_WINDOW_MAX_TOKENS (1 << 24)
 
 struct pl_request {
     /* immutable after req_new */
@@ -70,7 +75,7 @@ struct pl_request {
     int32_t max_tokens;
     int32_t top_logprobs; /* -1: off */
     bool ignore_eos;
-    uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1) */
+    uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1); n_prompt + max_tokens with a window */
     double t_submit;      /* eng_now() at submit */
 
     atomic_int refs;      /* caller + engine */

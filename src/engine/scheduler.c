@@ -137,7 +137,7 @@ void sched_remove(sched *s, sched_seq *q)
 static const kv_seq *sched_kv(const sched *s, const sched_seq *q)
 {
     const kv_seq *kv = ctx_seq_kv(s->ctx, q->seq);
-    assert(kv && kv->n_tokens == q->n_done);
+    assert(kv && kv->n_tokens + ctx_seq_dropped(s->ctx, q->seq) == q->n_done);
     return kv;
 }
 
@@ -155,14 +155,29 @@ static uint32_t sched_blocks_for(const kv_seq *kv, uint32_t n)
     return need;
 }
 
-/* The most tokens (<= want) kv can append with `avail` blocks. */
-static uint32_t sched_fit(const kv_seq *kv, uint32_t want, uint32_t avail)
+/* Blocks appending n tokens to ctx sequence id (kv) takes: with a KV
+ * window, the drop that makes room is counted (net of what it frees). */
+static uint32_t sched_need(const sched *s, int32_t id, const kv_seq *kv, uint32_t n)
 {
-    if (sched_blocks_for(kv, want) <= avail) return want;
+    int64_t w = ctx_seq_window_blocks(s->ctx, id, n);
+    return w >= 0 ? (uint32_t)w : sched_blocks_for(kv, n);
+}
+
+/* The most tokens (<= want) sequence id can append with `avail` blocks;
+ * with a window also at most what one step may carry (ctx_seq_max_chunk).
+ * (With a window the count need not grow with n; the search still returns
+ * a count that fits.) */
+static uint32_t sched_fit(const sched *s, int32_t id, const kv_seq *kv, uint32_t want, uint32_t avail)
+{
+    if (ctx_window(s->ctx)) {
+        uint32_t cap = ctx_seq_max_chunk(s->ctx, id);
+        want = want < cap ? want : cap;
+    }
+    if (sched_need(s, id, kv, want) <= avail) return want;
     uint32_t lo = 0, hi = want; /* fits(lo), !fits(hi) */
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (sched_blocks_for(kv, mid) <= avail) lo = mid;
+        if (sched_need(s, id, kv, mid) <= avail) lo = mid;
         else hi = mid;
     }
     return lo;
@@ -227,14 +242,14 @@ static bool sched_plan_decodes(sched *s, uint32_t *budget, uint32_t *held, sched
     for (uint32_t i = 0; i < s->n_running && *budget > 0; i++) {
         sched_seq *q = s->running[i];
         if (!sched_is_decode(q)) continue;
-        uint32_t need = sched_blocks_for(sched_kv(s, q), 1);
+        uint32_t need = sched_need(s, q->seq, sched_kv(s, q), 1);
         bool dropped = false;
         while (need > sched_avail(s, *held) && !dropped) {
             if (s->n_running == 1) { *too_big = q; return false; }
             sched_seq *victim = s->running[s->n_running - 1];
             dropped = victim == q;
             sched_preempt(s, victim);
-            if (!dropped) need = sched_blocks_for(sched_kv(s, q), 1); /* a victim may have shared q's block */
+            if (!dropped) need = sched_need(s, q->seq, sched_kv(s, q), 1); /* a victim may have shared q's block */
         }
         if (dropped) break; /* q was the newest: nothing after it */
         sched_take(s, q, 1);
@@ -252,9 +267,9 @@ static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
         if (sched_is_decode(q)) continue;
         uint32_t rem = sched_total(q) - q->n_done, want = rem < *budget ? rem : *budget;
         const kv_seq *kv = sched_kv(s, q);
-        uint32_t n = sched_fit(kv, want, sched_avail(s, *held));
+        uint32_t n = sched_fit(s, q->seq, kv, want, sched_avail(s, *held));
         if (n == 0) continue;
-        *held += sched_blocks_for(kv, n);
+        *held += sched_need(s, q->seq, kv, n);
         sched_take(s, q, n);
         *budget -= n;
     }
@@ -322,14 +337,14 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
         const kv_seq *kv = ctx_seq_kv(s->ctx, id);
         uint32_t rem = sched_total(q) - hit, want = rem < *budget ? rem : *budget;
-        uint32_t n = sched_fit(kv, want, sched_avail(s, *held));
+        uint32_t n = sched_fit(s, id, kv, want, sched_avail(s, *held));
         if (n == 0) {
             pl_seq_free(s->ctx, id);
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
         sched_admit(s, q, id, hit);
-        *held += sched_blocks_for(kv, n);
+        *held += sched_need(s, id, kv, n);
         sched_take(s, q, n);
         *budget -= n;
     }
@@ -360,7 +375,7 @@ void sched_commit(sched *s)
         sched_seq *q = s->planned[i];
         q->n_done += q->chunk;
         q->chunk = 0;
-        assert(pl_seq_len(s->ctx, q->seq) == q->n_done);
+        assert(pl_seq_len(s->ctx, q->seq) + ctx_seq_dropped(s->ctx, q->seq) == q->n_done);
     }
 }
 
@@ -407,8 +422,10 @@ static int sched_check_running(const sched *s, kv_seq **live)
         const sched_seq *q = s->running[i];
         const kv_seq *kv = ctx_seq_kv(s->ctx, q->seq);
         if (!kv) return SCHED_BAD("running %u: ctx sequence %d is not live", i, q->seq);
-        if (kv->n_tokens != q->n_done || pl_seq_len(s->ctx, q->seq) != q->n_done)
-            return SCHED_BAD("running %u: holds %u tokens, n_done %u", i, kv->n_tokens, q->n_done);
+        const uint64_t gone = ctx_seq_dropped(s->ctx, q->seq); /* KV window: tokens dropped */
+        if (kv->n_tokens + gone != q->n_done || pl_seq_len(s->ctx, q->seq) + gone != q->n_done)
+            return SCHED_BAD("running %u: holds %u tokens (+%llu dropped), n_done %u", i, kv->n_tokens,
+                             (unsigned long long)gone, q->n_done);
         if (q->n_done >= sched_total(q)) return SCHED_BAD("running %u: nothing left to run", i);
         if (i > 0 && s->running[i - 1]->order > q->order) return SCHED_BAD("running %u: out of admission order", i);
         for (int32_t c = q->comp_lo; c < q->comp_lo + q->n_comp; c++)

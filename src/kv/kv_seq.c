@@ -190,6 +190,61 @@ int kv_seq_fork(kv_seq *child, const kv_seq *parent)
     return 0;
 }
 
+static void kv_seq_reverse(uint32_t *a, uint32_t n)
+{
+    for (uint32_t i = 0, j = n; i + 1 < j; i++, j--) {
+        uint32_t x = a[i];
+        a[i] = a[j - 1];
+        a[j - 1] = x;
+    }
+}
+
+/* Copies (shared blocks among those that move and hold tokens) and frees
+ * (dropped blocks whose last reference this is) of a drop; see kv_seq.h. */
+static void kv_seq_drop_count(const kv_seq *seq, uint32_t first, uint32_t n, uint32_t *copies, uint32_t *freed)
+{
+    const uint32_t held = kv_seq_blocks_for(seq, seq->n_tokens);
+    *copies = *freed = 0;
+    for (uint32_t i = first + n; i < held; i++) *copies += kv_seq_shared(seq, i);
+    if (seq->mode == KV_SEQ_PAGED)
+        for (uint32_t i = first; i < first + n; i++) *freed += !kv_seq_shared(seq, i);
+}
+
+int64_t kv_seq_drop_balance(const kv_seq *seq, uint32_t first, uint32_t n)
+{
+    uint32_t copies, freed;
+    kv_seq_drop_count(seq, first, n, &copies, &freed);
+    return (int64_t)copies - (int64_t)freed;
+}
+
+int kv_seq_drop_range(kv_seq *seq, uint32_t first, uint32_t n)
+{
+    const uint32_t t = seq->pool->g.s.block_size, held = kv_seq_blocks_for(seq, seq->n_tokens);
+    if (n == 0 || first > held || n > held - first)
+        return err_set(PL_EINVAL, "KV sequence: drop of blocks [%u, %u) but %u hold tokens", first, first + n, held);
+    uint32_t copies, freed;
+    kv_seq_drop_count(seq, first, n, &copies, &freed);
+    if (copies > kv_pool_available(seq->pool) + freed) return kv_seq_full(seq, copies);
+    const uint32_t end_tok = (first + n) * t < seq->n_tokens ? (first + n) * t : seq->n_tokens;
+    const uint32_t dropped = end_tok - first * t;
+    uint32_t *gone = seq->table + first;
+    if (seq->mode == KV_SEQ_PAGED) {
+        /* last first, as kv_seq_free: a chain's tail is evicted before its head */
+        for (uint32_t i = n; i-- > 0;) kv_pool_decref(seq->pool, gone[i]);
+        memmove(gone, gone + n, (size_t)(seq->n_blocks - first - n) * sizeof *gone);
+        seq->n_blocks -= n;
+    } else {
+        /* rotate [first, cap) left by n (three reversals, no allocation):
+         * the dropped ids go to the end, still owned */
+        kv_seq_reverse(gone, n);
+        kv_seq_reverse(gone + n, seq->n_blocks - first - n);
+        kv_seq_reverse(gone, seq->n_blocks - first);
+    }
+    seq->n_tokens -= dropped;
+    for (uint32_t i = first; i < held - n; i++) kv_seq_make_private(seq, i);
+    return 0;
+}
+
 void kv_seq_truncate(kv_seq *seq, uint32_t n_tokens)
 {
     assert(n_tokens <= seq->n_tokens);

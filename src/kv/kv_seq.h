@@ -86,6 +86,28 @@ int kv_seq_fork(kv_seq *child, const kv_seq *parent);
  * no longer needed. */
 void kv_seq_truncate(kv_seq *seq, uint32_t n_tokens);
 
+/* Drops logical blocks [first, first + n) from the middle (or the end) of
+ * the sequence, for a sliding window: they must hold tokens (first + n <=
+ * ceil(n_tokens / T)); the table is compacted (later entries move down by
+ * n) and n_tokens falls by the tokens the dropped blocks held (n x T, or
+ * fewer when the range takes the partly filled last block). PAGED: each
+ * dropped block loses one reference (FREE, or CACHED if keyed). STATIC: the
+ * dropped blocks stay the sequence's, moved to the end of the table, so
+ * n_blocks == cap still holds.
+ * The blocks that move down and hold tokens now sit at other positions, so
+ * their caller rewrites them (kv_shift re-rotates their keys): they are
+ * made private and unkeyed first (copy-on-write if shared, the prefix
+ * cache told), as kv_seq_prepare_write does. Blocks before the range (the
+ * sinks) are untouched and keep their keys.
+ * PL_EINVAL (bad range), PL_EFULL (no block for the copies, counting those
+ * the drop frees); nothing changes then. */
+int kv_seq_drop_range(kv_seq *seq, uint32_t first, uint32_t n);
+
+/* Blocks kv_seq_drop_range(seq, first, n) takes from the pool minus those
+ * it gives back (negative when it frees more than it copies); the range
+ * must be valid. For schedulers that count blocks before a step. */
+int64_t kv_seq_drop_balance(const kv_seq *seq, uint32_t first, uint32_t n);
+
 /* Block id holding pos (< n_tokens, asserted). */
 static inline uint32_t kv_seq_block(const kv_seq *seq, uint32_t pos)
 {

@@ -1,0 +1,50 @@
+/* kv_shift.c - re-rotation of cached keys after a window drop; see
+ * kv_shift.h for the design and its numerics.
+ *
+ * Per layer of the block: decode all n_rows key rows first, then rotate
+ * and write them back in slot order. Decoding everything before the first
+ * write matters for fp8_e4m3, whose block scales are reset by the write of
+ * slot 0 (kv_codec.h): a row decoded after that would use the new scale.
+ */
+#include "model/kv_shift.h"
+
+#include <assert.h>
+
+#include "kernels/kernels.h"
+#include "kv/kv_codec.h"
+
+bool kv_shift_supported(kv_dtype t)
+{
+    return t < KV_DTYPE_COUNT && !kv_dtype_staged(t) &&
+           kv_dtype_get(t)->plane[KV_PLANE_K].layout == KV_LAYOUT_ROWS;
+}
+
+size_t kv_shift_scratch_floats(const kv_pool *pool)
+{
+    /* the block's rows, then the codec's per-call scratch (one query) */
+    return (size_t)pool->g.s.block_size * pool->g.kv_dim +
+           kv_codec_scratch_floats(pool->g.s.head_dim, pool->g.s.block_size, 1);
+}
+
+void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch)
+{
+    const model_config *c = &m->cfg;
+    const kv_geom *g = &pool->g;
+    assert(kv_shift_supported(g->s.dtype) && n_rows <= g->s.block_size);
+    assert(g->s.head_dim == c->head_dim && g->s.n_kv_heads == c->n_kv_heads && g->s.n_layers == c->n_layers);
+    if (n_rows == 0 || delta == 0) return;
+    const uint32_t D = c->head_dim, H = c->n_kv_heads;
+    float *rows = scratch, *tmp = scratch + (size_t)g->s.block_size * g->kv_dim;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const kv_block_ref r = kv_codec_ref(pool, b, l);
+        for (uint32_t t = 0; t < n_rows; t++)
+            for (uint32_t h = 0; h < H; h++)
+                kv_codec_dequant(&r, KV_PLANE_K, h, t, 1, rows + (size_t)t * g->kv_dim + (size_t)h * D, tmp);
+        for (uint32_t t = 0; t < n_rows; t++) {
+            float *row = rows + (size_t)t * g->kv_dim;
+            kern_rope(row, (int)H, (int)D, (int)c->rope_dim, -(int)delta, c->rope_base, c->rope_scale, c->rope_neox,
+                      m->w.rope_freqs.data);
+            kv_codec_write_row(pool, b, l, KV_PLANE_K, t, row);
+        }
+    }
+}

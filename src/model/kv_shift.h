@@ -1,0 +1,55 @@
+/* kv_shift.h - re-rotating cached keys when a sliding window drops blocks.
+ *
+ * Design (StreamingLLM-style window with attention sinks, positions kept
+ * coherent the way llama.cpp's context shift does): the cache stores keys
+ * AFTER RoPE. When the window drops whole blocks from the middle of a
+ * sequence (kv_seq_drop_range), every kept token after the dropped range
+ * moves delta = (tokens dropped) positions down, so its key is rotated by
+ * RoPE at position -delta:
+ *
+ *   K_stored(p) = R(p) k   ->   R(-delta) R(p) k = R(p - delta) k
+ *
+ * (RoPE rotations of one pair compose by adding angles), and new tokens
+ * continue at position = the number of kept tokens. Queries, keys of the
+ * sinks (before the range) and values are untouched, and the forward pass
+ * needs no change: positions in a batch are cache positions. For the window
+ * alone (no sinks) this keeps every query-key distance exactly what it was,
+ * i.e. it is sliding-window attention over whole blocks.
+ *
+ * Numerics: each kept key row is decoded (kv_codec_dequant), rotated in f32
+ * by kern_rope with the model's rope_dim / NeoX order / base / linear scale
+ * / frequency factors, and encoded again (kv_codec_write_row). For an f32
+ * cache this is exact up to float rounding (the angles delta x theta_i are
+ * rounded as kern_rope rounds them); f16, bf16, q8_0, q4_0 and fp8 re-round
+ * the key once per shift it takes part in (a key may be shifted many times
+ * over a long generation: every block_size tokens while the window is
+ * full; the error is then a sum of independent roundings of the dtype's
+ * size, not a drift of the angle). fp8_e4m3 re-derives its block scales as
+ * the rows are rewritten in slot order (kv_codec.h). KIVI dtypes quantize
+ * keys per channel over a block and stage the block being filled in the
+ * sequence's f16 stage: shifting them is refused (kv_shift_supported) for
+ * now.
+ */
+#ifndef PL_MODEL_KV_SHIFT_H
+#define PL_MODEL_KV_SHIFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv_pool.h"
+#include "model/model.h"
+
+/* True if keys of dtype t can be re-rotated in place (row-major, unstaged). */
+bool kv_shift_supported(kv_dtype t);
+
+/* Floats of scratch kv_shift_block needs for pool. */
+size_t kv_shift_scratch_floats(const kv_pool *pool);
+
+/* Rotates the keys of rows [0, n_rows) of pool block b, every layer and
+ * KV head, by RoPE at position -delta (delta >= 0: the rows moved delta
+ * positions down). b must be private to the caller (kv_seq_drop_range made
+ * it so); the dtype must be kv_shift_supported (asserted). */
+void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch);
+
+#endif

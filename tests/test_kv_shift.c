@@ -1,0 +1,163 @@
+/* test_kv_shift.c - re-rotation of cached keys after a window drop
+ * (src/model/kv_shift.h): a key computed at position p and rotated by
+ * -delta must equal the key computed at p - delta, within float rounding
+ * for an f32 cache and within the dtype's rounding for the others; values
+ * and the rows past n_rows must not change. */
+#include "test.h"
+
+#include "base/err.h"
+#include "kernels/kernels.h"
+#include "kv/kv_codec.h"
+#include "kv/kv_pool.h"
+#include "model/kv_shift.h"
+#include "model/model.h"
+#include "tensor/half.h"
+
+#include <stdint.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+typedef struct {
+    kv_dtype dt;
+    uint32_t head_dim, rope_dim;
+    bool neox;
+    float scale;       /* rope_scale (linear) */
+    bool freqs;        /* with rope frequency factors */
+    double tol;        /* on |got - want|, values in [-1, 1] */
+} shift_case;
+
+/* Fills block b's K rows [0, T) with RoPE(k_t, p0 + t) (encoded in the dtype)
+ * and V with noise, shifts rows [0, n_rows) by delta, and compares each
+ * shifted key with RoPE(k_t, p0 + t - delta) encoded the same way. */
+static void check_case(const shift_case *k, uint32_t p0, uint32_t delta, uint32_t n_rows, double *worst)
+{
+    const uint32_t L = 2, H = 2, T = 4, D = k->head_dim, kvd = H * D;
+    const kv_shape sh = {L, H, D, T, k->dt};
+    kv_pool pool;
+    CHECK_EQ_INT(kv_pool_init(&pool, &sh, 2), 0);
+    model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = (model_config){.n_layers = L, .n_kv_heads = H, .n_heads = H, .head_dim = D, .rope_dim = k->rope_dim,
+                           .rope_base = 10000.0f, .rope_scale = k->scale, .rope_neox = k->neox};
+    float ff[64];
+    for (uint32_t i = 0; i < k->rope_dim / 2; i++) ff[i] = 1.0f + (float)i * 0.25f;
+    if (k->freqs) m.w.rope_freqs.data = ff;
+    float raw[2][4][64], want[2][4][64], v0[2][4][64], row[64];
+    float *scratch = malloc(kv_shift_scratch_floats(&pool) * sizeof(float));
+    CHECK(scratch != NULL);
+    const float *ffp = k->freqs ? ff : NULL;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t t = 0; t < T; t++) {
+            for (uint32_t i = 0; i < kvd; i++) raw[l][t][i] = frand(), v0[l][t][i] = frand();
+            memcpy(row, raw[l][t], kvd * sizeof(float));
+            kern_rope(row, (int)H, (int)D, (int)k->rope_dim, (int)(p0 + t), 10000.0f, k->scale, k->neox, ffp);
+            kv_codec_write_row(&pool, 1, l, KV_PLANE_K, t, row);
+            kv_codec_write_row(&pool, 1, l, KV_PLANE_V, t, v0[l][t]);
+            memcpy(want[l][t], raw[l][t], kvd * sizeof(float));
+            kern_rope(want[l][t], (int)H, (int)D, (int)k->rope_dim, (int)(p0 + t - delta), 10000.0f, k->scale,
+                      k->neox, ffp);
+        }
+    /* V planes and the unshifted rows, decoded before the shift */
+    float before_v[2][4][64], before_k[2][4][64], tmp[256];
+    for (uint32_t l = 0; l < L; l++) {
+        kv_block_ref r = kv_codec_ref(&pool, 1, l);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t h = 0; h < H; h++) {
+                kv_codec_dequant(&r, KV_PLANE_V, h, t, 1, before_v[l][t] + h * D, tmp);
+                kv_codec_dequant(&r, KV_PLANE_K, h, t, 1, before_k[l][t] + h * D, tmp);
+            }
+    }
+    kv_shift_block(&m, &pool, 1, n_rows, delta, scratch);
+    for (uint32_t l = 0; l < L; l++) {
+        kv_block_ref r = kv_codec_ref(&pool, 1, l);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t h = 0; h < H; h++) {
+                float got[64], gv[64];
+                kv_codec_dequant(&r, KV_PLANE_K, h, t, 1, got, tmp);
+                kv_codec_dequant(&r, KV_PLANE_V, h, t, 1, gv, tmp);
+                for (uint32_t i = 0; i < D; i++) {
+                    CHECK_MSG(gv[i] == before_v[l][t][h * D + i], "V changed at layer %u row %u", l, t);
+                    if (t >= n_rows) {
+                        CHECK_MSG(got[i] == before_k[l][t][h * D + i], "row %u past n_rows changed", t);
+                        continue;
+                    }
+                    double e = fabs((double)got[i] - want[l][t][h * D + i]);
+                    if (e > *worst) *worst = e;
+                    CHECK_MSG(e <= k->tol, "%s layer %u row %u head %u dim %u: %.6g vs %.6g (p %u delta %u)",
+                              kv_dtype_name(k->dt), l, t, h, i, got[i], want[l][t][h * D + i], p0 + t, delta);
+                }
+            }
+    }
+    free(scratch);
+    kv_pool_free(&pool);
+}
+
+TEST(f32_shift_equals_rope_at_new_position)
+{
+    kern_init(0);
+    const shift_case cases[] = {
+        {KV_F32, 8, 8, false, 1.0f, false, 2e-4},
+        {KV_F32, 16, 8, true, 1.0f, false, 2e-4},  /* NeoX, partial rotation */
+        {KV_F32, 8, 8, false, 0.25f, true, 2e-4},  /* linear scaling + freq factors */
+    };
+    double worst = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        check_case(&cases[c], 100, 37, 4, &worst);
+        if (test_failed_now) return;
+        check_case(&cases[c], 1000, 512, 3, &worst);
+        if (test_failed_now) return;
+    }
+    /* an exact rotation would be identical; float rounding is all that is allowed */
+    CHECK_MSG(worst > 0 && worst < 2e-4, "worst f32 error %g", worst);
+}
+
+TEST(f16_shift_within_f16_rounding)
+{
+    kern_init(0);
+    /* stored value rounded once before and once after the shift: 2 ulps of
+     * f16 at |x| <= 1 (2^-10 each) bound it, plus the f32 angle error */
+    const shift_case c16 = {KV_F16, 8, 8, false, 1.0f, false, 2.0 / 1024 + 2e-4};
+    const shift_case cbf = {KV_BF16, 8, 8, true, 1.0f, false, 2.0 / 128 + 2e-4};
+    double w16 = 0, wbf = 0;
+    check_case(&c16, 100, 37, 4, &w16);
+    if (test_failed_now) return;
+    check_case(&c16, 1000, 512, 2, &w16);
+    if (test_failed_now) return;
+    check_case(&cbf, 300, 64, 4, &wbf);
+    if (test_failed_now) return;
+    CHECK_MSG(w16 > 0 && w16 > 1e-5, "f16 error %g: the dtype must have rounded something", w16);
+}
+
+TEST(quantized_and_fp8_shift)
+{
+    kern_init(0);
+    /* q8_0: groups of 32, step amax/127; fp8 e4m3: 3 mantissa bits (<= 1/16
+     * relative) with a power-of-two block scale re-derived on rewrite */
+    const shift_case q8 = {KV_Q8_0, 32, 32, false, 1.0f, false, 2.0 / 127 + 2e-4};
+    const shift_case e4 = {KV_FP8_E4M3, 8, 8, false, 1.0f, false, 2.0 / 16};
+    double w = 0;
+    check_case(&q8, 200, 48, 4, &w);
+    if (test_failed_now) return;
+    check_case(&e4, 200, 48, 4, &w);
+}
+
+TEST(supported_dtypes)
+{
+    CHECK(kv_shift_supported(KV_F32) && kv_shift_supported(KV_F16) && kv_shift_supported(KV_Q4_0));
+    CHECK(kv_shift_supported(KV_FP8_E4M3) && kv_shift_supported(KV_FP8_E5M2));
+    CHECK(!kv_shift_supported(KV_INT4) && !kv_shift_supported(KV_INT2));
+}
+
+int main(void)
+{
+    RUN(f32_shift_equals_rope_at_new_position);
+    RUN(f16_shift_within_f16_rounding);
+    RUN(quantized_and_fp8_shift);
+    RUN(supported_dtypes);
+    return test_summary();
+}
