@@ -344,6 +344,16 @@ TEST(logsumexp_matches_double_precision)
         worst = fabs(got - want) > worst ? fabs(got - want) : worst;
     }
     INFO("logsumexp: worst |error| %.3g", worst);
+    /* argmax: the first of the tied maxima, at any place and length */
+    int bad = 0;
+    for (int n = 1; n < 70; n++)
+        for (int at = 0; at < n; at += 3) {
+            for (int i = 0; i < n; i++) l[i] = (float)(i % 5);
+            l[at] = 9;
+            if (at + 9 < n) l[at + 9] = 9;
+            bad += sample_argmax(l, (uint32_t)n) != at;
+        }
+    CHECK_EQ_INT(bad, 0);
     CHECK(worst < 1e-6);
     float one[1] = {-3.5f};
     CHECK_NEAR(sample_logsumexp(one, 1), -3.5, 1e-7);

@@ -6,7 +6,8 @@
  * token at 32000 ids (7% of a 110M model's decode step). The AVX2 path
  * evaluates exp(x), x <= 0, as 2^k * e^r with k = round(x / ln 2) and
  * |r| <= ln(2) / 2, e^r by its Taylor series to r^7 (truncation below
- * 1e-8 relative), and adds the terms in double.
+ * 1e-8 relative), and adds the terms in double. Greedy's argmax shares
+ * the vector max.
  */
 #include "sample/sample.h"
 
@@ -62,6 +63,20 @@ __attribute__((target("avx2,fma"))) static double sum_exp_avx2(const float *l, u
     return sum;
 }
 
+/* The first i >= from with l[i] == v, or n. */
+__attribute__((target("avx2,fma"))) static uint32_t find_avx2(const float *l, uint32_t n, float v)
+{
+    const __m256 vv = _mm256_set1_ps(v);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), vv, _CMP_EQ_OQ));
+        if (m) return i + (uint32_t)__builtin_ctz((unsigned)m);
+    }
+    for (; i < n; i++)
+        if (l[i] == v) return i;
+    return n;
+}
+
 static bool have_avx2(void)
 {
     static _Atomic int have = -1; /* the same answer whoever writes it first */
@@ -73,6 +88,23 @@ static bool have_avx2(void)
     return h;
 }
 #endif
+
+int32_t sample_argmax(const float *l, uint32_t n)
+{
+#ifdef SAMPLE_X86
+    if (have_avx2()) {
+        /* the max, then its first place: two vector passes (no NaN in
+         * logits; if there were, the scalar scan below decides) */
+        uint32_t i = find_avx2(l, n, max_avx2(l, n));
+        if (i < n) return (int32_t)i;
+    }
+#endif
+    uint32_t best = 0;
+    float bv = l[0];
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > bv) { bv = l[i]; best = i; }
+    return (int32_t)best;
+}
 
 double sample_logsumexp(const float *l, uint32_t n)
 {

@@ -1,10 +1,14 @@
 /* sample.h - the sample module's internal helpers (beside the public
- * pl_sampler_* in pagellm.h): log-softmax figures for logprobs.
+ * pl_sampler_* in pagellm.h): argmax and log-softmax figures, vectorised
+ * where the CPU allows.
  */
 #ifndef PL_SAMPLE_SAMPLE_H
 #define PL_SAMPLE_SAMPLE_H
 
 #include <stdint.h>
+
+/* Highest of l[0..n), n >= 1; the lowest id on ties (greedy). */
+int32_t sample_argmax(const float *l, uint32_t n);
 
 /* log(sum_i exp(l[i])) over l[0..n), n >= 1, computed as
  * max + log(sum exp(l[i] - max)) with the sum in double. Every term is

@@ -31,6 +31,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "sample/sample.h"
 
 typedef struct {
     int32_t id;
@@ -132,14 +133,7 @@ static const float *penalised(pl_sampler *s, const float *logits, const int32_t 
 }
 
 /* Highest logit, lowest id on ties. */
-static int32_t argmax(const float *l, int32_t n)
-{
-    int32_t best = 0;
-    float bv = l[0];
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > bv) { bv = l[i]; best = i; }
-    return best;
-}
+static int32_t argmax(const float *l, int32_t n) { return sample_argmax(l, (uint32_t)n); }
 
 static int cand_desc(const void *a, const void *b)
 {
