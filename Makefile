@@ -79,9 +79,11 @@ asan: deps
 	@$(MAKE) --no-print-directory peer
 	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh
 
+# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, then the tokenizer
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	@bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) tokenizer
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -1,8 +1,12 @@
 /* test_sample.c - samplers, stop strings and chat templates. */
 #include "test.h"
 
+#include <math.h>
+#include <stdlib.h>
+
 #include "engine/chat_template.h"
 #include "pagellm.h"
+#include "sample/sample.h"
 
 static pl_sampler *mk(float temp, int k, float p, float minp, float pen, uint64_t seed, int n)
 {
@@ -179,6 +183,191 @@ TEST(chat_render_refuses_unknown_roles)
     CHECK(out == NULL);
 }
 
+/* ------------------------------------------------------------------
+ * A reference sampler that sorts the whole vocabulary every time (what
+ * sampler.c did before it learnt partial selection), with its own copy of
+ * the RNG: the partial selection must pick exactly its tokens. */
+typedef struct {
+    int32_t id;
+    float logit, p;
+} ref_cand;
+
+static int ref_desc(const void *a, const void *b)
+{
+    const ref_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static uint64_t ref_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t ref_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t ref_rng_next(uint64_t *s)
+{
+    const uint64_t r = ref_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = ref_rotl(s[3], 45);
+    return r;
+}
+
+static int32_t ref_sample(const pl_sampler_params *sp, uint64_t *rng, const float *logits, int32_t n, ref_cand *c,
+                          const int32_t *hist, int32_t n_hist)
+{
+    for (int32_t i = 0; i < n; i++) c[i] = (ref_cand){i, logits[i], 0};
+    if (sp->repeat_penalty != 1.0f)
+        for (int32_t i = n_hist > sp->repeat_last_n ? n_hist - sp->repeat_last_n : 0; i < n_hist; i++) {
+            bool dup = false;
+            for (int32_t j = n_hist > sp->repeat_last_n ? n_hist - sp->repeat_last_n : 0; j < i; j++) dup |= hist[j] == hist[i];
+            if (dup) continue;
+            float *l = &c[hist[i]].logit;
+            *l = *l > 0 ? *l / sp->repeat_penalty : *l * sp->repeat_penalty;
+        }
+    double sum_ids = 0; /* the sampler sums the full softmax in id order */
+    float mx = c[0].logit;
+    for (int32_t i = 1; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    for (int32_t i = 0; i < n; i++) sum_ids += expf(c[i].logit - mx);
+    qsort(c, (size_t)n, sizeof *c, ref_desc);
+    int32_t k = sp->top_k > 0 && sp->top_k < n ? sp->top_k : n;
+    double sum = 0;
+    for (int32_t i = 0; i < k; i++) sum += c[i].p = expf(c[i].logit - c[0].logit);
+    if (k == n) sum = sum_ids;
+    for (int32_t i = 0; i < k; i++) c[i].p = (float)(c[i].p / sum);
+    if (sp->top_p < 1.0f) {
+        double cum = 0;
+        for (int32_t i = 0; i < k; i++) {
+            cum += c[i].p;
+            if (cum >= sp->top_p) { k = i + 1; break; }
+        }
+    }
+    if (sp->min_p > 0) {
+        const float floor_p = c[0].p * sp->min_p;
+        int32_t keep = 1;
+        while (keep < k && c[keep].p >= floor_p) keep++;
+        k = keep;
+    }
+    sum = 0;
+    for (int32_t i = 0; i < k; i++) sum += c[i].p = expf((c[i].logit - c[0].logit) / sp->temperature);
+    for (int32_t i = 0; i < k; i++) c[i].p = (float)(c[i].p / sum);
+    double r = (double)(ref_rng_next(rng) >> 11) * 0x1.0p-53, cum = 0;
+    for (int32_t i = 0; i < k; i++) {
+        cum += c[i].p;
+        if (r < cum) return c[i].id;
+    }
+    return c[k - 1].id;
+}
+
+/* Logits like a model's: a few large, a long flat tail; with coarse, only
+ * whole numbers, so that ties sit at every cut (lowest id must win). */
+static void rand_logits(uint64_t *st, float *l, int32_t n, float spread, bool coarse)
+{
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t z = ref_splitmix(st);
+        float u = (float)(z >> 40) / (float)(1 << 24);
+        l[i] = (z & 7) == 0 ? roundf(u * 4) : spread * (u - 0.5f) * (u * u * 8);
+        if (coarse) l[i] = roundf(l[i]);
+    }
+}
+
+TEST(partial_selection_picks_what_a_full_sort_picks)
+{
+    enum { NV = 5000 };
+    static float l[NV];
+    static ref_cand rc[NV];
+    const struct { float temp; int k; float p, minp, pen; } cfg[] = {
+        {0.8f, 40, 0.95f, 0.05f, 1}, {1.0f, 0, 0.9f, 0, 1},   {1.0f, 0, 1, 0.05f, 1}, {0.7f, 0, 0.5f, 0.2f, 1.3f},
+        {1.5f, 0, 0.999f, 0, 1},     {1.0f, 1000, 1, 0, 1},   {1.2f, 3, 0.3f, 0, 1},  {1.0f, 0, 0.98f, 0.001f, 1},
+        {0.9f, 64, 1, 0.5f, 1.1f},   {2.0f, 0, 0.9999f, 0, 1},
+    };
+    uint64_t st = 99;
+    int32_t hist[80];
+    long checked = 0, mism = 0;
+    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+        pl_sampler_params sp = {cfg[ci].temp, cfg[ci].k, cfg[ci].p, cfg[ci].minp, cfg[ci].pen, 64, 1234 + ci};
+        pl_sampler *s = NULL;
+        CHECK(pl_sampler_new(&s, &sp, NV) == 0);
+        uint64_t rng[4], seed = sp.seed;
+        for (int i = 0; i < 4; i++) rng[i] = ref_splitmix(&seed);
+        for (int t = 0; t < 40; t++) {
+            rand_logits(&st, l, NV, t % 2 ? 30.0f : 6.0f, t % 4 == 2); /* peaked, flat, tied */
+            for (int i = 0; i < 80; i++) hist[i] = (int32_t)(ref_splitmix(&st) % 200);
+            int32_t a = pl_sampler_sample(s, l, hist, 80), b = ref_sample(&sp, rng, l, NV, rc, hist, 80);
+            mism += a != b;
+            checked++;
+        }
+        pl_sampler_free(s);
+    }
+    INFO("%ld draws, %ld differ from the full sort", checked, mism);
+    CHECK_EQ_INT(mism, 0);
+    /* All tied: the best candidate is the lowest id, with top-k or without. */
+    for (int32_t i = 0; i < NV; i++) l[i] = 1.0f;
+    pl_sampler *a = mk(1, 5, 0.1f, 0, 1, 3, NV), *b = mk(1, 0, 0.0001f, 0, 1, 3, NV);
+    CHECK(a && b);
+    CHECK_EQ_INT(pl_sampler_sample(a, l, NULL, 0), 0);
+    CHECK_EQ_INT(pl_sampler_sample(b, l, NULL, 0), 0);
+    pl_sampler *c = mk(1, 5, 1, 0, 1, 3, NV); /* top-5 of all tied: ids 0..4 */
+    int32_t worst = 0;
+    for (int t = 0; c && t < 200; t++) {
+        int32_t x = pl_sampler_sample(c, l, NULL, 0);
+        worst = x > worst ? x : worst;
+    }
+    CHECK_EQ_INT(worst, 4);
+    pl_sampler_free(a);
+    pl_sampler_free(b);
+    pl_sampler_free(c);
+}
+
+TEST(logsumexp_matches_double_precision)
+{
+    enum { NV = 32003 }; /* not a multiple of 8: the tail is summed too */
+    static float l[NV];
+    uint64_t st = 5;
+    double worst = 0;
+    for (int t = 0; t < 6; t++) {
+        rand_logits(&st, l, NV, t < 3 ? 40.0f : 4.0f, false);
+        if (t == 5) l[7] = -INFINITY; /* a masked id */
+        float mx = l[0];
+        for (int i = 1; i < NV; i++) mx = l[i] > mx ? l[i] : mx;
+        double sum = 0;
+        for (int i = 0; i < NV; i++) sum += exp((double)l[i] - mx);
+        double want = mx + log(sum), got = sample_logsumexp(l, NV);
+        worst = fabs(got - want) > worst ? fabs(got - want) : worst;
+    }
+    INFO("logsumexp: worst |error| %.3g", worst);
+    /* argmax: the first of the tied maxima, at any place and length */
+    int bad = 0;
+    for (int n = 1; n < 70; n++)
+        for (int at = 0; at < n; at += 3) {
+            for (int i = 0; i < n; i++) l[i] = (float)(i % 5);
+            l[at] = 9;
+            if (at + 9 < n) l[at + 9] = 9;
+            bad += sample_argmax(l, (uint32_t)n) != at;
+        }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(worst < 1e-6);
+    float one[1] = {-3.5f};
+    CHECK_NEAR(sample_logsumexp(one, 1), -3.5, 1e-7);
+    float lp, tl[3];
+    int32_t ids[3], nt;
+    float four[4] = {0, 2, 2, 1};
+    sample_logprobs(four, 4, 3, 3, &lp, ids, tl, &nt);
+    CHECK_EQ_INT(nt, 3);
+    CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 3);
+    const double lse4 = log(1 + 2 * exp(2.0) + exp(1.0));
+    CHECK_NEAR(lp, 1 - lse4, 1e-6);
+    CHECK_NEAR(tl[0], 2 - lse4, 1e-6);
+}
+
 int main(void)
 {
     RUN(greedy_is_argmax_lowest_id_on_ties);
@@ -187,6 +376,8 @@ int main(void)
     RUN(temperature_one_follows_softmax);
     RUN(top_p_and_min_p_cut_the_tail);
     RUN(repetition_penalty_moves_greedy_choice);
+    RUN(partial_selection_picks_what_a_full_sort_picks);
+    RUN(logsumexp_matches_double_precision);
     RUN(bad_sampler_params_are_refused);
     RUN(stop_strings_hold_back_and_cut);
     RUN(chat_templates_render_the_known_families);

@@ -39,6 +39,12 @@
  *            and SSE). The peer's -t threads spin while they wait: on a
  *            machine whose cores are busy with other work its figures
  *            collapse (seen: 0.9 tok/s), so compare on an idle machine.
+ *   engine   unless --no-engine, the same streams go to an engine built in
+ *            this process with the server's parameters (one reader thread
+ *            per stream, timing events as they are read): engine_decode_tok_s
+ *            is decode_tok_s without HTTP, SSE and JSON, run right after the
+ *            HTTP streams of each rep; the gap between the two is what the
+ *            server adds.
  * The issue's goal: with 8 concurrent sequences, our throughput >= 2x the
  * peer's batched decode.
  */
@@ -66,7 +72,7 @@
 typedef struct {
     const char *model, *clients_s, *peer;
     int max_tokens, prompt_tokens, port, threads, reps, timeout_s;
-    bool no_peer, no_logprobs, json;
+    bool no_peer, no_logprobs, no_engine, json;
     int levels[SV_MAX_LEVELS], n_levels, max_clients;
 } sv_opts;
 
@@ -119,6 +125,8 @@ typedef struct {
     double timeout_s;
     bool logprobs;
     sv_gate *gate;
+    pl_engine *engine;      /* in-process: submit params to it instead of HTTP */
+    pl_request_params rp;   /* in-process request (prompt owned) */
     /* out */
     double t_start, t_end;
     double *tok_t;          /* [max_tokens + 8] arrival time of each token chunk */
@@ -287,6 +295,25 @@ static void sv_stream(sv_client *c)
     if (!c->err[0] && !c->done) sv_fail(c, "%s", "the stream ended without data: [DONE]");
 }
 
+/* In-process: the same request straight to the engine; a token is timed
+ * when its event is read, as the HTTP client times its chunk. */
+static void sv_local_stream(sv_client *c)
+{
+    pl_request *r;
+    if (pl_engine_submit(c->engine, &c->rp, &r) != 0) { sv_fail(c, "submit: %s", pl_last_error()); return; }
+    pl_event ev;
+    int rc;
+    while ((rc = pl_request_next(r, &ev, -1)) == 1) {
+        if (ev.kind == PL_EV_ERROR) sv_fail(c, "%s", ev.message);
+        else if (ev.kind == PL_EV_DONE) c->usage_tokens = (int)ev.completion_tokens;
+        else if (ev.token >= 0 && c->n_tok < c->cap_tok) c->tok_t[c->n_tok++] = bench_now();
+    }
+    if (rc < 0) sv_fail(c, "pl_request_next: %s", pl_last_error());
+    c->status = 200;
+    c->done = true;
+    pl_request_free(r);
+}
+
 static void *sv_client_main(void *arg)
 {
     sv_client *c = arg;
@@ -296,10 +323,15 @@ static void *sv_client_main(void *arg)
     pthread_mutex_unlock(&c->gate->mu);
     if (st == SV_ABORT) return NULL;
     c->t_start = bench_now();
-    sv_stream(c);
+    if (c->engine) sv_local_stream(c);
+    else sv_stream(c);
     c->t_end = bench_now();
     return NULL;
 }
+
+/* Room for the prompt and every token, rounded up to whole blocks: the
+ * server's --ctx and the in-process engine's n_ctx. */
+static int sv_ctx_tokens(const sv_opts *o) { return (o->prompt_tokens + o->max_tokens + 15) / 16 * 16; }
 
 /* ------------------------------------------------------------ prompts */
 
@@ -310,6 +342,7 @@ typedef struct {
     int32_t *ids;   /* [prompt_tokens] */
     int32_t span;   /* distinct tokens are 100 .. 100 + span - 1 */
     uint64_t next;  /* requests made so far */
+    pl_model *model; /* kept for the in-process engine (NULL with --no-engine) */
 } sv_prompts;
 
 static int sv_prompts_init(const sv_opts *o, sv_prompts *p)
@@ -321,27 +354,74 @@ static int sv_prompts_init(const sv_opts *o, sv_prompts *p)
     p->ids = malloc(sizeof *p->ids * (size_t)o->prompt_tokens);
     if (p->ids) bench_synthetic_prompt(nv, pl_vocab_bos(pl_model_vocab(m)), p->ids, o->prompt_tokens);
     p->span = nv > 1100 ? 1000 : nv > 101 ? nv - 100 : 1;
-    pl_model_free(m);
+    if (o->no_engine) pl_model_free(m);
+    else p->model = m;
     return p->ids ? 0 : -1;
+}
+
+/* The next request's prompt ids (malloc'd), or NULL. */
+static int32_t *sv_prompt_next(const sv_opts *o, sv_prompts *p)
+{
+    const uint64_t k = p->next++;
+    int32_t *ids = malloc(sizeof *ids * (size_t)o->prompt_tokens);
+    if (!ids) return NULL;
+    memcpy(ids, p->ids, sizeof *ids * (size_t)o->prompt_tokens);
+    if (o->prompt_tokens > 1) ids[1] = 100 + (int32_t)(k % (uint64_t)p->span);
+    if (o->prompt_tokens > 2) ids[2] = 100 + (int32_t)(k / (uint64_t)p->span % (uint64_t)p->span);
+    return ids;
 }
 
 /* The next request's body (malloc'd), or NULL. */
 static char *sv_body(const sv_opts *o, sv_prompts *p)
 {
-    const uint64_t k = p->next++;
+    int32_t *ids = sv_prompt_next(o, p);
+    if (!ids) return NULL;
     json_t *a = json_array();
-    for (int i = 0; i < o->prompt_tokens; i++) {
-        int32_t id = p->ids[i];
-        if (i == 1) id = 100 + (int32_t)(k % (uint64_t)p->span);
-        if (i == 2) id = 100 + (int32_t)(k / (uint64_t)p->span % (uint64_t)p->span);
-        json_array_append_new(a, json_integer(id));
-    }
+    for (int i = 0; i < o->prompt_tokens; i++) json_array_append_new(a, json_integer(ids[i]));
+    free(ids);
     json_t *j = json_pack("{s:o, s:i, s:i, s:b, s:b, s:{s:b}}", "prompt", a, "max_tokens", o->max_tokens,
                           "temperature", 0, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
     if (j && !o->no_logprobs) json_object_set_new(j, "logprobs", json_integer(0));
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
+}
+
+/* The same request for the in-process engine: what the server makes of
+ * sv_body (greedy, ignore_eos, logprobs 0 unless --no-logprobs). */
+static int sv_local_params(const sv_opts *o, sv_prompts *p, pl_request_params *rp)
+{
+    memset(rp, 0, sizeof *rp);
+    int32_t *ids = sv_prompt_next(o, p);
+    if (!ids) return -1;
+    rp->prompt = ids;
+    rp->n_prompt = (size_t)o->prompt_tokens;
+    rp->max_tokens = o->max_tokens;
+    rp->n = 1;
+    pl_sampler_params_default(&rp->sampling);
+    rp->sampling.temperature = 0;
+    rp->sampling.seed = 0;
+    rp->ignore_eos = true;
+    rp->top_logprobs = o->no_logprobs ? -1 : 0;
+    return 0;
+}
+
+/* The engine `pagellm serve` would run for these options (cmd_serve.c with
+ * --max-seqs MAX(clients) -t T --ctx ROUNDED), in this process. */
+static int sv_engine_start(const sv_opts *o, pl_model *m, pl_engine **out)
+{
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    ep.ctx.max_seqs = (uint32_t)o->max_clients;
+    ep.ctx.n_threads = o->threads;
+    ep.ctx.n_ctx = (uint32_t)sv_ctx_tokens(o);
+    ep.ctx.max_batch = 512;
+    ep.max_batch_tokens = 512;
+    if (pl_engine_new(out, m, &ep) != 0) {
+        fprintf(stderr, "pagellm bench serve: cannot start the in-process engine: %s\n", pl_last_error());
+        return -1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------- one level */
@@ -351,6 +431,7 @@ typedef struct {
     double total_tok_s, decode_tok_s, ttft_p50, ttft_p99, itl_p50, itl_p99;
     long tokens;
     double peer_decode_tok_s; /* 0: not run */
+    double eng_total_tok_s, eng_decode_tok_s; /* in-process engine, no HTTP; 0: not run */
 } sv_level;
 
 typedef struct {
@@ -405,19 +486,21 @@ static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, dou
     return rc;
 }
 
-/* Runs n concurrent streams once; adds latencies to ttft/itl, sets rates. */
-static int sv_run_once(const sv_opts *o, int port, sv_prompts *pr, int n, sv_vec *ttft, sv_vec *itl, double *total,
-                       double *decode, long *tokens)
+/* Runs n concurrent streams once, over HTTP to port, or straight to the
+ * engine eng when it is not NULL; adds latencies to ttft/itl, sets rates. */
+static int sv_run_once(const sv_opts *o, int port, pl_engine *eng, sv_prompts *pr, int n, sv_vec *ttft, sv_vec *itl,
+                       double *total, double *decode, long *tokens)
 {
     sv_client *cl = calloc((size_t)n, sizeof *cl);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     sv_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, SV_WAIT};
     int rc = cl && th ? 0 : -1, started = 0, made = 0;
     for (int i = 0; i < n && !rc; i++, made++) {
-        cl[i] = (sv_client){.port = port, .body = sv_body(o, pr), .timeout_s = o->timeout_s, .logprobs = !o->no_logprobs,
-                            .gate = &gate, .usage_tokens = -1, .cap_tok = o->max_tokens + 8};
+        cl[i] = (sv_client){.port = port, .timeout_s = o->timeout_s, .logprobs = !o->no_logprobs, .gate = &gate,
+                            .engine = eng, .usage_tokens = -1, .cap_tok = o->max_tokens + 8};
+        bool req_ok = eng ? sv_local_params(o, pr, &cl[i].rp) == 0 : (cl[i].body = sv_body(o, pr)) != NULL;
         cl[i].tok_t = calloc((size_t)cl[i].cap_tok, sizeof(double));
-        if (!cl[i].tok_t || !cl[i].body || pthread_create(&th[i], NULL, sv_client_main, &cl[i])) rc = -1;
+        if (!cl[i].tok_t || !req_ok || pthread_create(&th[i], NULL, sv_client_main, &cl[i])) rc = -1;
         else started++;
     }
     if (rc) fprintf(stderr, "pagellm bench serve: could not start %d client threads\n", n);
@@ -430,6 +513,7 @@ static int sv_run_once(const sv_opts *o, int port, sv_prompts *pr, int n, sv_vec
     if (!rc) rc = sv_collect(cl, n, ttft, itl, total, decode, tokens);
     for (int i = 0; i < made; i++) {
         free(cl[i].body);
+        free((void *)cl[i].rp.prompt);
         free(cl[i].tok_t);
         free(cl[i].hdr.p);
         free(cl[i].sse.p);
@@ -510,8 +594,7 @@ static int sv_server_start(sv_server *s, const sv_opts *o, int *port)
     snprintf(p, sizeof p, "%d", o->port);
     snprintf(seqs, sizeof seqs, "%d", o->max_clients);
     snprintf(t, sizeof t, "%d", o->threads);
-    /* room for the prompt and every token, rounded up to whole blocks */
-    snprintf(ctx, sizeof ctx, "%d", (o->prompt_tokens + o->max_tokens + 15) / 16 * 16);
+    snprintf(ctx, sizeof ctx, "%d", sv_ctx_tokens(o));
     char *const argv[] = {"/proc/self/exe", "serve", "-m", (char *)o->model, "--host", "127.0.0.1", "--port", p,
                           "--max-seqs", seqs, "-t", t, "--ctx", ctx, "--temp", "0", "--seed", "0", NULL};
     if (bench_child_spawn(&s->c, argv, 2) != 0) return -1;
@@ -574,6 +657,10 @@ static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, in
                                   (json_int_t)l->tokens, "total_tok_s", l->total_tok_s, "decode_tok_s", l->decode_tok_s,
                                   "ttft_p50_ms", l->ttft_p50, "ttft_p99_ms", l->ttft_p99, "itl_p50_ms", l->itl_p50,
                                   "itl_p99_ms", l->itl_p99);
+            if (l->eng_decode_tok_s > 0) {
+                json_object_set_new(j, "engine_total_tok_s", json_real(l->eng_total_tok_s));
+                json_object_set_new(j, "engine_decode_tok_s", json_real(l->eng_decode_tok_s));
+            }
             if (l->peer_decode_tok_s > 0) {
                 json_object_set_new(j, "peer_decode_tok_s", json_real(l->peer_decode_tok_s));
                 json_object_set_new(j, "ratio", json_real(l->decode_tok_s / l->peer_decode_tok_s));
@@ -588,19 +675,22 @@ static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, in
     }
     printf("serve: %s, prompt %d tokens, %d generated per stream, %d threads, %d rep(s)%s\n", model, o->prompt_tokens,
            o->max_tokens, o->threads, o->reps, o->no_peer ? "" : "; peer: peer-bench -b N (batched decode, no HTTP)");
-    printf("%7s %7s %11s %12s %9s %9s %8s %8s %12s %7s %7s\n", "clients", "tokens", "total tok/s", "decode tok/s",
-           "ttft p50", "ttft p99", "itl p50", "itl p99", "peer tok/s", "ratio", "r_total");
+    printf("%7s %7s %11s %12s %9s %9s %8s %8s %12s %12s %7s %7s\n", "clients", "tokens", "total tok/s", "decode tok/s",
+           "ttft p50", "ttft p99", "itl p50", "itl p99", "engine tok/s", "peer tok/s", "ratio", "r_total");
     for (int i = 0; i < n; i++) {
         const sv_level *l = &lv[i];
         printf("%7d %7ld %11.1f %12.1f %9.1f %9.1f %8.2f %8.2f", l->clients, l->tokens, l->total_tok_s, l->decode_tok_s,
                l->ttft_p50, l->ttft_p99, l->itl_p50, l->itl_p99);
+        if (l->eng_decode_tok_s > 0) printf(" %12.1f", l->eng_decode_tok_s);
+        else printf(" %12s", "-");
         if (l->peer_decode_tok_s > 0)
             printf(" %12.1f %6.2fx %6.2fx\n", l->peer_decode_tok_s, l->decode_tok_s / l->peer_decode_tok_s,
                    l->total_tok_s / l->peer_decode_tok_s);
         else
             printf(" %12s %7s %7s\n", "-", "-", "-");
     }
-    printf("(latencies in ms; ratio = decode tok/s / peer, r_total = total tok/s / peer)\n");
+    printf("(latencies in ms; engine = the same streams to an in-process engine, no HTTP; ratio = decode tok/s / peer,\n"
+           " r_total = total tok/s / peer)\n");
 }
 
 /* ---------------------------------------------------------------- command */
@@ -628,6 +718,7 @@ static int sv_parse(int argc, char **argv, sv_opts *o)
         {"reps", 0, CLI_INT, &o->reps, 1, 100, "N", "repetitions per level (default 1)"},
         {"peer", 0, CLI_STR, &o->peer, 0, 0, "PATH", "peer-bench binary (default $PEER_DIR/peer-bench or /tmp/llamacpp-peer/peer-bench)"},
         {"no-peer", 0, CLI_FLAG, &o->no_peer, 0, 0, NULL, "do not run the peer"},
+        {"no-engine", 0, CLI_FLAG, &o->no_engine, 0, 0, NULL, "do not also run the engine in-process (no HTTP)"},
         {"no-logprobs", 0, CLI_FLAG, &o->no_logprobs, 0, 0, NULL, "do not ask for logprobs; time text chunks"},
         {"timeout", 0, CLI_INT, &o->timeout_s, 1, 1 << 20, "S", "give up on a stream or the peer after S seconds (default 600)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "one JSON row per level"},
@@ -657,15 +748,23 @@ static int sv_parse(int argc, char **argv, sv_opts *o)
     return 0;
 }
 
-static int sv_level_run(const sv_opts *o, int port, sv_prompts *pr, int n, sv_level *l)
+/* One level: per rep, the streams over HTTP, then the same streams to the
+ * in-process engine (no HTTP, no SSE: what the server adds is the gap),
+ * then the peer; all three take turns so that load drifts hit them alike. */
+static int sv_level_run(const sv_opts *o, int port, pl_engine *eng, sv_prompts *pr, int n, sv_level *l)
 {
-    sv_vec ttft = {0}, itl = {0};
-    double tot[100], dec[100], peer[100];
-    int rc = 0, np = 0;
+    sv_vec ttft = {0}, itl = {0}, et = {0}, ei = {0};
+    double tot[100], dec[100], peer[100], etot[100], edec[100];
+    int rc = 0, np = 0, ne = 0;
+    long etok;
     memset(l, 0, sizeof *l);
     l->clients = n;
     for (int r = 0; r < o->reps && !rc; r++) {
-        rc = sv_run_once(o, port, pr, n, &ttft, &itl, &tot[r], &dec[r], &l->tokens);
+        rc = sv_run_once(o, port, NULL, pr, n, &ttft, &itl, &tot[r], &dec[r], &l->tokens);
+        if (!rc && eng) {
+            rc = sv_run_once(o, 0, eng, pr, n, &et, &ei, &etot[ne], &edec[ne], &etok);
+            ne += !rc;
+        }
         if (!rc && !o->no_peer) {
             double v = sv_peer(o, n);
             if (v > 0) peer[np++] = v;
@@ -675,6 +774,8 @@ static int sv_level_run(const sv_opts *o, int port, sv_prompts *pr, int n, sv_le
         l->total_tok_s = bench_median(tot, (size_t)o->reps);
         l->decode_tok_s = bench_median(dec, (size_t)o->reps);
         l->peer_decode_tok_s = bench_median(peer, (size_t)np);
+        l->eng_total_tok_s = bench_median(etot, (size_t)ne);
+        l->eng_decode_tok_s = bench_median(edec, (size_t)ne);
         l->ttft_p50 = bench_percentile(ttft.v, ttft.n, 0.5);
         l->ttft_p99 = bench_percentile(ttft.v, ttft.n, 0.99);
         l->itl_p50 = bench_percentile(itl.v, itl.n, 0.5);
@@ -682,6 +783,20 @@ static int sv_level_run(const sv_opts *o, int port, sv_prompts *pr, int n, sv_le
     }
     free(ttft.v);
     free(itl.v);
+    free(et.v);
+    free(ei.v);
+    return rc;
+}
+
+/* A warm-up stream: pages in the weights and the first-request paths. */
+static int sv_warm_up(const sv_opts *o, int port, pl_engine *eng, sv_prompts *pr)
+{
+    sv_vec wt = {0}, wi = {0};
+    double a, b;
+    long t;
+    int rc = sv_run_once(o, port, eng, pr, 1, &wt, &wi, &a, &b, &t);
+    free(wt.v);
+    free(wi.v);
     return rc;
 }
 
@@ -691,19 +806,18 @@ int bench_serve(int argc, char **argv)
     int rc = sv_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     sv_prompts pr;
-    if (sv_prompts_init(&o, &pr) != 0) { free(pr.ids); return 1; }
+    if (sv_prompts_init(&o, &pr) != 0) { free(pr.ids); pl_model_free(pr.model); return 1; }
     sv_server srv;
     int port;
-    if (sv_server_start(&srv, &o, &port) != 0) { free(pr.ids); return 1; }
+    if (sv_server_start(&srv, &o, &port) != 0) { free(pr.ids); pl_model_free(pr.model); return 1; }
     sv_level lv[SV_MAX_LEVELS];
-    /* warm-up: pages in the weights and the server's first-request paths */
-    sv_vec wt = {0}, wi = {0};
-    double a, b;
-    long t;
-    rc = sv_run_once(&o, port, &pr, 1, &wt, &wi, &a, &b, &t);
-    free(wt.v);
-    free(wi.v);
-    for (int i = 0; i < o.n_levels && !rc; i++) rc = sv_level_run(&o, port, &pr, o.levels[i], &lv[i]);
+    pl_engine *eng = NULL;
+    rc = pr.model ? sv_engine_start(&o, pr.model, &eng) : 0;
+    if (!rc) rc = sv_warm_up(&o, port, NULL, &pr);
+    if (!rc && eng) rc = sv_warm_up(&o, 0, eng, &pr);
+    for (int i = 0; i < o.n_levels && !rc; i++) rc = sv_level_run(&o, port, eng, &pr, o.levels[i], &lv[i]);
+    pl_engine_free(eng);
+    pl_model_free(pr.model);
     if (sv_server_stop(&srv, rc != 0) != 0) rc = -1;
     free(pr.ids);
     if (rc) return 1;

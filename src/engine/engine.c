@@ -37,6 +37,15 @@ void pl_engine_params_default(pl_engine_params *p)
 
 /* ------------------------------------------------------------- the step */
 
+/* The engine thread's CPU seconds: the profile counts work, not the time
+ * other threads or processes held the core. */
+static double eng_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void eng_fail_too_big(pl_engine *e, sched_seq *q, double now)
 {
     char msg[200];
@@ -62,12 +71,15 @@ static void eng_fail_batch(pl_engine *e, int rc, double now)
 static bool eng_run_step(pl_engine *e)
 {
     sched *s = &e->sc;
+    double t0 = e->prof ? eng_cpu_now() : 0, t1 = t0;
     for (;;) {
         sched_seq *big = NULL;
         int n = sched_plan(s, &big);
         if (big) { eng_fail_too_big(e, big, eng_now()); continue; }
         if (n == 0) return false;
+        if (e->prof) t1 = eng_cpu_now(), e->pf.plan += t1 - t0;
         int rc = ctx_step(e->ctx, s->items, n);
+        if (e->prof) t0 = eng_cpu_now(), e->pf.forward += t0 - t1;
         if (rc == 0) break;
         if (rc != PL_EFULL) { eng_fail_batch(e, rc, eng_now()); return true; }
         /* The plan's block count was short (it should not be): preempt. */
@@ -75,10 +87,17 @@ static bool eng_run_step(pl_engine *e)
     }
     sched_commit(s);
     e->m.steps++;
-    const double now = eng_now();
+    const double now = eng_now(), c0 = e->prof ? eng_cpu_now() : 0;
+    const uint64_t gen0 = e->m.generated_tokens;
     for (int i = 0; i < s->n_items; i++)
         if (s->items[i].logits) eng_on_logits(e, s->planned[i], s->items[i].logits, now);
     eng_sweep(e, now); /* sequences of requests that failed while sampling */
+    if (e->prof) {
+        e->pf.emit += eng_cpu_now() - c0;
+        e->pf.steps++;
+        e->pf.items += (uint64_t)s->n_items;
+        e->pf.tokens += e->m.generated_tokens - gen0;
+    }
     return true;
 }
 
@@ -129,8 +148,11 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
         eng_sweep(e, now);
         stalled = !eng_run_step(e) && !sched_idle(&e->sc);
     }
+    double t0 = e->prof ? eng_cpu_now() : 0;
     eng_metrics_publish(e);
+    double t1 = e->prof ? eng_cpu_now() : 0;
     eng_deliver(e);
+    if (e->prof) e->pf.publish += t1 - t0, e->pf.deliver += eng_cpu_now() - t1;
     if (e->check && sched_check(&e->sc) != 0) {
         /* a test hook: an invariant is broken, stop where it broke */
         fprintf(stderr, "pagellm engine: %s\n", err_msg());
@@ -247,6 +269,8 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     e->accepting = true;
     const char *chk = getenv("PAGELLM_ENGINE_CHECK");
     e->check = chk && strcmp(chk, "0") != 0;
+    const char *prof = getenv("PAGELLM_ENGINE_PROFILE");
+    e->prof = prof && strcmp(prof, "0") != 0;
     eng_metrics_init(&e->m);
     pl_ctx_kv_stats(e->ctx, &e->m.kv);
     e->pub = e->m;
@@ -269,6 +293,18 @@ void pl_engine_shutdown(pl_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+static void eng_prof_print(const pl_engine *e)
+{
+    const eng_prof *p = &e->pf;
+    const double all = p->plan + p->forward + p->emit + p->publish + p->deliver, per = p->steps ? 1e6 / p->steps : 0;
+    fprintf(stderr,
+            "pagellm engine profile: %llu steps, %llu items, %llu tokens sampled; engine-thread CPU us per step: "
+            "forward %.1f, plan %.1f, emit %.1f, publish %.1f, deliver %.1f; outside the forward pass: %.2f%%\n",
+            (unsigned long long)p->steps, (unsigned long long)p->items, (unsigned long long)p->tokens, p->forward * per,
+            p->plan * per, p->emit * per, p->publish * per, p->deliver * per,
+            all > 0 ? 100 * (all - p->forward) / all : 0);
+}
+
 void pl_engine_free(pl_engine *e)
 {
     if (!e) return;
@@ -281,6 +317,7 @@ void pl_engine_free(pl_engine *e)
     /* The thread took every submission before it stopped; no request is
      * referenced by the engine any more. */
     assert(!e->subq_head && sched_idle(&e->sc) && e->n_out == 0);
+    if (e->prof) eng_prof_print(e);
     eng_destroy(e);
 }
 

@@ -35,6 +35,20 @@ typedef struct {
     pl_event ev;
 } eng_out;
 
+/* PAGELLM_ENGINE_PROFILE=1: CPU seconds of the engine thread in each part
+ * of its iterations (pl_engine_free prints them on stderr): what the engine
+ * adds to the forward passes. Thread CPU time, so that a loaded machine's
+ * preemptions do not count; with -t > 1 `forward` is the engine thread's
+ * share of the pass only. */
+typedef struct {
+    double plan;     /* sched_plan (and preemption retries) */
+    double forward;  /* ctx_step: the batched forward pass */
+    double emit;     /* sampling, logprobs, detokenizing, stop strings, events */
+    double publish;  /* metrics snapshot (KV stats) */
+    double deliver;  /* events handed to their requests (waking readers) */
+    uint64_t steps, items, tokens;
+} eng_prof;
+
 /* A pl_engine_kv_json call waiting for the engine thread (on its stack). */
 typedef struct eng_job {
     struct eng_job *next;
@@ -64,6 +78,8 @@ struct pl_engine {
     pl_engine_metrics pub;
 
     bool check;                /* PAGELLM_ENGINE_CHECK: sched_check after every iteration */
+    bool prof;                 /* PAGELLM_ENGINE_PROFILE: fill pf */
+    eng_prof pf;
 
     /* engine thread only */
     sched sc;

@@ -22,6 +22,7 @@
 
 #include "base/err.h"
 #include "engine/engine.h"
+#include "sample/sample.h"
 
 /* ------------------------------------------------------------- outbox */
 
@@ -114,26 +115,7 @@ static bool eng_text_push(pl_engine *e, req_comp *c, int32_t tok)
  * on ties, like greedy). */
 static void eng_logprobs(const float *logits, uint32_t nv, int32_t tok, int32_t k, pl_event *ev)
 {
-    float mx = logits[0];
-    for (uint32_t i = 1; i < nv; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (uint32_t i = 0; i < nv; i++) sum += exp((double)logits[i] - mx);
-    const double lse = mx + log(sum);
-    ev->logprob = (float)(logits[tok] - lse);
-    if (k > (int32_t)nv) k = (int32_t)nv;
-    int32_t n = 0;
-    for (uint32_t i = 0; i < nv && k > 0; i++) {
-        const float l = logits[i];
-        if (n == k && l <= logits[ev->top_ids[n - 1]]) continue;
-        int32_t j = n < k ? n++ : n - 1;
-        while (j > 0 && logits[ev->top_ids[j - 1]] < l) {
-            ev->top_ids[j] = ev->top_ids[j - 1];
-            j--;
-        }
-        ev->top_ids[j] = (int32_t)i;
-    }
-    ev->n_top = n;
-    for (int32_t i = 0; i < n; i++) ev->top_logprobs[i] = (float)(logits[ev->top_ids[i]] - lse);
+    sample_logprobs(logits, nv, tok, k, &ev->logprob, ev->top_ids, ev->top_logprobs, &ev->n_top);
 }
 
 /* ----------------------------------------------------------- endings */

@@ -174,8 +174,11 @@ int req_push(pl_request *r, const pl_event *ev, bool final)
     }
     /* Even if the event is lost to memory, the reader must not hang. */
     if (final) r->ended = true;
-    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    /* Woken after the unlock, the reader does not block on mu at once (a
+     * futex round trip per token otherwise). r stays valid: the engine's
+     * reference is dropped only after this push returns. */
+    pthread_cond_broadcast(&r->cv);
     return rc;
 }
 

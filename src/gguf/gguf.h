@@ -108,6 +108,9 @@ uint32_t gguf_version(const gguf_file *f);
 uint32_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f); /* absolute offset of the data section */
+/* The file's bytes, gguf_file_size() of them (the mapping, or the caller's
+ * buffer for gguf_open_mem): the header is [0, gguf_data_offset()). */
+const uint8_t *gguf_file_bytes(const gguf_file *f);
 
 uint64_t gguf_kv_count(const gguf_file *f);
 const gguf_kv *gguf_kv_at(const gguf_file *f, uint64_t i);

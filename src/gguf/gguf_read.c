@@ -679,6 +679,7 @@ uint32_t gguf_version(const gguf_file *f) { return f->version; }
 uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
 uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
 uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
+const uint8_t *gguf_file_bytes(const gguf_file *f) { return f->base; }
 uint64_t gguf_kv_count(const gguf_file *f) { return f->n_kv; }
 uint64_t gguf_tensor_count(const gguf_file *f) { return f->n_tensors; }
 

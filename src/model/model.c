@@ -22,9 +22,7 @@ int model_open(model **out, const char *path)
     /* The fingerprint names these weights in prefix-cache keys: the header
      * (metadata and tensor directory) and the file size identify a file
      * without reading gigabytes of weights. */
-    const gguf_tensor *t0 = gguf_tensor_at(m->file, 0);
-    const uint8_t *base = (const uint8_t *)t0->data - t0->offset - gguf_data_offset(m->file);
-    XXH128_hash_t h = XXH3_128bits_withSeed(base, gguf_data_offset(m->file), gguf_file_size(m->file));
+    XXH128_hash_t h = XXH3_128bits_withSeed(gguf_file_bytes(m->file), gguf_data_offset(m->file), gguf_file_size(m->file));
     m->fingerprint[0] = h.low64;
     m->fingerprint[1] = h.high64;
     *out = m;

@@ -7,16 +7,31 @@
  * reshapes what is left. Greedy (temperature <= 0) is a plain argmax of the
  * penalised logits, lowest id on ties, like llama.cpp's greedy sampler.
  *
+ * Cost per token (this runs once per sequence per engine step, on the
+ * engine thread, between two forward passes): the vocabulary is never
+ * sorted whole unless the cut itself needs it.
+ *   greedy          one pass over the logits (no copy without a penalty)
+ *   top-k           one pass keeping the k best in a heap, then k log k
+ *   top-p / min-p   without top-k: one pass of expf for the softmax sum,
+ *                   then the best m candidates (m = 64, x8 while the cut
+ *                   lies beyond them; m = n_vocab only if it must)
+ *   temperature     alone: drawn in id order from the full softmax
+ * Candidates are ordered best first: higher logit, then lower id; the cut
+ * and the draw walk that order, so a partial selection gives the same
+ * token as sorting everything would.
+ *
  * Scratch is allocated once per sampler: sampling allocates nothing.
  */
 #include "pagellm.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "sample/sample.h"
 
 typedef struct {
     int32_t id;
@@ -28,7 +43,9 @@ struct pl_sampler {
     pl_sampler_params p;
     int32_t n_vocab;
     uint64_t rng[4];
-    cand *c;        /* [n_vocab] */
+    cand *c;        /* [n_vocab] candidates, best first after a selection */
+    float *l;       /* [n_vocab] penalised logits (used only with a penalty) */
+    float *w;       /* [n_vocab] temperature-only weights */
     uint8_t *seen;  /* [n_vocab] repetition-penalty marks */
 };
 
@@ -75,8 +92,10 @@ int pl_sampler_new(pl_sampler **out, const pl_sampler_params *p, int32_t n_vocab
     s->p = *p;
     s->n_vocab = n_vocab;
     s->c = mem_calloc((size_t)n_vocab, sizeof *s->c);
+    s->l = mem_calloc((size_t)n_vocab, sizeof *s->l);
+    s->w = mem_calloc((size_t)n_vocab, sizeof *s->w);
     s->seen = mem_calloc((size_t)n_vocab, 1);
-    if (!s->c || !s->seen) { pl_sampler_free(s); return PL_ENOMEM; }
+    if (!s->c || !s->l || !s->w || !s->seen) { pl_sampler_free(s); return PL_ENOMEM; }
     uint64_t st = p->seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&st);
     *out = s;
@@ -87,25 +106,34 @@ void pl_sampler_free(pl_sampler *s)
 {
     if (!s) return;
     free(s->c);
+    free(s->l);
+    free(s->w);
     free(s->seen);
     free(s);
 }
 
-/* llama.cpp's repetition penalty: divide positive logits, multiply negative. */
-static void apply_penalty(pl_sampler *s, const int32_t *hist, size_t n_hist)
+/* The logits to sample from: logits itself, or (with the penalty on) a
+ * copy with llama.cpp's repetition penalty applied - positive logits are
+ * divided, negative ones multiplied, once per distinct id of the window. */
+static const float *penalised(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
 {
-    if (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0) return;
+    if (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0 || n_hist == 0) return logits;
+    memcpy(s->l, logits, (size_t)s->n_vocab * sizeof *s->l);
     size_t from = n_hist > (size_t)s->p.repeat_last_n ? n_hist - (size_t)s->p.repeat_last_n : 0;
     for (size_t i = from; i < n_hist; i++) {
         int32_t id = hist[i];
         if (id < 0 || id >= s->n_vocab || s->seen[id]) continue;
         s->seen[id] = 1;
-        float *l = &s->c[id].logit;
+        float *l = &s->l[id];
         *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
     }
     for (size_t i = from; i < n_hist; i++)
         if (hist[i] >= 0 && hist[i] < s->n_vocab) s->seen[hist[i]] = 0;
+    return s->l;
 }
+
+/* Highest logit, lowest id on ties. */
+static int32_t argmax(const float *l, int32_t n) { return sample_argmax(l, (uint32_t)n); }
 
 static int cand_desc(const void *a, const void *b)
 {
@@ -114,25 +142,46 @@ static int cand_desc(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Moves the k largest logits to the front (quickselect), then sorts them. */
-static void top_k_sorted(cand *c, int32_t n, int32_t k)
+/* Heap of the m best so far with the worst at the root: a lower logit, or
+ * on equal logits a higher id, is worse. */
+static bool cand_worse(const cand *x, const cand *y)
 {
-    int32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        cand pivot = c[(lo + hi) / 2];
-        int32_t i = lo, j = hi;
-        while (i <= j) {
-            while (cand_desc(&c[i], &pivot) < 0) i++;
-            while (cand_desc(&c[j], &pivot) > 0) j--;
-            if (i <= j) { cand t = c[i]; c[i] = c[j]; c[j] = t; i++; j--; }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
-    }
-    qsort(c, (size_t)k, sizeof *c, cand_desc);
+    return x->logit < y->logit || (x->logit == y->logit && x->id > y->id);
 }
 
+static void heap_down(cand *h, int32_t m, int32_t i)
+{
+    for (;;) {
+        int32_t w = i, a = 2 * i + 1, b = a + 1;
+        if (a < m && cand_worse(&h[a], &h[w])) w = a;
+        if (b < m && cand_worse(&h[b], &h[w])) w = b;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* c[0..m) = the m best of l[0..n), best first (1 <= m <= n). One pass:
+ * ids come in ascending order, so a newcomer equal to the root is worse
+ * than it and only a strictly higher logit enters. */
+static void select_top(cand *c, const float *l, int32_t n, int32_t m)
+{
+    for (int32_t i = 0; i < m; i++) c[i] = (cand){i, l[i], 0};
+    for (int32_t i = m / 2 - 1; i >= 0; i--) heap_down(c, m, i);
+    float thr = c[0].logit;
+    for (int32_t i = m; i < n; i++) {
+        if (!(l[i] > thr)) continue;
+        c[0] = (cand){i, l[i], 0};
+        heap_down(c, m, 0);
+        thr = c[0].logit;
+    }
+    qsort(c, (size_t)m, sizeof *c, cand_desc);
+}
+
+/* p = exp((logit - c[0].logit) / temp) / sum over c[0..n), sum in double
+ * in candidate order. */
 static void softmax_cands(cand *c, int32_t n, float temp)
 {
     double sum = 0;
@@ -143,38 +192,81 @@ static void softmax_cands(cand *c, int32_t n, float temp)
     for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
 }
 
-int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
+/* How many of c[0..n) (with probabilities, best first) top-p then min-p
+ * keep; *cut is false when neither cut inside n (the next candidates,
+ * if any, might still be kept). */
+static int32_t cut_tail(const pl_sampler *s, const cand *c, int32_t n, bool *cut)
 {
-    int32_t n = s->n_vocab;
-    for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i], 0};
-    apply_penalty(s, hist, n_hist);
-    if (s->p.temperature <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (s->c[i].logit > s->c[best].logit) best = i;
-        return best;
-    }
-    int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
-    top_k_sorted(s->c, n, k);
-    n = k;
-    softmax_cands(s->c, n, 1.0f);
+    int32_t keep = n;
+    *cut = false;
     if (s->p.top_p < 1.0f) {
         double cum = 0;
-        int32_t keep = n;
         for (int32_t i = 0; i < n; i++) {
-            cum += s->c[i].p;
-            if (cum >= s->p.top_p) { keep = i + 1; break; }
+            cum += c[i].p;
+            if (cum >= s->p.top_p) { keep = i + 1; *cut = true; break; }
         }
-        n = keep;
     }
     if (s->p.min_p > 0) {
-        const float floor_p = s->c[0].p * s->p.min_p;
-        int32_t keep = 1;
-        while (keep < n && s->c[keep].p >= floor_p) keep++;
-        n = keep;
+        const float floor_p = c[0].p * s->p.min_p;
+        int32_t k = 1;
+        while (k < keep && c[k].p >= floor_p) k++;
+        if (k < keep) { keep = k; *cut = true; }
+    }
+    return keep;
+}
+
+/* top-p / min-p over the whole vocabulary (top-k off): the softmax sum is
+ * taken over all n (in id order), then the m best candidates are selected,
+ * m growing until the cut falls inside them. */
+static int32_t cut_vocab(pl_sampler *s, const float *l, int32_t n)
+{
+    const float mx = l[argmax(l, n)];
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += expf(l[i] - mx);
+    for (int32_t m = n < 64 ? n : 64;; m = m > n / 8 ? n : m * 8) {
+        select_top(s->c, l, n, m);
+        for (int32_t i = 0; i < m; i++) s->c[i].p = (float)(expf(s->c[i].logit - mx) / sum);
+        bool cut;
+        int32_t keep = cut_tail(s, s->c, m, &cut);
+        if (cut || m == n) return keep;
+    }
+}
+
+static double rng_unit(pl_sampler *s) { return (double)(rng_next(s->rng) >> 11) * 0x1.0p-53; }
+
+/* Temperature alone over the whole vocabulary: no candidate order is
+ * needed, the draw walks ids in order. */
+static int32_t draw_vocab(pl_sampler *s, const float *l, int32_t n)
+{
+    const float mx = l[argmax(l, n)], temp = s->p.temperature;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += s->w[i] = expf((l[i] - mx) / temp);
+    double r = rng_unit(s) * sum, cum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        cum += s->w[i];
+        if (r < cum) return i;
+    }
+    return argmax(l, n);
+}
+
+int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
+{
+    const int32_t nv = s->n_vocab;
+    const float *l = penalised(s, logits, hist, n_hist);
+    if (s->p.temperature <= 0) return argmax(l, nv);
+    int32_t n;
+    if (s->p.top_k > 0 && s->p.top_k < nv) {
+        select_top(s->c, l, nv, s->p.top_k);
+        softmax_cands(s->c, s->p.top_k, 1.0f);
+        bool cut;
+        n = cut_tail(s, s->c, s->p.top_k, &cut);
+    } else if (s->p.top_p < 1.0f || s->p.min_p > 0) {
+        n = cut_vocab(s, l, nv);
+    } else {
+        return draw_vocab(s, l, nv);
     }
     softmax_cands(s->c, n, s->p.temperature);
-    double r = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53, cum = 0;
+    double r = rng_unit(s), cum = 0;
     for (int32_t i = 0; i < n; i++) {
         cum += s->c[i].p;
         if (r < cum) return s->c[i].id;
