@@ -218,6 +218,10 @@ static KA void scores8(int kind, float *s, const void *const *kp, const float *q
 KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                         size_t scratch_floats)
 {
+    if (kv->reader) { /* a reader brings its own SIMD (attention.c) */
+        attn_paged_ref(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
     const int hd = kv->head_dim;
     const uint32_t t = kv->kv_type;
     assert(hd % 8 == 0 && n_rows >= 1);

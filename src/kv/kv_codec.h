@@ -226,9 +226,18 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
 /* KIVI: row (kv_dim floats) into the stage's slot, in f16 (saturated). */
 void kv_codec_stage_row(kv_stage *st, uint32_t layer, kv_plane p, uint32_t slot, const float *row);
 
+/* The stage's rounding of a row: n floats to f16, saturated to +-65504
+ * (NaN kept). */
+void kv_codec_f16_row(const float *row, uint16_t *dst, uint64_t n);
+
 /* KIVI: quantizes the stage's T rows of layer (K per channel, V per token)
  * into block b of the pool: the block is full. */
 void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st);
+
+/* The same from T f16 rows of kv_dim each laid out like a stage plane
+ * ([T][kv_dim], rounded by kv_codec_f16_row): for a forward pass that
+ * fills and seals a block within one batch (model/forward.c). */
+void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *k_rows, const uint16_t *v_rows);
 
 /* The one call the forward pass needs: stores one token's K and V rows
  * (kv_dim floats each) of layer at slot of block b. Unstaged dtypes encode
