@@ -498,6 +498,9 @@ void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out)
         .bytes_wasted = st.bytes_wasted,
         .utilisation = st.utilisation,
     };
+    const kv_shape *sh = &c->pool.g.s;
+    out->stage_bytes_per_seq = kv_dtype_stage_bytes(sh->dtype, sh->n_layers, sh->n_kv_heads, sh->head_dim, sh->block_size);
+    out->stage_bytes = out->stage_bytes_per_seq * n;
 }
 
 uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)
