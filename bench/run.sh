@@ -3,7 +3,7 @@
 # run, on models made here by pagellm synth + quantize under /tmp.
 #   BENCH_SHAPES="110m tinyllama-1.1b"  BENCH_TYPES="q8_0 q4_0"  BENCH_REPS=3
 #   BENCH_ONLY="kv-memory prefix serve"  runs only those sections (of:
-#   tokenizer generation cache kv-memory prefix serve)
+#   tokenizer generation cache kv-memory prefix serve kv-dtype)
 # Prints medians and the pagellm/peer ratio; writes bench/out/*.
 set -u
 cd "$(dirname "$0")/.."
@@ -80,6 +80,25 @@ if want prefix; then
 echo "== prefix cache: time to first token behind a shared 2,000-token system prompt"
 m=$(model tiny f16) && "$PL" bench prefix -m "$m" -t "$T" --reps "$REPS" | tee "$OUT/prefix-tiny.txt"
 m=$(model 110m q8_0) && "$PL" bench prefix -m "$m" -t "$T" | tee "$OUT/prefix-110m.txt"
+fi
+
+if want kv-dtype; then
+# decode at depth 2048 per KV dtype (ours), beside the peer with f16 and
+# q8_0 KV (flash attention on, as llama.cpp needs for a quantized V cache)
+KD_SHAPE=${BENCH_KVD_SHAPE:-tinyllama-1.1b}; KD_TYPE=${BENCH_KVD_TYPE:-q4_0}
+echo "== KV dtypes: decode tok/s at depth 2048 ($KD_SHAPE $KD_TYPE, $T threads, median of $REPS)"
+if m=$(model "$KD_SHAPE" "$KD_TYPE"); then
+  "$PL" bench kv-dtype -m "$m" --depth 2048 --n-gen 32 -t "$T" --reps "$REPS" | tee "$OUT/kv-dtype.txt"
+  if [ -x "$PEER" ]; then
+    for kv in f16 q8_0; do
+      r=()
+      for i in $(seq "$REPS"); do
+        r+=("$("$PEER" -m "$m" -np 1 -ng 32 -depth 2048 -fa 1 -ctk $kv -ctv $kv -t "$T" 2>/dev/null | field decode_tok_s)")
+      done
+      printf 'peer %-6s %10.2f tok/s (llama.cpp, -fa 1 -depth 2048)\n' "$kv" "$(printf '%s\n' "${r[@]}" | median)"
+    done | tee -a "$OUT/kv-dtype.txt"
+  fi
+fi
 fi
 
 if want serve; then
