@@ -3,7 +3,7 @@
 # run, on models made here by pagellm synth + quantize under /tmp.
 #   BENCH_SHAPES="110m tinyllama-1.1b"  BENCH_TYPES="q8_0 q4_0"  BENCH_REPS=3
 #   BENCH_ONLY="kv-memory prefix serve"  runs only those sections (of:
-#   tokenizer generation cache kv-memory prefix streaming serve)
+#   tokenizer generation cache kv-memory prefix streaming serve kv-dtype)
 # Prints medians and the pagellm/peer ratio; writes bench/out/*.
 set -u
 cd "$(dirname "$0")/.."
@@ -85,6 +85,28 @@ fi
 if want streaming; then
 echo "== streaming: sliding window + attention sinks past the context (stories260K)"
 bash bench/streaming.sh
+fi
+
+if want kv-dtype; then
+# decode at depth 2048 per KV dtype (ours), beside the peer with f16 and
+# q8_0 KV (flash attention on, as llama.cpp needs for a quantized V cache)
+KD_SHAPE=${BENCH_KVD_SHAPE:-tinyllama-1.1b}; KD_TYPE=${BENCH_KVD_TYPE:-q4_0}
+echo "== KV dtypes: decode tok/s at depth 2048 ($KD_SHAPE $KD_TYPE, $T threads, median of $REPS)"
+if m=$(model "$KD_SHAPE" "$KD_TYPE"); then
+  "$PL" bench kv-dtype -m "$m" --depth 2048 --n-gen 32 -t "$T" --reps "$REPS" | tee "$OUT/kv-dtype.txt"
+  if [ -x "$PEER" ]; then
+    for kv in f16 q8_0; do
+      r=()
+      for i in $(seq "$REPS"); do
+        # the context filled by a 2048-token prompt: peer-bench decodes its
+        # -depth fill in one batch of max(np, 512) tokens, so -np 1 -depth
+        # 2048 aborts (GGML_ASSERT n_tokens_all <= n_batch)
+        r+=("$("$PEER" -m "$m" -np 2048 -ng 32 -fa 1 -ctk $kv -ctv $kv -t "$T" 2>/dev/null | field decode_tok_s)")
+      done
+      printf 'peer %-6s %10.2f tok/s (llama.cpp, -fa 1, decode after a 2048-token prompt)\n' "$kv" "$(printf '%s\n' "${r[@]}" | median)"
+    done | tee -a "$OUT/kv-dtype.txt"
+  fi
+fi
 fi
 
 if want serve; then

@@ -65,6 +65,8 @@ typedef struct {
 typedef struct {
     double bytes_per_token;   /* exact for the formula; fractional for block scales */
     uint64_t bytes_per_block; /* one block (block_size tokens, all layers, K and V) */
+    uint64_t stage_bytes;     /* per sequence, outside the blocks: KIVI's f16 staging block
+                                 (layers x 2 x block_size x kv_dim x 2 B); 0 for other dtypes */
 } pl_kv_size;
 
 /* Bytes of KV per token and per block for shape and dtype. Fails (PL_EINVAL)
@@ -252,6 +254,8 @@ typedef struct {
     uint64_t bytes_live;      /* live tokens x bytes per token */
     uint64_t bytes_wasted;    /* allocated - live: unfilled block tails */
     double utilisation;       /* live / allocated */
+    uint64_t stage_bytes_per_seq; /* KIVI: each live sequence's f16 staging block (pl_kv_size) */
+    uint64_t stage_bytes;     /* ... times the live sequences (not in the pool) */
 } pl_kv_stats;
 
 void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out);

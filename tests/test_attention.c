@@ -92,7 +92,7 @@ static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int
         f->table[i] = f->table[k];
         f->table[k] = x;
     }
-    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd};
+    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL};
     for (int j = 0; j < n_ctx; j++)
         for (int g = 0; g < n_kv; g++)
             for (int plane_v = 0; plane_v < 2; plane_v++) {

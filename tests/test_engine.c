@@ -60,9 +60,14 @@ static void tokenize(const char *text, id_list *out)
     pl_free(ids);
 }
 
+/* The KV dtype of the engine and of the reference runs (f16, or a codec
+ * dtype for codec_kv_dtypes_through_the_engine). */
+static pl_kv_dtype KV_DT = PL_KV_F16;
+
 static void engine_params(pl_engine_params *p)
 {
     pl_engine_params_default(p);
+    p->ctx.kv_dtype = KV_DT;
     p->ctx.n_threads = 2;
     p->ctx.n_ctx = N_CTX;
 }
@@ -129,6 +134,7 @@ static int reference(const id_list *prompt, int n_gen, id_list *out, float *step
 {
     pl_ctx_params cp;
     pl_ctx_params_default(&cp);
+    cp.kv_dtype = KV_DT;
     cp.n_threads = 2;
     cp.n_ctx = N_CTX;
     return our_greedy(M, &cp, prompt->ids, prompt->n, n_gen, out, steps);
@@ -1098,6 +1104,34 @@ TEST(many_client_threads)
     CHECK_EQ_INT(mt.requests_finished, 18);
 }
 
+/* The engine with KIVI (a stage per sequence: forks copy it, preempted
+ * sequences are freed and recomputed, prefix hits skip whole sealed blocks)
+ * and fp8: batched, forked (n=4), preempted and prefix-served requests give
+ * the tokens of single runs with the same KV dtype. */
+TEST(codec_kv_dtypes_through_the_engine)
+{
+    static void (*const tests[])(void) = {eight_concurrent_greedy_requests_equal_their_single_runs,
+                                          n4_greedy_completions_are_equal_and_share_the_prompt,
+                                          small_pool_preempts_and_recomputes_without_changing_tokens,
+                                          prefix_order_and_repeated_prompts_keep_tokens_and_count_hits};
+    /* not kivi2: its 3-level codes turn the matmul's batch-shape ulps into
+     * other tokens (test_kv_dtypes.c measures it), so batched and single
+     * runs are not token-equal there */
+    const pl_kv_dtype dts[] = {PL_KV_INT4, PL_KV_FP8_E4M3};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0] && !test_failed_now; d++) {
+        KV_DT = dts[d];
+        size_t i = 0;
+        for (; i < sizeof tests / sizeof tests[0] && !test_failed_now; i++) tests[i]();
+        if (test_failed_now) {
+            char why[sizeof test_why];
+            memcpy(why, test_why, sizeof why);
+            snprintf(test_why, sizeof test_why, "kv dtype %s, test %zu of 4: %.900s", pl_kv_dtype_name(dts[d]), i,
+                     why);
+        }
+    }
+    KV_DT = PL_KV_F16;
+}
+
 int main(void)
 {
     /* gen_util.h's peer helpers are not used here */
@@ -1128,6 +1162,7 @@ int main(void)
     RUN(stress_mixed_load_small_pool_and_cancels_keeps_every_invariant);
     RUN(event_text_is_cut_on_utf8_boundaries);
     RUN(many_client_threads);
+    RUN(codec_kv_dtypes_through_the_engine);
     pl_model_free(M);
     return test_summary();
 }

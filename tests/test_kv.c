@@ -145,8 +145,9 @@ TEST(dtype_names_round_trip)
 TEST(public_kv_size_of)
 {
     pl_kv_shape l70 = {80, 8, 128, 16};
-    pl_kv_size sz = {0, 0};
+    pl_kv_size sz = {0, 0, 0};
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_BF16, &sz), 0);
+    CHECK_EQ_INT(sz.stage_bytes, 0);
     CHECK_EQ_INT(sz.bytes_per_token, 327680);
     CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16);
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_FP8_E4M3, &sz), 0);
@@ -166,6 +167,8 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_INT2, &sz), 0);
     CHECK_EQ_INT(sz.bytes_per_token, 71680);
     CHECK_EQ_INT(sz.bytes_per_block, 71680 * 16);
+    /* KIVI's per-sequence f16 stage: layers x K,V x T x kv_dim x 2 B */
+    CHECK_EQ_INT(sz.stage_bytes, 80 * 2 * 16 * 1024 * 2);
 }
 
 /* ------------------------------------------------------------ geometry */

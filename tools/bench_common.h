@@ -26,6 +26,7 @@
 int bench_kv_memory(int argc, char **argv);
 int bench_prefix(int argc, char **argv);
 int bench_serve(int argc, char **argv);
+int bench_kv_dtype(int argc, char **argv);
 
 /* splitmix64: tiny, seedable, the same sequence on every platform. */
 typedef struct {

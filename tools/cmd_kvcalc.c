@@ -125,6 +125,7 @@ static void kvcalc_print_json(const kvcalc_args *a, const kvcalc_result *r)
     json_object_set_new(o, "total_bytes", json_integer((json_int_t)r->total));
     json_object_set_new(o, "allocated_bytes", json_integer((json_int_t)r->allocated));
     json_object_set_new(o, "tail_waste_bytes", json_integer((json_int_t)r->tail_waste));
+    json_object_set_new(o, "stage_bytes_per_seq", json_integer((json_int_t)a->size.stage_bytes));
     if (a->heads) {
         json_object_set_new(o, "heads", json_integer(a->heads));
         json_object_set_new(o, "gqa_ratio", json_integer(a->heads / a->kv_heads));
@@ -151,6 +152,9 @@ static void kvcalc_print_text(const kvcalc_args *a, const kvcalc_result *r)
     printf("  allocated bytes   %llu (%s) in %llu blocks per sequence; %llu bytes in unfilled block tails\n",
            (unsigned long long)r->allocated, cli_human_bytes((double)r->allocated, h, sizeof h),
            (unsigned long long)r->blocks_per_seq, (unsigned long long)r->tail_waste);
+    if (a->size.stage_bytes) /* KIVI: the f16 block being filled, per sequence, outside the pool */
+        printf("  stage bytes       %llu (%s) per sequence: the f16 block being filled, besides the blocks\n",
+               (unsigned long long)a->size.stage_bytes, cli_human_bytes((double)a->size.stage_bytes, h, sizeof h));
     if (a->heads) {
         double saved = r->mha_bytes_per_token - bpt;
         printf("  GQA: %d query heads share %d KV heads (%dx): MHA would need %.10g bytes per token;"

@@ -26,6 +26,16 @@
  * A shifted sequence no longer publishes blocks to the prefix cache, nor
  * takes hits (its blocks are not at the positions their keys name); its
  * sink blocks keep the keys they had. n_dropped counts the tokens gone.
+ *
+ * Staged KV dtypes (KIVI): each sequence also owns a kv_stage (kv_codec.h),
+ * made with it, copied by a fork, freed with it. The stage must hold the f16
+ * rows of positions [n / T x T, n) of the sequence's n KV tokens whenever a
+ * forward pass appends; stage_end records the end of the last run written
+ * (the stage holds the rows of its block up to it). A cut to n that lands
+ * inside a block the stage no longer holds (a truncation into a sealed
+ * block, or an append that failed after some of its chunks) rebuilds those
+ * rows by recomputing positions [n / T x T, n) from the token history
+ * (stage_rebuild): exact, and it needs no KV block.
  */
 #include "pagellm.h"
 
@@ -95,6 +105,8 @@ const model *pl_model_internal(const pl_model *pm) { return pm->m; }
 typedef struct {
     bool alive;
     kv_seq kv;
+    kv_stage stage;     /* staged KV dtypes only (else empty) */
+    uint32_t stage_end; /* see the top */
     int32_t *tokens;   /* [n_ctx] history */
     uint32_t n_tokens;
     pc_cursor pcur;    /* prefix cache: full blocks registered so far */
@@ -170,10 +182,8 @@ static int params_check(const pl_model *pm, pl_ctx_params *p)
     if (p->n_ctx > 1u << 20) return err_set(PL_EINVAL, "n_ctx %u too large", p->n_ctx);
     if (p->n_threads > 256) return err_set(PL_EINVAL, "threads %d out of range 1..256", p->n_threads);
     if ((unsigned)p->kv_dtype >= PL_KV_DTYPE_COUNT) return err_set(PL_EINVAL, "unknown KV dtype %d", (int)p->kv_dtype);
-    if (!model_kv_dtype_ok(pm->m, (kv_dtype)p->kv_dtype))
-        return err_set(PL_EUNSUPPORTED, "KV dtype %s is not supported for this model (head dim %u)",
-                       pl_kv_dtype_name(p->kv_dtype), c->head_dim);
-    return window_check(p);
+    int rc = model_kv_dtype_check(pm->m, (kv_dtype)p->kv_dtype);
+    return rc ? rc : window_check(p);
 }
 
 static int pool_make(pl_ctx *c)
@@ -218,7 +228,7 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
         rc = pc_init(&c->pc, &c->pool, pm->m->fingerprint);
         c->pc_ok = rc == 0;
     }
-    if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, c->tp);
+    if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, &c->pool.g, c->tp);
     if (!rc && c->p.kv_window) {
         c->shift_scratch = mem_calloc(kv_shift_scratch_floats(&c->pool), sizeof(float));
         if (!c->shift_scratch) rc = err_set(PL_ENOMEM, "out of memory for the window's shift scratch");
@@ -265,8 +275,11 @@ int pl_seq_new(pl_ctx *c, int32_t *out)
         s->tokens = mem_calloc(c->p.n_ctx, sizeof *s->tokens);
         if (!s->tokens) return PL_ENOMEM;
         kv_seq_mode mode = c->p.layout == PL_KV_STATIC ? KV_SEQ_STATIC : KV_SEQ_PAGED;
-        int rc = kv_seq_init(&s->kv, &c->pool, c->p.n_ctx, mode);
+        int rc = kv_stage_init(&s->stage, &c->pool.g);
         if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
+        rc = kv_seq_init(&s->kv, &c->pool, c->p.n_ctx, mode);
+        if (rc) { kv_stage_free(&s->stage); free(s->tokens); s->tokens = NULL; return rc; }
+        s->stage_end = 0;
         s->alive = true;
         s->n_tokens = 0;
         s->n_dropped = 0;
@@ -283,6 +296,7 @@ void pl_seq_free(pl_ctx *c, int32_t id)
     ctx_seq *s = seq_get(c, id);
     if (!s) return;
     kv_seq_free(&s->kv);
+    kv_stage_free(&s->stage);
     free(s->tokens);
     memset(s, 0, sizeof *s);
 }
@@ -323,7 +337,11 @@ static int step_core(pl_ctx *c, const core_item *it, int n_items)
     }
     int t = 0;
     for (int i = 0; i < n_items; i++) {
-        c->b_fseq[i] = (fwd_seq){it[i].s->kv.table, it[i].s->kv.n_blocks};
+        ctx_seq *s = it[i].s;
+        /* a staged sequence's stage holds the rows its next write continues (see the top) */
+        assert(!s->stage.rows || it[i].from % c->p.block_size == 0 ||
+               (s->stage_end >= it[i].from && (s->stage_end - 1) / c->p.block_size == it[i].from / c->p.block_size));
+        c->b_fseq[i] = (fwd_seq){s->kv.table, s->kv.n_blocks, s->stage.rows ? &s->stage : NULL};
         for (uint32_t j = 0; j < it[i].n; j++, t++) {
             c->b_tok[t] = it[i].s->tokens[it[i].from + j];
             c->b_pos[t] = (int32_t)(it[i].from + j);
@@ -343,11 +361,46 @@ static int step_core(pl_ctx *c, const core_item *it, int n_items)
         for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
         return rc;
     }
+    for (int i = 0; i < n_items; i++) it[i].s->stage_end = it[i].from + it[i].n;
     const size_t nv = c->pm->m->cfg.n_vocab;
     if (direct) return 0;
     for (int i = 0, l = 0; i < n_items; i++)
         if (it[i].logits) memcpy(it[i].logits, c->b_logits + (size_t)l++ * nv, nv * sizeof(float));
     return 0;
+}
+
+/* Staged dtypes: recomputes the stage rows of positions [n / T x T, n)
+ * from the history, the KV of the sequence holding (at least) n tokens and
+ * its blocks before n / T being right. The forward pass writes no pool
+ * block for it (the block is not filled), so it needs none. */
+static void stage_rebuild(pl_ctx *c, ctx_seq *s, uint32_t n)
+{
+    const uint32_t T = c->p.block_size;
+    for (uint32_t at = n / T * T; at < n;) {
+        const uint32_t k = n - at < c->p.max_batch ? n - at : c->p.max_batch;
+        for (uint32_t j = 0; j < k; j++) {
+            c->b_tok[j] = s->tokens[at + j];
+            c->b_pos[j] = (int32_t)(at + j);
+            c->b_seq[j] = 0;
+        }
+        c->b_fseq[0] = (fwd_seq){s->kv.table, s->kv.n_blocks, &s->stage};
+        fwd_batch b = {(int)k, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, 1, c->b_lidx, 0};
+        int rc = model_forward(c->pm->m, c->fs, &c->pool, &b, NULL);
+        assert(rc == 0); /* it fails only for a dtype pl_ctx_new refused */
+        (void)rc;
+        at += k;
+    }
+    s->stage_end = n;
+}
+
+/* Cuts s's KV to n tokens (n <= kv.n_tokens), keeping the stage right. */
+static void seq_kv_cut(pl_ctx *c, ctx_seq *s, uint32_t n)
+{
+    const uint32_t T = c->p.block_size;
+    kv_seq_truncate(&s->kv, n);
+    if (!s->stage.rows || n % T == 0) return;
+    if (s->stage_end >= n && (s->stage_end - 1) / T == n / T) return; /* the stage still holds the block */
+    stage_rebuild(c, s, n);
 }
 
 /* Runs tokens[from, to) of s's history through the model in chunks of
@@ -558,8 +611,8 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
         }
         rc = run_range(c, s, from, old + (uint32_t)n, logits);
         if (rc) {
-            kv_seq_truncate(&s->kv, old);
             if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, old);
+            seq_kv_cut(c, s, old);
         }
     }
     if (rc) return rc;
@@ -585,8 +638,8 @@ int pl_seq_append_all(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, fl
         at += k;
     }
     if (rc) {
-        kv_seq_truncate(&s->kv, old);
         if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, old);
+        seq_kv_cut(c, s, old);
         return rc;
     }
     s->n_tokens = old + (uint32_t)n;
@@ -599,8 +652,8 @@ int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
     ctx_seq *s = seq_get(c, id);
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n > s->n_tokens) return err_set(PL_ERANGE, "truncate to %u > length %u", n, s->n_tokens);
-    if (!c->p.no_kv_cache) kv_seq_truncate(&s->kv, n);
     if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n);
+    if (!c->p.no_kv_cache) seq_kv_cut(c, s, n);
     s->n_tokens = n;
     if (s->shifted && n <= win_sink_blocks(&c->p) * c->p.block_size) {
         /* only sink tokens are left, at their original positions */
@@ -633,6 +686,9 @@ void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out)
         .bytes_wasted = st.bytes_wasted,
         .utilisation = st.utilisation,
     };
+    const kv_shape *sh = &c->pool.g.s;
+    out->stage_bytes_per_seq = kv_dtype_stage_bytes(sh->dtype, sh->n_layers, sh->n_kv_heads, sh->head_dim, sh->block_size);
+    out->stage_bytes = out->stage_bytes_per_seq * n;
 }
 
 uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)
@@ -674,8 +730,12 @@ int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child)
         if (s->alive) continue;
         s->tokens = mem_calloc(c->p.n_ctx, sizeof *s->tokens);
         if (!s->tokens) return PL_ENOMEM;
-        int rc = kv_seq_fork(&s->kv, &p->kv);
+        int rc = kv_stage_init(&s->stage, &c->pool.g);
         if (rc) { free(s->tokens); s->tokens = NULL; return rc; }
+        rc = kv_seq_fork(&s->kv, &p->kv);
+        if (rc) { kv_stage_free(&s->stage); free(s->tokens); s->tokens = NULL; return rc; }
+        kv_stage_copy(&s->stage, &p->stage); /* the child's partly filled block is the parent's */
+        s->stage_end = p->stage_end;
         memcpy(s->tokens, p->tokens, p->n_tokens * sizeof *s->tokens);
         s->n_tokens = p->n_tokens;
         s->pcur = p->pcur;

@@ -7,8 +7,7 @@
  * of the per-channel key scales); bytes_per_block is one block as the pool
  * lays it out (planes padded to KV_PLANE_ALIGN, which for every common
  * shape is no padding at all). KIVI's f16 staging block is a per-sequence
- * cost outside both (kv_dtype_stage_bytes); pl_kv_size has no field for it
- * yet.
+ * cost outside both (kv_dtype_stage_bytes): pl_kv_size.stage_bytes.
  */
 #include "pagellm.h"
 
@@ -51,5 +50,6 @@ int pl_kv_size_of(const pl_kv_shape *shape, pl_kv_dtype dt, pl_kv_size *out)
     if (rc) return rc;
     out->bytes_per_token = g.bytes_per_token;
     out->bytes_per_block = g.block_bytes;
+    out->stage_bytes = kv_dtype_stage_bytes(s.dtype, s.n_layers, s.n_kv_heads, s.head_dim, s.block_size);
     return 0;
 }

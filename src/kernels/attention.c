@@ -8,6 +8,7 @@
 
 #include "kernels/attention_impl.h"
 #include "kernels/kern_impl.h"
+#include "kernels/kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
@@ -24,6 +25,9 @@ size_t attn_scratch_floats(int max_ctx, int head_dim)
     const size_t n = max_ctx > 0 ? (size_t)max_ctx : 1;
     return attn_layout_floats((size_t)attn_rows_max(max_ctx), n, (size_t)head_dim) + 16;
 }
+
+static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                              size_t scratch_floats);
 
 /* ------------------------------------------------------------- reference */
 
@@ -97,11 +101,99 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
 void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                     size_t scratch_floats)
 {
+    if (kv->reader) {
+        attn_paged_reader(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
     for (int r = 0; r < n_rows; r++) {
         assert(rows[r].n_ctx >= 1);
         assert(attn_round8((size_t)rows[r].n_ctx) + 3 * attn_round8((size_t)kv->head_dim) <= scratch_floats);
         (void)scratch_floats;
         ref_row(kv, &rows[r], scale, scratch);
+    }
+}
+
+/* ---------------------------------------------------------- block reader */
+
+size_t attn_scratch_floats_reader(int max_ctx, size_t reader_scratch_floats)
+{
+    const size_t n = max_ctx > 0 ? (size_t)max_ctx : 1;
+    return (size_t)attn_rows_max(max_ctx) * attn_round8(n) + reader_scratch_floats + 16;
+}
+
+/* How a row whose context is n_ctx sees logical block blk: -1 not at all,
+ * 0 as a past block (all T tokens), 1 as its own last block. */
+static inline int rd_view(int n_ctx, uint32_t blk, uint32_t T)
+{
+    const uint32_t last = (uint32_t)(n_ctx - 1) / T;
+    return blk > last ? -1 : blk < last ? 0 : 1;
+}
+
+/* Tokens of block blk that a row sees: T for a past block, else up to its
+ * own position. */
+static inline uint32_t rd_tokens(int n_ctx, uint32_t blk, uint32_t T)
+{
+    return rd_view(n_ctx, blk, T) == 0 ? T : (uint32_t)n_ctx - blk * T;
+}
+
+/* The reader path (attention.h): per run of rows of one KV head, scores
+ * block by block, softmax per row, then values block by block. Calls go to
+ * maximal runs of adjacent rows that see the block the same way (for V:
+ * also over the same tokens), so that the reader decodes a block once for
+ * all of them; each row's numbers come from its own view only. */
+static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                              size_t scratch_floats)
+{
+    const attn_reader *rd = kv->reader;
+    const uint32_t T = kv->block_size;
+    const int hd = kv->head_dim;
+    int nmax = 0;
+    for (int r = 0; r < n_rows; r++) {
+        assert(rows[r].n_ctx >= 1);
+        nmax = rows[r].n_ctx > nmax ? rows[r].n_ctx : nmax;
+    }
+    const size_t ncp = attn_round8((size_t)nmax);
+    assert(n_rows <= ATTN_ROWS_CAP && (size_t)n_rows * ncp + rd->scratch_floats <= scratch_floats);
+    (void)scratch_floats;
+    float *sc = scratch, *rs = sc + (size_t)n_rows * ncp;
+    const float *qp[ATTN_ROWS_CAP];
+    float *op[ATTN_ROWS_CAP];
+    for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
+        const int g = rows[r0].g;
+        int sn = 0;
+        for (r1 = r0; r1 < n_rows && rows[r1].g == g; r1++) sn = rows[r1].n_ctx > sn ? rows[r1].n_ctx : sn;
+        const uint32_t nb = ((uint32_t)sn + T - 1) / T;
+        /* 1. scores */
+        for (uint32_t blk = 0; blk < nb; blk++)
+            for (int a = r0, e; a < r1; a = e) {
+                const int v = rd_view(rows[a].n_ctx, blk, T);
+                uint32_t n = rd_tokens(rows[a].n_ctx, blk, T);
+                for (e = a + 1; e < r1 && rd_view(rows[e].n_ctx, blk, T) == v; e++) {
+                    const uint32_t ne = rd_tokens(rows[e].n_ctx, blk, T);
+                    n = ne > n ? ne : n;
+                }
+                if (v < 0) continue;
+                for (int k = a; k < e; k++) qp[k - a] = rows[k].q;
+                rd->k_dot(rd->ctx, g, blk, n, v == 1, qp, e - a, sc + (size_t)a * ncp + blk * T, ncp, rs);
+            }
+        /* 2. softmax of each row over its own n_ctx */
+        for (int r = r0; r < r1; r++) {
+            float *x = sc + (size_t)r * ncp;
+            for (int j = 0; j < rows[r].n_ctx; j++) x[j] *= scale;
+            kern_softmax(x, rows[r].n_ctx);
+            memset(rows[r].out, 0, sizeof(float) * (size_t)hd);
+        }
+        /* 3. values: each row over exactly its tokens */
+        for (uint32_t blk = 0; blk < nb; blk++)
+            for (int a = r0, e; a < r1; a = e) {
+                const int v = rd_view(rows[a].n_ctx, blk, T);
+                const uint32_t n = rd_tokens(rows[a].n_ctx, blk, T);
+                for (e = a + 1; e < r1 && rd_view(rows[e].n_ctx, blk, T) == v && rd_tokens(rows[e].n_ctx, blk, T) == n;)
+                    e++;
+                if (v < 0) continue;
+                for (int k = a; k < e; k++) op[k - a] = rows[k].out;
+                rd->v_axpy(rd->ctx, g, blk, n, v == 1, sc + (size_t)a * ncp + blk * T, ncp, e - a, op, rs);
+            }
     }
 }
 
@@ -115,6 +207,10 @@ void attn_paged(const attn_kv *kv, const attn_row *rows, int n_rows, float scale
                 size_t scratch_floats)
 {
     static const char ref_name[] = "ref";
+    if (kv->reader) { /* the reader has its own SIMD choice */
+        attn_paged_reader(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
     const bool simd = kv->head_dim % 8 == 0 && strcmp(kern_active()->name, ref_name) != 0 && attn_avx2_available();
     if (simd) attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
     else attn_paged_ref(kv, rows, n_rows, scale, scratch, scratch_floats);

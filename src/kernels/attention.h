@@ -49,6 +49,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A block reader supplied by the caller, for KV encodings that are not
+ * ggml rows (fp8, KIVI: model/forward.c implements it with kv/kv_codec.h,
+ * which kernels/ may not include). Token j of the sequence is slot
+ * j % block_size of logical block j / block_size. Both functions cover the
+ * tokens [blk x block_size, blk x block_size + n) of KV head g, n <= block
+ * size, for n_q query rows of one call:
+ *   k_dot   scores[k * ld + t] = q[k] . K_t (unscaled), written;
+ *   v_axpy  acc[k][i] += sum_t w[k * ldw + t] V_t[i], t ascending.
+ * own: the block is the last one of these rows' context (the block their
+ * token sits in), which a staged encoding (KIVI) reads in f16; other rows
+ * read it as stored. Each result element must depend only on its own row,
+ * token, own and the cache, never on n_q, n or the other rows (row
+ * independence below). scratch: scratch_floats floats for n_q <=
+ * ATTN_ROWS_CAP, owned by the calling thread. */
+typedef struct attn_reader {
+    void (*k_dot)(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
+                  float *scores, size_t ld, float *scratch);
+    void (*v_axpy)(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw, int n_q,
+                   float *const *acc, float *scratch);
+    const void *ctx;
+    size_t scratch_floats;
+} attn_reader;
+
 typedef struct {
     const uint32_t *blocks;         /* the sequence's block table */
     const uint8_t *k_base, *v_base; /* K / V plane of this layer in block 0 */
@@ -58,6 +81,8 @@ typedef struct {
     size_t head_bytes;              /* bytes of one head's slice of a row */
     uint32_t kv_type;               /* ggml type of the rows */
     int head_dim;
+    const attn_reader *reader;      /* if not NULL, blocks are read through it (then only
+                                       block_size and head_dim above are used) */
 } attn_kv;
 
 /* One query vector and where its result goes. */
@@ -74,6 +99,13 @@ typedef struct {
  * (16 x 2048 x 4 B = 128 KiB at n_ctx 2048, which stays in L2). */
 #define ATTN_ROWS_CAP 16
 
+/* With a reader (attn_kv.reader), a call computes, per row: scores by
+ * k_dot block by block, times scale, kern_softmax over its n_ctx (the
+ * active kernel table's, exact two-pass, sum in double), then v_axpy
+ * block by block; no f16 rounding of queries or weights (the reader's
+ * encodings are not ggml's dot types). Scratch: R x round8(n_ctx max) +
+ * reader->scratch_floats floats (attn_scratch_floats_reader). */
+
 /* Most rows one call may take when no row's n_ctx exceeds max_ctx (>= 1;
  * the scores of a call's rows live in scratch at once, so long contexts get
  * fewer rows per call). */
@@ -82,6 +114,9 @@ int attn_rows_max(int max_ctx);
 /* Floats of scratch a call needs with up to attn_rows_max(max_ctx) rows of
  * n_ctx <= max_ctx: O(rows x max_ctx), never n_ctx x n_ctx. */
 size_t attn_scratch_floats(int max_ctx, int head_dim);
+
+/* Floats of scratch a call through a reader needs (see above). */
+size_t attn_scratch_floats_reader(int max_ctx, size_t reader_scratch_floats);
 
 /* out = attention of each row over its KV head (see above). scratch holds
  * scratch_floats >= attn_scratch_floats(max n_ctx of the rows, head_dim)

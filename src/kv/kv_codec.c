@@ -461,15 +461,19 @@ static void kivi_quant(const uint16_t *x, uint64_t stride, uint32_t n, uint32_t 
     }
 }
 
-void kv_codec_stage_row(kv_stage *st, uint32_t layer, kv_plane p, uint32_t slot, const float *row)
+void kv_codec_f16_row(const float *row, uint16_t *dst, uint64_t n)
 {
-    assert(slot < st->block_size);
-    uint16_t *dst = kv_stage_plane(st, layer, p) + (uint64_t)slot * st->kv_dim;
-    for (uint64_t i = 0; i < st->kv_dim; i++) {
+    for (uint64_t i = 0; i < n; i++) {
         float x = row[i];
         x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x; /* saturate; NaN passes */
         dst[i] = f32_to_f16(x);
     }
+}
+
+void kv_codec_stage_row(kv_stage *st, uint32_t layer, kv_plane p, uint32_t slot, const float *row)
+{
+    assert(slot < st->block_size);
+    kv_codec_f16_row(row, kv_stage_plane(st, layer, p) + (uint64_t)slot * st->kv_dim, st->kv_dim);
 }
 
 /* K plane: | col 0 .. col C-1 | d[C] | m[C] |, one column per channel. */
@@ -499,15 +503,19 @@ static void kivi_seal_v(uint8_t *plane, const uint16_t *rows, uint32_t T, uint64
         }
 }
 
-void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st)
+void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *k_rows, const uint16_t *v_rows)
 {
     const kv_geom *g = &pool->g;
-    assert(kv_dtype_staged(g->s.dtype) && st->kv_dim == g->kv_dim && st->block_size == g->s.block_size);
+    assert(kv_dtype_staged(g->s.dtype));
     const uint32_t bits = kivi_bits(g->s.dtype);
-    kivi_seal_k(kv_block_k(pool, b, layer), kv_stage_plane(st, layer, KV_PLANE_K), g->s.block_size, g->kv_dim,
-                bits);
-    kivi_seal_v(kv_block_v(pool, b, layer), kv_stage_plane(st, layer, KV_PLANE_V), g->s.block_size, g->kv_dim,
-                bits);
+    kivi_seal_k(kv_block_k(pool, b, layer), k_rows, g->s.block_size, g->kv_dim, bits);
+    kivi_seal_v(kv_block_v(pool, b, layer), v_rows, g->s.block_size, g->kv_dim, bits);
+}
+
+void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st)
+{
+    assert(st->kv_dim == pool->g.kv_dim && st->block_size == pool->g.s.block_size);
+    kv_codec_seal_rows(pool, b, layer, kv_stage_plane(st, layer, KV_PLANE_K), kv_stage_plane(st, layer, KV_PLANE_V));
 }
 
 void kv_codec_put(kv_pool *pool, kv_stage *st, uint32_t b, uint32_t layer, uint32_t slot, const float *k,

@@ -129,19 +129,26 @@
  *             pool's geometry when it is made (no bytes unless the dtype is
  *             staged), kv_stage_copy(child, parent) after kv_seq_fork,
  *             kv_stage_free with it.
- *   forward   kv_store calls kv_codec_put(pool, stage, table[pos / T], layer,
- *             pos % T, k_row, v_row) per token, in position order, after
- *             kv_seq_append made the blocks private. Rows are whole KV rows
- *             (q8_0/q4_0 give the same bytes as per-head encoding whenever
- *             head_dim % 32 == 0).
- *   attention for each logical block i of a sequence with n_tokens written:
- *             r = kv_codec_ref_seq(...), then kv_codec_k_dot for the scores
+ *   forward   (model/forward.c, which keeps ggml's own row code for f32 ..
+ *             q4_0) unstaged: kv_codec_put(pool, NULL, table[pos / T],
+ *             layer, pos % T, k_row, v_row) per token, in position order,
+ *             after kv_seq_append made the blocks private. Staged: a token
+ *             reads its own block in f16 (the residual window, as token-by-
+ *             token decoding sees it), so that a batch gives the same values
+ *             however it is chunked; the pass rounds the batch rows with
+ *             kv_codec_f16_row, seals each block the batch fills with
+ *             kv_codec_seal_rows from [stage rows | batch rows], and writes
+ *             the stage only after attention (forward.c's header).
+ *   attention for each logical block of a sequence: kv_codec_ref (a sealed
+ *             or row block), or a KV_F16 ref over the stage or the batch
+ *             rows (own block, staged), then kv_codec_k_dot for the scores
  *             and kv_codec_v_axpy for the output. kernels/ may not include
- *             kv/, so the model layer hands these to the kernel as callbacks
- *             (or runs the softmax itself).
+ *             kv/, so the model layer hands these to the kernel as an
+ *             attn_reader (kernels/attention.h).
  *   truncate  into a sealed block of a staged dtype (n % T != 0 and block
  *             n / T was full): recompute tokens [n / T x T, n) from the block
- *             boundary (exact), or kv_codec_unseal that block (lossy).
+ *             boundary (exact: api_generate.c does this, from the token
+ *             history), or kv_codec_unseal that block (lossy).
  *   prefix    hits are whole blocks, which are sealed; the tail copy is
  *             off for staged dtypes (prefix_cache.c: fill_dtype != dtype).
  *
@@ -226,9 +233,18 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
 /* KIVI: row (kv_dim floats) into the stage's slot, in f16 (saturated). */
 void kv_codec_stage_row(kv_stage *st, uint32_t layer, kv_plane p, uint32_t slot, const float *row);
 
+/* The stage's rounding of a row: n floats to f16, saturated to +-65504
+ * (NaN kept). */
+void kv_codec_f16_row(const float *row, uint16_t *dst, uint64_t n);
+
 /* KIVI: quantizes the stage's T rows of layer (K per channel, V per token)
  * into block b of the pool: the block is full. */
 void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st);
+
+/* The same from T f16 rows of kv_dim each laid out like a stage plane
+ * ([T][kv_dim], rounded by kv_codec_f16_row): for a forward pass that
+ * fills and seals a block within one batch (model/forward.c). */
+void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *k_rows, const uint16_t *v_rows);
 
 /* The one call the forward pass needs: stores one token's K and V rows
  * (kv_dim floats each) of layer at slot of block b. Unstaged dtypes encode

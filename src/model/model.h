@@ -17,6 +17,7 @@
 
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
+#include "kv/kv_codec.h"
 #include "kv/kv_pool.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -34,8 +35,14 @@ void model_close(model *m);
 typedef struct {
     const uint32_t *blocks; /* the sequence's block table */
     uint32_t n_blocks;      /* covers every position written in this batch */
+    kv_stage *stage;        /* staged KV dtypes (KIVI): the sequence's stage, holding the f16 rows
+                               of positions [from / T x T, from) where from is its first position in
+                               the batch; the pass leaves it holding its last block's rows. NULL for
+                               the other dtypes. */
 } fwd_seq;
 
+/* A sequence's tokens in a batch are at consecutive positions, in order;
+ * with a staged KV dtype they must also be adjacent in the batch. */
 typedef struct {
     int n_tokens;
     const int32_t *tokens;  /* [n_tokens] */
@@ -50,13 +57,18 @@ typedef struct {
 typedef struct fwd_state fwd_state;
 
 /* Scratch for batches of up to max_tokens tokens attending over up to
- * max_ctx positions; the forward pass allocates nothing after this. */
-int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, threadpool *tp);
+ * max_ctx positions, with a KV pool of geometry kvg (its dtype and block
+ * size); the forward pass allocates nothing after this. */
+int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, const kv_geom *kvg, threadpool *tp);
 void fwd_state_free(fwd_state *s);
 
 /* True if the forward pass can store KV in dtype t for this model
- * (quantized rows need head_dim to be a multiple of their block). */
+ * (ggml's q8_0/q4_0 rows need head_dim % 32 == 0, KIVI kv_dim % 32 == 0). */
 bool model_kv_dtype_ok(const model *m, kv_dtype t);
+
+/* The same as an error: 0, or PL_EUNSUPPORTED with a text naming
+ * --kv-dtype and why. */
+int model_kv_dtype_check(const model *m, kv_dtype t);
 
 /* Runs the batch; logits gets n_logits rows of n_vocab floats. */
 int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits);

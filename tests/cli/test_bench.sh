@@ -61,6 +61,13 @@ else
 fi
 
 # usage errors name the flag and exit 2
+# kv-dtype: one JSON line per dtype asked for, f16 first (the reference)
+"$PAGELLM" bench kv-dtype -m "$TINY" --depth 40 --n-gen 4 -t 1 --dtypes kivi4,fp8_e4m3 --json >"$T/kvd.json" 2>"$T/kvd.err"
+check bench_kv_dtype_rows [ "$(wc -l <"$T/kvd.json")" -eq 3 ]
+jq_check bench_kv_dtype_f16_first "$T/kvd.json" '[., inputs] | .[0].kv_dtype == "f16" and .[0].vs_f16 == 1'
+jq_check bench_kv_dtype_kivi4 "$T/kvd.json" \
+  '[., inputs] | map(select(.kv_dtype == "kivi4"))[0] | .decode_tok_s > 0 and .cpu_ms_per_token > 0 and .stage_bytes_per_seq > 0'
+expect_exit bench_kv_dtype_bad 2 "--dtypes" -- "$PAGELLM" bench kv-dtype -m "$TINY" --dtypes f16,nosuch
 expect_exit bench_unknown 2 "unknown benchmark" -- "$PAGELLM" bench nosuch
 expect_exit bench_kvm_no_model 2 "missing -m" -- "$PAGELLM" bench kv-memory
 expect_exit bench_kvm_lengths 2 "min-len" -- "$PAGELLM" bench kv-memory -m "$TINY" --min-len 64 --max-len 32

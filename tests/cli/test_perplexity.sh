@@ -138,6 +138,24 @@ j=$(ppl_json -f "$TEXT" --kv-dtype bf16 --kl-base "$T/f32.lp")
 klbf=$(jget "$j" kl_mean)
 py_check kl_bf16_small "0 < b < a and a < 1e-2 and c >= 95" "$klbf" "$kl16" "$(jget "$j" same_top_pct)"
 py_check kl_max_ge_mean "b >= a" "$klbf" "$(jget "$j" kl_max)"
+# the codec dtypes run, cost their bytes, and stay within a bound of f32.
+# Measured on all 25 chunks against f16 (bench/quality.sh, README): e4m3
+# +6.7%, e5m2 +40%, kivi4 +0.5%, kivi2 +44%: stories260K (head dim 8) is
+# as sensitive to KV precision as its bf16 KL (1.6e-4) predicts, KL growing
+# with the square of the rounding step. The bounds below are about 2x those.
+declare -A bpt=([fp8_e4m3]=330 [fp8_e5m2]=320 [kivi4]=220 [kivi2]=140)
+declare -A bound=([fp8_e4m3]=0.15 [fp8_e5m2]=0.8 [kivi4]=0.02 [kivi2]=0.9)
+declare -A klc
+for kv in fp8_e4m3 fp8_e5m2 kivi4 kivi2; do
+  j=$(ppl_json -f "$TEXT" --kv-dtype $kv --chunks 6 --kl-base "$T/f32.lp")
+  klc[$kv]=$(jget "$j" kl_mean)
+  echo "INFO $kv KV, 6 chunks: ppl $(jget "$j" ppl) vs f32 $(jget "$j" ppl_base), mean KL ${klc[$kv]}"
+  py_check "ppl_$kv" "abs(a - b) <= ${bound[$kv]} * b and 0 < c < 1" "$(jget "$j" ppl)" "$(jget "$j" ppl_base)" "${klc[$kv]}"
+  py_check "bytes_per_token_$kv" "a == b" "$(jget "$j" bytes_per_token)" "${bpt[$kv]}"
+done
+# finer formats lose less: 4-bit KIVI (f16 residual block) < e4m3 < e5m2
+py_check kl_order_fp8 "a < b < c" "${klc[kivi4]}" "${klc[fp8_e4m3]}" "${klc[fp8_e5m2]}"
+py_check kl_kivi4_below_kivi2 "a < b" "${klc[kivi4]}" "${klc[kivi2]}"
 # a top-K base: exact 0 against itself, a lower bound of the full KL otherwise
 ppl_json -f "$TEXT" --kv-dtype f32 --chunks 6 --save-logits "$T/k16.lp" --save-top-k 16 >/dev/null
 py_check topk_smaller_file "a < b / 10" "$(stat -c %s "$T/k16.lp")" "$(stat -c %s "$T/f32.lp")"
