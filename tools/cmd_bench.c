@@ -11,6 +11,7 @@
  *   bench prefix     TTFT cold vs prefix-cache hit (bench_prefix.c)
  *   bench serve      streaming clients against `pagellm serve`, beside the
  *                    peer's batched decode (bench_serve.c)
+ *   bench speed      the speed table vs the peer, roofline, RSS (bench_speed.c)
  * bench/run.sh runs these side by side with the llama.cpp peer. Every
  * benchmark prints a table, or JSON with --json.
  */
@@ -204,18 +205,19 @@ int cmd_bench(int argc, char **argv)
         int (*fn)(int, char **);
     } benches[] = {
         {"gen", bench_gen}, {"cache", bench_cache}, {"kv-memory", bench_kv_memory},
-        {"prefix", bench_prefix}, {"serve", bench_serve},
+        {"prefix", bench_prefix}, {"serve", bench_serve}, {"speed", bench_speed},
     };
     for (size_t i = 0; argc >= 2 && i < sizeof benches / sizeof benches[0]; i++)
         if (strcmp(argv[1], benches[i].name) == 0) return benches[i].fn(argc - 1, argv + 1);
     bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
     fprintf(help ? stdout : stderr,
-            "usage: pagellm bench gen|cache|kv-memory|prefix|serve [options]   (pagellm bench gen --help)\n"
+            "usage: pagellm bench gen|cache|kv-memory|prefix|serve|speed [options]   (pagellm bench gen --help)\n"
             "  gen        prefill and decode tokens/s on a synthetic prompt\n"
             "  cache      ms per decoded token with and without the KV cache at positions 128..2048\n"
             "  kv-memory  concurrency and KV utilisation, paged vs static, in one KV memory\n"
             "  prefix     time to first token: cold vs a shared system prompt from the prefix cache\n"
-            "  serve      streaming clients against pagellm serve vs llama.cpp's batched decode\n");
+            "  serve      streaming clients against pagellm serve vs llama.cpp's batched decode\n"
+            "  speed      pp512, tg128, depth and batched decode vs llama.cpp, roofline, peak RSS\n");
     if (!help && argc >= 2) fprintf(stderr, "pagellm bench: unknown benchmark '%s'\n", argv[1]);
     return help ? 0 : 2;
 }
