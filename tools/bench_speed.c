@@ -14,16 +14,19 @@
  *   tg128        127 greedy decode steps after that prompt: the same run,
  *                as the peer's `-np 512 -ng 128` (llama-bench's tg128
  *                starts from an empty cache instead)
- *   tg128@d2048  2048 filler ids (untimed), the BOS, then 127 timed decode
- *                steps: the peer's `-np 1 -ng 128 -depth 2048`
+ *   tg128@d2048  a 2048-id prompt (untimed), then 127 timed decode steps
+ *                at positions 2048..2174: the peer's `-np 2048 -ng 128`.
+ *                (Its `-np 1 -depth 2048` aborts: the depth fill goes in one
+ *                batch, larger than its n_batch of max(np, 512).)
  *   tg128x8      8 sequences each prefilled with a 128-id prompt (untimed),
  *                then 127 steps decoding all 8 in one forward pass
  *                (pl_seq_step); tok/s counts all 8: `-np 128 -ng 128 -b 8`.
  *                Our 8 prompts differ (offset ids) so that the prefix cache
  *                shares nothing: llama.cpp keeps 8 separate copies too.
  *   rss          peak RSS (wait4's ru_maxrss) of `pagellm run -c 2048` on
- *                --rss-model against peer-bench with n_ctx 2048, both
- *                processing the same number of tokens (see rss_measure).
+ *                --rss-model against peer-bench with n_ctx 2048, both with
+ *                the same batch, processing the same number of tokens
+ *                (see rss_measure).
  * Every timed run of ours uses a fresh context (so that no prefix-cache
  * hit flatters a repeat) and a model loaded once per model and warmed by
  * one short untimed pass (the peer's mmap is populated at load). For each
@@ -72,7 +75,7 @@ static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048",
 enum { PP_N = 512, TG_N = 128, DEPTH_N = 2048, X8_B = 8, X8_PROMPT = 128 };
 
 typedef struct {
-    const char *dir, *models, *tests, *peer, *rss_model;
+    const char *dir, *models, *tests, *peer, *rss_model, *json_out;
     int reps, threads, bw_mib, rss_ctx;
     bool json, no_peer;
     bool want[T_COUNT];
@@ -306,14 +309,13 @@ static int ours_pp_tg(sp_ours *o, bool tg, double *pp, double *tgv)
 static int ours_depth(sp_ours *o, double *tg)
 {
     pl_ctx *c;
-    int32_t seq, *ids = malloc(sizeof *ids * (DEPTH_N + 1));
-    int rc = ids ? ctx_open(o, DEPTH_N + 1 + TG_N + 8, 1, &c) : PL_ERR_NOMEM;
+    int32_t seq, *ids = malloc(sizeof *ids * DEPTH_N);
+    int rc = ids ? ctx_open(o, DEPTH_N + TG_N + 8, 1, &c) : PL_ERR_NOMEM;
     if (rc) { free(ids); return rc; }
-    fill_ids((int32_t)o->nv, o->bos, ids, DEPTH_N, 0, false);
-    ids[DEPTH_N] = o->bos >= 0 ? o->bos : ids[0];
+    fill_ids((int32_t)o->nv, o->bos, ids, DEPTH_N, 0, true);
     double sec = 0;
     rc = pl_seq_new(c, &seq);
-    if (!rc) rc = append(c, seq, ids, DEPTH_N + 1, o->logits);
+    if (!rc) rc = append(c, seq, ids, DEPTH_N, o->logits);
     if (!rc) rc = decode_steps(o, c, seq, TG_N - 1, &sec);
     *tg = (TG_N - 1) / sec;
     pl_ctx_free(c);
@@ -505,15 +507,16 @@ typedef struct {
     int tokens;         /* prompt + generated, each side */
 } rss_result;
 
-/* Both sides get a 2048-token context (ours: -c 2048; peer-bench sizes its
- * context depth + np + ng + 8 + 256, so -np 512 -ng 64 -depth 1208 = 2048,
- * with its batch of 512 = our -b 512) and process the same number of
- * tokens: the peer 1208 + 512 + 64, ours a ~1720-token prompt + 64. */
+/* Both sides get the same context (ours: -c CTX; peer-bench sizes its
+ * context depth + np + ng + 8 + 256, so with depth = np = (CTX - 328) / 2
+ * and -ng 64 it is CTX, e.g. 860 + 860 + 64 + 8 + 256 = 2048), the same
+ * batch (the peer's n_batch is np: our -b np; its depth fill must fit one
+ * batch, hence depth = np) and the same number of tokens: the peer's
+ * depth + np + 64, ours a prompt of about 2 np tokens + 64. */
 static int rss_measure(const sp_opts *o, const char *exe, const char *model, rss_result *r)
 {
-    const int ng = 64, np = 512, depth = o->rss_ctx - np - ng - 8 - 256;
+    const int ng = 64, np = (o->rss_ctx - ng - 8 - 256) / 2, depth = np;
     r->ours = r->peer = -1;
-    if (depth < 0) { cli_error("bench speed", "--rss-ctx %d too small (>= %d)", o->rss_ctx, np + ng + 8 + 256); return 2; }
     char prompt[] = "/tmp/pagellm-speed-prompt.XXXXXX";
     int fd = mkstemp(prompt), got = 0;
     if (fd < 0) return 1;
@@ -530,7 +533,7 @@ static int rss_measure(const sp_opts *o, const char *exe, const char *model, rss
     snprintf(ngs, sizeof ngs, "%d", ng);
     snprintf(nps, sizeof nps, "%d", np);
     snprintf(ds, sizeof ds, "%d", depth);
-    char *ours[] = {(char *)exe, "run", "-m", (char *)model, "-c", ctx, "-b", "512", "-t", th, "-f", prompt,
+    char *ours[] = {(char *)exe, "run", "-m", (char *)model, "-c", ctx, "-b", nps, "-t", th, "-f", prompt,
                     "-n", ngs, "--ignore-eos", "--temp", "0", "--json", NULL};
     r->ours = child_peak_rss(ours);
     unlink(prompt);
@@ -545,18 +548,28 @@ static int rss_measure(const sp_opts *o, const char *exe, const char *model, rss
 
 static json_t *num_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
 
+static FILE *json_out_f; /* --json-out FILE, or NULL */
+
+/* One JSON line to stdout (--json) and/or --json-out; takes j. */
+static void emit_json(const sp_opts *o, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (s && o->json) puts(s);
+    if (s && json_out_f) fprintf(json_out_f, "%s\n", s), fflush(json_out_f);
+    free(s);
+    json_decref(j);
+}
+
 static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof)
 {
-    if (o->json) {
+    if (o->json || json_out_f) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
                               "test", test_names[test], "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
                               num_or_null(peer), "ratio", num_or_null(peer > 0 ? ours / peer : 0),
                               "roofline_tok_s", num_or_null(roof));
-        char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        puts(s);
-        free(s);
-        json_decref(j);
-    } else {
+        emit_json(o, j);
+    }
+    if (!o->json) {
         char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-";
         if (peer > 0) snprintf(pr, sizeof pr, "%.1f", peer), snprintf(ra, sizeof ra, "%.2fx", ours / peer);
         if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * ours / roof);
@@ -592,12 +605,14 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
         {"rss-ctx", 0, CLI_INT, &o->rss_ctx, 1, 1 << 20, "N", "context of the rss test (default 2048)"},
         {"bw-mib", 0, CLI_INT, &o->bw_mib, 64, 1 << 16, "MIB", "bandwidth buffer in MiB (default 1024)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "a header object, then one JSON row per model and test"},
+        {"json-out", 0, CLI_STR, &o->json_out, 0, 0, "FILE", "also write the JSON lines to FILE (beside the table)"},
         {0},
     };
     const char *pos[1];
     int np, rc = cli_parse("bench speed", "[--models LIST] [--tests LIST] [--reps N] [--json]", opts, argc, argv, pos, 0, &np);
     if (rc == CLI_HELP) return -1;
     if (rc != CLI_OK) return 2;
+    if ((o->rss_ctx - 328) / 2 < 16) { cli_error("bench speed", "--rss-ctx %d too small (>= 360)", o->rss_ctx); return 2; }
     return parse_tests(o->tests, o->want);
 }
 
@@ -613,16 +628,14 @@ static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_
         }
     if (f) fclose(f);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (o->json) {
+    if (o->json || json_out_f) {
         json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:i, s:s?}", "bench", "speed", "cpu", cpu, "cores",
                               (int)cores, "threads", o->threads, "reps", o->reps, "bandwidth_gb_s", bw,
                               "bandwidth_best_gb_s", bw_best, "bandwidth_mib", o->bw_mib, "peer",
                               peer_ok ? o->peer : NULL);
-        char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        puts(s);
-        free(s);
-        json_decref(j);
-    } else {
+        emit_json(o, j);
+    }
+    if (!o->json) {
         printf("machine: %s, %ld cores; memory read bandwidth %.1f GB/s (%d threads, %d MiB, median of 5; best %.1f)\n",
                cpu, cores, bw, o->threads, o->bw_mib, bw_best);
         printf("%d threads, median of %d runs, pagellm and %s alternately\n", o->threads, o->reps,
@@ -649,7 +662,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
     pl_kv_size kvs = {0, 0};
     pl_kv_size_of(&ks, PL_KV_F16, &kvs);
     const double w = (double)pl_model_decode_bytes(us.m), kv = kvs.bytes_per_token, gb = bw * 1e9;
-    const double roof[T_COUNT] = {0, gb / (w + kv * (PP_N + TG_N / 2)), gb / (w + kv * (DEPTH_N + 1 + TG_N / 2)),
+    const double roof[T_COUNT] = {0, gb / (w + kv * (PP_N + TG_N / 2)), gb / (w + kv * (DEPTH_N + TG_N / 2)),
                                   gb * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
     double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS];
     int na[T_COUNT] = {0}, nb[T_COUNT] = {0};
@@ -669,7 +682,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
         if (!rc && o->want[T_DEPTH]) {
             rc = ours_depth(&us, &tg);
             a[T_DEPTH][na[T_DEPTH]++] = tg;
-            const char *args[] = {"-np", "1", "-ng", "128", "-depth", "2048", NULL};
+            const char *args[] = {"-np", "2048", "-ng", "128", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
         }
         if (!rc && o->want[T_X8]) {
@@ -689,16 +702,14 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
 
 static void print_rss(const sp_opts *o, const sp_model *m, const rss_result *r)
 {
-    if (o->json) {
+    if (o->json || json_out_f) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:i}", "model", m->name, "weights", m->weights,
                               "test", "rss", "pagellm_rss_mib", num_or_null(r->ours), "peer_rss_mib",
                               num_or_null(r->peer), "ratio", num_or_null(r->peer > 0 ? r->ours / r->peer : 0), "ctx",
                               o->rss_ctx, "tokens", r->tokens);
-        char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        puts(s);
-        free(s);
-        json_decref(j);
-    } else {
+        emit_json(o, j);
+    }
+    if (!o->json) {
         printf("peak RSS, %s %s, context %d, %d tokens processed: pagellm run %.1f MiB, peer-bench ", m->name,
                m->weights, o->rss_ctx, r->tokens, r->ours);
         if (r->peer > 0) printf("%.1f MiB, ratio %.2fx\n", r->peer, r->ours / r->peer);
@@ -717,6 +728,10 @@ int bench_speed(int argc, char **argv)
     bool any_speed = o.want[T_PP] || o.want[T_TG] || o.want[T_DEPTH] || o.want[T_X8];
     if (any_speed && (rc = parse_models(o.models, models, &n_models))) return rc;
     if (o.want[T_RSS] && (rc = parse_model("rss-model", o.rss_model, strlen(o.rss_model), &rss_m))) return rc;
+    if (o.json_out && !(json_out_f = fopen(o.json_out, "w"))) {
+        cli_error("bench speed", "cannot write --json-out '%s': %s", o.json_out, strerror(errno));
+        return 2;
+    }
     const bool peer_ok = !o.no_peer && access(o.peer, X_OK) == 0;
     const char *peer_note = o.no_peer ? "no peer (--no-peer)" : "no peer (not found)";
     if (!o.no_peer && !peer_ok) fprintf(stderr, "bench speed: peer '%s' not found; pagellm only\n", o.peer);
@@ -738,8 +753,7 @@ int bench_speed(int argc, char **argv)
     }
     /* RSS first: nothing of ours is mapped yet (see the header) */
     rss_result rr = {-1, -1, 0};
-    if (o.want[T_RSS] && (rc = rss_measure(&o, exe, rss_m.path, &rr)) == 2) return 2;
-    if (o.want[T_RSS] && rc) fprintf(stderr, "bench speed: the rss test failed\n");
+    if (o.want[T_RSS] && rss_measure(&o, exe, rss_m.path, &rr) != 0) fprintf(stderr, "bench speed: the rss test failed\n");
     double bw_best = 0, bw = any_speed ? bandwidth_measure(o.bw_mib, o.threads, &bw_best) : 0;
     print_header(&o, bw, bw_best, peer_ok, peer_note);
     if (!o.json && any_speed)
@@ -749,5 +763,7 @@ int bench_speed(int argc, char **argv)
     for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], bw, peer_ok);
     if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed) printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step)\n");
+    if (json_out_f) fclose(json_out_f);
+    json_out_f = NULL;
     return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);
 }
