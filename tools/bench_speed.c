@@ -756,12 +756,12 @@ int bench_speed(int argc, char **argv)
     if (o.want[T_RSS] && rss_measure(&o, exe, rss_m.path, &rr) != 0) fprintf(stderr, "bench speed: the rss test failed\n");
     double bw_best = 0, bw = any_speed ? bandwidth_measure(o.bw_mib, o.threads, &bw_best) : 0;
     print_header(&o, bw, bw_best, peer_ok, peer_note);
+    if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed)
         printf("%-16s %-7s %-12s %10s %10s %7s %10s %7s %7s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
                "roofline", "pl/roof", "peer/roof");
     int status = 0;
     for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], bw, peer_ok);
-    if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed) printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step)\n");
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;
