@@ -616,6 +616,7 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
     return parse_tests(o->tests, o->want);
 }
 
+/* bw == 0: no speed test, so no bandwidth either (only rss). */
 static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_ok, const char *peer_note)
 {
     char cpu[256] = "unknown";
@@ -635,7 +636,8 @@ static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_
                               peer_ok ? o->peer : NULL);
         emit_json(o, j);
     }
-    if (!o->json) {
+    if (!o->json && bw <= 0) printf("machine: %s, %ld cores\n", cpu, cores);
+    if (!o->json && bw > 0) {
         printf("machine: %s, %ld cores; memory read bandwidth %.1f GB/s (%d threads, %d MiB, median of 5; best %.1f)\n",
                cpu, cores, bw, o->threads, o->bw_mib, bw_best);
         printf("%d threads, median of %d runs, pagellm and %s alternately\n", o->threads, o->reps,
