@@ -180,6 +180,11 @@ uint32_t pl_model_n_ctx_train(const pl_model *m);
 uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
+/* Bytes of weights one decode step reads: every layer's tensors, the final
+ * norm and the output matrix, in their stored types (the token embedding
+ * lends one row per token and is not counted, unless it doubles as the
+ * output). Divided into memory bandwidth: the decode speed limit. */
+uint64_t pl_model_decode_bytes(const pl_model *m);
 
 typedef enum {
     PL_KV_PAGED = 0,  /* blocks taken as a sequence grows (the engine's way) */
@@ -235,6 +240,12 @@ int pl_seq_append(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float
  * appended token (n x n_vocab floats): what perplexity needs. Does not take
  * prefix-cache hits (every position is computed). */
 int pl_seq_append_all(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, float *logits);
+/* One decode step of n sequences together: appends tokens[i] to seqs[i]
+ * (distinct live sequences) in ONE forward pass, so the weights are read
+ * once for all of them, and writes each one's n_vocab logits to
+ * logits + i * n_vocab (if logits is not NULL). n <= max_seqs and
+ * <= max_batch. All or nothing: on failure no sequence changes. */
+int pl_seq_step(pl_ctx *c, const int32_t *seqs, const int32_t *tokens, size_t n, float *logits);
 /* Keeps the first n tokens and forgets the rest (n <= length). */
 int pl_seq_truncate(pl_ctx *c, int32_t seq, uint32_t n);
 /* With a window (pl_ctx_params.kv_window): the tokens dropped from the

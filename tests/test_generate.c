@@ -324,6 +324,85 @@ TEST(append_all_gives_the_logits_of_every_position)
     pl_model_free(m);
 }
 
+/* pl_seq_step decodes several sequences in one pass: the same tokens as
+ * decoding them one at a time, logits within the batched matmul's order
+ * differences (f32 cache, as above); a bad step changes nothing. */
+TEST(seq_step_decodes_sequences_together_like_one_at_a_time)
+{
+    enum { B = 3, STEPS = 6 };
+    pl_model *m = NULL;
+    CHECK(pl_model_load(&m, STORIES) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.max_seqs = B;
+    cp.kv_dtype = PL_KV_F32;
+    pl_ctx *cb = NULL, *c1 = NULL;
+    CHECK(pl_ctx_new(&cb, m, &cp) == 0);
+    CHECK(pl_ctx_new(&c1, m, &cp) == 0);
+    int32_t sb[B], s1[B], tok[B], tok1[B];
+    float *lb = malloc(sizeof(float) * nv * B), *l1 = malloc(sizeof(float) * nv);
+    for (int s = 0; s < B; s++) { /* prompts of different lengths */
+        int32_t ids[20];
+        int n = 5 + 6 * s;
+        for (int i = 0; i < n; i++) ids[i] = i ? 300 + (i * 7 + 31 * s) % 200 : 1;
+        CHECK(pl_seq_new(cb, &sb[s]) == 0 && pl_seq_new(c1, &s1[s]) == 0);
+        CHECK(pl_seq_append(cb, sb[s], ids, (size_t)n, l1) == 0);
+        CHECK(pl_seq_append(c1, s1[s], ids, (size_t)n, l1) == 0);
+        tok[s] = tok1[s] = 0;
+        for (uint32_t v = 1; v < nv; v++) if (l1[v] > l1[tok[s]]) tok[s] = tok1[s] = (int32_t)v;
+    }
+    for (int g = 0; g < STEPS; g++) {
+        CHECK(pl_seq_step(cb, sb, tok, B, lb) == 0);
+        for (int s = 0; s < B; s++) {
+            CHECK(pl_seq_append(c1, s1[s], &tok1[s], 1, l1) == 0);
+            double md = 0;
+            int32_t a = 0, b = 0;
+            for (uint32_t v = 0; v < nv; v++) {
+                md = fmax(md, fabs(l1[v] - lb[(size_t)s * nv + v]));
+                if (lb[(size_t)s * nv + v] > lb[(size_t)s * nv + a]) a = (int32_t)v;
+                if (l1[v] > l1[b]) b = (int32_t)v;
+            }
+            CHECK_MSG(md < 1e-4, "step %d seq %d differs by %g", g, s, md);
+            CHECK_EQ_INT(a, b);
+            tok[s] = a;
+            tok1[s] = b;
+        }
+    }
+    for (int s = 0; s < B; s++) CHECK_EQ_INT(pl_seq_len(cb, sb[s]), pl_seq_len(c1, s1[s]));
+    /* a sequence twice, or more than max_seqs: refused, nothing appended */
+    const uint32_t len0 = pl_seq_len(cb, sb[0]);
+    int32_t twice[2] = {sb[0], sb[0]}, four[4] = {sb[0], sb[1], sb[2], sb[0]};
+    CHECK(pl_seq_step(cb, twice, tok, 2, lb) == PL_ERR_INVAL);
+    CHECK(pl_seq_step(cb, four, (int32_t[]){1, 1, 1, 1}, 4, NULL) == PL_ERR_INVAL);
+    CHECK(pl_seq_step(cb, sb, (int32_t[]){1, 1, (int32_t)nv}, B, NULL) == PL_ERR_INVAL);
+    CHECK_EQ_INT(pl_seq_len(cb, sb[0]), len0);
+    free(lb);
+    free(l1);
+    pl_ctx_free(cb);
+    pl_ctx_free(c1);
+    pl_model_free(m);
+}
+
+/* pl_model_decode_bytes: every weight a decode step reads, without the
+ * token embedding (synthetic models have an untied output matrix). */
+TEST(decode_bytes_are_the_weights_without_the_token_embedding)
+{
+    char path[] = "/tmp/pagellm-test-decode-bytes.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    pl_synth_params sp = {.shape = "tiny", .seed = 1, .type = "f32", .out_path = path};
+    CHECK(pl_synth(&sp) == 0);
+    pl_file_info fi;
+    pl_model *m = NULL;
+    CHECK(pl_file_inspect(path, &fi) == 0);
+    CHECK(pl_model_load(&m, path) == 0);
+    CHECK_EQ_INT(pl_model_decode_bytes(m), fi.weights_bytes - (uint64_t)fi.vocab_size * fi.dim * 4);
+    pl_model_free(m);
+    unlink(path);
+}
+
 int main(void)
 {
     if (!peer_available()) {
@@ -337,5 +416,7 @@ int main(void)
     RUN(bad_models_are_refused_naming_the_key_or_tensor);
     RUN(prompt_longer_than_context_is_refused_and_nothing_is_appended);
     RUN(append_all_gives_the_logits_of_every_position);
+    RUN(seq_step_decodes_sequences_together_like_one_at_a_time);
+    RUN(decode_bytes_are_the_weights_without_the_token_embedding);
     return test_summary();
 }

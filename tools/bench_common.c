@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,11 +173,13 @@ char *bench_child_read_all(bench_child *c, double deadline)
     return NULL;
 }
 
-int bench_child_wait(bench_child *c, double deadline)
+int bench_child_wait(bench_child *c, double deadline) { return bench_child_wait_rusage(c, deadline, NULL); }
+
+int bench_child_wait_rusage(bench_child *c, double deadline, struct rusage *ru)
 {
     int st = -1;
     while (c->pid > 0) {
-        pid_t r = waitpid(c->pid, &st, WNOHANG);
+        pid_t r = wait4(c->pid, &st, WNOHANG, ru);
         if (r == c->pid || (r < 0 && errno != EINTR)) {
             c->pid = -1;
             break;

@@ -8,6 +8,7 @@
  *   bench kv-memory  bench_kvmem.c   paged vs static KV in the same memory
  *   bench prefix     bench_prefix.c  time to first token, cold vs prefix-cache hit
  *   bench serve      bench_serve.c   streaming clients against `pagellm serve`
+ *   bench speed      bench_speed.c   pp/tg/depth/batched decode vs the peer, roofline, peak RSS
  *
  * Invariants: results are reproducible for a given --seed (the RNG is ours,
  * not libc's); medians and percentiles never read past n; children are
@@ -27,6 +28,7 @@ int bench_kv_memory(int argc, char **argv);
 int bench_prefix(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_kv_dtype(int argc, char **argv);
+int bench_speed(int argc, char **argv);
 
 /* splitmix64: tiny, seedable, the same sequence on every platform. */
 typedef struct {
@@ -74,5 +76,9 @@ char *bench_child_read_all(bench_child *c, double deadline);
 int bench_child_stop(bench_child *c, double grace_s);
 /* Waits (bounded by deadline) for a child that exits on its own. */
 int bench_child_wait(bench_child *c, double deadline);
+/* The same, and fills *ru with the child's resource usage (ru_maxrss: its
+ * peak resident set in KiB) when it has been reaped. */
+struct rusage;
+int bench_child_wait_rusage(bench_child *c, double deadline, struct rusage *ru);
 
 #endif

@@ -51,6 +51,7 @@
 #include "kv/prefix_cache.h"
 #include "model/kv_shift.h"
 #include "model/model.h"
+#include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 #include "api/ctx_internal.h"
 
@@ -96,6 +97,24 @@ uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
 uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
 uint32_t pl_model_sliding_window(const pl_model *pm) { return pm->m->cfg.sliding_window; }
 const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }
+
+static uint64_t weight_bytes(const weight *w)
+{
+    return w->data ? dtype_row_bytes(w->type, w->n_in) * w->n_out : 0;
+}
+
+uint64_t pl_model_decode_bytes(const pl_model *pm)
+{
+    const model *m = pm->m;
+    uint64_t b = weight_bytes(&m->w.output_norm) + weight_bytes(&m->w.output);
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        const layer_weights *w = &m->w.layers[l];
+        const weight *all[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->bq, &w->bk, &w->bv,
+                               &w->q_norm, &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up, &w->w_down};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b += weight_bytes(all[i]);
+    }
+    return b;
+}
 
 /* The engine's view of a model, for other modules of the library. */
 const model *pl_model_internal(const pl_model *pm) { return pm->m; }
@@ -549,7 +568,9 @@ int64_t ctx_seq_window_blocks(const pl_ctx *c, int32_t id, uint32_t n)
     return need > 0 ? need : 0;
 }
 
-int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
+/* noinline: once pl_seq_step calls it in this file, GCC splits it and then
+ * warns, falsely, that `it` may be read uninitialized (-Werror in CI). */
+__attribute__((noinline)) int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
 {
     core_item it[CTX_STEP_MAX_ITEMS];
     uint32_t total = 0;
@@ -585,6 +606,19 @@ int ctx_step(pl_ctx *c, const ctx_item *items, int n_items)
         seq_register(c, it[i].s);
     }
     return 0;
+}
+
+int pl_seq_step(pl_ctx *c, const int32_t *seqs, const int32_t *tokens, size_t n, float *logits)
+{
+    if (n == 0 || n > c->p.max_seqs || n > CTX_STEP_MAX_ITEMS)
+        return err_set(PL_EINVAL, "pl_seq_step: %zu sequences (1..%u)", n, c->p.max_seqs);
+    ctx_item *items = malloc(n * sizeof *items);
+    if (!items) return err_set(PL_ENOMEM, "out of memory");
+    const size_t nv = c->pm->m->cfg.n_vocab;
+    for (size_t i = 0; i < n; i++) items[i] = (ctx_item){seqs[i], &tokens[i], 1, logits ? logits + i * nv : NULL};
+    int rc = ctx_step(c, items, (int)n);
+    free(items);
+    return rc;
 }
 
 int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float *logits)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# test_bench_speed.sh - `pagellm bench speed` works (not how fast): usage
+# errors exit 2 naming the flag, --help, and a tiny run (a synthetic tiny
+# model made by the bench itself under a scratch --dir, one rep, one thread,
+# a 64 MiB bandwidth buffer) whose --json output is a header and rows with
+# exactly the documented fields. The peer part (peer_tok_s of the 8-sequence
+# test) runs only if peer-bench is built. Speeds are never asserted.
+source "$(dirname "$0")/lib.sh"
+
+command -v jq >/dev/null || { skip bench_speed "jq not installed"; exit 0; }
+if ! "$PAGELLM" bench speed --help >/dev/null 2>&1; then skip bench_speed "this pagellm has no bench speed"; exit 0; fi
+
+# jq_check NAME FILE FILTER: PASS if the JSON stream in FILE satisfies FILTER (slurped).
+jq_check() {
+  if jq -se "$3" "$2" >/dev/null 2>&1; then pass "$1"; else fail "$1" "$(head -c 600 "$2") does not satisfy $3"; fi
+}
+
+"$PAGELLM" bench speed --help >"$T/help.txt" 2>&1
+check bench_speed_help grep -q -- '--tests' "$T/help.txt"
+expect_exit bench_speed_reps 2 "reps" -- "$PAGELLM" bench speed --reps 0
+expect_exit bench_speed_tests 2 "tests.*(pp512|nosuch)" -- "$PAGELLM" bench speed --tests tg128,nosuch
+expect_exit bench_speed_models 2 "models" -- "$PAGELLM" bench speed --models 110m:q9_9
+expect_exit bench_speed_models_form 2 "models" -- "$PAGELLM" bench speed --models 110m
+expect_exit bench_speed_unknown_flag 2 "frobnicate" -- "$PAGELLM" bench speed --frobnicate
+expect_exit bench_speed_rss_ctx 2 "rss-ctx" -- "$PAGELLM" bench speed --tests rss --rss-ctx 100 --rss-model "$T/none.gguf"
+expect_exit bench_speed_missing_file 1 "none.gguf" -- "$PAGELLM" bench speed --models "$T/none.gguf" --tests tg128
+
+peer_flag=(--no-peer)
+have_peer && peer_flag=(--peer "$PEER")
+# tg128 (after a 512-id prompt), the 8-sequence decode and the RSS of
+# `pagellm run` on a small context; tiny's 512-id vocabulary is too small
+# for peer-bench's 512-id prompt, so only tg128x8 gets a peer figure.
+timeout 120 "$PAGELLM" bench speed --models tiny:q8_0 --dir "$T/models" --reps 1 -t 1 --bw-mib 64 \
+  --tests tg128,tg128x8,rss --rss-model tiny:q8_0 --rss-ctx 1024 "${peer_flag[@]}" --json \
+  >"$T/speed.json" 2>"$T/speed.err"
+rc=$?
+check bench_speed_exit [ "$rc" -eq 0 ]
+check bench_speed_model_made [ -s "$T/models/tiny-q8_0.gguf" ]
+check bench_speed_no_temp_left [ -z "$(ls "$T/models" | grep tmp)" ]
+jq_check bench_speed_header "$T/speed.json" '.[0].bench == "speed" and .[0].bandwidth_gb_s > 0 and .[0].threads == 1'
+jq_check bench_speed_row_fields "$T/speed.json" \
+  '[.[1:][] | select(.test != "rss") | keys] == [["model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"],
+                                                 ["model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"]]'
+jq_check bench_speed_rows "$T/speed.json" \
+  '[.[1:][] | select(.test != "rss")] as $r | ($r | map(.test)) == ["tg128","tg128x8"] and
+   all($r[]; .model == "tiny" and .weights == "q8_0" and .pagellm_tok_s > 0 and .roofline_tok_s > 0)'
+jq_check bench_speed_rss "$T/speed.json" \
+  '[.[] | select(.test == "rss")] | length == 1 and .[0].pagellm_rss_mib > 0 and .[0].ctx == 1024 and .[0].tokens > 0'
+if have_peer; then
+  jq_check bench_speed_peer "$T/speed.json" \
+    '.[] | select(.test == "tg128x8") | .peer_tok_s > 0 and ((.ratio - .pagellm_tok_s / .peer_tok_s) | fabs) < 1e-3 * .ratio'
+else
+  skip bench_speed_peer "peer-bench not built"
+fi
+# the table form: a header line and one line per test
+"$PAGELLM" bench speed --models "$T/models/tiny-q8_0.gguf" --reps 1 -t 1 --bw-mib 64 --tests tg128 --no-peer \
+  --json-out "$T/out.json" >"$T/speed.txt" 2>&1
+check bench_speed_table grep -Eq '^tiny-q8_0 +q8_0 +tg128 ' "$T/speed.txt"
+jq_check bench_speed_json_out "$T/out.json" 'length == 2 and .[1].model == "tiny-q8_0" and .[1].test == "tg128" and .[1].peer_tok_s == null'
+check bench_speed_bandwidth grep -q 'memory read bandwidth' "$T/speed.txt"
+for f in "$T"/*.err; do
+  if grep -q Sanitizer "$f"; then fail "bench_speed_sanitizer" "$(head -c 400 "$f")"; fi
+done

@@ -1,0 +1,771 @@
+/* bench_speed.c - `pagellm bench speed`: the speed table. pagellm and
+ * llama.cpp's peer-bench on the same models, in the same run, alternately,
+ * with the decode roofline of this machine beside them, and the peak RSS
+ * of `pagellm run` against the peer's.
+ *
+ * Models (--models): SHAPE:TYPE items are made once under --dir (default
+ * /tmp/pagellm-bench) as SHAPE-TYPE.gguf, the names bench/run.sh uses:
+ * pl_synth(shape, seed 1, f16) then pl_quantize(f16 -> TYPE); each file is
+ * written under a temporary name and renamed, so a file that exists is
+ * whole and is reused. An item holding '/' or ending in .gguf is a file.
+ *
+ * Tests (--tests), each mirroring one peer-bench command (peer/README.md):
+ *   pp512        prefill of a 512-id prompt (BOS, ids cycling from 100)
+ *   tg128        127 greedy decode steps after that prompt: the same run,
+ *                as the peer's `-np 512 -ng 128` (llama-bench's tg128
+ *                starts from an empty cache instead)
+ *   tg128@d2048  a 2048-id prompt (untimed), then 127 timed decode steps
+ *                at positions 2048..2174: the peer's `-np 2048 -ng 128`.
+ *                (Its `-np 1 -depth 2048` aborts: the depth fill goes in one
+ *                batch, larger than its n_batch of max(np, 512).)
+ *   tg128x8      8 sequences each prefilled with a 128-id prompt (untimed),
+ *                then 127 steps decoding all 8 in one forward pass
+ *                (pl_seq_step); tok/s counts all 8: `-np 128 -ng 128 -b 8`.
+ *                Our 8 prompts differ (offset ids) so that the prefix cache
+ *                shares nothing: llama.cpp keeps 8 separate copies too.
+ *   rss          peak RSS (wait4's ru_maxrss) of `pagellm run -c 2048` on
+ *                --rss-model against peer-bench with n_ctx 2048, both with
+ *                the same batch, processing the same number of tokens
+ *                (see rss_measure).
+ * Every timed run of ours uses a fresh context (so that no prefix-cache
+ * hit flatters a repeat) and a model loaded once per model and warmed by
+ * one short untimed pass (the peer's mmap is populated at load). For each
+ * test and rep, ours runs, then the peer: ours, peer, ours, peer... The
+ * figure is the median of --reps runs.
+ *
+ * Roofline: decode is bound by memory reads. Bandwidth is measured here: a
+ * --bw-mib buffer (1 GiB, far beyond L3) read by --threads threads with
+ * AVX2 loads, the median of 5 passes. Bytes per step = the weights a step
+ * reads (pl_model_decode_bytes: all layers + final norm + output matrix)
+ * + f16 KV of every sequence at its mean context length in the test;
+ * roofline tok/s = bandwidth x sequences / bytes per step. pp512 is compute
+ * bound: no roofline.
+ *
+ * Output: a table, or with --json one header object then one row per
+ * (model, test): {model, weights, test, pagellm_tok_s, peer_tok_s, ratio,
+ * roofline_tok_s} (null where absent), and for rss {model, weights, test,
+ * pagellm_rss_mib, peer_rss_mib, ratio, ctx, tokens}.
+ *
+ * Invariants: children are only signalled and reaped by their own pid; the
+ * RSS children are started before this process maps any model or buffer
+ * (a forked child starts with its parent's resident pages counted).
+ */
+#include <errno.h>
+#include <immintrin.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "cli.h"
+
+#define SP_MAX_MODELS 16
+#define SP_MAX_REPS 100
+#define SP_PEER_TIMEOUT_S 3600.0
+
+enum { T_PP, T_TG, T_DEPTH, T_X8, T_RSS, T_COUNT };
+static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048", "tg128x8", "rss"};
+
+/* The shapes of the tests (peer-bench's -np / -ng / -depth / -b). */
+enum { PP_N = 512, TG_N = 128, DEPTH_N = 2048, X8_B = 8, X8_PROMPT = 128 };
+
+typedef struct {
+    const char *dir, *models, *tests, *peer, *rss_model, *json_out;
+    int reps, threads, bw_mib, rss_ctx;
+    bool json, no_peer;
+    bool want[T_COUNT];
+} sp_opts;
+
+typedef struct {
+    char shape[64], type[16];  /* "" shape: a file given by path */
+    char path[1024];
+    char name[128], weights[16];  /* as printed */
+} sp_model;
+
+/* ------------------------------------------------------------- parsing */
+
+static bool known_shape(const char *s)
+{
+    for (const char *const *p = pl_synth_shapes(); *p; p++)
+        if (strcmp(*p, s) == 0) return true;
+    return false;
+}
+
+static bool known_type(const char *t)
+{
+    static const char *const types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(types[i], t) == 0) return true;
+    return false;
+}
+
+static bool is_file_spec(const char *s)
+{
+    size_t n = strlen(s);
+    return strchr(s, '/') || (n > 5 && strcmp(s + n - 5, ".gguf") == 0);
+}
+
+/* One --models / --rss-model item into *m (paths filled later). */
+static int parse_model(const char *flag, const char *item, size_t len, sp_model *m)
+{
+    memset(m, 0, sizeof *m);
+    char buf[1024];
+    if (len == 0 || len >= sizeof buf) { cli_error("bench speed", "bad item in --%s (empty or too long)", flag); return 2; }
+    memcpy(buf, item, len);
+    buf[len] = 0;
+    if (is_file_spec(buf)) {
+        snprintf(m->path, sizeof m->path, "%s", buf);
+        const char *base = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(strlen(base) > 5 && strcmp(base + strlen(base) - 5, ".gguf") == 0
+                                                        ? strlen(base) - 5 : strlen(base)), base);
+        return 0;
+    }
+    char *colon = strchr(buf, ':');
+    if (!colon) {
+        cli_error("bench speed", "bad item '%s' in --%s: want SHAPE:TYPE (e.g. 110m:q4_0) or a .gguf path", buf, flag);
+        return 2;
+    }
+    *colon = 0;
+    if (!known_shape(buf) || !known_type(colon + 1) || strlen(buf) >= sizeof m->shape) {
+        cli_error("bench speed", "bad item '%s:%s' in --%s: unknown shape or type (shapes: see pagellm synth --help; "
+                  "types: f32 f16 bf16 q8_0 q4_0 q4_k_m)", buf, colon + 1, flag);
+        return 2;
+    }
+    snprintf(m->shape, sizeof m->shape, "%s", buf);
+    snprintf(m->type, sizeof m->type, "%s", colon + 1);
+    snprintf(m->name, sizeof m->name, "%s", buf);
+    snprintf(m->weights, sizeof m->weights, "%s", colon + 1);
+    return 0;
+}
+
+static int parse_models(const char *list, sp_model *out, int *n)
+{
+    *n = 0;
+    for (const char *s = list; *s;) {
+        size_t len = strcspn(s, ",");
+        if (*n >= SP_MAX_MODELS) { cli_error("bench speed", "--models: at most %d models", SP_MAX_MODELS); return 2; }
+        int rc = parse_model("models", s, len, &out[(*n)++]);
+        if (rc) return rc;
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (*n == 0) { cli_error("bench speed", "--models is empty"); return 2; }
+    return 0;
+}
+
+static int parse_tests(const char *list, bool *want)
+{
+    memset(want, 0, sizeof(bool) * T_COUNT);
+    int n = 0;
+    for (const char *s = list; *s;) {
+        size_t len = strcspn(s, ",");
+        int t = 0;
+        while (t < T_COUNT && !(strlen(test_names[t]) == len && strncmp(test_names[t], s, len) == 0)) t++;
+        if (t == T_COUNT) {
+            cli_error("bench speed", "unknown test '%.*s' in --tests (pp512, tg128, tg128@d2048, tg128x8, rss)", (int)len, s);
+            return 2;
+        }
+        want[t] = true;
+        n++;
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (n == 0) { cli_error("bench speed", "--tests is empty"); return 2; }
+    return 0;
+}
+
+/* ------------------------------------------------------------- models */
+
+static int mkdir_p(const char *dir)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static bool file_nonempty(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+/* Makes dir/SHAPE-TYPE.gguf (through dir/SHAPE-f16.gguf) unless present. */
+static int ensure_model(const char *dir, sp_model *m)
+{
+    if (!m->shape[0]) return file_nonempty(m->path) ? 0 : (cli_error("bench speed", "cannot read model '%s'", m->path), 1);
+    char f16[1024], tmp[1100];
+    snprintf(f16, sizeof f16, "%s/%s-f16.gguf", dir, m->shape);
+    snprintf(m->path, sizeof m->path, "%s/%s-%s.gguf", dir, m->shape, m->type);
+    if (file_nonempty(m->path)) return 0;
+    if (mkdir_p(dir) != 0) { cli_error("bench speed", "cannot create --dir '%s': %s", dir, strerror(errno)); return 1; }
+    if (!file_nonempty(f16)) {
+        fprintf(stderr, "bench speed: making %s\n", f16);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", f16, (int)getpid());
+        pl_synth_params p = {.shape = m->shape, .seed = 1, .type = "f16", .out_path = tmp};
+        if (pl_synth(&p) != 0 || rename(tmp, f16) != 0) {
+            cli_error("bench speed", "cannot make %s: %s", f16, pl_last_error());
+            unlink(tmp);
+            return 1;
+        }
+    }
+    if (strcmp(m->type, "f16") == 0) return 0;
+    fprintf(stderr, "bench speed: making %s\n", m->path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", m->path, (int)getpid());
+    if (pl_quantize(f16, tmp, m->type) != 0 || rename(tmp, m->path) != 0) {
+        cli_error("bench speed", "cannot make %s: %s", m->path, pl_last_error());
+        unlink(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- our runs */
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+    int32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > l[b]) b = (int32_t)i;
+    return b;
+}
+
+/* ids[i] = 100 + (i + offset) % 1000 as peer-bench's prompt and filler,
+ * wrapped into small vocabularies; ids[0] = bos if with_bos. */
+static void fill_ids(int32_t n_vocab, int32_t bos, int32_t *ids, int n, int offset, bool with_bos)
+{
+    const int32_t span = n_vocab - 100 < 1000 ? n_vocab - 100 : 1000;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && with_bos && bos >= 0) ids[i] = bos;
+        else ids[i] = span > 0 ? 100 + (i + offset) % span : (i + offset) % n_vocab;
+    }
+}
+
+typedef struct {
+    pl_model *m;
+    int threads;
+    uint32_t nv;
+    int32_t bos;
+    float *logits;  /* [X8_B][nv] */
+} sp_ours;
+
+static int ctx_open(sp_ours *o, uint32_t n_ctx, uint32_t seqs, pl_ctx **c)
+{
+    pl_ctx_params p;
+    pl_ctx_params_default(&p);
+    p.n_ctx = n_ctx;
+    p.max_seqs = seqs;
+    p.n_threads = o->threads;
+    return pl_ctx_new(c, o->m, &p);
+}
+
+/* Appends ids in chunks of 512 (one forward pass each). */
+static int append(pl_ctx *c, int32_t seq, const int32_t *ids, int n, float *logits)
+{
+    return pl_seq_append(c, seq, ids, (size_t)n, logits);
+}
+
+/* n_steps greedy decode steps of one sequence; seconds. */
+static int decode_steps(sp_ours *o, pl_ctx *c, int32_t seq, int n_steps, double *sec)
+{
+    int rc = 0;
+    double t0 = bench_now();
+    for (int g = 0; g < n_steps && !rc; g++) {
+        int32_t t = argmax(o->logits, o->nv);
+        rc = pl_seq_append(c, seq, &t, 1, o->logits);
+    }
+    *sec = bench_now() - t0;
+    return rc;
+}
+
+/* pp512 and tg128 in one run (as the peer's -np 512 -ng 128). */
+static int ours_pp_tg(sp_ours *o, bool tg, double *pp, double *tgv)
+{
+    pl_ctx *c;
+    int32_t seq, ids[PP_N];
+    int rc = ctx_open(o, PP_N + TG_N + 8, 1, &c);
+    if (rc) return rc;
+    fill_ids((int32_t)o->nv, o->bos, ids, PP_N, 0, true);
+    rc = pl_seq_new(c, &seq);
+    double t0 = bench_now(), sec = 0;
+    if (!rc) rc = append(c, seq, ids, PP_N, o->logits);
+    *pp = PP_N / (bench_now() - t0);
+    if (!rc && tg) rc = decode_steps(o, c, seq, TG_N - 1, &sec);
+    *tgv = tg ? (TG_N - 1) / sec : 0;
+    pl_ctx_free(c);
+    return rc;
+}
+
+static int ours_depth(sp_ours *o, double *tg)
+{
+    pl_ctx *c;
+    int32_t seq, *ids = malloc(sizeof *ids * DEPTH_N);
+    int rc = ids ? ctx_open(o, DEPTH_N + TG_N + 8, 1, &c) : PL_ERR_NOMEM;
+    if (rc) { free(ids); return rc; }
+    fill_ids((int32_t)o->nv, o->bos, ids, DEPTH_N, 0, true);
+    double sec = 0;
+    rc = pl_seq_new(c, &seq);
+    if (!rc) rc = append(c, seq, ids, DEPTH_N, o->logits);
+    if (!rc) rc = decode_steps(o, c, seq, TG_N - 1, &sec);
+    *tg = (TG_N - 1) / sec;
+    pl_ctx_free(c);
+    free(ids);
+    return rc;
+}
+
+static int ours_x8(sp_ours *o, double *tg)
+{
+    pl_ctx *c;
+    int32_t seqs[X8_B], last[X8_B], ids[X8_PROMPT];
+    int rc = ctx_open(o, X8_PROMPT + TG_N + 8, X8_B, &c);
+    if (rc) return rc;
+    for (int s = 0; s < X8_B && !rc; s++) {
+        fill_ids((int32_t)o->nv, o->bos, ids, X8_PROMPT, 37 * s, true);
+        rc = pl_seq_new(c, &seqs[s]);
+        if (!rc) rc = append(c, seqs[s], ids, X8_PROMPT, o->logits);
+        last[s] = argmax(o->logits, o->nv);
+    }
+    double t0 = bench_now();
+    for (int g = 1; g < TG_N && !rc; g++) {
+        rc = pl_seq_step(c, seqs, last, X8_B, o->logits);
+        for (int s = 0; s < X8_B && !rc; s++) last[s] = argmax(o->logits + (size_t)s * o->nv, o->nv);
+    }
+    *tg = (double)(TG_N - 1) * X8_B / (bench_now() - t0);
+    pl_ctx_free(c);
+    return rc;
+}
+
+/* One short untimed pass: pages the mapped weights in. */
+static int ours_warm(sp_ours *o)
+{
+    pl_ctx *c;
+    int32_t seq, ids[16];
+    int rc = ctx_open(o, 32, 1, &c);
+    if (rc) return rc;
+    fill_ids((int32_t)o->nv, o->bos, ids, 16, 0, true);
+    rc = pl_seq_new(c, &seq);
+    if (!rc) rc = append(c, seq, ids, 16, o->logits);
+    pl_ctx_free(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------- the peer */
+
+/* Runs peer-bench with args; its prefill and decode tok/s. 0 or -1. */
+static int peer_run(const char *peer, const char *model, int threads, const char *const *extra, double *pp, double *tg)
+{
+    char t[16];
+    snprintf(t, sizeof t, "%d", threads);
+    char *argv[24];
+    int n = 0;
+    argv[n++] = (char *)peer;
+    argv[n++] = "-m";
+    argv[n++] = (char *)model;
+    argv[n++] = "-t";
+    argv[n++] = t;
+    for (int i = 0; extra[i] && n < 23; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    bench_child ch;
+    if (bench_child_spawn(&ch, argv, 1) != 0) return -1;
+    char *out = bench_child_read_all(&ch, bench_now() + SP_PEER_TIMEOUT_S);
+    int st = out ? bench_child_wait(&ch, bench_now() + 30) : bench_child_stop(&ch, 5);
+    json_t *j = out && st == 0 ? json_loads(out, 0, NULL) : NULL;
+    json_t *p = json_object_get(j, "prefill_tok_s"), *d = json_object_get(j, "decode_tok_s");
+    int rc = json_is_number(p) && json_is_number(d) ? 0 : -1;
+    if (!rc) {
+        *pp = json_number_value(p);
+        *tg = json_number_value(d);
+    } else {
+        fprintf(stderr, "bench speed: peer-bench failed on %s (status %d)\n", model, st);
+    }
+    json_decref(j);
+    free(out);
+    return rc;
+}
+
+/* -------------------------------------------------------- bandwidth */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;  /* multiple of 128 */
+    uint64_t sum;
+} bw_part;
+
+__attribute__((target("avx2"))) static void *bw_read_avx2(void *arg)
+{
+    bw_part *b = arg;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < b->n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(b->p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(b->p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(b->p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(b->p + i + 96)));
+    }
+    uint64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+    b->sum = v[0] + v[1] + v[2] + v[3]; /* kept, so that the loads are not dropped */
+    return NULL;
+}
+
+static void *bw_read_scalar(void *arg)
+{
+    bw_part *b = arg;
+    uint64_t s = 0;
+    for (size_t i = 0; i < b->n; i += 8) s += *(const uint64_t *)(b->p + i);
+    b->sum = s;
+    return NULL;
+}
+
+/* GB/s (1e9 bytes) read by `threads` threads over mib MiB: the median of
+ * 5 passes (*best: the fastest, what an idle machine gets closer to). */
+static double bandwidth_measure(int mib, int threads, double *best)
+{
+    const size_t n = (size_t)mib << 20;
+    uint8_t *buf = aligned_alloc(64, n);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)i; /* real pages, not the shared zero page */
+    void *(*fn)(void *) = __builtin_cpu_supports("avx2") ? bw_read_avx2 : bw_read_scalar;
+    bw_part parts[64];
+    pthread_t th[64];
+    double gbs[5];
+    const size_t per = n / (size_t)threads / 128 * 128;
+    for (int r = 0; r < 5; r++) {
+        double t0 = bench_now();
+        for (int i = 0; i < threads; i++) {
+            parts[i] = (bw_part){buf + (size_t)i * per, per, 0};
+            if (pthread_create(&th[i], NULL, fn, &parts[i]) != 0) fn(&parts[i]), th[i] = 0;
+        }
+        for (int i = 0; i < threads; i++)
+            if (th[i]) pthread_join(th[i], NULL);
+        gbs[r] = (double)per * threads / (bench_now() - t0) / 1e9;
+    }
+    free(buf);
+    double med = bench_median(gbs, 5); /* sorts */
+    *best = gbs[4];
+    return med;
+}
+
+/* --------------------------------------------------------------- RSS */
+
+/* Peak RSS (MiB) of argv run to the end; -1 on failure. */
+static double child_peak_rss(char *const argv[])
+{
+    bench_child ch;
+    if (bench_child_spawn(&ch, argv, 1) != 0) return -1;
+    char *out = bench_child_read_all(&ch, bench_now() + SP_PEER_TIMEOUT_S);
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    int st = out ? bench_child_wait_rusage(&ch, bench_now() + 30, &ru) : bench_child_stop(&ch, 5);
+    free(out);
+    if (st != 0) {
+        fprintf(stderr, "bench speed: %s exited with status %d\n", argv[0], st);
+        return -1;
+    }
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* A prompt text of about n tokens for m's tokenizer, written to path;
+ * *got = its real token count (BOS included). */
+static int rss_prompt(const char *model_path, const char *path, int n, int *got)
+{
+    pl_vocab *v;
+    if (pl_vocab_load(&v, model_path) != 0) return -1;
+    static const char sentence[] = "Once upon a time, a little cat sat on the warm mat and watched the rain. ";
+    int32_t *ids;
+    size_t k;
+    int rc = pl_tokenize(v, sentence, strlen(sentence), false, false, &ids, &k);
+    if (!rc) pl_free(ids);
+    size_t reps = !rc && k ? (size_t)n / k : 0;
+    char *text = reps ? malloc(reps * strlen(sentence) + 1) : NULL;
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (f) {
+        text[0] = 0;
+        for (size_t i = 0; i < reps; i++) memcpy(text + i * strlen(sentence), sentence, strlen(sentence) + 1);
+        fputs(text, f);
+        rc = fclose(f) == 0 ? pl_tokenize(v, text, strlen(text), pl_vocab_add_bos(v), false, &ids, &k) : -1;
+        if (!rc) { *got = (int)k; pl_free(ids); }
+    } else {
+        rc = -1;
+    }
+    free(text);
+    pl_vocab_free(v);
+    return rc;
+}
+
+typedef struct {
+    double ours, peer;  /* MiB, -1 if not measured */
+    int tokens;         /* prompt + generated, each side */
+} rss_result;
+
+/* Both sides get the same context (ours: -c CTX; peer-bench sizes its
+ * context depth + np + ng + 8 + 256, so with depth = np = (CTX - 328) / 2
+ * and -ng 64 it is CTX, e.g. 860 + 860 + 64 + 8 + 256 = 2048), the same
+ * batch (the peer's n_batch is np: our -b np; its depth fill must fit one
+ * batch, hence depth = np) and the same number of tokens: the peer's
+ * depth + np + 64, ours a prompt of about 2 np tokens + 64. */
+static int rss_measure(const sp_opts *o, const char *exe, const char *model, rss_result *r)
+{
+    const int ng = 64, np = (o->rss_ctx - ng - 8 - 256) / 2, depth = np;
+    r->ours = r->peer = -1;
+    char prompt[] = "/tmp/pagellm-speed-prompt.XXXXXX";
+    int fd = mkstemp(prompt), got = 0;
+    if (fd < 0) return 1;
+    close(fd);
+    if (rss_prompt(model, prompt, depth + np, &got) != 0) {
+        cli_error("bench speed", "cannot build the RSS prompt: %s", pl_last_error());
+        unlink(prompt);
+        return 1;
+    }
+    r->tokens = got + ng;
+    char ctx[16], th[16], ngs[16], nps[16], ds[16];
+    snprintf(ctx, sizeof ctx, "%d", o->rss_ctx);
+    snprintf(th, sizeof th, "%d", o->threads);
+    snprintf(ngs, sizeof ngs, "%d", ng);
+    snprintf(nps, sizeof nps, "%d", np);
+    snprintf(ds, sizeof ds, "%d", depth);
+    char *ours[] = {(char *)exe, "run", "-m", (char *)model, "-c", ctx, "-b", nps, "-t", th, "-f", prompt,
+                    "-n", ngs, "--ignore-eos", "--temp", "0", "--json", NULL};
+    r->ours = child_peak_rss(ours);
+    unlink(prompt);
+    if (!o->no_peer && access(o->peer, X_OK) == 0) {
+        char *peer[] = {(char *)o->peer, "-m", (char *)model, "-np", nps, "-ng", ngs, "-depth", ds, "-t", th, NULL};
+        r->peer = child_peak_rss(peer);
+    }
+    return r->ours < 0 ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+static json_t *num_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
+
+static FILE *json_out_f; /* --json-out FILE, or NULL */
+
+/* One JSON line to stdout (--json) and/or --json-out; takes j. */
+static void emit_json(const sp_opts *o, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (s && o->json) puts(s);
+    if (s && json_out_f) fprintf(json_out_f, "%s\n", s), fflush(json_out_f);
+    free(s);
+    json_decref(j);
+}
+
+static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof)
+{
+    if (o->json || json_out_f) {
+        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
+                              "test", test_names[test], "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
+                              num_or_null(peer), "ratio", num_or_null(peer > 0 ? ours / peer : 0),
+                              "roofline_tok_s", num_or_null(roof));
+        emit_json(o, j);
+    }
+    if (!o->json) {
+        char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-";
+        if (peer > 0) snprintf(pr, sizeof pr, "%.1f", peer), snprintf(ra, sizeof ra, "%.2fx", ours / peer);
+        if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * ours / roof);
+        if (roof > 0 && peer > 0) snprintf(fp, sizeof fp, "%.0f%%", 100 * peer / roof);
+        printf("%-16s %-7s %-12s %10.1f %10s %7s %10s %7s %7s\n", m->name, m->weights, test_names[test], ours, pr, ra,
+               rf, fo, fp);
+    }
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int sp_parse(int argc, char **argv, sp_opts *o)
+{
+    const char *env = getenv("PEER");
+    static char peer_default[1024];
+    snprintf(peer_default, sizeof peer_default, "%s/peer-bench", getenv("PEER_DIR") ? getenv("PEER_DIR") : "/tmp/llamacpp-peer");
+    *o = (sp_opts){.dir = "/tmp/pagellm-bench",
+                   .models = "110m:q8_0,110m:q4_0,tinyllama-1.1b:q8_0,tinyllama-1.1b:q4_0,tinyllama-1.1b:f16",
+                   .tests = "pp512,tg128,tg128@d2048,tg128x8,rss",
+                   .peer = env && *env ? env : peer_default,
+                   .rss_model = "tinyllama-1.1b:q4_0",
+                   .reps = 3, .threads = 2, .bw_mib = 1024, .rss_ctx = 2048};
+    const cli_opt opts[] = {
+        {"models", 0, CLI_STR, &o->models, 0, 0, "LIST", "SHAPE:TYPE items or .gguf paths (default: 110m q8_0/q4_0, tinyllama-1.1b q8_0/q4_0/f16)"},
+        {"tests", 0, CLI_STR, &o->tests, 0, 0, "LIST", "of pp512,tg128,tg128@d2048,tg128x8,rss (default: all)"},
+        {"reps", 0, CLI_INT, &o->reps, 1, SP_MAX_REPS, "N", "runs per test and engine; the median is reported (default 3)"},
+        {"threads", 't', CLI_INT, &o->threads, 1, 64, "N", "threads, both engines (default 2)"},
+        {"dir", 0, CLI_STR, &o->dir, 0, 0, "DIR", "where generated models live (default /tmp/pagellm-bench)"},
+        {"peer", 0, CLI_STR, &o->peer, 0, 0, "PATH", "llama.cpp peer-bench (default $PEER, else $PEER_DIR/peer-bench)"},
+        {"no-peer", 0, CLI_FLAG, &o->no_peer, 0, 0, NULL, "pagellm only"},
+        {"rss-model", 0, CLI_STR, &o->rss_model, 0, 0, "M", "model of the rss test (default tinyllama-1.1b:q4_0)"},
+        {"rss-ctx", 0, CLI_INT, &o->rss_ctx, 1, 1 << 20, "N", "context of the rss test (default 2048)"},
+        {"bw-mib", 0, CLI_INT, &o->bw_mib, 64, 1 << 16, "MIB", "bandwidth buffer in MiB (default 1024)"},
+        {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "a header object, then one JSON row per model and test"},
+        {"json-out", 0, CLI_STR, &o->json_out, 0, 0, "FILE", "also write the JSON lines to FILE (beside the table)"},
+        {0},
+    };
+    const char *pos[1];
+    int np, rc = cli_parse("bench speed", "[--models LIST] [--tests LIST] [--reps N] [--json]", opts, argc, argv, pos, 0, &np);
+    if (rc == CLI_HELP) return -1;
+    if (rc != CLI_OK) return 2;
+    if ((o->rss_ctx - 328) / 2 < 16) { cli_error("bench speed", "--rss-ctx %d too small (>= 360)", o->rss_ctx); return 2; }
+    return parse_tests(o->tests, o->want);
+}
+
+/* bw == 0: no speed test, so no bandwidth either (only rss). */
+static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_ok, const char *peer_note)
+{
+    char cpu[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    for (char line[512]; f && fgets(line, sizeof line, f);)
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+            cpu[strcspn(cpu, "\n")] = 0;
+            break;
+        }
+    if (f) fclose(f);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->json || json_out_f) {
+        json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:i, s:s?}", "bench", "speed", "cpu", cpu, "cores",
+                              (int)cores, "threads", o->threads, "reps", o->reps, "bandwidth_gb_s", bw,
+                              "bandwidth_best_gb_s", bw_best, "bandwidth_mib", o->bw_mib, "peer",
+                              peer_ok ? o->peer : NULL);
+        emit_json(o, j);
+    }
+    if (!o->json && bw <= 0) printf("machine: %s, %ld cores\n", cpu, cores);
+    if (!o->json && bw > 0) {
+        printf("machine: %s, %ld cores; memory read bandwidth %.1f GB/s (%d threads, %d MiB, median of 5; best %.1f)\n",
+               cpu, cores, bw, o->threads, o->bw_mib, bw_best);
+        printf("%d threads, median of %d runs, pagellm and %s alternately\n", o->threads, o->reps,
+               peer_ok ? "peer-bench" : peer_note);
+    }
+    fflush(stdout);
+}
+
+/* Runs the selected tests of one model, ours then the peer, reps times. */
+static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer_ok)
+{
+    sp_ours us = {.threads = o->threads};
+    pl_file_info fi;
+    if (pl_file_inspect(m->path, &fi) != 0 || pl_model_load(&us.m, m->path) != 0) {
+        cli_error("bench speed", "%s", pl_last_error());
+        return 1;
+    }
+    us.nv = pl_model_n_vocab(us.m);
+    us.bos = pl_vocab_bos(pl_model_vocab(us.m));
+    us.logits = malloc(sizeof(float) * us.nv * X8_B);
+    int rc = us.logits ? ours_warm(&us) : PL_ERR_NOMEM;
+    /* KV f16 bytes per token (the context default); roofline per test */
+    pl_kv_shape ks = {fi.n_layers, fi.n_kv_heads, fi.head_dim, 16};
+    pl_kv_size kvs = {0, 0};
+    pl_kv_size_of(&ks, PL_KV_F16, &kvs);
+    const double w = (double)pl_model_decode_bytes(us.m), kv = kvs.bytes_per_token, gb = bw * 1e9;
+    const double roof[T_COUNT] = {0, gb / (w + kv * (PP_N + TG_N / 2)), gb / (w + kv * (DEPTH_N + TG_N / 2)),
+                                  gb * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
+    double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS];
+    int na[T_COUNT] = {0}, nb[T_COUNT] = {0};
+    const bool pptg = o->want[T_PP] || o->want[T_TG];
+    for (int r = 0; r < o->reps && !rc; r++) {
+        double pp = 0, tg = 0;
+        if (pptg) {
+            rc = ours_pp_tg(&us, o->want[T_TG], &pp, &tg);
+            a[T_PP][na[T_PP]++] = pp;
+            a[T_TG][na[T_TG]++] = tg;
+            const char *args[] = {"-np", "512", "-ng", o->want[T_TG] ? "128" : "1", NULL};
+            if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) {
+                b[T_PP][nb[T_PP]++] = pp;
+                b[T_TG][nb[T_TG]++] = tg;
+            }
+        }
+        if (!rc && o->want[T_DEPTH]) {
+            rc = ours_depth(&us, &tg);
+            a[T_DEPTH][na[T_DEPTH]++] = tg;
+            const char *args[] = {"-np", "2048", "-ng", "128", NULL};
+            if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
+        }
+        if (!rc && o->want[T_X8]) {
+            rc = ours_x8(&us, &tg);
+            a[T_X8][na[T_X8]++] = tg;
+            const char *args[] = {"-np", "128", "-ng", "128", "-b", "8", NULL};
+            if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_X8][nb[T_X8]++] = tg;
+        }
+    }
+    if (rc) cli_error("bench speed", "%s: %s", m->path, pl_last_error());
+    for (int t = 0; t < T_RSS && !rc; t++)
+        if (o->want[t]) print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), roof[t]);
+    free(us.logits);
+    pl_model_free(us.m);
+    return rc ? 1 : 0;
+}
+
+static void print_rss(const sp_opts *o, const sp_model *m, const rss_result *r)
+{
+    if (o->json || json_out_f) {
+        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:i}", "model", m->name, "weights", m->weights,
+                              "test", "rss", "pagellm_rss_mib", num_or_null(r->ours), "peer_rss_mib",
+                              num_or_null(r->peer), "ratio", num_or_null(r->peer > 0 ? r->ours / r->peer : 0), "ctx",
+                              o->rss_ctx, "tokens", r->tokens);
+        emit_json(o, j);
+    }
+    if (!o->json) {
+        printf("peak RSS, %s %s, context %d, %d tokens processed: pagellm run %.1f MiB, peer-bench ", m->name,
+               m->weights, o->rss_ctx, r->tokens, r->ours);
+        if (r->peer > 0) printf("%.1f MiB, ratio %.2fx\n", r->peer, r->ours / r->peer);
+        else printf("not measured\n");
+    }
+    fflush(stdout);
+}
+
+int bench_speed(int argc, char **argv)
+{
+    sp_opts o;
+    int rc = sp_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    sp_model models[SP_MAX_MODELS], rss_m;
+    int n_models = 0;
+    bool any_speed = o.want[T_PP] || o.want[T_TG] || o.want[T_DEPTH] || o.want[T_X8];
+    if (any_speed && (rc = parse_models(o.models, models, &n_models))) return rc;
+    if (o.want[T_RSS] && (rc = parse_model("rss-model", o.rss_model, strlen(o.rss_model), &rss_m))) return rc;
+    if (o.json_out && !(json_out_f = fopen(o.json_out, "w"))) {
+        cli_error("bench speed", "cannot write --json-out '%s': %s", o.json_out, strerror(errno));
+        return 2;
+    }
+    const bool peer_ok = !o.no_peer && access(o.peer, X_OK) == 0;
+    const char *peer_note = o.no_peer ? "no peer (--no-peer)" : "no peer (not found)";
+    if (!o.no_peer && !peer_ok) fprintf(stderr, "bench speed: peer '%s' not found; pagellm only\n", o.peer);
+    char exe[1024];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el <= 0) { cli_error("bench speed", "cannot find /proc/self/exe"); return 1; }
+    exe[el] = 0;
+    for (int i = 0; i < n_models; i++)
+        if ((rc = ensure_model(o.dir, &models[i]))) return rc;
+    if (o.want[T_RSS] && (rc = ensure_model(o.dir, &rss_m))) return rc;
+    for (int i = 0; i < n_models; i++) { /* file items: their dominant weight type */
+        pl_file_info fi;
+        if (models[i].weights[0]) continue;
+        if (pl_file_inspect(models[i].path, &fi) != 0) { cli_error("bench speed", "%s", pl_last_error()); return 1; }
+        int best = 0;
+        for (int t = 1; t < fi.n_types; t++)
+            if (fi.types[t].bytes > fi.types[best].bytes) best = t;
+        snprintf(models[i].weights, sizeof models[i].weights, "%s", fi.n_types ? fi.types[best].type : "?");
+    }
+    /* RSS first: nothing of ours is mapped yet (see the header) */
+    rss_result rr = {-1, -1, 0};
+    if (o.want[T_RSS] && rss_measure(&o, exe, rss_m.path, &rr) != 0) fprintf(stderr, "bench speed: the rss test failed\n");
+    double bw_best = 0, bw = any_speed ? bandwidth_measure(o.bw_mib, o.threads, &bw_best) : 0;
+    print_header(&o, bw, bw_best, peer_ok, peer_note);
+    if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
+    if (!o.json && any_speed)
+        printf("%-16s %-7s %-12s %10s %10s %7s %10s %7s %7s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
+               "roofline", "pl/roof", "peer/roof");
+    int status = 0;
+    for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], bw, peer_ok);
+    if (!o.json && any_speed) printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step)\n");
+    if (json_out_f) fclose(json_out_f);
+    json_out_f = NULL;
+    return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);
+}
