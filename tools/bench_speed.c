@@ -661,7 +661,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
     int rc = us.logits ? ours_warm(&us) : PL_ERR_NOMEM;
     /* KV f16 bytes per token (the context default); roofline per test */
     pl_kv_shape ks = {fi.n_layers, fi.n_kv_heads, fi.head_dim, 16};
-    pl_kv_size kvs = {0, 0};
+    pl_kv_size kvs = {0};
     pl_kv_size_of(&ks, PL_KV_F16, &kvs);
     const double w = (double)pl_model_decode_bytes(us.m), kv = kvs.bytes_per_token, gb = bw * 1e9;
     const double roof[T_COUNT] = {0, gb / (w + kv * (PP_N + TG_N / 2)), gb / (w + kv * (DEPTH_N + TG_N / 2)),
