@@ -51,5 +51,5 @@ expect_exit missing_model 1 'no-such.gguf' -- "$PAGELLM" run -m "$T/no-such.gguf
 expect_exit missing_prompt_file 1 "cannot read prompt file" -- "$PAGELLM" run -m "$M" -f "$T/none.txt"
 head -c 100 "$M" >"$T/cut.gguf"
 expect_exit truncated_model 1 'cut.gguf: offset' -- "$PAGELLM" run -m "$T/cut.gguf" -p x
-expect_exit q8_kv_on_head_dim_8 1 'KV dtype q8_0 is not supported for this model \(head dim 8\)' -- "$PAGELLM" run -m "$M" -p x --kv-dtype q8_0
+expect_exit q8_kv_on_head_dim_8 1 '--kv-dtype q8_0: this model.s head dim 8 is not a multiple of 32' -- "$PAGELLM" run -m "$M" -p x --kv-dtype q8_0
 check run_help "$PAGELLM" run --help
