@@ -202,31 +202,31 @@ TEST(simd_dots_match_ref)
     for (int v = 0; v < nv; v++) {
         for (int ti = 0; ti < N_MM_TYPES; ti++) {
             const uint32_t t = mm_types[ti];
-            if (!vs[v]->dot[t]) continue;
+            if (!vs[v]->gemm[t].fn) continue;
             const int blk = (int)dtype_get(t)->blck_size;
             const int *ns = blk == 1 ? n_float : blk == 32 ? n_small : n_k;
             const int nn = blk == 1 ? 6 : blk == 32 ? 5 : 3;
             for (int q = 0; q < nn; q++) {
                 mm_case c;
-                case_make(&c, t, KERN_NX_MAX, ns[q], 3, 100 + (uint64_t)q);
-                for (int nx = 1; nx <= KERN_NX_MAX; nx++) {
-                    for (int j = 0; j < c.n_out; j++) {
-                        float sr[KERN_NX_MAX], sv[KERN_NX_MAX];
-                        const uint8_t *wj = c.w + (size_t)j * c.w_row;
-                        kern_vt_ref.dot[t](c.n_in, sr, 1, wj, c.xa, c.x_row, nx);
-                        vs[v]->dot[t](c.n_in, sv, 1, wj, c.xa, c.x_row, nx);
-                        for (int r = 0; r < nx; r++) {
-                            double mag;
-                            case_naive(&c, r, j, &mag);
-                            const double err = fabs((double)sv[r] - sr[r]);
-                            if (!(err <= TOL_SIMD_VS_REF * mag + 1e-30)) {
-                                case_free(&c);
-                                CHECK_MSG(0, "%s %s n=%d nx=%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
-                                          vs[v]->name, dtype_get(t)->name, ns[q], nx, r, j, sv[r], sr[r], mag);
+                case_make(&c, t, KERN_NX_MAX, ns[q], KERN_NW_MAX, 100 + (uint64_t)q);
+                for (int nx = 1; nx <= KERN_NX_MAX; nx++)
+                    for (int nw = 1; nw <= KERN_NW_MAX; nw++) {
+                        float sr[KERN_NX_MAX][KERN_NW_MAX], sv[KERN_NX_MAX][KERN_NW_MAX];
+                        kern_vt_ref.gemm[t].fn(c.n_in, &sr[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
+                        vs[v]->gemm[t].fn(c.n_in, &sv[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
+                        for (int r = 0; r < nx; r++)
+                            for (int j = 0; j < nw; j++) {
+                                double mag;
+                                case_naive(&c, r, j, &mag);
+                                const double err = fabs((double)sv[r][j] - sr[r][j]);
+                                if (!(err <= TOL_SIMD_VS_REF * mag + 1e-30)) {
+                                    case_free(&c);
+                                    CHECK_MSG(0, "%s %s n=%d tile %dx%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
+                                              vs[v]->name, dtype_get(t)->name, ns[q], nw, nx, r, j, sv[r][j],
+                                              sr[r][j], mag);
+                                }
                             }
-                        }
                     }
-                }
                 case_free(&c);
             }
         }
@@ -430,6 +430,67 @@ TEST(threaded_matmul_equals_single)
     kern_init(0);
     tp_free(tp2);
     tp_free(tp3);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+/* THE INVARIANT of kern_impl.h: an element of kern_matmul's result depends
+ * only on its weight row and activation row. For every weight type, every m
+ * in 1..33 and several n_out (odd ones: edge tiles, partial packed groups),
+ * the rows of an m-row product must equal, bit for bit, the same rows
+ * computed one at a time (m = 1: the decode path), single-threaded and on 2
+ * threads; and every element must agree with the reference within the
+ * SIMD tolerance (Q8_0/Q4_0: exactly, since their SIMD paths perform the
+ * reference's own float operations). */
+TEST(gemm_bit_identical_to_single_rows)
+{
+    static const int n_outs[] = {1, 7, 33, 77};
+    threadpool *tp2 = tp_new(2);
+    CHECK(tp2 != NULL);
+    char why[320] = "";
+    kern_init(0);
+    for (int ti = 0; ti < N_MM_TYPES && !why[0]; ti++) {
+        const uint32_t t = mm_types[ti];
+        const int blk = (int)dtype_get(t)->blck_size;
+        const int n_in = blk == 1 ? 259 : blk == 32 ? 288 : 512;
+        for (int oi = 0; oi < 4 && !why[0]; oi++) {
+            const int n_out = n_outs[oi], M = 33;
+            mm_case c;
+            case_make(&c, t, M, n_in, n_out, 5000 + (uint64_t)(ti * 8 + oi));
+            const size_t ny = (size_t)M * n_out;
+            float *one = malloc(sizeof(float) * ny), *ref = malloc(sizeof(float) * ny);
+            float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
+            for (int i = 0; i < M; i++)
+                kern_matmul(one + (size_t)i * n_out, c.x + (size_t)i * n_in, c.w, t, 1, n_in, n_out, NULL);
+            kern_init(1);
+            kern_matmul(ref, c.x, c.w, t, M, n_in, n_out, NULL);
+            kern_init(0);
+            for (int k = 0; k < (int)ny && !why[0]; k++) {
+                double mag;
+                case_naive(&c, k / n_out, k % n_out, &mag);
+                const double tol = (t == DT_Q8_0 || t == DT_Q4_0) && kern_vt.packed[t].gemm ? 0.0 : TOL_SIMD_VS_REF * mag + 1e-30;
+                if (!(fabs((double)one[k] - ref[k]) <= tol))
+                    snprintf(why, sizeof why, "%s %s n_out=%d: y[%d][%d] = %.9g vs ref %.9g (|wx| %.3g)", kern_variant(),
+                             dtype_get(t)->name, n_out, k / n_out, k % n_out, one[k], ref[k], mag);
+            }
+            for (int m = 1; m <= M && !why[0]; m++) {
+                const size_t nm = (size_t)m * n_out;
+                for (size_t k = 0; k < nm; k++) y[k] = y2[k] = NAN;
+                kern_matmul(y, c.x, c.w, t, m, n_in, n_out, NULL);
+                kern_matmul(y2, c.x, c.w, t, m, n_in, n_out, tp2);
+                for (size_t k = 0; k < nm && !why[0]; k++)
+                    if (memcmp(&y[k], &one[k], 4) != 0 || memcmp(&y2[k], &one[k], 4) != 0)
+                        snprintf(why, sizeof why,
+                                 "%s %s m=%d n_out=%d: y[%zu][%zu] = %.9g (2 threads %.9g), alone %.9g: not batch-invariant",
+                                 kern_variant(), dtype_get(t)->name, m, n_out, k / n_out, k % n_out, y[k], y2[k], one[k]);
+            }
+            free(one);
+            free(ref);
+            free(y);
+            free(y2);
+            case_free(&c);
+        }
+    }
+    tp_free(tp2);
     CHECK_MSG(!why[0], "%s", why);
 }
 
@@ -695,7 +756,7 @@ TEST(dots_match_llama_cpp)
                     float sg, sv;
                     const uint8_t *wj = c.w + (size_t)j * c.w_row, *xr = c.xa + (size_t)r * c.x_row;
                     get((int)c.wtype)->vec_dot(c.n_in, &sg, 0, wj, 0, xr, 0, 1);
-                    vts[v]->dot[c.wtype](c.n_in, &sv, 1, wj, xr, c.x_row, 1);
+                    vts[v]->gemm[c.wtype].fn(c.n_in, &sv, 1, wj, c.w_row, 1, xr, c.x_row, 1);
                     double mag;
                     case_naive(&c, r, j, &mag);
                     if (!(fabs((double)sv - sg) <= TOL_SIMD_VS_REF * mag + 1e-30)) {
@@ -779,6 +840,7 @@ int main(int argc, char **argv)
     if (have_simd) RUN(simd_matmul_matches_ref);
     else test_skip("simd_matmul_matches_ref", "no SIMD variant on this CPU");
     RUN(threaded_matmul_equals_single);
+    RUN(gemm_bit_identical_to_single_rows);
     RUN(matmul_reserve_and_supports);
     RUN(rope_known_values);
     RUN(rope_angles_follow_ggml_iteration);
