@@ -350,8 +350,8 @@ Q8GEMM_AVX2(gemm_q8_0_avx2, false)
 Q8GEMM_AVX2(gemm_q4_0_avx2, true)
 
 /* Packed group of 8 weight rows: per block, 8 vectors of 32 bytes (vector
- * k holds values 4k..4k+3 of rows 0..7, Q4_0 already as q - 8), then the 8
- * rows' scales as floats. */
+ * k holds values 4k..4k+3 of rows 0..7; Q4_0 as its unsigned q, 0..15),
+ * then the 8 rows' scales as floats. */
 #define Q8P_BLOCK_BYTES (8 * 32 + 8 * 4)
 
 static size_t q8p_group_bytes(int n) { return (size_t)(n / 32) * Q8P_BLOCK_BYTES; }
@@ -386,9 +386,10 @@ KAI void q8_pack(bool is_q4, uint8_t *dst, const uint8_t *w, size_t ws, int nw, 
         __m256i v[8];
         float *d = (float *)(dst + (size_t)b * Q8P_BLOCK_BYTES + 256);
         for (int c = 0; c < 8; c++) {
-            if (is_q4) {
+            if (is_q4) { /* unsigned q (0..15): the -8 comes back through the activation sums */
                 const block_q4_0 *w4 = (const block_q4_0 *)wr[c] + b;
-                v[c] = q4_0_load(w4);
+                const __m128i t = _mm_loadu_si128((const __m128i *)w4->qs);
+                v[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
                 d[c] = f16s(w4->d);
             } else {
                 const block_q8_0 *w8 = (const block_q8_0 *)wr[c] + b;
@@ -404,12 +405,15 @@ KAI void q8_pack(bool is_q4, uint8_t *dst, const uint8_t *w, size_t ws, int nw, 
 static KA void pack_q8_0_avx2(void *dst, const void *w, size_t ws, int nw, int n) { q8_pack(false, dst, w, ws, nw, n); }
 static KA void pack_q4_0_avx2(void *dst, const void *w, size_t ws, int nw, int n) { q8_pack(true, dst, w, ws, nw, n); }
 
-/* One packed group (8 rows, nw of them stored) by NX activation rows. Q4_0
- * products are at most 8 * 127 in magnitude, so 8 maddubs results (pairs)
- * add up in int16 without overflow and are widened once per block; Q8_0
- * pairs reach 2 * 128 * 127 and are widened at once. */
+/* One packed group (8 rows, nw of them stored) by NX activation rows.
+ * Q4_0 (packed unsigned, 0..15) goes straight into maddubs as the unsigned
+ * operand: sum (q - 8) x = sum q x - 8 sum x, the sums of x coming from the
+ * driver (xs); products are at most 15 * 127, so the 8 maddubs results
+ * (pairs) of a block add up in int16 without overflow and are widened once
+ * per block. Q8_0 needs the sign trick and pairs reach 2 * 128 * 127, so
+ * they are widened at once. */
 KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const uint8_t *x,
-                  size_t xs)
+                  size_t xst, const int32_t *xs, size_t xss)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[8];
@@ -420,23 +424,35 @@ KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
         __m256i is[8];
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+        /* not unrolled: unrolled, GCC reassociates the integer sums into a
+         * tree and spills every product to the stack */
+#pragma GCC unroll 1
         for (int k = 0; k < 8; k++) {
             const __m256i wv = _mm256_loadu_si256((const __m256i *)(g + 32 * k));
-            const __m256i aw = _mm256_sign_epi8(wv, wv);
+            if (is_q4) {
 #pragma GCC unroll 8
-            for (int r = 0; r < NX; r++) {
-                int32_t x4;
-                memcpy(&x4, ((const block_q8_0 *)(x + r * xs) + b)->qs + 4 * k, 4);
-                const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(x4), wv));
-                is[r] = is_q4 ? _mm256_add_epi16(is[r], pr) : _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
+                for (int r = 0; r < NX; r++) {
+                    int32_t x4;
+                    memcpy(&x4, ((const block_q8_0 *)(x + r * xst) + b)->qs + 4 * k, 4);
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+                }
+            } else {
+                const __m256i aw = _mm256_sign_epi8(wv, wv);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    int32_t x4;
+                    memcpy(&x4, ((const block_q8_0 *)(x + r * xst) + b)->qs + 4 * k, 4);
+                    const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(x4), wv));
+                    is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
+                }
             }
         }
         const __m256 dw = _mm256_loadu_ps((const float *)(g + 256));
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
-            const __m256i isum = is_q4 ? _mm256_madd_epi16(is[r], ones) : is[r];
-            acc[r] = q8_acc8(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xs) + b)->d));
+            const __m256i isum =
+                is_q4 ? _mm256_sub_epi32(_mm256_madd_epi16(is[r], ones), _mm256_set1_epi32(8 * xs[r * xss + b])) : is[r];
+            acc[r] = q8_acc8(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xst) + b)->d));
         }
     }
 #pragma GCC unroll 8
@@ -456,17 +472,17 @@ KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
 #endif
 
 #define Q8P_GEMM_AVX2(name, is_q4)                                                                     \
-    static KA void name(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,  \
-                        int nx)                                                                        \
+    static KA void name(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,  \
+                        const int32_t *xs, size_t xss, int nx)                                         \
     {                                                                                                  \
         const int nb = n / 32;                                                                         \
         switch (nx) {                                                                                  \
-        case 1: q8p_tile(is_q4, 1, nw, nb, y, ys, wp, x, xs); break;                                   \
-        case 2: q8p_tile(is_q4, 2, nw, nb, y, ys, wp, x, xs); break;                                   \
-        case 3: q8p_tile(is_q4, 3, nw, nb, y, ys, wp, x, xs); break;                                   \
-        case 4: q8p_tile(is_q4, 4, nw, nb, y, ys, wp, x, xs); break;                                   \
-        case 5: q8p_tile(is_q4, 5, nw, nb, y, ys, wp, x, xs); break;                                   \
-        default: q8p_tile(is_q4, 6, nw, nb, y, ys, wp, x, xs); break;                                  \
+        case 1: q8p_tile(is_q4, 1, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 2: q8p_tile(is_q4, 2, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 3: q8p_tile(is_q4, 3, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 4: q8p_tile(is_q4, 4, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 5: q8p_tile(is_q4, 5, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        default: q8p_tile(is_q4, 6, nw, nb, y, ys, wp, x, xst, xs, xss); break;                        \
         }                                                                                              \
     }
 
@@ -800,8 +816,8 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q6_K] = {gemm_q6_K_avx2, 1, 4},
     },
     .packed = {
-        [DT_Q8_0] = {8, Q8P_NX, q8p_group_bytes, pack_q8_0_avx2, gemmp_q8_0_avx2},
-        [DT_Q4_0] = {8, Q8P_NX, q8p_group_bytes, pack_q4_0_avx2, gemmp_q4_0_avx2},
+        [DT_Q8_0] = {8, Q8P_NX, false, q8p_group_bytes, pack_q8_0_avx2, gemmp_q8_0_avx2},
+        [DT_Q4_0] = {8, Q8P_NX, true, q8p_group_bytes, pack_q4_0_avx2, gemmp_q4_0_avx2},
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

@@ -63,10 +63,11 @@ typedef struct {
  * operations as the variant's gemm tiles (THE INVARIANT above). */
 typedef struct {
     int rows, nx;
+    bool xsums; /* gemm wants xs: per activation row, the int32 sum of each Q8_0 block's 32 values */
     size_t (*group_bytes)(int n);
     void (*pack)(void *dst, const void *w, size_t w_stride, int nw, int n);
     void (*gemm)(int n, float *y, size_t y_stride, const void *wp, int nw, const void *x, size_t x_stride,
-                 int nx);
+                 const int32_t *xs, size_t xs_stride, int nx);
 } kern_packed;
 
 typedef void (*kern_conv_fn)(void *dst, const float *src, int n);

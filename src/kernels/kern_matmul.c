@@ -32,6 +32,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/blocks.h"
 #include "tensor/dtype.h"
 
 /* Below this many multiply-adds, waking workers costs more than it saves. */
@@ -123,6 +124,7 @@ typedef struct {
     int chunk;           /* output columns per chunk */
     kern_gemm gemm;
     const kern_packed *packed; /* NULL: direct tiles */
+    const int32_t *xs;         /* packed->xsums: [m][n_in / 32] block sums of xa */
     _Atomic int next;    /* next chunk to hand out */
 } mm_dot_job;
 
@@ -158,14 +160,16 @@ static void mm_packed_chunk(const mm_dot_job *j, int c0, int c1)
         pk->pack(buf + (size_t)g * gb, j->w + (size_t)c * j->w_row, j->w_row, c1 - c < pk->rows ? c1 - c : pk->rows,
                  j->n_in);
     }
+    const size_t nbx = (size_t)j->n_in / 32;
     for (int i0 = 0; i0 < j->m; i0 += pk->nx) {
         const int nx = j->m - i0 < pk->nx ? j->m - i0 : pk->nx;
         const uint8_t *xg = j->xa + (size_t)i0 * j->x_row;
+        const int32_t *xsg = j->xs ? j->xs + (size_t)i0 * nbx : NULL;
         float *yg = j->y + (size_t)i0 * j->n_out;
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * pk->rows;
             pk->gemm(j->n_in, yg + c, (size_t)j->n_out, buf + (size_t)g * gb, c1 - c < pk->rows ? c1 - c : pk->rows,
-                     xg, j->x_row, nx);
+                     xg, j->x_row, xsg, nbx, nx);
         }
     }
 }
@@ -204,12 +208,13 @@ static int mm_chunk_size(int n_out, int nth, size_t w_row, int nw)
 
 /* ------------------------------------------------------------ kern_matmul */
 
-/* Converts x to the dot type (in this thread's scratch); returns the rows. */
+/* Converts x to the dot type (in this thread's scratch, followed by room
+ * for extra_bytes); returns the rows. */
 static const uint8_t *mm_convert(const kern_vtable *vt, const float *x, int dot_type, int m, int n_in,
-                                 size_t x_row, threadpool *tp)
+                                 size_t x_row, size_t extra_bytes, threadpool *tp)
 {
     if (dot_type == DT_F32) return (const uint8_t *)x;
-    uint8_t *xa = mm_scratch_get(MM_SCRATCH_X, (size_t)m * x_row);
+    uint8_t *xa = mm_scratch_get(MM_SCRATCH_X, (size_t)m * x_row + extra_bytes);
     if (!xa) {
         fprintf(stderr, "kern_matmul: %s (call kern_matmul_reserve at start)\n", err_msg());
         abort();
@@ -230,11 +235,24 @@ void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m,
     if (m <= 0 || n_out <= 0) return;
 
     const size_t x_row = mm_x_row_bytes(dot_type, n_in);
-    const uint8_t *xa = mm_convert(vt, x, dot_type, m, n_in, x_row, tp);
+    const kern_packed *pk = vt->packed[wtype].gemm && m >= MM_PACK_MIN_M ? &vt->packed[wtype] : NULL;
+    const size_t nbx = (size_t)n_in / 32, xs_bytes = pk && pk->xsums ? (size_t)m * nbx * sizeof(int32_t) + 64 : 0;
+    const uint8_t *xa = mm_convert(vt, x, dot_type, m, n_in, x_row, xs_bytes, tp);
+    int32_t *xs = NULL;
+    if (xs_bytes) { /* the Q8_0 block sums, 4-byte aligned after the rows */
+        xs = (int32_t *)(xa + (((size_t)m * x_row + 3) & ~(size_t)3));
+        for (int i = 0; i < m; i++) {
+            const block_q8_0 *xb = (const block_q8_0 *)(xa + (size_t)i * x_row);
+            for (size_t b = 0; b < nbx; b++) {
+                int32_t sum = 0;
+                for (int k = 0; k < 32; k++) sum += xb[b].qs[k];
+                xs[(size_t)i * nbx + b] = sum;
+            }
+        }
+    }
     const int64_t macs = (int64_t)m * n_in * n_out;
     const int nth = macs < MM_MIN_PARALLEL_MACS ? 1 : tp_size(tp);
     const size_t w_row = (size_t)dtype_row_bytes(wtype, (uint64_t)n_in);
-    const kern_packed *pk = vt->packed[wtype].gemm && m >= MM_PACK_MIN_M ? &vt->packed[wtype] : NULL;
     const size_t tile_row = pk ? pk->group_bytes(n_in) / (size_t)pk->rows : w_row;
     mm_dot_job j = {
         .y = y, .w = w, .xa = xa,
@@ -243,6 +261,7 @@ void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m,
         .chunk = mm_chunk_size(n_out, nth, tile_row, pk ? pk->rows : vt->gemm[wtype].nw),
         .gemm = vt->gemm[wtype],
         .packed = pk,
+        .xs = xs,
     };
     atomic_init(&j.next, nth);
     if (nth == 1) mm_dot_run(&j, 0, 1);
