@@ -1,13 +1,15 @@
 /* test_kernels.c - the numeric kernels against their reference and against
  * plain math.
  *
- * - Every SIMD variant's dot tiles and activation conversions vs the
+ * - Every SIMD variant's GEMM tiles and activation conversions vs the
  *   reference (conversions byte for byte; dots within 2e-6 of sum |w*x|, the
  *   scale of the rounding error, since the integer sums are exact and only
  *   the float accumulation order differs; see TOL_SIMD_VS_REF).
  * - The reference matmul vs a naive double computation from dequantized
  *   weights and dequantized converted activations.
- * - Threaded matmul equals single-threaded bit for bit.
+ * - Threaded matmul equals single-threaded bit for bit; the rows of an
+ *   m-row product equal the rows computed one at a time (m = 1..33, every
+ *   weight type): the batch invariance the engine relies on.
  * - rope, rmsnorm, softmax, swiglu at hand-computed values.
  * - When the llama.cpp peer is built (tests/peer.sh), our dots vs ggml's own
  *   vec_dot on the same bytes (the oracle: logits must agree with llama.cpp).

@@ -6,9 +6,15 @@
  * a stub and kern_vt_avx2() returns NULL.
  *
  * Numerics, relative to kern_ref.c:
- * - quantized dots compute the same exact integer sums, split over 8 lanes,
+ * - Q8_0/Q4_0 dots compute the same exact integer block sums and then the
+ *   reference's own float operations, in the lane of the weight row: equal
+ *   to the reference bit for bit (see "Q8_0 and Q4_0" below);
+ * - K-quant dots compute the same exact integer sums, split over 8 lanes,
  *   and scale/sum them in float with FMA (only the float order differs);
  * - float dots (F32/F16/BF16) accumulate in float lanes instead of double;
+ * - every element of a GEMM tile follows one fixed sequence of float
+ *   operations whatever the tile shape (kern_impl.h's invariant), so matmul
+ *   rows do not depend on m, batching or threads;
  * - activation conversions produce exactly the reference's bytes (roundf is
  *   emulated, nearest-even is the FPU default);
  * - rmsnorm sums squares in double like the reference; softmax and swiglu
