@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench_common.h"
 #include "cli.h"
@@ -100,14 +99,17 @@ static int bench_seqs_once(pl_model *m, const gen_opts *g, int n_prompt, int n_g
     p.top_logprobs = -1;
     const double t0 = now_seconds();
     for (int i = 0; i < B && !rc; i++) rc = pl_engine_submit(e, &p, &r[i]);
-    /* One thread reads every request's events, stamping each token. */
+    /* One thread reads every request's events, stamping each token: it
+     * sleeps in the first unfinished request (they advance in lockstep, one
+     * token per step), then drains the others without waiting, so that it
+     * takes no CPU from the engine while a step runs. */
     for (int left = B; !rc && left > 0;) {
-        int seen = 0;
-        for (int i = 0; i < B && !rc; i++) {
+        int first = 0;
+        while (ended[first]) first++;
+        for (int i = first; i < B && !rc; i++) {
             pl_event ev;
             int k;
-            while (!ended[i] && (k = pl_request_next(r[i], &ev, 0)) != 0) {
-                seen = 1;
+            while (!ended[i] && (k = pl_request_next(r[i], &ev, i == first ? 10 : 0)) != 0) {
                 if (k == 2) { ended[i] = 1; left--; break; }
                 if (ev.kind == PL_EV_ERROR) {
                     fprintf(stderr, "pagellm bench gen: request failed: %s\n", ev.message);
@@ -117,7 +119,6 @@ static int bench_seqs_once(pl_model *m, const gen_opts *g, int n_prompt, int n_g
                 if (ev.kind == PL_EV_TOKEN && got[i] < n_gen) stamp[(size_t)i * n_gen + got[i]++] = now_seconds();
             }
         }
-        if (!seen) usleep(50);
     }
     if (!rc) {
         double all_first = 0, end = 0;
