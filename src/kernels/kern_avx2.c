@@ -319,7 +319,9 @@ KAI void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, co
             for (int r = 0; r < NX; r++)
                 p[c][r] = dot_i8_i32(aw, wq, _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + r * xs) + b)->qs));
         }
-        const __m128 dw = _mm_loadu_ps(dwf);
+        /* from registers: four scalar stores then a vector load of them
+         * would stall on store forwarding every block */
+        const __m128 dw = _mm_setr_ps(dwf[0], dwf[1], dwf[2], dwf[3]);
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) {
             /* lanes of h: row c's sums over lanes {0,1},{2,3} (low half) and {4,5},{6,7} (high) */
