@@ -6,12 +6,15 @@
  * a stub and kern_vt_avx2() returns NULL.
  *
  * Numerics, relative to kern_ref.c:
- * - Q8_0/Q4_0 dots compute the same exact integer block sums and then the
+ * - Q8_0/Q4_0 GEMM tiles compute the same exact integer block sums and then the
  *   reference's own float operations, in the lane of the weight row: equal
  *   to the reference bit for bit (see "Q8_0 and Q4_0" below);
  * - K-quant dots compute the same exact integer sums, split over 8 lanes,
  *   and scale/sum them in float with FMA (only the float order differs);
  * - float dots (F32/F16/BF16) accumulate in float lanes instead of double;
+ * - decode dot tiles (m <= KERN_DOT_NX_MAX) are laid out like ggml's AVX2
+ *   vec_dot for every type (float lanes accumulated across blocks, one
+ *   horizontal sum at the end), within rounding of it, not bit for bit;
  * - every element of a GEMM tile follows one fixed sequence of float
  *   operations whatever the tile shape (kern_impl.h's invariant), so matmul
  *   rows do not depend on m, batching or threads;
@@ -167,6 +170,55 @@ KAI float fload1(int kind, const void *p, int i)
     return bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
+/* ---- decode dot tiles (m <= KERN_DOT_NX_MAX, kern_impl.h): one weight row
+ * against nx rows, U accumulators per row whatever nx, so a row's value
+ * does not depend on nx. */
+/* NX activation rows, U independent accumulators per row (to hide FMA
+ * latency when NX is small). */
+KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const void *w, const uint8_t *x,
+                   size_t xs)
+{
+    __m256 acc[KERN_NX_MAX][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) acc[r][u] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 * U <= n; i += 8 * U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const __m256 wv = fload8(kind, w, i + 8 * u);
+#pragma GCC unroll 4
+            for (int r = 0; r < NX; r++)
+                acc[r][u] = _mm256_fmadd_ps(wv, fload8(kind, x + r * xs, i + 8 * u), acc[r][u]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 wv = fload8(kind, w, i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) acc[r][0] = _mm256_fmadd_ps(wv, fload8(kind, x + r * xs, i), acc[r][0]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+#pragma GCC unroll 4
+        for (int u = 1; u < U; u++) acc[r][0] = _mm256_add_ps(acc[r][0], acc[r][u]);
+        float t = 0.0f;
+        for (int k = i; k < n; k++) t += fload1(kind, w, k) * fload1(kind, x + r * xs, k);
+        s[r * ss] = hsum_ps(acc[r][0]) + t;
+    }
+}
+
+#define FDOT_AVX2(name, kind)                                                                          \
+    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+    {                                                                                                  \
+        if (nx == 1) fdot_tile(kind, 1, 4, n, s, ss, w, x, xs);                                        \
+        else fdot_tile(kind, 2, 4, n, s, ss, w, x, xs);                                                \
+    }
+
+FDOT_AVX2(dot_f32_avx2, FK_F32)
+FDOT_AVX2(dot_f16_avx2, FK_F16)
+FDOT_AVX2(dot_bf16_avx2, FK_BF16)
+
 /* GEMM tiles are instantiated for every (nw, nx) up to KERN_NW_MAX x
  * KERN_NX_MAX so that accumulators are registers; T(NW, NX) is the call. */
 #define GEMM_NX(T, NW)                                                                                 \
@@ -252,6 +304,63 @@ KAI __m256i q4_0_load(const block_q4_0 *wb)
     const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
+
+/* Decode dot tiles: ggml's AVX2 layout (per block, the 8 lanes of int32
+ * partial sums to float, fma'd with dw*dx into 8-lane accumulators; one
+ * horizontal sum at the end), not the reference's order: no horizontal sum
+ * per block. Two accumulators over alternating blocks (ggml has one: its
+ * bits, but a dependent FMA chain, ~10% slower decode measured). */
+/* One weight block (Q4_0 if is_q4, else Q8_0) against block b of NX rows. */
+KAI void q8dot_block(bool is_q4, int NX, int b, __m256 *acc, size_t acc_stride, const void *w, const uint8_t *x,
+                     size_t xs)
+{
+    __m256i wq;
+    float dw;
+    if (is_q4) {
+        const block_q4_0 *w4 = (const block_q4_0 *)w + b;
+        wq = q4_0_load(w4);
+        dw = f16s(w4->d);
+    } else {
+        const block_q8_0 *w8 = (const block_q8_0 *)w + b;
+        wq = _mm256_loadu_si256((const __m256i *)w8->qs);
+        dw = f16s(w8->d);
+    }
+    const __m256i aw = _mm256_sign_epi8(wq, wq);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+        const block_q8_0 *xb = (const block_q8_0 *)(x + r * xs) + b;
+        const __m256 p = dot_i8_ps(aw, wq, _mm256_loadu_si256((const __m256i *)xb->qs));
+        acc[r * acc_stride] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), p, acc[r * acc_stride]);
+    }
+}
+
+/* U accumulators per row over alternating blocks (the tiles use U = 2). */
+KAI void q8dot_tile(bool is_q4, int NX, int U, int nb, float *s, size_t ss, const void *w, const uint8_t *x,
+                    size_t xs)
+{
+    __m256 acc[KERN_NX_MAX][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + U <= nb; b += U) {
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) q8dot_block(is_q4, NX, b + u, &acc[0][u], 2, w, x, xs);
+    }
+    for (; b < nb; b++) q8dot_block(is_q4, NX, b, &acc[0][0], 2, w, x, xs);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+#define Q8DOT_AVX2(name, is_q4)                                                                        \
+    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+    {                                                                                                  \
+        const int nb = n / 32;                                                                         \
+        if (nx == 1) q8dot_tile(is_q4, 1, 2, nb, s, ss, w, x, xs);                                     \
+        else q8dot_tile(is_q4, 2, 2, nb, s, ss, w, x, xs);                                             \
+    }
+
+Q8DOT_AVX2(dot_q8_0_avx2, false)
+Q8DOT_AVX2(dot_q4_0_avx2, true)
 
 /* Q8_0 and Q4_0 dots compute, for every element, exactly the reference's
  * float operations (kern_ref.c), so every path here equals the reference
@@ -645,6 +754,19 @@ KAI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, con
 KGEMM_AVX2(gemm_q4_K_avx2, q4_K_tile, block_q4_K)
 KGEMM_AVX2(gemm_q6_K_avx2, q6_K_tile, block_q6_K)
 
+/* Decode dot tiles of the K-quants: the same tiles, one weight row. */
+#define KDOT_AVX2(name, tile, wtype_c)                                                                 \
+    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+    {                                                                                                  \
+        const int nb = n / QK_K;                                                                       \
+        const wtype_c *wb = w;                                                                         \
+        if (nx == 1) tile(1, nb, s, ss, wb, x, xs);                                                    \
+        else tile(2, nb, s, ss, wb, x, xs);                                                            \
+    }
+
+KDOT_AVX2(dot_q4_K_avx2, q4_K_tile, block_q4_K)
+KDOT_AVX2(dot_q6_K_avx2, q6_K_tile, block_q6_K)
+
 /* ------------------------------------------------- activation conversions */
 
 /* Same bytes as quant_q8_0_quantize_row for finite input. */
@@ -822,6 +944,15 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q4_0] = {gemm_q4_0_avx2, 4, 2},
         [DT_Q4_K] = {gemm_q4_K_avx2, 1, 4},
         [DT_Q6_K] = {gemm_q6_K_avx2, 1, 4},
+    },
+    .dot = {
+        [DT_F32] = dot_f32_avx2,
+        [DT_F16] = dot_f16_avx2,
+        [DT_BF16] = dot_bf16_avx2,
+        [DT_Q8_0] = dot_q8_0_avx2,
+        [DT_Q4_0] = dot_q4_0_avx2,
+        [DT_Q4_K] = dot_q4_K_avx2,
+        [DT_Q6_K] = dot_q6_K_avx2,
     },
     .packed = {
         [DT_Q8_0] = {8, Q8P_NX, false, q8p_group_bytes, pack_q8_0_avx2, gemmp_q8_0_avx2},

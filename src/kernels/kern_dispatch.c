@@ -22,6 +22,7 @@ static void kern_overlay(const kern_vtable *v)
 {
     for (int t = 0; t < DT_COUNT; t++) {
         if (v->gemm[t].fn) kern_vt.gemm[t] = v->gemm[t];
+        if (v->dot[t]) kern_vt.dot[t] = v->dot[t];
         if (v->packed[t].gemm) kern_vt.packed[t] = v->packed[t];
         if (v->conv[t]) kern_vt.conv[t] = v->conv[t];
     }

@@ -18,8 +18,21 @@
  * operations that depends only on its weight row and activation row (the
  * per-block products in block order into one accumulator, then one fixed
  * reduction), never on nw, nx, the position in the tile or the thread. So
- * kern_matmul's results are bit-identical whatever m, batching or threads;
- * the tests check it. Tiling only decides which values sit in registers.
+ * kern_matmul's rows are bit-identical whatever m > KERN_DOT_NX_MAX (any m
+ * for a type without decode dot tiles), batching or threads; the tests
+ * check it. Tiling only decides which values sit in registers.
+ *
+ * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_NX_MAX
+ * activation rows kern_matmul uses one weight row against nx rows,
+ *
+ *   s[r * s_stride] = dot(w[0..n), x + r * x_stride)   for r < nx <= KERN_DOT_NX_MAX
+ *
+ * laid out like ggml's AVX2 vec_dot (8 float lanes accumulated across
+ * blocks, one horizontal sum at the end): faster than the reference order
+ * for a single row (kern_matmul.c). Their own invariant: an element
+ * does not depend on nx (1 or 2) nor on the thread, so m = 1 and m = 2 rows
+ * are equal; they differ from the GEMM's (m > KERN_DOT_NX_MAX) within
+ * rounding.
  *
  *   weight type  dot type   conversion of activations (conv[dot type])
  *   F32          F32        none (x used as is)
@@ -70,11 +83,18 @@ typedef struct {
                  const int32_t *xs, size_t xs_stride, int nx);
 } kern_packed;
 
+/* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
+ * weight row (see DECODE DOT TILES above). */
+#define KERN_DOT_NX_MAX 2
+typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x, size_t x_stride,
+                            int nx);
+
 typedef void (*kern_conv_fn)(void *dst, const float *src, int n);
 
 typedef struct {
     const char *name;
     kern_gemm gemm[DT_COUNT];    /* by weight type */
+    kern_dot_fn dot[DT_COUNT];   /* by weight type; NULL = the GEMM tiles for every m */
     kern_packed packed[DT_COUNT]; /* by weight type; .gemm NULL = none */
     kern_conv_fn conv[DT_COUNT]; /* by dot type: F16, BF16, Q8_0, Q8_K */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);

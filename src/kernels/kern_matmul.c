@@ -14,7 +14,25 @@
  * per group and each activation block once per nw weight rows, from
  * registers. Neither the tile an element falls in nor the thread that
  * computes it changes its value (kern_impl.h), so results do not depend on
- * m, on how rows are batched, or on the thread count.
+ * m (for m > KERN_DOT_NX_MAX), on how rows are batched, or on the thread
+ * count.
+ *
+ * Two float orders, chosen by m:
+ * - m <= KERN_DOT_NX_MAX (single-sequence decode, the number that matters
+ *   most): the variant's decode dot tiles, laid out like ggml's AVX2
+ *   vec_dot (float lanes accumulated across blocks, one horizontal sum at
+ *   the end). Per Q8_0/Q4_0 block that is a convert + FMA where the
+ *   reference order needs a horizontal integer sum: decode on tinyllama
+ *   q4_0 ~1.5x the GEMM path's. Not ggml's bits: Q8_0/Q4_0 use two
+ *   accumulators over alternating blocks where ggml uses one (one is
+ *   bit-exact with llama.cpp's vec_dot but measured ~10% slower decode),
+ *   and the float/K-quant reductions differ; all within rounding of it
+ *   (test_kernels dots_match_llama_cpp). m = 1 and m = 2 rows are equal.
+ * - m > KERN_DOT_NX_MAX (prefill, batched decode): the GEMM tiles (packed
+ *   for Q8_0/Q4_0 from MM_PACK_MIN_M), every element in one fixed order
+ *   (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
+ *   whatever m > KERN_DOT_NX_MAX. The two orders agree within rounding
+ *   (tests/test_kernels.c checks both properties).
  *
  * Scratch: the converted activations live in a buffer owned by the calling
  * thread (_Thread_local pointer, freed by a pthread key destructor when the
@@ -123,10 +141,19 @@ typedef struct {
     int m, n_in, n_out;
     int chunk;           /* output columns per chunk */
     kern_gemm gemm;
+    kern_dot_fn dot;           /* non-NULL: the decode dot tiles (m <= KERN_DOT_NX_MAX) */
     const kern_packed *packed; /* NULL: direct tiles */
     const int32_t *xs;         /* packed->xsums: [m][n_in / 32] block sums of xa */
     _Atomic int next;    /* next chunk to hand out */
 } mm_dot_job;
+
+/* The decode path (m <= KERN_DOT_NX_MAX): one weight row against all m
+ * activation rows per call. */
+static void mm_decode_chunk(const mm_dot_job *j, int c0, int c1)
+{
+    for (int c = c0; c < c1; c++)
+        j->dot(j->n_in, j->y + c, (size_t)j->n_out, j->w + (size_t)c * j->w_row, j->xa, j->x_row, j->m);
+}
 
 static void mm_dot_chunk(const mm_dot_job *j, int c0, int c1)
 {
@@ -182,7 +209,8 @@ static void mm_dot_run(void *arg, int ith, int nth)
     for (int c = ith; c < n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
         const int c0 = c * j->chunk;
         const int c1 = c0 + j->chunk < j->n_out ? c0 + j->chunk : j->n_out;
-        if (j->packed) mm_packed_chunk(j, c0, c1);
+        if (j->dot) mm_decode_chunk(j, c0, c1);
+        else if (j->packed) mm_packed_chunk(j, c0, c1);
         else mm_dot_chunk(j, c0, c1);
     }
 }
@@ -235,7 +263,8 @@ void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m,
     if (m <= 0 || n_out <= 0) return;
 
     const size_t x_row = mm_x_row_bytes(dot_type, n_in);
-    const kern_packed *pk = vt->packed[wtype].gemm && m >= MM_PACK_MIN_M ? &vt->packed[wtype] : NULL;
+    const kern_dot_fn dot = m <= KERN_DOT_NX_MAX ? vt->dot[wtype] : NULL;
+    const kern_packed *pk = !dot && vt->packed[wtype].gemm && m >= MM_PACK_MIN_M ? &vt->packed[wtype] : NULL;
     const size_t nbx = (size_t)n_in / 32, xs_bytes = pk && pk->xsums ? (size_t)m * nbx * sizeof(int32_t) + 64 : 0;
     const uint8_t *xa = mm_convert(vt, x, dot_type, m, n_in, x_row, xs_bytes, tp);
     int32_t *xs = NULL;
@@ -258,8 +287,9 @@ void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m,
         .y = y, .w = w, .xa = xa,
         .w_row = w_row, .x_row = x_row,
         .m = m, .n_in = n_in, .n_out = n_out,
-        .chunk = mm_chunk_size(n_out, nth, tile_row, pk ? pk->rows : vt->gemm[wtype].nw),
+        .chunk = mm_chunk_size(n_out, nth, tile_row, dot ? 1 : pk ? pk->rows : vt->gemm[wtype].nw),
         .gemm = vt->gemm[wtype],
+        .dot = dot,
         .packed = pk,
         .xs = xs,
     };
