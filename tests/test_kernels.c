@@ -7,11 +7,11 @@
  *   the float accumulation order differs; see TOL_SIMD_VS_REF).
  * - The reference matmul vs a naive double computation from dequantized
  *   weights and dequantized converted activations.
- * - Every SIMD variant's decode dot tiles (m <= KERN_DOT_NX_MAX) vs the
+ * - Every SIMD variant's decode dot tiles (nx <= KERN_DOT_NX_MAX) vs the
  *   reference, same tolerance.
  * - Threaded matmul equals single-threaded bit for bit; within each of
- *   matmul's two paths rows are batch-invariant bit for bit (m = 1, 2: the
- *   decode dot tiles; m = 3..33: the GEMM), and the two paths agree within
+ *   matmul's two paths rows are batch-invariant bit for bit (m <= 4: the
+ *   decode dot tiles; m = 5..33: the GEMM), and the two paths agree within
  *   rounding (every weight type).
  * - rope, rmsnorm, softmax, swiglu at hand-computed values.
  * - When the llama.cpp peer is built (tests/peer.sh), our dots vs ggml's own
@@ -457,9 +457,9 @@ TEST(threaded_matmul_equals_single)
 /* kern_matmul's two paths (kern_matmul.c) and their invariants. For every
  * weight type, m in 1..33 and several n_out (odd ones: edge tiles, partial
  * packed groups), single-threaded and on 2 threads:
- * - m <= KERN_DOT_NX_MAX (decode dot tiles): every row equals, bit for bit,
+ * - m <= KERN_DOT_MAX_M (decode dot tiles): every row equals, bit for bit,
  *   the same row computed alone (m = 1);
- * - m > KERN_DOT_NX_MAX (GEMM): every row equals, bit for bit, the same row
+ * - m > KERN_DOT_MAX_M (GEMM): every row equals, bit for bit, the same row
  *   of the full 33-row product: THE INVARIANT of kern_impl.h;
  * - the GEMM agrees with the reference within the SIMD tolerance (Q8_0/Q4_0
  *   with packed tiles: exactly, their SIMD paths perform the reference's own
@@ -508,7 +508,7 @@ TEST(gemm_bit_identical_to_single_rows)
             }
             for (int m = 1; m <= M && !why[0]; m++) {
                 const size_t nm = (size_t)m * n_out;
-                const float *want = m <= KERN_DOT_NX_MAX ? one : big;
+                const float *want = m <= KERN_DOT_MAX_M ? one : big;
                 for (size_t k = 0; k < nm; k++) y[k] = y2[k] = NAN;
                 kern_matmul(y, c.x, c.w, t, m, n_in, n_out, NULL);
                 kern_matmul(y2, c.x, c.w, t, m, n_in, n_out, tp2);
@@ -517,7 +517,7 @@ TEST(gemm_bit_identical_to_single_rows)
                         snprintf(why, sizeof why,
                                  "%s %s m=%d n_out=%d: y[%zu][%zu] = %.9g (2 threads %.9g), %s %.9g: not batch-invariant",
                                  kern_variant(), dtype_get(t)->name, m, n_out, k / n_out, k % n_out, y[k], y2[k],
-                                 m <= KERN_DOT_NX_MAX ? "alone" : "in the 33-row product", want[k]);
+                                 m <= KERN_DOT_MAX_M ? "alone" : "in the 33-row product", want[k]);
             }
             free(one);
             free(big);

@@ -12,7 +12,7 @@
  * - K-quant dots compute the same exact integer sums, split over 8 lanes,
  *   and scale/sum them in float with FMA (only the float order differs);
  * - float dots (F32/F16/BF16) accumulate in float lanes instead of double;
- * - decode dot tiles (m <= KERN_DOT_NX_MAX) are laid out like ggml's AVX2
+ * - decode dot tiles (m <= KERN_DOT_MAX_M) are laid out like ggml's AVX2
  *   vec_dot for every type (float lanes accumulated across blocks, one
  *   horizontal sum at the end), within rounding of it, not bit for bit;
  * - every element of a GEMM tile follows one fixed sequence of float
@@ -170,7 +170,7 @@ KAI float fload1(int kind, const void *p, int i)
     return bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
-/* ---- decode dot tiles (m <= KERN_DOT_NX_MAX, kern_impl.h): one weight row
+/* ---- decode dot tiles (m <= KERN_DOT_MAX_M, kern_impl.h): one weight row
  * against nx rows, U accumulators per row whatever nx, so a row's value
  * does not depend on nx. */
 /* NX activation rows, U independent accumulators per row (to hide FMA
@@ -374,7 +374,7 @@ Q8DOT_AVX2(dot_q4_0_avx2, true)
  * - direct (few activation rows): 4 weight rows from their ggml rows; the
  *   8-lane partial sums of each row are reduced with hadd into one 4-lane
  *   vector, lane c = row c;
- * - packed (kern_matmul with m >= 3): 8 weight rows repacked once per chunk
+ * - packed (kern_matmul with m > KERN_DOT_MAX_M): 8 weight rows repacked once per chunk
  *   (q8_pack) so that one 32-byte vector holds 4 consecutive values of each
  *   of the 8 rows; a broadcast of 4 activation bytes then makes the 8 lanes
  *   the 8 rows' partial sums directly, with no horizontal work. */

@@ -18,11 +18,11 @@
  * operations that depends only on its weight row and activation row (the
  * per-block products in block order into one accumulator, then one fixed
  * reduction), never on nw, nx, the position in the tile or the thread. So
- * kern_matmul's rows are bit-identical whatever m > KERN_DOT_NX_MAX (any m
+ * kern_matmul's rows are bit-identical whatever m > KERN_DOT_MAX_M (any m
  * for a type without decode dot tiles), batching or threads; the tests
  * check it. Tiling only decides which values sit in registers.
  *
- * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_NX_MAX
+ * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_MAX_M
  * activation rows kern_matmul uses one weight row against nx rows,
  *
  *   s[r * s_stride] = dot(w[0..n), x + r * x_stride)   for r < nx <= KERN_DOT_NX_MAX
@@ -30,9 +30,9 @@
  * laid out like ggml's AVX2 vec_dot (8 float lanes accumulated across
  * blocks, one horizontal sum at the end): faster than the reference order
  * for a single row (kern_matmul.c). Their own invariant: an element
- * does not depend on nx (1 or 2) nor on the thread, so m = 1 and m = 2 rows
- * are equal; they differ from the GEMM's (m > KERN_DOT_NX_MAX) within
- * rounding.
+ * does not depend on nx (1 or 2) nor on the thread, so the rows of any
+ * m <= KERN_DOT_MAX_M are equal to single rows; they differ from the GEMM's
+ * (m > KERN_DOT_MAX_M) within rounding.
  *
  *   weight type  dot type   conversion of activations (conv[dot type])
  *   F32          F32        none (x used as is)
@@ -86,6 +86,11 @@ typedef struct {
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
  * weight row (see DECODE DOT TILES above). */
 #define KERN_DOT_NX_MAX 2
+/* kern_matmul uses the dot tiles for m <= KERN_DOT_MAX_M (in groups of
+ * KERN_DOT_NX_MAX rows), the GEMM above: measured single-threaded on
+ * 2048 x 5632 Q4_0/Q8_0, the packed GEMM only catches up around m = 8 (its
+ * packing is paid per call), the dot tiles win clearly at m = 3, 4. */
+#define KERN_DOT_MAX_M 4
 typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x, size_t x_stride,
                             int nx);
 

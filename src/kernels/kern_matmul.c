@@ -14,11 +14,11 @@
  * per group and each activation block once per nw weight rows, from
  * registers. Neither the tile an element falls in nor the thread that
  * computes it changes its value (kern_impl.h), so results do not depend on
- * m (for m > KERN_DOT_NX_MAX), on how rows are batched, or on the thread
+ * m (within each path below), on how rows are batched, or on the thread
  * count.
  *
  * Two float orders, chosen by m:
- * - m <= KERN_DOT_NX_MAX (single-sequence decode, the number that matters
+ * - m <= KERN_DOT_MAX_M (single-sequence decode, the number that matters
  *   most): the variant's decode dot tiles, laid out like ggml's AVX2
  *   vec_dot (float lanes accumulated across blocks, one horizontal sum at
  *   the end). Per Q8_0/Q4_0 block that is a convert + FMA where the
@@ -27,11 +27,12 @@
  *   accumulators over alternating blocks where ggml uses one (one is
  *   bit-exact with llama.cpp's vec_dot but measured ~10% slower decode),
  *   and the float/K-quant reductions differ; all within rounding of it
- *   (test_kernels dots_match_llama_cpp). m = 1 and m = 2 rows are equal.
- * - m > KERN_DOT_NX_MAX (prefill, batched decode): the GEMM tiles (packed
+ *   (test_kernels dots_match_llama_cpp). Rows go
+ *   KERN_DOT_NX_MAX at a time; a row is the same whatever m <= KERN_DOT_MAX_M.
+ * - m > KERN_DOT_MAX_M (prefill, larger batches): the GEMM tiles (packed
  *   for Q8_0/Q4_0 from MM_PACK_MIN_M), every element in one fixed order
  *   (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
- *   whatever m > KERN_DOT_NX_MAX. The two orders agree within rounding
+ *   whatever m > KERN_DOT_MAX_M. The two orders agree within rounding
  *   (tests/test_kernels.c checks both properties).
  *
  * Scratch: the converted activations live in a buffer owned by the calling
@@ -141,18 +142,23 @@ typedef struct {
     int m, n_in, n_out;
     int chunk;           /* output columns per chunk */
     kern_gemm gemm;
-    kern_dot_fn dot;           /* non-NULL: the decode dot tiles (m <= KERN_DOT_NX_MAX) */
+    kern_dot_fn dot;           /* non-NULL: the decode dot tiles (m <= KERN_DOT_MAX_M) */
     const kern_packed *packed; /* NULL: direct tiles */
     const int32_t *xs;         /* packed->xsums: [m][n_in / 32] block sums of xa */
     _Atomic int next;    /* next chunk to hand out */
 } mm_dot_job;
 
-/* The decode path (m <= KERN_DOT_NX_MAX): one weight row against all m
- * activation rows per call. */
+/* The decode path (m <= KERN_DOT_MAX_M): groups of KERN_DOT_NX_MAX
+ * activation rows, the chunk's weight rows swept for each group. */
 static void mm_decode_chunk(const mm_dot_job *j, int c0, int c1)
 {
-    for (int c = c0; c < c1; c++)
-        j->dot(j->n_in, j->y + c, (size_t)j->n_out, j->w + (size_t)c * j->w_row, j->xa, j->x_row, j->m);
+    for (int i0 = 0; i0 < j->m; i0 += KERN_DOT_NX_MAX) {
+        const int nx = j->m - i0 < KERN_DOT_NX_MAX ? j->m - i0 : KERN_DOT_NX_MAX;
+        const uint8_t *xg = j->xa + (size_t)i0 * j->x_row;
+        float *yg = j->y + (size_t)i0 * j->n_out;
+        for (int c = c0; c < c1; c++)
+            j->dot(j->n_in, yg + c, (size_t)j->n_out, j->w + (size_t)c * j->w_row, xg, j->x_row, nx);
+    }
 }
 
 static void mm_dot_chunk(const mm_dot_job *j, int c0, int c1)
@@ -263,7 +269,7 @@ void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m,
     if (m <= 0 || n_out <= 0) return;
 
     const size_t x_row = mm_x_row_bytes(dot_type, n_in);
-    const kern_dot_fn dot = m <= KERN_DOT_NX_MAX ? vt->dot[wtype] : NULL;
+    const kern_dot_fn dot = m <= KERN_DOT_MAX_M ? vt->dot[wtype] : NULL;
     const kern_packed *pk = !dot && vt->packed[wtype].gemm && m >= MM_PACK_MIN_M ? &vt->packed[wtype] : NULL;
     const size_t nbx = (size_t)n_in / 32, xs_bytes = pk && pk->xsums ? (size_t)m * nbx * sizeof(int32_t) + 64 : 0;
     const uint8_t *xa = mm_convert(vt, x, dot_type, m, n_in, x_row, xs_bytes, tp);

@@ -35,10 +35,10 @@ bool kern_matmul_supports(uint32_t wtype);
  * ggml type wtype, row stride dtype_row_bytes(wtype, n_in). n_in must be a
  * multiple of the type's block size. Threads split the output columns; a
  * GEMM reads each weight block once per group of activation rows (for Q8_0
- * and Q4_0 weights with m >= 3, repacked 8 rows at a time). y must not
+ * and Q4_0 weights with m > 4, repacked 8 rows at a time). y must not
  * overlap x or w. Row i of y depends only on row i of x, on W and on
- * whether m <= 2 (decode: ggml-like AVX2 dot tiles, float lanes across
- * blocks) or m > 2 (GEMM: the reference's order): within each it is the same bit
+ * whether m <= 4 (decode: ggml-like AVX2 dot tiles, float lanes across
+ * blocks) or m > 4 (GEMM: the reference's order): within each it is the same bit
  * for bit whatever m, the other rows, or tp's size; the two agree within
  * rounding (kern_matmul.c). */
 void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
