@@ -27,7 +27,7 @@ TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 
 MODEL   ?= $(or $(PAGELLM_MODEL),$(BUILD)/models/tiny.gguf)
 
-.PHONY: all deps run test asan fuzz bench clean peer
+.PHONY: all deps run test asan fuzz bench clean peer cross-arm64
 
 all: $(BUILD)/pagellm $(TESTBIN)
 
@@ -89,6 +89,17 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory peer
 	@bash bench/run.sh
+
+# Compile-only check that the library builds for arm64 (the AVX2 files
+# compile to stubs there); needs apt's gcc-aarch64-linux-gnu.
+CROSS_ARM64 ?= aarch64-linux-gnu-gcc
+cross-arm64:
+	@command -v $(CROSS_ARM64) >/dev/null || { echo "cross-arm64: $(CROSS_ARM64) not found (apt-get install gcc-aarch64-linux-gnu)"; exit 1; }
+	@mkdir -p $(BUILD)/arm64
+	@for f in $(SRC); do \
+	  $(CROSS_ARM64) -std=c11 $(OPT) -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Isrc -Iinclude \
+	    -c $$f -o $(BUILD)/arm64/$$(echo $$f | tr / _).o || exit 1; done
+	@echo "cross-arm64: all $(words $(SRC)) library sources compile for aarch64"
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -1,13 +1,18 @@
 /* test_kernels.c - the numeric kernels against their reference and against
  * plain math.
  *
- * - Every SIMD variant's dot tiles and activation conversions vs the
+ * - Every SIMD variant's GEMM tiles and activation conversions vs the
  *   reference (conversions byte for byte; dots within 2e-6 of sum |w*x|, the
  *   scale of the rounding error, since the integer sums are exact and only
  *   the float accumulation order differs; see TOL_SIMD_VS_REF).
  * - The reference matmul vs a naive double computation from dequantized
  *   weights and dequantized converted activations.
- * - Threaded matmul equals single-threaded bit for bit.
+ * - Every SIMD variant's decode dot tiles (nx <= KERN_DOT_NX_MAX) vs the
+ *   reference, same tolerance.
+ * - Threaded matmul equals single-threaded bit for bit; within each of
+ *   matmul's two paths rows are batch-invariant bit for bit (m <= 4: the
+ *   decode dot tiles; m = 5..33: the GEMM), and the two paths agree within
+ *   rounding (every weight type).
  * - rope, rmsnorm, softmax, swiglu at hand-computed values.
  * - When the llama.cpp peer is built (tests/peer.sh), our dots vs ggml's own
  *   vec_dot on the same bytes (the oracle: logits must agree with llama.cpp).
@@ -202,31 +207,47 @@ TEST(simd_dots_match_ref)
     for (int v = 0; v < nv; v++) {
         for (int ti = 0; ti < N_MM_TYPES; ti++) {
             const uint32_t t = mm_types[ti];
-            if (!vs[v]->dot[t]) continue;
+            if (!vs[v]->gemm[t].fn) continue;
             const int blk = (int)dtype_get(t)->blck_size;
             const int *ns = blk == 1 ? n_float : blk == 32 ? n_small : n_k;
             const int nn = blk == 1 ? 6 : blk == 32 ? 5 : 3;
             for (int q = 0; q < nn; q++) {
                 mm_case c;
-                case_make(&c, t, KERN_NX_MAX, ns[q], 3, 100 + (uint64_t)q);
-                for (int nx = 1; nx <= KERN_NX_MAX; nx++) {
-                    for (int j = 0; j < c.n_out; j++) {
-                        float sr[KERN_NX_MAX], sv[KERN_NX_MAX];
+                case_make(&c, t, KERN_NX_MAX, ns[q], KERN_NW_MAX, 100 + (uint64_t)q);
+                for (int nx = 1; nx <= KERN_NX_MAX; nx++)
+                    for (int nw = 1; nw <= KERN_NW_MAX; nw++) {
+                        float sr[KERN_NX_MAX][KERN_NW_MAX], sv[KERN_NX_MAX][KERN_NW_MAX];
+                        kern_vt_ref.gemm[t].fn(c.n_in, &sr[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
+                        vs[v]->gemm[t].fn(c.n_in, &sv[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
+                        for (int r = 0; r < nx; r++)
+                            for (int j = 0; j < nw; j++) {
+                                double mag;
+                                case_naive(&c, r, j, &mag);
+                                const double err = fabs((double)sv[r][j] - sr[r][j]);
+                                if (!(err <= TOL_SIMD_VS_REF * mag + 1e-30)) {
+                                    case_free(&c);
+                                    CHECK_MSG(0, "%s %s n=%d tile %dx%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
+                                              vs[v]->name, dtype_get(t)->name, ns[q], nw, nx, r, j, sv[r][j],
+                                              sr[r][j], mag);
+                                }
+                            }
+                    }
+                for (int nx = 1; vs[v]->dot[t] && nx <= KERN_DOT_NX_MAX; nx++)
+                    for (int j = 0; j < KERN_NW_MAX; j++) {
+                        float sr[KERN_DOT_NX_MAX], sv[KERN_DOT_NX_MAX];
                         const uint8_t *wj = c.w + (size_t)j * c.w_row;
-                        kern_vt_ref.dot[t](c.n_in, sr, 1, wj, c.xa, c.x_row, nx);
+                        kern_vt_ref.gemm[t].fn(c.n_in, sr, 1, wj, c.w_row, 1, c.xa, c.x_row, nx);
                         vs[v]->dot[t](c.n_in, sv, 1, wj, c.xa, c.x_row, nx);
                         for (int r = 0; r < nx; r++) {
                             double mag;
                             case_naive(&c, r, j, &mag);
-                            const double err = fabs((double)sv[r] - sr[r]);
-                            if (!(err <= TOL_SIMD_VS_REF * mag + 1e-30)) {
+                            if (!(fabs((double)sv[r] - sr[r]) <= TOL_SIMD_VS_REF * mag + 1e-30)) {
                                 case_free(&c);
-                                CHECK_MSG(0, "%s %s n=%d nx=%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
+                                CHECK_MSG(0, "%s %s n=%d decode dot nx=%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
                                           vs[v]->name, dtype_get(t)->name, ns[q], nx, r, j, sv[r], sr[r], mag);
                             }
                         }
                     }
-                }
                 case_free(&c);
             }
         }
@@ -430,6 +451,83 @@ TEST(threaded_matmul_equals_single)
     kern_init(0);
     tp_free(tp2);
     tp_free(tp3);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+/* kern_matmul's two paths (kern_matmul.c) and their invariants. For every
+ * weight type, m in 1..33 and several n_out (odd ones: edge tiles, partial
+ * packed groups), single-threaded and on 2 threads:
+ * - m <= KERN_DOT_MAX_M (decode dot tiles): every row equals, bit for bit,
+ *   the same row computed alone (m = 1);
+ * - m > KERN_DOT_MAX_M (GEMM): every row equals, bit for bit, the same row
+ *   of the full 33-row product: THE INVARIANT of kern_impl.h;
+ * - the GEMM agrees with the reference within the SIMD tolerance (Q8_0/Q4_0
+ *   with packed tiles: exactly, their SIMD paths perform the reference's own
+ *   float operations), and so does the decode path; a type without decode
+ *   dot tiles takes the GEMM for every m, so its two results are equal. */
+TEST(gemm_bit_identical_to_single_rows)
+{
+    static const int n_outs[] = {1, 7, 33, 77};
+    threadpool *tp2 = tp_new(2);
+    CHECK(tp2 != NULL);
+    char why[320] = "";
+    kern_init(0);
+    for (int ti = 0; ti < N_MM_TYPES && !why[0]; ti++) {
+        const uint32_t t = mm_types[ti];
+        const int blk = (int)dtype_get(t)->blck_size;
+        const int n_in = blk == 1 ? 259 : blk == 32 ? 288 : 512;
+        for (int oi = 0; oi < 4 && !why[0]; oi++) {
+            const int n_out = n_outs[oi], M = 33;
+            mm_case c;
+            case_make(&c, t, M, n_in, n_out, 5000 + (uint64_t)(ti * 8 + oi));
+            const size_t ny = (size_t)M * n_out;
+            float *one = malloc(sizeof(float) * ny), *big = malloc(sizeof(float) * ny);
+            float *ref = malloc(sizeof(float) * ny);
+            float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
+            for (int i = 0; i < M; i++)
+                kern_matmul(one + (size_t)i * n_out, c.x + (size_t)i * n_in, c.w, t, 1, n_in, n_out, NULL);
+            kern_matmul(big, c.x, c.w, t, M, n_in, n_out, NULL);
+            kern_init(1);
+            kern_matmul(ref, c.x, c.w, t, M, n_in, n_out, NULL);
+            kern_init(0);
+            const bool has_dot = kern_vt.dot[t] != NULL;
+            for (int k = 0; k < (int)ny && !why[0]; k++) {
+                double mag;
+                case_naive(&c, k / n_out, k % n_out, &mag);
+                const double tol = TOL_SIMD_VS_REF * mag + 1e-30;
+                const double tol_gemm = (t == DT_Q8_0 || t == DT_Q4_0) && kern_vt.packed[t].gemm ? 0.0 : tol;
+                const char *what = NULL;
+                double a = 0, b = 0;
+                if (!(fabs((double)big[k] - ref[k]) <= tol_gemm)) what = "GEMM vs ref", a = big[k], b = ref[k];
+                else if (!(fabs((double)one[k] - ref[k]) <= tol)) what = "decode vs ref", a = one[k], b = ref[k];
+                else if (!(fabs((double)one[k] - big[k]) <= (has_dot ? tol : 0.0)))
+                    what = "decode vs GEMM", a = one[k], b = big[k];
+                if (what)
+                    snprintf(why, sizeof why, "%s %s n_out=%d: y[%d][%d] %s: %.9g vs %.9g (|wx| %.3g)", kern_variant(),
+                             dtype_get(t)->name, n_out, k / n_out, k % n_out, what, a, b, mag);
+            }
+            for (int m = 1; m <= M && !why[0]; m++) {
+                const size_t nm = (size_t)m * n_out;
+                const float *want = m <= KERN_DOT_MAX_M ? one : big;
+                for (size_t k = 0; k < nm; k++) y[k] = y2[k] = NAN;
+                kern_matmul(y, c.x, c.w, t, m, n_in, n_out, NULL);
+                kern_matmul(y2, c.x, c.w, t, m, n_in, n_out, tp2);
+                for (size_t k = 0; k < nm && !why[0]; k++)
+                    if (memcmp(&y[k], &want[k], 4) != 0 || memcmp(&y2[k], &want[k], 4) != 0)
+                        snprintf(why, sizeof why,
+                                 "%s %s m=%d n_out=%d: y[%zu][%zu] = %.9g (2 threads %.9g), %s %.9g: not batch-invariant",
+                                 kern_variant(), dtype_get(t)->name, m, n_out, k / n_out, k % n_out, y[k], y2[k],
+                                 m <= KERN_DOT_MAX_M ? "alone" : "in the 33-row product", want[k]);
+            }
+            free(one);
+            free(big);
+            free(ref);
+            free(y);
+            free(y2);
+            case_free(&c);
+        }
+    }
+    tp_free(tp2);
     CHECK_MSG(!why[0], "%s", why);
 }
 
@@ -695,7 +793,9 @@ TEST(dots_match_llama_cpp)
                     float sg, sv;
                     const uint8_t *wj = c.w + (size_t)j * c.w_row, *xr = c.xa + (size_t)r * c.x_row;
                     get((int)c.wtype)->vec_dot(c.n_in, &sg, 0, wj, 0, xr, 0, 1);
-                    vts[v]->dot[c.wtype](c.n_in, &sv, 1, wj, xr, c.x_row, 1);
+                    if (vts[v]->dot[c.wtype]) /* what decode runs: ggml's order */
+                        vts[v]->dot[c.wtype](c.n_in, &sv, 1, wj, xr, c.x_row, 1);
+                    else vts[v]->gemm[c.wtype].fn(c.n_in, &sv, 1, wj, c.w_row, 1, xr, c.x_row, 1);
                     double mag;
                     case_naive(&c, r, j, &mag);
                     if (!(fabs((double)sv - sg) <= TOL_SIMD_VS_REF * mag + 1e-30)) {
@@ -779,6 +879,7 @@ int main(int argc, char **argv)
     if (have_simd) RUN(simd_matmul_matches_ref);
     else test_skip("simd_matmul_matches_ref", "no SIMD variant on this CPU");
     RUN(threaded_matmul_equals_single);
+    RUN(gemm_bit_identical_to_single_rows);
     RUN(matmul_reserve_and_supports);
     RUN(rope_known_values);
     RUN(rope_angles_follow_ggml_iteration);

@@ -3,7 +3,10 @@
  *   bench gen        prefill and decode tokens/s on a synthetic prompt of N
  *                    ids (BOS, then ids cycling from 100: the same prompt
  *                    that llama.cpp's peer-bench -np N builds, so that no
- *                    tokenizer difference enters the comparison)
+ *                    tokenizer difference enters the comparison); with
+ *                    --seqs B, B sequences of that prompt decoded together
+ *                    by the engine (one forward pass per step for all B),
+ *                    as peer-bench -b B
  *   bench cache      time per decoded token with and without the KV cache
  *                    at several positions: O(n) against O(n^2), as a table
  *                    and an SVG plot
@@ -64,11 +67,91 @@ static int bench_once(pl_model *m, pl_ctx *c, int n_prompt, int n_gen, double *p
     return rc;
 }
 
+/* B sequences together through the engine (continuous batching): B
+ * requests of the same prompt, greedy, n_gen tokens each, prefix cache off
+ * so that every prompt is computed. Prefill rate: B * n_prompt over the time
+ * until every request has its first token. Decode rate: tokens that arrive
+ * after that moment (all B sequences then decode in every step) over the
+ * time to the last one; as peer-bench -b B counts B * (n_gen - 1) over its
+ * decode loop. */
+static int bench_seqs_once(pl_model *m, const gen_opts *g, int n_prompt, int n_gen, int B, double *pp, double *tg)
+{
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    int rc = gen_opts_ctx_params("bench gen", g, &ep.ctx);
+    if (rc) return rc;
+    ep.ctx.max_seqs = (uint32_t)B;
+    ep.max_batch_tokens = (uint32_t)g->batch;
+    ep.prefix_cache = false;
+    pl_engine *e;
+    if (pl_engine_new(&e, m, &ep) != 0) return -1;
+    int32_t *ids = malloc(sizeof *ids * (size_t)n_prompt);
+    pl_request **r = calloc((size_t)B, sizeof *r);
+    double *stamp = malloc(sizeof(double) * (size_t)B * (size_t)n_gen);
+    int *got = calloc((size_t)B, sizeof *got), *ended = calloc((size_t)B, sizeof *ended);
+    rc = ids && r && stamp && got && ended ? 0 : -1;
+    if (!rc) synthetic_prompt(m, ids, n_prompt);
+    pl_request_params p = {0};
+    p.prompt = ids;
+    p.n_prompt = (size_t)n_prompt;
+    p.max_tokens = n_gen;
+    p.n = 1;
+    pl_sampler_params_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.ignore_eos = true;
+    p.top_logprobs = -1;
+    const double t0 = now_seconds();
+    for (int i = 0; i < B && !rc; i++) rc = pl_engine_submit(e, &p, &r[i]);
+    /* One thread reads every request's events, stamping each token: it
+     * sleeps in the first unfinished request (they advance in lockstep, one
+     * token per step), then drains the others without waiting, so that it
+     * takes no CPU from the engine while a step runs. */
+    for (int left = B; !rc && left > 0;) {
+        int first = 0;
+        while (ended[first]) first++;
+        for (int i = first; i < B && !rc; i++) {
+            pl_event ev;
+            int k;
+            while (!ended[i] && (k = pl_request_next(r[i], &ev, i == first ? 10 : 0)) != 0) {
+                if (k == 2) { ended[i] = 1; left--; break; }
+                if (ev.kind == PL_EV_ERROR) {
+                    fprintf(stderr, "pagellm bench gen: request failed: %s\n", ev.message);
+                    rc = -1;
+                    break;
+                }
+                if (ev.kind == PL_EV_TOKEN && got[i] < n_gen) stamp[(size_t)i * n_gen + got[i]++] = now_seconds();
+            }
+        }
+    }
+    if (!rc) {
+        double all_first = 0, end = 0;
+        for (int i = 0; i < B; i++) {
+            if (got[i] < 1) { rc = -1; break; }
+            all_first = stamp[(size_t)i * n_gen] > all_first ? stamp[(size_t)i * n_gen] : all_first;
+            end = stamp[(size_t)i * n_gen + got[i] - 1] > end ? stamp[(size_t)i * n_gen + got[i] - 1] : end;
+        }
+        long after = 0;
+        for (int i = 0; i < B && !rc; i++)
+            for (int k = 0; k < got[i]; k++) after += stamp[(size_t)i * n_gen + k] > all_first;
+        *pp = (double)B * n_prompt / (all_first - t0);
+        *tg = end > all_first ? (double)after / (end - all_first) : 0;
+    }
+    for (int i = 0; i < B; i++)
+        if (r && r[i]) pl_request_free(r[i]);
+    pl_engine_free(e);
+    free(ids);
+    free(r);
+    free(stamp);
+    free(got);
+    free(ended);
+    return rc;
+}
+
 static int bench_gen(int argc, char **argv)
 {
     gen_opts g;
     gen_opts_default(&g);
-    int np = 512, ng = 128, reps = 1;
+    int np = 512, ng = 128, reps = 1, seqs = 1;
     bool json = false;
     cli_opt opts[32];
     int n = 0;
@@ -76,6 +159,8 @@ static int bench_gen(int argc, char **argv)
     opts[n++] = (cli_opt){"n-prompt", 0, CLI_INT, &np, 1, 1 << 20, "N", "prompt tokens (default 512)"};
     opts[n++] = (cli_opt){"n-gen", 0, CLI_INT, &ng, 1, 1 << 20, "N", "generated tokens (default 128)"};
     opts[n++] = (cli_opt){"reps", 0, CLI_INT, &reps, 1, 100, "N", "repetitions; the median is reported (default 1)"};
+    opts[n++] = (cli_opt){"seqs", 0, CLI_INT, &seqs, 1, 256, "B",
+                          "sequences decoded together through the engine, as peer-bench -b B (default 1)"};
     opts[n++] = (cli_opt){"json", 0, CLI_FLAG, &json, 0, 0, NULL, "one JSON line"};
     opts[n] = (cli_opt){0};
     const char *pos[1];
@@ -85,10 +170,16 @@ static int bench_gen(int argc, char **argv)
     if (!g.model) { cli_error("bench gen", "missing -m MODEL"); return 2; }
     if (!g.ctx) g.ctx = np + ng + 8;
     pl_model *m;
-    pl_ctx *c;
-    if ((rc = gen_opts_open("bench gen", &g, &m, &c))) return rc;
+    pl_ctx *c = NULL;
     double pp[100], tg[100];
-    for (int r = 0; r < reps && !rc; r++) rc = bench_once(m, c, np, ng, &pp[r], &tg[r]);
+    if (seqs > 1) {
+        if (pl_model_load(&m, g.model) != 0) { cli_error("bench gen", "%s", pl_last_error()); return 1; }
+        for (int r = 0; r < reps && !rc; r++) rc = bench_seqs_once(m, &g, np, ng, seqs, &pp[r], &tg[r]);
+        if (rc == 2) { pl_model_free(m); return 2; }
+    } else {
+        if ((rc = gen_opts_open("bench gen", &g, &m, &c))) return rc;
+        for (int r = 0; r < reps && !rc; r++) rc = bench_once(m, c, np, ng, &pp[r], &tg[r]);
+    }
     if (rc) { cli_error("bench gen", "%s", pl_last_error()); pl_ctx_free(c); pl_model_free(m); return 1; }
     /* median: sort the small arrays */
     for (int i = 0; i < reps; i++)
@@ -96,9 +187,12 @@ static int bench_gen(int argc, char **argv)
             if (pp[j] < pp[i]) { double t = pp[i]; pp[i] = pp[j]; pp[j] = t; }
             if (tg[j] < tg[i]) { double t = tg[i]; tg[i] = tg[j]; tg[j] = t; }
         }
-    if (json) printf("{\"model\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
-                     g.model, np, ng, pp[reps / 2], tg[reps / 2]);
-    else printf("prefill %d tokens: %.1f tok/s; decode %d tokens: %.1f tok/s\n", np, pp[reps / 2], ng, tg[reps / 2]);
+    if (json)
+        printf("{\"model\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,\"seqs\":%d,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}\n",
+               g.model, np, ng, seqs, pp[reps / 2], tg[reps / 2]);
+    else
+        printf("prefill %d tokens x %d: %.1f tok/s; decode %d tokens x %d: %.1f tok/s\n", np, seqs, pp[reps / 2], ng, seqs,
+               tg[reps / 2]);
     pl_ctx_free(c);
     pl_model_free(m);
     return 0;

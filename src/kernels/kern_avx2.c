@@ -6,9 +6,18 @@
  * a stub and kern_vt_avx2() returns NULL.
  *
  * Numerics, relative to kern_ref.c:
- * - quantized dots compute the same exact integer sums, split over 8 lanes,
+ * - Q8_0/Q4_0 GEMM tiles compute the same exact integer block sums and then the
+ *   reference's own float operations, in the lane of the weight row: equal
+ *   to the reference bit for bit (see "Q8_0 and Q4_0" below);
+ * - K-quant dots compute the same exact integer sums, split over 8 lanes,
  *   and scale/sum them in float with FMA (only the float order differs);
  * - float dots (F32/F16/BF16) accumulate in float lanes instead of double;
+ * - decode dot tiles (m <= KERN_DOT_MAX_M) are laid out like ggml's AVX2
+ *   vec_dot for every type (float lanes accumulated across blocks, one
+ *   horizontal sum at the end), within rounding of it, not bit for bit;
+ * - every element of a GEMM tile follows one fixed sequence of float
+ *   operations whatever the tile shape (kern_impl.h's invariant), so matmul
+ *   rows do not depend on m, batching or threads;
  * - activation conversions produce exactly the reference's bytes (roundf is
  *   emulated, nearest-even is the FPU default);
  * - rmsnorm sums squares in double like the reference; softmax and swiglu
@@ -161,6 +170,9 @@ KAI float fload1(int kind, const void *p, int i)
     return bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
+/* ---- decode dot tiles (m <= KERN_DOT_MAX_M, kern_impl.h): one weight row
+ * against nx rows, U accumulators per row whatever nx, so a row's value
+ * does not depend on nx. */
 /* NX activation rows, U independent accumulators per row (to hide FMA
  * latency when NX is small). */
 KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const void *w, const uint8_t *x,
@@ -199,17 +211,89 @@ KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const vo
 #define FDOT_AVX2(name, kind)                                                                          \
     static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
     {                                                                                                  \
-        switch (nx) {                                                                                  \
-        case 1: fdot_tile(kind, 1, 4, n, s, ss, w, x, xs); break;                                      \
-        case 2: fdot_tile(kind, 2, 2, n, s, ss, w, x, xs); break;                                      \
-        case 3: fdot_tile(kind, 3, 1, n, s, ss, w, x, xs); break;                                      \
-        default: fdot_tile(kind, 4, 1, n, s, ss, w, x, xs); break;                                     \
-        }                                                                                              \
+        if (nx == 1) fdot_tile(kind, 1, 4, n, s, ss, w, x, xs);                                        \
+        else fdot_tile(kind, 2, 4, n, s, ss, w, x, xs);                                                \
     }
 
 FDOT_AVX2(dot_f32_avx2, FK_F32)
 FDOT_AVX2(dot_f16_avx2, FK_F16)
 FDOT_AVX2(dot_bf16_avx2, FK_BF16)
+
+/* GEMM tiles are instantiated for every (nw, nx) up to KERN_NW_MAX x
+ * KERN_NX_MAX so that accumulators are registers; T(NW, NX) is the call. */
+#define GEMM_NX(T, NW)                                                                                 \
+    switch (nx) {                                                                                      \
+    case 1: T(NW, 1); break;                                                                           \
+    case 2: T(NW, 2); break;                                                                           \
+    case 3: T(NW, 3); break;                                                                           \
+    default: T(NW, 4); break;                                                                          \
+    }
+#define GEMM_DISPATCH(T)                                                                               \
+    switch (nw) {                                                                                      \
+    case 1: GEMM_NX(T, 1) break;                                                                       \
+    case 2: GEMM_NX(T, 2) break;                                                                       \
+    case 3: GEMM_NX(T, 3) break;                                                                       \
+    default: GEMM_NX(T, 4) break;                                                                      \
+    }
+
+/* NW weight rows x NX activation rows. Each element: one 8-lane
+ * accumulator, acc = fma(w[i..i+8), x[i..i+8), acc) for i = 0, 8, ...; a
+ * scalar float tail t over the last n % 8 elements in order; result
+ * hsum_ps(acc) + t. The independent accumulators of the tile hide the FMA
+ * latency (even a 4 x 1 tile has four chains). */
+KAI void fgemm_tile(int kind, int NW, int NX, int n, float *y, size_t ys, const uint8_t *w, size_t ws,
+                    const uint8_t *x, size_t xs)
+{
+    __m256 acc[KERN_NW_MAX][KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NW; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) acc[c][r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[KERN_NW_MAX];
+#pragma GCC unroll 4
+        for (int c = 0; c < NW; c++) wv[c] = fload8(kind, w + c * ws, i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const __m256 xv = fload8(kind, x + r * xs, i);
+#pragma GCC unroll 4
+            for (int c = 0; c < NW; c++) acc[c][r] = _mm256_fmadd_ps(wv[c], xv, acc[c][r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NW; c++) {
+            float t = 0.0f;
+            for (int k = i; k < n; k++) t += fload1(kind, w + c * ws, k) * fload1(kind, x + r * xs, k);
+            y[r * ys + c] = hsum_ps(acc[c][r]) + t;
+        }
+}
+
+#ifndef FG_NW
+#define FG_NW 3
+#define FG_NX 4
+#endif
+
+#define FGEMM_AVX2(name, kind)                                                                         \
+    static KA void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
+                        size_t xs, int nx)                                                             \
+    {                                                                                                  \
+        const uint8_t *wb = w, *xb = x;                                                                \
+        GEMM_DISPATCH(FGEMM_CALL)                                                                      \
+    }
+#define FGEMM_CALL_(kind, NW, NX) fgemm_tile(kind, NW, NX, n, y, ys, wb, ws, xb, xs)
+
+#define FGEMM_CALL(NW, NX) FGEMM_CALL_(FK_F32, NW, NX)
+FGEMM_AVX2(gemm_f32_avx2, FK_F32)
+#undef FGEMM_CALL
+#define FGEMM_CALL(NW, NX) FGEMM_CALL_(FK_F16, NW, NX)
+FGEMM_AVX2(gemm_f16_avx2, FK_F16)
+#undef FGEMM_CALL
+#define FGEMM_CALL(NW, NX) FGEMM_CALL_(FK_BF16, NW, NX)
+FGEMM_AVX2(gemm_bf16_avx2, FK_BF16)
+#undef FGEMM_CALL
 
 /* -------------------------------------------------------- Q8_0 and Q4_0 */
 
@@ -221,6 +305,11 @@ KAI __m256i q4_0_load(const block_q4_0 *wb)
     return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
+/* Decode dot tiles: ggml's AVX2 layout (per block, the 8 lanes of int32
+ * partial sums to float, fma'd with dw*dx into 8-lane accumulators; one
+ * horizontal sum at the end), not the reference's order: no horizontal sum
+ * per block. Two accumulators over alternating blocks (ggml has one: its
+ * bits, but a dependent FMA chain, ~10% slower decode measured). */
 /* One weight block (Q4_0 if is_q4, else Q8_0) against block b of NX rows. */
 KAI void q8dot_block(bool is_q4, int NX, int b, __m256 *acc, size_t acc_stride, const void *w, const uint8_t *x,
                      size_t xs)
@@ -245,7 +334,7 @@ KAI void q8dot_block(bool is_q4, int NX, int b, __m256 *acc, size_t acc_stride, 
     }
 }
 
-/* U = 2 for a single row: two accumulators over alternating blocks. */
+/* U accumulators per row over alternating blocks (the tiles use U = 2). */
 KAI void q8dot_tile(bool is_q4, int NX, int U, int nb, float *s, size_t ss, const void *w, const uint8_t *x,
                     size_t xs)
 {
@@ -266,16 +355,256 @@ KAI void q8dot_tile(bool is_q4, int NX, int U, int nb, float *s, size_t ss, cons
     static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
     {                                                                                                  \
         const int nb = n / 32;                                                                         \
-        switch (nx) {                                                                                  \
-        case 1: q8dot_tile(is_q4, 1, 2, nb, s, ss, w, x, xs); break;                                   \
-        case 2: q8dot_tile(is_q4, 2, 1, nb, s, ss, w, x, xs); break;                                   \
-        case 3: q8dot_tile(is_q4, 3, 1, nb, s, ss, w, x, xs); break;                                   \
-        default: q8dot_tile(is_q4, 4, 1, nb, s, ss, w, x, xs); break;                                  \
-        }                                                                                              \
+        if (nx == 1) q8dot_tile(is_q4, 1, 2, nb, s, ss, w, x, xs);                                     \
+        else q8dot_tile(is_q4, 2, 2, nb, s, ss, w, x, xs);                                             \
     }
 
 Q8DOT_AVX2(dot_q8_0_avx2, false)
 Q8DOT_AVX2(dot_q4_0_avx2, true)
+
+/* Q8_0 and Q4_0 dots compute, for every element, exactly the reference's
+ * float operations (kern_ref.c), so every path here equals the reference
+ * bit for bit: per block in order, the exact integer sum of the 32 products
+ * isum, then
+ *   Q8_0: s = s + (float)isum * (dw * dx)
+ *   Q4_0: s = s + ((float)isum * dw) * dx
+ * with s starting at 0. Only the integer sums are computed differently
+ * (exact whatever the order); the float chain runs in the lane that belongs
+ * to the element's weight row. Two paths:
+ * - direct (few activation rows): 4 weight rows from their ggml rows; the
+ *   8-lane partial sums of each row are reduced with hadd into one 4-lane
+ *   vector, lane c = row c;
+ * - packed (kern_matmul with m > KERN_DOT_MAX_M): 8 weight rows repacked once per chunk
+ *   (q8_pack) so that one 32-byte vector holds 4 consecutive values of each
+ *   of the 8 rows; a broadcast of 4 activation bytes then makes the 8 lanes
+ *   the 8 rows' partial sums directly, with no horizontal work. */
+
+/* s = s + (float)isum * (dw * dx)  or  ((float)isum * dw) * dx, per lane. */
+KAI __m128 q8_acc4(bool is_q4, __m128 s, __m128i isum, __m128 dw, float dx)
+{
+    const __m128 f = _mm_cvtepi32_ps(isum), vx = _mm_set1_ps(dx);
+    return _mm_add_ps(s, is_q4 ? _mm_mul_ps(_mm_mul_ps(f, dw), vx) : _mm_mul_ps(f, _mm_mul_ps(dw, vx)));
+}
+
+KAI __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
+{
+    const __m256 f = _mm256_cvtepi32_ps(isum), vx = _mm256_set1_ps(dx);
+    return _mm256_add_ps(s, is_q4 ? _mm256_mul_ps(_mm256_mul_ps(f, dw), vx) : _mm256_mul_ps(f, _mm256_mul_ps(dw, vx)));
+}
+
+/* 8 int32 partial sums of 32 int8 products, aw = |w|. */
+KAI __m256i dot_i8_i32(__m256i aw, __m256i w, __m256i x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+/* Direct path: 4 weight rows (rows >= nw repeat row 0 and are not stored)
+ * by NX activation rows. */
+KAI void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *w, size_t ws,
+                     const uint8_t *x, size_t xs)
+{
+    const uint8_t *wr[4];
+    for (int c = 0; c < 4; c++) wr[c] = w + (c < nw ? c : 0) * ws;
+    __m128 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i p[4][KERN_NX_MAX];
+        float dwf[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i wq;
+            if (is_q4) {
+                const block_q4_0 *w4 = (const block_q4_0 *)wr[c] + b;
+                wq = q4_0_load(w4);
+                dwf[c] = f16s(w4->d);
+            } else {
+                const block_q8_0 *w8 = (const block_q8_0 *)wr[c] + b;
+                wq = _mm256_loadu_si256((const __m256i *)w8->qs);
+                dwf[c] = f16s(w8->d);
+            }
+            const __m256i aw = _mm256_sign_epi8(wq, wq);
+#pragma GCC unroll 4
+            for (int r = 0; r < NX; r++)
+                p[c][r] = dot_i8_i32(aw, wq, _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + r * xs) + b)->qs));
+        }
+        /* from registers: four scalar stores then a vector load of them
+         * would stall on store forwarding every block */
+        const __m128 dw = _mm_setr_ps(dwf[0], dwf[1], dwf[2], dwf[3]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            /* lanes of h: row c's sums over lanes {0,1},{2,3} (low half) and {4,5},{6,7} (high) */
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0][r], p[1][r]), _mm256_hadd_epi32(p[2][r], p[3][r]));
+            const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            acc[r] = q8_acc4(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xs) + b)->d));
+        }
+    }
+    float out[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+        _mm_storeu_ps(out, acc[r]);
+        for (int c = 0; c < nw; c++) y[r * ys + c] = out[c];
+    }
+}
+
+#define Q8GEMM_AVX2(name, is_q4)                                                                       \
+    static KA void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
+                        size_t xs, int nx)                                                             \
+    {                                                                                                  \
+        const int nb = n / 32;                                                                         \
+        for (int c = 0; c < nw; c += 4) {                                                              \
+            const int tw = nw - c < 4 ? nw - c : 4;                                                    \
+            const uint8_t *wc = (const uint8_t *)w + c * ws;                                           \
+            for (int r = 0; r < nx; r += 2) {                                                          \
+                const uint8_t *xr = (const uint8_t *)x + r * xs;                                       \
+                if (nx - r >= 2) q8gemm_tile(is_q4, 2, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);    \
+                else q8gemm_tile(is_q4, 1, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);                \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+Q8GEMM_AVX2(gemm_q8_0_avx2, false)
+Q8GEMM_AVX2(gemm_q4_0_avx2, true)
+
+/* Packed group of 8 weight rows: per block, 8 vectors of 32 bytes (vector
+ * k holds values 4k..4k+3 of rows 0..7; Q4_0 as its unsigned q, 0..15),
+ * then the 8 rows' scales as floats. */
+#define Q8P_BLOCK_BYTES (8 * 32 + 8 * 4)
+
+static size_t q8p_group_bytes(int n) { return (size_t)(n / 32) * Q8P_BLOCK_BYTES; }
+
+/* Transposes the 8x8 int32 matrix r[0..7] (row i = r[i]) in place. */
+KAI void transpose8_epi32(__m256i r[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[0..3]: columns 0,1,2,3 (rows 0-3) | columns 4,5,6,7 (rows 0-3); u[4..7] rows 4-7 */
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+    }
+}
+
+KAI void q8_pack(bool is_q4, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
+{
+    const int nb = n / 32;
+    const uint8_t *wr[8];
+    for (int c = 0; c < 8; c++) wr[c] = w + (c < nw ? c : 0) * ws;
+    for (int b = 0; b < nb; b++) {
+        __m256i v[8];
+        float *d = (float *)(dst + (size_t)b * Q8P_BLOCK_BYTES + 256);
+        for (int c = 0; c < 8; c++) {
+            if (is_q4) { /* unsigned q (0..15): the -8 comes back through the activation sums */
+                const block_q4_0 *w4 = (const block_q4_0 *)wr[c] + b;
+                const __m128i t = _mm_loadu_si128((const __m128i *)w4->qs);
+                v[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+                d[c] = f16s(w4->d);
+            } else {
+                const block_q8_0 *w8 = (const block_q8_0 *)wr[c] + b;
+                v[c] = _mm256_loadu_si256((const __m256i *)w8->qs);
+                d[c] = f16s(w8->d);
+            }
+        }
+        transpose8_epi32(v);
+        for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(dst + (size_t)b * Q8P_BLOCK_BYTES + 32 * k), v[k]);
+    }
+}
+
+static KA void pack_q8_0_avx2(void *dst, const void *w, size_t ws, int nw, int n) { q8_pack(false, dst, w, ws, nw, n); }
+static KA void pack_q4_0_avx2(void *dst, const void *w, size_t ws, int nw, int n) { q8_pack(true, dst, w, ws, nw, n); }
+
+/* One packed group (8 rows, nw of them stored) by NX activation rows.
+ * Q4_0 (packed unsigned, 0..15) goes straight into maddubs as the unsigned
+ * operand: sum (q - 8) x = sum q x - 8 sum x, the sums of x coming from the
+ * driver (xs); products are at most 15 * 127, so the 8 maddubs results
+ * (pairs) of a block add up in int16 without overflow and are widened once
+ * per block. Q8_0 needs the sign trick and pairs reach 2 * 128 * 127, so
+ * they are widened at once. */
+KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const uint8_t *x,
+                  size_t xst, const int32_t *xs, size_t xss)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *g = wp + (size_t)b * Q8P_BLOCK_BYTES;
+        __m256i is[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
+        /* not unrolled: unrolled, GCC reassociates the integer sums into a
+         * tree and spills every product to the stack */
+#pragma GCC unroll 1
+        for (int k = 0; k < 8; k++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(g + 32 * k));
+            if (is_q4) {
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    int32_t x4;
+                    memcpy(&x4, ((const block_q8_0 *)(x + r * xst) + b)->qs + 4 * k, 4);
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+                }
+            } else {
+                const __m256i aw = _mm256_sign_epi8(wv, wv);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    int32_t x4;
+                    memcpy(&x4, ((const block_q8_0 *)(x + r * xst) + b)->qs + 4 * k, 4);
+                    const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(x4), wv));
+                    is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
+                }
+            }
+        }
+        const __m256 dw = _mm256_loadu_ps((const float *)(g + 256));
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+            const __m256i isum =
+                is_q4 ? _mm256_sub_epi32(_mm256_madd_epi16(is[r], ones), _mm256_set1_epi32(8 * xs[r * xss + b])) : is[r];
+            acc[r] = q8_acc8(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xst) + b)->d));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) {
+        if (nw == 8) {
+            _mm256_storeu_ps(y + r * ys, acc[r]);
+        } else {
+            float out[8];
+            _mm256_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nw; c++) y[r * ys + c] = out[c];
+        }
+    }
+}
+
+#ifndef Q8P_NX
+#define Q8P_NX 6
+#endif
+
+#define Q8P_GEMM_AVX2(name, is_q4)                                                                     \
+    static KA void name(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,  \
+                        const int32_t *xs, size_t xss, int nx)                                         \
+    {                                                                                                  \
+        const int nb = n / 32;                                                                         \
+        switch (nx) {                                                                                  \
+        case 1: q8p_tile(is_q4, 1, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 2: q8p_tile(is_q4, 2, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 3: q8p_tile(is_q4, 3, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 4: q8p_tile(is_q4, 4, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        case 5: q8p_tile(is_q4, 5, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
+        default: q8p_tile(is_q4, 6, nw, nb, y, ys, wp, x, xst, xs, xss); break;                        \
+        }                                                                                              \
+    }
+
+Q8P_GEMM_AVX2(gemmp_q8_0_avx2, false)
+Q8P_GEMM_AVX2(gemmp_q4_0_avx2, true)
 
 /* ------------------------------------------------------------------ Q4_K */
 
@@ -403,17 +732,36 @@ KAI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, con
     for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(acc[r]);
 }
 
+/* K-quant tiles take one weight row at a time: their per-row state (integer
+ * sums per super-block, then one float accumulator) leaves no registers for
+ * more. An element's operations do not depend on NX. */
+#define KGEMM_AVX2(name, tile, wtype_c)                                                                \
+    static KA void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
+                        size_t xs, int nx)                                                             \
+    {                                                                                                  \
+        const int nb = n / QK_K;                                                                       \
+        for (int c = 0; c < nw; c++) {                                                                 \
+            const wtype_c *wb = (const wtype_c *)((const uint8_t *)w + c * ws);                        \
+            switch (nx) {                                                                              \
+            case 1: tile(1, nb, y + c, ys, wb, x, xs); break;                                          \
+            case 2: tile(2, nb, y + c, ys, wb, x, xs); break;                                          \
+            case 3: tile(3, nb, y + c, ys, wb, x, xs); break;                                          \
+            default: tile(4, nb, y + c, ys, wb, x, xs); break;                                         \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+KGEMM_AVX2(gemm_q4_K_avx2, q4_K_tile, block_q4_K)
+KGEMM_AVX2(gemm_q6_K_avx2, q6_K_tile, block_q6_K)
+
+/* Decode dot tiles of the K-quants: the same tiles, one weight row. */
 #define KDOT_AVX2(name, tile, wtype_c)                                                                 \
     static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
     {                                                                                                  \
         const int nb = n / QK_K;                                                                       \
         const wtype_c *wb = w;                                                                         \
-        switch (nx) {                                                                                  \
-        case 1: tile(1, nb, s, ss, wb, x, xs); break;                                                  \
-        case 2: tile(2, nb, s, ss, wb, x, xs); break;                                                  \
-        case 3: tile(3, nb, s, ss, wb, x, xs); break;                                                  \
-        default: tile(4, nb, s, ss, wb, x, xs); break;                                                 \
-        }                                                                                              \
+        if (nx == 1) tile(1, nb, s, ss, wb, x, xs);                                                    \
+        else tile(2, nb, s, ss, wb, x, xs);                                                            \
     }
 
 KDOT_AVX2(dot_q4_K_avx2, q4_K_tile, block_q4_K)
@@ -588,6 +936,15 @@ static KA void exp_row_avx2(float *y, const float *x, int n)
 
 static const kern_vtable kern_vt_avx2_table = {
     .name = "avx2",
+    .gemm = {
+        [DT_F32] = {gemm_f32_avx2, FG_NW, FG_NX},
+        [DT_F16] = {gemm_f16_avx2, FG_NW, FG_NX},
+        [DT_BF16] = {gemm_bf16_avx2, FG_NW, FG_NX},
+        [DT_Q8_0] = {gemm_q8_0_avx2, 4, 2},
+        [DT_Q4_0] = {gemm_q4_0_avx2, 4, 2},
+        [DT_Q4_K] = {gemm_q4_K_avx2, 1, 4},
+        [DT_Q6_K] = {gemm_q6_K_avx2, 1, 4},
+    },
     .dot = {
         [DT_F32] = dot_f32_avx2,
         [DT_F16] = dot_f16_avx2,
@@ -596,6 +953,10 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q4_0] = dot_q4_0_avx2,
         [DT_Q4_K] = dot_q4_K_avx2,
         [DT_Q6_K] = dot_q6_K_avx2,
+    },
+    .packed = {
+        [DT_Q8_0] = {8, Q8P_NX, false, q8p_group_bytes, pack_q8_0_avx2, gemmp_q8_0_avx2},
+        [DT_Q4_0] = {8, Q8P_NX, true, q8p_group_bytes, pack_q4_0_avx2, gemmp_q4_0_avx2},
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

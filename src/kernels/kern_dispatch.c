@@ -21,7 +21,9 @@ static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 static void kern_overlay(const kern_vtable *v)
 {
     for (int t = 0; t < DT_COUNT; t++) {
+        if (v->gemm[t].fn) kern_vt.gemm[t] = v->gemm[t];
         if (v->dot[t]) kern_vt.dot[t] = v->dot[t];
+        if (v->packed[t].gemm) kern_vt.packed[t] = v->packed[t];
         if (v->conv[t]) kern_vt.conv[t] = v->conv[t];
     }
 #define KERN_TAKE(f) if (v->f) kern_vt.f = v->f

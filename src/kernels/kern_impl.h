@@ -6,11 +6,33 @@
  * active table (kern_vt) is always complete and a new variant can be added one
  * kernel at a time.
  *
- * Matrix products are built from "dot tiles": one weight row against nx
- * (1..KERN_NX_MAX) activation rows already converted to the weight type's dot
- * type, so that a weight block is loaded and unpacked once for several rows:
+ * Matrix products are built from GEMM tiles: nw (1..KERN_NW_MAX) weight rows
+ * against nx (1..the type's tile height) activation rows already converted
+ * to the weight type's dot type, so that a weight block is loaded and
+ * unpacked once for nx rows and an activation block once for nw rows:
  *
- *   s[r * s_stride] = dot(w[0..n), x + r * x_stride)   for r in 0..nx-1
+ *   y[r * y_stride + c] = dot(w + c * w_stride, x + r * x_stride)
+ *                                           for c < nw, r < nx
+ *
+ * THE INVARIANT: every element is computed by one fixed sequence of float
+ * operations that depends only on its weight row and activation row (the
+ * per-block products in block order into one accumulator, then one fixed
+ * reduction), never on nw, nx, the position in the tile or the thread. So
+ * kern_matmul's rows are bit-identical whatever m > KERN_DOT_MAX_M (any m
+ * for a type without decode dot tiles), batching or threads; the tests
+ * check it. Tiling only decides which values sit in registers.
+ *
+ * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_MAX_M
+ * activation rows kern_matmul uses one weight row against nx rows,
+ *
+ *   s[r * s_stride] = dot(w[0..n), x + r * x_stride)   for r < nx <= KERN_DOT_NX_MAX
+ *
+ * laid out like ggml's AVX2 vec_dot (8 float lanes accumulated across
+ * blocks, one horizontal sum at the end): faster than the reference order
+ * for a single row (kern_matmul.c). Their own invariant: an element
+ * does not depend on nx (1 or 2) nor on the thread, so the rows of any
+ * m <= KERN_DOT_MAX_M are equal to single rows; they differ from the GEMM's
+ * (m > KERN_DOT_MAX_M) within rounding.
  *
  *   weight type  dot type   conversion of activations (conv[dot type])
  *   F32          F32        none (x used as is)
@@ -32,16 +54,53 @@
 
 #include "tensor/dtype.h"
 
-/* Activation rows one dot tile handles at most. */
+/* Weight rows and activation rows one GEMM tile handles at most. */
+#define KERN_NW_MAX 4
 #define KERN_NX_MAX 4
 
-typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x,
-                            size_t x_stride, int nx);
+typedef void (*kern_gemm_fn)(int n, float *y, size_t y_stride, const void *w, size_t w_stride, int nw,
+                             const void *x, size_t x_stride, int nx);
+
+/* A tile function and the tile it is best at (the driver's step sizes):
+ * nw <= KERN_NW_MAX weight rows by nx <= KERN_NX_MAX activation rows. It
+ * accepts any smaller nw, nx (the edges). */
+typedef struct {
+    kern_gemm_fn fn;
+    int nw, nx;
+} kern_gemm;
+/* Optional packed GEMM (a variant may offer it per weight type): kern_matmul
+ * repacks `rows` weight rows at a time into the variant's layout (pack, once
+ * per chunk, into group_bytes(n) bytes) and runs gemm on the packed group
+ * against nx (1..nx) activation rows. Used when m is large enough to repay
+ * the packing; it must compute every element with the same float
+ * operations as the variant's gemm tiles (THE INVARIANT above). */
+typedef struct {
+    int rows, nx;
+    bool xsums; /* gemm wants xs: per activation row, the int32 sum of each Q8_0 block's 32 values */
+    size_t (*group_bytes)(int n);
+    void (*pack)(void *dst, const void *w, size_t w_stride, int nw, int n);
+    void (*gemm)(int n, float *y, size_t y_stride, const void *wp, int nw, const void *x, size_t x_stride,
+                 const int32_t *xs, size_t xs_stride, int nx);
+} kern_packed;
+
+/* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
+ * weight row (see DECODE DOT TILES above). */
+#define KERN_DOT_NX_MAX 2
+/* kern_matmul uses the dot tiles for m <= KERN_DOT_MAX_M (in groups of
+ * KERN_DOT_NX_MAX rows), the GEMM above: measured single-threaded on
+ * 2048 x 5632 Q4_0/Q8_0, the packed GEMM only catches up around m = 8 (its
+ * packing is paid per call), the dot tiles win clearly at m = 3, 4. */
+#define KERN_DOT_MAX_M 4
+typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x, size_t x_stride,
+                            int nx);
+
 typedef void (*kern_conv_fn)(void *dst, const float *src, int n);
 
 typedef struct {
     const char *name;
-    kern_dot_fn dot[DT_COUNT];   /* by weight type */
+    kern_gemm gemm[DT_COUNT];    /* by weight type */
+    kern_dot_fn dot[DT_COUNT];   /* by weight type; NULL = the GEMM tiles for every m */
+    kern_packed packed[DT_COUNT]; /* by weight type; .gemm NULL = none */
     kern_conv_fn conv[DT_COUNT]; /* by dot type: F16, BF16, Q8_0, Q8_K */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
     void (*rope)(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,

@@ -127,23 +127,27 @@ static float dot1_q6_K(int n, const block_q6_K *w, const block_q8_K *x)
     return s;
 }
 
-/* ------------------------------------------------------------ dot tiles */
+/* ------------------------------------------------------------ GEMM tiles */
 
-/* One ref tile per weight type: loops the single-row dot over the nx rows. */
-#define REF_TILE(name, wtype_c, xtype_c, dot1)                                                    \
-    static void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx) \
-    {                                                                                             \
-        for (int r = 0; r < nx; r++)                                                              \
-            s[r * ss] = dot1(n, (const wtype_c *)w, (const xtype_c *)((const uint8_t *)x + r * xs)); \
+/* One ref tile per weight type: the single-row dot for every (row, column)
+ * pair of the tile, so an element never depends on the tile. */
+#define REF_TILE(name, wtype_c, xtype_c, dot1)                                                        \
+    static void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,    \
+                     size_t xs, int nx)                                                               \
+    {                                                                                                 \
+        for (int r = 0; r < nx; r++)                                                                  \
+            for (int c = 0; c < nw; c++)                                                              \
+                y[r * ys + c] = dot1(n, (const wtype_c *)((const uint8_t *)w + c * ws),               \
+                                     (const xtype_c *)((const uint8_t *)x + r * xs));                 \
     }
 
-REF_TILE(dot_f32_ref, float, float, dot1_f32)
-REF_TILE(dot_f16_ref, uint16_t, uint16_t, dot1_f16)
-REF_TILE(dot_bf16_ref, uint16_t, uint16_t, dot1_bf16)
-REF_TILE(dot_q8_0_ref, block_q8_0, block_q8_0, dot1_q8_0)
-REF_TILE(dot_q4_0_ref, block_q4_0, block_q8_0, dot1_q4_0)
-REF_TILE(dot_q4_K_ref, block_q4_K, block_q8_K, dot1_q4_K)
-REF_TILE(dot_q6_K_ref, block_q6_K, block_q8_K, dot1_q6_K)
+REF_TILE(gemm_f32_ref, float, float, dot1_f32)
+REF_TILE(gemm_f16_ref, uint16_t, uint16_t, dot1_f16)
+REF_TILE(gemm_bf16_ref, uint16_t, uint16_t, dot1_bf16)
+REF_TILE(gemm_q8_0_ref, block_q8_0, block_q8_0, dot1_q8_0)
+REF_TILE(gemm_q4_0_ref, block_q4_0, block_q8_0, dot1_q4_0)
+REF_TILE(gemm_q4_K_ref, block_q4_K, block_q8_K, dot1_q4_K)
+REF_TILE(gemm_q6_K_ref, block_q6_K, block_q8_K, dot1_q6_K)
 
 /* ------------------------------------------------------------ conversions */
 
@@ -230,14 +234,14 @@ static void exp_row_ref(float *y, const float *x, int n)
 
 const kern_vtable kern_vt_ref = {
     .name = "ref",
-    .dot = {
-        [DT_F32] = dot_f32_ref,
-        [DT_F16] = dot_f16_ref,
-        [DT_BF16] = dot_bf16_ref,
-        [DT_Q8_0] = dot_q8_0_ref,
-        [DT_Q4_0] = dot_q4_0_ref,
-        [DT_Q4_K] = dot_q4_K_ref,
-        [DT_Q6_K] = dot_q6_K_ref,
+    .gemm = {
+        [DT_F32] = {gemm_f32_ref, KERN_NW_MAX, 4},
+        [DT_F16] = {gemm_f16_ref, KERN_NW_MAX, 4},
+        [DT_BF16] = {gemm_bf16_ref, KERN_NW_MAX, 4},
+        [DT_Q8_0] = {gemm_q8_0_ref, KERN_NW_MAX, 4},
+        [DT_Q4_0] = {gemm_q4_0_ref, KERN_NW_MAX, 4},
+        [DT_Q4_K] = {gemm_q4_K_ref, KERN_NW_MAX, 4},
+        [DT_Q6_K] = {gemm_q6_K_ref, KERN_NW_MAX, 4},
     },
     .conv = {
         [DT_F16] = conv_f16_ref,

@@ -33,9 +33,14 @@ bool kern_matmul_supports(uint32_t wtype);
 
 /* y[m][n_out] = x[m][n_in] . W^T, where W is n_out rows of n_in elements in
  * ggml type wtype, row stride dtype_row_bytes(wtype, n_in). n_in must be a
- * multiple of the type's block size. Threads split the output columns; each
- * weight row is read once for all m rows of x. y must not overlap x or w.
- * The result does not depend on tp's size (bit for bit). */
+ * multiple of the type's block size. Threads split the output columns; a
+ * GEMM reads each weight block once per group of activation rows (for Q8_0
+ * and Q4_0 weights with m > 4, repacked 8 rows at a time). y must not
+ * overlap x or w. Row i of y depends only on row i of x, on W and on
+ * whether m <= 4 (decode: ggml-like AVX2 dot tiles, float lanes across
+ * blocks) or m > 4 (GEMM: the reference's order): within each it is the same bit
+ * for bit whatever m, the other rows, or tp's size; the two agree within
+ * rounding (kern_matmul.c). */
 void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
                  threadpool *tp);
 
@@ -67,7 +72,9 @@ void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float
  * a vector expf within ~2 ulp of libm's. */
 void kern_softmax(float *x, int n);
 
-/* a[i] = silu(a[i]) * b[i], silu(x) = x / (1 + expf(-x)). */
+/* a[i] = silu(a[i]) * b[i], silu(x) = x / (1 + expf(-x)). SIMD variants use
+ * a vector expf for whole vectors and libm's for the tail, so call it per
+ * row when results must not depend on how rows are batched. */
 void kern_swiglu(float *a, const float *b, int n);
 
 /* Row conversions used by the dot types (exposed for tests and the KV cache).

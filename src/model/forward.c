@@ -539,7 +539,10 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     rmsnorm_rows(s->xn, s->x, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
     matmul(s->g, s->xn, &w->w_gate, T, s);
     matmul(s->u, s->xn, &w->w_up, T, s);
-    kern_swiglu(s->g, s->u, T * (int)c->ffn_dim);
+    /* per row: over the flattened batch, where a row's tail falls (SIMD
+     * body or scalar tail) would depend on T, and the two expf differ */
+    for (int t = 0; t < T; t++)
+        kern_swiglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
     matmul(s->xn, s->g, &w->w_down, T, s);
     for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
 }
