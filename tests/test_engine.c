@@ -129,6 +129,28 @@ static int run_one(pl_engine *e, const pl_request_params *rp, result *res)
     return rc;
 }
 
+/* Bytes of one KV block for the engine ep describes (a throwaway engine is
+ * made to ask), so that tests can size kv_mem in whole blocks. */
+static size_t block_bytes_for(const pl_engine_params *ep)
+{
+    pl_engine *e = NULL;
+    if (pl_engine_new(&e, M, ep) != 0) return 0;
+    pl_engine_metrics m;
+    pl_engine_metrics_get(e, &m);
+    pl_engine_free(e);
+    return m.kv.block_bytes;
+}
+
+/* pl_engine_new with the engine's invariant walker on after every step
+ * (PAGELLM_ENGINE_CHECK, read once at creation). */
+static int engine_new_checked(pl_engine **e, const pl_engine_params *ep)
+{
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    int rc = pl_engine_new(e, M, ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    return rc;
+}
+
 /* The reference: our_greedy with the engine's context size. */
 static int reference(const id_list *prompt, int n_gen, id_list *out, float *steps)
 {
@@ -333,13 +355,11 @@ TEST(small_pool_preempts_and_recomputes_without_changing_tokens)
 {
     pl_engine_params ep;
     engine_params(&ep);
+    const size_t block_bytes = block_bytes_for(&ep);
+    CHECK(block_bytes > 0);
     pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
-    pl_engine_metrics m0;
-    pl_engine_metrics_get(e, &m0);
-    pl_engine_free(e);
     /* 14 blocks of 16 tokens; each request needs up to 6 (<= 30 + 64 tokens) */
-    ep.ctx.kv_mem = 14 * m0.kv.block_bytes;
+    ep.ctx.kv_mem = 14 * block_bytes;
     ep.ctx.max_seqs = 8;
     CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
     id_list prompt[N_PROMPTS], ref[N_PROMPTS];
@@ -381,12 +401,10 @@ TEST(request_larger_than_the_whole_pool_gets_an_error)
 {
     pl_engine_params ep;
     engine_params(&ep);
+    const size_t block_bytes = block_bytes_for(&ep);
+    CHECK(block_bytes > 0);
     pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
-    pl_engine_metrics m0;
-    pl_engine_metrics_get(e, &m0);
-    pl_engine_free(e);
-    ep.ctx.kv_mem = 2 * m0.kv.block_bytes;
+    ep.ctx.kv_mem = 2 * block_bytes;
     CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
     id_list prompt;
     tokenize(prompts[0], &prompt);
@@ -438,10 +456,8 @@ TEST(window_generates_past_the_context_like_pl_seq_append)
     ep.ctx.n_ctx = 0; /* = sinks + window */
     ep.ctx.kv_window = 64;
     ep.ctx.kv_sinks = 4;
-    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
     pl_engine *e = NULL;
-    int rc = pl_engine_new(&e, M, &ep);
-    unsetenv("PAGELLM_ENGINE_CHECK");
+    int rc = engine_new_checked(&e, &ep);
     CHECK_MSG(rc == 0, "%s", pl_last_error());
     id_list prompt, ref;
     tokenize(prompts[1], &prompt);
@@ -479,19 +495,15 @@ TEST(window_with_preemption_keeps_every_invariant)
 {
     pl_engine_params ep;
     engine_params(&ep);
+    const size_t block_bytes = block_bytes_for(&ep);
+    CHECK(block_bytes > 0);
     pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
-    pl_engine_metrics m0;
-    pl_engine_metrics_get(e, &m0);
-    pl_engine_free(e);
     ep.ctx.n_ctx = 0;
     ep.ctx.kv_window = 64;
     ep.ctx.kv_sinks = 4;
     ep.ctx.max_seqs = 4;
-    ep.ctx.kv_mem = 12 * m0.kv.block_bytes; /* 4 sequences of up to 5 blocks */
-    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
-    int rc = pl_engine_new(&e, M, &ep);
-    unsetenv("PAGELLM_ENGINE_CHECK");
+    ep.ctx.kv_mem = 12 * block_bytes; /* 4 sequences of up to 5 blocks */
+    int rc = engine_new_checked(&e, &ep);
     CHECK_MSG(rc == 0, "%s", pl_last_error());
     id_list prompt[4];
     pl_request *r[4];
@@ -852,14 +864,12 @@ TEST(static_layout_serves_requests_one_reservation_each)
 {
     pl_engine_params ep;
     engine_params(&ep);
+    const size_t block_bytes = block_bytes_for(&ep);
+    CHECK(block_bytes > 0);
     pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
-    pl_engine_metrics m0;
-    pl_engine_metrics_get(e, &m0);
-    pl_engine_free(e);
     ep.ctx.layout = PL_KV_STATIC;
     ep.ctx.max_seqs = 4;
-    ep.ctx.kv_mem = 2 * (N_CTX / 16) * m0.kv.block_bytes; /* room for 2 of the 4 slots */
+    ep.ctx.kv_mem = 2 * (N_CTX / 16) * block_bytes; /* room for 2 of the 4 slots */
     CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
     pl_request *r[4];
     id_list prompt[4], ref[4];
@@ -1003,13 +1013,8 @@ TEST(stress_mixed_load_small_pool_and_cancels_keeps_every_invariant)
     char why[256] = "";
     setenv("PAGELLM_ENGINE_CHECK", "1", 1);
     int rc = stress_run(&ep, false, big, why, sizeof why);
-    pl_engine_metrics m0 = {0};
     if (!rc) {
-        pl_engine *e = NULL;
-        CHECK(pl_engine_new(&e, M, &ep) == 0);
-        pl_engine_metrics_get(e, &m0);
-        pl_engine_free(e);
-        ep.ctx.kv_mem = 12 * m0.kv.block_bytes;
+        ep.ctx.kv_mem = 12 * block_bytes_for(&ep);
         rc = stress_run(&ep, true, small, why, sizeof why);
     }
     unsetenv("PAGELLM_ENGINE_CHECK");
