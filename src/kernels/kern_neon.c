@@ -2,8 +2,9 @@
  *
  * NEON is part of the aarch64 base ABI: on aarch64 kern_init() always
  * overlays this table; on other architectures the file compiles to a stub
- * and kern_vt_neon() returns NULL. Entries left NULL (the K-quant dots, the
- * Q8_K conversion, rope) fall back to the reference (kern_impl.h).
+ * and kern_vt_neon() returns NULL. Entries left NULL (rope; the decode dot
+ * tiles of every type but Q8_0/Q4_0, whose GEMM tiles then serve every m)
+ * fall back to the reference (kern_impl.h).
  *
  * Integer dots of 32 int8 pairs use SDOT when the compiler targets the
  * dot-product extension (__ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod;
@@ -19,6 +20,8 @@
  *     Q4_0: s = s + ((float)isum * dw) * dx
  *   with separate multiplies and adds (the build's -std=c11 keeps GCC from
  *   contracting them into FMA): equal to the reference bit for bit;
+ * - Q4_K/Q6_K GEMM tiles: the exact integer sums of each super-block, then
+ *   the reference's scalar float operations: equal to it bit for bit;
  * - Q8_0/Q4_0 decode dot tiles (m <= KERN_DOT_MAX_M) are laid out like
  *   ggml's NEON vec_dot: per block the 4 lanes of int32 partial sums to
  *   float, multiplied by dw*dx and added into 4-lane accumulators, two
@@ -33,8 +36,9 @@
  *   operations whatever nw, nx or its position in the tile (THE INVARIANT of
  *   kern_impl.h), so matmul rows do not depend on m, batching or threads;
  * - conversions produce exactly the reference's bytes: Q8_0 rounds with
- *   FCVTAS (nearest, ties away: roundf), f16 with FCVTN under the default
- *   round-to-nearest-even FPCR, bf16 with half.h's integer rounding;
+ *   FCVTAS (nearest, ties away: roundf), Q8_K with FCVTNS (nearest even),
+ *   f16 with FCVTN under the default round-to-nearest-even FPCR, bf16 with
+ *   half.h's integer rounding;
  * - rmsnorm sums squares in double like the reference; softmax, swiglu and
  *   exp_row use expf4 (below), within ~2 ulp of libm.
  */
@@ -322,6 +326,126 @@ KNI void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, co
 KN_Q8GEMM(gemm_q8_0_neon, false)
 KN_Q8GEMM(gemm_q4_0_neon, true)
 
+/* ------------------------------------------------------------ K-quants */
+
+/* Q4_K and Q6_K compute, per super-block, the reference's exact integer
+ * sums (kern_ref.c: isum = sum_j sc_j * (q.y)_j, Q4_K also msum = sum_j m_j
+ * * (sum of y)_j) with vector integer dots, then the reference's own scalar
+ * float operations:
+ *   Q4_K: s = s + (dw * yd) * (float)isum;  s = s - (dmin * yd) * (float)msum
+ *   Q6_K: s = s + (dw * yd) * (float)isum
+ * so every element equals the reference bit for bit, whatever the tile. The
+ * integer sums fit int32 with room to spare (|isum| < 2^28). */
+
+/* 16 int8 x 16 int8 as 4 lanes of exact int32 partial sums. */
+KNI int32x4_t dot_i8x16(int8x16_t w, int8x16_t x)
+{
+#ifdef __ARM_FEATURE_DOTPROD
+    return vdotq_s32(vdupq_n_s32(0), w, x);
+#else
+    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x))), vmull_high_s8(w, x));
+#endif
+}
+
+/* A Q4_K super-block's 256 values (0..15), 16 per vector in element order,
+ * and its 8 sub-block scales and mins. Sub-blocks 2k and 2k+1 are the low
+ * and high nibbles of the same 32 bytes (blocks.h). */
+KNI void q4_K_unpack(const block_q4_K *wb, int8x16_t q[16], int32_t sc[8], int32_t mn[8])
+{
+    for (int k = 0; k < 4; k++) {
+        const uint8x16_t v0 = vld1q_u8(wb->qs + 32 * k), v1 = vld1q_u8(wb->qs + 32 * k + 16);
+        q[4 * k + 0] = vreinterpretq_s8_u8(vandq_u8(v0, vdupq_n_u8(0x0F)));
+        q[4 * k + 1] = vreinterpretq_s8_u8(vandq_u8(v1, vdupq_n_u8(0x0F)));
+        q[4 * k + 2] = vreinterpretq_s8_u8(vshrq_n_u8(v0, 4));
+        q[4 * k + 3] = vreinterpretq_s8_u8(vshrq_n_u8(v1, 4));
+    }
+    for (int j = 0; j < 8; j++) {
+        uint8_t a, m;
+        block_q4_K_scale_min(j, wb->scales, &a, &m);
+        sc[j] = a;
+        mn[j] = m;
+    }
+}
+
+/* A Q6_K super-block's 256 values q - 32, 16 per vector in element order:
+ * vector v is sub-block v (scale scales[v]). Layout as kern_ref.c's
+ * q6_K_unpack: element 128h + 32k + l takes 4 low bits from
+ * ql[64h + l + 32(k & 1)] (low nibble for k < 2, high for k >= 2) and 2
+ * high bits from qh[32h + l] >> 2k. */
+KNI void q6_K_unpack_neon(const block_q6_K *wb, int8x16_t q[16])
+{
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x03);
+    const int8x16_t off = vdupq_n_s8(32);
+    for (int h = 0; h < 2; h++)
+        for (int l0 = 0; l0 < 32; l0 += 16) {
+            const uint8x16_t a = vld1q_u8(wb->ql + 64 * h + l0), b = vld1q_u8(wb->ql + 64 * h + 32 + l0);
+            const uint8x16_t hb = vld1q_u8(wb->qh + 32 * h + l0);
+            const uint8x16_t v[4] = {
+                vorrq_u8(vandq_u8(a, m4), vshlq_n_u8(vandq_u8(hb, m2), 4)),
+                vorrq_u8(vandq_u8(b, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 2), m2), 4)),
+                vorrq_u8(vshrq_n_u8(a, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 4), m2), 4)),
+                vorrq_u8(vshrq_n_u8(b, 4), vshlq_n_u8(vshrq_n_u8(hb, 6), 4)),
+            };
+            for (int k = 0; k < 4; k++) q[8 * h + 2 * k + l0 / 16] = vsubq_s8(vreinterpretq_s8_u8(v[k]), off);
+        }
+}
+
+/* Both K-quant tiles: each weight super-block is unpacked once for the nx
+ * activation rows; y's elements accumulate in s[][] in super-block order. */
+static void gemm_q4_K_neon(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs,
+                           int nx)
+{
+    float s[KERN_NX_MAX][KERN_NW_MAX] = {{0}};
+    for (int c = 0; c < nw; c++) {
+        const block_q4_K *wr = (const block_q4_K *)((const uint8_t *)w + c * ws);
+        for (int b = 0; b < n / QK_K; b++) {
+            int8x16_t q[16];
+            int32_t sc[8], mn[8];
+            q4_K_unpack(&wr[b], q, sc, mn);
+            const float dw = f16s(wr[b].d), dmin = f16s(wr[b].dmin);
+            for (int r = 0; r < nx; r++) {
+                const block_q8_K *xb = (const block_q8_K *)((const uint8_t *)x + r * xs) + b;
+                int32x4_t iv = vdupq_n_s32(0);
+                int32_t msum = 0;
+                for (int j = 0; j < 8; j++) {
+                    const int32x4_t p = vaddq_s32(dot_i8x16(q[2 * j], vld1q_s8(xb->qs + 32 * j)),
+                                                  dot_i8x16(q[2 * j + 1], vld1q_s8(xb->qs + 32 * j + 16)));
+                    iv = vmlaq_n_s32(iv, p, sc[j]);
+                    msum += mn[j] * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]);
+                }
+                const int32_t isum = vaddvq_s32(iv);
+                s[r][c] = s[r][c] + dw * xb->d * (float)isum;
+                s[r][c] = s[r][c] - dmin * xb->d * (float)msum;
+            }
+        }
+    }
+    for (int r = 0; r < nx; r++)
+        for (int c = 0; c < nw; c++) y[r * ys + c] = s[r][c];
+}
+
+static void gemm_q6_K_neon(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs,
+                           int nx)
+{
+    float s[KERN_NX_MAX][KERN_NW_MAX] = {{0}};
+    for (int c = 0; c < nw; c++) {
+        const block_q6_K *wr = (const block_q6_K *)((const uint8_t *)w + c * ws);
+        for (int b = 0; b < n / QK_K; b++) {
+            int8x16_t q[16];
+            q6_K_unpack_neon(&wr[b], q);
+            const float dw = f16s(wr[b].d);
+            for (int r = 0; r < nx; r++) {
+                const block_q8_K *xb = (const block_q8_K *)((const uint8_t *)x + r * xs) + b;
+                int32x4_t iv = vdupq_n_s32(0);
+                for (int j = 0; j < 16; j++)
+                    iv = vmlaq_n_s32(iv, dot_i8x16(q[j], vld1q_s8(xb->qs + 16 * j)), wr[b].scales[j]);
+                s[r][c] = s[r][c] + dw * xb->d * (float)vaddvq_s32(iv);
+            }
+        }
+    }
+    for (int r = 0; r < nx; r++)
+        for (int c = 0; c < nw; c++) y[r * ys + c] = s[r][c];
+}
+
 /* ------------------------------------------------- activation conversions */
 
 /* Same bytes as quant_q8_0_quantize_row for finite input: d = amax/127,
@@ -351,6 +475,40 @@ static void conv_q8_0_neon(void *dst, const float *src, int n)
             }
             vst1q_s8(y[b].qs + 16 * h, vcombine_s8(vqmovn_s16(q[0]), vqmovn_s16(q[1])));
         }
+    }
+}
+
+/* Same bytes as quant_q8_K_quantize_row for finite input: the scale from
+ * the first element of largest magnitude, q = nearest-even(-127/max * x)
+ * (FCVTNS; quant_round_nearest's magic-number rounding is nearest-even too
+ * at these magnitudes), saturated to int8 like its clamp. */
+static void conv_q8_K_neon(void *dst, const float *src, int n)
+{
+    block_q8_K *y = dst;
+    for (int b = 0; b < n / QK_K; b++) {
+        const float *x = src + (size_t)b * QK_K;
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (int k = 0; k < QK_K / 4; k++) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + 4 * k)));
+        const float amax = vmaxvq_f32(m);
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        int j = 0;
+        while (j < QK_K - 1 && fabsf(x[j]) != amax) j++;
+        const float iscale = -127.f / x[j];
+        for (int g = 0; g < QK_K / 16; g++) {
+            int16x8_t h[2];
+            for (int k = 0; k < 2; k++) {
+                const int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + 16 * g + 8 * k), iscale));
+                const int32x4_t c = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + 16 * g + 8 * k + 4), iscale));
+                h[k] = vcombine_s16(vqmovn_s32(a), vqmovn_s32(c));
+            }
+            const int8x16_t q = vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1]));
+            vst1q_s8(y[b].qs + 16 * g, q);
+            y[b].bsums[g] = vaddlvq_s8(q);
+        }
+        y[b].d = 1 / iscale;
     }
 }
 
@@ -462,7 +620,8 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_BF16] = {gemm_bf16_neon, 4, 4},
         [DT_Q8_0] = {gemm_q8_0_neon, 4, 2},
         [DT_Q4_0] = {gemm_q4_0_neon, 4, 2},
-        /* Q4_K, Q6_K: the reference */
+        [DT_Q4_K] = {gemm_q4_K_neon, 4, 4},
+        [DT_Q6_K] = {gemm_q6_K_neon, 4, 4},
     },
     .dot = {
         [DT_Q8_0] = dot_q8_0_neon,
@@ -472,7 +631,7 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_F16] = conv_f16_neon,
         [DT_BF16] = conv_bf16_neon,
         [DT_Q8_0] = conv_q8_0_neon,
-        /* Q8_K: the reference */
+        [DT_Q8_K] = conv_q8_K_neon,
     },
     .rmsnorm = rmsnorm_neon,
     .softmax = softmax_neon,
