@@ -45,9 +45,10 @@ compile() {
 export -f compile; export CC newest_header
 src=(src/base/*.c src/tensor/*.c src/kernels/*.c)
 objs=()
-for f in "${src[@]}"; do objs+=("$out/obj/$(basename "$f" .c).o"); done
+obj_of() { local f=${1%.c}; echo "$out/obj/${f//\//_}.o"; } # src/a/b.c -> obj/src_a_b.o
+for f in "${src[@]}"; do objs+=("$(obj_of "$f")"); done
 # two compilers at a time (the machine's cores); xargs fails if any does
-if ! for f in "${src[@]}"; do echo "$f $out/obj/$(basename "$f" .c).o -march=armv8-a"; done |
+if ! for f in "${src[@]}"; do echo "$f $(obj_of "$f") -march=armv8-a"; done |
      { cat; echo "src/kernels/kern_neon.c $out/obj-dotprod/kern_neon.o -march=armv8.2-a+dotprod"; } |
      xargs -P 2 -L 1 bash -c 'flags=('"${flags[*]}"'); compile "$@"' "$0"; then
   echo "FAIL arm64/build: cross compilation failed"
@@ -56,10 +57,10 @@ fi
 
 rc=0
 # name : qemu -cpu : the kern_neon object
-for cfg in "neon:cortex-a53:$out/obj/kern_neon.o" "neon-dotprod:max:$out/obj-dotprod/kern_neon.o"; do
+for cfg in "neon:cortex-a53:$(obj_of src/kernels/kern_neon.c)" "neon-dotprod:max:$out/obj-dotprod/kern_neon.o"; do
   IFS=: read -r name cpu kn <<<"$cfg"
   lib=()
-  for o in "${objs[@]}"; do [[ $o == */kern_neon.o ]] || lib+=("$o"); done
+  for o in "${objs[@]}"; do [[ $o == */src_kernels_kern_neon.o ]] || lib+=("$o"); done
   for t in "${tests[@]}"; do
     bin=$out/$name-$t
     if ! { [ "$bin" -nt "tests/$t.c" ] && [ -z "$(find "${lib[@]}" "$kn" -newer "$bin")" ]; }; then
