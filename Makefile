@@ -27,7 +27,7 @@ TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 
 MODEL   ?= $(or $(PAGELLM_MODEL),$(BUILD)/models/tiny.gguf)
 
-.PHONY: all deps run test asan fuzz bench clean peer cross-arm64
+.PHONY: all deps run test asan fuzz bench clean peer cross-arm64 test-arm64
 
 all: $(BUILD)/pagellm $(TESTBIN)
 
@@ -100,6 +100,13 @@ cross-arm64:
 	  $(CROSS_ARM64) -std=c11 $(OPT) -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Isrc -Iinclude \
 	    -c $$f -o $(BUILD)/arm64/$$(echo $$f | tr / _).o || exit 1; done
 	@echo "cross-arm64: all $(words $(SRC)) library sources compile for aarch64"
+
+# The kernel tests cross-built for aarch64 (static) and run under qemu-user:
+# the NEON variant against the reference, with and without the dot-product
+# extension (tests/arm64.sh; also one entry of `make test`). Prints SKIP and
+# succeeds without gcc-aarch64-linux-gnu or qemu-user.
+test-arm64:
+	@BUILD=$(BUILD) CROSS_ARM64=$(CROSS_ARM64) bash tests/arm64.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -2,7 +2,8 @@
 # Installs the Debian packages pagellm needs, only those missing.
 # Runs as root (the CI and dev machines) or through sudo when available.
 set -euo pipefail
-pkgs=(gcc make clang pkg-config libpcre2-dev libxxhash-dev libjansson-dev libmicrohttpd-dev nodejs npm git jq curl)
+pkgs=(gcc make clang pkg-config libpcre2-dev libxxhash-dev libjansson-dev libmicrohttpd-dev nodejs npm git jq curl
+      gcc-aarch64-linux-gnu qemu-user) # the last two: tests/arm64.sh (NEON kernels under qemu)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -33,6 +33,8 @@ done
 for t in tests/cli/test_*.sh; do
   [ -f "$t" ] && run_one "$t" bash "$t"
 done
+# the kernel tests for aarch64 under qemu-user (SKIP without qemu / the cross compiler)
+run_one arm64-qemu bash tests/arm64.sh
 rm -rf "$log"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

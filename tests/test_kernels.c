@@ -27,6 +27,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/kern_impl.h"
+#include "kernels/kern_neon.h"
 #include "kernels/kernels.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
@@ -192,6 +193,7 @@ static int simd_variants(const kern_vtable **out)
 {
     int n = 0;
     if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
+    if (kern_vt_neon()) out[n++] = kern_vt_neon();
     return n;
 }
 

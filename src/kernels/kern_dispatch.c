@@ -9,6 +9,7 @@
  */
 #include "kernels/kernels.h"
 #include "kernels/kern_impl.h"
+#include "kernels/kern_neon.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,6 +44,8 @@ void kern_init(int force_ref)
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();
     if (!force_ref && avx2 && kern_cpu_has_avx2()) kern_overlay(avx2);
+    const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
+    if (!force_ref && neon) kern_overlay(neon);
     atomic_store_explicit(&kern_ready, 1, memory_order_release);
 }
 
