@@ -9,6 +9,11 @@
  *   x += att Wo
  *   xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
  * then logits = rmsnorm(x) * output_norm  Wout  for the rows asked for.
+ * Each "x += ...; xn = rmsnorm(x) * norm" pair (after Wo, and after Wd
+ * with the next layer's attn_norm) is one kern_add_rmsnorm pass, bit for
+ * bit the two steps. RoPE's cos/sin are computed once per token and pass
+ * (kern_rope_table into s->rope_cs), and every layer rotates q and k with
+ * them (kern_rope_apply): the same values kern_rope computes per call.
  *
  * Every buffer is sized in fwd_state_new for max_tokens, max_ctx and the KV
  * geometry: the pass itself allocates nothing.
@@ -64,8 +69,9 @@ enum {
     FP_DOWN, FP_RESID, FP_OUT_NORM, FP_LOGITS, FP_N
 };
 static const char *const fp_names[FP_N] = {
-    "embed", "attn_norm", "matmul qkv", "rope", "kv_store", "attention", "matmul wo", "resid+ffn_norm",
-    "matmul gate+up", "swiglu", "matmul down", "resid", "output_norm", "matmul output",
+    "embed+rope_table", "attn_norm", "matmul qkv", "rope", "kv_store", "attention", "matmul wo",
+    "resid+ffn_norm", "matmul gate+up", "swiglu", "matmul down", "resid(+attn_norm)", "output_norm",
+    "matmul output",
 };
 
 /* [0]: passes of one token (decode), [1]: larger batches. */
@@ -89,6 +95,7 @@ struct fwd_state {
     fwd_prof *prof;                           /* PAGELLM_FWD_PROFILE, else NULL */
     threadpool *tp;
     float *x, *xn, *q, *k, *v, *att, *g, *u; /* [max_tokens][width] */
+    float *rope_cs;                           /* [max_tokens][rope_dim] each token's kern_rope_table */
     float *attn_scratch;                      /* [threads][attn_scratch_stride] */
     size_t attn_scratch_stride;               /* attn_scratch_floats(max_ctx, head_dim), rounded to 16 */
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
@@ -153,7 +160,7 @@ void fwd_state_free(fwd_state *s)
     if (!s) return;
     if (s->prof) fp_print(s->prof);
     free(s->prof);
-    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->attn_scratch};
+    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     mem_free(s->kh);
     mem_free(s->vh);
@@ -190,6 +197,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->att = mem_alloc_aligned(T * qd * sizeof(float), 64);
     s->g = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
+    s->rope_cs = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
     s->attn_rows = attn_rows_max(max_ctx);
     s->kvg = *kvg;
     s->codec = kv_is_codec(kvg->s.dtype);
@@ -211,7 +219,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
         s->seq_n = calloc(T, sizeof(int32_t));
         staged_ok = s->kh && s->vh && s->seal && s->seq_t0 && s->seq_from && s->seq_n;
     }
-    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->attn_scratch || !staged_ok) {
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch || !staged_ok) {
         fwd_state_free(s);
         return PL_ENOMEM;
     }
@@ -275,6 +283,14 @@ static void add_bias(float *y, const weight *b, int rows, int n)
 static void rmsnorm_rows(float *y, const float *x, const weight *w, int rows, int n, float eps)
 {
     for (int r = 0; r < rows; r++) kern_rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w->data, n, eps);
+}
+
+/* x += d, then d = rmsnorm(x) * w, row by row (bit for bit the add and
+ * rmsnorm_rows: kern_add_rmsnorm). */
+static void add_rmsnorm_rows(float *x, float *d, const weight *w, int rows, int n, float eps)
+{
+    for (int r = 0; r < rows; r++)
+        kern_add_rmsnorm(x + (size_t)r * n, d + (size_t)r * n, d + (size_t)r * n, w->data, n, eps);
 }
 
 /* qwen3: RMSNorm over each head of each row. */
@@ -593,14 +609,16 @@ static void attn_worker(void *arg, int ith, int nth)
     }
 }
 
-static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l)
+/* Layer l. On entry s->xn holds rmsnorm(x) * attn_norm of layer l; on exit
+ * x holds the layer's output and, if next_norm, xn holds rmsnorm(x) *
+ * next_norm (the residual add fused with the next layer's norm). */
+static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l,
+                          const weight *next_norm)
 {
     const model_config *c = &m->cfg;
     const layer_weights *w = &m->w.layers[l];
     const int T = b->n_tokens, hd = (int)c->head_dim;
     const int qd = (int)c->n_heads * hd, kvd = (int)c->n_kv_heads * hd;
-    rmsnorm_rows(s->xn, s->x, &w->attn_norm, T, (int)c->dim, c->norm_eps);
-    fp_mark(s, FP_ATTN_NORM);
     matmul(s->q, s->xn, &w->wq, T, s);
     matmul(s->k, s->xn, &w->wk, T, s);
     matmul(s->v, s->xn, &w->wv, T, s);
@@ -610,12 +628,10 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     head_norm(s->q, &w->q_norm, T, (int)c->n_heads, hd, c->norm_eps);
     head_norm(s->k, &w->k_norm, T, (int)c->n_kv_heads, hd, c->norm_eps);
     fp_mark(s, FP_QKV);
-    const float *ff = m->w.rope_freqs.data;
-    for (int t = 0; t < T; t++) {
-        kern_rope(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, b->pos[t], c->rope_base,
-                  c->rope_scale, c->rope_neox, ff);
-        kern_rope(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, b->pos[t], c->rope_base,
-                  c->rope_scale, c->rope_neox, ff);
+    for (int t = 0; t < T; t++) { /* with the tables model_forward made for this pass */
+        const float *cs = s->rope_cs + (size_t)t * c->rope_dim;
+        kern_rope_apply(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
+        kern_rope_apply(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
     }
     fp_mark(s, FP_ROPE);
     kv_store(m, s, kv, b, l);
@@ -626,8 +642,7 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_ATTN);
     matmul(s->xn, s->att, &w->wo, T, s);
     fp_mark(s, FP_WO);
-    for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
-    rmsnorm_rows(s->xn, s->x, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
+    add_rmsnorm_rows(s->x, s->xn, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_RESID_NORM);
     matmul(s->g, s->xn, &w->w_gate, T, s);
     matmul(s->u, s->xn, &w->w_up, T, s);
@@ -639,7 +654,9 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_SWIGLU);
     matmul(s->xn, s->g, &w->w_down, T, s);
     fp_mark(s, FP_DOWN);
-    for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
+    if (next_norm) add_rmsnorm_rows(s->x, s->xn, next_norm, T, (int)c->dim, c->norm_eps);
+    else
+        for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
     fp_mark(s, FP_RESID);
 }
 
@@ -668,8 +685,15 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     }
     fp_begin(s, b->n_tokens);
     embed(m, s, b);
+    /* RoPE's cos/sin per token, once for all layers and heads */
+    for (int t = 0; t < b->n_tokens; t++)
+        kern_rope_table(s->rope_cs + (size_t)t * c->rope_dim, (int)c->rope_dim, b->pos[t], c->rope_base,
+                        c->rope_scale, m->w.rope_freqs.data);
     fp_mark(s, FP_EMBED);
-    for (uint32_t l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, b, l);
+    rmsnorm_rows(s->xn, s->x, &m->w.layers[0].attn_norm, b->n_tokens, (int)c->dim, c->norm_eps);
+    fp_mark(s, FP_ATTN_NORM);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        layer_forward(m, s, kv, b, l, l + 1 < c->n_layers ? &m->w.layers[l + 1].attn_norm : NULL);
     if (b->n_logits == 0) {
         fp_end(s);
         return 0;
