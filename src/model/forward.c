@@ -311,12 +311,14 @@ static void embed(const model *m, fwd_state *s, const fwd_batch *b)
     }
 }
 
-/* Encodes one head's K or V row in the cache's row type. q4_0 uses ggml's
+/* Encodes one head's K or V row in the cache's row type (f16, the default
+ * cache, through the kernels' bit-exact vector conversion). q4_0 uses ggml's
  * reference rounding (what llama.cpp's cache does), not the searching
  * weight quantizer, which is slower and would store different values. */
 static void kv_encode(uint32_t rt, const float *src, uint8_t *dst, int n)
 {
     if (rt == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n);
+    else if (rt == DT_F16) kern_f32_to_f16_row((uint16_t *)dst, src, n); /* half.h's bits, F16C where there is */
     else quant_quantize_row(rt, src, dst, n);
 }
 
