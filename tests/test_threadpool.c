@@ -1,7 +1,8 @@
 /* test_threadpool.c - the persistent thread pool: every (ith, nth) runs
  * exactly once per tp_run, results are visible to the caller afterwards, the
  * sleep/wake paths (idle workers, a slow worker) neither lose a run nor
- * deadlock, and the degenerate pools (NULL, n = 1) run on the caller. */
+ * deadlock, the degenerate pools (NULL, n = 1) run on the caller, and
+ * tp_runs counts the calls (with the cost of an empty run as INFO). */
 #include "test.h"
 
 #include "base/threadpool.h"
@@ -163,6 +164,45 @@ TEST(split_sum_matches)
     CHECK_EQ_INT(parts[0] + parts[1] + parts[2] + parts[3], 100000L * 99999 / 2);
 }
 
+static void empty_job(void *arg, int ith, int nth) { (void)arg, (void)ith, (void)nth; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* tp_runs counts every call (what the forward profile reports per token).
+ * Prints, without asserting (the machine is shared), the fixed cost of one
+ * empty run on 2 threads: the decode step pays it ~8 times per layer. */
+TEST(runs_counted_and_empty_run_cost)
+{
+    CHECK_EQ_INT(tp_runs(NULL), 0);
+    threadpool *tp = tp_new(2);
+    CHECK(tp);
+    CHECK_EQ_INT(tp_runs(tp), 0);
+    enum { BATCH = 2000, REPS = 9 };
+    double per[REPS];
+    for (int r = 0; r < REPS; r++) {
+        const double t0 = now_s();
+        for (int i = 0; i < BATCH; i++) tp_run(tp, empty_job, NULL);
+        per[r] = (now_s() - t0) / BATCH;
+    }
+    const unsigned long long runs = tp_runs(tp);
+    tp_free(tp);
+    CHECK_EQ_INT(runs, (unsigned long long)BATCH * REPS);
+    qsort(per, REPS, sizeof per[0], cmp_double);
+    INFO("empty tp_run on 2 threads, back to back: median %.2f us, min %.2f us (batches of %d)", per[REPS / 2] * 1e6,
+         per[0] * 1e6, BATCH);
+}
+
 int main(void)
 {
     RUN(null_pool_runs_on_caller);
@@ -173,5 +213,6 @@ int main(void)
     RUN(caller_wakes_after_slow_worker);
     RUN(create_and_free_many);
     RUN(split_sum_matches);
+    RUN(runs_counted_and_empty_run_cost);
     return test_summary();
 }

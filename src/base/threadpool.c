@@ -64,6 +64,7 @@ struct threadpool {
     tp_job job;                  /* job of the current generation */
     void *arg;
     int quit;                    /* set with the final gen bump */
+    unsigned long long runs;     /* tp_run calls (written by the one caller) */
     _Alignas(64) _Atomic uint32_t gen;  /* futex word the workers wait on */
     _Atomic int n_sleeping;      /* workers inside futex_wait on gen */
     _Alignas(64) _Atomic uint32_t done; /* workers finished this generation */
@@ -214,8 +215,11 @@ void tp_free(threadpool *tp)
 
 int tp_size(const threadpool *tp) { return tp ? tp->n : 1; }
 
+unsigned long long tp_runs(const threadpool *tp) { return tp ? tp->runs : 0; }
+
 void tp_run(threadpool *tp, tp_job job, void *arg)
 {
+    if (tp) tp->runs++;
     if (!tp || tp->n == 1) {
         job(arg, 0, 1);
         return;

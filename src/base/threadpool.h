@@ -16,5 +16,7 @@ void tp_free(threadpool *tp);
 int tp_size(const threadpool *tp);
 /* Runs job(arg, i, n) for i in 0..n-1, one per thread; tp may be NULL (then n = 1). */
 void tp_run(threadpool *tp, tp_job job, void *arg);
+/* tp_run calls made on tp so far (0 for NULL): profiles count hand-offs. */
+unsigned long long tp_runs(const threadpool *tp);
 
 #endif

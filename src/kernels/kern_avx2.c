@@ -965,12 +965,14 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q8_K] = conv_q8_K_avx2,
     },
     .rmsnorm = rmsnorm_avx2,
+    .rope_apply = kern_rope_apply_avx2,   /* kern_elem_avx2.c */
+    .add_rmsnorm = kern_add_rmsnorm_avx2, /* kern_elem_avx2.c */
     .softmax = softmax_avx2,
     .swiglu = swiglu_avx2,
     .exp_row = exp_row_avx2,
     .f32_to_f16 = f32_to_f16_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
-    /* rope: the reference (its cost is the scalar cosf/sinf per pair, shared by all heads) */
+    /* rope: the reference (kv_shift only; the forward pass uses kern_rope_table + rope_apply) */
 };
 
 const kern_vtable *kern_vt_avx2(void)

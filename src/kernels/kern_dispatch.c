@@ -30,6 +30,8 @@ static void kern_overlay(const kern_vtable *v)
 #define KERN_TAKE(f) if (v->f) kern_vt.f = v->f
     KERN_TAKE(rmsnorm);
     KERN_TAKE(rope);
+    KERN_TAKE(rope_apply);
+    KERN_TAKE(add_rmsnorm);
     KERN_TAKE(softmax);
     KERN_TAKE(swiglu);
     KERN_TAKE(exp_row);
@@ -88,6 +90,16 @@ void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float
                float freq_scale, bool neox, const float *freq_factors)
 {
     kern_active()->rope(x, n_heads, head_dim, rope_dim, pos, freq_base, freq_scale, neox, freq_factors);
+}
+
+void kern_rope_apply(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs)
+{
+    kern_active()->rope_apply(x, n_heads, head_dim, rope_dim, neox, cs);
+}
+
+void kern_add_rmsnorm(float *x, const float *d, float *y, const float *w, int n, float eps)
+{
+    kern_active()->add_rmsnorm(x, d, y, w, n, eps);
 }
 
 void kern_softmax(float *x, int n) { kern_active()->softmax(x, n); }

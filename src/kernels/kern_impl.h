@@ -105,6 +105,8 @@ typedef struct {
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
     void (*rope)(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,
                  float freq_scale, bool neox, const float *freq_factors);
+    void (*rope_apply)(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);
+    void (*add_rmsnorm)(float *x, const float *d, float *y, const float *w, int n, float eps);
     void (*softmax)(float *x, int n);
     void (*swiglu)(float *a, const float *b, int n);
     void (*exp_row)(float *y, const float *x, int n); /* y = expf(x); y may alias x */
@@ -120,6 +122,10 @@ extern const kern_vtable kern_vt_ref;
  * initializes its private data (once, thread-safe). */
 const kern_vtable *kern_vt_avx2(void);
 bool kern_cpu_has_avx2(void);
+/* kern_elem_avx2.c: the AVX2 elementwise kernels the avx2 table lists
+ * (x86 only; same feature requirement). */
+void kern_rope_apply_avx2(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);
+void kern_add_rmsnorm_avx2(float *x, const float *d, float *y, const float *w, int n, float eps);
 
 /* The active table (filled by kern_init; kern_active() initializes lazily). */
 extern kern_vtable kern_vt;

@@ -209,6 +209,46 @@ static void rope_ref(float *x, int n_heads, int head_dim, int rope_dim, int pos,
     }
 }
 
+/* The same angle and cos/sin expressions as rope_ref, so the same bits. */
+void kern_rope_table(float *cs, int rope_dim, int pos, float freq_base, float freq_scale,
+                     const float *freq_factors)
+{
+    assert(rope_dim % 2 == 0);
+    const int half = rope_dim / 2;
+    const float theta_scale = powf(freq_base, -2.0f / (float)rope_dim);
+    float theta = (float)pos;
+    for (int i = 0; i < half; i++) {
+        const float ff = freq_factors ? freq_factors[i] : 1.0f;
+        const float angle = freq_scale * (theta / ff);
+        cs[i] = cosf(angle);
+        cs[half + i] = sinf(angle);
+        theta *= theta_scale;
+    }
+}
+
+static void rope_apply_ref(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs)
+{
+    assert(rope_dim % 2 == 0 && rope_dim <= head_dim);
+    const int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            const float c = cs[i], sn = cs[half + i];
+            const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            const float x0 = p[a], x1 = p[b];
+            p[a] = x0 * c - x1 * sn;
+            p[b] = x0 * sn + x1 * c;
+        }
+    }
+}
+
+/* The add, then rmsnorm_ref's operations on the sums. */
+static void add_rmsnorm_ref(float *x, const float *d, float *y, const float *w, int n, float eps)
+{
+    for (int i = 0; i < n; i++) x[i] += d[i];
+    rmsnorm_ref(y, x, w, n, eps);
+}
+
 static void softmax_ref(float *x, int n)
 {
     float max = -INFINITY;
@@ -251,6 +291,8 @@ const kern_vtable kern_vt_ref = {
     },
     .rmsnorm = rmsnorm_ref,
     .rope = rope_ref,
+    .rope_apply = rope_apply_ref,
+    .add_rmsnorm = add_rmsnorm_ref,
     .softmax = softmax_ref,
     .swiglu = swiglu_ref,
     .exp_row = exp_row_ref,

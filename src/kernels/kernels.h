@@ -67,6 +67,23 @@ void kern_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,
                float freq_scale, bool neox, const float *freq_factors);
 
+/* RoPE in two steps, for callers that rotate many rows at one position (the
+ * forward pass: every layer's q and k): kern_rope_table computes the
+ * position's cos/sin once, kern_rope_apply rotates n_heads heads with them.
+ * cs[rope_dim]: cos of pair i at cs[i], its sin at cs[rope_dim/2 + i]
+ * (i < rope_dim/2). The angles and cosf/sinf are kern_rope's own
+ * expressions, and the rotation its float operations (no FMA), so
+ * table + apply equals kern_rope bit for bit in every variant. */
+void kern_rope_table(float *cs, int rope_dim, int pos, float freq_base, float freq_scale,
+                     const float *freq_factors);
+void kern_rope_apply(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);
+
+/* The residual add fused with the next RMSNorm: x[i] += d[i], then
+ * y = rmsnorm(x) * w as kern_rmsnorm. Bit for bit the two calls it
+ * replaces (same variant), in one pass less over x. y may alias d (d is
+ * read before y is written), not x. */
+void kern_add_rmsnorm(float *x, const float *d, float *y, const float *w, int n, float eps);
+
 /* In place softmax over n values (n >= 1, at least one finite): as ggml,
  * exp(x - max), sum in double, multiply by (float)(1/sum). SIMD variants use
  * a vector expf within ~2 ulp of libm's. */

@@ -9,6 +9,11 @@
  *   x += att Wo
  *   xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
  * then logits = rmsnorm(x) * output_norm  Wout  for the rows asked for.
+ * Each "x += ...; xn = rmsnorm(x) * norm" pair (after Wo, and after Wd
+ * with the next layer's attn_norm) is one kern_add_rmsnorm pass, bit for
+ * bit the two steps. RoPE's cos/sin are computed once per token and pass
+ * (kern_rope_table into s->rope_cs), and every layer rotates q and k with
+ * them (kern_rope_apply): the same values kern_rope computes per call.
  *
  * Every buffer is sized in fwd_state_new for max_tokens, max_ctx and the KV
  * geometry: the pass itself allocates nothing.
@@ -35,13 +40,20 @@
  *      stage, which then holds exactly what token-by-token writes leave.
  * This needs each sequence's batch tokens to be adjacent in the batch and
  * at consecutive positions (model.h).
+ *
+ * PAGELLM_FWD_PROFILE=1: wall and calling-thread CPU time of each phase of
+ * the pass (fwd_prof below), printed on stderr by fwd_state_free, per token
+ * for one-token passes (decode) and per pass for larger batches. Off, a
+ * phase mark costs one predictable branch.
  */
 #include "model/model.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/err.h"
 #include "base/mem.h"
@@ -51,10 +63,39 @@
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
+/* Phases of a pass, in order (FP_MARK closes the running phase). */
+enum {
+    FP_EMBED, FP_ATTN_NORM, FP_QKV, FP_ROPE, FP_KV_STORE, FP_ATTN, FP_WO, FP_RESID_NORM, FP_GATE_UP, FP_SWIGLU,
+    FP_DOWN, FP_RESID, FP_OUT_NORM, FP_LOGITS, FP_N
+};
+static const char *const fp_names[FP_N] = {
+    "embed+rope_table", "attn_norm", "matmul qkv", "rope", "kv_store", "attention", "matmul wo",
+    "resid+ffn_norm", "matmul gate+up", "swiglu", "matmul down", "resid(+attn_norm)", "output_norm",
+    "matmul output",
+};
+
+/* [0]: passes of one token (decode), [1]: larger batches. */
+typedef struct {
+    int64_t wall[2][FP_N], cpu[2][FP_N]; /* ns */
+    uint64_t passes[2], tokens[2], runs[2];
+    int k;                               /* the running pass's kind */
+    int64_t t_wall, t_cpu;               /* the running phase's start */
+    unsigned long long runs0;            /* tp_runs at the pass's start */
+} fwd_prof;
+
+static int64_t fp_clock(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 struct fwd_state {
     int max_tokens, max_ctx;
+    fwd_prof *prof;                           /* PAGELLM_FWD_PROFILE, else NULL */
     threadpool *tp;
     float *x, *xn, *q, *k, *v, *att, *g, *u; /* [max_tokens][width] */
+    float *rope_cs;                           /* [max_tokens][rope_dim] each token's kern_rope_table */
     float *attn_scratch;                      /* [threads][attn_scratch_stride] */
     size_t attn_scratch_stride;               /* attn_scratch_floats(max_ctx, head_dim), rounded to 16 */
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
@@ -67,10 +108,59 @@ struct fwd_state {
     int32_t *seq_t0, *seq_from, *seq_n;
 };
 
+/* Charges the time since the last mark to phase ph. */
+static inline void fp_mark(fwd_state *s, int ph)
+{
+    fwd_prof *p = s->prof;
+    if (__builtin_expect(!p, 1)) return;
+    const int64_t w = fp_clock(CLOCK_MONOTONIC), c = fp_clock(CLOCK_THREAD_CPUTIME_ID);
+    p->wall[p->k][ph] += w - p->t_wall;
+    p->cpu[p->k][ph] += c - p->t_cpu;
+    p->t_wall = w;
+    p->t_cpu = c;
+}
+
+static void fp_begin(fwd_state *s, int n_tokens)
+{
+    fwd_prof *p = s->prof;
+    if (!p) return;
+    p->k = n_tokens > 1;
+    p->passes[p->k]++;
+    p->tokens[p->k] += (uint64_t)n_tokens;
+    p->runs0 = tp_runs(s->tp);
+    p->t_wall = fp_clock(CLOCK_MONOTONIC);
+    p->t_cpu = fp_clock(CLOCK_THREAD_CPUTIME_ID);
+}
+
+static void fp_end(fwd_state *s)
+{
+    if (s->prof) s->prof->runs[s->prof->k] += tp_runs(s->tp) - s->prof->runs0;
+}
+
+static void fp_print(const fwd_prof *p)
+{
+    for (int k = 0; k < 2; k++) {
+        if (!p->passes[k]) continue;
+        const double per = k == 0 ? (double)p->tokens[0] : (double)p->passes[1];
+        int64_t tw = 0, tc = 0;
+        for (int i = 0; i < FP_N; i++) tw += p->wall[k][i], tc += p->cpu[k][i];
+        fprintf(stderr, "pagellm forward profile, %s: %llu passes, %llu tokens, %.1f tp_run per %s; ms per %s "
+                "(wall / calling-thread CPU):\n", k == 0 ? "decode (1-token passes)" : "batches",
+                (unsigned long long)p->passes[k], (unsigned long long)p->tokens[k], p->runs[k] / per,
+                k == 0 ? "token" : "pass", k == 0 ? "token" : "pass");
+        for (int i = 0; i < FP_N; i++)
+            fprintf(stderr, "  %-16s %9.4f %9.4f  (%4.1f%% of wall)\n", fp_names[i], p->wall[k][i] / per / 1e6,
+                    p->cpu[k][i] / per / 1e6, tw ? 100.0 * p->wall[k][i] / tw : 0.0);
+        fprintf(stderr, "  %-16s %9.4f %9.4f\n", "total", tw / per / 1e6, tc / per / 1e6);
+    }
+}
+
 void fwd_state_free(fwd_state *s)
 {
     if (!s) return;
-    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->attn_scratch};
+    if (s->prof) fp_print(s->prof);
+    free(s->prof);
+    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     mem_free(s->kh);
     mem_free(s->vh);
@@ -94,6 +184,8 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
     s->tp = tp;
+    const char *pe = getenv("PAGELLM_FWD_PROFILE");
+    if (pe && strcmp(pe, "0") != 0) s->prof = calloc(1, sizeof *s->prof); /* NULL: no profile, no error */
     const size_t T = (size_t)max_tokens, qd = (size_t)c->n_heads * c->head_dim;
     const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t wide = c->dim > qd ? c->dim : qd;
@@ -105,6 +197,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->att = mem_alloc_aligned(T * qd * sizeof(float), 64);
     s->g = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
+    s->rope_cs = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
     s->attn_rows = attn_rows_max(max_ctx);
     s->kvg = *kvg;
     s->codec = kv_is_codec(kvg->s.dtype);
@@ -126,7 +219,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
         s->seq_n = calloc(T, sizeof(int32_t));
         staged_ok = s->kh && s->vh && s->seal && s->seq_t0 && s->seq_from && s->seq_n;
     }
-    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->attn_scratch || !staged_ok) {
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch || !staged_ok) {
         fwd_state_free(s);
         return PL_ENOMEM;
     }
@@ -192,6 +285,14 @@ static void rmsnorm_rows(float *y, const float *x, const weight *w, int rows, in
     for (int r = 0; r < rows; r++) kern_rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w->data, n, eps);
 }
 
+/* x += d, then d = rmsnorm(x) * w, row by row (bit for bit the add and
+ * rmsnorm_rows: kern_add_rmsnorm). */
+static void add_rmsnorm_rows(float *x, float *d, const weight *w, int rows, int n, float eps)
+{
+    for (int r = 0; r < rows; r++)
+        kern_add_rmsnorm(x + (size_t)r * n, d + (size_t)r * n, d + (size_t)r * n, w->data, n, eps);
+}
+
 /* qwen3: RMSNorm over each head of each row. */
 static void head_norm(float *x, const weight *w, int rows, int heads, int hd, float eps)
 {
@@ -210,12 +311,14 @@ static void embed(const model *m, fwd_state *s, const fwd_batch *b)
     }
 }
 
-/* Encodes one head's K or V row in the cache's row type. q4_0 uses ggml's
+/* Encodes one head's K or V row in the cache's row type (f16, the default
+ * cache, through the kernels' bit-exact vector conversion). q4_0 uses ggml's
  * reference rounding (what llama.cpp's cache does), not the searching
  * weight quantizer, which is slower and would store different values. */
 static void kv_encode(uint32_t rt, const float *src, uint8_t *dst, int n)
 {
     if (rt == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n);
+    else if (rt == DT_F16) kern_f32_to_f16_row((uint16_t *)dst, src, n); /* half.h's bits, F16C where there is */
     else quant_quantize_row(rt, src, dst, n);
 }
 
@@ -508,13 +611,16 @@ static void attn_worker(void *arg, int ith, int nth)
     }
 }
 
-static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l)
+/* Layer l. On entry s->xn holds rmsnorm(x) * attn_norm of layer l; on exit
+ * x holds the layer's output and, if next_norm, xn holds rmsnorm(x) *
+ * next_norm (the residual add fused with the next layer's norm). */
+static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l,
+                          const weight *next_norm)
 {
     const model_config *c = &m->cfg;
     const layer_weights *w = &m->w.layers[l];
     const int T = b->n_tokens, hd = (int)c->head_dim;
     const int qd = (int)c->n_heads * hd, kvd = (int)c->n_kv_heads * hd;
-    rmsnorm_rows(s->xn, s->x, &w->attn_norm, T, (int)c->dim, c->norm_eps);
     matmul(s->q, s->xn, &w->wq, T, s);
     matmul(s->k, s->xn, &w->wk, T, s);
     matmul(s->v, s->xn, &w->wv, T, s);
@@ -523,28 +629,37 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     add_bias(s->v, &w->bv, T, kvd);
     head_norm(s->q, &w->q_norm, T, (int)c->n_heads, hd, c->norm_eps);
     head_norm(s->k, &w->k_norm, T, (int)c->n_kv_heads, hd, c->norm_eps);
-    const float *ff = m->w.rope_freqs.data;
-    for (int t = 0; t < T; t++) {
-        kern_rope(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, b->pos[t], c->rope_base,
-                  c->rope_scale, c->rope_neox, ff);
-        kern_rope(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, b->pos[t], c->rope_base,
-                  c->rope_scale, c->rope_neox, ff);
+    fp_mark(s, FP_QKV);
+    for (int t = 0; t < T; t++) { /* with the tables model_forward made for this pass */
+        const float *cs = s->rope_cs + (size_t)t * c->rope_dim;
+        kern_rope_apply(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
+        kern_rope_apply(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
     }
+    fp_mark(s, FP_ROPE);
     kv_store(m, s, kv, b, l);
+    fp_mark(s, FP_KV_STORE);
     attn_job job = {m, s, kv, b, l};
     tp_run(s->tp, attn_worker, &job);
     if (s->kh) kv_commit_staged(s, b, l);
+    fp_mark(s, FP_ATTN);
     matmul(s->xn, s->att, &w->wo, T, s);
-    for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
-    rmsnorm_rows(s->xn, s->x, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
+    fp_mark(s, FP_WO);
+    add_rmsnorm_rows(s->x, s->xn, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
+    fp_mark(s, FP_RESID_NORM);
     matmul(s->g, s->xn, &w->w_gate, T, s);
     matmul(s->u, s->xn, &w->w_up, T, s);
+    fp_mark(s, FP_GATE_UP);
     /* per row: over the flattened batch, where a row's tail falls (SIMD
      * body or scalar tail) would depend on T, and the two expf differ */
     for (int t = 0; t < T; t++)
         kern_swiglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
+    fp_mark(s, FP_SWIGLU);
     matmul(s->xn, s->g, &w->w_down, T, s);
-    for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
+    fp_mark(s, FP_DOWN);
+    if (next_norm) add_rmsnorm_rows(s->x, s->xn, next_norm, T, (int)c->dim, c->norm_eps);
+    else
+        for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
+    fp_mark(s, FP_RESID);
 }
 
 int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits)
@@ -570,13 +685,28 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
             if (s->seq_n[i] == 0) /* a sequence without tokens: nothing to store or commit */
                 s->seq_from[i] = 0;
     }
+    fp_begin(s, b->n_tokens);
     embed(m, s, b);
-    for (uint32_t l = 0; l < c->n_layers; l++) layer_forward(m, s, kv, b, l);
-    if (b->n_logits == 0) return 0;
+    /* RoPE's cos/sin per token, once for all layers and heads */
+    for (int t = 0; t < b->n_tokens; t++)
+        kern_rope_table(s->rope_cs + (size_t)t * c->rope_dim, (int)c->rope_dim, b->pos[t], c->rope_base,
+                        c->rope_scale, m->w.rope_freqs.data);
+    fp_mark(s, FP_EMBED);
+    rmsnorm_rows(s->xn, s->x, &m->w.layers[0].attn_norm, b->n_tokens, (int)c->dim, c->norm_eps);
+    fp_mark(s, FP_ATTN_NORM);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        layer_forward(m, s, kv, b, l, l + 1 < c->n_layers ? &m->w.layers[l + 1].attn_norm : NULL);
+    if (b->n_logits == 0) {
+        fp_end(s);
+        return 0;
+    }
     /* gather the rows that want logits, normalise, project */
     for (int i = 0; i < b->n_logits; i++)
         kern_rmsnorm(s->xn + (size_t)i * c->dim, s->x + (size_t)b->logit_idx[i] * c->dim, m->w.output_norm.data,
                      (int)c->dim, c->norm_eps);
+    fp_mark(s, FP_OUT_NORM);
     matmul(logits, s->xn, &m->w.output, b->n_logits, s);
+    fp_mark(s, FP_LOGITS);
+    fp_end(s);
     return 0;
 }
