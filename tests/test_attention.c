@@ -344,10 +344,46 @@ static void bench(void)
     }
 }
 
+/* The decode call of a GQA model as forward.c makes it at depth n: one
+ * token, 2 KV heads x rep query heads (TinyLlama: 4 KV heads, rep 8, two
+ * threads take 2 heads each), all rows at n_ctx = n. */
+static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
+{
+    const int hd = 64, n = 2048;
+    for (int ti = 0; ti < 5; ti++) {
+        if (only >= 0 && ti != only) continue;
+        fake_kv f[32];
+        for (int l = 0; l < L; l++)
+            if (fake_kv_make(&f[l], kv_types[ti], hd, n_kv, n, 16, 9 + l) != 0) return;
+        const size_t sf = attn_scratch_floats(n, hd);
+        float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * hd), *o = malloc(sizeof(float) * R * hd);
+        for (int i = 0; i < R * hd; i++) q[i] = rng_gauss();
+        attn_row rows[ATTN_ROWS_CAP];
+        for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n, v / rep};
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++)
+            for (int l = 0; l < L; l++) attn_paged_avx2(&f[l].kv, rows, R, 0.125f, scratch, sf);
+        const double t = (now_s() - t0) / reps;
+        printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): %.2f ms/token/thread\n",
+               kv_type_name(kv_types[ti]), hd, n, L, R, rep, t * 1e3);
+        free(scratch);
+        free(q);
+        free(o);
+        for (int l = 0; l < L; l++) fake_kv_free(&f[l]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
         if (attn_avx2_available()) bench();
+        /* layers 22: their K/V (46 MB at f16) do not fit any cache */
+        if (attn_avx2_available()) bench_decode(22, 10, -1, 4, 8, 16);
+        return 0;
+    }
+    if (argc > 7 && strcmp(argv[1], "bench-decode") == 0) { /* layers reps type-index n_kv rep rows */
+        if (attn_avx2_available())
+            bench_decode(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]));
         return 0;
     }
     RUN(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);

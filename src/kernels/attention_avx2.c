@@ -47,6 +47,7 @@
 #include "kernels/kern_impl.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -186,10 +187,27 @@ KAI void vacc(int NV, int kind, bool first, float *o, const float *p, int n, con
     __m256 a[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++) a[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8 * c);
-    for (int k = 0; k < n; k++) {
-        const __m256 pk = _mm256_broadcast_ss(p + k);
+    if (kind == FK_Q8_0) { /* ld8's values, with each block's d converted once */
+        assert(NV % 4 == 0 && d0 % QK8_0 == 0); /* hd % 32 == 0 for q8_0, d0 % 64 == 0 */
+        for (int k = 0; k < n; k++) {
+            const __m256 pk = _mm256_broadcast_ss(p + k);
+            const block_q8_0 *b = (const block_q8_0 *)vp[k] + d0 / QK8_0;
+#pragma GCC unroll 2
+            for (int c4 = 0; c4 < NV / 4; c4++) {
+                const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[c4].d));
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[c4].qs + 8 * c)));
+                    a[4 * c4 + c] = _mm256_fmadd_ps(pk, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d), a[4 * c4 + c]);
+                }
+            }
+        }
+    } else {
+        for (int k = 0; k < n; k++) {
+            const __m256 pk = _mm256_broadcast_ss(p + k);
 #pragma GCC unroll 8
-        for (int c = 0; c < NV; c++) a[c] = _mm256_fmadd_ps(pk, ld8(kind, vp[k], d0 + 8 * c), a[c]);
+            for (int c = 0; c < NV; c++) a[c] = _mm256_fmadd_ps(pk, ld8(kind, vp[k], d0 + 8 * c), a[c]);
+        }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++) _mm256_storeu_ps(o + 8 * c, a[c]);
@@ -226,6 +244,76 @@ static KA void scores8(int kind, float *s, const void *const *kp, const float *q
     else _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F32, kp, q, hd), vscale));
 }
 
+/* ------------------------------------------- q8_0 / q4_0 keys: int8 dots */
+
+/* The int8 form of 8 keys' head rows (q8_0 as stored, q4_0 unpacked to
+ * nibble - 8), block by block: kq[(k * nb + b) * 32 + i], their absolute
+ * values at kq + 8 * nb * 32 (the same layout), and each block's scale as a
+ * vector over the 8 keys: kd[b] lane k = d of key k, block b. Built once
+ * per key group and segment, read by every row of the segment. */
+KAI void keys_to_i8(uint32_t t, const uint8_t *const *krow, size_t goff, int nb, int8_t *kq, __m256 *kd)
+{
+    for (int b = 0; b < nb; b++) {
+        uint16_t d[8];
+        for (int k = 0; k < 8; k++) {
+            int8_t *dst = kq + ((size_t)k * nb + b) * 32;
+            if (t == DT_Q8_0) {
+                const block_q8_0 *x = (const block_q8_0 *)(krow[k] + goff) + b;
+                d[k] = x->d;
+                const __m256i v = _mm256_loadu_si256((const __m256i *)x->qs);
+                _mm256_storeu_si256((__m256i *)dst, v);
+                _mm256_storeu_si256((__m256i *)(dst + 8 * nb * 32), _mm256_sign_epi8(v, v));
+            } else {
+                const block_q4_0 *x = (const block_q4_0 *)(krow[k] + goff) + b;
+                d[k] = x->d;
+                const __m128i raw = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(0x0F);
+                const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), _mm_set1_epi8(8));
+                const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_set1_epi8(8));
+                const __m256i v = _mm256_set_m128i(hi, lo);
+                _mm256_storeu_si256((__m256i *)dst, v);
+                _mm256_storeu_si256((__m256i *)(dst + 8 * nb * 32), _mm256_sign_epi8(v, v));
+            }
+        }
+        kd[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    }
+}
+
+/* Sum of each of 8 int32 vectors, as one vector (lane k = sum of m[k]).
+ * Integer sums are exact, so the tree's order does not matter. */
+KAI __m256i hsum8_epi32(const __m256i *m)
+{
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(m[4], m[5]), _mm256_hadd_epi32(m[6], m[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Scores of one row against the 8 keys of keys_to_i8: per key and block the
+ * exact int dot s_b = sum_i k_i q_i, then acc = sum_b (float)s_b x (d_k x d_q)
+ * (b ascending, from 0) and acc x scale: the order attention.c's reference
+ * uses, so both variants give the same bits. q8 is the row's query as q8_0. */
+KAI __m256 scores8_i8(const int8_t *kq, const __m256 *kd, const block_q8_0 *q8, int nb, __m256 vscale)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)q8[b].qs);
+        __m256i m[8];
+        const int8_t *kb = kq + (size_t)b * 32, *ka = kb + 8 * nb * 32;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)(kb + (size_t)k * nb * 32));
+            const __m256i kabs = _mm256_loadu_si256((const __m256i *)(ka + (size_t)k * nb * 32));
+            /* |k| x (q with k's sign): maddubs needs an unsigned operand; pairs
+             * stay within int16 as |k|, |q| <= 127 (q4_0: |k| <= 8) */
+            m[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(kabs, _mm256_sign_epi8(qv, kv)), ones);
+        }
+        const __m256 sb = _mm256_cvtepi32_ps(hsum8_epi32(m));
+        const __m256 d = _mm256_mul_ps(kd[b], _mm256_set1_ps(_cvtsh_ss(q8[b].d)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(sb, d));
+    }
+    return _mm256_mul_ps(acc, vscale);
+}
+
 KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                         size_t scratch_floats)
 {
@@ -244,9 +332,16 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
 
     /* queries as the dot uses them: rounded to f16 for an f16 cache (ggml's
      * dot type), else copied as they are */
+    const bool i8 = t == DT_Q8_0 || t == DT_Q4_0; /* keys dotted in int8 against a q8_0 query */
+    const int nb = hd / 32;
+    assert(!i8 || (hd % 32 == 0 && nb <= 8));
     for (int r = 0; r < n_rows; r++) {
         assert(rows[r].n_ctx >= 1);
         float *d = qf + (size_t)r * hdp;
+        if (i8) { /* as ggml does for these caches: the query in K's dot type (q8_0), same bytes as the reference */
+            quant_q8_0_quantize_row(rows[r].q, (block_q8_0 *)d, hd);
+            continue;
+        }
         for (int i = 0; i < hd; i += 8) {
             __m256 v = _mm256_loadu_ps(rows[r].q + i);
             if (t == DT_F16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
@@ -277,6 +372,16 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             r1 = segment_end(rows, n_rows, r0);
             if (segment_nmax(rows, r0, r1) <= j0) continue;
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            if (i8) {
+                __m256 kd[8];
+                keys_to_i8(t, krow, goff, nb, (int8_t *)kt, kd);
+                for (int r = r0; r < r1; r++)
+                    if (rows[r].n_ctx > j0)
+                        _mm256_storeu_ps(sc + (size_t)r * ncp + j0,
+                                         scores8_i8((const int8_t *)kt, kd, (const block_q8_0 *)(qf + (size_t)r * hdp),
+                                                    nb, vscale));
+                continue;
+            }
             const bool inplace = SEG_INPLACE(r0, r1);
             const void *kp[8];
             for (int k = 0; k < 8; k++) {
