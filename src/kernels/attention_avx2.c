@@ -64,7 +64,7 @@ bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() !=
  * worth it when one row reads the key (no GQA sharing), where the tile's
  * store and reload cost more than the conversion (measured 1.0 -> ms per
  * 2048-key call of 12 heads, f16 0.30). */
-enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0 };
+enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2 };
 
 KAI __m256 ld8(int kind, const void *p, int i)
 {
@@ -73,6 +73,15 @@ KAI __m256 ld8(int kind, const void *p, int i)
         const block_q8_0 *b = (const block_q8_0 *)p + i / QK8_0;
         const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % QK8_0)));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(_cvtsh_ss(b->d)));
+    }
+    if (kind == FK_E5M2) /* the top byte of a half */
+        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i))), 8));
+    if (kind == FK_E4M3) { /* the half trick (attention_impl.h) without the x 256, which the block scale carries */
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i)));
+        __m128i w = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xBF80)); /* sign, 7 bits at 13..7 */
+        const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F80)), _mm_set1_epi16(0x3F80));
+        w = _mm_or_si128(w, _mm_and_si128(nan, _mm_set1_epi16(0x4000))); /* S.1111.111 -> a half NaN */
+        return _mm256_cvtph_ps(w);
     }
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
     if (kind == FK_F16) return _mm256_cvtph_ps(h);
@@ -153,6 +162,10 @@ KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
             for (int p = 0; p < 4; p++)
                 _mm256_storeu_ps(dst + 8 * p, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p])), d));
         }
+    } else if (t == ATTN_KV_FP8_E4M3) { /* unscaled, as ld8 reads it in place */
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_E4M3, src, i));
+    } else if (t == ATTN_KV_FP8_E5M2) {
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_E5M2, src, i));
     } else { /* F32 */
         memcpy(dst, src, sizeof(float) * (size_t)hd);
     }
@@ -233,6 +246,8 @@ static KA void vacc_any(int kind, int nv, bool first, float *o, const float *p, 
     if (kind == FK_F16) { VACC_NV(FK_F16) }
     else if (kind == FK_BF16) { VACC_NV(FK_BF16) }
     else if (kind == FK_Q8_0) { VACC_NV(FK_Q8_0) }
+    else if (kind == FK_E4M3) { VACC_NV(FK_E4M3) }
+    else if (kind == FK_E5M2) { VACC_NV(FK_E5M2) }
     else { VACC_NV(FK_F32) }
 }
 
@@ -241,6 +256,8 @@ static KA void scores8(int kind, float *s, const void *const *kp, const float *q
     if (kind == FK_F16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F16, kp, q, hd), vscale));
     else if (kind == FK_BF16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_BF16, kp, q, hd), vscale));
     else if (kind == FK_Q8_0) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_Q8_0, kp, q, hd), vscale));
+    else if (kind == FK_E4M3) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E4M3, kp, q, hd), vscale));
+    else if (kind == FK_E5M2) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E5M2, kp, q, hd), vscale));
     else _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F32, kp, q, hd), vscale));
 }
 
@@ -314,6 +331,22 @@ KAI __m256 scores8_i8(const int8_t *kq, const __m256 *kd, const block_q8_0 *q8, 
     return _mm256_mul_ps(acc, vscale);
 }
 
+/* x[j] *= 256 x (e4m3 scale of head g in the block of position j), j < n:
+ * what the fp8 kinds leave out of each element, applied to a whole score
+ * or weight instead (powers of two: the same bits either way). */
+static KA void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, float *x, int n)
+{
+    const int T = (int)kv->block_size;
+    for (int j0 = 0, b = 0; j0 < n; j0 += T, b++) {
+        const float f = 256.0f * attn_fp8_scale(kv, plane, kv->blocks[b], g);
+        const __m256 vf = _mm256_set1_ps(f);
+        const int e = j0 + T < n ? j0 + T : n;
+        int j = j0;
+        for (; j + 8 <= e; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), vf));
+        for (; j < e; j++) x[j] *= f;
+    }
+}
+
 KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                         size_t scratch_floats)
 {
@@ -325,6 +358,15 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const uint32_t t = kv->kv_type;
     assert(hd % 8 == 0 && n_rows >= 1);
     const int nmax = segment_nmax(rows, 0, n_rows);
+    /* the segments, found once (not per key group): [sg_r0[s], sg_r0[s + 1]) */
+    int sg_r0[ATTN_ROWS_CAP + 1], sg_n[ATTN_ROWS_CAP], n_sg = 0;
+    assert(n_rows <= ATTN_ROWS_CAP);
+    for (int r0 = 0, r1; r0 < n_rows; r0 = r1, n_sg++) {
+        r1 = segment_end(rows, n_rows, r0);
+        sg_r0[n_sg] = r0;
+        sg_n[n_sg] = segment_nmax(rows, r0, r1);
+    }
+    sg_r0[n_sg] = n_rows;
     const size_t hdp = attn_round8((size_t)hd), ncp = attn_round8((size_t)nmax);
     assert(attn_layout_floats((size_t)n_rows, (size_t)nmax, (size_t)hd) <= scratch_floats);
     (void)scratch_floats;
@@ -352,9 +394,15 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     /* A segment (adjacent rows of one KV head) reads the cache rows in place
      * when no other row would reuse a conversion (always for F32); else they
      * are converted once into kt / vt. The values are the same either way. */
-#define SEG_INPLACE(r0, r1) (t == DT_F32 || ((r1) - (r0) == 1 && (t == DT_F16 || t == DT_BF16 || t == DT_Q8_0)))
-#define SEG_KIND(inplace) \
-    (!(inplace) || t == DT_F32 ? FK_F32 : t == DT_F16 ? FK_F16 : t == DT_BF16 ? FK_BF16 : FK_Q8_0)
+#define SEG_INPLACE(r0, r1) \
+    (t == DT_F32 || ((r1) - (r0) == 1 && (t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || attn_is_fp8(t))))
+#define SEG_KIND(inplace)                                                                          \
+    (!(inplace) || t == DT_F32 ? FK_F32                                                            \
+     : t == DT_F16             ? FK_F16                                                            \
+     : t == DT_BF16            ? FK_BF16                                                           \
+     : t == DT_Q8_0            ? FK_Q8_0                                                           \
+     : t == ATTN_KV_FP8_E4M3   ? FK_E4M3                                                           \
+                               : FK_E5M2)
 
     /* 1. scores, 8 keys at a time; keys past nmax repeat the last one. The
      * KV heads of a call are visited key group by key group, so that a
@@ -368,9 +416,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             krow[k] = cursor_row(&kc);
             if (j0 + k + 1 < nmax) cursor_next(&kc); /* else stay on the last key */
         }
-        for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
-            r1 = segment_end(rows, n_rows, r0);
-            if (segment_nmax(rows, r0, r1) <= j0) continue;
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1];
+            if (sg_n[sg] <= j0) continue;
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
             if (i8) {
                 __m256 kd[8];
@@ -402,7 +450,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const kern_vtable *vt2 = kern_vt_avx2();
     for (int r = 0; r < n_rows; r++) {
         float *s = sc + (size_t)r * ncp;
+        if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->k_base, rows[r].g, s, rows[r].n_ctx);
         vt2->softmax(s, rows[r].n_ctx);
+        if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->v_base, rows[r].g, s, rows[r].n_ctx);
         if (t == DT_F16) /* lanes past n_ctx hold scores never read: rounding them is harmless */
             for (int i = 0; i < rows[r].n_ctx; i += 8)
                 _mm256_storeu_ps(s + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s + i),
@@ -415,9 +465,8 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         const uint8_t *vrow[ATTN_VB];
         for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
-        for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
-            r1 = segment_end(rows, n_rows, r0);
-            const int sn = segment_nmax(rows, r0, r1);
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], sn = sg_n[sg];
             if (sn <= j0) continue;
             const int sjn = sn - j0 < jn ? sn - j0 : jn; /* keys of this tile any row of the segment needs */
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
