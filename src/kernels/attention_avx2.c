@@ -64,7 +64,7 @@ bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() !=
  * worth it when one row reads the key (no GQA sharing), where the tile's
  * store and reload cost more than the conversion (measured 1.0 -> ms per
  * 2048-key call of 12 heads, f16 0.30). */
-enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2 };
+enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2, FK_E4M3_NONAN };
 
 KAI __m256 ld8(int kind, const void *p, int i)
 {
@@ -83,9 +83,34 @@ KAI __m256 ld8(int kind, const void *p, int i)
         w = _mm_or_si128(w, _mm_and_si128(nan, _mm_set1_epi16(0x4000))); /* S.1111.111 -> a half NaN */
         return _mm256_cvtph_ps(w);
     }
+    if (kind == FK_E4M3_NONAN) { /* FK_E4M3 on rows known to hold no NaN code (e4m3_kind) */
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i)));
+        return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xBF80)));
+    }
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
     if (kind == FK_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* FK_E4M3, or FK_E4M3_NONAN when none of the n head rows r[k] (hd bytes)
+ * holds a NaN code (S.1111.111): the two read the same values then, and the
+ * check (4 ops a 32 bytes) costs less than the NaN repair (4 ops a 8). */
+KAI int e4m3_kind(const void *const *r, int n, int hd)
+{
+    const __m256i hi = _mm256_set1_epi8((char)0x80), ff = _mm256_set1_epi8((char)0xFF);
+    __m256i any = _mm256_setzero_si256();
+    int i0 = 0;
+    if (hd % 32 == 0) {
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < hd; i += 32) {
+                const __m256i b = _mm256_loadu_si256((const __m256i *)((const uint8_t *)r[k] + i));
+                any = _mm256_or_si256(any, _mm256_cmpeq_epi8(_mm256_or_si256(b, hi), ff));
+            }
+        i0 = hd;
+    }
+    for (int k = 0; k < n; k++)
+        for (int i = i0; i < hd; i++) if ((((const uint8_t *)r[k])[i] & 0x7F) == 0x7F) return FK_E4M3;
+    return _mm256_testz_si256(any, any) ? FK_E4M3_NONAN : FK_E4M3;
 }
 
 /* Walks the cache rows in position order without a division per key
@@ -247,6 +272,7 @@ static KA void vacc_any(int kind, int nv, bool first, float *o, const float *p, 
     else if (kind == FK_BF16) { VACC_NV(FK_BF16) }
     else if (kind == FK_Q8_0) { VACC_NV(FK_Q8_0) }
     else if (kind == FK_E4M3) { VACC_NV(FK_E4M3) }
+    else if (kind == FK_E4M3_NONAN) { VACC_NV(FK_E4M3_NONAN) }
     else if (kind == FK_E5M2) { VACC_NV(FK_E5M2) }
     else { VACC_NV(FK_F32) }
 }
@@ -257,6 +283,7 @@ static KA void scores8(int kind, float *s, const void *const *kp, const float *q
     else if (kind == FK_BF16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_BF16, kp, q, hd), vscale));
     else if (kind == FK_Q8_0) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_Q8_0, kp, q, hd), vscale));
     else if (kind == FK_E4M3) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E4M3, kp, q, hd), vscale));
+    else if (kind == FK_E4M3_NONAN) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E4M3_NONAN, kp, q, hd), vscale));
     else if (kind == FK_E5M2) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E5M2, kp, q, hd), vscale));
     else _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F32, kp, q, hd), vscale));
 }
@@ -440,9 +467,11 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                     kp[k] = kt + (size_t)k * hdp;
                 }
             }
+            int kind = SEG_KIND(inplace);
+            if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
             for (int r = r0; r < r1; r++)
                 if (rows[r].n_ctx > j0)
-                    scores8(SEG_KIND(inplace), sc + (size_t)r * ncp + j0, kp, qf + (size_t)r * hdp, hd, vscale);
+                    scores8(kind, sc + (size_t)r * ncp + j0, kp, qf + (size_t)r * hdp, hd, vscale);
         }
     }
 
@@ -480,13 +509,15 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                     vp[k] = vt + (size_t)k * hdp;
                 }
             }
+            int kind = SEG_KIND(inplace);
+            if (kind == FK_E4M3) kind = e4m3_kind(vp, sjn, hd);
             for (int r = r0; r < r1; r++) {
                 const int n = (rows[r].n_ctx < j0 + jn ? rows[r].n_ctx : j0 + jn) - j0;
                 if (n <= 0) continue;
                 const float *p = sc + (size_t)r * ncp + j0;
                 for (int d0 = 0; d0 < hd; d0 += 64) {
                     const int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
-                    vacc_any(SEG_KIND(inplace), nv, j0 == 0, rows[r].out + d0, p, n, vp, d0);
+                    vacc_any(kind, nv, j0 == 0, rows[r].out + d0, p, n, vp, d0);
                 }
             }
         }
