@@ -196,6 +196,15 @@ KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
     }
 }
 
+/* Lane x = the sum of a[x]'s lanes, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)),
+ * for every x: the hadd tree (the same order whichever x). */
+KAI __m256 hsum8_ps(const __m256 *a)
+{
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
 /* The 8 dot products q . k[0..8) as one vector: per key, one FMA chain of 8
  * lanes over the dims in order, then lanes summed as
  * ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) (the hadd tree). */
@@ -213,9 +222,73 @@ KAI __m256 dot8(int kind, const void *const *k, const float *q, int hd)
         a6 = _mm256_fmadd_ps(ld8(kind, k[6], i), qv, a6);
         a7 = _mm256_fmadd_ps(ld8(kind, k[7], i), qv, a7);
     }
-    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    const __m256 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    return hsum8_ps(a);
+}
+
+/* The scores of NR rows (GQA heads of one KV head) against 8 keys, each
+ * key's K row loaded and converted once for all of them: per key, NR FMA
+ * chains over the dims, reduced by hsum8_ps into one vector over the rows,
+ * then the 8 x 8 block transposed so that each row stores its 8 scores. A
+ * (row, key) score is the very float sequence of dot8 (k x q + acc, dims in
+ * order, the same tree): one row alone and the same row in a group agree. */
+KAI void scores_rows(int NR, int kind, const void *const *kp, const float *const *q, int hd, __m256 vscale,
+                     float *const *out)
+{
+    __m256 res[8];
+    for (int k = 0; k < 8; k++) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+            const __m256 kc = ld8(kind, kp[k], i);
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) a[r] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(q[r] + i), a[r]);
+        }
+        res[k] = hsum8_ps(a);
+    }
+    /* res[k] lane r -> row r lane k */
+    const __m256 t0 = _mm256_unpacklo_ps(res[0], res[1]), t1 = _mm256_unpackhi_ps(res[0], res[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(res[2], res[3]), t3 = _mm256_unpackhi_ps(res[2], res[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(res[4], res[5]), t5 = _mm256_unpackhi_ps(res[4], res[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(res[6], res[7]), t7 = _mm256_unpackhi_ps(res[6], res[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    const __m256 o[8] = {
+        _mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+        _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+        _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+        _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31),
+    };
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+        if (out[r]) _mm256_storeu_ps(out[r], _mm256_mul_ps(o[r], vscale));
+}
+
+/* scores_rows with NR and kind as constants (accumulators in registers). */
+#define SROWS_NR(kind)                                                                            \
+    switch (nr) {                                                                                 \
+    case 2: scores_rows(2, kind, kp, q, hd, vscale, out); break;                                  \
+    case 3: scores_rows(3, kind, kp, q, hd, vscale, out); break;                                  \
+    case 4: scores_rows(4, kind, kp, q, hd, vscale, out); break;                                  \
+    case 5: scores_rows(5, kind, kp, q, hd, vscale, out); break;                                  \
+    case 6: scores_rows(6, kind, kp, q, hd, vscale, out); break;                                  \
+    case 7: scores_rows(7, kind, kp, q, hd, vscale, out); break;                                  \
+    default: scores_rows(8, kind, kp, q, hd, vscale, out); break;                                 \
+    }
+
+static KA void scores_rows_any(int kind, int nr, const void *const *kp, const float *const *q, int hd, __m256 vscale,
+                               float *const *out)
+{
+    if (kind == FK_F16) { SROWS_NR(FK_F16) }
+    else if (kind == FK_BF16) { SROWS_NR(FK_BF16) }
+    else if (kind == FK_Q8_0) { SROWS_NR(FK_Q8_0) }
+    else if (kind == FK_E4M3) { SROWS_NR(FK_E4M3) }
+    else if (kind == FK_E4M3_NONAN) { SROWS_NR(FK_E4M3_NONAN) }
+    else if (kind == FK_E5M2) { SROWS_NR(FK_E5M2) }
+    else { SROWS_NR(FK_F32) }
 }
 
 /* o[0..8*NV) (+)= sum_k p[k] * v_k[d0 .. d0+8*NV) for k in 0..n, k ascending,
@@ -455,6 +528,24 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                         _mm256_storeu_ps(sc + (size_t)r * ncp + j0,
                                          scores8_i8((const int8_t *)kt, kd, (const block_q8_0 *)(qf + (size_t)r * hdp),
                                                     nb, vscale));
+                continue;
+            }
+            if (r1 - r0 >= 2) { /* GQA: each K row converted once, in registers, for all the rows */
+                const bool ip = true;
+                const void *kp[8];
+                for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
+                int kind = SEG_KIND(ip);
+                if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
+                for (int a = r0; a < r1; a += 8) {
+                    const int nr = r1 - a < 8 ? r1 - a : 8;
+                    const float *q[8];
+                    float *out[8];
+                    for (int r = 0; r < nr; r++) {
+                        q[r] = qf + (size_t)(a + r) * hdp;
+                        out[r] = rows[a + r].n_ctx > j0 ? sc + (size_t)(a + r) * ncp + j0 : NULL;
+                    }
+                    scores_rows_any(kind, nr, kp, q, hd, vscale, out);
+                }
                 continue;
             }
             const bool inplace = SEG_INPLACE(r0, r1);
