@@ -15,18 +15,24 @@
  * a time (measured on one core, 12 f16 heads of 64: 2.6 -> 4.7 GB/s with the
  * cache in RAM, 4 -> 16 GB/s with it in L3):
  *
- *   1. scores: keys in groups of 8 (converted to f32 in kt, or read in place
- *      when there is nothing to share); each row's 8 dot products run in 8
- *      accumulators of 8 lanes, reduced by a fixed hadd tree.
+ *   1. scores: keys in groups of 8. f32/f16/bf16/fp8 keys are read in
+ *      place and converted in registers: a single row runs its 8 dot
+ *      products in 8 accumulators of 8 lanes (dot8); a GQA segment loads
+ *      each key's row once and runs one accumulator per row (scores_rows),
+ *      then transposes; both reduce every (row, key) by the same hadd tree.
+ *      q8_0/q4_0 keys go to an int8 tile (kt) once per segment and are dotted
+ *      in int8 against the q8_0 query (scores8_i8): exact int sums per block.
  *   2. softmax per row (kern avx2 softmax: max, vector expf, sum in double),
- *      then the weights rounded to f16 for an f16 cache.
+ *      then the weights rounded to f16 for an f16 cache. For e4m3 the block
+ *      scales (x 256, see ld8) multiply the scores before and the weights
+ *      after the softmax, instead of every element (powers of two: exact).
  *   3. values: keys in tiles of ATTN_VB (converted in vt); each row adds
  *      p_j * v_j with FMA into its output, j ascending, 8 vectors of dims at
  *      a time in registers.
  *
  * Row independence (attention.h): whatever else shares the call, a row sees
- * the same float values (conversions of f16/bf16/q8_0/q4_0 to f32 are exact,
- * so "converted in a tile" and "read in place" agree) and the same operation
+ * the same float values (conversions of f16/bf16/q8_0/q4_0/fp8 to f32 are
+ * exact, so "converted in a tile" and "read in place" agree) and the same operation
  * order: one FMA chain over the dims per key then the same reduction tree;
  * the softmax over exactly its n_ctx scores; one FMA chain over j ascending
  * per output dim. Lanes of a score group past a row's n_ctx are computed but

@@ -16,8 +16,10 @@
  * KV dtypes. f32/f16/bf16/q8_0/q4_0 are stored as ggml rows per head and
  * read by the attention kernel directly (bit for bit what llama.cpp
  * computes). fp8_e4m3/fp8_e5m2/kivi4/kivi2 go through kv/kv_codec.h: rows
- * are written with kv_codec_write_row and read through an attn_reader
- * (kv_reader_* below) that decodes one block at a time, never the cache.
+ * are written with kv_codec_write_row; fp8 rows are read by the attention
+ * kernel in place (ATTN_KV_FP8_*: bytes, e4m3 scales in the plane tail),
+ * KIVI through an attn_reader (kv_reader_* below) that decodes one block at
+ * a time, never the cache.
  *
  * Staged dtypes (KIVI) and batches. A token at position p attends to the
  * blocks before its own as stored (sealed, quantized) and to its own block
