@@ -3,12 +3,14 @@
  *
  * Data: a fake KV plane pool (K and V planes per block, several KV heads per
  * row) whose block table is a shuffled permutation of the physical blocks,
- * filled with random rows of each KV row type (F32, F16, BF16, Q8_0, Q4_0).
+ * filled with random rows of each KV row type (F32, F16, BF16, Q8_0, Q4_0,
+ * and the OFP8 rows E4M3 with a power-of-two scale per block, plane and
+ * head in the plane tail, and E5M2, encoded with kv/kv_codec.h).
  * Keys are scaled so that softmaxes range from flat to peaked.
  *
  * Tolerance (SIMD vs reference), on each output element, relative to
  * max |v| of the row's values:
- * - F32, BF16, Q8_0, Q4_0: 1e-5. Only the float order differs (8-lane dots
+ * - F32, BF16, Q8_0, Q4_0, FP8: 1e-5. Only the float order differs (8-lane dots
  *   with a tree reduction, FMA, vector expf within ~2 ulp of libm): a few
  *   ulp on scores, weights and sums.
  * - F16: 2^-10. The weights are rounded to f16 before they weight V (as
@@ -31,6 +33,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_codec.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
@@ -61,16 +64,32 @@ typedef struct {
     int n_kv, n_ctx;
 } fake_kv;
 
-static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0};
+static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3, ATTN_KV_FP8_E5M2};
+#define N_TYPES ((int)(sizeof kv_types / sizeof kv_types[0]))
 static const char *kv_type_name(uint32_t t)
 {
-    return t == DT_F32 ? "f32" : t == DT_F16 ? "f16" : t == DT_BF16 ? "bf16" : t == DT_Q8_0 ? "q8_0" : "q4_0";
+    return t == DT_F32 ? "f32" : t == DT_F16 ? "f16" : t == DT_BF16 ? "bf16" : t == DT_Q8_0 ? "q8_0"
+         : t == DT_Q4_0 ? "q4_0" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : "e5m2";
 }
 
-static void encode_row(uint32_t t, const float *src, uint8_t *dst, int n)
+static bool is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E4M3 || t == ATTN_KV_FP8_E5M2; }
+
+static size_t head_row_bytes(uint32_t t, int hd) { return is_fp8(t) ? (size_t)hd : dtype_row_bytes(t, (uint64_t)hd); }
+
+/* s: the e4m3 scale of the row's head (elements are stored as x / s) */
+static void encode_row(uint32_t t, const float *src, uint8_t *dst, int n, float s)
 {
-    if (t == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n); /* as the cache does */
+    if (t == ATTN_KV_FP8_E4M3) for (int i = 0; i < n; i++) dst[i] = kv_e4m3_from_f32(src[i] / s);
+    else if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < n; i++) dst[i] = kv_e5m2_from_f32(src[i]);
+    else if (t == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n); /* as the cache does */
     else quant_quantize_row(t, src, dst, n);
+}
+
+static void decode_row(uint32_t t, const uint8_t *src, float *dst, int n, float s)
+{
+    if (t == ATTN_KV_FP8_E4M3) for (int i = 0; i < n; i++) dst[i] = kv_e4m3_to_f32(src[i]) * s;
+    else if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < n; i++) dst[i] = kv_e5m2_to_f32(src[i]);
+    else quant_dequant_row(t, src, dst, n);
 }
 
 /* n_ctx tokens of n_kv heads in blocks of bs tokens, physical blocks
@@ -78,8 +97,10 @@ static void encode_row(uint32_t t, const float *src, uint8_t *dst, int n)
 static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
 {
     rng_seed(seed);
-    const size_t head_bytes = dtype_row_bytes(t, (uint64_t)hd), row_bytes = head_bytes * (size_t)n_kv;
-    const size_t plane = row_bytes * (size_t)bs, block_bytes = 2 * plane + 16;
+    const size_t head_bytes = head_row_bytes(t, hd), row_bytes = head_bytes * (size_t)n_kv;
+    /* a plane: bs rows, then (e4m3) one f32 scale per head, as the codec lays it out */
+    const size_t rows_bytes = row_bytes * (size_t)bs, plane = rows_bytes + 4 * (size_t)n_kv;
+    const size_t block_bytes = 2 * plane + 16;
     const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
     f->data = calloc((size_t)n_phys, block_bytes);
     f->table = malloc(sizeof(uint32_t) * (size_t)n_phys);
@@ -92,16 +113,24 @@ static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int
         f->table[i] = f->table[k];
         f->table[k] = x;
     }
-    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL};
+    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
+                      rows_bytes};
+    for (int b = 0; b < n_phys; b++) /* scales 2^-4 .. 2^-1 (|x| / s stays within e4m3's range) */
+        for (int pv = 0; pv < 2; pv++)
+            for (int g = 0; g < n_kv; g++) {
+                const float sc = ldexpf(1.0f, -1 - (int)(rng_u32() % 4));
+                memcpy(f->data + (size_t)b * block_bytes + (size_t)pv * plane + rows_bytes + 4 * (size_t)g, &sc, 4);
+            }
     for (int j = 0; j < n_ctx; j++)
         for (int g = 0; g < n_kv; g++)
             for (int plane_v = 0; plane_v < 2; plane_v++) {
                 /* keys of varied norm: some rows dominate some softmaxes */
                 const float amp = plane_v ? 1.0f : 0.3f + 2.0f * (float)(rng_u32() % 8) / 8.0f;
                 for (int i = 0; i < hd; i++) tmp[i] = amp * rng_gauss();
-                uint8_t *dst = f->data + (size_t)f->table[j / bs] * block_bytes + (plane_v ? plane : 0) +
-                               (size_t)(j % bs) * row_bytes + (size_t)g * head_bytes;
-                encode_row(t, tmp, dst, hd);
+                uint8_t *blk = f->data + (size_t)f->table[j / bs] * block_bytes + (plane_v ? plane : 0);
+                float sc;
+                memcpy(&sc, blk + rows_bytes + 4 * (size_t)g, 4);
+                encode_row(t, tmp, blk + (size_t)(j % bs) * row_bytes + (size_t)g * head_bytes, hd, sc);
             }
     free(tmp);
     f->n_kv = n_kv;
@@ -121,16 +150,18 @@ static float max_abs_v(const fake_kv *f, int g, int n)
     const int hd = f->kv.head_dim;
     float *tmp = malloc(sizeof(float) * (size_t)hd), m = 0;
     for (int j = 0; j < n; j++) {
-        const uint8_t *r = f->kv.v_base + (size_t)f->kv.blocks[j / f->kv.block_size] * f->kv.block_bytes +
-                           (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes;
-        quant_dequant_row(f->kv.kv_type, r, tmp, hd);
+        const uint8_t *blk = f->kv.v_base + (size_t)f->kv.blocks[j / f->kv.block_size] * f->kv.block_bytes;
+        float sc;
+        memcpy(&sc, blk + f->kv.scale_off + 4 * (size_t)g, 4);
+        decode_row(f->kv.kv_type, blk + (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes,
+                   tmp, hd, sc);
         for (int i = 0; i < hd; i++) m = fabsf(tmp[i]) > m ? fabsf(tmp[i]) : m;
     }
     free(tmp);
     return m;
 }
 
-static bool type_fits(uint32_t t, int hd) { return dtype_row_bytes(t, (uint64_t)hd) != 0; }
+static bool type_fits(uint32_t t, int hd) { return head_row_bytes(t, hd) != 0; }
 
 /* -------------------------------------------------------------- the tests */
 
@@ -140,9 +171,9 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
     static const int hds[] = {8, 64, 128}, reps[] = {1, 2, 4, 8}, bss[] = {1, 16, 32};
     static const int ctxs[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 255, 257, 1000, 2047, 2100};
     const int n_ctxs = (int)(sizeof ctxs / sizeof ctxs[0]);
-    double worst[5] = {0};
+    double worst[N_TYPES] = {0};
     int calls = 0;
-    for (int ti = 0; ti < 5; ti++)
+    for (int ti = 0; ti < N_TYPES; ti++)
         for (int hi = 0; hi < 3; hi++) {
             const uint32_t t = kv_types[ti];
             const int hd = hds[hi];
@@ -187,8 +218,8 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
                 fake_kv_free(&f);
             }
         }
-    INFO("%d calls; worst |simd - ref| / max|v|: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g", calls,
-         worst[0], worst[1], worst[2], worst[3], worst[4]);
+    INFO("%d calls; worst |simd - ref| / max|v|: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g, e4m3 %.2g, "
+         "e5m2 %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6]);
 }
 
 /* One call over R rows == R calls of one row == the call reversed, bit for
@@ -247,7 +278,7 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
         {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
     };
     char why[256];
-    for (int ti = 0; ti < 5; ti++)
+    for (int ti = 0; ti < N_TYPES; ti++)
         for (int hi = 0; hi < 3; hi++) {
             const uint32_t t = kv_types[ti];
             if (!type_fits(t, hds[hi])) continue;
@@ -265,6 +296,40 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                 fake_kv_free(&f);
             }
         }
+}
+
+/* The in-register fp8 decoding (AVX2, scale folded into the weight) and the
+ * reference's give every code's value exactly, as kv_codec.h decodes it
+ * (NaN codes included): one token, so the weight is 1 and out = V. */
+TEST(fp8_every_code_reads_as_the_codec_decodes_it)
+{
+    for (int ti = 5; ti < N_TYPES; ti++) {
+        const uint32_t t = kv_types[ti];
+        fake_kv f;
+        CHECK(fake_kv_make(&f, t, 256, 1, 1, 16, 3) == 0);
+        uint8_t *vrow = (uint8_t *)f.kv.v_base + (size_t)f.table[0] * f.kv.block_bytes;
+        float sc, want[256], q[256], o[2][256];
+        memcpy(&sc, vrow + f.kv.scale_off, 4);
+        for (int i = 0; i < 256; i++) {
+            vrow[i] = (uint8_t)i;
+            want[i] = t == ATTN_KV_FP8_E4M3 ? kv_e4m3_to_f32((uint8_t)i) * sc : kv_e5m2_to_f32((uint8_t)i);
+            q[i] = 0.01f * rng_gauss();
+        }
+        const size_t sf = attn_scratch_floats(1, 256);
+        float *scratch = malloc(sizeof(float) * sf);
+        attn_row r0 = {q, o[0], 1, 0}, r1 = {q, o[1], 1, 0};
+        attn_paged_ref(&f.kv, &r0, 1, 0.0625f, scratch, sf);
+        if (attn_avx2_available()) attn_paged_avx2(&f.kv, &r1, 1, 0.0625f, scratch, sf);
+        else memcpy(o[1], o[0], sizeof o[0]);
+        int bad = -1;
+        for (int i = 0; i < 256 && bad < 0; i++)
+            for (int v = 0; v < 2; v++)
+                if (isnan(want[i]) ? !isnan(o[v][i]) : o[v][i] != want[i]) bad = i;
+        free(scratch);
+        fake_kv_free(&f);
+        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, codec %g", kv_type_name(t), bad < 0 ? 0 : bad,
+                  bad < 0 ? 0.0 : o[0][bad], bad < 0 ? 0.0 : o[1][bad], bad < 0 ? 0.0 : want[bad]);
+    }
 }
 
 /* attn_paged follows kern_init: the reference when forced, else the SIMD
@@ -317,7 +382,7 @@ static double now_s(void)
 static void bench(void)
 {
     const int hd = 64, n = 2048;
-    for (int ti = 0; ti < 5; ti++) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
         fake_kv f;
         if (fake_kv_make(&f, kv_types[ti], hd, 1, n, 16, 9) != 0) return;
         const size_t sf = attn_scratch_floats(n, hd);
@@ -344,14 +409,51 @@ static void bench(void)
     }
 }
 
+/* The decode call of a GQA model as forward.c makes it at depth n: one
+ * token, 2 KV heads x rep query heads (TinyLlama: 4 KV heads, rep 8, two
+ * threads take 2 heads each), all rows at n_ctx = n. */
+static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
+{
+    const int hd = 64, n = 2048;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        if (only >= 0 && ti != only) continue;
+        fake_kv f[32];
+        for (int l = 0; l < L; l++)
+            if (fake_kv_make(&f[l], kv_types[ti], hd, n_kv, n, 16, 9 + l) != 0) return;
+        const size_t sf = attn_scratch_floats(n, hd);
+        float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * hd), *o = malloc(sizeof(float) * R * hd);
+        for (int i = 0; i < R * hd; i++) q[i] = rng_gauss();
+        attn_row rows[ATTN_ROWS_CAP];
+        for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n, v / rep};
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++)
+            for (int l = 0; l < L; l++) attn_paged_avx2(&f[l].kv, rows, R, 0.125f, scratch, sf);
+        const double t = (now_s() - t0) / reps;
+        printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): %.2f ms/token/thread\n",
+               kv_type_name(kv_types[ti]), hd, n, L, R, rep, t * 1e3);
+        free(scratch);
+        free(q);
+        free(o);
+        for (int l = 0; l < L; l++) fake_kv_free(&f[l]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
         if (attn_avx2_available()) bench();
+        /* layers 22: their K/V (46 MB at f16) do not fit any cache */
+        if (attn_avx2_available()) bench_decode(22, 10, -1, 4, 8, 16);
+        return 0;
+    }
+    if (argc > 7 && strcmp(argv[1], "bench-decode") == 0) { /* layers reps type-index n_kv rep rows */
+        if (attn_avx2_available())
+            bench_decode(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]));
         return 0;
     }
     RUN(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
     RUN(scratch_sizing);
     return test_summary();

@@ -37,12 +37,43 @@ static inline const uint8_t *kv_row(const uint8_t *base, const attn_kv *kv, int 
            (size_t)(j % kv->block_size) * kv->row_bytes + (size_t)g * kv->head_bytes;
 }
 
-/* q . k for one key row; qh is q pre-rounded to f16 when the cache is f16. */
+/* q . k for a q8_0 or q4_0 key against the query quantized to q8_0 (q8):
+ * per block the exact int dot s_b, then sum_b (float)s_b x (d_k x d_q), b
+ * ascending (the AVX2 variant computes these very operations). */
+static float dot_key_i8(uint32_t t, const uint8_t *k, const block_q8_0 *q8, int n)
+{
+    float acc = 0;
+    for (int b = 0; b < n / 32; b++) {
+        int32_t sb = 0;
+        uint16_t dk;
+        if (t == DT_Q8_0) {
+            const block_q8_0 *x = (const block_q8_0 *)k + b;
+            for (int i = 0; i < 32; i++) sb += (int32_t)x->qs[i] * q8[b].qs[i];
+            dk = x->d;
+        } else {
+            const block_q4_0 *x = (const block_q4_0 *)k + b;
+            for (int i = 0; i < 16; i++) {
+                sb += ((int32_t)(x->qs[i] & 0x0F) - 8) * q8[b].qs[i];
+                sb += ((int32_t)(x->qs[i] >> 4) - 8) * q8[b].qs[i + 16];
+            }
+            dk = x->d;
+        }
+        acc += (float)sb * (f16_to_f32(dk) * f16_to_f32(q8[b].d));
+    }
+    return acc;
+}
+
+/* q . k for one key row; qh is q pre-rounded to f16 when the cache is f16,
+ * q quantized to q8_0 when it is q8_0 or q4_0. */
 static float dot_key(const attn_kv *kv, const uint8_t *k, const float *q, const uint16_t *qh, float *tmp)
 {
     const int n = kv->head_dim;
     float s = 0;
-    if (kv->kv_type == DT_F16) {
+    if (kv->kv_type == DT_Q8_0 || kv->kv_type == DT_Q4_0) {
+        return dot_key_i8(kv->kv_type, k, (const block_q8_0 *)qh, n);
+    } else if (attn_is_fp8(kv->kv_type)) { /* tmp holds the row, scaled (fp8_row) */
+        for (int i = 0; i < n; i++) s += tmp[i] * q[i];
+    } else if (kv->kv_type == DT_F16) {
         const uint16_t *kh = (const uint16_t *)k;
         for (int i = 0; i < n; i++) s += f16_to_f32(kh[i]) * f16_to_f32(qh[i]);
     } else if (kv->kv_type == DT_F32) {
@@ -65,10 +96,23 @@ static void add_value(const attn_kv *kv, const uint8_t *v, float p, float *acc, 
     } else if (kv->kv_type == DT_F32) {
         const float *vf = (const float *)v;
         for (int i = 0; i < n; i++) acc[i] += p * vf[i];
+    } else if (attn_is_fp8(kv->kv_type)) { /* tmp holds the row, scaled (fp8_row) */
+        for (int i = 0; i < n; i++) acc[i] += p * tmp[i];
     } else {
         quant_dequant_row(kv->kv_type, v, tmp, n);
         for (int i = 0; i < n; i++) acc[i] += p * tmp[i];
     }
+}
+
+/* Head g of token j's fp8 row of a plane as the f32 values it encodes
+ * (times the e4m3 scale) into tmp; nothing for the other types. */
+static void fp8_row(const attn_kv *kv, const uint8_t *plane, int j, int g, float *tmp)
+{
+    if (!attn_is_fp8(kv->kv_type)) return;
+    const uint32_t pb = kv->blocks[j / kv->block_size];
+    const float s = attn_fp8_scale(kv, plane, pb, g);
+    const uint8_t *r = kv_row(plane, kv, j, g);
+    for (int i = 0; i < kv->head_dim; i++) tmp[i] = attn_fp8_to_f32(kv->kv_type, r[i]) * s;
 }
 
 /* One row, scalar, in the plainest order: the definition the SIMD variants
@@ -82,8 +126,11 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
     const float *q = row->q;
     if (kv->kv_type == DT_F16)
         for (int i = 0; i < hd; i++) qh[i] = f32_to_f16(q[i]);
+    else if (kv->kv_type == DT_Q8_0 || kv->kv_type == DT_Q4_0) /* K's dot type, as ggml (fits: 34/32 hd B <= 2 hdp B) */
+        quant_q8_0_quantize_row(q, (block_q8_0 *)qh, hd);
     float mx = -INFINITY;
     for (int j = 0; j < n_ctx; j++) {
+        fp8_row(kv, kv->k_base, j, g, tmp);
         scores[j] = dot_key(kv, kv_row(kv->k_base, kv, j, g), q, qh, tmp) * scale;
         if (scores[j] > mx) mx = scores[j];
     }
@@ -94,7 +141,10 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
     }
     const float inv = (float)(1.0 / sum);
     memset(acc, 0, sizeof(float) * (size_t)hd);
-    for (int j = 0; j < n_ctx; j++) add_value(kv, kv_row(kv->v_base, kv, j, g), scores[j] * inv, acc, tmp);
+    for (int j = 0; j < n_ctx; j++) {
+        fp8_row(kv, kv->v_base, j, g, tmp);
+        add_value(kv, kv_row(kv->v_base, kv, j, g), scores[j] * inv, acc, tmp);
+    }
     memcpy(row->out, acc, sizeof(float) * (size_t)hd);
 }
 

@@ -7,8 +7,13 @@
  *   K row of token j, head g = k_base + blocks[j/bs] * block_bytes
  *                              + (j % bs) * row_bytes + g * head_bytes
  * (the same for V from v_base). Rows are ggml rows of head_dim elements of
- * kv_type (F32, F16, BF16, Q8_0, Q4_0), so any quantized KV row is read by
- * dequantizing on the fly and the cache is never expanded.
+ * kv_type (F32, F16, BF16, Q8_0, Q4_0), or rows of OFP8 bytes
+ * (ATTN_KV_FP8_E4M3 / _E5M2, one byte an element), so any quantized KV row
+ * is read by dequantizing on the fly and the cache is never expanded.
+ * E4M3 elements are times a power-of-two f32 scale per (block, plane, head):
+ *   scale of head g in the block of token j = f32 at k_base (or v_base)
+ *       + blocks[j/bs] * block_bytes + scale_off + 4 g
+ * (the kv codec's plane tail; kernels/ takes the layout as plain numbers).
  *
  * One call attends a set of query vectors ("rows") of one sequence: the
  * n_rep query heads of a GQA group, the same heads of several prefill
@@ -23,7 +28,12 @@
  *   out = sum_j p_j v_j                           (j ascending)
  * With an f16 cache the query is rounded to f16 before Q.K and p_j is rounded
  * to f16 before it weights V, as ggml's mul_mat does when it converts the
- * f32 operand to the cache's dot type. The softmax is exact two-pass (all
+ * f32 operand to the cache's dot type. With a q8_0 or q4_0 cache the query
+ * is quantized to q8_0 (their dot type in ggml) and q . k_j is the exact
+ * int dot of each 32-block times d_k x d_q, summed over blocks in order.
+ * FP8 rows are read as the f32 values they encode (query and weights as
+ * they are); an e4m3 scale is a power of two, so the kernel may apply it
+ * to a key's score or a value's weight instead of each element: same bits. The softmax is exact two-pass (all
  * scores, then weights, then V), not flash's online rescaling, because the
  * f16 rounding applies to the final normalized weights.
  *
@@ -50,7 +60,7 @@
 #include <stdint.h>
 
 /* A block reader supplied by the caller, for KV encodings that are not
- * ggml rows (fp8, KIVI: model/forward.c implements it with kv/kv_codec.h,
+ * rows (KIVI's per-channel keys: model/forward.c implements it with kv/kv_codec.h,
  * which kernels/ may not include). Token j of the sequence is slot
  * j % block_size of logical block j / block_size. Both functions cover the
  * tokens [blk x block_size, blk x block_size + n) of KV head g, n <= block
@@ -83,7 +93,13 @@ typedef struct {
     int head_dim;
     const attn_reader *reader;      /* if not NULL, blocks are read through it (then only
                                        block_size and head_dim above are used) */
+    size_t scale_off;               /* ATTN_KV_FP8_E4M3: where a block's plane keeps its
+                                       per-head f32 scales, from the plane's start */
 } attn_kv;
+
+/* kv_type values beyond ggml's types: OFP8 rows (see the top). */
+#define ATTN_KV_FP8_E4M3 0x10000u
+#define ATTN_KV_FP8_E5M2 0x10001u
 
 /* One query vector and where its result goes. */
 typedef struct {

@@ -15,18 +15,24 @@
  * a time (measured on one core, 12 f16 heads of 64: 2.6 -> 4.7 GB/s with the
  * cache in RAM, 4 -> 16 GB/s with it in L3):
  *
- *   1. scores: keys in groups of 8 (converted to f32 in kt, or read in place
- *      when there is nothing to share); each row's 8 dot products run in 8
- *      accumulators of 8 lanes, reduced by a fixed hadd tree.
+ *   1. scores: keys in groups of 8. f32/f16/bf16/fp8 keys are read in
+ *      place and converted in registers: a single row runs its 8 dot
+ *      products in 8 accumulators of 8 lanes (dot8); a GQA segment loads
+ *      each key's row once and runs one accumulator per row (scores_rows),
+ *      then transposes; both reduce every (row, key) by the same hadd tree.
+ *      q8_0/q4_0 keys go to an int8 tile (kt) once per segment and are dotted
+ *      in int8 against the q8_0 query (scores8_i8): exact int sums per block.
  *   2. softmax per row (kern avx2 softmax: max, vector expf, sum in double),
- *      then the weights rounded to f16 for an f16 cache.
+ *      then the weights rounded to f16 for an f16 cache. For e4m3 the block
+ *      scales (x 256, see ld8) multiply the scores before and the weights
+ *      after the softmax, instead of every element (powers of two: exact).
  *   3. values: keys in tiles of ATTN_VB (converted in vt); each row adds
  *      p_j * v_j with FMA into its output, j ascending, 8 vectors of dims at
  *      a time in registers.
  *
  * Row independence (attention.h): whatever else shares the call, a row sees
- * the same float values (conversions of f16/bf16/q8_0/q4_0 to f32 are exact,
- * so "converted in a tile" and "read in place" agree) and the same operation
+ * the same float values (conversions of f16/bf16/q8_0/q4_0/fp8 to f32 are
+ * exact, so "converted in a tile" and "read in place" agree) and the same operation
  * order: one FMA chain over the dims per key then the same reduction tree;
  * the softmax over exactly its n_ctx scores; one FMA chain over j ascending
  * per output dim. Lanes of a score group past a row's n_ctx are computed but
@@ -47,6 +53,7 @@
 #include "kernels/kern_impl.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -63,7 +70,7 @@ bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() !=
  * worth it when one row reads the key (no GQA sharing), where the tile's
  * store and reload cost more than the conversion (measured 1.0 -> ms per
  * 2048-key call of 12 heads, f16 0.30). */
-enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0 };
+enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2, FK_E4M3_NONAN };
 
 KAI __m256 ld8(int kind, const void *p, int i)
 {
@@ -73,9 +80,43 @@ KAI __m256 ld8(int kind, const void *p, int i)
         const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % QK8_0)));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(_cvtsh_ss(b->d)));
     }
+    if (kind == FK_E5M2) /* the top byte of a half */
+        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i))), 8));
+    if (kind == FK_E4M3) { /* the half trick (attention_impl.h) without the x 256, which the block scale carries */
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i)));
+        __m128i w = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xBF80)); /* sign, 7 bits at 13..7 */
+        const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F80)), _mm_set1_epi16(0x3F80));
+        w = _mm_or_si128(w, _mm_and_si128(nan, _mm_set1_epi16(0x4000))); /* S.1111.111 -> a half NaN */
+        return _mm256_cvtph_ps(w);
+    }
+    if (kind == FK_E4M3_NONAN) { /* FK_E4M3 on rows known to hold no NaN code (e4m3_kind) */
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i)));
+        return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xBF80)));
+    }
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
     if (kind == FK_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* FK_E4M3, or FK_E4M3_NONAN when none of the n head rows r[k] (hd bytes)
+ * holds a NaN code (S.1111.111): the two read the same values then, and the
+ * check (4 ops a 32 bytes) costs less than the NaN repair (4 ops a 8). */
+KAI int e4m3_kind(const void *const *r, int n, int hd)
+{
+    const __m256i hi = _mm256_set1_epi8((char)0x80), ff = _mm256_set1_epi8((char)0xFF);
+    __m256i any = _mm256_setzero_si256();
+    int i0 = 0;
+    if (hd % 32 == 0) {
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < hd; i += 32) {
+                const __m256i b = _mm256_loadu_si256((const __m256i *)((const uint8_t *)r[k] + i));
+                any = _mm256_or_si256(any, _mm256_cmpeq_epi8(_mm256_or_si256(b, hi), ff));
+            }
+        i0 = hd;
+    }
+    for (int k = 0; k < n; k++)
+        for (int i = i0; i < hd; i++) if ((((const uint8_t *)r[k])[i] & 0x7F) == 0x7F) return FK_E4M3;
+    return _mm256_testz_si256(any, any) ? FK_E4M3_NONAN : FK_E4M3;
 }
 
 /* Walks the cache rows in position order without a division per key
@@ -152,9 +193,22 @@ KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
             for (int p = 0; p < 4; p++)
                 _mm256_storeu_ps(dst + 8 * p, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p])), d));
         }
+    } else if (t == ATTN_KV_FP8_E4M3) { /* unscaled, as ld8 reads it in place */
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_E4M3, src, i));
+    } else if (t == ATTN_KV_FP8_E5M2) {
+        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_E5M2, src, i));
     } else { /* F32 */
         memcpy(dst, src, sizeof(float) * (size_t)hd);
     }
+}
+
+/* Lane x = the sum of a[x]'s lanes, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)),
+ * for every x: the hadd tree (the same order whichever x). */
+KAI __m256 hsum8_ps(const __m256 *a)
+{
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
 /* The 8 dot products q . k[0..8) as one vector: per key, one FMA chain of 8
@@ -174,9 +228,73 @@ KAI __m256 dot8(int kind, const void *const *k, const float *q, int hd)
         a6 = _mm256_fmadd_ps(ld8(kind, k[6], i), qv, a6);
         a7 = _mm256_fmadd_ps(ld8(kind, k[7], i), qv, a7);
     }
-    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    const __m256 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    return hsum8_ps(a);
+}
+
+/* The scores of NR rows (GQA heads of one KV head) against 8 keys, each
+ * key's K row loaded and converted once for all of them: per key, NR FMA
+ * chains over the dims, reduced by hsum8_ps into one vector over the rows,
+ * then the 8 x 8 block transposed so that each row stores its 8 scores. A
+ * (row, key) score is the very float sequence of dot8 (k x q + acc, dims in
+ * order, the same tree): one row alone and the same row in a group agree. */
+KAI void scores_rows(int NR, int kind, const void *const *kp, const float *const *q, int hd, __m256 vscale,
+                     float *const *out)
+{
+    __m256 res[8];
+    for (int k = 0; k < 8; k++) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+            const __m256 kc = ld8(kind, kp[k], i);
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) a[r] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(q[r] + i), a[r]);
+        }
+        res[k] = hsum8_ps(a);
+    }
+    /* res[k] lane r -> row r lane k */
+    const __m256 t0 = _mm256_unpacklo_ps(res[0], res[1]), t1 = _mm256_unpackhi_ps(res[0], res[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(res[2], res[3]), t3 = _mm256_unpackhi_ps(res[2], res[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(res[4], res[5]), t5 = _mm256_unpackhi_ps(res[4], res[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(res[6], res[7]), t7 = _mm256_unpackhi_ps(res[6], res[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    const __m256 o[8] = {
+        _mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+        _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+        _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+        _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31),
+    };
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+        if (out[r]) _mm256_storeu_ps(out[r], _mm256_mul_ps(o[r], vscale));
+}
+
+/* scores_rows with NR and kind as constants (accumulators in registers). */
+#define SROWS_NR(kind)                                                                            \
+    switch (nr) {                                                                                 \
+    case 2: scores_rows(2, kind, kp, q, hd, vscale, out); break;                                  \
+    case 3: scores_rows(3, kind, kp, q, hd, vscale, out); break;                                  \
+    case 4: scores_rows(4, kind, kp, q, hd, vscale, out); break;                                  \
+    case 5: scores_rows(5, kind, kp, q, hd, vscale, out); break;                                  \
+    case 6: scores_rows(6, kind, kp, q, hd, vscale, out); break;                                  \
+    case 7: scores_rows(7, kind, kp, q, hd, vscale, out); break;                                  \
+    default: scores_rows(8, kind, kp, q, hd, vscale, out); break;                                 \
+    }
+
+static KA void scores_rows_any(int kind, int nr, const void *const *kp, const float *const *q, int hd, __m256 vscale,
+                               float *const *out)
+{
+    if (kind == FK_F16) { SROWS_NR(FK_F16) }
+    else if (kind == FK_BF16) { SROWS_NR(FK_BF16) }
+    else if (kind == FK_Q8_0) { SROWS_NR(FK_Q8_0) }
+    else if (kind == FK_E4M3) { SROWS_NR(FK_E4M3) }
+    else if (kind == FK_E4M3_NONAN) { SROWS_NR(FK_E4M3_NONAN) }
+    else if (kind == FK_E5M2) { SROWS_NR(FK_E5M2) }
+    else { SROWS_NR(FK_F32) }
 }
 
 /* o[0..8*NV) (+)= sum_k p[k] * v_k[d0 .. d0+8*NV) for k in 0..n, k ascending,
@@ -186,10 +304,27 @@ KAI void vacc(int NV, int kind, bool first, float *o, const float *p, int n, con
     __m256 a[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++) a[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8 * c);
-    for (int k = 0; k < n; k++) {
-        const __m256 pk = _mm256_broadcast_ss(p + k);
+    if (kind == FK_Q8_0) { /* ld8's values, with each block's d converted once */
+        assert(NV % 4 == 0 && d0 % QK8_0 == 0); /* hd % 32 == 0 for q8_0, d0 % 64 == 0 */
+        for (int k = 0; k < n; k++) {
+            const __m256 pk = _mm256_broadcast_ss(p + k);
+            const block_q8_0 *b = (const block_q8_0 *)vp[k] + d0 / QK8_0;
+#pragma GCC unroll 2
+            for (int c4 = 0; c4 < NV / 4; c4++) {
+                const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[c4].d));
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[c4].qs + 8 * c)));
+                    a[4 * c4 + c] = _mm256_fmadd_ps(pk, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d), a[4 * c4 + c]);
+                }
+            }
+        }
+    } else {
+        for (int k = 0; k < n; k++) {
+            const __m256 pk = _mm256_broadcast_ss(p + k);
 #pragma GCC unroll 8
-        for (int c = 0; c < NV; c++) a[c] = _mm256_fmadd_ps(pk, ld8(kind, vp[k], d0 + 8 * c), a[c]);
+            for (int c = 0; c < NV; c++) a[c] = _mm256_fmadd_ps(pk, ld8(kind, vp[k], d0 + 8 * c), a[c]);
+        }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++) _mm256_storeu_ps(o + 8 * c, a[c]);
@@ -215,6 +350,9 @@ static KA void vacc_any(int kind, int nv, bool first, float *o, const float *p, 
     if (kind == FK_F16) { VACC_NV(FK_F16) }
     else if (kind == FK_BF16) { VACC_NV(FK_BF16) }
     else if (kind == FK_Q8_0) { VACC_NV(FK_Q8_0) }
+    else if (kind == FK_E4M3) { VACC_NV(FK_E4M3) }
+    else if (kind == FK_E4M3_NONAN) { VACC_NV(FK_E4M3_NONAN) }
+    else if (kind == FK_E5M2) { VACC_NV(FK_E5M2) }
     else { VACC_NV(FK_F32) }
 }
 
@@ -223,7 +361,96 @@ static KA void scores8(int kind, float *s, const void *const *kp, const float *q
     if (kind == FK_F16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F16, kp, q, hd), vscale));
     else if (kind == FK_BF16) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_BF16, kp, q, hd), vscale));
     else if (kind == FK_Q8_0) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_Q8_0, kp, q, hd), vscale));
+    else if (kind == FK_E4M3) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E4M3, kp, q, hd), vscale));
+    else if (kind == FK_E4M3_NONAN) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E4M3_NONAN, kp, q, hd), vscale));
+    else if (kind == FK_E5M2) _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_E5M2, kp, q, hd), vscale));
     else _mm256_storeu_ps(s, _mm256_mul_ps(dot8(FK_F32, kp, q, hd), vscale));
+}
+
+/* ------------------------------------------- q8_0 / q4_0 keys: int8 dots */
+
+/* The int8 form of 8 keys' head rows (q8_0 as stored, q4_0 unpacked to
+ * nibble - 8), block by block: kq[(k * nb + b) * 32 + i], their absolute
+ * values at kq + 8 * nb * 32 (the same layout), and each block's scale as a
+ * vector over the 8 keys: kd[b] lane k = d of key k, block b. Built once
+ * per key group and segment, read by every row of the segment. */
+KAI void keys_to_i8(uint32_t t, const uint8_t *const *krow, size_t goff, int nb, int8_t *kq, __m256 *kd)
+{
+    for (int b = 0; b < nb; b++) {
+        uint16_t d[8];
+        for (int k = 0; k < 8; k++) {
+            int8_t *dst = kq + ((size_t)k * nb + b) * 32;
+            if (t == DT_Q8_0) {
+                const block_q8_0 *x = (const block_q8_0 *)(krow[k] + goff) + b;
+                d[k] = x->d;
+                const __m256i v = _mm256_loadu_si256((const __m256i *)x->qs);
+                _mm256_storeu_si256((__m256i *)dst, v);
+                _mm256_storeu_si256((__m256i *)(dst + 8 * nb * 32), _mm256_sign_epi8(v, v));
+            } else {
+                const block_q4_0 *x = (const block_q4_0 *)(krow[k] + goff) + b;
+                d[k] = x->d;
+                const __m128i raw = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(0x0F);
+                const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), _mm_set1_epi8(8));
+                const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_set1_epi8(8));
+                const __m256i v = _mm256_set_m128i(hi, lo);
+                _mm256_storeu_si256((__m256i *)dst, v);
+                _mm256_storeu_si256((__m256i *)(dst + 8 * nb * 32), _mm256_sign_epi8(v, v));
+            }
+        }
+        kd[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    }
+}
+
+/* Sum of each of 8 int32 vectors, as one vector (lane k = sum of m[k]).
+ * Integer sums are exact, so the tree's order does not matter. */
+KAI __m256i hsum8_epi32(const __m256i *m)
+{
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(m[4], m[5]), _mm256_hadd_epi32(m[6], m[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Scores of one row against the 8 keys of keys_to_i8: per key and block the
+ * exact int dot s_b = sum_i k_i q_i, then acc = sum_b (float)s_b x (d_k x d_q)
+ * (b ascending, from 0) and acc x scale: the order attention.c's reference
+ * uses, so both variants give the same bits. q8 is the row's query as q8_0. */
+KAI __m256 scores8_i8(const int8_t *kq, const __m256 *kd, const block_q8_0 *q8, int nb, __m256 vscale)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)q8[b].qs);
+        __m256i m[8];
+        const int8_t *kb = kq + (size_t)b * 32, *ka = kb + 8 * nb * 32;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)(kb + (size_t)k * nb * 32));
+            const __m256i kabs = _mm256_loadu_si256((const __m256i *)(ka + (size_t)k * nb * 32));
+            /* |k| x (q with k's sign): maddubs needs an unsigned operand; pairs
+             * stay within int16 as |k|, |q| <= 127 (q4_0: |k| <= 8) */
+            m[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(kabs, _mm256_sign_epi8(qv, kv)), ones);
+        }
+        const __m256 sb = _mm256_cvtepi32_ps(hsum8_epi32(m));
+        const __m256 d = _mm256_mul_ps(kd[b], _mm256_set1_ps(_cvtsh_ss(q8[b].d)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(sb, d));
+    }
+    return _mm256_mul_ps(acc, vscale);
+}
+
+/* x[j] *= 256 x (e4m3 scale of head g in the block of position j), j < n:
+ * what the fp8 kinds leave out of each element, applied to a whole score
+ * or weight instead (powers of two: the same bits either way). */
+static KA void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, float *x, int n)
+{
+    const int T = (int)kv->block_size;
+    for (int j0 = 0, b = 0; j0 < n; j0 += T, b++) {
+        const float f = 256.0f * attn_fp8_scale(kv, plane, kv->blocks[b], g);
+        const __m256 vf = _mm256_set1_ps(f);
+        const int e = j0 + T < n ? j0 + T : n;
+        int j = j0;
+        for (; j + 8 <= e; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), vf));
+        for (; j < e; j++) x[j] *= f;
+    }
 }
 
 KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
@@ -237,6 +464,15 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const uint32_t t = kv->kv_type;
     assert(hd % 8 == 0 && n_rows >= 1);
     const int nmax = segment_nmax(rows, 0, n_rows);
+    /* the segments, found once (not per key group): [sg_r0[s], sg_r0[s + 1]) */
+    int sg_r0[ATTN_ROWS_CAP + 1], sg_n[ATTN_ROWS_CAP], n_sg = 0;
+    assert(n_rows <= ATTN_ROWS_CAP);
+    for (int r0 = 0, r1; r0 < n_rows; r0 = r1, n_sg++) {
+        r1 = segment_end(rows, n_rows, r0);
+        sg_r0[n_sg] = r0;
+        sg_n[n_sg] = segment_nmax(rows, r0, r1);
+    }
+    sg_r0[n_sg] = n_rows;
     const size_t hdp = attn_round8((size_t)hd), ncp = attn_round8((size_t)nmax);
     assert(attn_layout_floats((size_t)n_rows, (size_t)nmax, (size_t)hd) <= scratch_floats);
     (void)scratch_floats;
@@ -244,9 +480,16 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
 
     /* queries as the dot uses them: rounded to f16 for an f16 cache (ggml's
      * dot type), else copied as they are */
+    const bool i8 = t == DT_Q8_0 || t == DT_Q4_0; /* keys dotted in int8 against a q8_0 query */
+    const int nb = hd / 32;
+    assert(!i8 || (hd % 32 == 0 && nb <= 8));
     for (int r = 0; r < n_rows; r++) {
         assert(rows[r].n_ctx >= 1);
         float *d = qf + (size_t)r * hdp;
+        if (i8) { /* as ggml does for these caches: the query in K's dot type (q8_0), same bytes as the reference */
+            quant_q8_0_quantize_row(rows[r].q, (block_q8_0 *)d, hd);
+            continue;
+        }
         for (int i = 0; i < hd; i += 8) {
             __m256 v = _mm256_loadu_ps(rows[r].q + i);
             if (t == DT_F16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
@@ -257,9 +500,15 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     /* A segment (adjacent rows of one KV head) reads the cache rows in place
      * when no other row would reuse a conversion (always for F32); else they
      * are converted once into kt / vt. The values are the same either way. */
-#define SEG_INPLACE(r0, r1) (t == DT_F32 || ((r1) - (r0) == 1 && (t == DT_F16 || t == DT_BF16 || t == DT_Q8_0)))
-#define SEG_KIND(inplace) \
-    (!(inplace) || t == DT_F32 ? FK_F32 : t == DT_F16 ? FK_F16 : t == DT_BF16 ? FK_BF16 : FK_Q8_0)
+#define SEG_INPLACE(r0, r1) \
+    (t == DT_F32 || ((r1) - (r0) == 1 && (t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || attn_is_fp8(t))))
+#define SEG_KIND(inplace)                                                                          \
+    (!(inplace) || t == DT_F32 ? FK_F32                                                            \
+     : t == DT_F16             ? FK_F16                                                            \
+     : t == DT_BF16            ? FK_BF16                                                           \
+     : t == DT_Q8_0            ? FK_Q8_0                                                           \
+     : t == ATTN_KV_FP8_E4M3   ? FK_E4M3                                                           \
+                               : FK_E5M2)
 
     /* 1. scores, 8 keys at a time; keys past nmax repeat the last one. The
      * KV heads of a call are visited key group by key group, so that a
@@ -273,10 +522,38 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             krow[k] = cursor_row(&kc);
             if (j0 + k + 1 < nmax) cursor_next(&kc); /* else stay on the last key */
         }
-        for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
-            r1 = segment_end(rows, n_rows, r0);
-            if (segment_nmax(rows, r0, r1) <= j0) continue;
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1];
+            if (sg_n[sg] <= j0) continue;
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            if (i8) {
+                __m256 kd[8];
+                keys_to_i8(t, krow, goff, nb, (int8_t *)kt, kd);
+                for (int r = r0; r < r1; r++)
+                    if (rows[r].n_ctx > j0)
+                        _mm256_storeu_ps(sc + (size_t)r * ncp + j0,
+                                         scores8_i8((const int8_t *)kt, kd, (const block_q8_0 *)(qf + (size_t)r * hdp),
+                                                    nb, vscale));
+                continue;
+            }
+            if (r1 - r0 >= 2) { /* GQA: each K row converted once, in registers, for all the rows */
+                const bool ip = true;
+                const void *kp[8];
+                for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
+                int kind = SEG_KIND(ip);
+                if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
+                for (int a = r0; a < r1; a += 8) {
+                    const int nr = r1 - a < 8 ? r1 - a : 8;
+                    const float *q[8];
+                    float *out[8];
+                    for (int r = 0; r < nr; r++) {
+                        q[r] = qf + (size_t)(a + r) * hdp;
+                        out[r] = rows[a + r].n_ctx > j0 ? sc + (size_t)(a + r) * ncp + j0 : NULL;
+                    }
+                    scores_rows_any(kind, nr, kp, q, hd, vscale, out);
+                }
+                continue;
+            }
             const bool inplace = SEG_INPLACE(r0, r1);
             const void *kp[8];
             for (int k = 0; k < 8; k++) {
@@ -287,9 +564,11 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                     kp[k] = kt + (size_t)k * hdp;
                 }
             }
+            int kind = SEG_KIND(inplace);
+            if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
             for (int r = r0; r < r1; r++)
                 if (rows[r].n_ctx > j0)
-                    scores8(SEG_KIND(inplace), sc + (size_t)r * ncp + j0, kp, qf + (size_t)r * hdp, hd, vscale);
+                    scores8(kind, sc + (size_t)r * ncp + j0, kp, qf + (size_t)r * hdp, hd, vscale);
         }
     }
 
@@ -297,7 +576,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const kern_vtable *vt2 = kern_vt_avx2();
     for (int r = 0; r < n_rows; r++) {
         float *s = sc + (size_t)r * ncp;
+        if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->k_base, rows[r].g, s, rows[r].n_ctx);
         vt2->softmax(s, rows[r].n_ctx);
+        if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->v_base, rows[r].g, s, rows[r].n_ctx);
         if (t == DT_F16) /* lanes past n_ctx hold scores never read: rounding them is harmless */
             for (int i = 0; i < rows[r].n_ctx; i += 8)
                 _mm256_storeu_ps(s + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s + i),
@@ -310,9 +591,8 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         const uint8_t *vrow[ATTN_VB];
         for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
-        for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
-            r1 = segment_end(rows, n_rows, r0);
-            const int sn = segment_nmax(rows, r0, r1);
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], sn = sg_n[sg];
             if (sn <= j0) continue;
             const int sjn = sn - j0 < jn ? sn - j0 : jn; /* keys of this tile any row of the segment needs */
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
@@ -326,13 +606,15 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                     vp[k] = vt + (size_t)k * hdp;
                 }
             }
+            int kind = SEG_KIND(inplace);
+            if (kind == FK_E4M3) kind = e4m3_kind(vp, sjn, hd);
             for (int r = r0; r < r1; r++) {
                 const int n = (rows[r].n_ctx < j0 + jn ? rows[r].n_ctx : j0 + jn) - j0;
                 if (n <= 0) continue;
                 const float *p = sc + (size_t)r * ncp + j0;
                 for (int d0 = 0; d0 < hd; d0 += 64) {
                     const int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
-                    vacc_any(SEG_KIND(inplace), nv, j0 == 0, rows[r].out + d0, p, n, vp, d0);
+                    vacc_any(kind, nv, j0 == 0, rows[r].out + d0, p, n, vp, d0);
                 }
             }
         }

@@ -15,7 +15,14 @@
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "tensor/half.h"
 
 /* Score floats of one call at most (1 MiB): long contexts get fewer rows. */
 #define ATTN_SCORE_BUDGET (1u << 18)
@@ -30,6 +37,29 @@ static inline size_t attn_layout_floats(size_t R, size_t n, size_t hd)
 {
     const size_t hdp = attn_round8(hd), ncp = attn_round8(n);
     return R * (hdp + ncp) + (8 + ATTN_VB) * hdp;
+}
+
+static inline bool attn_is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E4M3 || t == ATTN_KV_FP8_E5M2; }
+
+/* An OFP8 byte as f32, before any scale (kv_codec.h's encoding). E4M3 by the
+ * half trick: its 7 magnitude bits shifted left by 7 are a half with the same
+ * fields and a bias 8 larger, so that half x 256 is the value (subnormals
+ * too); the AVX2 variant folds the 256 into the block scale (exact, both
+ * powers of two). S.1111.111 is NaN. E5M2 is the top byte of a half. */
+static inline float attn_fp8_to_f32(uint32_t t, uint8_t b)
+{
+    if (t == ATTN_KV_FP8_E5M2) return f16_to_f32((uint16_t)(b << 8));
+    if ((b & 0x7F) == 0x7F) return (b & 0x80) ? -NAN : NAN;
+    return f16_to_f32((uint16_t)(((b & 0x7F) << 7) | ((b & 0x80) << 8))) * 256.0f;
+}
+
+/* The e4m3 scale of head g in physical block pb of a plane (1 for e5m2). */
+static inline float attn_fp8_scale(const attn_kv *kv, const uint8_t *plane, uint32_t pb, int g)
+{
+    if (kv->kv_type != ATTN_KV_FP8_E4M3) return 1.0f;
+    float s;
+    memcpy(&s, plane + (size_t)pb * kv->block_bytes + kv->scale_off + 4 * (size_t)g, 4);
+    return s;
 }
 
 #endif

@@ -21,8 +21,10 @@
  * KV dtypes. f32/f16/bf16/q8_0/q4_0 are stored as ggml rows per head and
  * read by the attention kernel directly (bit for bit what llama.cpp
  * computes). fp8_e4m3/fp8_e5m2/kivi4/kivi2 go through kv/kv_codec.h: rows
- * are written with kv_codec_write_row and read through an attn_reader
- * (kv_reader_* below) that decodes one block at a time, never the cache.
+ * are written with kv_codec_write_row; fp8 rows are read by the attention
+ * kernel in place (ATTN_KV_FP8_*: bytes, e4m3 scales in the plane tail),
+ * KIVI through an attn_reader (kv_reader_* below) that decodes one block at
+ * a time, never the cache.
  *
  * Staged dtypes (KIVI) and batches. A token at position p attends to the
  * blocks before its own as stored (sealed, quantized) and to its own block
@@ -587,17 +589,26 @@ static void attn_worker(void *arg, int ith, int nth)
         }
         const attn_reader rd = {kv_reader_k_dot, kv_reader_v_axpy, &rc,
                                 kv_codec_scratch_floats((uint32_t)hd, j->kv->g.s.block_size, ATTN_ROWS_CAP)};
+        /* fp8 rows are plain rows of bytes: the kernel reads them in place
+         * (8 keys at a time, converted in registers); only KIVI needs the
+         * codec's reader. The e4m3 scales sit in each plane's tail, after
+         * the block's rows (kv_codec.h). */
+        const kv_dtype dt = j->kv->g.s.dtype;
+        const bool fp8 = dt == KV_FP8_E4M3 || dt == KV_FP8_E5M2;
+        const bool rows_ok = !j->s->codec || fp8;
+        assert(!fp8 || kv_row_stride(j->kv, KV_PLANE_K) == kv_row_stride(j->kv, KV_PLANE_V));
         const attn_kv akv = {
-            .reader = j->s->codec ? &rd : NULL,
+            .reader = rows_ok ? NULL : &rd,
             .blocks = sq->blocks,
             .k_base = kv_block_k(j->kv, 0, j->layer),
             .v_base = kv_block_v(j->kv, 0, j->layer),
             .block_bytes = j->kv->g.block_bytes,
             .block_size = j->kv->g.s.block_size,
-            .row_bytes = j->s->codec ? 0 : kv_row_stride(j->kv, KV_PLANE_K),
-            .head_bytes = j->s->codec ? 0 : dtype_row_bytes(rt, (uint64_t)hd),
-            .kv_type = rt,
+            .row_bytes = rows_ok ? kv_row_stride(j->kv, KV_PLANE_K) : 0,
+            .head_bytes = fp8 ? (size_t)hd : rows_ok ? dtype_row_bytes(rt, (uint64_t)hd) : 0,
+            .kv_type = fp8 ? (dt == KV_FP8_E4M3 ? ATTN_KV_FP8_E4M3 : ATTN_KV_FP8_E5M2) : rt,
             .head_dim = hd,
+            .scale_off = fp8 ? kv_row_stride(j->kv, KV_PLANE_K) * j->kv->g.s.block_size : 0,
         };
         attn_row rows[ATTN_ROWS_CAP];
         for (int v = 0; v < it.nv; v++) {
