@@ -336,63 +336,74 @@ void kv_stage_copy(kv_stage *dst, const kv_stage *src)
 
 /* --------------------------------------------------------- writing rows */
 
-/* Largest finite |x[i]|; 0 if none. */
-static float amax_finite(const float *x, uint32_t n)
+/* ------------------------------------------------------ fp8_e4m3 seal */
+
+/* Element i of a head's rows: f16 stage rows or f32 rows (one of the two). */
+static inline float e4m3_src(const uint16_t *h16, const float *f32, uint64_t i)
 {
-    float a = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        float v = fabsf(x[i]);
-        if (v > a && v <= FLT_MAX) a = v;
-    }
-    return a;
+    return h16 ? f16_to_f32(h16[i]) : f32[i];
 }
 
-/* The smallest power of two s with amax / s <= KV_E4M3_TARGET (amax > 0),
- * kept a normal f32 so that 1 / s is finite. */
-static float e4m3_scale_for(float amax)
+/* Squared error of x encoded at scale s, decoded again. */
+static inline double e4m3_err2(float x, float s)
 {
-    int e;
-    float f = frexpf(amax / KV_E4M3_TARGET, &e); /* = f x 2^e, f in [0.5, 1) */
-    if (f == 0.5f) e--;                          /* an exact power of two fits as it is */
-    if (e < -126) e = -126;
-    return ldexpf(1.0f, e);
+    const double d = (double)x - (double)(kv_e4m3_to_f32(kv_e4m3_from_f32(x / s)) * s);
+    return d * d;
 }
 
-/* Re-encodes n_rows rows of one head (D codes at col0, row stride `stride`)
- * from scale s to scale s x /f: f = s / s' is a power of two <= 1/2, so only
- * values pushed into the subnormal range round again. */
-static void e4m3_rescale(uint8_t *col0, uint64_t stride, uint32_t n_rows, uint32_t D, float f)
+/* Encodes one plane of a full block: T rows of C = H x D elements (row t,
+ * element c at src[t * C + c]) into T e4m3 rows of `stride` bytes and the
+ * per-head f32 scales of the tail. Per head: amax over the block's finite
+ * values; the scale is the candidate s_k = amax / 448 x 2^(k / 16), k = 0
+ * .. 16, with the least squared error over the block (first on ties, so
+ * amax / 448 -- the largest value exact -- wins when nothing is better);
+ * see kv_codec.h. Deterministic: the same rows give the same bytes. */
+static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16, const float *f32, uint32_t T,
+                            uint32_t H, uint32_t D)
 {
-    for (uint32_t t = 0; t < n_rows; t++) {
-        uint8_t *q = col0 + (uint64_t)t * stride;
-        for (uint32_t i = 0; i < D; i++) q[i] = kv_e4m3_from_f32(kv_e4m3_to_f32(q[i]) * f);
-    }
-}
-
-static void e4m3_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, uint32_t slot, const float *row)
-{
-    const kv_geom *g = &pool->g;
-    const uint32_t D = g->s.head_dim;
-    const uint64_t stride = g->row_bytes[p];
-    uint8_t *plane = kv_block_plane(pool, b, layer, p), *tail = plane + stride * g->s.block_size;
-    for (uint32_t h = 0; h < g->s.n_kv_heads; h++) {
-        const float *x = row + (uint64_t)h * D;
-        uint8_t *q = plane + slot * stride + (uint64_t)h * D;
-        float s = 0, amax = amax_finite(x, D);
-        if (slot > 0) memcpy(&s, tail + 4 * h, 4); /* slot 0 starts the block afresh */
-        if (amax > 0 && (s == 0 || amax > KV_E4M3_MAX * s)) {
-            float ns = e4m3_scale_for(amax);
-            if (s != 0) e4m3_rescale(plane + (uint64_t)h * D, stride, slot, D, s / ns);
-            s = ns;
+    const uint64_t C = (uint64_t)H * D;
+    uint8_t *tail = plane + stride * T;
+    for (uint32_t h = 0; h < H; h++) {
+        float amax = 0;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < D; i++) {
+                const float a = fabsf(e4m3_src(h16, f32, t * C + (uint64_t)h * D + i));
+                if (a > amax && a <= FLT_MAX) amax = a;
+            }
+        float s = 0;
+        if (amax > 0) {
+            double best = INFINITY;
+            for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++) {
+                const float cand = amax / KV_E4M3_MAX * exp2f((float)k / KV_E4M3_SCALE_STEPS);
+                if (!(cand >= FLT_MIN)) continue; /* tiny amax: keep 1 / s finite */
+                double e = 0;
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t i = 0; i < D; i++) {
+                        const float x = e4m3_src(h16, f32, t * C + (uint64_t)h * D + i);
+                        if (isfinite(x)) e += e4m3_err2(x, cand);
+                    }
+                if (e < best) best = e, s = cand;
+            }
+            if (s == 0) s = FLT_MIN;
         }
         memcpy(tail + 4 * h, &s, 4);
-        if (s > 0) {
-            const float inv = 1.0f / s; /* exact: s is a power of two */
-            for (uint32_t i = 0; i < D; i++) q[i] = kv_e4m3_from_f32(x[i] * inv);
-        } else { /* only zeros (and non-finite values, which keep their class) */
-            for (uint32_t i = 0; i < D; i++) q[i] = kv_e4m3_from_f32(isfinite(x[i]) ? x[i] * 0.0f : x[i]);
+        for (uint32_t t = 0; t < T; t++) {
+            uint8_t *q = plane + t * stride + (uint64_t)h * D;
+            for (uint32_t i = 0; i < D; i++) {
+                const float x = e4m3_src(h16, f32, t * C + (uint64_t)h * D + i);
+                /* s = 0: only zeros (and non-finite values, which keep their class) */
+                q[i] = kv_e4m3_from_f32(s > 0 ? x / s : isfinite(x) ? x * 0.0f : x);
+            }
         }
     }
+}
+
+void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows)
+{
+    const kv_geom *g = &pool->g;
+    assert(g->s.dtype == KV_FP8_E4M3);
+    e4m3_seal_plane(kv_block_plane(pool, b, layer, p), g->row_bytes[p], NULL, rows, g->s.block_size, g->s.n_kv_heads,
+                    g->s.head_dim);
 }
 
 void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, uint32_t slot, const float *row)
@@ -408,7 +419,6 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
     case KV_Q8_0: quant_q8_0_quantize_row(row, (block_q8_0 *)dst, n); break;
     /* ggml's reference rounding, as llama.cpp's cache (and forward.c) do */
     case KV_Q4_0: quant_q4_0_quantize_row_ref(row, (block_q4_0 *)dst, n); break;
-    case KV_FP8_E4M3: e4m3_write_row(pool, b, layer, p, slot, row); break;
     case KV_FP8_E5M2:
         for (int64_t i = 0; i < n; i++) dst[i] = kv_e5m2_from_f32(row[i]);
         break;
@@ -507,6 +517,13 @@ void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_
 {
     const kv_geom *g = &pool->g;
     assert(kv_dtype_staged(g->s.dtype));
+    if (g->s.dtype == KV_FP8_E4M3) {
+        e4m3_seal_plane(kv_block_k(pool, b, layer), g->row_bytes[0], k_rows, NULL, g->s.block_size, g->s.n_kv_heads,
+                        g->s.head_dim);
+        e4m3_seal_plane(kv_block_v(pool, b, layer), g->row_bytes[1], v_rows, NULL, g->s.block_size, g->s.n_kv_heads,
+                        g->s.head_dim);
+        return;
+    }
     const uint32_t bits = kivi_bits(g->s.dtype);
     kivi_seal_k(kv_block_k(pool, b, layer), k_rows, g->s.block_size, g->kv_dim, bits);
     kivi_seal_v(kv_block_v(pool, b, layer), v_rows, g->s.block_size, g->kv_dim, bits);
@@ -540,6 +557,21 @@ void kv_codec_unseal(const kv_pool *pool, uint32_t b, kv_stage *st)
     for (uint32_t l = 0; l < g->s.n_layers; l++) {
         const kv_block_ref r = kv_codec_ref(pool, b, l);
         uint16_t *k = kv_stage_plane(st, l, KV_PLANE_K), *v = kv_stage_plane(st, l, KV_PLANE_V);
+        if (g->s.dtype == KV_FP8_E4M3) { /* rows: decode each head's slice, round to the stage's f16 */
+            float x[64];
+            for (int p = 0; p < 2; p++)
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t h = 0; h < g->s.n_kv_heads; h++)
+                        for (uint32_t i0 = 0; i0 < g->s.head_dim; i0 += 64) {
+                            const uint32_t n = g->s.head_dim - i0 < 64 ? g->s.head_dim - i0 : 64;
+                            float s;
+                            memcpy(&s, r.plane[p] + r.row_bytes[p] * T + 4 * h, 4);
+                            const uint8_t *q = r.plane[p] + t * r.row_bytes[p] + (uint64_t)h * g->s.head_dim + i0;
+                            for (uint32_t i = 0; i < n; i++) x[i] = kv_e4m3_to_f32(q[i]) * s;
+                            kv_codec_f16_row(x, (p ? v : k) + t * C + (uint64_t)h * g->s.head_dim + i0, n);
+                        }
+            continue;
+        }
         float d, m;
         for (uint64_t c = 0; c < C; c++) {
             kv_codec_kivi_k_param(&r, c, &d, &m);
