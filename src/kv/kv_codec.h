@@ -155,6 +155,10 @@
  *             history), or kv_codec_unseal that block (lossy).
  *   prefix    hits are whole blocks, which are sealed; the tail copy is
  *             off for staged dtypes (prefix_cache.c: fill_dtype != dtype).
+ *   window    re-rotated keys (model/kv_shift.c): row dtypes rewrite rows;
+ *             a sealed fp8_e4m3 block is re-encoded whole
+ *             (kv_codec_reseal_plane), its partly filled block is rotated in
+ *             the stage. KIVI is refused (per-channel keys).
  *
  * Variants: a plain C reference and AVX2+FMA+F16C paths (target attribute,
  * chosen at run time by CPU features); conversions are bit-identical between
