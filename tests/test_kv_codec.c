@@ -242,21 +242,31 @@ TEST(fp8_encode_equals_nearest_search)
 
 /* ------------------------------------------------------ e4m3 block scales */
 
-/* The scale a seal must pick for one head: the test's own least-squares
- * search over amax / 448 x 2^(k / 16), k = 0 .. 16 (first best on ties). */
-static float e4m3_lsq_scale(const float *x, int n)
+/* Squared error of x[0..n) encoded at scale s, by the codec's own
+ * conversions, in double. */
+static double e4m3_sse_at(const float *x, int n, float s)
 {
-    float amax = 0, best_s = 0;
+    double e = 0;
+    for (int i = 0; i < n; i++) e += pow(x[i] - kv_e4m3_to_f32(kv_e4m3_from_f32(x[i] / s)) * s, 2);
+    return e;
+}
+
+/* The test's own least-squares search over amax / 448 x 2^(k / 16), k = 0
+ * .. 16: the least error any candidate reaches (*best), and whether s is
+ * one of the candidates. */
+static bool e4m3_lsq_check(const float *x, int n, float s, double *best)
+{
+    float amax = 0;
+    bool is_cand = false;
     for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-    if (amax == 0) return 0;
-    double best = INFINITY;
+    *best = amax == 0 ? 0 : INFINITY;
+    if (amax == 0) return s == 0;
     for (int k = 0; k <= 16; k++) {
-        const float s = amax / 448.0f * exp2f((float)k / 16);
-        double e = 0;
-        for (int i = 0; i < n; i++) e += pow(x[i] - kv_e4m3_to_f32(kv_e4m3_from_f32(x[i] / s)) * s, 2);
-        if (e < best) best = e, best_s = s;
+        const float c = amax / 448.0f * exp2f((float)k / 16);
+        *best = fmin(*best, e4m3_sse_at(x, n, c));
+        is_cand |= c == s;
     }
-    return best_s;
+    return is_cand;
 }
 
 /* fp8_e4m3 is staged: rows read back in f16 until the block is full; the
@@ -287,8 +297,15 @@ TEST(e4m3_block_staged_then_sealed_with_lsq_scales)
             float x[T * D];
             for (int t = 0; t < T; t++)
                 for (int i = 0; i < D; i++) x[t * D + i] = f16_round((p ? v : k)[t][h * D + i]);
-            const float want = e4m3_lsq_scale(x, T * D), got = kv_codec_e4m3_scale(&f.pool, 0, 0, (kv_plane)p, (uint32_t)h);
-            CHECK_MSG(got == want, "plane %d head %d: scale %a want %a", p, h, (double)got, (double)want);
+            /* the seal sums its errors in f32 (8 lanes): it must reach the least
+             * error of the candidates, up to that rounding */
+            const float got = kv_codec_e4m3_scale(&f.pool, 0, 0, (kv_plane)p, (uint32_t)h);
+            double best;
+            CHECK_MSG(e4m3_lsq_check(x, T * D, got, &best), "plane %d head %d: scale %a not a candidate", p, h,
+                      (double)got);
+            if (got > 0)
+                CHECK_MSG(e4m3_sse_at(x, T * D, got) <= best * (1 + 1e-4) + 1e-30,
+                          "plane %d head %d: error %g > least %g", p, h, e4m3_sse_at(x, T * D, got), best);
             if (p == 0 && h == 1) CHECK(got == 0.0f);
             if (p == 0 && h == 0) /* the least-squares scale is no worse than amax / 448 */
                 CHECK(got >= 37.0f / 448.0f && got <= 37.0f / 224.0f);
@@ -350,6 +367,34 @@ TEST(e4m3_lsq_scale_beats_max_and_pow2)
          e_seal, e_max, e_p2);
     CHECK(e_seal < 0.95 * e_max && e_seal < 0.95 * e_p2);
     fixture_free(&f);
+}
+
+/* The scale search has a reference and an AVX2 loop: they must seal the
+ * same rows into the same bytes (scales included), on blocks of any size
+ * (tails of 8-lane groups, several search chunks). */
+TEST(e4m3_seal_same_bytes_ref_and_simd)
+{
+    const uint32_t shapes[][3] = {{2, 8, 16}, {1, 20, 3}, {3, 64, 16}, {1, 128, 33}}; /* H, D, T */
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const uint32_t H = shapes[c][0], D = shapes[c][1], T = shapes[c][2], C = H * D;
+        fixture f[2];
+        float *k = malloc(sizeof(float) * T * C), *v = malloc(sizeof(float) * T * C);
+        CHECK(k && v);
+        for (uint32_t i = 0; i < T * C; i++) k[i] = rng_normal() * expf(2 * rng_normal()), v[i] = rng_normal();
+        for (int simd = 0; simd < 2; simd++) {
+            kv_codec_set_simd(simd);
+            CHECK_EQ_INT(fixture_init(&f[simd], KV_FP8_E4M3, 1, H, D, T, 1), 0);
+            for (uint32_t t = 0; t < T; t++) put_token(&f[simd], t, k + t * C, v + t * C);
+        }
+        kv_codec_set_simd(true);
+        for (int p = 0; p < 2; p++)
+            CHECK_MSG(memcmp(kv_block_plane(&f[0].pool, 0, 0, (kv_plane)p), kv_block_plane(&f[1].pool, 0, 0, (kv_plane)p),
+                             kv_dtype_plane_bytes(KV_FP8_E4M3, (kv_plane)p, T, H, D)) == 0,
+                      "H %u D %u T %u plane %d: ref and simd seal differ", H, D, T, p);
+        fixture_free(&f[0]);
+        fixture_free(&f[1]);
+        free(k), free(v);
+    }
 }
 
 TEST(e4m3_non_finite_rows)
@@ -910,6 +955,7 @@ int main(void)
     RUN(fp8_encode_equals_nearest_search);
     RUN(e4m3_block_staged_then_sealed_with_lsq_scales);
     RUN(e4m3_lsq_scale_beats_max_and_pow2);
+    RUN(e4m3_seal_same_bytes_ref_and_simd);
     RUN(e4m3_non_finite_rows);
     RUN(kivi_seal_per_channel_keys_per_token_values);
     RUN(kivi_constant_channel_and_nan);

@@ -344,12 +344,61 @@ static inline float e4m3_src(const uint16_t *h16, const float *f32, uint64_t i)
     return h16 ? f16_to_f32(h16[i]) : f32[i];
 }
 
-/* Squared error of x encoded at scale s, decoded again. */
-static inline double e4m3_err2(float x, float s)
+/* The scale search measures, for a candidate s, sum (y - e4m3(y))^2 over
+ * y = |x| / s of a head's elements, in f32, in 8 lanes (element i goes to
+ * lane i % 8, the lanes are added in one fixed order), so that the
+ * reference and the AVX2 loop give the same bits and pick the same scale.
+ * e4m3(y) for 0 <= y (<= 448 x (1 + 2^-23): s >= amax / 448) is rounding to
+ * the grid step of y's binade, 2^(e - 3) (2^-9 below 2^-6: subnormals),
+ * nearest-even: y x 2^(3 - e) is exact, rint rounds it, and the product
+ * by the step is exact; saturated at 448. Equal to kv_e4m3_to_f32(
+ * kv_e4m3_from_f32(y)) there (tests/test_kv_codec.c checks the seal). */
+#define E4M3_SEARCH_CHUNK 512 /* floats of a head's elements searched at a time (stack buffer) */
+
+static inline float e4m3_grid_ref(float y)
 {
-    const double d = (double)x - (double)(kv_e4m3_to_f32(kv_e4m3_from_f32(x / s)) * s);
-    return d * d;
+    const uint32_t b = half_bits_f32(y), e = b & 0x7F800000u;
+    const bool sub = b < 0x3C800000u; /* y < 2^-6 */
+    const float inv = sub ? 512.0f : half_f32_bits((257u << 23) - e), step = sub ? 0x1p-9f : half_f32_bits(e - (3u << 23));
+    const float r = rintf(y * inv) * step;
+    return r < 448.0f ? r : 448.0f;
 }
+
+static void e4m3_sse_ref(const float *x, uint32_t n, float s, float acc[8])
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const float y = fabsf(x[i]) / s, d = y - e4m3_grid_ref(y);
+        acc[i % 8] = acc[i % 8] + d * d;
+    }
+}
+
+#if KV_X86
+KA static void e4m3_sse_avx2(const float *x, uint32_t n, float s, float acc[8])
+{
+    const __m256 vs = _mm256_set1_ps(s), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i expm = _mm256_set1_epi32(0x7F800000), minnorm = _mm256_set1_epi32(0x3C800000 - 1);
+    const __m256i k257 = _mm256_set1_epi32(257 << 23), k3 = _mm256_set1_epi32(3 << 23);
+    const __m256 sub_inv = _mm256_set1_ps(512.0f), sub_step = _mm256_set1_ps(0x1p-9f), vmax = _mm256_set1_ps(448.0f);
+    __m256 va = _mm256_loadu_ps(acc);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 y = _mm256_div_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absm), vs);
+        const __m256i b = _mm256_castps_si256(y), e = _mm256_and_si256(b, expm);
+        const __m256 norm = _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, minnorm)); /* y >= 2^-6 */
+        const __m256 inv = _mm256_blendv_ps(sub_inv, _mm256_castsi256_ps(_mm256_sub_epi32(k257, e)), norm);
+        const __m256 step = _mm256_blendv_ps(sub_step, _mm256_castsi256_ps(_mm256_sub_epi32(e, k3)), norm);
+        __m256 r = _mm256_mul_ps(_mm256_round_ps(_mm256_mul_ps(y, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                 step);
+        r = _mm256_min_ps(r, vmax);
+        const __m256 d = _mm256_sub_ps(y, r);
+        va = _mm256_add_ps(va, _mm256_mul_ps(d, d));
+    }
+    _mm256_storeu_ps(acc, va);
+    e4m3_sse_ref(x + i, n - i, s, acc); /* i % 8 == 0: the tail keeps its lanes */
+}
+#endif
+
+static void e4m3_sse(const float *x, uint32_t n, float s, float acc[8]) { KV_PICK(e4m3_sse, x, n, s, acc); }
 
 /* Encodes one plane of a full block: T rows of C = H x D elements (row t,
  * element c at src[t * C + c]) into T e4m3 rows of `stride` bytes and the
@@ -357,12 +406,14 @@ static inline double e4m3_err2(float x, float s)
  * values; the scale is the candidate s_k = amax / 448 x 2^(k / 16), k = 0
  * .. 16, with the least squared error over the block (first on ties, so
  * amax / 448 -- the largest value exact -- wins when nothing is better);
- * see kv_codec.h. Deterministic: the same rows give the same bytes. */
+ * see kv_codec.h. Deterministic: the same rows give the same bytes on
+ * either variant. */
 static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16, const float *f32, uint32_t T,
                             uint32_t H, uint32_t D)
 {
-    const uint64_t C = (uint64_t)H * D;
+    const uint64_t C = (uint64_t)H * D, n = (uint64_t)T * D;
     uint8_t *tail = plane + stride * T;
+    float buf[E4M3_SEARCH_CHUNK];
     for (uint32_t h = 0; h < H; h++) {
         float amax = 0;
         for (uint32_t t = 0; t < T; t++)
@@ -372,17 +423,29 @@ static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16
             }
         float s = 0;
         if (amax > 0) {
+            float cand[KV_E4M3_SCALE_STEPS + 1], acc[KV_E4M3_SCALE_STEPS + 1][8];
+            for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++) {
+                cand[k] = amax / KV_E4M3_MAX * exp2f((float)k / KV_E4M3_SCALE_STEPS);
+                memset(acc[k], 0, sizeof acc[k]);
+            }
+            /* the head's elements (element j = row j / D, dim j % D), a chunk at a time */
+            for (uint64_t j0 = 0; j0 < n; j0 += E4M3_SEARCH_CHUNK) {
+                const uint32_t m = (uint32_t)(n - j0 < E4M3_SEARCH_CHUNK ? n - j0 : E4M3_SEARCH_CHUNK);
+                for (uint32_t j = 0; j < m; j++) {
+                    const uint64_t e = j0 + j;
+                    const float x = e4m3_src(h16, f32, (e / D) * C + (uint64_t)h * D + e % D);
+                    buf[j] = isfinite(x) ? x : 0.0f;
+                }
+                for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++)
+                    if (cand[k] >= FLT_MIN) e4m3_sse(buf, m, cand[k], acc[k]);
+            }
             double best = INFINITY;
             for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++) {
-                const float cand = amax / KV_E4M3_MAX * exp2f((float)k / KV_E4M3_SCALE_STEPS);
-                if (!(cand >= FLT_MIN)) continue; /* tiny amax: keep 1 / s finite */
-                double e = 0;
-                for (uint32_t t = 0; t < T; t++)
-                    for (uint32_t i = 0; i < D; i++) {
-                        const float x = e4m3_src(h16, f32, t * C + (uint64_t)h * D + i);
-                        if (isfinite(x)) e += e4m3_err2(x, cand);
-                    }
-                if (e < best) best = e, s = cand;
+                if (!(cand[k] >= FLT_MIN)) continue; /* tiny amax: keep 1 / s finite */
+                const float *a = acc[k];
+                const float sum = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+                const double e = (double)sum * cand[k] * cand[k]; /* back to units of x */
+                if (e < best) best = e, s = cand[k];
             }
             if (s == 0) s = FLT_MIN;
         }
