@@ -428,13 +428,14 @@ static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16
                 cand[k] = amax / KV_E4M3_MAX * exp2f((float)k / KV_E4M3_SCALE_STEPS);
                 memset(acc[k], 0, sizeof acc[k]);
             }
-            /* the head's elements (element j = row j / D, dim j % D), a chunk at a time */
+            /* the head's elements in order (row t, dim i), a chunk at a time */
+            uint32_t t = 0, i = 0;
             for (uint64_t j0 = 0; j0 < n; j0 += E4M3_SEARCH_CHUNK) {
                 const uint32_t m = (uint32_t)(n - j0 < E4M3_SEARCH_CHUNK ? n - j0 : E4M3_SEARCH_CHUNK);
                 for (uint32_t j = 0; j < m; j++) {
-                    const uint64_t e = j0 + j;
-                    const float x = e4m3_src(h16, f32, (e / D) * C + (uint64_t)h * D + e % D);
+                    const float x = e4m3_src(h16, f32, (uint64_t)t * C + (uint64_t)h * D + i);
                     buf[j] = isfinite(x) ? x : 0.0f;
+                    if (++i == D) i = 0, t++;
                 }
                 for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++)
                     if (cand[k] >= FLT_MIN) e4m3_sse(buf, m, cand[k], acc[k]);
