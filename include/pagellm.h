@@ -65,7 +65,7 @@ typedef struct {
 typedef struct {
     double bytes_per_token;   /* exact for the formula; fractional for block scales */
     uint64_t bytes_per_block; /* one block (block_size tokens, all layers, K and V) */
-    uint64_t stage_bytes;     /* per sequence, outside the blocks: KIVI's f16 staging block
+    uint64_t stage_bytes;     /* per sequence, outside the blocks: KIVI's and fp8_e4m3's f16 staging block
                                  (layers x 2 x block_size x kv_dim x 2 B); 0 for other dtypes */
 } pl_kv_size;
 
@@ -265,7 +265,7 @@ typedef struct {
     uint64_t bytes_live;      /* live tokens x bytes per token */
     uint64_t bytes_wasted;    /* allocated - live: unfilled block tails */
     double utilisation;       /* live / allocated */
-    uint64_t stage_bytes_per_seq; /* KIVI: each live sequence's f16 staging block (pl_kv_size) */
+    uint64_t stage_bytes_per_seq; /* KIVI, fp8_e4m3: each live sequence's f16 staging block (pl_kv_size) */
     uint64_t stage_bytes;     /* ... times the live sequences (not in the pool) */
 } pl_kv_stats;
 

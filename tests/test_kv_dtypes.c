@@ -19,6 +19,8 @@
 #include "gen_util.h"
 #include "kv/kv_codec.h"
 
+#include <errno.h>
+
 #define STORIES SHARED_MODELS "/stories260K.gguf"
 
 static const pl_kv_dtype dtypes[] = {PL_KV_FP8_E4M3, PL_KV_FP8_E5M2, PL_KV_INT4, PL_KV_INT2};
@@ -499,6 +501,82 @@ TEST(unsupported_dtypes_name_the_flag_and_why)
     pl_model_free(m);
 }
 
+/* Issue #5's goal for fp8_e4m3: perplexity within 1% of an f16 cache on
+ * stories260K, measured the way `pagellm perplexity` does (README "What
+ * each KV dtype costs in quality"): the sampled stories text, chunks of 512
+ * tokens each starting with BOS, the first half as context, the second
+ * half scored. Both runs are made here, chunk by chunk. Measured
+ * 2026-11-30: +0.71% (exp of the mean NLL difference), mean KL 5.4e-3;
+ * before the stage and the least-squares scales: +6.7%, KL 5.3e-2. The
+ * bounds leave ~30% / ~2x margin for float-order changes elsewhere. */
+TEST(fp8_e4m3_meets_its_perplexity_goal_on_stories260k)
+{
+    enum { N_CTX = 512, FIRST = N_CTX / 2, ROWS = N_CTX - 1 - FIRST };
+    FILE *f = fopen("tests/data/stories260K-samples.txt", "rb");
+    CHECK_MSG(f, "tests/data/stories260K-samples.txt: %s", strerror(errno));
+    static char text[1 << 17];
+    const size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    CHECK(len > 1000 && len < sizeof text - 1);
+    pl_model *m = NULL;
+    CHECK_MSG(pl_model_load(&m, STORIES) == 0, "%s", pl_last_error());
+    const pl_vocab *v = pl_model_vocab(m);
+    const uint32_t nv = pl_model_n_vocab(m);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    CHECK(pl_tokenize(v, text, len, pl_vocab_add_bos(v), false, &ids, &n_ids) == 0);
+    const size_t n_chunks = n_ids / N_CTX;
+    CHECK(n_chunks >= 20);
+    pl_ctx *c[2] = {NULL, NULL};
+    const pl_kv_dtype dt[2] = {PL_KV_F16, PL_KV_FP8_E4M3};
+    float *lg[2];
+    for (int k = 0; k < 2; k++) {
+        pl_ctx_params cp;
+        params(&cp, dt[k]);
+        CHECK_MSG(pl_ctx_new(&c[k], m, &cp) == 0, "%s", pl_last_error());
+        lg[k] = malloc(sizeof(float) * ROWS * nv);
+        CHECK(lg[k]);
+    }
+    double nll[2] = {0, 0}, kl = 0;
+    size_t n = 0;
+    int32_t chunk[N_CTX];
+    for (size_t ci = 0; ci < n_chunks; ci++) {
+        const int32_t *tgt = ids + ci * N_CTX;
+        memcpy(chunk, tgt, sizeof chunk);
+        if (pl_vocab_add_bos(v)) chunk[0] = pl_vocab_bos(v);
+        for (int k = 0; k < 2; k++) {
+            int32_t seq;
+            CHECK(pl_seq_new(c[k], &seq) == 0);
+            CHECK(pl_seq_append(c[k], seq, chunk, FIRST, NULL) == 0);
+            CHECK(pl_seq_append_all(c[k], seq, chunk + FIRST, ROWS, lg[k]) == 0);
+            pl_seq_free(c[k], seq);
+        }
+        for (int r = 0; r < ROWS; r++, n++) {
+            double lse[2];
+            for (int k = 0; k < 2; k++) {
+                const float *l = lg[k] + (size_t)r * nv;
+                double mx = l[0], z = 0;
+                for (uint32_t t = 1; t < nv; t++) mx = fmax(mx, l[t]);
+                for (uint32_t t = 0; t < nv; t++) z += exp(l[t] - mx);
+                lse[k] = mx + log(z);
+                nll[k] += lse[k] - l[tgt[FIRST + r + 1]];
+            }
+            for (uint32_t t = 0; t < nv; t++) {
+                const double lp = lg[0][(size_t)r * nv + t] - lse[0], lq = lg[1][(size_t)r * nv + t] - lse[1];
+                kl += exp(lp) * (lp - lq);
+            }
+        }
+    }
+    const double ppl16 = exp(nll[0] / (double)n), ppl8 = exp(nll[1] / (double)n), d = 100 * (ppl8 / ppl16 - 1);
+    INFO("stories260K, %zu tokens scored: perplexity f16 %.4f, fp8_e4m3 %.4f (%+.3f%%, goal < 1%%), mean KL %.3g",
+         n, ppl16, ppl8, d, kl / (double)n);
+    CHECK_MSG(d < 1.0, "fp8_e4m3 perplexity %+.3f%% vs f16 (goal < 1%%)", d);
+    CHECK_MSG(kl / (double)n < 1e-2, "fp8_e4m3 mean KL %.3g vs f16", kl / (double)n);
+    for (int k = 0; k < 2; k++) free(lg[k]), pl_ctx_free(c[k]);
+    pl_free(ids);
+    pl_model_free(m);
+}
+
 int main(void)
 {
     (void)peer_available; /* gen_util.h's peer helpers are not needed here */
@@ -512,5 +590,6 @@ int main(void)
     RUN(kivi_cut_then_append_is_bit_identical_to_never_going_past);
     RUN(prefix_cache_hits_with_codec_dtypes_give_the_cold_tokens);
     RUN(unsupported_dtypes_name_the_flag_and_why);
+    RUN(fp8_e4m3_meets_its_perplexity_goal_on_stories260k);
     return test_summary();
 }

@@ -51,13 +51,20 @@ static void check_case(const shift_case *k, uint32_t p0, uint32_t delta, uint32_
     float *scratch = malloc(kv_shift_scratch_floats(&pool) * sizeof(float));
     CHECK(scratch != NULL);
     const float *ffp = k->freqs ? ff : NULL;
+    const bool staged = kv_dtype_staged(k->dt);
+    kv_stage st;
+    CHECK_EQ_INT(kv_stage_init(&st, &pool.g), 0);
     for (uint32_t l = 0; l < L; l++)
         for (uint32_t t = 0; t < T; t++) {
             for (uint32_t i = 0; i < kvd; i++) raw[l][t][i] = frand(), v0[l][t][i] = frand();
             memcpy(row, raw[l][t], kvd * sizeof(float));
             kern_rope(row, (int)H, (int)D, (int)k->rope_dim, (int)(p0 + t), 10000.0f, k->scale, k->neox, ffp);
-            kv_codec_write_row(&pool, 1, l, KV_PLANE_K, t, row);
-            kv_codec_write_row(&pool, 1, l, KV_PLANE_V, t, v0[l][t]);
+            if (staged) /* through the stage: the write of slot T - 1 seals the block */
+                kv_codec_put(&pool, &st, 1, l, t, row, v0[l][t]);
+            else {
+                kv_codec_write_row(&pool, 1, l, KV_PLANE_K, t, row);
+                kv_codec_write_row(&pool, 1, l, KV_PLANE_V, t, v0[l][t]);
+            }
             memcpy(want[l][t], raw[l][t], kvd * sizeof(float));
             kern_rope(want[l][t], (int)H, (int)D, (int)k->rope_dim, (int)(p0 + t - delta), 10000.0f, k->scale,
                       k->neox, ffp);
@@ -94,6 +101,7 @@ static void check_case(const shift_case *k, uint32_t p0, uint32_t delta, uint32_
             }
     }
     free(scratch);
+    kv_stage_free(&st);
     kv_pool_free(&pool);
 }
 
@@ -137,13 +145,65 @@ TEST(quantized_and_fp8_shift)
 {
     kern_init(0);
     /* q8_0: groups of 32, step amax/127; fp8 e4m3: 3 mantissa bits (<= 1/16
-     * relative) with a power-of-two block scale re-derived on rewrite */
+     * relative) with block scales re-derived when the sealed block is
+     * re-encoded whole */
     const shift_case q8 = {KV_Q8_0, 32, 32, false, 1.0f, false, 2.0 / 127 + 2e-4};
     const shift_case e4 = {KV_FP8_E4M3, 8, 8, false, 1.0f, false, 2.0 / 16};
     double w = 0;
     check_case(&q8, 200, 48, 4, &w);
     if (test_failed_now) return;
     check_case(&e4, 200, 48, 4, &w);
+}
+
+/* A staged sequence's partly filled block lives in its f16 stage: rows
+ * [0, n) rotated by -delta equal RoPE at the new position within 2 f16
+ * roundings; rows past n are untouched, and so are the values. */
+TEST(stage_shift_equals_rope_at_new_position)
+{
+    kern_init(0);
+    const uint32_t L = 2, H = 2, T = 4, D = 8, kvd = H * D, n = 3, p0 = 300, delta = 64;
+    const kv_shape sh = {L, H, D, T, KV_FP8_E4M3};
+    kv_pool pool;
+    CHECK_EQ_INT(kv_pool_init(&pool, &sh, 1), 0);
+    kv_stage st;
+    CHECK_EQ_INT(kv_stage_init(&st, &pool.g), 0);
+    CHECK(st.rows != NULL);
+    model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = (model_config){.n_layers = L, .n_kv_heads = H, .n_heads = H, .head_dim = D, .rope_dim = D,
+                           .rope_base = 10000.0f, .rope_scale = 1.0f};
+    float want[2][4][16], row[16], v[16], scratch[16];
+    uint16_t before[2][2][4][16];
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t t = 0; t < T; t++) {
+            for (uint32_t i = 0; i < kvd; i++) row[i] = frand(), v[i] = frand();
+            memcpy(want[l][t], row, sizeof row);
+            kern_rope(row, (int)H, (int)D, (int)D, (int)(p0 + t), 10000.0f, 1.0f, false, NULL);
+            kern_rope(want[l][t], (int)H, (int)D, (int)D, (int)(p0 + t - delta), 10000.0f, 1.0f, false, NULL);
+            kv_codec_stage_row(&st, l, KV_PLANE_K, t, row);
+            kv_codec_stage_row(&st, l, KV_PLANE_V, t, v);
+            for (int p = 0; p < 2; p++) memcpy(before[l][p][t], kv_stage_plane(&st, l, (kv_plane)p) + t * kvd, 32);
+        }
+    kv_shift_stage(&m, &st, n, delta, scratch);
+    double worst = 0;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t t = 0; t < T; t++) {
+            const uint16_t *k = kv_stage_plane(&st, l, KV_PLANE_K) + t * kvd;
+            CHECK(memcmp(kv_stage_plane(&st, l, KV_PLANE_V) + t * kvd, before[l][1][t], 32) == 0);
+            if (t >= n) {
+                CHECK_MSG(memcmp(k, before[l][0][t], 32) == 0, "row %u past n changed", t);
+                continue;
+            }
+            for (uint32_t i = 0; i < kvd; i++) {
+                const double e = fabs((double)f16_to_f32(k[i]) - want[l][t][i]);
+                worst = e > worst ? e : worst;
+                CHECK_MSG(e <= 2.0 / 1024 + 2e-4, "layer %u row %u dim %u: %g vs %g", l, t, i,
+                          (double)f16_to_f32(k[i]), (double)want[l][t][i]);
+            }
+        }
+    CHECK(worst > 0);
+    kv_stage_free(&st);
+    kv_pool_free(&pool);
 }
 
 TEST(supported_dtypes)
@@ -158,6 +218,7 @@ int main(void)
     RUN(f32_shift_equals_rope_at_new_position);
     RUN(f16_shift_within_f16_rounding);
     RUN(quantized_and_fp8_shift);
+    RUN(stage_shift_equals_rope_at_new_position);
     RUN(supported_dtypes);
     return test_summary();
 }

@@ -152,7 +152,7 @@ static void kvcalc_print_text(const kvcalc_args *a, const kvcalc_result *r)
     printf("  allocated bytes   %llu (%s) in %llu blocks per sequence; %llu bytes in unfilled block tails\n",
            (unsigned long long)r->allocated, cli_human_bytes((double)r->allocated, h, sizeof h),
            (unsigned long long)r->blocks_per_seq, (unsigned long long)r->tail_waste);
-    if (a->size.stage_bytes) /* KIVI: the f16 block being filled, per sequence, outside the pool */
+    if (a->size.stage_bytes) /* KIVI, fp8_e4m3: the f16 block being filled, per sequence, outside the pool */
         printf("  stage bytes       %llu (%s) per sequence: the f16 block being filled, besides the blocks\n",
                (unsigned long long)a->size.stage_bytes, cli_human_bytes((double)a->size.stage_bytes, h, sizeof h));
     if (a->heads) {

@@ -483,10 +483,18 @@ static int seq_window_room(pl_ctx *c, ctx_seq *s, uint32_t n)
     const uint32_t gone = end - from;
     int rc = kv_seq_drop_range(&s->kv, sb, k);
     if (rc) return rc;
-    /* every block that moved down (now sb .. held - k - 1) holds keys rotated for gone more positions */
+    /* every block that moved down (now sb .. held - k - 1) holds keys rotated for gone more positions;
+     * a staged sequence's partly filled block is in its stage, and so may be the last full one's rows */
     for (uint32_t i = sb; i < held - k; i++) {
         const uint32_t rows = (i + 1) * t <= s->kv.n_tokens ? t : s->kv.n_tokens - i * t;
-        kv_shift_block(c->pm->m, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
+        if (!s->stage.rows || rows == t) kv_shift_block(c->pm->m, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
+    }
+    if (s->stage.rows && s->stage_end > from) {
+        if (s->stage_end <= end) s->stage_end = from; /* its block was dropped */
+        else {
+            s->stage_end -= gone;
+            kv_shift_stage(c->pm->m, &s->stage, (s->stage_end - 1) % t + 1, gone, c->shift_scratch);
+        }
     }
     memmove(s->tokens + from, s->tokens + end, (size_t)(s->n_tokens - end) * sizeof *s->tokens);
     s->n_tokens -= gone;

@@ -336,63 +336,138 @@ void kv_stage_copy(kv_stage *dst, const kv_stage *src)
 
 /* --------------------------------------------------------- writing rows */
 
-/* Largest finite |x[i]|; 0 if none. */
-static float amax_finite(const float *x, uint32_t n)
+/* ------------------------------------------------------ fp8_e4m3 seal */
+
+/* Element i of a head's rows: f16 stage rows or f32 rows (one of the two). */
+static inline float e4m3_src(const uint16_t *h16, const float *f32, uint64_t i)
 {
-    float a = 0;
+    return h16 ? f16_to_f32(h16[i]) : f32[i];
+}
+
+/* The scale search measures, for a candidate s, sum (y - e4m3(y))^2 over
+ * y = |x| / s of a head's elements, in f32, in 8 lanes (element i goes to
+ * lane i % 8, the lanes are added in one fixed order), so that the
+ * reference and the AVX2 loop give the same bits and pick the same scale.
+ * e4m3(y) for 0 <= y (<= 448 x (1 + 2^-23): s >= amax / 448) is rounding to
+ * the grid step of y's binade, 2^(e - 3) (2^-9 below 2^-6: subnormals),
+ * nearest-even: y x 2^(3 - e) is exact, rint rounds it, and the product
+ * by the step is exact; saturated at 448. Equal to kv_e4m3_to_f32(
+ * kv_e4m3_from_f32(y)) there (tests/test_kv_codec.c checks the seal). */
+#define E4M3_SEARCH_CHUNK 512 /* floats of a head's elements searched at a time (stack buffer) */
+
+static inline float e4m3_grid_ref(float y)
+{
+    const uint32_t b = half_bits_f32(y), e = b & 0x7F800000u;
+    const bool sub = b < 0x3C800000u; /* y < 2^-6 */
+    const float inv = sub ? 512.0f : half_f32_bits((257u << 23) - e), step = sub ? 0x1p-9f : half_f32_bits(e - (3u << 23));
+    const float r = rintf(y * inv) * step;
+    return r < 448.0f ? r : 448.0f;
+}
+
+static void e4m3_sse_ref(const float *x, uint32_t n, float s, float acc[8])
+{
     for (uint32_t i = 0; i < n; i++) {
-        float v = fabsf(x[i]);
-        if (v > a && v <= FLT_MAX) a = v;
-    }
-    return a;
-}
-
-/* The smallest power of two s with amax / s <= KV_E4M3_TARGET (amax > 0),
- * kept a normal f32 so that 1 / s is finite. */
-static float e4m3_scale_for(float amax)
-{
-    int e;
-    float f = frexpf(amax / KV_E4M3_TARGET, &e); /* = f x 2^e, f in [0.5, 1) */
-    if (f == 0.5f) e--;                          /* an exact power of two fits as it is */
-    if (e < -126) e = -126;
-    return ldexpf(1.0f, e);
-}
-
-/* Re-encodes n_rows rows of one head (D codes at col0, row stride `stride`)
- * from scale s to scale s x /f: f = s / s' is a power of two <= 1/2, so only
- * values pushed into the subnormal range round again. */
-static void e4m3_rescale(uint8_t *col0, uint64_t stride, uint32_t n_rows, uint32_t D, float f)
-{
-    for (uint32_t t = 0; t < n_rows; t++) {
-        uint8_t *q = col0 + (uint64_t)t * stride;
-        for (uint32_t i = 0; i < D; i++) q[i] = kv_e4m3_from_f32(kv_e4m3_to_f32(q[i]) * f);
+        const float y = fabsf(x[i]) / s, d = y - e4m3_grid_ref(y);
+        acc[i % 8] = acc[i % 8] + d * d;
     }
 }
 
-static void e4m3_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, uint32_t slot, const float *row)
+#if KV_X86
+KA static void e4m3_sse_avx2(const float *x, uint32_t n, float s, float acc[8])
 {
-    const kv_geom *g = &pool->g;
-    const uint32_t D = g->s.head_dim;
-    const uint64_t stride = g->row_bytes[p];
-    uint8_t *plane = kv_block_plane(pool, b, layer, p), *tail = plane + stride * g->s.block_size;
-    for (uint32_t h = 0; h < g->s.n_kv_heads; h++) {
-        const float *x = row + (uint64_t)h * D;
-        uint8_t *q = plane + slot * stride + (uint64_t)h * D;
-        float s = 0, amax = amax_finite(x, D);
-        if (slot > 0) memcpy(&s, tail + 4 * h, 4); /* slot 0 starts the block afresh */
-        if (amax > 0 && (s == 0 || amax > KV_E4M3_MAX * s)) {
-            float ns = e4m3_scale_for(amax);
-            if (s != 0) e4m3_rescale(plane + (uint64_t)h * D, stride, slot, D, s / ns);
-            s = ns;
+    const __m256 vs = _mm256_set1_ps(s), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i expm = _mm256_set1_epi32(0x7F800000), minnorm = _mm256_set1_epi32(0x3C800000 - 1);
+    const __m256i k257 = _mm256_set1_epi32(257 << 23), k3 = _mm256_set1_epi32(3 << 23);
+    const __m256 sub_inv = _mm256_set1_ps(512.0f), sub_step = _mm256_set1_ps(0x1p-9f), vmax = _mm256_set1_ps(448.0f);
+    __m256 va = _mm256_loadu_ps(acc);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 y = _mm256_div_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absm), vs);
+        const __m256i b = _mm256_castps_si256(y), e = _mm256_and_si256(b, expm);
+        const __m256 norm = _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, minnorm)); /* y >= 2^-6 */
+        const __m256 inv = _mm256_blendv_ps(sub_inv, _mm256_castsi256_ps(_mm256_sub_epi32(k257, e)), norm);
+        const __m256 step = _mm256_blendv_ps(sub_step, _mm256_castsi256_ps(_mm256_sub_epi32(e, k3)), norm);
+        __m256 r = _mm256_mul_ps(_mm256_round_ps(_mm256_mul_ps(y, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                 step);
+        r = _mm256_min_ps(r, vmax);
+        const __m256 d = _mm256_sub_ps(y, r);
+        va = _mm256_add_ps(va, _mm256_mul_ps(d, d));
+    }
+    _mm256_storeu_ps(acc, va);
+    e4m3_sse_ref(x + i, n - i, s, acc); /* i % 8 == 0: the tail keeps its lanes */
+}
+#endif
+
+static void e4m3_sse(const float *x, uint32_t n, float s, float acc[8]) { KV_PICK(e4m3_sse, x, n, s, acc); }
+
+/* Encodes one plane of a full block: T rows of C = H x D elements (row t,
+ * element c at src[t * C + c]) into T e4m3 rows of `stride` bytes and the
+ * per-head f32 scales of the tail. Per head: amax over the block's finite
+ * values; the scale is the candidate s_k = amax / 448 x 2^(k / 16), k = 0
+ * .. 16, with the least squared error over the block (first on ties, so
+ * amax / 448 -- the largest value exact -- wins when nothing is better);
+ * see kv_codec.h. Deterministic: the same rows give the same bytes on
+ * either variant. */
+static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16, const float *f32, uint32_t T,
+                            uint32_t H, uint32_t D)
+{
+    const uint64_t C = (uint64_t)H * D, n = (uint64_t)T * D;
+    uint8_t *tail = plane + stride * T;
+    float buf[E4M3_SEARCH_CHUNK];
+    for (uint32_t h = 0; h < H; h++) {
+        float amax = 0;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < D; i++) {
+                const float a = fabsf(e4m3_src(h16, f32, t * C + (uint64_t)h * D + i));
+                if (a > amax && a <= FLT_MAX) amax = a;
+            }
+        float s = 0;
+        if (amax > 0) {
+            float cand[KV_E4M3_SCALE_STEPS + 1], acc[KV_E4M3_SCALE_STEPS + 1][8];
+            for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++) {
+                cand[k] = amax / KV_E4M3_MAX * exp2f((float)k / KV_E4M3_SCALE_STEPS);
+                memset(acc[k], 0, sizeof acc[k]);
+            }
+            /* the head's elements in order (row t, dim i), a chunk at a time */
+            uint32_t t = 0, i = 0;
+            for (uint64_t j0 = 0; j0 < n; j0 += E4M3_SEARCH_CHUNK) {
+                const uint32_t m = (uint32_t)(n - j0 < E4M3_SEARCH_CHUNK ? n - j0 : E4M3_SEARCH_CHUNK);
+                for (uint32_t j = 0; j < m; j++) {
+                    const float x = e4m3_src(h16, f32, (uint64_t)t * C + (uint64_t)h * D + i);
+                    buf[j] = isfinite(x) ? x : 0.0f;
+                    if (++i == D) i = 0, t++;
+                }
+                for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++)
+                    if (cand[k] >= FLT_MIN) e4m3_sse(buf, m, cand[k], acc[k]);
+            }
+            double best = INFINITY;
+            for (int k = 0; k <= KV_E4M3_SCALE_STEPS; k++) {
+                if (!(cand[k] >= FLT_MIN)) continue; /* tiny amax: keep 1 / s finite */
+                const float *a = acc[k];
+                const float sum = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+                const double e = (double)sum * cand[k] * cand[k]; /* back to units of x */
+                if (e < best) best = e, s = cand[k];
+            }
+            if (s == 0) s = FLT_MIN;
         }
         memcpy(tail + 4 * h, &s, 4);
-        if (s > 0) {
-            const float inv = 1.0f / s; /* exact: s is a power of two */
-            for (uint32_t i = 0; i < D; i++) q[i] = kv_e4m3_from_f32(x[i] * inv);
-        } else { /* only zeros (and non-finite values, which keep their class) */
-            for (uint32_t i = 0; i < D; i++) q[i] = kv_e4m3_from_f32(isfinite(x[i]) ? x[i] * 0.0f : x[i]);
+        for (uint32_t t = 0; t < T; t++) {
+            uint8_t *q = plane + t * stride + (uint64_t)h * D;
+            for (uint32_t i = 0; i < D; i++) {
+                const float x = e4m3_src(h16, f32, t * C + (uint64_t)h * D + i);
+                /* s = 0: only zeros (and non-finite values, which keep their class) */
+                q[i] = kv_e4m3_from_f32(s > 0 ? x / s : isfinite(x) ? x * 0.0f : x);
+            }
         }
     }
+}
+
+void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows)
+{
+    const kv_geom *g = &pool->g;
+    assert(g->s.dtype == KV_FP8_E4M3);
+    e4m3_seal_plane(kv_block_plane(pool, b, layer, p), g->row_bytes[p], NULL, rows, g->s.block_size, g->s.n_kv_heads,
+                    g->s.head_dim);
 }
 
 void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, uint32_t slot, const float *row)
@@ -408,7 +483,6 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
     case KV_Q8_0: quant_q8_0_quantize_row(row, (block_q8_0 *)dst, n); break;
     /* ggml's reference rounding, as llama.cpp's cache (and forward.c) do */
     case KV_Q4_0: quant_q4_0_quantize_row_ref(row, (block_q4_0 *)dst, n); break;
-    case KV_FP8_E4M3: e4m3_write_row(pool, b, layer, p, slot, row); break;
     case KV_FP8_E5M2:
         for (int64_t i = 0; i < n; i++) dst[i] = kv_e5m2_from_f32(row[i]);
         break;
@@ -507,6 +581,13 @@ void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_
 {
     const kv_geom *g = &pool->g;
     assert(kv_dtype_staged(g->s.dtype));
+    if (g->s.dtype == KV_FP8_E4M3) {
+        e4m3_seal_plane(kv_block_k(pool, b, layer), g->row_bytes[0], k_rows, NULL, g->s.block_size, g->s.n_kv_heads,
+                        g->s.head_dim);
+        e4m3_seal_plane(kv_block_v(pool, b, layer), g->row_bytes[1], v_rows, NULL, g->s.block_size, g->s.n_kv_heads,
+                        g->s.head_dim);
+        return;
+    }
     const uint32_t bits = kivi_bits(g->s.dtype);
     kivi_seal_k(kv_block_k(pool, b, layer), k_rows, g->s.block_size, g->kv_dim, bits);
     kivi_seal_v(kv_block_v(pool, b, layer), v_rows, g->s.block_size, g->kv_dim, bits);
@@ -540,6 +621,21 @@ void kv_codec_unseal(const kv_pool *pool, uint32_t b, kv_stage *st)
     for (uint32_t l = 0; l < g->s.n_layers; l++) {
         const kv_block_ref r = kv_codec_ref(pool, b, l);
         uint16_t *k = kv_stage_plane(st, l, KV_PLANE_K), *v = kv_stage_plane(st, l, KV_PLANE_V);
+        if (g->s.dtype == KV_FP8_E4M3) { /* rows: decode each head's slice, round to the stage's f16 */
+            float x[64];
+            for (int p = 0; p < 2; p++)
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t h = 0; h < g->s.n_kv_heads; h++)
+                        for (uint32_t i0 = 0; i0 < g->s.head_dim; i0 += 64) {
+                            const uint32_t n = g->s.head_dim - i0 < 64 ? g->s.head_dim - i0 : 64;
+                            float s;
+                            memcpy(&s, r.plane[p] + r.row_bytes[p] * T + 4 * h, 4);
+                            const uint8_t *q = r.plane[p] + t * r.row_bytes[p] + (uint64_t)h * g->s.head_dim + i0;
+                            for (uint32_t i = 0; i < n; i++) x[i] = kv_e4m3_to_f32(q[i]) * s;
+                            kv_codec_f16_row(x, (p ? v : k) + t * C + (uint64_t)h * g->s.head_dim + i0, n);
+                        }
+            continue;
+        }
         float d, m;
         for (uint64_t c = 0; c < C; c++) {
             kv_codec_kivi_k_param(&r, c, &d, &m);

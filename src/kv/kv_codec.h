@@ -8,8 +8,10 @@
  *   f32 f16 bf16 q8_0 q4_0 fp8_e5m2  row-major and stateless: a token's row is
  *       encoded on its own (q4_0 with ggml's reference rounding, as
  *       llama.cpp's cache does; q8_0/q4_0 group 32 elements along the row).
- *   fp8_e4m3  row-major, plus one f32 scale per (block, layer, K|V, KV head)
- *       in the plane tail: element = e4m3(x / s). See "E4M3 scales" below.
+ *   fp8_e4m3  staged like KIVI (below): rows go in f16 into the sequence's
+ *       kv_stage; the write of a block's last slot seals it: T row-major
+ *       e4m3 rows, plus one f32 scale per (block, layer, K|V, KV head) in
+ *       the plane tail, element = e4m3(x / s). See "E4M3 scales" below.
  *   kivi4 kivi2  staged: rows go in f16 into the sequence's kv_stage; the
  *       write of a block's last slot seals it (quantizes the T staged rows
  *       into the pool block, once). See "KIVI" below.
@@ -34,29 +36,31 @@
  *       cache does, and it stays visible);
  *   NaN stays NaN (e4m3 S.1111.111, e5m2 S.11111.10), sign kept; -0 stays -0.
  *
- * E4M3 scales ("when the block is written", while it fills token by token).
- * Chosen: re-scale on demand, with power-of-two scales.
- *   - Slot 0 written: the block starts afresh; a head's scale is set from
- *     that row as the smallest power of two s with amax / s <= 224, i.e.
- *     one binade of headroom below the max 448.
- *   - A later row whose amax exceeds 448 x s raises the head's scale to the
- *     smallest power of two with amax / s' <= 224, and re-encodes the head's
- *     slice of the rows already written (slots [0, slot)): decode, times
- *     s / s' (a power of two), encode. Cost <= block_size x head_dim
- *     conversions, and each re-scale at least doubles s, so it is rare.
- *   - Smaller rows never lower the scale (rows already written would lose
- *     their top binade).
- *   Why power-of-two: re-scaling only shifts exponents, so rows already
- *   written keep their exact codes unless they fall into the subnormal range
- *   (there they round once more, error <= one subnormal step 2^-9 x s');
- *   and decoding x s is exact. A float format's relative precision is the
- *   same across its normal range, so a scale that leaves amax anywhere in
- *   (112, 448] costs nothing but the bottom binade. Why not "fixed from the
- *   first token with headroom, saturating after": a later token larger than
- *   the headroom would be clipped, and large keys are the ones that decide
- *   attention scores; unbounded error on outliers is the wrong trade for a
- *   bounded, rare re-encode.
- *   A head with only zeros keeps s = 0 (its codes decode to 0).
+ * E4M3 scales ("when the block is written"). Chosen: the block is written
+ * once, when it is full, from the f16 rows of the sequence's stage (KIVI's
+ * residual window: the block being filled is read in f16 until then), and
+ * each head's scale is picked from the whole block to minimise the squared
+ * error: amax = the head's largest finite |x| over the block's T rows,
+ * candidates s_k = amax / 448 x 2^(k / 16), k = 0 .. 16 (one octave: a
+ * float format's relative grid repeats every factor of 2), the first with
+ * the least sum of (x - e4m3(x / s) s)^2 wins (k = 0 maps amax to 448
+ * exactly). Zeros only: s = 0 (codes decode to 0).
+ * Why (measured with `pagellm perplexity` on stories260K, the stories text,
+ * ctx 512, vs f16; README "What each KV dtype costs in quality"):
+ *   - the error is the keys': e4m3 on values alone +0.0% / KL 2.4e-4, on
+ *     keys alone +6.5% / KL 5.1e-2 (head dim 8: one key element rounding by
+ *     up to 1/16 moves q.k a lot);
+ *   - scale granularity does not matter with power-of-two scales (per token
+ *     and per block both +6.7%): they only shift exponents; what matters is
+ *     where the grid falls on the largest elements. Per token and head,
+ *     amax / 448 scales gave +1.7%, least-squares ones +1.2% -- at 2-4
+ *     more bytes per head and token;
+ *   - the stage (block being filled in f16): +0.87% with power-of-two
+ *     scales, +0.71% (KL 5.4e-3) with the least-squares block scales above,
+ *     at no byte per token: the per-sequence stage is kv_dtype_stage_bytes.
+ *   The previous policy (power-of-two scales raised while the block filled,
+ *   re-encoding its rows; no stage) gave +6.67%, KL 5.3e-2.
+ * Cost: 17 trial encodings of each element, once per block (kv_codec_seal).
  *
  * ---------------------------------------------------------------- KIVI
  * kivi4 / kivi2 (KIVI, Liu et al. 2024): asymmetric min/max quantization
@@ -74,6 +78,7 @@
  * sequence's kv_stage (one f16 block, all layers) and is quantized once, at
  * the write of its last slot (kv_codec_seal); until then attention reads it
  * in f16 from the stage. Staged values are saturated to +-65504 (f16 max).
+ * fp8_e4m3 uses the same stage, the same seal points and the same reads.
  *
  * Pool layout of a KIVI block's layer (b bits, T tokens, C = kv_dim
  * channels, H heads of D = head_dim; cb = ceil(T x b / 8) bytes per column):
@@ -96,9 +101,8 @@
  * as one (kv_block_ref with dtype f16).
  *
  * Order of writes (all dtypes): a block's slots are written in increasing
- * order; writing slot 0 starts the block afresh (fp8_e4m3 resets its
- * scales); a write at slot j assumes slots [0, j) hold this block's rows,
- * and slots after j are don't-care. The forward pass writes positions in
+ * order; a write at slot j assumes slots [0, j) hold this block's rows
+ * (in the stage for staged dtypes), and slots after j are don't-care. The forward pass writes positions in
  * order, so this holds; copy-on-write and the prefix cache's tail copy copy
  * whole blocks, scales included.
  *
@@ -151,6 +155,10 @@
  *             history), or kv_codec_unseal that block (lossy).
  *   prefix    hits are whole blocks, which are sealed; the tail copy is
  *             off for staged dtypes (prefix_cache.c: fill_dtype != dtype).
+ *   window    re-rotated keys (model/kv_shift.c): row dtypes rewrite rows;
+ *             a sealed fp8_e4m3 block is re-encoded whole
+ *             (kv_codec_reseal_plane), its partly filled block is rotated in
+ *             the stage. KIVI is refused (per-channel keys).
  *
  * Variants: a plain C reference and AVX2+FMA+F16C paths (target attribute,
  * chosen at run time by CPU features); conversions are bit-identical between
@@ -171,7 +179,7 @@
 
 #define KV_E4M3_MAX 448.0f
 #define KV_E5M2_MAX 57344.0f
-#define KV_E4M3_TARGET 224.0f /* a new or raised scale maps the head's amax to <= this */
+#define KV_E4M3_SCALE_STEPS 16 /* block scale candidates per octave (see "E4M3 scales") */
 
 /* f32 -> e4m3: RNE; finite overflow and +-inf saturate to +-448 (0x7E);
  * NaN -> 0x7F with the sign. */
@@ -195,7 +203,7 @@ static inline float kv_e5m2_to_f32(uint8_t b) { return f16_to_f32((uint16_t)(b <
 
 /* -------------------------------------------------------------- the stage */
 
-/* A sequence's f16 staging block for staged (KIVI) dtypes: the block being
+/* A sequence's f16 staging block for staged (KIVI, fp8_e4m3) dtypes: the block being
  * filled, all layers, K and V; see the drawing above. Owned by whoever owns
  * the sequence; one per sequence, made with it (no malloc while decoding). */
 typedef struct {
@@ -225,20 +233,25 @@ static inline uint16_t *kv_stage_plane(const kv_stage *st, uint32_t layer, kv_pl
 /* ------------------------------------------------------------- writing */
 
 /* Encodes row (kv_dim floats: all KV heads of one token) into slot of
- * layer's plane p of block b, for a row-major, unstaged dtype (everything
- * but KIVI). fp8_e4m3 sets or raises the head scales and may re-encode
- * slots [0, slot) (see the top). b must be private to the writer. */
+ * layer's plane p of block b, for an unstaged dtype (f32 .. q4_0,
+ * fp8_e5m2). b must be private to the writer. */
 void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, uint32_t slot, const float *row);
 
-/* KIVI: row (kv_dim floats) into the stage's slot, in f16 (saturated). */
+/* fp8_e4m3: re-encodes layer's plane p of the sealed block b from T rows
+ * of kv_dim floats ([T][kv_dim]), scales chosen afresh as a seal does; for
+ * re-rotated keys (model/kv_shift.c). b must be private to the writer. */
+void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows);
+
+/* Staged dtypes: row (kv_dim floats) into the stage's slot, in f16 (saturated). */
 void kv_codec_stage_row(kv_stage *st, uint32_t layer, kv_plane p, uint32_t slot, const float *row);
 
 /* The stage's rounding of a row: n floats to f16, saturated to +-65504
  * (NaN kept). */
 void kv_codec_f16_row(const float *row, uint16_t *dst, uint64_t n);
 
-/* KIVI: quantizes the stage's T rows of layer (K per channel, V per token)
- * into block b of the pool: the block is full. */
+/* Staged dtypes: encodes the stage's T rows of layer into block b of the
+ * pool (KIVI: K per channel, V per token; fp8_e4m3: rows, block scales):
+ * the block is full. */
 void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st);
 
 /* The same from T f16 rows of kv_dim each laid out like a stage plane
@@ -253,7 +266,7 @@ void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_
 void kv_codec_put(kv_pool *pool, kv_stage *st, uint32_t b, uint32_t layer, uint32_t slot, const float *k,
                   const float *v);
 
-/* KIVI: the inverse of sealing, for a truncation that cuts into a sealed
+/* Staged dtypes: the inverse of sealing, for a truncation that cuts into a sealed
  * block: every layer's T rows of block b, dequantized, back into the stage
  * (in f16). Lossy: re-sealing quantizes them a second time; recomputing
  * the cut block's tokens is the exact alternative. */

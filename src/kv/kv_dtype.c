@@ -32,9 +32,12 @@ static const kv_dtype_traits kv_traits[KV_DTYPE_COUNT] = {
     [KV_Q4_0] = {"q4_0", "groups of 32 along the KV row: 32 x 4 bit + f16 scale (18 B)", KV_Q4_0,
                  {KV_GROUP32(18), KV_GROUP32(18)}},
     /* One f32 scale per (block, layer, K|V, KV head): 4 bytes per head in
-     * each plane's tail. */
-    [KV_FP8_E4M3] = {"fp8_e4m3", "1 byte per element + an f32 scale per block, layer, K|V and KV head",
-                     KV_FP8_E4M3, {{KV_LAYOUT_ROWS, 1, 1, 4, 0}, {KV_LAYOUT_ROWS, 1, 1, 4, 0}}},
+     * each plane's tail. Staged like KIVI: the block being filled stays in
+     * f16 and is encoded when full, with scales chosen from the whole block
+     * (kv_codec.h says why). */
+    [KV_FP8_E4M3] = {"fp8_e4m3", "1 byte per element + an f32 scale per block, layer, K|V and KV head; "
+                                 "the filling block in f16 per sequence",
+                     KV_F16, {{KV_LAYOUT_ROWS, 1, 1, 4, 0}, {KV_LAYOUT_ROWS, 1, 1, 4, 0}}},
     [KV_FP8_E5M2] = {"fp8_e5m2", "1 byte per element, no scale", KV_FP8_E5M2, {KV_PLAIN(1), KV_PLAIN(1)}},
     /* KIVI: K per channel over the block (packed column + f16 d, m per
      * channel), V per token in groups of 32 (f16 d, m + codes); written in

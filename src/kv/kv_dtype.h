@@ -33,6 +33,8 @@
  * quantization group"); while it fills, its rows live in f16 in a staging
  * block that belongs to the sequence (fill_dtype = f16), not to the pool:
  * kv_dtype_stage_bytes counts it, apart from the pool's bytes per token.
+ * fp8_e4m3 is staged the same way (its block scales are chosen when the
+ * block is full; kv_codec.h says why).
  *
  * Bytes per token by the formula = n_layers x (K plane + V plane) / T
  * (= 2 x n_layers x kv_dim x bytes/elem for the plain types), fractional
@@ -82,7 +84,7 @@ typedef struct {
 typedef struct {
     const char *name;         /* "f16", "q8_0", "fp8_e4m3" ... (the CLI names) */
     const char *about;        /* one line for help texts */
-    kv_dtype fill_dtype;      /* dtype a block holds while it fills (itself, or f16 for KIVI) */
+    kv_dtype fill_dtype;      /* dtype a block holds while it fills (itself, or f16 for KIVI, fp8_e4m3) */
     kv_plane_traits plane[2]; /* [KV_PLANE_K], [KV_PLANE_V] */
 } kv_dtype_traits;
 
@@ -102,7 +104,7 @@ int kv_dtype_from_name(const char *name, kv_dtype *out);
 int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
 
 /* True if blocks of t are written in f16 into a per-sequence staging block
- * and quantized when full (KIVI). */
+ * and quantized when full (KIVI, fp8_e4m3). */
 static inline bool kv_dtype_staged(kv_dtype t) { return kv_dtype_get(t)->fill_dtype != t; }
 
 /* Bytes of one token's row in plane p (rows layout), 0 if the dtype does
@@ -120,7 +122,8 @@ double kv_dtype_bytes_per_token(kv_dtype t, uint32_t n_layers, uint32_t n_kv_hea
                                 uint32_t block_size);
 
 /* Bytes of the f16 staging block one sequence needs besides its pool blocks:
- * n_layers x 2 (K, V) x block_size x kv_dim x 2 for a staged dtype (KIVI),
+ * n_layers x 2 (K, V) x block_size x kv_dim x 2 for a staged dtype (KIVI,
+ * fp8_e4m3),
  * 0 for the others and when the shape does not fit or overflows. This is a
  * per-sequence cost, not a per-token one: it is not in bytes_per_token. */
 uint64_t kv_dtype_stage_bytes(kv_dtype t, uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,

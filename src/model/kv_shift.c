@@ -2,9 +2,10 @@
  * kv_shift.h for the design and its numerics.
  *
  * Per layer of the block: decode all n_rows key rows first, then rotate
- * and write them back in slot order. Decoding everything before the first
- * write matters for fp8_e4m3, whose block scales are reset by the write of
- * slot 0 (kv_codec.h): a row decoded after that would use the new scale.
+ * and write them back (row by row, or, for a sealed block of a staged
+ * dtype such as fp8_e4m3, the whole plane at once with new block scales).
+ * The partly filled last block of a staged sequence lives in its stage and
+ * is rotated there (kv_shift_stage).
  */
 #include "model/kv_shift.h"
 
@@ -15,8 +16,7 @@
 
 bool kv_shift_supported(kv_dtype t)
 {
-    return t < KV_DTYPE_COUNT && !kv_dtype_staged(t) &&
-           kv_dtype_get(t)->plane[KV_PLANE_K].layout == KV_LAYOUT_ROWS;
+    return t < KV_DTYPE_COUNT && kv_dtype_get(t)->plane[KV_PLANE_K].layout == KV_LAYOUT_ROWS;
 }
 
 size_t kv_shift_scratch_floats(const kv_pool *pool)
@@ -30,7 +30,8 @@ void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, 
 {
     const model_config *c = &m->cfg;
     const kv_geom *g = &pool->g;
-    assert(kv_shift_supported(g->s.dtype) && n_rows <= g->s.block_size);
+    const bool staged = kv_dtype_staged(g->s.dtype);
+    assert(kv_shift_supported(g->s.dtype) && n_rows <= g->s.block_size && (!staged || n_rows == g->s.block_size));
     assert(g->s.head_dim == c->head_dim && g->s.n_kv_heads == c->n_kv_heads && g->s.n_layers == c->n_layers);
     if (n_rows == 0 || delta == 0) return;
     const uint32_t D = c->head_dim, H = c->n_kv_heads;
@@ -44,7 +45,25 @@ void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, 
             float *row = rows + (size_t)t * g->kv_dim;
             kern_rope(row, (int)H, (int)D, (int)c->rope_dim, -(int)delta, c->rope_base, c->rope_scale, c->rope_neox,
                       m->w.rope_freqs.data);
-            kv_codec_write_row(pool, b, l, KV_PLANE_K, t, row);
+            if (!staged) kv_codec_write_row(pool, b, l, KV_PLANE_K, t, row);
+        }
+        if (staged) kv_codec_reseal_plane(pool, b, l, KV_PLANE_K, rows); /* a sealed block: whole, scales anew */
+    }
+}
+
+void kv_shift_stage(const model *m, kv_stage *st, uint32_t n_rows, uint32_t delta, float *scratch)
+{
+    const model_config *c = &m->cfg;
+    assert(st->rows && n_rows <= st->block_size && st->kv_dim == (uint64_t)c->n_kv_heads * c->head_dim);
+    if (n_rows == 0 || delta == 0) return;
+    for (uint32_t l = 0; l < st->n_layers; l++) {
+        uint16_t *k = kv_stage_plane(st, l, KV_PLANE_K);
+        for (uint32_t t = 0; t < n_rows; t++) {
+            uint16_t *h = k + (size_t)t * st->kv_dim;
+            for (uint64_t i = 0; i < st->kv_dim; i++) scratch[i] = f16_to_f32(h[i]);
+            kern_rope(scratch, (int)c->n_kv_heads, (int)c->head_dim, (int)c->rope_dim, -(int)delta, c->rope_base,
+                      c->rope_scale, c->rope_neox, m->w.rope_freqs.data);
+            kv_codec_f16_row(scratch, h, st->kv_dim);
         }
     }
 }

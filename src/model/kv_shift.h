@@ -24,11 +24,11 @@
  * the key once per shift it takes part in (a key may be shifted many times
  * over a long generation: every block_size tokens while the window is
  * full; the error is then a sum of independent roundings of the dtype's
- * size, not a drift of the angle). fp8_e4m3 re-derives its block scales as
- * the rows are rewritten in slot order (kv_codec.h). KIVI dtypes quantize
- * keys per channel over a block and stage the block being filled in the
- * sequence's f16 stage: shifting them is refused (kv_shift_supported) for
- * now.
+ * size, not a drift of the angle). fp8_e4m3 re-derives its block scales:
+ * a sealed block is re-encoded whole (kv_codec_reseal_plane); the block
+ * it is filling lives in the sequence's f16 stage and is rotated there
+ * (kv_shift_stage; one f16 rounding). KIVI dtypes quantize keys per channel
+ * over a block: shifting them is refused (kv_shift_supported) for now.
  */
 #ifndef PL_MODEL_KV_SHIFT_H
 #define PL_MODEL_KV_SHIFT_H
@@ -37,10 +37,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/kv_codec.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
 
-/* True if keys of dtype t can be re-rotated in place (row-major, unstaged). */
+/* True if keys of dtype t can be re-rotated in place (row-major keys). */
 bool kv_shift_supported(kv_dtype t);
 
 /* Floats of scratch kv_shift_block needs for pool. */
@@ -51,5 +52,11 @@ size_t kv_shift_scratch_floats(const kv_pool *pool);
  * positions down). b must be private to the caller (kv_seq_drop_range made
  * it so); the dtype must be kv_shift_supported (asserted). */
 void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch);
+
+/* Staged dtypes (fp8_e4m3): a block of those holds keys only once sealed
+ * (full: kv_shift_block with n_rows = block_size); the partly filled block
+ * lives in the sequence's stage: this rotates its key rows [0, n_rows) of
+ * every layer by RoPE at -delta, in f16. scratch: kv_dim floats. */
+void kv_shift_stage(const model *m, kv_stage *st, uint32_t n_rows, uint32_t delta, float *scratch);
 
 #endif

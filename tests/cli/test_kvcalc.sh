@@ -36,6 +36,9 @@ field kvcalc_llama70b_q4_0 .bytes_per_token $((80 * 2 * 1024 / 32 * 18)) -- $L70
 field kvcalc_llama70b_e5m2 .bytes_per_token $((80 * 2 * 1024)) -- $L70 --dtype fp8_e5m2
 # fp8_e4m3: + one f32 scale per (block of 16, layer, K|V, KV head) = 2 bytes a token per layer.
 field kvcalc_llama70b_e4m3 .bytes_per_token $((80 * 2 * (1024 + 8 * 4 / 16))) -- $L70 --dtype fp8_e4m3
+# fp8_e4m3 is staged like KIVI: one f16 block being filled per sequence, besides the pool
+field kvcalc_llama70b_e4m3_stage .stage_bytes_per_seq $((80 * 2 * 16 * 1024 * 2)) -- $L70 --dtype fp8_e4m3
+field kvcalc_llama70b_e5m2_no_stage .stage_bytes_per_seq 0 -- $L70 --dtype fp8_e5m2
 # KIVI (kivi4 / kivi2): per layer and block of 16, K = 1024 channels x (a column of
 # 16 codes + f16 scale + f16 min), V = 16 rows x 32 groups x (f16 scale + min + 32 codes).
 field kvcalc_llama70b_kivi4 .bytes_per_token $((80 * (1024 * (8 + 4) + 16 * 32 * 20) / 16)) -- $L70 --dtype kivi4
