@@ -21,12 +21,13 @@
  * KV dtypes. f32/f16/bf16/q8_0/q4_0 are stored as ggml rows per head and
  * read by the attention kernel directly (bit for bit what llama.cpp
  * computes). fp8_e4m3/fp8_e5m2/kivi4/kivi2 go through kv/kv_codec.h: rows
- * are written with kv_codec_write_row; fp8 rows are read by the attention
- * kernel in place (ATTN_KV_FP8_*: bytes, e4m3 scales in the plane tail),
- * KIVI through an attn_reader (kv_reader_* below) that decodes one block at
- * a time, never the cache.
+ * are written with kv_codec_write_row (staged ones into the sequence's
+ * stage, sealed into the pool when a block is full); fp8_e5m2 rows are read
+ * by the attention kernel in place (ATTN_KV_FP8_E5M2), the staged dtypes
+ * (KIVI, fp8_e4m3) through an attn_reader (kv_reader_* below) that decodes
+ * one block at a time, never the cache.
  *
- * Staged dtypes (KIVI) and batches. A token at position p attends to the
+ * Staged dtypes (KIVI, fp8_e4m3) and batches. A token at position p attends to the
  * blocks before its own as stored (sealed, quantized) and to its own block
  * p / T in f16, positions up to p: the "residual" window of KIVI, and what
  * one-token-at-a-time decoding sees (the write of a block's last slot
@@ -103,7 +104,7 @@ struct fwd_state {
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
     kv_geom kvg;                              /* the KV pool's geometry */
     bool codec;                               /* the dtype goes through kv_codec (not ggml rows) */
-    /* staged dtypes (KIVI) only, see the top: */
+    /* staged dtypes (KIVI, fp8_e4m3) only, see the top: */
     uint16_t *kh, *vh;                        /* [max_tokens][kv_dim] the batch's rows in f16 */
     uint16_t *seal;                           /* [2][block_size][kv_dim] one block's rows, K then V */
     /* per sequence of the batch (n_seqs <= max_tokens): first batch token and position */
@@ -589,12 +590,16 @@ static void attn_worker(void *arg, int ith, int nth)
         }
         const attn_reader rd = {kv_reader_k_dot, kv_reader_v_axpy, &rc,
                                 kv_codec_scratch_floats((uint32_t)hd, j->kv->g.s.block_size, ATTN_ROWS_CAP)};
-        /* fp8 rows are plain rows of bytes: the kernel reads them in place
-         * (8 keys at a time, converted in registers); only KIVI needs the
-         * codec's reader. The e4m3 scales sit in each plane's tail, after
-         * the block's rows (kv_codec.h). */
+        /* Unstaged fp8 rows (e5m2) are plain rows of bytes: the kernel
+         * reads them in place (8 keys at a time, converted in registers).
+         * Staged dtypes (KIVI, and fp8_e4m3 since its block being filled
+         * lives in the sequence's f16 stage) go through the codec's reader,
+         * which reads the own block from the stage. The kernel's in-place
+         * e4m3 path (scales in each plane's tail) stays tested in
+         * test_attention for a hybrid reader: sealed blocks in place, the
+         * own block from the stage -- not wired yet. */
         const kv_dtype dt = j->kv->g.s.dtype;
-        const bool fp8 = dt == KV_FP8_E4M3 || dt == KV_FP8_E5M2;
+        const bool fp8 = (dt == KV_FP8_E4M3 || dt == KV_FP8_E5M2) && !staged;
         const bool rows_ok = !j->s->codec || fp8;
         assert(!fp8 || kv_row_stride(j->kv, KV_PLANE_K) == kv_row_stride(j->kv, KV_PLANE_V));
         const attn_kv akv = {
