@@ -22,6 +22,7 @@
 #include "test.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -533,6 +534,163 @@ TEST(gemm_bit_identical_to_single_rows)
     CHECK_MSG(!why[0], "%s", why);
 }
 
+/* ------------------------------------------------------ packed weights */
+
+/* The documented layout (kern_pack.c), decoded independently: row c's
+ * block b bytes (Q8_0: 32 qs; Q4_0: 16 qs) and its f16 scale. */
+static void unpack_block(uint32_t t, const uint8_t *group, int nb, int b, int c, uint8_t *qs, uint16_t *d)
+{
+    const int qv = t == DT_Q8_0 ? 8 : 4;
+    for (int i = 0; i < 4 * qv; i++) qs[i] = group[(size_t)b * qv * 32 + 32 * (i / 4) + 4 * c + i % 4];
+    memcpy(d, group + (size_t)nb * qv * 32 + (size_t)(b * 8 + c) * 2, 2);
+}
+
+/* Packing keeps every byte (quants and scales) at its documented place, on
+ * odd shapes (n_out not a multiple of 8, one block per row); the padding
+ * rows of the last group are zero; the size is the rows' own bytes plus
+ * group padding. */
+TEST(pack_round_trip)
+{
+    static const int shapes[][2] = {{32, 1}, {32, 9}, {96, 8}, {288, 13}, {2048, 3}};
+    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
+    CHECK(!kern_pack_supports(DT_Q4_K, 256) && !kern_pack_supports(DT_F16, 64) && !kern_pack_supports(DT_Q8_0, 48));
+    CHECK(kern_pack_bytes(DT_Q6_K, 256, 8) == 0);
+    for (int ti = 0; ti < 2; ti++)
+        for (int si = 0; si < 5; si++) {
+            const uint32_t t = types[ti];
+            const int n_in = shapes[si][0], n_out = shapes[si][1], nb = n_in / 32, ng = (n_out + 7) / 8;
+            rng_seed(7000 + (uint64_t)(ti * 8 + si));
+            uint8_t *w = make_weights(t, n_out, n_in);
+            const size_t wr = dtype_row_bytes(t, (uint64_t)n_in), bytes = kern_pack_bytes(t, n_in, n_out);
+            CHECK(bytes >= (size_t)ng * 8 * wr && bytes % 64 == 0 && bytes < (size_t)ng * 8 * wr + (size_t)ng * 64);
+            uint8_t *p = aligned_alloc(64, bytes);
+            memset(p, 0xA5, bytes); /* packing must write every byte it owns */
+            kern_pack(p, w, t, n_in, n_out);
+            const size_t gb = bytes / (size_t)ng;
+            int bad = 0;
+            for (int r = 0; r < ng * 8 && !bad; r++)
+                for (int b = 0; b < nb && !bad; b++) {
+                    uint8_t qs[32], want[32] = {0};
+                    uint16_t d, want_d = 0;
+                    unpack_block(t, p + (size_t)(r / 8) * gb, nb, b, r % 8, qs, &d);
+                    if (r < n_out) {
+                        const uint8_t *blk = w + (size_t)r * wr + (size_t)b * (t == DT_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
+                        memcpy(&want_d, blk, 2);
+                        memcpy(want, blk + 2, t == DT_Q8_0 ? 32 : 16);
+                    }
+                    if (memcmp(qs, want, t == DT_Q8_0 ? 32 : 16) || d != want_d) bad = r + 1;
+                }
+            CHECK_MSG(!bad, "%s n_in=%d n_out=%d: packed row %d differs from its ggml row", dtype_get(t)->name, n_in,
+                      n_out, bad - 1);
+            free(w);
+            free(p);
+        }
+}
+
+/* Packed weights (kern_matmul_mats with a packed matrix): for every m in
+ * 1..13, single-threaded and on 2 threads, with the AVX2 variant and the
+ * portable packed GEMM (forced reference), every row equals bit for bit the
+ * reference variant's product of the unpacked rows: the packed path keeps
+ * the reference's float order for every m (decode included), so rows do not
+ * depend on m, batching, threads or variant. */
+TEST(packed_matmul_equals_reference)
+{
+    static const int n_outs[] = {1, 7, 8, 9, 77};
+    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
+    threadpool *tp2 = tp_new(2);
+    CHECK(tp2 != NULL);
+    char why[320] = "";
+    for (int ti = 0; ti < 2 && !why[0]; ti++)
+        for (int oi = 0; oi < 5 && !why[0]; oi++) {
+            const uint32_t t = types[ti];
+            const int n_in = oi == 4 ? 1024 : 288, n_out = n_outs[oi], M = 13;
+            mm_case c;
+            case_make(&c, t, M, n_in, n_out, 8000 + (uint64_t)(ti * 8 + oi));
+            const size_t ny = (size_t)M * n_out;
+            uint8_t *wp = aligned_alloc(64, kern_pack_bytes(t, n_in, n_out));
+            kern_pack(wp, c.w, t, n_in, n_out);
+            const kern_mat pm = {NULL, wp, t, n_in, n_out}, *pmp = &pm;
+            float *ref = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
+            kern_init(1);
+            kern_matmul(ref, c.x, c.w, t, M, n_in, n_out, NULL);
+            for (int force_ref = 0; force_ref < 2 && !why[0]; force_ref++) {
+                kern_init(force_ref);
+                for (int m = 1; m <= M && !why[0]; m++)
+                    for (int th = 0; th < 2 && !why[0]; th++) {
+                        for (size_t k = 0; k < (size_t)m * n_out; k++) y[k] = NAN;
+                        kern_matmul_mats(1, &y, c.x, &pmp, m, th ? tp2 : NULL);
+                        for (size_t k = 0; k < (size_t)m * n_out && !why[0]; k++)
+                            if (memcmp(&y[k], &ref[k], 4) != 0)
+                                snprintf(why, sizeof why, "%s %s n_in=%d n_out=%d m=%d threads=%d: y[%zu][%zu] = %.9g, ref %.9g",
+                                         kern_variant(), dtype_get(t)->name, n_in, n_out, m, th + 1, k / n_out, k % n_out,
+                                         y[k], ref[k]);
+                    }
+            }
+            kern_init(0);
+            free(wp);
+            free(ref);
+            free(y);
+            case_free(&c);
+        }
+    tp_free(tp2);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+/* One dispatch for several matrices of one input (kern_matmul_mats, as the
+ * forward pass fuses q/k/v and gate/up): each output equals, bit for bit,
+ * the matrix multiplied alone, with mixed types (dot types Q8_0, Q8_K, F16
+ * converted side by side), packed and not, at decode and prefill sizes. */
+TEST(matmul_mats_equal_single)
+{
+    static const uint32_t types[] = {DT_Q4_0, DT_Q6_K, DT_Q8_0, DT_F16};
+    static const int n_outs[] = {40, 17, 8, 5};
+    static const int ms[] = {1, 2, 7};
+    const int n_in = 512;
+    threadpool *tp2 = tp_new(2);
+    CHECK(tp2 != NULL);
+    kern_init(0);
+    mm_case c[4];
+    uint8_t *wp[4] = {0};
+    kern_mat mats[4];
+    const kern_mat *mp[4];
+    for (int i = 0; i < 4; i++) {
+        case_make(&c[i], types[i], 7, n_in, n_outs[i], 9000 + (uint64_t)i);
+        if (i != 0) memcpy(c[i].x, c[0].x, sizeof(float) * 7 * (size_t)n_in); /* one input */
+        if (kern_pack_supports(types[i], n_in) && i == 0) {
+            wp[i] = aligned_alloc(64, kern_pack_bytes(types[i], n_in, n_outs[i]));
+            kern_pack(wp[i], c[i].w, types[i], n_in, n_outs[i]);
+        }
+        mats[i] = (kern_mat){wp[i] ? NULL : c[i].w, wp[i], types[i], n_in, n_outs[i]};
+        mp[i] = &mats[i];
+    }
+    char why[256] = "";
+    for (int mi = 0; mi < 3 && !why[0]; mi++)
+        for (int th = 0; th < 2 && !why[0]; th++) {
+            const int m = ms[mi];
+            float *ys[4], *alone[4];
+            for (int i = 0; i < 4; i++) {
+                ys[i] = malloc(sizeof(float) * (size_t)m * n_outs[i]);
+                alone[i] = malloc(sizeof(float) * (size_t)m * n_outs[i]);
+                for (int k = 0; k < m * n_outs[i]; k++) ys[i][k] = NAN;
+                kern_matmul_mats(1, &alone[i], c[0].x, &mp[i], m, NULL);
+            }
+            kern_matmul_mats(4, ys, c[0].x, mp, m, th ? tp2 : NULL);
+            for (int i = 0; i < 4; i++) {
+                if (!why[0] && memcmp(ys[i], alone[i], sizeof(float) * (size_t)m * n_outs[i]) != 0)
+                    snprintf(why, sizeof why, "matrix %d (%s%s) m=%d threads=%d: fused result differs from alone", i,
+                             dtype_get(types[i])->name, wp[i] ? ", packed" : "", m, th + 1);
+                free(ys[i]);
+                free(alone[i]);
+            }
+        }
+    for (int i = 0; i < 4; i++) {
+        free(wp[i]);
+        case_free(&c[i]);
+    }
+    tp_free(tp2);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
 TEST(matmul_reserve_and_supports)
 {
     CHECK(kern_matmul_supports(DT_Q4_K));
@@ -819,50 +977,81 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void bench_one(uint32_t t, int m, int n, threadpool *tp)
+/* One kern_matmul_mats call of m rows by an n_out x n_in matrix, packed or
+ * as ggml rows: the fastest of many runs (other processes on a shared
+ * machine only ever slow a run down). */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_one(uint32_t t, int m, int n_in, int n_out, bool packed, threadpool *tp)
 {
     rng_seed(1);
-    uint8_t *w = make_weights(t, n, n);
-    float *x = make_acts(m, n), *y = malloc(sizeof(float) * (size_t)m * n);
-    kern_matmul(y, x, w, t, m, n, n, tp); /* warm up */
-    /* The fastest of many runs: other processes on a shared machine only
-     * ever slow a run down. */
-    double best = 1e30;
+    uint8_t *w = make_weights(t, n_out, n_in);
+    float *x = make_acts(m, n_in), *y = malloc(sizeof(float) * (size_t)m * n_out);
+    void *wp = NULL;
+    if (packed) {
+        wp = aligned_alloc(1 << 21, (kern_pack_bytes(t, n_in, n_out) + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1));
+        if (getenv("BENCH_THP")) madvise(wp, kern_pack_bytes(t, n_in, n_out), MADV_HUGEPAGE);
+        kern_pack(wp, w, t, n_in, n_out);
+    }
+    const kern_mat mat = {packed ? NULL : w, wp, t, n_in, n_out}, *mp = &mat;
+    kern_matmul_mats(1, &y, x, &mp, m, tp); /* warm up */
+    double best = 1e30, best_cpu = 1e30;
     const double t0 = now_s();
     for (int it = 0; it < 5 || now_s() - t0 < 1.0; it++) {
-        const double a = now_s();
-        kern_matmul(y, x, w, t, m, n, n, tp);
-        const double b = now_s() - a;
+        const double a = now_s(), ac = cpu_s();
+        kern_matmul_mats(1, &y, x, &mp, m, tp);
+        const double b = now_s() - a, bc = cpu_s() - ac;
         best = b < best ? b : best;
+        best_cpu = bc < best_cpu ? bc : best_cpu;
     }
-    const double per = best;
-    const double bytes = (double)dtype_row_bytes(t, (uint64_t)n) * n;
-    printf("%-5s %-4s m=%-3d %dx%d threads=%d: %8.1f us  %7.1f GFLOP/s  %6.1f GB/s of weights\n", kern_variant(),
-           dtype_get(t)->name, m, n, n, tp_size(tp), per * 1e6, 2.0 * m * n * n / per * 1e-9, bytes / per * 1e-9);
+    const double bytes = (double)dtype_row_bytes(t, (uint64_t)n_in) * n_out;
+    printf("%-5s %-4s %-6s m=%-3d %dx%d threads=%d: %8.1f us (caller cpu %8.1f us)  %7.1f GFLOP/s  %6.1f GB/s of weights\n",
+           kern_variant(), dtype_get(t)->name, packed ? "packed" : "rows", m, n_out, n_in, tp_size(tp), best * 1e6,
+           best_cpu * 1e6, 2.0 * m * n_in * n_out / best * 1e-9, bytes / best * 1e-9);
     free(w);
+    free(wp);
     free(x);
     free(y);
 }
 
-static void bench(void)
+/* `test_kernels bench [TYPE M N_IN N_OUT]`: the default set, or one shape
+ * (packed and not, 1 and 2 threads). */
+static void bench(int argc, char **argv)
 {
     threadpool *tp2 = tp_new(2);
-    static const uint32_t types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_F16, DT_BF16, DT_F32};
     kern_init(0);
+    if (argc >= 6) {
+        const uint32_t t = strcmp(argv[2], "q4_0") == 0 ? DT_Q4_0 : DT_Q8_0;
+        const int m = atoi(argv[3]), n_in = atoi(argv[4]), n_out = atoi(argv[5]);
+        for (int th = 0; th < 2; th++)
+            for (int p = 0; p < 2; p++) bench_one(t, m, n_in, n_out, p, th ? tp2 : NULL);
+        tp_free(tp2);
+        return;
+    }
+    static const uint32_t types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_F16, DT_BF16, DT_F32};
     for (int k = 0; k < 7; k++)
         for (int mi = 0; mi < 2; mi++)
-            for (int th = 0; th < 2; th++) bench_one(types[k], mi ? 64 : 1, 2048, th ? tp2 : NULL);
+            for (int th = 0; th < 2; th++) bench_one(types[k], mi ? 64 : 1, 2048, 2048, false, th ? tp2 : NULL);
+    for (int k = 0; k < 2; k++)
+        for (int mi = 0; mi < 2; mi++)
+            for (int th = 0; th < 2; th++) bench_one(types[k], mi ? 64 : 1, 2048, 2048, true, th ? tp2 : NULL);
     /* weights larger than L3: the DRAM-bound decode case */
-    for (int th = 0; th < 2; th++) bench_one(DT_Q4_0, 1, 8192, th ? tp2 : NULL);
+    for (int th = 0; th < 2; th++)
+        for (int p = 0; p < 2; p++) bench_one(DT_Q4_0, 1, 8192, 8192, p, th ? tp2 : NULL);
     kern_init(1);
-    for (int k = 0; k < 4; k++) bench_one(types[k], 1, 2048, NULL);
+    for (int k = 0; k < 4; k++) bench_one(types[k], 1, 2048, 2048, false, NULL);
     tp_free(tp2);
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
-        bench();
+        bench(argc, argv);
         return 0;
     }
     kern_init(0);
@@ -882,6 +1071,9 @@ int main(int argc, char **argv)
     else test_skip("simd_matmul_matches_ref", "no SIMD variant on this CPU");
     RUN(threaded_matmul_equals_single);
     RUN(gemm_bit_identical_to_single_rows);
+    RUN(pack_round_trip);
+    RUN(packed_matmul_equals_reference);
+    RUN(matmul_mats_equal_single);
     RUN(matmul_reserve_and_supports);
     RUN(rope_known_values);
     RUN(rope_angles_follow_ggml_iteration);

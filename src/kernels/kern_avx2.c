@@ -466,94 +466,62 @@ KAI void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, co
 Q8GEMM_AVX2(gemm_q8_0_avx2, false)
 Q8GEMM_AVX2(gemm_q4_0_avx2, true)
 
-/* Packed group of 8 weight rows: per block, 8 vectors of 32 bytes (vector
- * k holds values 4k..4k+3 of rows 0..7; Q4_0 as its unsigned q, 0..15),
- * then the 8 rows' scales as floats. */
-#define Q8P_BLOCK_BYTES (8 * 32 + 8 * 4)
+/* Packed GEMM on kern_pack.c's layout: a group of 8 weight rows, per block
+ * QV vectors of 32 bytes (4 consecutive values of each row), the f16 scales
+ * of the 8 rows after all the quants. A broadcast of 4 activation bytes
+ * against one vector makes the 8 lanes the 8 rows' partial sums, so the
+ * whole tile stays in row lanes and the reference's float chain runs per
+ * lane. Loads are aligned (groups are 64-byte aligned, vectors 32).
+ *
+ * Q4_0 (packed as its ggml nibbles) goes into maddubs as the unsigned
+ * operand, q in 0..15: sum (q - 8) x = sum q x - 8 sum x, the sums of x
+ * coming from the driver (xs); products are at most 15 * 127, so the 8
+ * maddubs results (pairs) of a block add up in int16 without overflow and
+ * are widened once per block. Q8_0 needs the sign trick and pairs reach
+ * 2 * 128 * 127, so they are widened at once. */
+/* bytes ahead of the quants being read that are prefetched (m = 1 streams
+ * from DRAM); 0 = none */
+#ifndef Q8P_PREFETCH
+#define Q8P_PREFETCH 1024
+#endif
 
-static size_t q8p_group_bytes(int n) { return (size_t)(n / 32) * Q8P_BLOCK_BYTES; }
-
-/* Transposes the 8x8 int32 matrix r[0..7] (row i = r[i]) in place. */
-KAI void transpose8_epi32(__m256i r[8])
-{
-    __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) {
-        u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    /* u[0..3]: columns 0,1,2,3 (rows 0-3) | columns 4,5,6,7 (rows 0-3); u[4..7] rows 4-7 */
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
-        r[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
-    }
-}
-
-KAI void q8_pack(bool is_q4, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
-{
-    const int nb = n / 32;
-    const uint8_t *wr[8];
-    for (int c = 0; c < 8; c++) wr[c] = w + (c < nw ? c : 0) * ws;
-    for (int b = 0; b < nb; b++) {
-        __m256i v[8];
-        float *d = (float *)(dst + (size_t)b * Q8P_BLOCK_BYTES + 256);
-        for (int c = 0; c < 8; c++) {
-            if (is_q4) { /* unsigned q (0..15): the -8 comes back through the activation sums */
-                const block_q4_0 *w4 = (const block_q4_0 *)wr[c] + b;
-                const __m128i t = _mm_loadu_si128((const __m128i *)w4->qs);
-                v[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
-                d[c] = f16s(w4->d);
-            } else {
-                const block_q8_0 *w8 = (const block_q8_0 *)wr[c] + b;
-                v[c] = _mm256_loadu_si256((const __m256i *)w8->qs);
-                d[c] = f16s(w8->d);
-            }
-        }
-        transpose8_epi32(v);
-        for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(dst + (size_t)b * Q8P_BLOCK_BYTES + 32 * k), v[k]);
-    }
-}
-
-static KA void pack_q8_0_avx2(void *dst, const void *w, size_t ws, int nw, int n) { q8_pack(false, dst, w, ws, nw, n); }
-static KA void pack_q4_0_avx2(void *dst, const void *w, size_t ws, int nw, int n) { q8_pack(true, dst, w, ws, nw, n); }
-
-/* One packed group (8 rows, nw of them stored) by NX activation rows.
- * Q4_0 (packed unsigned, 0..15) goes straight into maddubs as the unsigned
- * operand: sum (q - 8) x = sum q x - 8 sum x, the sums of x coming from the
- * driver (xs); products are at most 15 * 127, so the 8 maddubs results
- * (pairs) of a block add up in int16 without overflow and are widened once
- * per block. Q8_0 needs the sign trick and pairs reach 2 * 128 * 127, so
- * they are widened at once. */
 KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const uint8_t *x,
                   size_t xst, const int32_t *xs, size_t xss)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+    const int qv = is_q4 ? 4 : 8;
+    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * qv * 32);
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *g = wp + (size_t)b * Q8P_BLOCK_BYTES;
+        const uint8_t *g = wp + (size_t)b * qv * 32;
+        if (Q8P_PREFETCH)
+            for (int l = 0; l < qv / 2; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
         __m256i is[8];
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
-        /* not unrolled: unrolled, GCC reassociates the integer sums into a
-         * tree and spills every product to the stack */
+        if (is_q4) {
 #pragma GCC unroll 1
-        for (int k = 0; k < 8; k++) {
-            const __m256i wv = _mm256_loadu_si256((const __m256i *)(g + 32 * k));
-            if (is_q4) {
+            for (int v = 0; v < 4; v++) {
+                const __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
+                const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
 #pragma GCC unroll 8
                 for (int r = 0; r < NX; r++) {
-                    int32_t x4;
-                    memcpy(&x4, ((const block_q8_0 *)(x + r * xst) + b)->qs + 4 * k, 4);
-                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+                    const int8_t *q = ((const block_q8_0 *)(x + r * xst) + b)->qs;
+                    int32_t a4, b4;
+                    memcpy(&a4, q + 4 * v, 4);
+                    memcpy(&b4, q + 16 + 4 * v, 4);
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a4)));
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(b4)));
                 }
-            } else {
+            }
+        } else {
+            /* not unrolled: unrolled, GCC reassociates the integer sums into a
+             * tree and spills every product to the stack */
+#pragma GCC unroll 1
+            for (int k = 0; k < 8; k++) {
+                const __m256i wv = _mm256_load_si256((const __m256i *)(g + 32 * k));
                 const __m256i aw = _mm256_sign_epi8(wv, wv);
 #pragma GCC unroll 8
                 for (int r = 0; r < NX; r++) {
@@ -564,7 +532,7 @@ KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
                 }
             }
         }
-        const __m256 dw = _mm256_loadu_ps((const float *)(g + 256));
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
             const __m256i isum =
@@ -955,8 +923,8 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q6_K] = dot_q6_K_avx2,
     },
     .packed = {
-        [DT_Q8_0] = {8, Q8P_NX, false, q8p_group_bytes, pack_q8_0_avx2, gemmp_q8_0_avx2},
-        [DT_Q4_0] = {8, Q8P_NX, true, q8p_group_bytes, pack_q4_0_avx2, gemmp_q4_0_avx2},
+        [DT_Q8_0] = {Q8P_NX, false, gemmp_q8_0_avx2},
+        [DT_Q4_0] = {Q8P_NX, true, gemmp_q4_0_avx2},
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

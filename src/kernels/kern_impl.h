@@ -19,8 +19,9 @@
  * per-block products in block order into one accumulator, then one fixed
  * reduction), never on nw, nx, the position in the tile or the thread. So
  * kern_matmul's rows are bit-identical whatever m > KERN_DOT_MAX_M (any m
- * for a type without decode dot tiles), batching or threads; the tests
- * check it. Tiling only decides which values sit in registers.
+ * for a type without decode dot tiles, and any m for weights packed at
+ * load), batching or threads; the tests check it. Tiling only decides which
+ * values sit in registers.
  *
  * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_MAX_M
  * activation rows kern_matmul uses one weight row against nx rows,
@@ -68,17 +69,19 @@ typedef struct {
     kern_gemm_fn fn;
     int nw, nx;
 } kern_gemm;
-/* Optional packed GEMM (a variant may offer it per weight type): kern_matmul
- * repacks `rows` weight rows at a time into the variant's layout (pack, once
- * per chunk, into group_bytes(n) bytes) and runs gemm on the packed group
- * against nx (1..nx) activation rows. Used when m is large enough to repay
- * the packing; it must compute every element with the same float
- * operations as the variant's gemm tiles (THE INVARIANT above). */
+/* Optional packed GEMM per weight type (Q8_0, Q4_0): the variant's GEMM on
+ * the packed layout of kern_pack.c (groups of KERN_PACK_ROWS weight rows,
+ * packed once at model load by kern_pack, or per chunk by kern_matmul for
+ * weights that were not), against nx (1..the tile's nx) activation rows.
+ * wp is one group; nw <= KERN_PACK_ROWS of its rows are stored. It must
+ * compute every element with the reference's float operations, so that
+ * packed results equal the reference bit for bit whatever m, nx or threads.
+ * A variant without one gets kern_pack.c's portable version
+ * (kern_packed_for). */
+#define KERN_PACK_ROWS 8
 typedef struct {
-    int rows, nx;
+    int nx;     /* activation rows per sweep it is best at (<= 8) */
     bool xsums; /* gemm wants xs: per activation row, the int32 sum of each Q8_0 block's 32 values */
-    size_t (*group_bytes)(int n);
-    void (*pack)(void *dst, const void *w, size_t w_stride, int nw, int n);
     void (*gemm)(int n, float *y, size_t y_stride, const void *wp, int nw, const void *x, size_t x_stride,
                  const int32_t *xs, size_t xs_stride, int nx);
 } kern_packed;
@@ -86,17 +89,19 @@ typedef struct {
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
  * weight row (see DECODE DOT TILES above). */
 #define KERN_DOT_NX_MAX 2
-/* kern_matmul uses the dot tiles for m <= KERN_DOT_MAX_M (in groups of
- * KERN_DOT_NX_MAX rows), the GEMM above: measured single-threaded on
- * 2048 x 5632 Q4_0/Q8_0, the packed GEMM only catches up around m = 8 (its
- * packing is paid per call), the dot tiles win clearly at m = 3, 4. */
+/* For weights NOT packed at load, kern_matmul uses the dot tiles for
+ * m <= KERN_DOT_MAX_M (in groups of KERN_DOT_NX_MAX rows), the GEMM above:
+ * measured single-threaded on 2048 x 5632 Q4_0/Q8_0, the per-call packed
+ * GEMM only catches up around m = 8 (its packing is paid per call), the dot
+ * tiles win clearly at m = 3, 4. Weights packed at load take the packed
+ * GEMM for every m. */
 #define KERN_DOT_MAX_M 4
 typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x, size_t x_stride,
                             int nx);
 
 typedef void (*kern_conv_fn)(void *dst, const float *src, int n);
 
-typedef struct {
+typedef struct kern_vtable {
     const char *name;
     kern_gemm gemm[DT_COUNT];    /* by weight type */
     kern_dot_fn dot[DT_COUNT];   /* by weight type; NULL = the GEMM tiles for every m */
@@ -113,6 +118,16 @@ typedef struct {
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
     void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
 } kern_vtable;
+
+/* kern_pack.c: the packed layout. Bytes of one group's quants (the f16
+ * scales follow them), of one whole group (a multiple of 64), packing of
+ * nw <= KERN_PACK_ROWS rows (ggml rows w, stride ws) into one group (rows
+ * past nw zero), and the packed GEMM for type t (the variant's or the
+ * portable one; NULL if t has no packed layout). */
+size_t kern_pack_quant_bytes(uint32_t t, int n);
+size_t kern_pack_group_bytes(uint32_t t, int n);
+void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
 
 /* The reference variant (complete). */
 extern const kern_vtable kern_vt_ref;

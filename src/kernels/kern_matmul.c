@@ -2,8 +2,15 @@
  * splits output columns over threads, and calls the variant's GEMM tiles.
  *
  *   x [m][n_in] f32 --conv--> xa [m][row bytes of the dot type]   (scratch)
- *   W [n_out][n_in] (ggml rows)
+ *   W [n_out][n_in] (ggml rows, or packed at load: kern_pack.c)
  *   y [m][n_out]:  y[i][j] = dot(W[j], xa[i])
+ *
+ * kern_matmul_mats does this for up to KERN_MATS_MAX matrices of one input
+ * in one dispatch (q/k/v, gate/up): x is converted once per dot type, the
+ * matrices' chunks are numbered one after the other and handed out from
+ * one counter, so the call costs one thread-pool barrier (two when x is
+ * large enough for a threaded conversion). A matrix's elements are computed
+ * exactly as if it were alone.
  *
  * Work is cut into chunks of consecutive output columns (weight rows). Each
  * thread takes chunk ith first, then the next free chunk from an atomic
@@ -17,23 +24,27 @@
  * m (within each path below), on how rows are batched, or on the thread
  * count.
  *
- * Two float orders, chosen by m:
- * - m <= KERN_DOT_MAX_M (single-sequence decode, the number that matters
- *   most): the variant's decode dot tiles, laid out like ggml's AVX2
+ * Float orders, chosen by how W is stored and by m:
+ * - packed at load (Q8_0/Q4_0 by default, model_weights_repack): the packed
+ *   GEMM for EVERY m, decode included, every element in the reference's
+ *   order: a row is the same bit for bit whatever m, and equal to the
+ *   reference variant's. With the weights already packed, its m = 1 tile
+ *   beats the decode dot tiles (no horizontal work, 8 rows per vector: in
+ *   L2, 1.4x for Q8_0 and 2.2x for Q4_0, single-threaded 2048 x 128), so
+ *   there is no crossover left to keep.
+ * - ggml rows, m <= KERN_DOT_MAX_M (PAGELLM_NO_REPACK=1, K-quants, floats):
+ *   the variant's decode dot tiles, laid out like ggml's AVX2
  *   vec_dot (float lanes accumulated across blocks, one horizontal sum at
- *   the end). Per Q8_0/Q4_0 block that is a convert + FMA where the
- *   reference order needs a horizontal integer sum: decode on tinyllama
- *   q4_0 ~1.5x the GEMM path's. Not ggml's bits: Q8_0/Q4_0 use two
- *   accumulators over alternating blocks where ggml uses one (one is
- *   bit-exact with llama.cpp's vec_dot but measured ~10% slower decode),
- *   and the float/K-quant reductions differ; all within rounding of it
- *   (test_kernels dots_match_llama_cpp). Rows go
- *   KERN_DOT_NX_MAX at a time; a row is the same whatever m <= KERN_DOT_MAX_M.
- * - m > KERN_DOT_MAX_M (prefill, larger batches): the GEMM tiles (packed
- *   for Q8_0/Q4_0 from MM_PACK_MIN_M), every element in one fixed order
- *   (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
+ *   the end). Not ggml's bits: Q8_0/Q4_0 use two accumulators over
+ *   alternating blocks where ggml uses one, and the float/K-quant
+ *   reductions differ; all within rounding of it (test_kernels
+ *   dots_match_llama_cpp). Rows go KERN_DOT_NX_MAX at a time; a row is the
+ *   same whatever m <= KERN_DOT_MAX_M.
+ * - ggml rows, m > KERN_DOT_MAX_M: the GEMM tiles (for Q8_0/Q4_0 the
+ *   packed GEMM, packing each chunk per call), every element in one fixed
+ *   order (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
  *   whatever m > KERN_DOT_MAX_M. The two orders agree within rounding
- *   (tests/test_kernels.c checks both properties).
+ *   (tests/test_kernels.c checks every property above).
  *
  * Scratch: the converted activations live in a buffer owned by the calling
  * thread (_Thread_local pointer, freed by a pthread key destructor when the
@@ -112,128 +123,178 @@ static size_t mm_x_row_bytes(int dot_type, int n_in)
 
 int kern_matmul_reserve(int m, int n_in)
 {
-    /* The widest dot type per element is f16/bf16 (2 B); Q8_0 takes 34/32 B
-     * and Q8_K 292/256 B per element. */
-    if (m > 0 && n_in > 0 && !mm_scratch_get(MM_SCRATCH_X, (size_t)m * (size_t)n_in * 2)) return PL_ENOMEM;
+    /* Per element: f16/bf16 2 B, Q8_0 34/32 B plus 4/32 B of block sums,
+     * Q8_K 292/256 B; a call converts to at most two of them in practice
+     * (fused matrices of different types), so 4 B, plus alignment. */
+    if (m > 0 && n_in > 0 && !mm_scratch_get(MM_SCRATCH_X, (size_t)m * (size_t)n_in * 4 + 4 * 64)) return PL_ENOMEM;
     return PL_OK;
 }
 
 /* ------------------------------------------------------------- the jobs */
 
+/* The conversions of one call: x once per distinct dot type. */
+typedef struct {
+    int dt;            /* dot type */
+    kern_conv_fn conv; /* NULL: F32, x used as is */
+    size_t x_row;      /* bytes of one converted row */
+    uint8_t *xa;       /* [m][x_row] */
+    bool want_xs;      /* a packed GEMM of the call wants the Q8_0 block sums */
+    int32_t *xs;       /* [m][n_in / 32] those sums, or NULL */
+} mm_conv;
+
 typedef struct {
     const float *x;
-    uint8_t *xa;
-    size_t x_row;      /* bytes of one converted row */
-    int m, n_in;
-    kern_conv_fn conv;
+    mm_conv *cv;
+    int n_cv, m, n_in;
 } mm_conv_job;
 
 static void mm_conv_run(void *arg, int ith, int nth)
 {
     mm_conv_job *j = arg;
-    int r0 = (int)((int64_t)j->m * ith / nth), r1 = (int)((int64_t)j->m * (ith + 1) / nth);
-    for (int r = r0; r < r1; r++) j->conv(j->xa + (size_t)r * j->x_row, j->x + (size_t)r * j->n_in, j->n_in);
-}
-
-typedef struct {
-    float *y;
-    const uint8_t *w, *xa;
-    size_t w_row, x_row; /* bytes of one weight row, one activation row */
-    int m, n_in, n_out;
-    int chunk;           /* output columns per chunk */
-    kern_gemm gemm;
-    kern_dot_fn dot;           /* non-NULL: the decode dot tiles (m <= KERN_DOT_MAX_M) */
-    const kern_packed *packed; /* NULL: direct tiles */
-    const int32_t *xs;         /* packed->xsums: [m][n_in / 32] block sums of xa */
-    _Atomic int next;    /* next chunk to hand out */
-} mm_dot_job;
-
-/* The decode path (m <= KERN_DOT_MAX_M): groups of KERN_DOT_NX_MAX
- * activation rows, the chunk's weight rows swept for each group. */
-static void mm_decode_chunk(const mm_dot_job *j, int c0, int c1)
-{
-    for (int i0 = 0; i0 < j->m; i0 += KERN_DOT_NX_MAX) {
-        const int nx = j->m - i0 < KERN_DOT_NX_MAX ? j->m - i0 : KERN_DOT_NX_MAX;
-        const uint8_t *xg = j->xa + (size_t)i0 * j->x_row;
-        float *yg = j->y + (size_t)i0 * j->n_out;
-        for (int c = c0; c < c1; c++)
-            j->dot(j->n_in, yg + c, (size_t)j->n_out, j->w + (size_t)c * j->w_row, xg, j->x_row, nx);
+    const int r0 = (int)((int64_t)j->m * ith / nth), r1 = (int)((int64_t)j->m * (ith + 1) / nth);
+    const size_t nbx = (size_t)j->n_in / 32;
+    for (int k = 0; k < j->n_cv; k++) {
+        const mm_conv *c = &j->cv[k];
+        if (!c->conv) continue;
+        for (int r = r0; r < r1; r++) {
+            uint8_t *xr = c->xa + (size_t)r * c->x_row;
+            c->conv(xr, j->x + (size_t)r * j->n_in, j->n_in);
+            if (!c->xs) continue;
+            const block_q8_0 *xb = (const block_q8_0 *)xr;
+            for (size_t b = 0; b < nbx; b++) {
+                int32_t sum = 0;
+                for (int q = 0; q < 32; q++) sum += xb[b].qs[q];
+                c->xs[(size_t)r * nbx + b] = sum;
+            }
+        }
     }
 }
 
-static void mm_dot_chunk(const mm_dot_job *j, int c0, int c1)
+/* How one matrix of a call is multiplied. */
+enum {
+    MM_DOT,       /* decode dot tiles, ggml rows (m <= KERN_DOT_MAX_M) */
+    MM_GEMM,      /* GEMM tiles, ggml rows */
+    MM_PACK_CALL, /* ggml rows packed per chunk, then the packed GEMM */
+    MM_PACKED,    /* packed at load: the packed GEMM for every m */
+};
+
+typedef struct {
+    float *y;             /* [m][n_out] */
+    const uint8_t *w;     /* ggml rows, or the packed groups (MM_PACKED) */
+    const uint8_t *xa;    /* x in the dot type */
+    const int32_t *xs;    /* its Q8_0 block sums, when the packed GEMM wants them */
+    uint32_t wtype;
+    int mode, n_out, chunk;
+    int c_begin;          /* index of the matrix's first chunk in the call */
+    size_t w_row, x_row;  /* bytes of one weight row, one activation row */
+    size_t gb;            /* bytes of one packed group */
+    kern_gemm gemm;
+    kern_dot_fn dot;
+    const kern_packed *pk;
+} mm_part;
+
+typedef struct {
+    mm_part p[KERN_MATS_MAX];
+    int n_parts, m, n_in, n_chunks;
+    _Atomic int next;     /* next chunk to hand out */
+} mm_job;
+
+/* The decode path (m <= KERN_DOT_MAX_M): groups of KERN_DOT_NX_MAX
+ * activation rows, the chunk's weight rows swept for each group. */
+static void mm_decode_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
-    const int gx = j->gemm.nx, gw = j->gemm.nw;
+    for (int i0 = 0; i0 < j->m; i0 += KERN_DOT_NX_MAX) {
+        const int nx = j->m - i0 < KERN_DOT_NX_MAX ? j->m - i0 : KERN_DOT_NX_MAX;
+        const uint8_t *xg = p->xa + (size_t)i0 * p->x_row;
+        float *yg = p->y + (size_t)i0 * p->n_out;
+        for (int c = c0; c < c1; c++)
+            p->dot(j->n_in, yg + c, (size_t)p->n_out, p->w + (size_t)c * p->w_row, xg, p->x_row, nx);
+    }
+}
+
+static void mm_gemm_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
+{
+    const int gx = p->gemm.nx, gw = p->gemm.nw;
     for (int i0 = 0; i0 < j->m; i0 += gx) {
         const int nx = j->m - i0 < gx ? j->m - i0 : gx;
-        const uint8_t *xg = j->xa + (size_t)i0 * j->x_row;
-        float *yg = j->y + (size_t)i0 * j->n_out;
+        const uint8_t *xg = p->xa + (size_t)i0 * p->x_row;
+        float *yg = p->y + (size_t)i0 * p->n_out;
         for (int c = c0; c < c1; c += gw) {
             const int nw = c1 - c < gw ? c1 - c : gw;
-            j->gemm.fn(j->n_in, yg + c, (size_t)j->n_out, j->w + (size_t)c * j->w_row, j->w_row, nw, xg, j->x_row,
+            p->gemm.fn(j->n_in, yg + c, (size_t)p->n_out, p->w + (size_t)c * p->w_row, p->w_row, nw, xg, p->x_row,
                        nx);
         }
     }
 }
 
-/* The packed path: the chunk's weight rows are packed once into this
- * thread's buffer, then every group of activation rows sweeps them. */
-static void mm_packed_chunk(const mm_dot_job *j, int c0, int c1)
+/* The packed paths: the chunk's groups (packed at load, or packed now into
+ * this thread's buffer), swept once per group of activation rows. The m
+ * rows go in equal groups of at most pk->nx (m = 8: 4 + 4, not 6 + 2). */
+static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
-    const kern_packed *pk = j->packed;
-    const size_t gb = pk->group_bytes(j->n_in);
-    const int ng = (c1 - c0 + pk->rows - 1) / pk->rows;
-    uint8_t *buf = mm_scratch_get(MM_SCRATCH_PACK, (size_t)ng * gb);
-    if (!buf) {
-        fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
-        abort();
-    }
-    for (int g = 0; g < ng; g++) {
-        const int c = c0 + g * pk->rows;
-        pk->pack(buf + (size_t)g * gb, j->w + (size_t)c * j->w_row, j->w_row, c1 - c < pk->rows ? c1 - c : pk->rows,
-                 j->n_in);
+    const kern_packed *pk = p->pk;
+    const int R = KERN_PACK_ROWS, ng = (c1 - c0 + R - 1) / R;
+    const uint8_t *buf;
+    if (p->mode == MM_PACKED) {
+        buf = p->w + (size_t)(c0 / R) * p->gb; /* chunks are whole groups */
+    } else {
+        uint8_t *b = mm_scratch_get(MM_SCRATCH_PACK, (size_t)ng * p->gb);
+        if (!b) {
+            fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
+            abort();
+        }
+        for (int g = 0; g < ng; g++) {
+            const int c = c0 + g * R;
+            kern_pack_group(p->wtype, b + (size_t)g * p->gb, p->w + (size_t)c * p->w_row, p->w_row,
+                            c1 - c < R ? c1 - c : R, j->n_in);
+        }
+        buf = b;
     }
     const size_t nbx = (size_t)j->n_in / 32;
-    for (int i0 = 0; i0 < j->m; i0 += pk->nx) {
-        const int nx = j->m - i0 < pk->nx ? j->m - i0 : pk->nx;
-        const uint8_t *xg = j->xa + (size_t)i0 * j->x_row;
-        const int32_t *xsg = j->xs ? j->xs + (size_t)i0 * nbx : NULL;
-        float *yg = j->y + (size_t)i0 * j->n_out;
+    const int ngx = (j->m + pk->nx - 1) / pk->nx, gx = (j->m + ngx - 1) / ngx;
+    for (int i0 = 0; i0 < j->m; i0 += gx) {
+        const int nx = j->m - i0 < gx ? j->m - i0 : gx;
+        const uint8_t *xg = p->xa + (size_t)i0 * p->x_row;
+        const int32_t *xsg = p->xs ? p->xs + (size_t)i0 * nbx : NULL;
+        float *yg = p->y + (size_t)i0 * p->n_out;
         for (int g = 0; g < ng; g++) {
-            const int c = c0 + g * pk->rows;
-            pk->gemm(j->n_in, yg + c, (size_t)j->n_out, buf + (size_t)g * gb, c1 - c < pk->rows ? c1 - c : pk->rows,
-                     xg, j->x_row, xsg, nbx, nx);
+            const int c = c0 + g * R;
+            pk->gemm(j->n_in, yg + c, (size_t)p->n_out, buf + (size_t)g * p->gb, c1 - c < R ? c1 - c : R, xg,
+                     p->x_row, xsg, nbx, nx);
         }
     }
 }
 
-static void mm_dot_run(void *arg, int ith, int nth)
+static void mm_run(void *arg, int ith, int nth)
 {
-    mm_dot_job *j = arg;
-    const int n_chunks = (j->n_out + j->chunk - 1) / j->chunk;
+    mm_job *j = arg;
     (void)nth;
-    for (int c = ith; c < n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
-        const int c0 = c * j->chunk;
-        const int c1 = c0 + j->chunk < j->n_out ? c0 + j->chunk : j->n_out;
-        if (j->dot) mm_decode_chunk(j, c0, c1);
-        else if (j->packed) mm_packed_chunk(j, c0, c1);
-        else mm_dot_chunk(j, c0, c1);
+    int k = 0;
+    for (int c = ith; c < j->n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
+        while (c >= j->p[k].c_begin + (j->p[k].n_out + j->p[k].chunk - 1) / j->p[k].chunk) k++;
+        const mm_part *p = &j->p[k];
+        const int c0 = (c - p->c_begin) * p->chunk;
+        const int c1 = c0 + p->chunk < p->n_out ? c0 + p->chunk : p->n_out;
+        if (p->mode == MM_DOT) mm_decode_chunk(j, p, c0, c1);
+        else if (p->mode == MM_GEMM) mm_gemm_chunk(j, p, c0, c1);
+        else mm_packed_chunk(j, p, c0, c1);
     }
 }
 
-/* Columns per chunk: about 8 chunks per thread for balance, and no more
- * weight bytes (as the tiles read them: packed or not) than fit in L2, so
- * that every activation group after the first finds the chunk's weights in
- * cache; a multiple of the tile width nw, so that only the last chunk has a
- * narrow tile. */
+/* Columns per chunk: about 8 chunks per thread over the whole call for
+ * balance, and no more weight bytes (as the tiles read them: packed or not)
+ * than fit in L2, so that every activation group after the first finds the
+ * chunk's weights in cache; a multiple of the tile width nw, so that only
+ * the last chunk has a narrow tile (and packed chunks are whole groups). */
 #define MM_CHUNK_BYTES (192 * 1024)
 
-/* Rows of activations from which packing the weights pays for itself. */
+/* Rows of activations from which packing ggml rows per call pays for itself
+ * (below it, the decode dot tiles run anyway). */
 #define MM_PACK_MIN_M 3
 
-static int mm_chunk_size(int n_out, int nth, size_t w_row, int nw)
+static int mm_chunk_size(int total_cols, int nth, size_t w_row, int nw)
 {
-    int c = n_out / (8 * nth);
+    int c = total_cols / (8 * nth);
     const size_t cap = MM_CHUNK_BYTES / (w_row ? w_row : 1);
     if ((size_t)c > cap) c = (int)cap;
     c -= c % nw;
@@ -242,64 +303,110 @@ static int mm_chunk_size(int n_out, int nth, size_t w_row, int nw)
 
 /* ------------------------------------------------------------ kern_matmul */
 
-/* Converts x to the dot type (in this thread's scratch, followed by room
- * for extra_bytes); returns the rows. */
-static const uint8_t *mm_convert(const kern_vtable *vt, const float *x, int dot_type, int m, int n_in,
-                                 size_t x_row, size_t extra_bytes, threadpool *tp)
+static void mm_fatal_scratch(void)
 {
-    if (dot_type == DT_F32) return (const uint8_t *)x;
-    uint8_t *xa = mm_scratch_get(MM_SCRATCH_X, (size_t)m * x_row + extra_bytes);
-    if (!xa) {
-        fprintf(stderr, "kern_matmul: %s (call kern_matmul_reserve at start)\n", err_msg());
-        abort();
+    fprintf(stderr, "kern_matmul: %s (call kern_matmul_reserve at start)\n", err_msg());
+    abort();
+}
+
+/* Converts x to every dot type the call needs (cv[0..n_cv), in this
+ * thread's scratch). */
+static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, threadpool *tp)
+{
+    const size_t nbx = (size_t)n_in / 32;
+    size_t bytes = 0;
+    for (int k = 0; k < n_cv; k++) {
+        if (!cv[k].conv) continue;
+        bytes += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
+        if (cv[k].want_xs) bytes += ((size_t)m * nbx * sizeof(int32_t) + 63) & ~(size_t)63;
     }
-    mm_conv_job cj = {x, xa, x_row, m, n_in, vt->conv[dot_type]};
+    uint8_t *buf = bytes ? mm_scratch_get(MM_SCRATCH_X, bytes) : NULL;
+    if (bytes && !buf) mm_fatal_scratch();
+    bool any = false;
+    for (int k = 0; k < n_cv; k++) {
+        if (!cv[k].conv) {
+            cv[k].xa = (uint8_t *)(uintptr_t)x;
+            continue;
+        }
+        any = true;
+        cv[k].xa = buf;
+        buf += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
+        if (cv[k].want_xs) {
+            cv[k].xs = (int32_t *)buf;
+            buf += ((size_t)m * nbx * sizeof(int32_t) + 63) & ~(size_t)63;
+        }
+    }
+    if (!any) return;
+    mm_conv_job cj = {x, cv, n_cv, m, n_in};
     if ((int64_t)m * n_in >= MM_MIN_PARALLEL_CONV && m > 1) tp_run(tp, mm_conv_run, &cj);
     else mm_conv_run(&cj, 0, 1);
-    return xa;
+}
+
+void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_mat *const *w, int m, threadpool *tp)
+{
+    const kern_vtable *vt = kern_active();
+    assert(n_mats >= 1 && n_mats <= KERN_MATS_MAX);
+    if (m <= 0) return;
+    const int n_in = w[0]->n_in;
+    mm_job j = {.n_parts = n_mats, .m = m, .n_in = n_in};
+    mm_conv cv[KERN_MATS_MAX];
+    int n_cv = 0, cv_of[KERN_MATS_MAX];
+    int64_t cols = 0;
+    for (int i = 0; i < n_mats; i++) {
+        const kern_mat *wi = w[i];
+        mm_part *p = &j.p[i];
+        const int dt = kern_dot_type(wi->type);
+        assert(dt >= 0 && "kern_matmul: unsupported weight type");
+        assert(wi->n_in == n_in && "kern_matmul_mats: every matrix takes the same input");
+        assert(dtype_row_bytes(wi->type, (uint64_t)n_in) != 0 && "kern_matmul: n_in not a multiple of the block");
+        *p = (mm_part){.y = y[i], .wtype = wi->type, .n_out = wi->n_out,
+                       .w_row = (size_t)dtype_row_bytes(wi->type, (uint64_t)n_in),
+                       .x_row = mm_x_row_bytes(dt, n_in), .gemm = vt->gemm[wi->type]};
+        if (wi->packed) {
+            assert(kern_pack_supports(wi->type, n_in));
+            p->mode = MM_PACKED;
+            p->w = wi->packed;
+            p->pk = kern_packed_for(vt, wi->type);
+        } else {
+            p->w = wi->data;
+            if (m <= KERN_DOT_MAX_M && vt->dot[wi->type]) p->mode = MM_DOT, p->dot = vt->dot[wi->type];
+            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M) p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
+            else p->mode = MM_GEMM;
+        }
+        if (p->pk) p->gb = kern_pack_group_bytes(wi->type, n_in);
+        int k = 0;
+        while (k < n_cv && cv[k].dt != dt) k++;
+        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, false, NULL};
+        if (p->pk && p->pk->xsums) cv[k].want_xs = true;
+        cv_of[i] = k;
+        cols += wi->n_out > 0 ? wi->n_out : 0;
+    }
+    if (cols == 0) return;
+    mm_convert(cv, n_cv, x, m, n_in, tp);
+    const int64_t macs = (int64_t)m * n_in * cols;
+    const int nth = macs < MM_MIN_PARALLEL_MACS ? 1 : tp_size(tp);
+    int chunks = 0;
+    for (int i = 0; i < n_mats; i++) {
+        mm_part *p = &j.p[i];
+        p->xa = cv[cv_of[i]].xa;
+        p->xs = p->pk && p->pk->xsums ? cv[cv_of[i]].xs : NULL;
+        const size_t tile_row = p->pk ? p->gb / KERN_PACK_ROWS : p->w_row;
+        const int nw = p->mode == MM_DOT ? 1 : p->pk ? KERN_PACK_ROWS : p->gemm.nw;
+        p->chunk = mm_chunk_size((int)cols, nth, tile_row, nw);
+        p->c_begin = chunks;
+        chunks += p->n_out > 0 ? (p->n_out + p->chunk - 1) / p->chunk : 0;
+    }
+    j.n_chunks = chunks;
+    atomic_init(&j.next, nth);
+    if (nth == 1) mm_run(&j, 0, 1);
+    else tp_run(tp, mm_run, &j);
 }
 
 void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
                  threadpool *tp)
 {
-    const kern_vtable *vt = kern_active();
-    const int dot_type = kern_dot_type(wtype);
-    assert(dot_type >= 0 && "kern_matmul: unsupported weight type");
-    assert(dtype_row_bytes(wtype, (uint64_t)n_in) != 0 && "kern_matmul: n_in not a multiple of the block");
-    if (m <= 0 || n_out <= 0) return;
-
-    const size_t x_row = mm_x_row_bytes(dot_type, n_in);
-    const kern_dot_fn dot = m <= KERN_DOT_MAX_M ? vt->dot[wtype] : NULL;
-    const kern_packed *pk = !dot && vt->packed[wtype].gemm && m >= MM_PACK_MIN_M ? &vt->packed[wtype] : NULL;
-    const size_t nbx = (size_t)n_in / 32, xs_bytes = pk && pk->xsums ? (size_t)m * nbx * sizeof(int32_t) + 64 : 0;
-    const uint8_t *xa = mm_convert(vt, x, dot_type, m, n_in, x_row, xs_bytes, tp);
-    int32_t *xs = NULL;
-    if (xs_bytes) { /* the Q8_0 block sums, 4-byte aligned after the rows */
-        xs = (int32_t *)(xa + (((size_t)m * x_row + 3) & ~(size_t)3));
-        for (int i = 0; i < m; i++) {
-            const block_q8_0 *xb = (const block_q8_0 *)(xa + (size_t)i * x_row);
-            for (size_t b = 0; b < nbx; b++) {
-                int32_t sum = 0;
-                for (int k = 0; k < 32; k++) sum += xb[b].qs[k];
-                xs[(size_t)i * nbx + b] = sum;
-            }
-        }
-    }
-    const int64_t macs = (int64_t)m * n_in * n_out;
-    const int nth = macs < MM_MIN_PARALLEL_MACS ? 1 : tp_size(tp);
-    const size_t w_row = (size_t)dtype_row_bytes(wtype, (uint64_t)n_in);
-    const size_t tile_row = pk ? pk->group_bytes(n_in) / (size_t)pk->rows : w_row;
-    mm_dot_job j = {
-        .y = y, .w = w, .xa = xa,
-        .w_row = w_row, .x_row = x_row,
-        .m = m, .n_in = n_in, .n_out = n_out,
-        .chunk = mm_chunk_size(n_out, nth, tile_row, dot ? 1 : pk ? pk->rows : vt->gemm[wtype].nw),
-        .gemm = vt->gemm[wtype],
-        .dot = dot,
-        .packed = pk,
-        .xs = xs,
-    };
-    atomic_init(&j.next, nth);
-    if (nth == 1) mm_dot_run(&j, 0, 1);
-    else tp_run(tp, mm_dot_run, &j);
+    if (n_out <= 0) return;
+    const kern_mat mat = {w, NULL, wtype, n_in, n_out};
+    const kern_mat *mp = &mat;
+    kern_matmul_mats(1, &y, x, &mp, m, tp);
 }

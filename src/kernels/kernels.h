@@ -35,14 +35,42 @@ bool kern_matmul_supports(uint32_t wtype);
  * ggml type wtype, row stride dtype_row_bytes(wtype, n_in). n_in must be a
  * multiple of the type's block size. Threads split the output columns; a
  * GEMM reads each weight block once per group of activation rows (for Q8_0
- * and Q4_0 weights with m > 4, repacked 8 rows at a time). y must not
- * overlap x or w. Row i of y depends only on row i of x, on W and on
+ * and Q4_0 weights with m > 4, repacked 8 rows at a time per call; see
+ * kern_pack below for packing once). y must not overlap x or w. Row i of y depends only on row i of x, on W and on
  * whether m <= 4 (decode: ggml-like AVX2 dot tiles, float lanes across
- * blocks) or m > 4 (GEMM: the reference's order): within each it is the same bit
- * for bit whatever m, the other rows, or tp's size; the two agree within
- * rounding (kern_matmul.c). */
+ * blocks) or m > 4 (GEMM: the reference's order): within each it is the
+ * same bit for bit whatever m, the other rows, or tp's size; the two agree
+ * within rounding (kern_matmul.c). */
 void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
                  threadpool *tp);
+
+/* Weights packed once (at model load) for kern_matmul: Q8_0 and Q4_0 with
+ * n_in % 32 == 0 (kern_pack_supports). kern_pack_bytes is the size of the
+ * packed copy (0 if unsupported): as many bytes as the ggml rows, plus
+ * padding to whole groups of 8 rows. dst must be 64-byte aligned. With
+ * packed weights every m takes the packed GEMM, whose elements follow the
+ * reference's float order: rows are the same bit for bit whatever m (1
+ * included), batching or threads, and equal to the reference variant's. */
+bool kern_pack_supports(uint32_t wtype, int n_in);
+size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out);
+void kern_pack(void *dst, const void *w, uint32_t wtype, int n_in, int n_out);
+
+/* A weight matrix as kern_matmul_mats takes it: its ggml rows (data) and/or
+ * its packed copy (packed, used when non-NULL). */
+typedef struct {
+    const void *data;   /* [n_out] ggml rows of type `type`, or NULL when packed is set */
+    const void *packed; /* kern_pack layout, or NULL */
+    uint32_t type;
+    int n_in, n_out;
+} kern_mat;
+
+/* Several products of one input in one dispatch (one thread-pool barrier):
+ * y[i][m][w[i]->n_out] = x[m][n_in] . w[i]^T for i < n_mats (<=
+ * KERN_MATS_MAX), every w[i] with the same n_in; x is converted once per
+ * dot type. Each y[i] is exactly what kern_matmul (or, packed, the packed
+ * path) gives for w[i] alone. */
+#define KERN_MATS_MAX 4
+void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_mat *const *w, int m, threadpool *tp);
 
 /* kern_matmul converts x into a scratch buffer owned by the calling thread
  * (grown on demand, never shrunk, freed when the thread exits or by

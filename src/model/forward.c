@@ -270,9 +270,26 @@ bool model_kv_dtype_ok(const model *m, kv_dtype t)
     return rt != DT_COUNT && dtype_row_bytes(rt, c->head_dim) != 0;
 }
 
+static kern_mat mat_of(const weight *w)
+{
+    return (kern_mat){w->packed ? NULL : w->data, w->packed, w->type, (int)w->n_in, (int)w->n_out};
+}
+
 static void matmul(float *y, const float *x, const weight *w, int m, fwd_state *s)
 {
-    kern_matmul(y, x, w->data, w->type, m, (int)w->n_in, (int)w->n_out, s->tp);
+    const kern_mat a = mat_of(w), *ap = &a;
+    kern_matmul_mats(1, &y, x, &ap, m, s->tp);
+}
+
+/* Products of one input by two or three matrices (q, k, v; gate, up) in
+ * one dispatch: one thread-pool barrier instead of one per matrix. */
+static void matmul3(float *y0, float *y1, float *y2, const float *x, const weight *w0, const weight *w1,
+                    const weight *w2, int m, fwd_state *s)
+{
+    const kern_mat a[3] = {mat_of(w0), mat_of(w1), w2 ? mat_of(w2) : mat_of(w1)};
+    const kern_mat *ap[3] = {&a[0], &a[1], &a[2]};
+    float *ys[3] = {y0, y1, y2};
+    kern_matmul_mats(w2 ? 3 : 2, ys, x, ap, m, s->tp);
 }
 
 static void add_bias(float *y, const weight *b, int rows, int n)
@@ -637,9 +654,7 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     const layer_weights *w = &m->w.layers[l];
     const int T = b->n_tokens, hd = (int)c->head_dim;
     const int qd = (int)c->n_heads * hd, kvd = (int)c->n_kv_heads * hd;
-    matmul(s->q, s->xn, &w->wq, T, s);
-    matmul(s->k, s->xn, &w->wk, T, s);
-    matmul(s->v, s->xn, &w->wv, T, s);
+    matmul3(s->q, s->k, s->v, s->xn, &w->wq, &w->wk, &w->wv, T, s);
     add_bias(s->q, &w->bq, T, qd);
     add_bias(s->k, &w->bk, T, kvd);
     add_bias(s->v, &w->bv, T, kvd);
@@ -662,8 +677,7 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_WO);
     add_rmsnorm_rows(s->x, s->xn, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_RESID_NORM);
-    matmul(s->g, s->xn, &w->w_gate, T, s);
-    matmul(s->u, s->xn, &w->w_up, T, s);
+    matmul3(s->g, s->u, NULL, s->xn, &w->w_gate, &w->w_up, NULL, T, s);
     fp_mark(s, FP_GATE_UP);
     /* per row: over the flattened batch, where a row's tail falls (SIMD
      * body or scalar tail) would depend on T, and the two expf differ */

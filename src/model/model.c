@@ -14,6 +14,9 @@ int model_open(model **out, const char *path)
     int rc = gguf_open(&m->file, path);
     if (!rc) rc = model_config_read(m->file, &m->cfg);
     if (!rc) rc = model_weights_bind(m->file, &m->cfg, &m->w);
+    /* gguf_open maps the file read-only, so the packed tensors' pages can
+     * be dropped (weights.h) */
+    if (!rc) model_weights_repack(&m->w, m->cfg.n_layers, true);
     if (rc) {
         if (m->file) gguf_close(m->file);
         free(m);

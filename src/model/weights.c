@@ -4,9 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "kernels/kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -31,7 +34,7 @@ static int bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_
     if (!tr || !tr->computable || !quant_supported(t->type))
         return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
                        gguf_path(f), name, tr ? tr->name : "?");
-    *w = (weight){t->data, t->type, t->ne[0], want1};
+    *w = (weight){.data = t->data, .type = t->type, .n_in = t->ne[0], .n_out = want1};
     return 0;
 }
 
@@ -79,8 +82,81 @@ int model_weights_bind(const gguf_file *f, const model_config *c, model_weights 
     return 0;
 }
 
+/* The matrices the forward pass multiplies, in memory order of a layer. */
+static int matmul_weights(model_weights *w, uint32_t n_layers, weight **out)
+{
+    int n = 0;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        layer_weights *lw = &w->layers[l];
+        weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) out[n++] = ws[i];
+    }
+    out[n++] = &w->output;
+    return n;
+}
+
+static bool repack_wanted(const weight *w)
+{
+    return w->data && w->n_out <= INT32_MAX && w->n_in <= INT32_MAX && kern_pack_supports(w->type, (int)w->n_in);
+}
+
+/* Drops the whole pages inside [p, p + n) of a read-only file mapping from
+ * memory (they are clean: a later read faults them back in from the file).
+ * Pages shared with a neighbouring tensor are kept. */
+static void release_pages(const void *p, size_t n)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+int model_weights_repack(model_weights *w, uint32_t n_layers, bool release_src)
+{
+    const char *env = getenv("PAGELLM_NO_REPACK");
+    if (env && env[0] && strcmp(env, "0") != 0) return 0;
+    weight **ws = malloc(((size_t)n_layers * 7 + 1) * sizeof *ws);
+    if (!ws) return 0;
+    const int n = matmul_weights(w, n_layers, ws);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (repack_wanted(ws[i])) total += kern_pack_bytes(ws[i]->type, (int)ws[i]->n_in, (int)ws[i]->n_out);
+    if (total == 0) {
+        free(ws);
+        return 0;
+    }
+    /* huge pages where the kernel allows them: decode streams every byte
+     * of it once per token, and 2 MiB pages spare the TLB walks */
+    const size_t huge = (size_t)2 << 20, len = (total + huge - 1) & ~(huge - 1);
+    uint8_t *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        free(ws);
+        return 0;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(mem, len, MADV_HUGEPAGE);
+#endif
+    size_t off = 0;
+    int packed = 0;
+    for (int i = 0; i < n; i++) {
+        weight *t = ws[i];
+        if (!repack_wanted(t) || t->packed) continue;
+        const size_t bytes = kern_pack_bytes(t->type, (int)t->n_in, (int)t->n_out);
+        kern_pack(mem + off, t->data, t->type, (int)t->n_in, (int)t->n_out);
+        t->packed = mem + off;
+        off += bytes;
+        packed++;
+        if (release_src) release_pages(t->data, (size_t)dtype_row_bytes(t->type, t->n_in) * t->n_out);
+    }
+    free(ws);
+    w->pack_mem = mem;
+    w->pack_len = len;
+    return packed;
+}
+
 void model_weights_free(model_weights *w)
 {
     free(w->layers);
     w->layers = NULL;
+    if (w->pack_mem) munmap(w->pack_mem, w->pack_len);
+    w->pack_mem = NULL;
 }

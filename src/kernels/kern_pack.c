@@ -1,0 +1,156 @@
+/* kern_pack.c - the packed weight layout of Q8_0 and Q4_0 matrices: packing
+ * (once at model load, kern_pack; or per call by kern_matmul for weights
+ * that were not packed) and the portable reference GEMM on it.
+ *
+ * A packed matrix is a run of groups of KERN_PACK_ROWS = 8 weight rows
+ * (the last group padded with zero rows), each group
+ * kern_pack_group_bytes(type, n) bytes (a multiple of 64), 64-byte aligned:
+ *
+ *   group = [ quants: nb blocks x QV vectors of 32 bytes ][ scales: nb x 8 f16 ][ pad ]
+ *
+ *   Q8_0 (QV = 8): vector k of block b, bytes 4c..4c+3 = row c's qs[4k..4k+3]
+ *   Q4_0 (QV = 4): vector v of block b, bytes 4c..4c+3 = row c's qs[4v..4v+3],
+ *                  i.e. low nibbles = row c's elements 4v..4v+3 and high
+ *                  nibbles its elements 16+4v..16+4v+3 (ggml's nibble order)
+ *   scales: block b, row c = row c's d (f16, as stored)
+ *
+ * So a 32-byte load gives 4 consecutive values of each of the 8 rows, and a
+ * broadcast of the matching 4 activation bytes makes the 8 lanes the 8 rows'
+ * partial sums with no horizontal work (kern_avx2.c). The bytes are the
+ * ggml rows' own bytes, moved: Q8_0 takes 272 bytes per block of 8 rows and
+ * Q4_0 144, as unpacked, so decode reads no more memory than before.
+ */
+#include "kernels/kern_impl.h"
+#include "kernels/kernels.h"
+
+#include <string.h>
+
+#include "tensor/blocks.h"
+#include "tensor/dtype.h"
+#include "tensor/half.h"
+
+bool kern_pack_supports(uint32_t wtype, int n_in)
+{
+    return (wtype == DT_Q8_0 || wtype == DT_Q4_0) && n_in > 0 && n_in % 32 == 0;
+}
+
+size_t kern_pack_quant_bytes(uint32_t t, int n)
+{
+    return (size_t)(n / 32) * (t == DT_Q8_0 ? 256 : 128);
+}
+
+size_t kern_pack_group_bytes(uint32_t t, int n)
+{
+    const size_t b = kern_pack_quant_bytes(t, n) + (size_t)(n / 32) * 16;
+    return (b + 63) & ~(size_t)63;
+}
+
+size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out)
+{
+    if (!kern_pack_supports(wtype, n_in) || n_out <= 0) return 0;
+    return (size_t)((n_out + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS) * kern_pack_group_bytes(wtype, n_in);
+}
+
+void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
+{
+    const int nb = n / 32, qv = t == DT_Q8_0 ? 8 : 4;
+    const size_t gb = kern_pack_group_bytes(t, n), qb = kern_pack_quant_bytes(t, n);
+    uint16_t *sc = (uint16_t *)(dst + qb);
+    if (nw < KERN_PACK_ROWS) memset(dst, 0, gb);
+    else memset(dst + qb + (size_t)nb * 16, 0, gb - qb - (size_t)nb * 16); /* the pad */
+    for (int c = 0; c < nw; c++) {
+        const uint8_t *row = w + (size_t)c * ws;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *qs;
+            uint16_t d;
+            if (t == DT_Q8_0) {
+                const block_q8_0 *blk = (const block_q8_0 *)row + b;
+                qs = (const uint8_t *)blk->qs;
+                d = blk->d;
+            } else {
+                const block_q4_0 *blk = (const block_q4_0 *)row + b;
+                qs = blk->qs;
+                d = blk->d;
+            }
+            uint8_t *g = dst + (size_t)b * qv * 32 + 4 * c;
+            for (int k = 0; k < qv; k++) memcpy(g + 32 * k, qs + 4 * k, 4);
+            sc[b * 8 + c] = d;
+        }
+    }
+}
+
+void kern_pack(void *dst, const void *w, uint32_t wtype, int n_in, int n_out)
+{
+    const size_t gb = kern_pack_group_bytes(wtype, n_in), ws = (size_t)dtype_row_bytes(wtype, (uint64_t)n_in);
+    for (int c = 0; c < n_out; c += KERN_PACK_ROWS)
+        kern_pack_group(wtype, (uint8_t *)dst + (size_t)(c / KERN_PACK_ROWS) * gb, (const uint8_t *)w + (size_t)c * ws,
+                        ws, n_out - c < KERN_PACK_ROWS ? n_out - c : KERN_PACK_ROWS, n_in);
+}
+
+/* ------------------------------------------------ the reference GEMM */
+
+/* Row c's 32 quants of block b of a packed group, as signed values. */
+static void pack_row_block(uint32_t t, const uint8_t *wp, int b, int c, int8_t q[32])
+{
+    if (t == DT_Q8_0) {
+        const uint8_t *g = wp + (size_t)b * 256 + 4 * c;
+        for (int j = 0; j < 32; j++) q[j] = (int8_t)g[32 * (j / 4) + j % 4];
+    } else {
+        const uint8_t *g = wp + (size_t)b * 128 + 4 * c;
+        for (int j = 0; j < 16; j++) {
+            const uint8_t v = g[32 * (j / 4) + j % 4];
+            q[j] = (int8_t)((v & 0x0F) - 8);
+            q[j + 16] = (int8_t)((v >> 4) - 8);
+        }
+    }
+}
+
+/* The reference's float operations (kern_ref.c) on the packed bytes. */
+static void gemmp_ref(uint32_t t, int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
+                      int nx)
+{
+    const int nb = n / 32;
+    const uint16_t *sc = (const uint16_t *)((const uint8_t *)wp + kern_pack_quant_bytes(t, n));
+    for (int r = 0; r < nx; r++) {
+        const block_q8_0 *xb = (const block_q8_0 *)((const uint8_t *)x + (size_t)r * xst);
+        for (int c = 0; c < nw; c++) {
+            float s = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int8_t q[32];
+                pack_row_block(t, wp, b, c, q);
+                int sumi = 0;
+                for (int j = 0; j < 32; j++) sumi += q[j] * xb[b].qs[j];
+                const float dw = f16_to_f32(sc[b * 8 + c]), dx = f16_to_f32(xb[b].d);
+                if (t == DT_Q8_0) s += (float)sumi * (dw * dx);
+                else s += (float)sumi * dw * dx;
+            }
+            y[(size_t)r * ys + c] = s;
+        }
+    }
+}
+
+static void gemmp_q8_0_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
+                           const int32_t *xs, size_t xss, int nx)
+{
+    (void)xs, (void)xss;
+    gemmp_ref(DT_Q8_0, n, y, ys, wp, nw, x, xst, nx);
+}
+
+static void gemmp_q4_0_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
+                           const int32_t *xs, size_t xss, int nx)
+{
+    (void)xs, (void)xss;
+    gemmp_ref(DT_Q4_0, n, y, ys, wp, nw, x, xst, nx);
+}
+
+static const kern_packed packed_ref[2] = {
+    {4, false, gemmp_q8_0_ref},
+    {4, false, gemmp_q4_0_ref},
+};
+
+const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t)
+{
+    if (t != DT_Q8_0 && t != DT_Q4_0) return NULL;
+    if (vt->packed[t].gemm) return &vt->packed[t];
+    return &packed_ref[t == DT_Q4_0];
+}
