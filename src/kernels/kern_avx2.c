@@ -837,27 +837,6 @@ static KA void conv_bf16_avx2(void *dst, const float *src, int n)
 
 /* ------------------------------------------------------------ row kernels */
 
-static KA void rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps)
-{
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        acc_pd(_mm256_mul_ps(v, v), &lo, &hi);
-    }
-    double sum = hsum_pd(_mm256_add_pd(lo, hi));
-    for (; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    const __m256 vs = _mm256_set1_ps(scale);
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
-        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
-        _mm256_storeu_ps(y + i, v);
-    }
-    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
-}
-
 static KA void softmax_avx2(float *x, int n)
 {
     __m256 vm = _mm256_set1_ps(-INFINITY);
@@ -932,7 +911,7 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q8_0] = conv_q8_0_avx2,
         [DT_Q8_K] = conv_q8_K_avx2,
     },
-    .rmsnorm = rmsnorm_avx2,
+    .rmsnorm = kern_rmsnorm_avx2,         /* kern_elem_avx2.c */
     .rope_apply = kern_rope_apply_avx2,   /* kern_elem_avx2.c */
     .add_rmsnorm = kern_add_rmsnorm_avx2, /* kern_elem_avx2.c */
     .softmax = softmax_avx2,

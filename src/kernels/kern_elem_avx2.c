@@ -1,6 +1,7 @@
 /* kern_elem_avx2.c - AVX2 elementwise kernels of the forward pass that sit
  * between the matrix products: the RoPE rotation (kern_rope_apply) and the
- * residual add fused with RMSNorm (kern_add_rmsnorm). kern_avx2.c's table
+ * residual add fused with RMSNorm (kern_add_rmsnorm), and RMSNorm itself, so
+ * that the two share one scale-and-store. kern_avx2.c's table
  * lists them; like everything there they carry target("avx2,fma,f16c") and
  * run only after kern_init saw those features.
  *
@@ -11,7 +12,7 @@
  *   compiler from contracting them, here and in the reference). The vector
  *   form computes x0*c + x1*(-s) (equal to x0*c - x1*s: negation is exact)
  *   and x1*c + x0*s (addition commutes);
- * - add_rmsnorm: the add, then exactly rmsnorm_avx2's operations (kern_avx2.c):
+ * - add_rmsnorm: the add, then exactly kern_rmsnorm_avx2's operations:
  *   squares summed in two double lanes of 4 over blocks of 8, those
  *   reduced as hsum_pd does, then the scalar tail, so the fused call equals
  *   the add followed by kern_rmsnorm in the avx2 variant bit for bit (the
@@ -85,6 +86,41 @@ KA void kern_rope_apply_avx2(float *x, int n_heads, int head_dim, int rope_dim, 
     }
 }
 
+/* The second half of both RMSNorms: y = x / sqrt(sum / n + eps) (* w),
+ * given the sum of squares in double. One copy, so that the fused and the
+ * plain norm cannot drift apart. */
+KAI void rms_scale_store(float *y, const float *x, const float *w, int n, float eps, double sum)
+{
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    const __m256 vs = _mm256_set1_ps(scale);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+/* Squares of 8 floats added into two double lanes of 4. */
+KAI void acc_sq_pd(__m256 v, __m256d *lo, __m256d *hi)
+{
+    const __m256 sq = _mm256_mul_ps(v, v);
+    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+}
+
+KA void kern_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps)
+{
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc_sq_pd(_mm256_loadu_ps(x + i), &lo, &hi);
+    double sum = elem_hsum_pd(_mm256_add_pd(lo, hi));
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
+    rms_scale_store(y, x, w, n, eps, sum);
+}
+
 KA void kern_add_rmsnorm_avx2(float *x, const float *d, float *y, const float *w, int n, float eps)
 {
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
@@ -92,24 +128,14 @@ KA void kern_add_rmsnorm_avx2(float *x, const float *d, float *y, const float *w
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(d + i));
         _mm256_storeu_ps(x + i, v);
-        const __m256 sq = _mm256_mul_ps(v, v);
-        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
-        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+        acc_sq_pd(v, &lo, &hi);
     }
     double sum = elem_hsum_pd(_mm256_add_pd(lo, hi));
     for (; i < n; i++) {
         x[i] += d[i];
         sum += (double)(x[i] * x[i]);
     }
-    const float mean = (float)(sum / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    const __m256 vs = _mm256_set1_ps(scale);
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
-        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
-        _mm256_storeu_ps(y + i, v);
-    }
-    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+    rms_scale_store(y, x, w, n, eps, sum);
 }
 
 #endif

@@ -140,6 +140,7 @@ bool kern_cpu_has_avx2(void);
 /* kern_elem_avx2.c: the AVX2 elementwise kernels the avx2 table lists
  * (x86 only; same feature requirement). */
 void kern_rope_apply_avx2(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);
+void kern_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps);
 void kern_add_rmsnorm_avx2(float *x, const float *d, float *y, const float *w, int n, float eps);
 
 /* The active table (filled by kern_init; kern_active() initializes lazily). */
