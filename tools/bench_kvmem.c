@@ -313,7 +313,7 @@ static int km_parse(int argc, char **argv, km_opts *o)
         {"max-len", 0, CLI_INT, &o->max_len, 1, 1 << 19, "N", "longest prompt and output (default 1024; scaled to the context)"},
         {"seed", 's', CLI_U64, &o->seed, 0, 0, "N", "workload seed (default 1)"},
         {"block-size", 0, CLI_INT, &o->block_size, 1, 4096, "N", "tokens per KV block (default 16)"},
-        {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type (default f16)"},
+        {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type (default f16; names as for run --kv-dtype)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads (default: one per core)"},
         {"batch", 'b', CLI_INT, &o->batch, 1, 65536, "N", "engine token budget per step (default 512)"},
         {"timeout", 0, CLI_INT, &o->timeout_s, 1, 1 << 20, "S", "give up after S seconds per layout (default 900)"},

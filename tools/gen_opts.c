@@ -32,7 +32,7 @@ void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
         {"kv-mem", 0, CLI_SIZE, &o->kv_mem, 1, 1e15, "BYTES", "KV pool size, e.g. 512M (default: enough for the context)"},
         {"block-size", 0, CLI_INT, &o->block_size, 1, 4096, "N", "tokens per KV block (default 16)"},
         {"kv-layout", 0, CLI_STR, &o->kv_layout, 0, 0, "L", "paged (default) | static (reserve the whole context per sequence)"},
-        {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type: f16 (default), f32, bf16, q8_0, q4_0"},
+        {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type: f16 (default), f32, bf16, q8_0, q4_0, fp8_e4m3 (fp8), fp8_e5m2, kivi4 (int4), kivi2 (int2); `pagellm kvcalc` shows their bytes"},
         {"kv-window", 0, CLI_INT, &o->kv_window, 1, 1 << 20, "W", "sliding window: keep the last W tokens (+ sinks), dropping whole blocks, and run past --ctx and the train context"},
         {"kv-sinks", 0, CLI_INT, &o->kv_sinks, 0, 1 << 20, "S", "with --kv-window: keep the first S tokens too, pinned in whole blocks (default 4, StreamingLLM's; 0 = window only)"},
         {"no-kv-cache", 0, CLI_FLAG, &o->no_kv_cache, 0, 0, NULL, "recompute every earlier token at each step (O(n^2) baseline)"},
