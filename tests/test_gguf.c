@@ -1053,37 +1053,33 @@ TEST(crafted_tensors)
     REFUSED(53, "tensor[0] 't' ne[2]: truncated");
 }
 
+/* A file of two 1-d F32 tensors (names, lengths, data offsets) followed by
+ * data_bytes zero bytes of data. */
+static void two_tensors(bb *b, const char *n0, uint64_t len0, uint64_t off0, const char *n1, uint64_t len1,
+                        uint64_t off1, int data_bytes)
+{
+    uint64_t ne0[1] = {len0}, ne1[1] = {len1};
+    bb_header(b, 3, 2, 0);
+    bb_tensor(b, n0, 1, ne0, DT_F32, off0);
+    bb_tensor(b, n1, 1, ne1, DT_F32, off1);
+    bb_pad(b, 32);
+    for (int i = 0; i < data_bytes; i++) bb_u8(b, 0);
+}
+
 TEST(crafted_tensor_pairs)
 {
     static bb b;
     char why[512];
-    uint64_t ne2[1] = {16}, ne1[1] = {8};
     /* x covers [0, 64), y starts at 32 */
-    bb_header(&b, 3, 2, 0);
-    bb_tensor(&b, "x", 1, ne2, DT_F32, 0);
-    bb_tensor(&b, "y", 1, ne1, DT_F32, 32);
-    bb_pad(&b, 32);
-    for (int i = 0; i < 96; i++) bb_u8(&b, 0);
+    two_tensors(&b, "x", 16, 0, "y", 8, 32, 96);
     REFUSED(24 + 33 + 25, "tensor[1] 'y' offset: data [32, 64) overlaps tensor[0] [0, 64)");
     /* the same the other way round: the later tensor in the file is named */
-    bb_header(&b, 3, 2, 0);
-    bb_tensor(&b, "y", 1, ne1, DT_F32, 32);
-    bb_tensor(&b, "x", 1, ne2, DT_F32, 0);
-    bb_pad(&b, 32);
-    for (int i = 0; i < 96; i++) bb_u8(&b, 0);
+    two_tensors(&b, "y", 8, 32, "x", 16, 0, 96);
     REFUSED(24 + 33 + 25, "tensor[1] 'x' offset: data [0, 64) overlaps tensor[0] [32, 64)");
-    bb_header(&b, 3, 2, 0);
-    bb_tensor(&b, "x", 1, ne1, DT_F32, 0);
-    bb_tensor(&b, "x", 1, ne1, DT_F32, 32);
-    bb_pad(&b, 32);
-    for (int i = 0; i < 64; i++) bb_u8(&b, 0);
+    two_tensors(&b, "x", 8, 0, "x", 8, 32, 64);
     REFUSED(24 + 33, "tensor[1] 'x' name: duplicate of tensor[0]");
     /* out of order but disjoint is fine */
-    bb_header(&b, 3, 2, 0);
-    bb_tensor(&b, "x", 1, ne1, DT_F32, 32);
-    bb_tensor(&b, "y", 1, ne1, DT_F32, 0);
-    bb_pad(&b, 32);
-    for (int i = 0; i < 64; i++) bb_u8(&b, 0);
+    two_tensors(&b, "x", 8, 32, "y", 8, 0, 64);
     OPENS();
 }
 
