@@ -115,7 +115,7 @@ typedef struct {
 static int ppl_parse(int argc, char **argv, ppl_opts *o)
 {
     static const char *const shared[] = {"model",     "kv-dtype",  "threads",  "batch", "block-size",
-                                         "kv-layout", "kv-window", "kv-sinks", NULL};
+                                         "kv-layout", "kv-window", "kv-sinks", "swa", NULL};
     gen_opts_default(&o->g);
     cli_opt all[GEN_OPTS_N + 1], opts[32];
     int n_all = 0, n = 0;
