@@ -399,7 +399,10 @@ TEST(engine_generates_past_4w_like_the_api)
     ctx_params(&ep.ctx);
     ep.ctx.max_seqs = 2;
     pl_engine *e = NULL;
-    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1); /* kv_check and the scheduler's invariants every step */
+    int erc = pl_engine_new(&e, M, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(erc == 0, "%s", pl_last_error());
     pl_request_params rp;
     memset(&rp, 0, sizeof rp);
     rp.prompt = prompt->ids;
@@ -426,6 +429,68 @@ TEST(engine_generates_past_4w_like_the_api)
     CHECK_MSG(same, "engine tokens differ from pl_seq_append's (mask only)");
     free(prompt);
     free(want);
+}
+
+/* A pool too small for every sequence: preemption and recomputation
+ * stream the history back through the window (from absolute position 0,
+ * blocks freed again as it goes); every request ends with all its tokens
+ * and the engine's invariant checks hold at every step. (Recomputed
+ * prefill differs from decoding by float ulps, so tokens are not compared.) */
+TEST(engine_preemption_with_swa_keeps_every_invariant)
+{
+    pl_ctx_params cp;
+    ctx_params(&cp);
+    pl_ctx *c = NULL;
+    CHECK(pl_ctx_new(&c, M, &cp) == 0);
+    pl_kv_stats ks;
+    pl_ctx_kv_stats(c, &ks);
+    pl_ctx_free(c);
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    ctx_params(&ep.ctx);
+    ep.ctx.max_seqs = 4;
+    ep.ctx.kv_mem = 10 * ks.block_bytes; /* 4 sequences of up to 4 blocks each do not fit */
+    ep.max_batch_tokens = 64;
+    pl_engine *e = NULL;
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
+    int erc = pl_engine_new(&e, M, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(erc == 0, "%s", pl_last_error());
+    enum { R = 4, G = 200 };
+    int32_t prompts[R][20];
+    pl_request *r[R];
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < 20; j++) prompts[i][j] = tok(j, 10 + i);
+        pl_request_params rp;
+        memset(&rp, 0, sizeof rp);
+        rp.prompt = prompts[i];
+        rp.n_prompt = 20;
+        rp.max_tokens = G;
+        rp.n = 1;
+        pl_sampler_params_default(&rp.sampling);
+        rp.sampling.temperature = 0;
+        rp.ignore_eos = true;
+        rp.top_logprobs = -1;
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+    }
+    int n[R] = {0}, errors = 0, done = 0;
+    for (int i = 0; i < R; i++) {
+        pl_event ev;
+        for (int k; (k = pl_request_next(r[i], &ev, 60000)) == 1;) {
+            if (ev.kind == PL_EV_ERROR) errors++;
+            else if (ev.kind == PL_EV_DONE) done += ev.completion_tokens == G;
+            else n[i]++;
+        }
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("SWA 40 in 10 blocks, %d requests x %d tokens: %llu preemptions, %llu steps", R, G,
+         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
+    CHECK_MSG(errors == 0 && done == R, "%d errors, %d of %d done", errors, done, R);
+    for (int i = 0; i < R; i++) CHECK_EQ_INT(n[i], G);
+    CHECK(mt.preemptions > 0);
 }
 
 TEST(params_errors_name_the_flags)
@@ -492,6 +557,7 @@ int main(void)
     RUN(mask_reaches_exactly_layers_times_w_minus_1_back);
     RUN(prefix_cache_hits_from_an_swa_sequence_are_valid);
     RUN(engine_generates_past_4w_like_the_api);
+    RUN(engine_preemption_with_swa_keeps_every_invariant);
     RUN(params_errors_name_the_flags);
     RUN(peer_ignores_the_key_for_llama_arch);
     pl_model_free(M);
