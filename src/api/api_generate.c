@@ -37,13 +37,15 @@
  * never the block of the last token held) and the same history; nothing is
  * rewritten, so the freed blocks keep their prefix keys and the kept ones
  * their content. Pieces are cut so that the kept tokens plus the piece fit
- * n_ctx slots (>= W + T, so at least 2 tokens a piece). Until its first
- * drop a sequence publishes its blocks to the prefix cache (their K/V are
- * those of absolute positions 0.. under the same window, so any later
- * sequence of this context that hits them computes the same); after it, it
- * stops, like a shifted kv_window sequence (the cursor's chain would need
- * the dropped blocks' keys; not done). SWA and kv_window exclude each
- * other (params_check).
+ * n_ctx slots (>= W + T, so at least 2 tokens a piece). A
+ * sequence keeps publishing its full blocks to the prefix cache across its
+ * drops (pc_register_at: its cursor's chain runs from absolute position 0,
+ * and every block is keyed after the step that fills it, before any drop
+ * can take it); their K/V are those of absolute positions 0.. under the
+ * same window, so a later sequence of this context that hits them (from
+ * position 0, at most n_ctx tokens, the rest streams through its window)
+ * computes the same, up to the float noise of another chunking, as any hit.
+ * SWA and kv_window exclude each other (params_check).
  *
  * Staged KV dtypes (KIVI): each sequence also owns a kv_stage (kv_codec.h),
  * made with it, copied by a fork, freed with it. The stage must hold the f16
@@ -522,7 +524,11 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
  * forward pass has written them. */
 static void seq_register(pl_ctx *c, ctx_seq *s)
 {
-    if (c->pc_ok && !s->shifted) pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+    if (!c->pc_ok) return;
+    if (c->swa) /* positions are absolute: the chain goes on past the front drops (file header) */
+        pc_register_at(&c->pc, &s->kv, s->tokens, (uint32_t)(s->n_dropped / c->p.block_size), &s->pcur);
+    else if (!s->shifted)
+        pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
 }
 
 
@@ -816,13 +822,15 @@ int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
     ctx_seq *s = seq_get(c, id);
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n > s->n_tokens) return err_set(PL_ERANGE, "truncate to %u > length %u", n, s->n_tokens);
-    if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n);
+    /* the cursor counts blocks from absolute position 0 (SWA's front drops included) */
+    if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n + (c->swa ? (uint32_t)s->n_dropped : 0));
     if (!c->p.no_kv_cache) seq_kv_cut(c, s, n);
     s->n_tokens = n;
     if (s->shifted && n <= win_sink_blocks(&c->p) * c->p.block_size) {
-        /* only sink tokens are left, at their original positions */
+        /* only sink tokens are left, at their original positions (SWA: none, positions restart) */
         s->shifted = false;
         s->n_dropped = 0;
+        if (c->swa) pc_cursor_init(&s->pcur);
     }
     return 0;
 }
