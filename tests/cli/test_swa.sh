@@ -51,3 +51,8 @@ check run_plain_auto_unchanged test "$("$PAGELLM" run -m "$P" -p hi -n 20 --temp
   "$("$PAGELLM" run -m "$P" -p hi -n 20 --temp 0 --swa off --json 2>/dev/null | jq -c .gen_ids)"
 # --kv-window still works with --swa off
 check run_kv_window_with_swa_off "$PAGELLM" run -m "$S" -p hello -n 100 --temp 0 --ignore-eos --kv-window 64 --swa off
+# perplexity --stream runs through the window without --ctx, and says so
+j=$("$PAGELLM" perplexity -m "$S" -f "$TXT" --stream --chunks 2 --json 2>/dev/null)
+check ppl_stream_swa jq -e '.swa == 40 and .n_dropped > 400 and .n_tokens == 1023' <<<"$j"
+j=$("$PAGELLM" perplexity -m "$S" -f "$TXT" --stream --chunks 2 --swa off --json 2>/dev/null)
+check ppl_stream_swa_off jq -e '.swa == 0 and .n_dropped == 0' <<<"$j"
