@@ -3,9 +3,10 @@
  * Per layer (x is the residual stream, one row per batch token):
  *   xn = rmsnorm(x) * attn_norm
  *   q, k, v = xn Wq, xn Wk, xn Wv (+ biases: qwen2; per-head norms: qwen3)
- *   rope(q, k) at each token's position
- *   K, V rows -> the KV cache (encoded in its dtype) at (seq, pos)
- *   att = softmax(q K^T / sqrt(hd)) V over positions 0..pos of the token's seq
+ *   rope(q, k) at each token's position (its cache slot + its seq's pos0)
+ *   K, V rows -> the KV cache (encoded in its dtype) at (seq, slot)
+ *   att = softmax(q K^T / sqrt(hd)) V over slots 0..slot of the token's seq
+ *         (with a sliding window W: slot - W + 1..slot, attn_row.lo)
  *   x += att Wo
  *   xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
  * then logits = rmsnorm(x) * output_norm  Wout  for the rows asked for.

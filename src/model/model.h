@@ -4,7 +4,7 @@
  * token with its position and sequence, each sequence with its block table.
  * The call first appends every token's K and V (after RoPE) to its
  * sequence's blocks, then lets each token attend to positions 0..pos of its
- * own sequence, so a prompt chunk and single decode tokens of other
+ * own sequence (or the last fwd_seq.window of them), so a prompt chunk and single decode tokens of other
  * sequences go through one pass, and the weights are read once per step.
  *
  * Logits are produced only for the tokens named in logit_idx.
