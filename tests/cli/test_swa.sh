@@ -2,7 +2,8 @@
 # test_swa.sh - sliding-window attention from the CLI: --swa auto|on|off on
 # run, chat, serve and perplexity (bad values and combinations refused with
 # messages naming the flags), synth --sliding-window, inspect showing the
-# window, and run generating far past --ctx with a bounded KV.
+# window, run and perplexity --stream going far past --ctx with a bounded KV,
+# and a served completion past the context.
 source "$(dirname "$0")/lib.sh"
 
 S=$T/swa40.gguf
@@ -56,3 +57,28 @@ j=$("$PAGELLM" perplexity -m "$S" -f "$TXT" --stream --chunks 2 --json 2>/dev/nu
 check ppl_stream_swa jq -e '.swa == 40 and .n_dropped > 400 and .n_tokens == 1023' <<<"$j"
 j=$("$PAGELLM" perplexity -m "$S" -f "$TXT" --stream --chunks 2 --swa off --json 2>/dev/null)
 check ppl_stream_swa_off jq -e '.swa == 0 and .n_dropped == 0' <<<"$j"
+
+# ---- serve: a completion past the context (the engine frees blocks too)
+command -v curl >/dev/null || { skip serve_swa "curl not installed"; exit 0; }
+LOG=$T/serve.log
+"$PAGELLM" serve -m "$S" --host 127.0.0.1 --port 0 --threads 2 --ctx 72 2>"$LOG" &
+SPID=$!
+trap 'kill -KILL $SPID 2>/dev/null; rm -rf "$T"' EXIT
+PORT=""
+for _ in $(seq 1 300); do
+  PORT=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$LOG" | sed 's/.*://')
+  [ -n "$PORT" ] && break
+  kill -0 "$SPID" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$PORT" ]; then
+  fail serve_swa_starts "$(tail -3 "$LOG")"
+else
+  body=$(curl -s --max-time 120 -H 'Content-Type: application/json' \
+    --data '{"prompt":"hello","max_tokens":300,"temperature":0,"ignore_eos":true}' "http://127.0.0.1:$PORT/v1/completions")
+  check serve_swa_completion_past_ctx jq -e '.usage.completion_tokens == 300 and .choices[0].finish_reason == "length"' <<<"$body"
+  kill -TERM "$SPID"
+  for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+  wait "$SPID"; rc=$?
+  check serve_swa_clean_exit test "$rc" -eq 0
+fi
