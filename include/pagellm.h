@@ -93,6 +93,8 @@ typedef struct {
     uint32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size, ctx_train;
     uint32_t rope_dim;
     float rope_base, norm_eps;
+    uint32_t sliding_window; /* <arch>.attention.sliding_window (0 if none): applied by default
+                                (pl_ctx_params.swa) */
     char tokenizer[32];      /* tokenizer.ggml.model */
     uint64_t weights_bytes;  /* sum of tensor data */
     uint64_t weights_elements;
@@ -112,6 +114,7 @@ typedef struct {
     const char *type;       /* weight type name: "f32" (default), "f16", "q8_0", ... */
     const char *out_path;
     const char *arch;       /* "llama" (default), "qwen2" (q/k/v biases), "qwen3" (q/k norms) */
+    uint32_t sliding_window; /* written as <arch>.attention.sliding_window if > 0 (Mistral's key) */
 } pl_synth_params;
 
 /* Writes a deterministic synthetic llama-family GGUF. */
@@ -174,9 +177,8 @@ void pl_model_free(pl_model *m);
 const pl_vocab *pl_model_vocab(const pl_model *m);
 uint32_t pl_model_n_vocab(const pl_model *m);
 uint32_t pl_model_n_ctx_train(const pl_model *m);
-/* <arch>.attention.sliding_window of the file (0 if none). Not applied by
- * default, as llama.cpp does not for llama-family models; pass it as
- * pl_ctx_params.kv_window to apply it. */
+/* <arch>.attention.sliding_window of the file (0 if none). Applied by
+ * default (pl_ctx_params.swa): see there. */
 uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
@@ -211,7 +213,26 @@ typedef struct {
      * exactly sinks + window); not with no_kv_cache or KIVI dtypes. */
     uint32_t kv_window;
     uint32_t kv_sinks;
+    /* Sliding-window attention (SWA) for models that declare a window W
+     * (<arch>.attention.sliding_window, e.g. Mistral 7B v0.1: 4096): the
+     * token at absolute position p attends exactly to positions
+     * p - W + 1..p (HF transformers' / vLLM's semantics), positions stay
+     * absolute (no re-rotation), and the KV blocks that lie wholly before
+     * the window of every later token are freed, so a sequence holds about
+     * W + one block of KV and runs past n_ctx and the train context.
+     * PL_SWA_AUTO (0, default): on when the model declares W; PL_SWA_ON:
+     * the same, but an error for a model without W; PL_SWA_OFF: full causal
+     * attention (what llama.cpp does for llama-arch models). With SWA on,
+     * n_ctx is the KV slots one sequence holds at most: 0 = W + block_size
+     * + min(max_batch, 512); if n_ctx <= W the window never binds and
+     * sequences stop at n_ctx; otherwise n_ctx >= W + block_size. Not with
+     * kv_window (use PL_SWA_OFF for that). swa_keep_blocks (for tests and
+     * diagnosis): apply the mask but free nothing (sequences stop at n_ctx). */
+    int swa;
+    bool swa_keep_blocks;
 } pl_ctx_params;
+
+enum { PL_SWA_AUTO = 0, PL_SWA_ON = 1, PL_SWA_OFF = 2 };
 
 void pl_ctx_params_default(pl_ctx_params *p);
 
@@ -223,6 +244,12 @@ void pl_ctx_free(pl_ctx *c);
 uint32_t pl_ctx_n_ctx(const pl_ctx *c);
 /* The window of pl_ctx_params.kv_window (0: none; sequences stop at n_ctx). */
 uint32_t pl_ctx_kv_window(const pl_ctx *c);
+/* The sliding-window attention in force (pl_ctx_params.swa): the model's W,
+ * or 0 when it does not apply (off, no W, or n_ctx <= W). */
+uint32_t pl_ctx_swa(const pl_ctx *c);
+/* Whether sequences run past n_ctx (a kv_window, or SWA that frees blocks);
+ * pl_seq_n_dropped then counts the tokens no longer held. */
+bool pl_ctx_unbounded(const pl_ctx *c);
 
 /* A new empty sequence; PL_ERR_FULL if max_seqs are alive or (static) the
  * pool cannot reserve it. */
@@ -248,8 +275,9 @@ int pl_seq_append_all(pl_ctx *c, int32_t seq, const int32_t *tokens, size_t n, f
 int pl_seq_step(pl_ctx *c, const int32_t *seqs, const int32_t *tokens, size_t n, float *logits);
 /* Keeps the first n tokens and forgets the rest (n <= length). */
 int pl_seq_truncate(pl_ctx *c, int32_t seq, uint32_t n);
-/* With a window (pl_ctx_params.kv_window): the tokens dropped from the
- * sequence so far; pl_seq_len and pl_seq_tokens count and list only the
+/* With a window (pl_ctx_params.kv_window, or SWA freeing blocks): the
+ * tokens dropped from the sequence so far (for SWA: from its front, so the
+ * next token's position is pl_seq_len + this); pl_seq_len and pl_seq_tokens count and list only the
  * kept ones. With a window, an append longer than the window is run in
  * pieces, and a failure part-way leaves the pieces already run. */
 uint64_t pl_seq_n_dropped(const pl_ctx *c, int32_t seq);

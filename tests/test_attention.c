@@ -194,8 +194,8 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
                         attn_row rr[8], rs[8];
                         for (int i = 0; i < rep * hd; i++) q[i] = 0.8f * rng_gauss();
                         for (int r = 0; r < rep; r++) {
-                            rr[r] = (attn_row){q + r * hd, o_ref + r * hd, n, g};
-                            rs[r] = (attn_row){q + r * hd, o_simd + r * hd, n, g};
+                            rr[r] = (attn_row){q + r * hd, o_ref + r * hd, n, g, 0};
+                            rs[r] = (attn_row){q + r * hd, o_simd + r * hd, n, g, 0};
                         }
                         const float scale = 1.0f / sqrtf((float)hd);
                         CHECK(rep <= attn_rows_max(n));
@@ -241,15 +241,15 @@ static int rows_independent(attn_fn fn, const fake_kv *f, int n_g, int rep, int 
     for (int i = 0; i < R * hd; i++) q[i] = 0.8f * rng_gauss();
     for (int v = 0; ok && v < R; v++) {
         const int g = v / (rep * n_tok), n = base + (v % (rep * n_tok)) / rep + 1;
-        all[v] = (attn_row){q + v * hd, o_all + v * hd, n, g};
-        rev[R - 1 - v] = (attn_row){q + v * hd, o_rev + v * hd, n, g};
+        all[v] = (attn_row){q + v * hd, o_all + v * hd, n, g, 0};
+        rev[R - 1 - v] = (attn_row){q + v * hd, o_rev + v * hd, n, g, 0};
     }
     const float scale = 1.0f / sqrtf((float)hd);
     if (ok) {
         fn(&f->kv, all, R, scale, scratch, sf);
         fn(&f->kv, rev, R, scale, scratch, sf);
         for (int v = 0; v < R; v++) {
-            const attn_row one = {q + v * hd, o_one + v * hd, all[v].n_ctx, all[v].g};
+            const attn_row one = {q + v * hd, o_one + v * hd, all[v].n_ctx, all[v].g, all[v].lo};
             fn(&f->kv, &one, 1, scale, scratch, sf);
         }
         for (int v = 0; ok && v < R; v++)
@@ -317,7 +317,7 @@ TEST(fp8_every_code_reads_as_the_codec_decodes_it)
         }
         const size_t sf = attn_scratch_floats(1, 256);
         float *scratch = malloc(sizeof(float) * sf);
-        attn_row r0 = {q, o[0], 1, 0}, r1 = {q, o[1], 1, 0};
+        attn_row r0 = {q, o[0], 1, 0, 0}, r1 = {q, o[1], 1, 0, 0};
         attn_paged_ref(&f.kv, &r0, 1, 0.0625f, scratch, sf);
         if (attn_avx2_available()) attn_paged_avx2(&f.kv, &r1, 1, 0.0625f, scratch, sf);
         else memcpy(o[1], o[0], sizeof o[0]);
@@ -341,7 +341,7 @@ TEST(dispatch_follows_kern_init)
     const size_t sf = attn_scratch_floats(300, 64);
     float *scratch = malloc(sizeof(float) * sf), q[64], o[3][64];
     for (int i = 0; i < 64; i++) q[i] = rng_gauss();
-    attn_row r0 = {q, o[0], 300, 0}, r1 = {q, o[1], 300, 0}, r2 = {q, o[2], 300, 0};
+    attn_row r0 = {q, o[0], 300, 0, 0}, r1 = {q, o[1], 300, 0, 0}, r2 = {q, o[2], 300, 0, 0};
     kern_init(1);
     attn_paged(&f.kv, &r0, 1, 0.125f, scratch, sf);
     attn_paged_ref(&f.kv, &r1, 1, 0.125f, scratch, sf);
@@ -389,7 +389,7 @@ static void bench(void)
         float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * 16 * hd), *o = malloc(sizeof(float) * 16 * hd);
         for (int i = 0; i < 16 * hd; i++) q[i] = rng_gauss();
         attn_row rows[16];
-        for (int v = 0; v < 16; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n - 15 + v, 0};
+        for (int v = 0; v < 16; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n - 15 + v, 0, 0};
         double t0 = now_s();
         attn_paged_ref(&f.kv, rows, 1, 0.125f, scratch, sf);
         double t_ref = now_s() - t0;
@@ -424,7 +424,7 @@ static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
         float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * hd), *o = malloc(sizeof(float) * R * hd);
         for (int i = 0; i < R * hd; i++) q[i] = rng_gauss();
         attn_row rows[ATTN_ROWS_CAP];
-        for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n, v / rep};
+        for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n, v / rep, 0};
         double t0 = now_s();
         for (int i = 0; i < reps; i++)
             for (int l = 0; l < L; l++) attn_paged_avx2(&f[l].kv, rows, R, 0.125f, scratch, sf);

@@ -38,7 +38,7 @@ static const char *tiny_path(void)
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/synth-tiny-f32.gguf", dir);
     if (!file_exists(path)) {
-        pl_synth_params sp = {"tiny", 1, NULL, "f32", path, "llama"};
+        pl_synth_params sp = {"tiny", 1, NULL, "f32", path, "llama", 0};
         if (pl_synth(&sp) != 0) return NULL;
     }
     return path;

@@ -85,7 +85,7 @@ static int chat_turn(pl_ctx *c, pl_model *m, int32_t seq, pl_sampler *s, float *
     if (pl_chat_render(m, log->msgs, log->n, true, &prompt, &tpl) != 0) return -1;
     int rc = pl_tokenize(v, prompt, strlen(prompt), pl_vocab_add_bos(v), true, &ids, &n_ids);
     if (rc) { pl_free(prompt); return rc; }
-    if (!pl_ctx_kv_window(c) && n_ids + (size_t)n_predict > pl_ctx_n_ctx(c)) {
+    if (!pl_ctx_unbounded(c) && n_ids + (size_t)n_predict > pl_ctx_n_ctx(c)) {
         pl_free(ids);
         fprintf(stderr, "pagellm chat: the conversation (%zu tokens + %d to generate) no longer fits the context of %u tokens\n",
                 n_ids, n_predict, pl_ctx_n_ctx(c));

@@ -94,6 +94,12 @@ static void inspect_print_model(const pl_file_info *in)
     printf("  vocab %u  context %u  rope dims %u  rope base %g  norm eps %g  tokenizer %s\n", in->vocab_size,
            in->ctx_train, in->rope_dim, (double)in->rope_base, (double)in->norm_eps,
            in->tokenizer[0] ? in->tokenizer : "(none)");
+    if (in->sliding_window)
+        printf("  sliding window %u: applied by default (each token attends to the last %u positions, KV blocks "
+               "before them freed; --swa off for full attention, as llama.cpp does for llama-arch models)\n",
+               in->sliding_window, in->sliding_window);
+    else
+        printf("  sliding window none (full causal attention)\n");
     printf("\nweights: %llu bytes (%s), %llu elements\n", (unsigned long long)in->weights_bytes,
            cli_human_bytes((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements);
     printf("  %-8s %8s %14s %14s\n", "type", "tensors", "elements", "bytes");
@@ -177,6 +183,7 @@ static json_t *inspect_json_model(const pl_file_info *in)
     json_object_set_new(o, "ffn_dim", json_integer(in->ffn_dim));
     json_object_set_new(o, "vocab_size", json_integer(in->vocab_size));
     json_object_set_new(o, "ctx_train", json_integer(in->ctx_train));
+    json_object_set_new(o, "sliding_window", json_integer(in->sliding_window));
     json_object_set_new(o, "rope_dim", json_integer(in->rope_dim));
     json_object_set_new(o, "rope_base", inspect_json_f32(in->rope_base));
     json_object_set_new(o, "norm_eps", inspect_json_f32(in->norm_eps));

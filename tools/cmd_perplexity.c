@@ -115,7 +115,7 @@ typedef struct {
 static int ppl_parse(int argc, char **argv, ppl_opts *o)
 {
     static const char *const shared[] = {"model",     "kv-dtype",  "threads",  "batch", "block-size",
-                                         "kv-layout", "kv-window", "kv-sinks", NULL};
+                                         "kv-layout", "kv-window", "kv-sinks", "swa", NULL};
     gen_opts_default(&o->g);
     cli_opt all[GEN_OPTS_N + 1], opts[32];
     int n_all = 0, n = 0;
@@ -887,10 +887,10 @@ static void stream_print(const ppl_run *r, const stream_run *st, const pl_ctx_pa
                                                   "to", (json_int_t)((i + 1) * st->segment < st->n ? (i + 1) * st->segment : st->n),
                                                   "n", (json_int_t)st->seg[i].n, "ppl",
                                                   jreal(exp(msum_mean(&st->seg[i])))));
-        json_t *j = json_pack("{s:s, s:o, s:o, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:o}",
+        json_t *j = json_pack("{s:s, s:o, s:o, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:o}",
                               "mode", "stream", "ppl", jreal(ppl), "ppl_err", jreal(err), "nll_mean", msum_mean(a),
                               "n_tokens", (json_int_t)a->n, "n_text_tokens", (json_int_t)r->n_ids, "n_ctx",
-                              (json_int_t)cp->n_ctx, "kv_window", (json_int_t)cp->kv_window, "kv_sinks",
+                              (json_int_t)cp->n_ctx, "swa", (json_int_t)pl_ctx_swa(r->c), "kv_window", (json_int_t)cp->kv_window, "kv_sinks",
                               (json_int_t)cp->kv_sinks, "kv_sinks_effective", (json_int_t)sinks_eff, "block_size",
                               (json_int_t)cp->block_size, "n_dropped", (json_int_t)st->dropped, "kv_dtype",
                               r->me.kv_dtype, "model", r->me.model, "seconds", r->seconds, "tok_s", tok_s,
@@ -905,6 +905,9 @@ static void stream_print(const ppl_run *r, const stream_run *st, const pl_ctx_pa
     if (cp->kv_window)
         printf(", window %u + sinks %u (%u in whole blocks of %u), %llu tokens dropped)\n", cp->kv_window,
                cp->kv_sinks, sinks_eff, cp->block_size, (unsigned long long)st->dropped);
+    else if (pl_ctx_swa(r->c))
+        printf(", sliding-window attention over the last %u positions, %llu tokens dropped)\n", pl_ctx_swa(r->c),
+               (unsigned long long)st->dropped);
     else
         printf(", full attention over up to %u positions)\n", st->n);
     printf("segments  ");
@@ -932,7 +935,9 @@ static int stream_main(ppl_run *r, const char *text, size_t len, pl_ctx_params c
     }
     st.n = (uint32_t)n;
     const uint32_t train = pl_model_n_ctx_train(r->m);
-    if (!cp.kv_window) {
+    /* sliding-window attention runs any length through its window, like --kv-window */
+    const bool swa = pl_model_sliding_window(r->m) && cp.swa != PL_SWA_OFF;
+    if (!cp.kv_window && !swa) {
         if (o->g.ctx && (uint32_t)o->g.ctx < st.n - 1) {
             cli_error(CMD, "the stream of %u tokens does not fit --ctx %d: give --kv-window W (and --kv-sinks S), or "
                       "a larger --ctx", st.n, o->g.ctx);

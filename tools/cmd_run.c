@@ -107,7 +107,7 @@ static int run_generate(const run_opts *o, pl_model *m, pl_ctx *c, const char *p
     int rc = logits ? 0 : -3;
     if (!rc) rc = pl_tokenize(v, prompt, plen, !o->no_bos && pl_vocab_add_bos(v), o->special, &ids, &n_ids);
     if (!rc && n_ids == 0) { cli_error("run", "the prompt is empty (no tokens)"); free(logits); return 2; }
-    if (!rc && !pl_ctx_kv_window(c) && n_ids >= pl_ctx_n_ctx(c)) {
+    if (!rc && !pl_ctx_unbounded(c) && n_ids >= pl_ctx_n_ctx(c)) {
         cli_error("run", "prompt of %zu tokens does not fit the context of %u tokens (--ctx)", n_ids, pl_ctx_n_ctx(c));
         free(ids); free(logits);
         return 2;

@@ -96,9 +96,12 @@ static int serve_engine_params(const serve_opts *o, const pl_model *m, pl_engine
     if (ep->ctx.n_ctx == 0) {
         /* decided here rather than by the engine, so that request checks use the same number;
          * with a window the context is the sinks (in whole blocks) + the window, as pl_ctx's default */
-        uint32_t train = pl_model_n_ctx_train(m), bs = ep->ctx.block_size;
+        uint32_t train = pl_model_n_ctx_train(m), bs = ep->ctx.block_size, w = pl_model_sliding_window(m);
         ep->ctx.n_ctx = ep->ctx.kv_window ? (ep->ctx.kv_sinks + bs - 1) / bs * bs + ep->ctx.kv_window
                                           : train && train < 4096 ? train : 4096;
+        /* sliding-window attention: the KV slots pl_ctx's default gives (pagellm.h) */
+        if (!ep->ctx.kv_window && w && ep->ctx.swa != PL_SWA_OFF)
+            ep->ctx.n_ctx = w + bs + (ep->ctx.max_batch < 512 ? ep->ctx.max_batch : 512);
     }
     ep->max_batch_tokens = (uint32_t)o->g.batch;
     ep->max_queue = (uint32_t)o->max_queue;
@@ -114,6 +117,9 @@ static void serve_model_ctx(const serve_opts *o, const pl_model *m, uint32_t n_c
     mc->vocab = pl_model_vocab(m);
     mc->n_ctx = n_ctx;
     mc->kv_window = (uint32_t)o->g.kv_window;
+    /* sliding-window attention that frees blocks runs past n_ctx like a window (pl_ctx_unbounded) */
+    const uint32_t w = pl_model_sliding_window(m);
+    if (!mc->kv_window && w && strcmp(o->g.swa, "off") != 0 && n_ctx > w) mc->kv_window = w;
     gen_opts_sampler_params(&o->g, &mc->defaults);
     mc->random_seed = o->g.seed == SEED_UNSET;
     if (mc->random_seed) mc->defaults.seed = 0;

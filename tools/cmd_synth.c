@@ -11,6 +11,7 @@ int cmd_synth(int argc, char **argv)
 {
     const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = "llama";
     uint64_t seed = 1;
+    int swa = 0;
     bool list = false;
     const cli_opt opts[] = {
         {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
@@ -19,6 +20,7 @@ int cmd_synth(int argc, char **argv)
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_K, q6_K"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
         {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default), qwen2 (q/k/v biases), qwen3 (q/k norms)"},
+        {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
         {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
         {0},
     };
@@ -43,7 +45,7 @@ int cmd_synth(int argc, char **argv)
         cli_error("synth", "bad value '%s' for --arch (llama, qwen2, qwen3)", arch);
         return 2;
     }
-    pl_synth_params p = {shape, seed, vocab, type, out, arch};
+    pl_synth_params p = {shape, seed, vocab, type, out, arch, (uint32_t)swa};
     if (pl_synth(&p) != 0) {
         cli_error("synth", "%s", pl_last_error());
         return 1;

@@ -14,6 +14,7 @@ void gen_opts_default(gen_opts *o)
     o->max_seqs = 1;
     o->kv_layout = "paged";
     o->kv_dtype = "f16";
+    o->swa = "auto";
     o->temp = sp.temperature;
     o->top_k = sp.top_k;
     o->top_p = sp.top_p;
@@ -28,13 +29,14 @@ void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
 {
     const cli_opt add[GEN_OPTS_N] = {
         {"model", 'm', CLI_STR, &o->model, 0, 0, "GGUF", "model file (required)"},
-        {"ctx", 'c', CLI_INT, &o->ctx, 1, 1 << 20, "N", "max tokens per sequence (default min(train ctx, 4096); with --kv-window: sinks + window)"},
+        {"ctx", 'c', CLI_INT, &o->ctx, 1, 1 << 20, "N", "max tokens per sequence (default min(train ctx, 4096); with --kv-window: sinks + window; with sliding-window attention: KV slots held, default window + block + min(batch, 512))"},
         {"kv-mem", 0, CLI_SIZE, &o->kv_mem, 1, 1e15, "BYTES", "KV pool size, e.g. 512M (default: enough for the context)"},
         {"block-size", 0, CLI_INT, &o->block_size, 1, 4096, "N", "tokens per KV block (default 16)"},
         {"kv-layout", 0, CLI_STR, &o->kv_layout, 0, 0, "L", "paged (default) | static (reserve the whole context per sequence)"},
         {"kv-dtype", 0, CLI_STR, &o->kv_dtype, 0, 0, "T", "KV element type: f16 (default), f32, bf16, q8_0, q4_0, fp8_e4m3 (fp8), fp8_e5m2, kivi4 (int4), kivi2 (int2); `pagellm kvcalc` shows their bytes"},
         {"kv-window", 0, CLI_INT, &o->kv_window, 1, 1 << 20, "W", "sliding window: keep the last W tokens (+ sinks), dropping whole blocks, and run past --ctx and the train context"},
         {"kv-sinks", 0, CLI_INT, &o->kv_sinks, 0, 1 << 20, "S", "with --kv-window: keep the first S tokens too, pinned in whole blocks (default 4, StreamingLLM's; 0 = window only)"},
+        {"swa", 0, CLI_STR, &o->swa, 0, 0, "M", "sliding-window attention of models that declare one (Mistral: 4096): auto (default) = the model's window, each token attends to the last W positions and older KV blocks are freed, so runs go past --ctx; on = the same, an error without one; off = full attention (llama.cpp's choice for llama-arch models); not with --kv-window"},
         {"no-kv-cache", 0, CLI_FLAG, &o->no_kv_cache, 0, 0, NULL, "recompute every earlier token at each step (O(n^2) baseline)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads (default: one per core)"},
         {"batch", 'b', CLI_INT, &o->batch, 1, 65536, "N", "tokens per forward pass / prefill chunk (default 512)"},
@@ -45,7 +47,7 @@ void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
         {"repeat-penalty", 0, CLI_FLOAT, &o->repeat_penalty, 0.01, 100, "X", "repetition penalty, 1 = off (default 1)"},
         {"repeat-last-n", 0, CLI_INT, &o->repeat_last_n, 0, 1 << 20, "N", "tokens the penalty looks back (default 64)"},
         {"seed", 's', CLI_U64, &o->seed, 0, 0, "N", "sampling seed (default 0)"},
-        {0}, {0},
+        {0},
     };
     for (int i = 0; i < GEN_OPTS_N && add[i].name; i++) t[(*n)++] = add[i];
 }
@@ -63,6 +65,10 @@ int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp)
     cp->kv_window = (uint32_t)o->kv_window;
     cp->kv_sinks = o->kv_sinks >= 0 ? (uint32_t)o->kv_sinks : o->kv_window ? 4 : 0;
     if (o->kv_sinks > 0 && !o->kv_window) { cli_error(cmd, "--kv-sinks %d needs --kv-window W", o->kv_sinks); return 2; }
+    if (strcmp(o->swa, "auto") == 0) cp->swa = PL_SWA_AUTO;
+    else if (strcmp(o->swa, "on") == 0) cp->swa = PL_SWA_ON;
+    else if (strcmp(o->swa, "off") == 0) cp->swa = PL_SWA_OFF;
+    else { cli_error(cmd, "bad value '%s' for --swa (auto | on | off)", o->swa); return 2; }
     if (strcmp(o->kv_layout, "paged") == 0) cp->layout = PL_KV_PAGED;
     else if (strcmp(o->kv_layout, "static") == 0) cp->layout = PL_KV_STATIC;
     else { cli_error(cmd, "bad value '%s' for --kv-layout (paged | static)", o->kv_layout); return 2; }

@@ -13,6 +13,7 @@ typedef struct {
     int kv_window, kv_sinks; /* kv_sinks -1: unset (4 with a window) */
     uint64_t kv_mem;
     const char *kv_layout, *kv_dtype;
+    const char *swa; /* auto | on | off */
     bool no_kv_cache;
     double temp, top_p, min_p, repeat_penalty;
     int top_k, repeat_last_n;

@@ -62,7 +62,7 @@ int generate(pl_ctx *c, const pl_model *m, int32_t seq, pl_sampler *s, float *lo
         if (n > 0 && emit(st, cfg, &r, &cap, piece, (size_t)n, buf)) { r.stop_reason = "stop"; break; }
         if (r.n_ids == cfg->max_tokens) break;
         /* a window drops old blocks instead: only max_tokens ends it */
-        if (!pl_ctx_kv_window(c) && pl_seq_len(c, seq) >= pl_ctx_n_ctx(c)) { r.stop_reason = "length"; break; }
+        if (!pl_ctx_unbounded(c) && pl_seq_len(c, seq) >= pl_ctx_n_ctx(c)) { r.stop_reason = "length"; break; }
         rc = pl_seq_append(c, seq, &id, 1, logits);
     }
     r.decode_s = now_seconds() - t0;

@@ -27,6 +27,26 @@
  * takes hits (its blocks are not at the positions their keys name); its
  * sink blocks keep the keys they had. n_dropped counts the tokens gone.
  *
+ * Sliding-window attention (pl_ctx_params.swa, the model's W; c->swa is the
+ * W in force, 0 if none): every forward pass gets fwd_seq.window = W and
+ * pos0 = n_dropped, so the token at cache slot j (absolute position
+ * pos0 + j) attends to slots > j - W and is rotated at its absolute
+ * position. When blocks are freed (c->swa and not swa_keep_blocks: "slides"
+ * below), an append first drops from the FRONT of the table the full
+ * blocks wholly before the window of its first new token (kv_seq_drop_front,
+ * never the block of the last token held) and the same history; nothing is
+ * rewritten, so the freed blocks keep their prefix keys and the kept ones
+ * their content. Pieces are cut so that the kept tokens plus the piece fit
+ * n_ctx slots (>= W + T, so at least 2 tokens a piece). A
+ * sequence keeps publishing its full blocks to the prefix cache across its
+ * drops (pc_register_at: its cursor's chain runs from absolute position 0,
+ * and every block is keyed after the step that fills it, before any drop
+ * can take it); their K/V are those of absolute positions 0.. under the
+ * same window, so a later sequence of this context that hits them (from
+ * position 0, at most n_ctx tokens, the rest streams through its window)
+ * computes the same, up to the float noise of another chunking, as any hit.
+ * SWA and kv_window exclude each other (params_check).
+ *
  * Staged KV dtypes (KIVI): each sequence also owns a kv_stage (kv_codec.h),
  * made with it, copied by a fork, freed with it. The stage must hold the f16
  * rows of positions [n / T x T, n) of the sequence's n KV tokens whenever a
@@ -129,8 +149,10 @@ typedef struct {
     int32_t *tokens;   /* [n_ctx] history */
     uint32_t n_tokens;
     pc_cursor pcur;    /* prefix cache: full blocks registered so far */
-    uint64_t n_dropped; /* window: tokens dropped from the middle so far */
-    bool shifted;       /* window: positions compacted; no prefix-cache use (file header) */
+    uint64_t n_dropped; /* window: tokens dropped from the middle so far; SWA: from the front
+                           (= the absolute position of slot 0) */
+    bool shifted;       /* window: positions compacted; SWA: blocks dropped; no prefix-cache
+                           publishing (file header) */
 } ctx_seq;
 
 struct pl_ctx {
@@ -148,7 +170,15 @@ struct pl_ctx {
     fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
     float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
     float *shift_scratch;           /* window: kv_shift_scratch_floats(pool) */
+    uint32_t swa;                   /* sliding-window attention in force (file header), 0 = none */
 };
+
+/* Whether sequences run past n_ctx by dropping blocks: a kv_window, or SWA
+ * that frees the blocks before the window. */
+static bool ctx_slides(const pl_ctx *c)
+{
+    return c->p.kv_window || (c->swa && !c->p.swa_keep_blocks && !c->p.no_kv_cache);
+}
 
 void pl_ctx_params_default(pl_ctx_params *p)
 {
@@ -185,9 +215,41 @@ static int window_check(const pl_ctx_params *p)
     return 0;
 }
 
-static int params_check(const pl_model *pm, pl_ctx_params *p)
+/* The sliding-window attention that applies (*swa, 0 = none), after
+ * filling the default n_ctx of an SWA context. */
+static int swa_check(const model_config *c, pl_ctx_params *p, uint32_t *swa)
+{
+    const uint32_t w = c->sliding_window;
+    *swa = 0;
+    if (p->swa != PL_SWA_AUTO && p->swa != PL_SWA_ON && p->swa != PL_SWA_OFF)
+        return err_set(PL_EINVAL, "swa (--swa) %d: expected auto, on or off", p->swa);
+    if (p->swa == PL_SWA_ON && w == 0)
+        return err_set(PL_EINVAL, "--swa on: the model declares no sliding window (%s.attention.sliding_window)",
+                       c->arch_name);
+    if (p->swa == PL_SWA_OFF || w == 0) return 0;
+    if (p->kv_window)
+        return err_set(PL_EINVAL, "--kv-window cannot be combined with the model's sliding-window attention "
+                       "(sliding_window %u, --swa auto|on): SWA already keeps only the last %u tokens' KV; pass "
+                       "--swa off to use --kv-window instead", w, w);
+    if (p->n_ctx == 0 && p->block_size && p->max_batch) {
+        const uint32_t piece = p->max_batch < 512 ? p->max_batch : 512;
+        const uint64_t n = (uint64_t)w + p->block_size + piece;
+        p->n_ctx = n > 1u << 20 ? 1u << 20 : (uint32_t)n;
+    }
+    if (p->n_ctx <= w) return 0; /* the window never binds: full attention is the same */
+    if (!p->swa_keep_blocks && !p->no_kv_cache && p->n_ctx < w + p->block_size)
+        return err_set(PL_EINVAL, "n_ctx (--ctx) %u with sliding-window attention %u: at least the window + one "
+                       "KV block (%u), or at most the window (then it never slides); or --swa off",
+                       p->n_ctx, w, w + p->block_size);
+    *swa = w;
+    return 0;
+}
+
+static int params_check(const pl_model *pm, pl_ctx_params *p, uint32_t *swa)
 {
     const model_config *c = &pm->m->cfg;
+    int src = swa_check(c, p, swa);
+    if (src) return src;
     if (p->kv_window > 1u << 20 || p->kv_sinks > 1u << 20)
         return err_set(PL_EINVAL, "kv_window (--kv-window) %u / kv_sinks (--kv-sinks) %u too large (at most %u)",
                        p->kv_window, p->kv_sinks, 1u << 20);
@@ -229,7 +291,7 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     if (!c) return PL_ENOMEM;
     c->pm = pm;
     c->p = *params;
-    int rc = params_check(pm, &c->p);
+    int rc = params_check(pm, &c->p, &c->swa);
     if (rc) { free(c); return rc; }
     kern_init(0);
     c->tp = tp_new(c->p.n_threads);
@@ -279,6 +341,8 @@ void pl_ctx_free(pl_ctx *c)
 
 uint32_t pl_ctx_n_ctx(const pl_ctx *c) { return c->p.n_ctx; }
 uint32_t pl_ctx_kv_window(const pl_ctx *c) { return c->p.kv_window; }
+uint32_t pl_ctx_swa(const pl_ctx *c) { return c->swa; }
+bool pl_ctx_unbounded(const pl_ctx *c) { return ctx_slides(c); }
 
 static ctx_seq *seq_get(const pl_ctx *c, int32_t id)
 {
@@ -343,6 +407,13 @@ typedef struct {
     bool all;       /* logits gets a row for every token, written in place */
 } core_item;
 
+/* The forward pass's view of s: its table, stage, and SWA's window and
+ * absolute position of slot 0 (a kv_window's drops compact positions: 0). */
+static fwd_seq seq_fwd(const pl_ctx *c, const ctx_seq *s, kv_stage *stage)
+{
+    return (fwd_seq){s->kv.table, s->kv.n_blocks, stage, c->swa ? (uint32_t)s->n_dropped : 0, c->swa};
+}
+
 static int step_core(pl_ctx *c, const core_item *it, int n_items)
 {
     int rc = 0, k = 0, n_logits = 0;
@@ -360,7 +431,7 @@ static int step_core(pl_ctx *c, const core_item *it, int n_items)
         /* a staged sequence's stage holds the rows its next write continues (see the top) */
         assert(!s->stage.rows || it[i].from % c->p.block_size == 0 ||
                (s->stage_end >= it[i].from && (s->stage_end - 1) / c->p.block_size == it[i].from / c->p.block_size));
-        c->b_fseq[i] = (fwd_seq){s->kv.table, s->kv.n_blocks, s->stage.rows ? &s->stage : NULL};
+        c->b_fseq[i] = seq_fwd(c, s, s->stage.rows ? &s->stage : NULL);
         for (uint32_t j = 0; j < it[i].n; j++, t++) {
             c->b_tok[t] = it[i].s->tokens[it[i].from + j];
             c->b_pos[t] = (int32_t)(it[i].from + j);
@@ -402,7 +473,7 @@ static void stage_rebuild(pl_ctx *c, ctx_seq *s, uint32_t n)
             c->b_pos[j] = (int32_t)(at + j);
             c->b_seq[j] = 0;
         }
-        c->b_fseq[0] = (fwd_seq){s->kv.table, s->kv.n_blocks, &s->stage};
+        c->b_fseq[0] = seq_fwd(c, s, &s->stage);
         fwd_batch b = {(int)k, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, 1, c->b_lidx, 0};
         int rc = model_forward(c->pm->m, c->fs, &c->pool, &b, NULL);
         assert(rc == 0); /* it fails only for a dtype pl_ctx_new refused */
@@ -440,7 +511,7 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
 {
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n == 0) return err_set(PL_EINVAL, "append of 0 tokens");
-    if (!c->p.kv_window && n > c->p.n_ctx - s->n_tokens) /* a window runs any length in pieces */
+    if (!ctx_slides(c) && n > c->p.n_ctx - s->n_tokens) /* a window runs any length in pieces */
         return err_set(PL_ERANGE, "sequence of %u tokens + %zu new would exceed the context of %u tokens",
                        s->n_tokens, n, c->p.n_ctx);
     for (size_t i = 0; i < n; i++)
@@ -453,11 +524,47 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
  * forward pass has written them. */
 static void seq_register(pl_ctx *c, ctx_seq *s)
 {
-    if (c->pc_ok && !s->shifted) pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+    if (!c->pc_ok) return;
+    if (c->swa) /* positions are absolute: the chain goes on past the front drops (file header) */
+        pc_register_at(&c->pc, &s->kv, s->tokens, (uint32_t)(s->n_dropped / c->p.block_size), &s->pcur);
+    else if (!s->shifted)
+        pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
 }
 
 
 /* ---------------------------------------------------------------- window */
+
+/* SWA: front blocks of s that lie wholly before the window of its next
+ * token (slot h = tokens held attends to slots > h - W), but never the block
+ * of its last token (so slots stay aligned with blocks). */
+static uint32_t swa_drop_blocks(const pl_ctx *c, const ctx_seq *s)
+{
+    const uint32_t h = s->kv.n_tokens, t = c->p.block_size;
+    if (h == 0 || h + 1 <= c->swa) return 0;
+    const uint32_t k = (h + 1 - c->swa) / t, last = (h - 1) / t;
+    return k < last ? k : last;
+}
+
+/* SWA's drop before an append of n tokens: frees the front blocks, moves the
+ * history down; positions stay absolute (pos0 = n_dropped grows). PL_ERANGE
+ * if the kept tokens and n do not fit n_ctx slots. */
+static int seq_swa_room(pl_ctx *c, ctx_seq *s, uint32_t n)
+{
+    const uint32_t k = swa_drop_blocks(c, s), gone = k * c->p.block_size;
+    if (s->kv.n_tokens - gone + (uint64_t)n > c->p.n_ctx)
+        return err_set(PL_ERANGE, "sliding window: %u tokens at once do not fit the %u KV slots of a sequence "
+                       "(%u kept for the window of %u)", n, c->p.n_ctx, s->kv.n_tokens - gone, c->swa);
+    if (k == 0) return 0;
+    int rc = kv_seq_drop_front(&s->kv, k);
+    if (rc) return rc;
+    s->stage_end = s->stage_end > gone ? s->stage_end - gone : 0; /* its block is kept: slots move down */
+    memmove(s->tokens, s->tokens + gone, (size_t)(s->n_tokens - gone) * sizeof *s->tokens);
+    s->n_tokens -= gone;
+    s->n_dropped += gone;
+    s->shifted = true;
+    assert(s->n_tokens == s->kv.n_tokens);
+    return 0;
+}
 
 /* Blocks to drop after the sinks so that n more tokens fit s's window
  * (0 if they fit already). */
@@ -473,6 +580,7 @@ static uint32_t win_drop_blocks(const pl_ctx *c, const ctx_seq *s, uint32_t n)
  * if n cannot fit even with every block after the sinks dropped. */
 static int seq_window_room(pl_ctx *c, ctx_seq *s, uint32_t n)
 {
+    if (c->swa) return seq_swa_room(c, s, n);
     const uint32_t k = win_drop_blocks(c, s, n), t = c->p.block_size, sb = win_sink_blocks(&c->p);
     if (k == 0) return 0;
     const uint32_t held = (s->kv.n_tokens + t - 1) / t;
@@ -508,6 +616,7 @@ static int seq_window_room(pl_ctx *c, ctx_seq *s, uint32_t n)
  * the limit, then one block per drop (see the file header). */
 static uint32_t win_max_piece(const pl_ctx *c, const ctx_seq *s)
 {
+    if (c->swa) return c->p.n_ctx - (s->kv.n_tokens - swa_drop_blocks(c, s) * c->p.block_size);
     const uint32_t lim = win_limit(&c->p);
     return s->n_tokens < lim ? lim - s->n_tokens : c->p.block_size;
 }
@@ -522,7 +631,7 @@ static int seq_append_window(pl_ctx *c, ctx_seq *s, int32_t id, const int32_t *t
     const size_t nv = c->pm->m->cfg.n_vocab;
     uint32_t done = 0;
     if (s->n_tokens == 0 && c->pc_ok && !all) {
-        const uint32_t lim = win_limit(&c->p);
+        const uint32_t lim = c->swa ? c->p.n_ctx : win_limit(&c->p);
         int hit = ctx_seq_attach_prefix(c, id, tokens, n < lim ? n : lim, false);
         if (hit < 0) return hit;
         done = (uint32_t)hit;
@@ -545,7 +654,7 @@ static int seq_append_window(pl_ctx *c, ctx_seq *s, int32_t id, const int32_t *t
     return 0;
 }
 
-bool ctx_window(const pl_ctx *c) { return c->p.kv_window != 0; }
+bool ctx_window(const pl_ctx *c) { return ctx_slides(c); }
 
 uint64_t ctx_seq_dropped(const pl_ctx *c, int32_t id)
 {
@@ -559,13 +668,32 @@ uint32_t ctx_seq_max_chunk(const pl_ctx *c, int32_t id)
 {
     const ctx_seq *s = seq_get(c, id);
     if (!s) return 0;
-    return c->p.kv_window ? win_max_piece(c, s) : c->p.n_ctx - s->n_tokens;
+    return ctx_slides(c) ? win_max_piece(c, s) : c->p.n_ctx - s->n_tokens;
+}
+
+/* SWA: ctx_seq_window_blocks after the front drop (nothing is copied by
+ * it; the dropped blocks held only by s come back). */
+static int64_t swa_blocks(const pl_ctx *c, const ctx_seq *s, uint32_t n)
+{
+    const uint32_t k = swa_drop_blocks(c, s), t = c->p.block_size;
+    if (k == 0) return -1;
+    const kv_seq *kv = &s->kv;
+    const kv_block *bl = kv->pool->blocks;
+    int64_t need = 0;
+    for (uint32_t i = 0; i < k; i++) need -= kv->mode == KV_SEQ_PAGED && bl[kv->table[i]].refcount == 1;
+    const uint32_t kept = kv->n_tokens - k * t, nb = kv->n_blocks - k;
+    if (kv->mode == KV_SEQ_PAGED) need += (int64_t)((kept + n + t - 1) / t) - (int64_t)nb;
+    /* copy-on-write of the blocks the new tokens fall in that the table has (kv_seq_append) */
+    const uint32_t first = kept / t, end = (uint32_t)(((uint64_t)kept + n - 1) / t) + 1, have = end < nb ? end : nb;
+    for (uint32_t i = first; n && i < have; i++) need += bl[kv->table[k + i]].refcount > 1;
+    return need > 0 ? need : 0;
 }
 
 int64_t ctx_seq_window_blocks(const pl_ctx *c, int32_t id, uint32_t n)
 {
     const ctx_seq *s = seq_get(c, id);
-    if (!s || !c->p.kv_window) return -1;
+    if (!s || !ctx_slides(c)) return -1;
+    if (c->swa) return swa_blocks(c, s, n);
     const uint32_t k = win_drop_blocks(c, s, n), t = c->p.block_size, sb = win_sink_blocks(&c->p);
     const uint32_t held = (s->kv.n_tokens + t - 1) / t;
     if (k == 0 || sb + k > held) return -1;
@@ -588,7 +716,7 @@ __attribute__((noinline)) int ctx_step(pl_ctx *c, const ctx_item *items, int n_i
     for (int i = 0; i < n_items; i++) {
         ctx_seq *s = seq_get(c, items[i].seq);
         int rc = tokens_check(c, s, items[i].seq, items[i].tokens, items[i].n);
-        if (!rc && c->p.kv_window && items[i].n > win_max_piece(c, s))
+        if (!rc && ctx_slides(c) && items[i].n > win_max_piece(c, s))
             rc = err_set(PL_ERANGE, "ctx_step: %u tokens for sequence %d, at most %u fit its window now", items[i].n,
                          items[i].seq, win_max_piece(c, s));
         if (rc) return rc;
@@ -601,7 +729,7 @@ __attribute__((noinline)) int ctx_step(pl_ctx *c, const ctx_item *items, int n_i
     /* A window drop is a complete change on its own (the sequence stays
      * valid and its logical length is kept in n_dropped), so drops done
      * before a failure are not undone. */
-    for (int i = 0; c->p.kv_window && i < n_items; i++) {
+    for (int i = 0; ctx_slides(c) && i < n_items; i++) {
         int rc = seq_window_room(c, it[i].s, it[i].n);
         if (rc) return rc;
         it[i].from = it[i].s->n_tokens;
@@ -634,7 +762,7 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
     ctx_seq *s = seq_get(c, id);
     int rc = tokens_check(c, s, id, tokens, n);
     if (rc) return rc;
-    if (c->p.kv_window) return seq_append_window(c, s, id, tokens, (uint32_t)n, logits, false);
+    if (ctx_slides(c)) return seq_append_window(c, s, id, tokens, (uint32_t)n, logits, false);
     const uint32_t old = s->n_tokens;
     memcpy(s->tokens + old, tokens, n * sizeof *tokens);
     if (c->p.no_kv_cache) {
@@ -669,7 +797,7 @@ int pl_seq_append_all(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, fl
     int rc = tokens_check(c, s, id, tokens, n);
     if (rc) return rc;
     if (c->p.no_kv_cache) return err_set(PL_EUNSUPPORTED, "pl_seq_append_all: not available without a KV cache");
-    if (c->p.kv_window) return seq_append_window(c, s, id, tokens, (uint32_t)n, logits, true);
+    if (ctx_slides(c)) return seq_append_window(c, s, id, tokens, (uint32_t)n, logits, true);
     const uint32_t old = s->n_tokens;
     const size_t nv = c->pm->m->cfg.n_vocab;
     memcpy(s->tokens + old, tokens, n * sizeof *tokens);
@@ -694,13 +822,15 @@ int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
     ctx_seq *s = seq_get(c, id);
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n > s->n_tokens) return err_set(PL_ERANGE, "truncate to %u > length %u", n, s->n_tokens);
-    if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n);
+    /* the cursor counts blocks from absolute position 0 (SWA's front drops included) */
+    if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n + (c->swa ? (uint32_t)s->n_dropped : 0));
     if (!c->p.no_kv_cache) seq_kv_cut(c, s, n);
     s->n_tokens = n;
     if (s->shifted && n <= win_sink_blocks(&c->p) * c->p.block_size) {
-        /* only sink tokens are left, at their original positions */
+        /* only sink tokens are left, at their original positions (SWA: none, positions restart) */
         s->shifted = false;
         s->n_dropped = 0;
+        if (c->swa) pc_cursor_init(&s->pcur);
     }
     return 0;
 }
@@ -746,6 +876,7 @@ int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
     if (!c->pc_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
     if (c->p.kv_window && n > win_limit(&c->p)) n = win_limit(&c->p); /* the rest streams through the window */
+    if (n > c->p.n_ctx) n = c->p.n_ctx; /* SWA: the rest streams through the window */
     uint32_t hit = 0;
     int rc = pc_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
     if (rc) return rc;

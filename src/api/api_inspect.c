@@ -83,6 +83,7 @@ static int info_hparams(const gguf_file *f, pl_file_info *o)
     rc = rc ? rc : info_arch_f32(f, a, "attention.layer_norm_epsilon", &o->norm_eps);
     rc = rc ? rc : info_arch_f32(f, a, "attention.layer_norm_rms_epsilon", &o->norm_eps);
     rc = rc ? rc : info_arch_u32(f, a, "vocab_size", &o->vocab_size);
+    rc = rc ? rc : info_arch_u32(f, a, "attention.sliding_window", &o->sliding_window);
     return rc;
 }
 

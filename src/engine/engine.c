@@ -265,7 +265,7 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     const uint32_t nv = pl_model_n_vocab(m);
     if (!rc) rc = sched_init(&e->sc, e->ctx, &p, nv);
     if (rc) { eng_destroy(e); return rc; }
-    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_kv_window(e->ctx) != 0};
+    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx)};
     e->accepting = true;
     const char *chk = getenv("PAGELLM_ENGINE_CHECK");
     e->check = chk && strcmp(chk, "0") != 0;

@@ -128,20 +128,23 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
         for (int i = 0; i < hd; i++) qh[i] = f32_to_f16(q[i]);
     else if (kv->kv_type == DT_Q8_0 || kv->kv_type == DT_Q4_0) /* K's dot type, as ggml (fits: 34/32 hd B <= 2 hdp B) */
         quant_q8_0_quantize_row(q, (block_q8_0 *)qh, hd);
+    /* keys before lo (sliding window) are not visited at all: the same
+     * operations as if their blocks were gone */
+    const int lo = row->lo;
     float mx = -INFINITY;
-    for (int j = 0; j < n_ctx; j++) {
+    for (int j = lo; j < n_ctx; j++) {
         fp8_row(kv, kv->k_base, j, g, tmp);
         scores[j] = dot_key(kv, kv_row(kv->k_base, kv, j, g), q, qh, tmp) * scale;
         if (scores[j] > mx) mx = scores[j];
     }
     double sum = 0;
-    for (int j = 0; j < n_ctx; j++) {
+    for (int j = lo; j < n_ctx; j++) {
         scores[j] = expf(scores[j] - mx);
         sum += scores[j];
     }
     const float inv = (float)(1.0 / sum);
     memset(acc, 0, sizeof(float) * (size_t)hd);
-    for (int j = 0; j < n_ctx; j++) {
+    for (int j = lo; j < n_ctx; j++) {
         fp8_row(kv, kv->v_base, j, g, tmp);
         add_value(kv, kv_row(kv->v_base, kv, j, g), scores[j] * inv, acc, tmp);
     }
@@ -156,7 +159,7 @@ void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float s
         return;
     }
     for (int r = 0; r < n_rows; r++) {
-        assert(rows[r].n_ctx >= 1);
+        assert(rows[r].n_ctx >= 1 && rows[r].lo >= 0 && rows[r].lo < rows[r].n_ctx);
         assert(attn_round8((size_t)rows[r].n_ctx) + 3 * attn_round8((size_t)kv->head_dim) <= scratch_floats);
         (void)scratch_floats;
         ref_row(kv, &rows[r], scale, scratch);
@@ -171,19 +174,21 @@ size_t attn_scratch_floats_reader(int max_ctx, size_t reader_scratch_floats)
     return (size_t)attn_rows_max(max_ctx) * attn_round8(n) + reader_scratch_floats + 16;
 }
 
-/* How a row whose context is n_ctx sees logical block blk: -1 not at all,
- * 0 as a past block (all T tokens), 1 as its own last block. */
-static inline int rd_view(int n_ctx, uint32_t blk, uint32_t T)
+/* How a row (context n_ctx, window lower bound lo) sees logical block blk:
+ * -1 not at all (past its position, or wholly before lo), 0 as a past block
+ * (all T tokens), 1 as its own last block. A block holding lo is read whole
+ * and the scores before lo get weight 0 after the softmax. */
+static inline int rd_view(const attn_row *row, uint32_t blk, uint32_t T)
 {
-    const uint32_t last = (uint32_t)(n_ctx - 1) / T;
-    return blk > last ? -1 : blk < last ? 0 : 1;
+    const uint32_t last = (uint32_t)(row->n_ctx - 1) / T;
+    return blk > last || blk < (uint32_t)row->lo / T ? -1 : blk < last ? 0 : 1;
 }
 
 /* Tokens of block blk that a row sees: T for a past block, else up to its
  * own position. */
-static inline uint32_t rd_tokens(int n_ctx, uint32_t blk, uint32_t T)
+static inline uint32_t rd_tokens(const attn_row *row, uint32_t blk, uint32_t T)
 {
-    return rd_view(n_ctx, blk, T) == 0 ? T : (uint32_t)n_ctx - blk * T;
+    return rd_view(row, blk, T) == 0 ? T : (uint32_t)row->n_ctx - blk * T;
 }
 
 /* The reader path (attention.h): per run of rows of one KV head, scores
@@ -199,7 +204,7 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
     const int hd = kv->head_dim;
     int nmax = 0;
     for (int r = 0; r < n_rows; r++) {
-        assert(rows[r].n_ctx >= 1);
+        assert(rows[r].n_ctx >= 1 && rows[r].lo >= 0 && rows[r].lo < rows[r].n_ctx);
         nmax = rows[r].n_ctx > nmax ? rows[r].n_ctx : nmax;
     }
     const size_t ncp = attn_round8((size_t)nmax);
@@ -216,29 +221,32 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
         /* 1. scores */
         for (uint32_t blk = 0; blk < nb; blk++)
             for (int a = r0, e; a < r1; a = e) {
-                const int v = rd_view(rows[a].n_ctx, blk, T);
-                uint32_t n = rd_tokens(rows[a].n_ctx, blk, T);
-                for (e = a + 1; e < r1 && rd_view(rows[e].n_ctx, blk, T) == v; e++) {
-                    const uint32_t ne = rd_tokens(rows[e].n_ctx, blk, T);
+                const int v = rd_view(&rows[a], blk, T);
+                uint32_t n = rd_tokens(&rows[a], blk, T);
+                for (e = a + 1; e < r1 && rd_view(&rows[e], blk, T) == v; e++) {
+                    const uint32_t ne = rd_tokens(&rows[e], blk, T);
                     n = ne > n ? ne : n;
                 }
                 if (v < 0) continue;
                 for (int k = a; k < e; k++) qp[k - a] = rows[k].q;
                 rd->k_dot(rd->ctx, g, blk, n, v == 1, qp, e - a, sc + (size_t)a * ncp + blk * T, ncp, rs);
             }
-        /* 2. softmax of each row over its own n_ctx */
+        /* 2. softmax of each row over its own scores lo..n_ctx-1; the
+         * scores of its first block before lo (read, not wanted) weigh 0 */
         for (int r = r0; r < r1; r++) {
+            const int lo = rows[r].lo, lo0 = lo / (int)T * (int)T;
             float *x = sc + (size_t)r * ncp;
-            for (int j = 0; j < rows[r].n_ctx; j++) x[j] *= scale;
-            kern_softmax(x, rows[r].n_ctx);
+            for (int j = lo; j < rows[r].n_ctx; j++) x[j] *= scale;
+            kern_softmax(x + lo, rows[r].n_ctx - lo);
+            for (int j = lo0; j < lo; j++) x[j] = 0;
             memset(rows[r].out, 0, sizeof(float) * (size_t)hd);
         }
         /* 3. values: each row over exactly its tokens */
         for (uint32_t blk = 0; blk < nb; blk++)
             for (int a = r0, e; a < r1; a = e) {
-                const int v = rd_view(rows[a].n_ctx, blk, T);
-                const uint32_t n = rd_tokens(rows[a].n_ctx, blk, T);
-                for (e = a + 1; e < r1 && rd_view(rows[e].n_ctx, blk, T) == v && rd_tokens(rows[e].n_ctx, blk, T) == n;)
+                const int v = rd_view(&rows[a], blk, T);
+                const uint32_t n = rd_tokens(&rows[a], blk, T);
+                for (e = a + 1; e < r1 && rd_view(&rows[e], blk, T) == v && rd_tokens(&rows[e], blk, T) == n;)
                     e++;
                 if (v < 0) continue;
                 for (int k = a; k < e; k++) op[k - a] = rows[k].out;

@@ -20,10 +20,16 @@
  * tokens, or several KV heads of one decode token. Each row names its KV
  * head g and has its own context length (causal: the token at position p
  * attends to 0..p, n_ctx = p + 1). Rows with the same g should be adjacent:
- * a K/V row is then fetched once for all of them.
+ * a K/V row is then fetched once for all of them. A row may also have a
+ * lower bound lo (sliding-window attention): it then attends to slots
+ * lo..n_ctx-1 only, and its result is the same as that of the row with the
+ * keys before lo absent (softmax over exactly the n_ctx - lo scores from lo
+ * on, weights before lo exactly 0), so a caller may free the blocks before
+ * lo / block_size and move the slots down without changing a bit (up to
+ * the sign of a zero output element).
  *
  * Numerics follow llama.cpp's non-flash path, per row:
- *   s_j = (q . k_j) * scale                       for j in 0..n_ctx-1
+ *   s_j = (q . k_j) * scale                       for j in lo..n_ctx-1
  *   p_j = e_j * (float)(1 / sum_j e_j),  e_j = exp(s_j - max s), sum in double
  *   out = sum_j p_j v_j                           (j ascending)
  * With an f16 cache the query is rounded to f16 before Q.K and p_j is rounded
@@ -107,6 +113,8 @@ typedef struct {
     float *out;     /* head_dim floats; must not overlap any q of the call */
     int n_ctx;      /* attends to positions 0..n_ctx-1; 1 <= n_ctx */
     int g;          /* KV head */
+    int lo;         /* sliding window: keys at cache slots < lo are excluded (their
+                       softmax weight is exactly 0); 0 <= lo < n_ctx, 0 = none */
 } attn_row;
 
 /* Rows per call at most, whatever the context: a GQA group of 8 over 2

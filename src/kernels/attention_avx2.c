@@ -577,7 +577,12 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     for (int r = 0; r < n_rows; r++) {
         float *s = sc + (size_t)r * ncp;
         if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->k_base, rows[r].g, s, rows[r].n_ctx);
-        vt2->softmax(s, rows[r].n_ctx);
+        /* sliding window: the softmax of exactly the scores from lo on (the same
+         * operations as without the keys before lo), which then weigh 0 */
+        const int lo = rows[r].lo;
+        assert(lo >= 0 && lo < rows[r].n_ctx);
+        vt2->softmax(s + lo, rows[r].n_ctx - lo);
+        for (int j = 0; j < lo; j++) s[j] = 0;
         if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->v_base, rows[r].g, s, rows[r].n_ctx);
         if (t == DT_F16) /* lanes past n_ctx hold scores never read: rounding them is harmless */
             for (int i = 0; i < rows[r].n_ctx; i += 8)

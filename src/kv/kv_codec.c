@@ -377,7 +377,7 @@ KA static void e4m3_sse_avx2(const float *x, uint32_t n, float s, float acc[8])
 {
     const __m256 vs = _mm256_set1_ps(s), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     const __m256i expm = _mm256_set1_epi32(0x7F800000), minnorm = _mm256_set1_epi32(0x3C800000 - 1);
-    const __m256i k257 = _mm256_set1_epi32(257 << 23), k3 = _mm256_set1_epi32(3 << 23);
+    const __m256i k257 = _mm256_set1_epi32((int)(257u << 23)), k3 = _mm256_set1_epi32(3 << 23);
     const __m256 sub_inv = _mm256_set1_ps(512.0f), sub_step = _mm256_set1_ps(0x1p-9f), vmax = _mm256_set1_ps(448.0f);
     __m256 va = _mm256_loadu_ps(acc);
     uint32_t i = 0;

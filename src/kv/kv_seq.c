@@ -245,6 +245,27 @@ int kv_seq_drop_range(kv_seq *seq, uint32_t first, uint32_t n)
     return 0;
 }
 
+int kv_seq_drop_front(kv_seq *seq, uint32_t n)
+{
+    const uint32_t t = seq->pool->g.s.block_size;
+    if (n == 0) return 0;
+    if ((uint64_t)n * t > seq->n_tokens)
+        return err_set(PL_EINVAL, "KV sequence: drop of %u front blocks but only %u tokens held", n, seq->n_tokens);
+    uint32_t *tab = seq->table;
+    if (seq->mode == KV_SEQ_PAGED) {
+        /* last first, as kv_seq_free: a chain's tail is evicted before its head */
+        for (uint32_t i = n; i-- > 0;) kv_pool_decref(seq->pool, tab[i]);
+        memmove(tab, tab + n, (size_t)(seq->n_blocks - n) * sizeof *tab);
+        seq->n_blocks -= n;
+    } else {
+        kv_seq_reverse(tab, n);
+        kv_seq_reverse(tab + n, seq->n_blocks - n);
+        kv_seq_reverse(tab, seq->n_blocks);
+    }
+    seq->n_tokens -= n * t;
+    return 0;
+}
+
 void kv_seq_truncate(kv_seq *seq, uint32_t n_tokens)
 {
     assert(n_tokens <= seq->n_tokens);

@@ -103,6 +103,16 @@ void kv_seq_truncate(kv_seq *seq, uint32_t n_tokens);
  * the drop frees); nothing changes then. */
 int kv_seq_drop_range(kv_seq *seq, uint32_t first, uint32_t n);
 
+/* Drops the first n logical blocks, which must be full (n x T <= n_tokens),
+ * for sliding-window attention: unlike kv_seq_drop_range nothing is
+ * rewritten (positions stay absolute; the caller keeps the offset), so the
+ * blocks that move down keep their content, sharing and prefix keys. The
+ * table moves down by n and n_tokens falls by n x T. PAGED: each dropped
+ * block loses one reference (FREE, or CACHED if keyed). STATIC: the
+ * dropped blocks move to the end of the table, still owned. Cannot fail
+ * but for a bad n (PL_EINVAL, nothing changed). */
+int kv_seq_drop_front(kv_seq *seq, uint32_t n);
+
 /* Blocks kv_seq_drop_range(seq, first, n) takes from the pool minus those
  * it gives back (negative when it frees more than it copies); the range
  * must be valid. For schedulers that count blocks before a step. */

@@ -468,14 +468,20 @@ static void pc_dedupe(prefix_cache *pc, kv_seq *seq, uint32_t i, uint32_t e, con
 
 uint32_t pc_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, pc_cursor *cur)
 {
+    return pc_register_at(pc, seq, tokens, 0, cur);
+}
+
+uint32_t pc_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t base, pc_cursor *cur)
+{
     assert(seq->pool == pc->pool);
-    const uint32_t t = pc->block_size, full = seq->n_tokens / t;
+    const uint32_t t = pc->block_size, full = base + seq->n_tokens / t;
     uint32_t added = 0;
     if (seq->mode != KV_SEQ_PAGED) return 0; /* the static baseline stays uncached */
     if (cur->n_blocks > full) pc_cursor_init(cur); /* truncated without pc_cursor_truncate */
+    if (cur->n_blocks < base) return 0; /* the chain's next block is gone: nothing can be keyed */
     for (uint32_t i = cur->n_blocks; i < full; i++) {
-        const int32_t *tok = tokens + (size_t)i * t;
-        uint32_t b = seq->table[i];
+        const int32_t *tok = tokens + (size_t)(i - base) * t;
+        uint32_t b = seq->table[i - base];
         uint64_t key[2];
         int32_t e;
         pc_key(pc, cur->hash, tok, key);
@@ -488,7 +494,7 @@ uint32_t pc_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, pc_cu
                 added++;
             }
         } else if (e != (int32_t)b) {
-            pc_dedupe(pc, seq, i, (uint32_t)e, cur->hash, tok);
+            pc_dedupe(pc, seq, i - base, (uint32_t)e, cur->hash, tok);
         }
         cur->hash[0] = key[0];
         cur->hash[1] = key[1];

@@ -187,6 +187,13 @@ uint32_t pc_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n)
  * no-op for static sequences (the baseline is measured without reuse). */
 uint32_t pc_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, pc_cursor *cur);
 
+/* pc_register for a sequence whose first `base` blocks were dropped from the
+ * front of its table (sliding-window attention: positions stay absolute):
+ * seq->table[0] and tokens[0] are those of block `base`. Blocks are keyed
+ * by their absolute chain as before; when the cursor is behind base (its
+ * next block is gone) nothing more can be keyed and it returns 0. */
+uint32_t pc_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t base, pc_cursor *cur);
+
 /* A cursor at the start of a sequence (nothing registered yet). */
 void pc_cursor_init(pc_cursor *cur);
 

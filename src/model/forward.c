@@ -3,9 +3,10 @@
  * Per layer (x is the residual stream, one row per batch token):
  *   xn = rmsnorm(x) * attn_norm
  *   q, k, v = xn Wq, xn Wk, xn Wv (+ biases: qwen2; per-head norms: qwen3)
- *   rope(q, k) at each token's position
- *   K, V rows -> the KV cache (encoded in its dtype) at (seq, pos)
- *   att = softmax(q K^T / sqrt(hd)) V over positions 0..pos of the token's seq
+ *   rope(q, k) at each token's position (its cache slot + its seq's pos0)
+ *   K, V rows -> the KV cache (encoded in its dtype) at (seq, slot)
+ *   att = softmax(q K^T / sqrt(hd)) V over slots 0..slot of the token's seq
+ *         (with a sliding window W: slot - W + 1..slot, attn_row.lo)
  *   x += att Wo
  *   xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
  * then logits = rmsnorm(x) * output_norm  Wout  for the rows asked for.
@@ -555,6 +556,18 @@ static bool attn_plan_next(const fwd_batch *b, int n_heads, int tile, attn_tile 
 
 static void attn_plan_begin(attn_tile *it) { *it = (attn_tile){0, 0, 0, 0}; }
 
+/* Token t's attention context in cache slots: n_ctx (its slot + 1) and the
+ * sliding window's lower bound lo. The window holds in absolute positions
+ * (p attends to p - W + 1..p, HF transformers' sliding_window_overlay:
+ * kv_idx > q_idx - W); slots are positions minus the same pos0, so the
+ * bound is the same in slots. */
+static inline int attn_ctx(const fwd_batch *b, int t) { return b->pos[t] + 1; }
+static inline int attn_lo(const fwd_batch *b, int t)
+{
+    const uint32_t w = b->seqs[b->seq[t]].window;
+    return w && (uint32_t)b->pos[t] + 1 > w ? (int)((uint32_t)b->pos[t] + 1 - w) : 0;
+}
+
 /* Cost of a tile: sum over its rows of n_ctx + a per-row overhead (query
  * conversion, softmax set-up, output), in "key" units. */
 static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it)
@@ -563,7 +576,7 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it)
     for (int v = it->v0; v < it->v0 + it->nv; v++) {
         int g, dt, h;
         attn_vector(v, it->t1 - it->t0, rep, &g, &dt, &h);
-        c += b->pos[it->t0 + dt] + 1 + 16;
+        c += attn_ctx(b, it->t0 + dt) - attn_lo(b, it->t0 + dt) + 16;
     }
     return c;
 }
@@ -638,7 +651,7 @@ static void attn_worker(void *arg, int ith, int nth)
             attn_vector(it.v0 + v, it.t1 - it.t0, rep, &g, &dt, &h);
             const int t = it.t0 + dt;
             const size_t off = (size_t)t * qd + (size_t)h * hd;
-            rows[v] = (attn_row){j->s->q + off, j->s->att + off, b->pos[t] + 1, g};
+            rows[v] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t)};
         }
         attn_paged(&akv, rows, it.nv, scale, scratch, j->s->attn_scratch_stride);
     }
@@ -719,7 +732,8 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     embed(m, s, b);
     /* RoPE's cos/sin per token, once for all layers and heads */
     for (int t = 0; t < b->n_tokens; t++)
-        kern_rope_table(s->rope_cs + (size_t)t * c->rope_dim, (int)c->rope_dim, b->pos[t], c->rope_base,
+        kern_rope_table(s->rope_cs + (size_t)t * c->rope_dim, (int)c->rope_dim,
+                        (int)((uint32_t)b->pos[t] + b->seqs[b->seq[t]].pos0), c->rope_base,
                         c->rope_scale, m->w.rope_freqs.data);
     fp_mark(s, FP_EMBED);
     rmsnorm_rows(s->xn, s->x, &m->w.layers[0].attn_norm, b->n_tokens, (int)c->dim, c->norm_eps);

@@ -4,7 +4,7 @@
  * token with its position and sequence, each sequence with its block table.
  * The call first appends every token's K and V (after RoPE) to its
  * sequence's blocks, then lets each token attend to positions 0..pos of its
- * own sequence, so a prompt chunk and single decode tokens of other
+ * own sequence (or the last fwd_seq.window of them), so a prompt chunk and single decode tokens of other
  * sequences go through one pass, and the weights are read once per step.
  *
  * Logits are produced only for the tokens named in logit_idx.
@@ -39,6 +39,10 @@ typedef struct {
                                of positions [from / T x T, from) where from is its first position in
                                the batch; the pass leaves it holding its last block's rows. NULL for
                                the other dtypes. */
+    uint32_t pos0;          /* absolute position of cache slot 0 (tokens freed from the front by a
+                               sliding window); RoPE uses slot + pos0, everything else the slot */
+    uint32_t window;        /* sliding-window attention: the token at slot p attends to slots
+                               max(0, p - window + 1)..p only; 0 = full causal attention */
 } fwd_seq;
 
 /* A sequence's tokens in a batch are at consecutive positions, in order;
@@ -46,7 +50,8 @@ typedef struct {
 typedef struct {
     int n_tokens;
     const int32_t *tokens;  /* [n_tokens] */
-    const int32_t *pos;     /* [n_tokens] position in its sequence */
+    const int32_t *pos;     /* [n_tokens] cache slot in its sequence (= position unless
+                               its fwd_seq has pos0 > 0) */
     const int32_t *seq;     /* [n_tokens] index into seqs */
     const fwd_seq *seqs;
     int n_seqs;

@@ -164,7 +164,7 @@ static int tensors_plan(const synth_shape *s, const char *arch, uint32_t n_vocab
 }
 
 static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch, uint32_t n_vocab, uint32_t type,
-                          uint64_t seed)
+                          uint64_t seed, uint32_t sliding_window)
 {
     char key[96];
 #define K(name) (snprintf(key, sizeof key, "%s." name, arch), key)
@@ -186,6 +186,7 @@ static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch
     if (!rc) rc = gguf_writer_set_f32(w, K("rope.freq_base"), s->rope_base);
     if (!rc) rc = gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
     if (!rc) rc = gguf_writer_set_u32(w, K("vocab_size"), n_vocab);
+    if (!rc && sliding_window) rc = gguf_writer_set_u32(w, K("attention.sliding_window"), sliding_window);
 #undef K
     return rc;
 }
@@ -237,7 +238,7 @@ int pl_synth(const pl_synth_params *p)
     uint32_t n_vocab = s->vocab;
     int rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
     if (!rc) rc = synth_check_type(s, n_vocab, type);
-    if (!rc) rc = metadata_write(w, s, arch, n_vocab, (uint32_t)type, p->seed);
+    if (!rc) rc = metadata_write(w, s, arch, n_vocab, (uint32_t)type, p->seed, p->sliding_window);
     synth_tensor *t = mem_calloc(s->layers * 12 + 3, sizeof *t);
     synth_fill_ctx fc = {p->seed, t, mem_calloc(s->ffn > s->dim ? s->ffn : s->dim, sizeof(float))};
     if (!t || !fc.row) rc = PL_ENOMEM;
