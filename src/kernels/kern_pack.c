@@ -130,16 +130,16 @@ static void gemmp_ref(uint32_t t, int n, float *y, size_t ys, const void *wp, in
 }
 
 static void gemmp_q8_0_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
-                           const int32_t *xs, size_t xss, int nx)
+                           const kern_px *px, int nx)
 {
-    (void)xs, (void)xss;
+    (void)px;
     gemmp_ref(DT_Q8_0, n, y, ys, wp, nw, x, xst, nx);
 }
 
 static void gemmp_q4_0_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
-                           const int32_t *xs, size_t xss, int nx)
+                           const kern_px *px, int nx)
 {
-    (void)xs, (void)xss;
+    (void)px;
     gemmp_ref(DT_Q4_0, n, y, ys, wp, nw, x, xst, nx);
 }
 
