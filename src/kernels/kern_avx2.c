@@ -543,7 +543,8 @@ KAI void q4p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp
         for (int r = 0; r < NX; r++) is[r] = _mm256_set1_epi32(xa[r].q4off);
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
-            const __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
+            __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
+            PIN(pv); /* one load: GCC would fold it into the and and load again for the shift */
             const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
 #pragma GCC unroll 8
             for (int r = 0; r < NX; r++) {
@@ -600,6 +601,25 @@ KAI void q8p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp
 #ifndef Q8P_NX
 #define Q8P_NX 8
 #endif
+
+/* kern_packed.px_row: the 32 values copied, their sums over indices 0, 1
+ * and 2, 3 mod 4 (the int16 pairs of maddubs against ones, reduced as
+ * int16 pairs: |sum| <= 16 * 127) times -8, and d as f32. */
+static KA void px_row_avx2(int8_t *q, kern_xblk *a, size_t rows, const void *x, int n)
+{
+    const block_q8_0 *xb = x;
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int b = 0; b < n / 32; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)xb[b].qs);
+        _mm256_storeu_si256((__m256i *)(q + (size_t)b * rows * 32), v);
+        const __m256i s = _mm256_maddubs_epi16(ones, v); /* word 2i: x[4i] + x[4i+1], 2i+1: x[4i+2] + x[4i+3] */
+        __m128i t = _mm_add_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        t = _mm_add_epi16(t, _mm_shuffle_epi32(t, 0x4E));
+        t = _mm_add_epi16(t, _mm_shuffle_epi32(t, 0xB1));
+        t = _mm_mullo_epi16(t, _mm_set1_epi16(-8));
+        a[(size_t)b * rows] = (kern_xblk){_mm_cvtsi128_si32(t), f16s(xb[b].d)};
+    }
+}
 
 #define Q8P_SWITCH(CALL)                                                                               \
     switch (nx) {                                                                                      \
@@ -809,7 +829,10 @@ static KA void conv_q8_0_avx2(void *dst, const float *src, int n)
         const float amax = hmax_ps(m);
         const float d = amax / 127;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f32_to_f16(d);
+        /* F16C: the same bits as half.h's f32_to_f16 for finite d >= 0 (both
+         * round to nearest even, subnormals included; checked over every
+         * 7th float below +inf), a tenth of the instructions */
+        y[b].d = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT), 0);
         __m256i q[4];
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
@@ -959,8 +982,8 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q6_K] = dot_q6_K_avx2,
     },
     .packed = {
-        [DT_Q8_0] = {Q8P_NX, true, gemmp_q8_0_avx2},
-        [DT_Q4_0] = {Q8P_NX, true, gemmp_q4_0_avx2},
+        [DT_Q8_0] = {Q8P_NX, px_row_avx2, gemmp_q8_0_avx2},
+        [DT_Q4_0] = {Q8P_NX, px_row_avx2, gemmp_q4_0_avx2},
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

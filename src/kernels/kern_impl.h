@@ -79,8 +79,8 @@ typedef struct {
  * A variant without one gets kern_pack.c's portable version
  * (kern_packed_for).
  *
- * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px) for
- * the same activations re-laid once per call by kern_matmul (kern_px):
+ * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px_row)
+ * for the same activations re-laid once per call by kern_matmul (kern_px):
  * block-major, so that one pointer plus constant offsets reach block b of
  * every row of a tile, with per row and block the scale as a float and the
  * Q4_0 offset term precomputed (kern_xblk). */
@@ -103,8 +103,11 @@ typedef struct {
 } kern_px;
 
 typedef struct {
-    int nx;  /* activation rows per sweep it is best at (<= 8) */
-    bool px; /* gemm reads px (else px is NULL) */
+    int nx; /* activation rows per sweep it is best at (<= 8) */
+    /* When non-NULL, gemm reads px, which kern_matmul fills row by row with
+     * this: Q8_0 row x of n values into q, a (already offset to the row),
+     * block stride rows. Else px is NULL. */
+    void (*px_row)(int8_t *q, kern_xblk *a, size_t rows, const void *x, int n);
     void (*gemm)(int n, float *y, size_t y_stride, const void *wp, int nw, const void *x, size_t x_stride,
                  const kern_px *px, int nx);
 } kern_packed;

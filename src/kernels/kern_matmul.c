@@ -59,13 +59,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/err.h"
 #include "base/mem.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
-#include "tensor/half.h"
 
 /* Below this many multiply-adds, waking workers costs more than it saves. */
 #define MM_MIN_PARALLEL_MACS (1 << 16)
@@ -141,7 +139,7 @@ typedef struct {
     kern_conv_fn conv; /* NULL: F32, x used as is */
     size_t x_row;      /* bytes of one converted row */
     uint8_t *xa;       /* [m][x_row] */
-    bool want_px;      /* a packed GEMM of the call wants x re-laid (kern_px) */
+    void (*px_row)(int8_t *, kern_xblk *, size_t, const void *, int); /* a packed GEMM's (kern_packed) */
     int8_t *pxq;       /* [n_in / 32][m][32] then, else NULL */
     kern_xblk *pxa;    /* [n_in / 32][m] */
 } mm_conv;
@@ -156,7 +154,6 @@ static void mm_conv_run(void *arg, int ith, int nth)
 {
     mm_conv_job *j = arg;
     const int r0 = (int)((int64_t)j->m * ith / nth), r1 = (int)((int64_t)j->m * (ith + 1) / nth);
-    const size_t nbx = (size_t)j->n_in / 32;
     const size_t m = (size_t)j->m;
     for (int k = 0; k < j->n_cv; k++) {
         const mm_conv *c = &j->cv[k];
@@ -164,18 +161,7 @@ static void mm_conv_run(void *arg, int ith, int nth)
         for (int r = r0; r < r1; r++) {
             uint8_t *xr = c->xa + (size_t)r * c->x_row;
             c->conv(xr, j->x + (size_t)r * j->n_in, j->n_in);
-            if (!c->want_px) continue;
-            const block_q8_0 *xb = (const block_q8_0 *)xr;
-            for (size_t b = 0; b < nbx; b++) {
-                const int8_t *q = xb[b].qs;
-                const size_t at = b * m + (size_t)r;
-                int32_t s01 = 0, s23 = 0;
-                for (int e = 0; e < 32; e += 4) s01 += q[e] + q[e + 1], s23 += q[e + 2] + q[e + 3];
-                c->pxa[at].q4off = (int32_t)((uint32_t)(uint16_t)(int16_t)(-8 * s01) |
-                                             (uint32_t)(uint16_t)(int16_t)(-8 * s23) << 16);
-                c->pxa[at].d = f16_to_f32(xb[b].d);
-                memcpy(c->pxq + at * 32, q, 32);
-            }
+            if (c->px_row) c->px_row(c->pxq + (size_t)r * 32, c->pxa + r, m, xr, j->n_in);
         }
     }
 }
@@ -272,7 +258,7 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * R;
             pk->gemm(j->n_in, yg + c, (size_t)p->n_out, buf + (size_t)g * p->gb, c1 - c < R ? c1 - c : R, xg,
-                     p->x_row, pk->px ? &pxg : NULL, nx);
+                     p->x_row, pk->px_row ? &pxg : NULL, nx);
         }
     }
 }
@@ -348,7 +334,7 @@ static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, t
     for (int k = 0; k < n_cv; k++) {
         if (!cv[k].conv) continue;
         bytes += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
-        if (cv[k].want_px) bytes += m * nbx * 32 + (((size_t)m * nbx * sizeof(kern_xblk) + 63) & ~(size_t)63);
+        if (cv[k].px_row) bytes += m * nbx * 32 + (((size_t)m * nbx * sizeof(kern_xblk) + 63) & ~(size_t)63);
     }
     uint8_t *buf = bytes ? mm_scratch_get(MM_SCRATCH_X, bytes) : NULL;
     if (bytes && !buf) mm_fatal_scratch();
@@ -361,7 +347,7 @@ static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, t
         any = true;
         cv[k].xa = buf;
         buf += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
-        if (cv[k].want_px) {
+        if (cv[k].px_row) {
             cv[k].pxq = (int8_t *)buf;
             buf += m * nbx * 32;
             cv[k].pxa = (kern_xblk *)buf;
@@ -408,8 +394,9 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         if (p->pk) p->gb = kern_pack_group_bytes(wi->type, n_in);
         int k = 0;
         while (k < n_cv && cv[k].dt != dt) k++;
-        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, false, NULL, NULL};
-        if (p->pk && p->pk->px) cv[k].want_px = true;
+        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, NULL, NULL, NULL};
+        /* one px per conversion: the packed GEMMs of a variant share the form */
+        if (p->pk && p->pk->px_row) cv[k].px_row = p->pk->px_row;
         cv_of[i] = k;
         cols += wi->n_out > 0 ? wi->n_out : 0;
     }
@@ -422,7 +409,7 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
     for (int i = 0; i < n_mats; i++) {
         mm_part *p = &j.p[i];
         p->xa = cv[cv_of[i]].xa;
-        if (p->pk && p->pk->px) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, (size_t)m};
+        if (p->pk && p->pk->px_row) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, (size_t)m};
         const size_t tile_row = p->pk ? p->gb / KERN_PACK_ROWS : p->w_row;
         const int nw = p->mode == MM_DOT ? 1 : p->pk ? KERN_PACK_ROWS : p->gemm.nw;
         if (p->n_out <= 0) {

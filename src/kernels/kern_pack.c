@@ -144,8 +144,8 @@ static void gemmp_q4_0_ref(int n, float *y, size_t ys, const void *wp, int nw, c
 }
 
 static const kern_packed packed_ref[2] = {
-    {4, false, gemmp_q8_0_ref},
-    {4, false, gemmp_q4_0_ref},
+    {4, NULL, gemmp_q8_0_ref},
+    {4, NULL, gemmp_q4_0_ref},
 };
 
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t)
