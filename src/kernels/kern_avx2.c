@@ -814,29 +814,65 @@ KDOT_AVX2(dot_q6_K_avx2, q6_K_tile, block_q6_K)
 
 /* ------------------------------------------------- activation conversions */
 
-/* Same bytes as quant_q8_0_quantize_row for finite input. */
+/* One block's values times id, rounded as roundf, packed to int8. */
+KAI void q8_0_block_q(int8_t *qs, const float *x, float id)
+{
+    __m256i q[4];
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), _mm256_set1_ps(id))));
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+}
+
+/* Lane i = the largest of the 8 lanes of m[i] (a transposing max tree). */
+KAI __m256 hmax8_ps(const __m256 *m)
+{
+    __m256 t[4], u[2];
+    for (int i = 0; i < 4; i++) /* lanes: a02 b02 a13 b13 | a46 b46 a57 b57 for a = m[2i], b = m[2i+1] */
+        t[i] = _mm256_max_ps(_mm256_unpacklo_ps(m[2 * i], m[2 * i + 1]), _mm256_unpackhi_ps(m[2 * i], m[2 * i + 1]));
+    for (int i = 0; i < 2; i++) /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+        u[i] = _mm256_max_ps(_mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    return _mm256_max_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+
+/* Same bytes as quant_q8_0_quantize_row for finite input. Eight blocks at
+ * a time share the scalar steps (max, d = amax / 127, id = 1 / d, f16 of d)
+ * as vector operations, which round exactly as the scalar ones; F16C
+ * rounds d to the same bits as half.h's f32_to_f16 for finite d >= 0 (both
+ * nearest even, subnormals included; checked over every 7th float below
+ * +inf). */
 static KA void conv_q8_0_avx2(void *dst, const float *src, int n)
 {
     block_q8_0 *y = dst;
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int b = 0; b < n / QK8_0; b++) {
-        const float *x = src + (size_t)b * QK8_0;
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    const int nb = n / QK8_0;
+    int b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256 m[8];
+        for (int i = 0; i < 8; i++) {
+            const float *x = src + (size_t)(b + i) * QK8_0;
+            m[i] = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+            for (int k = 1; k < 4; k++) m[i] = _mm256_max_ps(m[i], _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
         }
-        const float amax = hmax_ps(m);
-        const float d = amax / 127;
+        const __m256 d = _mm256_div_ps(hmax8_ps(m), _mm256_set1_ps(127.0f));
+        const __m256 id = _mm256_and_ps(_mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ),
+                                        _mm256_div_ps(_mm256_set1_ps(1.0f), d));
+        uint16_t dh[8];
+        float idf[8];
+        _mm_storeu_si128((__m128i *)dh, _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+        _mm256_storeu_ps(idf, id);
+        for (int i = 0; i < 8; i++) {
+            y[b + i].d = dh[i];
+            q8_0_block_q(y[b + i].qs, src + (size_t)(b + i) * QK8_0, idf[i]);
+        }
+    }
+    for (; b < nb; b++) {
+        const float *x = src + (size_t)b * QK8_0;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        const float d = hmax_ps(m) / 127;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        /* F16C: the same bits as half.h's f32_to_f16 for finite d >= 0 (both
-         * round to nearest even, subnormals included; checked over every
-         * 7th float below +inf), a tenth of the instructions */
         y[b].d = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT), 0);
-        __m256i q[4];
-        for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+        q8_0_block_q(y[b].qs, x, id);
     }
 }
 
