@@ -99,7 +99,7 @@ typedef struct {
 typedef struct {
     const int8_t *q;
     const kern_xblk *a;
-    size_t rows; /* rows of the whole call: the block stride */
+    size_t rows; /* the block stride: the tile's rows (kern_matmul lays each group of rows out apart) */
 } kern_px;
 
 typedef struct {

@@ -140,9 +140,18 @@ typedef struct {
     size_t x_row;      /* bytes of one converted row */
     uint8_t *xa;       /* [m][x_row] */
     void (*px_row)(int8_t *, kern_xblk *, size_t, const void *, int); /* a packed GEMM's (kern_packed) */
-    int8_t *pxq;       /* [n_in / 32][m][32] then, else NULL */
-    kern_xblk *pxa;    /* [n_in / 32][m] */
+    int px_gx;         /* its rows per group (mm_row_group) */
+    int8_t *pxq;       /* per group of rows i0.. (nx of them): [n_in / 32][nx][32] at i0 * n_in, else NULL */
+    kern_xblk *pxa;    /* the same: [n_in / 32][nx] at i0 * n_in / 32 */
 } mm_conv;
+
+/* Rows per group when m rows go through a tile of at most tile_nx: equal
+ * groups (the last may be smaller), e.g. m = 13, tile 8: 7 + 6. */
+static int mm_row_group(int m, int tile_nx)
+{
+    const int ng = (m + tile_nx - 1) / tile_nx;
+    return (m + ng - 1) / ng;
+}
 
 typedef struct {
     const float *x;
@@ -154,14 +163,19 @@ static void mm_conv_run(void *arg, int ith, int nth)
 {
     mm_conv_job *j = arg;
     const int r0 = (int)((int64_t)j->m * ith / nth), r1 = (int)((int64_t)j->m * (ith + 1) / nth);
-    const size_t m = (size_t)j->m;
+    const size_t nbx = (size_t)j->n_in / 32;
     for (int k = 0; k < j->n_cv; k++) {
         const mm_conv *c = &j->cv[k];
         if (!c->conv) continue;
         for (int r = r0; r < r1; r++) {
             uint8_t *xr = c->xa + (size_t)r * c->x_row;
             c->conv(xr, j->x + (size_t)r * j->n_in, j->n_in);
-            if (c->px_row) c->px_row(c->pxq + (size_t)r * 32, c->pxa + r, m, xr, j->n_in);
+            if (!c->px_row) continue;
+            /* block-major within the row's group only: a tile's rows sit
+             * together (m * 32-byte strides would alias in L1 for large m) */
+            const int i0 = r - r % c->px_gx, nx = j->m - i0 < c->px_gx ? j->m - i0 : c->px_gx;
+            const size_t at = (size_t)i0 * nbx + (size_t)(r - i0);
+            c->px_row(c->pxq + at * 32, c->pxa + at, (size_t)nx, xr, j->n_in);
         }
     }
 }
@@ -178,7 +192,7 @@ typedef struct {
     float *y;             /* [m][n_out] */
     const uint8_t *w;     /* ggml rows, or the packed groups (MM_PACKED) */
     const uint8_t *xa;    /* x in the dot type */
-    kern_px px;           /* x re-laid for the packed GEMM (when pk->px), whole call */
+    kern_px px;           /* x re-laid for the packed GEMM (when pk->px_row): the first group's */
     uint32_t wtype;
     int mode, n_out, chunk;
     int c_begin;          /* index of the matrix's first chunk in the call */
@@ -249,11 +263,13 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
         }
         buf = b;
     }
-    const int ngx = (j->m + pk->nx - 1) / pk->nx, gx = (j->m + ngx - 1) / ngx;
+    const int gx = mm_row_group(j->m, pk->nx);
+    const size_t nbx = (size_t)j->n_in / 32;
     for (int i0 = 0; i0 < j->m; i0 += gx) {
         const int nx = j->m - i0 < gx ? j->m - i0 : gx;
         const uint8_t *xg = p->xa + (size_t)i0 * p->x_row;
-        const kern_px pxg = {p->px.q ? p->px.q + (size_t)i0 * 32 : NULL, p->px.a ? p->px.a + i0 : NULL, p->px.rows};
+        const kern_px pxg = {p->px.q ? p->px.q + (size_t)i0 * nbx * 32 : NULL, p->px.a ? p->px.a + (size_t)i0 * nbx : NULL,
+                             (size_t)nx};
         float *yg = p->y + (size_t)i0 * p->n_out;
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * R;
@@ -394,9 +410,9 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         if (p->pk) p->gb = kern_pack_group_bytes(wi->type, n_in);
         int k = 0;
         while (k < n_cv && cv[k].dt != dt) k++;
-        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, NULL, NULL, NULL};
-        /* one px per conversion: the packed GEMMs of a variant share the form */
-        if (p->pk && p->pk->px_row) cv[k].px_row = p->pk->px_row;
+        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, NULL, 0, NULL, NULL};
+        /* one px per conversion: the packed GEMMs of a variant share the form and tile height */
+        if (p->pk && p->pk->px_row) cv[k].px_row = p->pk->px_row, cv[k].px_gx = mm_row_group(m, p->pk->nx);
         cv_of[i] = k;
         cols += wi->n_out > 0 ? wi->n_out : 0;
     }
@@ -409,7 +425,7 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
     for (int i = 0; i < n_mats; i++) {
         mm_part *p = &j.p[i];
         p->xa = cv[cv_of[i]].xa;
-        if (p->pk && p->pk->px_row) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, (size_t)m};
+        if (p->pk && p->pk->px_row) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, 0};
         const size_t tile_row = p->pk ? p->gb / KERN_PACK_ROWS : p->w_row;
         const int nw = p->mode == MM_DOT ? 1 : p->pk ? KERN_PACK_ROWS : p->gemm.nw;
         if (p->n_out <= 0) {
