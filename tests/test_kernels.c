@@ -297,18 +297,19 @@ TEST(simd_conversions_bit_exact)
 {
     const kern_vtable *vs[4] = {0};
     const int nv = simd_variants(vs);
-    const int n = 1024;
     float x[1024];
     static uint8_t a[2048 * 2], b[2048 * 2];
     static const int dts[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q8_K};
     rng_seed(7);
     for (int v = 0; v < nv; v++)
-        for (int which = 0; which < 7; which++)
+        for (int which = 0; which < 14; which++)
             for (int d = 0; d < 4; d++) {
-                if (!vs[v]->conv[dts[d]]) continue;
-                if (which == 5 && (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K)) continue; /* finite input only */
-                if (which == 6 && dts[d] != DT_BF16) continue; /* f16 NaN payloads may differ */
-                fill_special_rows(x, n, which);
+                /* rows of 1024, then of 29 Q8_0 blocks (not a multiple of the 8 blocks AVX2 converts at once) */
+                const int n = which < 7 ? 1024 : 928;
+                if (!vs[v]->conv[dts[d]] || (n % 256 && dts[d] == DT_Q8_K)) continue;
+                if (which % 7 == 5 && (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K)) continue; /* finite input only */
+                if (which % 7 == 6 && dts[d] != DT_BF16) continue; /* f16 NaN payloads may differ */
+                fill_special_rows(x, n, which % 7);
                 const size_t bytes = dtype_row_bytes((uint32_t)dts[d], (uint64_t)n);
                 memset(a, 0, bytes);
                 memset(b, 0xAB, bytes);
@@ -588,20 +589,22 @@ TEST(pack_round_trip)
 }
 
 /* Packed weights (kern_matmul_mats with a packed matrix): for every m in
- * 1..13, single-threaded and on 2 threads, with the AVX2 variant and the
- * portable packed GEMM (forced reference), every row equals bit for bit the
- * reference variant's product of the unpacked rows: the packed path keeps
- * the reference's float order for every m (decode included), so rows do not
- * depend on m, batching, threads or variant. */
+ * 1..13 (every tile height 1..8, and two groups of rows beyond), single-
+ * threaded and on 2 threads, with the AVX2 variant and the portable packed
+ * GEMM (forced reference), every row equals bit for bit the reference
+ * variant's product of the unpacked rows: the packed path keeps the
+ * reference's float order for every m (decode included), so rows do not
+ * depend on m, batching, threads or variant. n_out = 1001 is wide enough
+ * for the call's tail of quarter chunks on 2 threads (kern_matmul.c). */
 TEST(packed_matmul_equals_reference)
 {
-    static const int n_outs[] = {1, 7, 8, 9, 77};
+    static const int n_outs[] = {1, 7, 8, 9, 77, 1001};
     static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
     threadpool *tp2 = tp_new(2);
     CHECK(tp2 != NULL);
     char why[320] = "";
     for (int ti = 0; ti < 2 && !why[0]; ti++)
-        for (int oi = 0; oi < 5 && !why[0]; oi++) {
+        for (int oi = 0; oi < 6 && !why[0]; oi++) {
             const uint32_t t = types[ti];
             const int n_in = oi == 4 ? 1024 : 288, n_out = n_outs[oi], M = 13;
             mm_case c;
@@ -633,6 +636,63 @@ TEST(packed_matmul_equals_reference)
             case_free(&c);
         }
     tp_free(tp2);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+/* The packed tiles' integer sums at their bounds: every weight at an
+ * extreme (Q4_0 nibbles 0 or 15, Q8_0 -128 or 127) against activations
+ * quantized to +-127 or 0, all of one sign or mixed, for every tile height
+ * (m 1..8): the int16 accumulations (Q4_0's sums with their -8 sum x
+ * start, Q8_0's pair products up to 2 * 128 * 127) must neither overflow
+ * nor saturate, so the packed product equals the reference bit for bit. */
+TEST(packed_matmul_extreme_values)
+{
+    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
+    const int n_in = 256, n_out = 16, M = 8;
+    char why[320] = "";
+    rng_seed(8800);
+    for (int ti = 0; ti < 2 && !why[0]; ti++)
+        for (int pat = 0; pat < 4 && !why[0]; pat++) {
+            const uint32_t t = types[ti];
+            const size_t wr = dtype_row_bytes(t, (uint64_t)n_in);
+            uint8_t *w = malloc(wr * n_out);
+            float *x = malloc(sizeof(float) * (size_t)M * n_in);
+            for (int j = 0; j < n_out; j++)
+                for (int b = 0; b < n_in / 32; b++) {
+                    uint8_t *blk = w + (size_t)j * wr + (size_t)b * (t == DT_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
+                    const uint16_t d = f32_to_f16(0.01f * (float)(1 + (j + b) % 5));
+                    memcpy(blk, &d, 2);
+                    for (int q = 0; q < (t == DT_Q8_0 ? 32 : 16); q++) {
+                        /* pattern 0: all high, 1: all low, 2, 3: random extremes */
+                        const bool hi = pat == 0 || (pat >= 2 && (rng_u32() & 1));
+                        blk[2 + q] = t == DT_Q8_0 ? (hi ? 127 : 0x80) : (hi ? 0xFF : 0x00);
+                    }
+                }
+            for (int k = 0; k < M * n_in; k++) {
+                /* pattern 0, 1: all +1 or all -1 (quantized to +-127); 2: random signs; 3: random signs and zeros */
+                const uint32_t r = rng_u32();
+                x[k] = pat == 0 ? 1.0f : pat == 1 ? -1.0f : (pat == 3 && r % 3 == 0) ? 0.0f : (r & 2) ? 1.0f : -1.0f;
+            }
+            uint8_t *wp = aligned_alloc(64, kern_pack_bytes(t, n_in, n_out));
+            kern_pack(wp, w, t, n_in, n_out);
+            const kern_mat pm = {NULL, wp, t, n_in, n_out}, *pmp = &pm;
+            float *ref = malloc(sizeof(float) * (size_t)M * n_out), *y = malloc(sizeof(float) * (size_t)M * n_out);
+            kern_init(1);
+            kern_matmul(ref, x, w, t, M, n_in, n_out, NULL);
+            kern_init(0);
+            for (int m = 1; m <= M && !why[0]; m++) {
+                kern_matmul_mats(1, &y, x, &pmp, m, NULL);
+                for (int k = 0; k < m * n_out && !why[0]; k++)
+                    if (memcmp(&y[k], &ref[k], 4) != 0)
+                        snprintf(why, sizeof why, "%s %s pattern %d m=%d: y[%d][%d] = %.9g, ref %.9g", kern_variant(),
+                                 dtype_get(t)->name, pat, m, k / n_out, k % n_out, y[k], ref[k]);
+            }
+            free(w);
+            free(x);
+            free(wp);
+            free(ref);
+            free(y);
+        }
     CHECK_MSG(!why[0], "%s", why);
 }
 
@@ -1073,6 +1133,7 @@ int main(int argc, char **argv)
     RUN(gemm_bit_identical_to_single_rows);
     RUN(pack_round_trip);
     RUN(packed_matmul_equals_reference);
+    RUN(packed_matmul_extreme_values);
     RUN(matmul_mats_equal_single);
     RUN(matmul_reserve_and_supports);
     RUN(rope_known_values);

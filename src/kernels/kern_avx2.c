@@ -468,78 +468,50 @@ Q8GEMM_AVX2(gemm_q4_0_avx2, true)
 
 /* Packed GEMM on kern_pack.c's layout: a group of 8 weight rows, per block
  * QV vectors of 32 bytes (4 consecutive values of each row), the f16 scales
- * of the 8 rows after all the quants. A broadcast of 4 activation bytes
+ * of the 8 rows after all the quants. A broadcast of 4 activation values
  * against one vector makes the 8 lanes the 8 rows' partial sums, so the
  * whole tile stays in row lanes and the reference's float chain runs per
- * lane. Loads are aligned (groups are 64-byte aligned, vectors 32).
+ * lane. Loads are aligned (groups are 64-byte aligned, vectors 32). The
+ * activations come re-laid by kern_matmul (kern_px): block b of the tile's
+ * NX rows at one pointer with constant offsets, the scale as a float and
+ * the Q4_0 offset term precomputed, so a row costs no address arithmetic
+ * and no conversion per block. Every tile height 1..8 has its own
+ * instantiation (accumulators in registers), so m = 8 sweeps the weights
+ * once.
  *
  * Q4_0 (packed as its ggml nibbles) goes into maddubs as the unsigned
- * operand, q in 0..15: sum (q - 8) x = sum q x - 8 sum x, the sums of x
- * coming from the driver (xs); products are at most 15 * 127, so the 8
- * maddubs results (pairs) of a block add up in int16 without overflow and
- * are widened once per block. Q8_0 needs the sign trick and pairs reach
- * 2 * 128 * 127, so they are widened at once. */
+ * operand, q in 0..15: sum (q - 8) x = sum q x - 8 sum x. The int16
+ * accumulator of a row starts at the -8 sum x term of its two word lanes
+ * (kern_xblk.q4off), so no subtraction is left per block: every partial
+ * sum, in any order the compiler picks, is a sum over some of the word's 16
+ * values of either (q - 8) x or -8 x, or of q x alone (<= 16 * 15 * 127),
+ * so int16 never overflows (|x| <= 127 by construction of Q8_0).
+ *
+ * Q8_0: ggml's sign trick, maddubs(|w|, sign(x, w)), widened by madd per
+ * vector (pairs reach 2 * 128 * 127, two would overflow int16). Measured on
+ * Zen 3, the alternatives cost more: int16 weights against pre-widened
+ * activations (2 madd, 2 adds, 2 broadcasts per vector and row: bound by
+ * loads, 0.7-0.95x), or nibble-split weights (twice the maddubs). */
 /* bytes ahead of the quants being read that are prefetched (m = 1 streams
  * from DRAM); 0 = none */
 #ifndef Q8P_PREFETCH
 #define Q8P_PREFETCH 1024
 #endif
 
-KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const uint8_t *x,
-                  size_t xst, const int32_t *xs, size_t xss)
+/* Pins v in a register at this point: GCC cannot reassociate an
+ * accumulation across it. Unrolled, GCC otherwise turns the chain of adds
+ * into a tree over all the products of a block and spills them. */
+#define PIN(v) __asm__("" : "+x"(v))
+
+KAI __m256i bcast32(const void *p)
 {
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
-    const int qv = is_q4 ? 4 : 8;
-    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * qv * 32);
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *g = wp + (size_t)b * qv * 32;
-        if (Q8P_PREFETCH)
-            for (int l = 0; l < qv / 2; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
-        __m256i is[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
-        if (is_q4) {
-#pragma GCC unroll 1
-            for (int v = 0; v < 4; v++) {
-                const __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
-                const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
-#pragma GCC unroll 8
-                for (int r = 0; r < NX; r++) {
-                    const int8_t *q = ((const block_q8_0 *)(x + r * xst) + b)->qs;
-                    int32_t a4, b4;
-                    memcpy(&a4, q + 4 * v, 4);
-                    memcpy(&b4, q + 16 + 4 * v, 4);
-                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a4)));
-                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(b4)));
-                }
-            }
-        } else {
-            /* not unrolled: unrolled, GCC reassociates the integer sums into a
-             * tree and spills every product to the stack */
-#pragma GCC unroll 1
-            for (int k = 0; k < 8; k++) {
-                const __m256i wv = _mm256_load_si256((const __m256i *)(g + 32 * k));
-                const __m256i aw = _mm256_sign_epi8(wv, wv);
-#pragma GCC unroll 8
-                for (int r = 0; r < NX; r++) {
-                    int32_t x4;
-                    memcpy(&x4, ((const block_q8_0 *)(x + r * xst) + b)->qs + 4 * k, 4);
-                    const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(x4), wv));
-                    is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
-                }
-            }
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
-#pragma GCC unroll 8
-        for (int r = 0; r < NX; r++) {
-            const __m256i isum =
-                is_q4 ? _mm256_sub_epi32(_mm256_madd_epi16(is[r], ones), _mm256_set1_epi32(8 * xs[r * xss + b])) : is[r];
-            acc[r] = q8_acc8(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xst) + b)->d));
-        }
-    }
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+KAI void q8p_store(int NX, int nw, float *y, size_t ys, const __m256 *acc)
+{
 #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) {
         if (nw == 8) {
@@ -552,27 +524,132 @@ KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
     }
 }
 
+KAI void q4p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
+{
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * 128);
+    const size_t rows = px->rows;
+    const int8_t *xq = px->q;
+    const kern_xblk *xa = px->a;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
+        const uint8_t *g = wp + (size_t)b * 128;
+        if (Q8P_PREFETCH)
+            for (int l = 0; l < 2; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
+        __m256i is[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) is[r] = _mm256_set1_epi32(xa[r].q4off);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
+            PIN(pv); /* one load: GCC would fold it into the and and load again for the shift */
+            const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
+#pragma GCC unroll 8
+            for (int r = 0; r < NX; r++) {
+                is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(lo, bcast32(xq + 32 * r + 4 * v)));
+                PIN(is[r]);
+                is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(hi, bcast32(xq + 32 * r + 16 + 4 * v)));
+                PIN(is[r]);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) acc[r] = q8_acc8(true, acc[r], _mm256_madd_epi16(is[r], ones), dw, xa[r].d);
+    }
+    q8p_store(NX, nw, y, ys, acc);
+}
+
+/* Q8_0: ggml's sign trick, maddubs(|w|, sign(x, w)); pairs reach
+ * 2 * 128 * 127, so each product vector is widened at once (madd). */
+KAI void q8p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * 256);
+    const size_t rows = px->rows;
+    const int8_t *xq = px->q;
+    const kern_xblk *xa = px->a;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
+        const uint8_t *g = wp + (size_t)b * 256;
+        if (Q8P_PREFETCH)
+            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
+        __m256i is[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i wv = _mm256_load_si256((const __m256i *)(g + 32 * k));
+            const __m256i aw = _mm256_sign_epi8(wv, wv);
+#pragma GCC unroll 8
+            for (int r = 0; r < NX; r++) {
+                const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(xq + 32 * r + 4 * k), wv));
+                is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
+                PIN(is[r]);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) acc[r] = q8_acc8(false, acc[r], is[r], dw, xa[r].d);
+    }
+    q8p_store(NX, nw, y, ys, acc);
+}
+
 #ifndef Q8P_NX
-#define Q8P_NX 6
+#define Q8P_NX 8
 #endif
 
-#define Q8P_GEMM_AVX2(name, is_q4)                                                                     \
-    static KA void name(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,  \
-                        const int32_t *xs, size_t xss, int nx)                                         \
-    {                                                                                                  \
-        const int nb = n / 32;                                                                         \
-        switch (nx) {                                                                                  \
-        case 1: q8p_tile(is_q4, 1, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
-        case 2: q8p_tile(is_q4, 2, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
-        case 3: q8p_tile(is_q4, 3, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
-        case 4: q8p_tile(is_q4, 4, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
-        case 5: q8p_tile(is_q4, 5, nw, nb, y, ys, wp, x, xst, xs, xss); break;                         \
-        default: q8p_tile(is_q4, 6, nw, nb, y, ys, wp, x, xst, xs, xss); break;                        \
-        }                                                                                              \
+/* kern_packed.px_row: the 32 values copied, their sums over indices 0, 1
+ * and 2, 3 mod 4 (the int16 pairs of maddubs against ones, reduced as
+ * int16 pairs: |sum| <= 16 * 127) times -8, and d as f32. */
+static KA void px_row_avx2(int8_t *q, kern_xblk *a, size_t rows, const void *x, int n)
+{
+    const block_q8_0 *xb = x;
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int b = 0; b < n / 32; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)xb[b].qs);
+        _mm256_storeu_si256((__m256i *)(q + (size_t)b * rows * 32), v);
+        const __m256i s = _mm256_maddubs_epi16(ones, v); /* word 2i: x[4i] + x[4i+1], 2i+1: x[4i+2] + x[4i+3] */
+        __m128i t = _mm_add_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        t = _mm_add_epi16(t, _mm_shuffle_epi32(t, 0x4E));
+        t = _mm_add_epi16(t, _mm_shuffle_epi32(t, 0xB1));
+        t = _mm_mullo_epi16(t, _mm_set1_epi16(-8));
+        a[(size_t)b * rows] = (kern_xblk){_mm_cvtsi128_si32(t), f16s(xb[b].d)};
+    }
+}
+
+#define Q8P_SWITCH(CALL)                                                                               \
+    switch (nx) {                                                                                      \
+    case 1: CALL(1); break;                                                                            \
+    case 2: CALL(2); break;                                                                            \
+    case 3: CALL(3); break;                                                                            \
+    case 4: CALL(4); break;                                                                            \
+    case 5: CALL(5); break;                                                                            \
+    case 6: CALL(6); break;                                                                            \
+    case 7: CALL(7); break;                                                                            \
+    default: CALL(8); break;                                                                           \
     }
 
-Q8P_GEMM_AVX2(gemmp_q8_0_avx2, false)
-Q8P_GEMM_AVX2(gemmp_q4_0_avx2, true)
+static KA void gemmp_q4_0_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
+                               const kern_px *px, int nx)
+{
+    (void)x, (void)xst;
+#define Q4P_CALL(NX) q4p_tile(NX, nw, n / 32, y, ys, wp, px)
+    Q8P_SWITCH(Q4P_CALL)
+#undef Q4P_CALL
+}
+
+static KA void gemmp_q8_0_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
+                               const kern_px *px, int nx)
+{
+    (void)x, (void)xst;
+#define Q8P_CALL(NX) q8p_tile(NX, nw, n / 32, y, ys, wp, px)
+    Q8P_SWITCH(Q8P_CALL)
+#undef Q8P_CALL
+}
 
 /* ------------------------------------------------------------------ Q4_K */
 
@@ -737,26 +814,65 @@ KDOT_AVX2(dot_q6_K_avx2, q6_K_tile, block_q6_K)
 
 /* ------------------------------------------------- activation conversions */
 
-/* Same bytes as quant_q8_0_quantize_row for finite input. */
+/* One block's values times id, rounded as roundf, packed to int8. */
+KAI void q8_0_block_q(int8_t *qs, const float *x, float id)
+{
+    __m256i q[4];
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), _mm256_set1_ps(id))));
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+}
+
+/* Lane i = the largest of the 8 lanes of m[i] (a transposing max tree). */
+KAI __m256 hmax8_ps(const __m256 *m)
+{
+    __m256 t[4], u[2];
+    for (int i = 0; i < 4; i++) /* lanes: a02 b02 a13 b13 | a46 b46 a57 b57 for a = m[2i], b = m[2i+1] */
+        t[i] = _mm256_max_ps(_mm256_unpacklo_ps(m[2 * i], m[2 * i + 1]), _mm256_unpackhi_ps(m[2 * i], m[2 * i + 1]));
+    for (int i = 0; i < 2; i++) /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+        u[i] = _mm256_max_ps(_mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    return _mm256_max_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+
+/* Same bytes as quant_q8_0_quantize_row for finite input. Eight blocks at
+ * a time share the scalar steps (max, d = amax / 127, id = 1 / d, f16 of d)
+ * as vector operations, which round exactly as the scalar ones; F16C
+ * rounds d to the same bits as half.h's f32_to_f16 for finite d >= 0 (both
+ * nearest even, subnormals included; checked over every 7th float below
+ * +inf). */
 static KA void conv_q8_0_avx2(void *dst, const float *src, int n)
 {
     block_q8_0 *y = dst;
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int b = 0; b < n / QK8_0; b++) {
-        const float *x = src + (size_t)b * QK8_0;
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    const int nb = n / QK8_0;
+    int b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256 m[8];
+        for (int i = 0; i < 8; i++) {
+            const float *x = src + (size_t)(b + i) * QK8_0;
+            m[i] = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+            for (int k = 1; k < 4; k++) m[i] = _mm256_max_ps(m[i], _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
         }
-        const float amax = hmax_ps(m);
-        const float d = amax / 127;
+        const __m256 d = _mm256_div_ps(hmax8_ps(m), _mm256_set1_ps(127.0f));
+        const __m256 id = _mm256_and_ps(_mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ),
+                                        _mm256_div_ps(_mm256_set1_ps(1.0f), d));
+        uint16_t dh[8];
+        float idf[8];
+        _mm_storeu_si128((__m128i *)dh, _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+        _mm256_storeu_ps(idf, id);
+        for (int i = 0; i < 8; i++) {
+            y[b + i].d = dh[i];
+            q8_0_block_q(y[b + i].qs, src + (size_t)(b + i) * QK8_0, idf[i]);
+        }
+    }
+    for (; b < nb; b++) {
+        const float *x = src + (size_t)b * QK8_0;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        const float d = hmax_ps(m) / 127;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f32_to_f16(d);
-        __m256i q[4];
-        for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvttps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+        y[b].d = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT), 0);
+        q8_0_block_q(y[b].qs, x, id);
     }
 }
 
@@ -902,8 +1018,8 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q6_K] = dot_q6_K_avx2,
     },
     .packed = {
-        [DT_Q8_0] = {Q8P_NX, false, gemmp_q8_0_avx2},
-        [DT_Q4_0] = {Q8P_NX, true, gemmp_q4_0_avx2},
+        [DT_Q8_0] = {Q8P_NX, px_row_avx2, gemmp_q8_0_avx2},
+        [DT_Q4_0] = {Q8P_NX, px_row_avx2, gemmp_q4_0_avx2},
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

@@ -77,13 +77,39 @@ typedef struct {
  * compute every element with the reference's float operations, so that
  * packed results equal the reference bit for bit whatever m, nx or threads.
  * A variant without one gets kern_pack.c's portable version
- * (kern_packed_for). */
+ * (kern_packed_for).
+ *
+ * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px_row)
+ * for the same activations re-laid once per call by kern_matmul (kern_px):
+ * block-major, so that one pointer plus constant offsets reach block b of
+ * every row of a tile, with per row and block the scale as a float and the
+ * Q4_0 offset term precomputed (kern_xblk). */
 #define KERN_PACK_ROWS 8
+
+/* Per activation row and Q8_0 block: d as f32 (exact), and in the two
+ * int16 halves of q4off, -8 times the sum of the block's values whose index
+ * is 0 or 1 (low half), 2 or 3 (high half) mod 4 (|.| <= 16256). */
 typedef struct {
-    int nx;     /* activation rows per sweep it is best at (<= 8) */
-    bool xsums; /* gemm wants xs: per activation row, the int32 sum of each Q8_0 block's 32 values */
+    int32_t q4off;
+    float d;
+} kern_xblk;
+
+/* The 32 values of block b of activation row r (rows counted from the
+ * tile's first) are q[(b * rows + r) * 32 ...], its kern_xblk a[b * rows + r]. */
+typedef struct {
+    const int8_t *q;
+    const kern_xblk *a;
+    size_t rows; /* the block stride: the tile's rows (kern_matmul lays each group of rows out apart) */
+} kern_px;
+
+typedef struct {
+    int nx; /* activation rows per sweep it is best at (<= 8) */
+    /* When non-NULL, gemm reads px, which kern_matmul fills row by row with
+     * this: Q8_0 row x of n values into q, a (already offset to the row),
+     * block stride rows. Else px is NULL. */
+    void (*px_row)(int8_t *q, kern_xblk *a, size_t rows, const void *x, int n);
     void (*gemm)(int n, float *y, size_t y_stride, const void *wp, int nw, const void *x, size_t x_stride,
-                 const int32_t *xs, size_t xs_stride, int nx);
+                 const kern_px *px, int nx);
 } kern_packed;
 
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one

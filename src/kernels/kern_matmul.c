@@ -123,10 +123,11 @@ static size_t mm_x_row_bytes(int dot_type, int n_in)
 
 int kern_matmul_reserve(int m, int n_in)
 {
-    /* Per element: f16/bf16 2 B, Q8_0 34/32 B plus 4/32 B of block sums,
-     * Q8_K 292/256 B; a call converts to at most two of them in practice
-     * (fused matrices of different types), so 4 B, plus alignment. */
-    if (m > 0 && n_in > 0 && !mm_scratch_get(MM_SCRATCH_X, (size_t)m * (size_t)n_in * 4 + 4 * 64)) return PL_ENOMEM;
+    /* Per element: f16/bf16 2 B, Q8_0 34/32 B plus the packed GEMMs'
+     * re-laid copy (kern_px: 1 B and 8/32 B of kern_xblk), Q8_K
+     * 292/256 B; a call converts to at most two of them in practice (fused
+     * matrices of different types), so 8 B, plus alignment. */
+    if (m > 0 && n_in > 0 && !mm_scratch_get(MM_SCRATCH_X, (size_t)m * (size_t)n_in * 8 + 8 * 64)) return PL_ENOMEM;
     return PL_OK;
 }
 
@@ -138,9 +139,19 @@ typedef struct {
     kern_conv_fn conv; /* NULL: F32, x used as is */
     size_t x_row;      /* bytes of one converted row */
     uint8_t *xa;       /* [m][x_row] */
-    bool want_xs;      /* a packed GEMM of the call wants the Q8_0 block sums */
-    int32_t *xs;       /* [m][n_in / 32] those sums, or NULL */
+    void (*px_row)(int8_t *, kern_xblk *, size_t, const void *, int); /* a packed GEMM's (kern_packed) */
+    int px_gx;         /* its rows per group (mm_row_group) */
+    int8_t *pxq;       /* per group of rows i0.. (nx of them): [n_in / 32][nx][32] at i0 * n_in, else NULL */
+    kern_xblk *pxa;    /* the same: [n_in / 32][nx] at i0 * n_in / 32 */
 } mm_conv;
+
+/* Rows per group when m rows go through a tile of at most tile_nx: equal
+ * groups (the last may be smaller), e.g. m = 13, tile 8: 7 + 6. */
+static int mm_row_group(int m, int tile_nx)
+{
+    const int ng = (m + tile_nx - 1) / tile_nx;
+    return (m + ng - 1) / ng;
+}
 
 typedef struct {
     const float *x;
@@ -159,13 +170,12 @@ static void mm_conv_run(void *arg, int ith, int nth)
         for (int r = r0; r < r1; r++) {
             uint8_t *xr = c->xa + (size_t)r * c->x_row;
             c->conv(xr, j->x + (size_t)r * j->n_in, j->n_in);
-            if (!c->xs) continue;
-            const block_q8_0 *xb = (const block_q8_0 *)xr;
-            for (size_t b = 0; b < nbx; b++) {
-                int32_t sum = 0;
-                for (int q = 0; q < 32; q++) sum += xb[b].qs[q];
-                c->xs[(size_t)r * nbx + b] = sum;
-            }
+            if (!c->px_row) continue;
+            /* block-major within the row's group only: a tile's rows sit
+             * together (m * 32-byte strides would alias in L1 for large m) */
+            const int i0 = r - r % c->px_gx, nx = j->m - i0 < c->px_gx ? j->m - i0 : c->px_gx;
+            const size_t at = (size_t)i0 * nbx + (size_t)(r - i0);
+            c->px_row(c->pxq + at * 32, c->pxa + at, (size_t)nx, xr, j->n_in);
         }
     }
 }
@@ -182,10 +192,12 @@ typedef struct {
     float *y;             /* [m][n_out] */
     const uint8_t *w;     /* ggml rows, or the packed groups (MM_PACKED) */
     const uint8_t *xa;    /* x in the dot type */
-    const int32_t *xs;    /* its Q8_0 block sums, when the packed GEMM wants them */
+    kern_px px;           /* x re-laid for the packed GEMM (when pk->px_row): the first group's */
     uint32_t wtype;
     int mode, n_out, chunk;
     int c_begin;          /* index of the matrix's first chunk in the call */
+    int n_big;            /* chunks of `chunk` columns, then chunks of `small` (the call's tail) */
+    int small, n_chunks;  /* that size; the matrix's chunks in all */
     size_t w_row, x_row;  /* bytes of one weight row, one activation row */
     size_t gb;            /* bytes of one packed group */
     kern_gemm gemm;
@@ -229,7 +241,8 @@ static void mm_gemm_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 
 /* The packed paths: the chunk's groups (packed at load, or packed now into
  * this thread's buffer), swept once per group of activation rows. The m
- * rows go in equal groups of at most pk->nx (m = 8: 4 + 4, not 6 + 2). */
+ * rows go in equal groups of at most pk->nx (AVX2: 8, so m = 8 sweeps the
+ * weights once; m = 13: 7 + 6, not 8 + 5). */
 static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
     const kern_packed *pk = p->pk;
@@ -250,17 +263,18 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
         }
         buf = b;
     }
+    const int gx = mm_row_group(j->m, pk->nx);
     const size_t nbx = (size_t)j->n_in / 32;
-    const int ngx = (j->m + pk->nx - 1) / pk->nx, gx = (j->m + ngx - 1) / ngx;
     for (int i0 = 0; i0 < j->m; i0 += gx) {
         const int nx = j->m - i0 < gx ? j->m - i0 : gx;
         const uint8_t *xg = p->xa + (size_t)i0 * p->x_row;
-        const int32_t *xsg = p->xs ? p->xs + (size_t)i0 * nbx : NULL;
+        const kern_px pxg = {p->px.q ? p->px.q + (size_t)i0 * nbx * 32 : NULL, p->px.a ? p->px.a + (size_t)i0 * nbx : NULL,
+                             (size_t)nx};
         float *yg = p->y + (size_t)i0 * p->n_out;
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * R;
             pk->gemm(j->n_in, yg + c, (size_t)p->n_out, buf + (size_t)g * p->gb, c1 - c < R ? c1 - c : R, xg,
-                     p->x_row, xsg, nbx, nx);
+                     p->x_row, pk->px_row ? &pxg : NULL, nx);
         }
     }
 }
@@ -271,10 +285,11 @@ static void mm_run(void *arg, int ith, int nth)
     (void)nth;
     int k = 0;
     for (int c = ith; c < j->n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
-        while (c >= j->p[k].c_begin + (j->p[k].n_out + j->p[k].chunk - 1) / j->p[k].chunk) k++;
+        while (c >= j->p[k].c_begin + j->p[k].n_chunks) k++;
         const mm_part *p = &j->p[k];
-        const int c0 = (c - p->c_begin) * p->chunk;
-        const int c1 = c0 + p->chunk < p->n_out ? c0 + p->chunk : p->n_out;
+        const int i = c - p->c_begin, big = i < p->n_big;
+        const int c0 = big ? i * p->chunk : p->n_big * p->chunk + (i - p->n_big) * p->small;
+        const int c1 = c0 + (big ? p->chunk : p->small) < p->n_out ? c0 + (big ? p->chunk : p->small) : p->n_out;
         if (p->mode == MM_DOT) mm_decode_chunk(j, p, c0, c1);
         else if (p->mode == MM_GEMM) mm_gemm_chunk(j, p, c0, c1);
         else mm_packed_chunk(j, p, c0, c1);
@@ -301,6 +316,23 @@ static int mm_chunk_size(int total_cols, int nth, size_t w_row, int nw)
     return c < nw ? nw : c;
 }
 
+/* The call's tail: chunks are handed out in order, so the threads finish
+ * unevenly by up to one chunk of the last matrix. Its last nth chunks' worth
+ * of columns go in chunks of a quarter size (a multiple of nw), so the
+ * threads end within a quarter chunk of each other. */
+static void mm_part_chunks(mm_part *p, int chunk, int nw, int nth, bool last)
+{
+    p->chunk = chunk;
+    p->small = chunk / 4 - chunk / 4 % nw;
+    if (p->small < nw) p->small = nw;
+    p->n_big = (p->n_out + chunk - 1) / chunk;
+    p->n_chunks = p->n_big;
+    if (last && nth > 1 && p->small < chunk) {
+        p->n_big = p->n_out > nth * chunk ? (p->n_out - nth * chunk) / chunk : 0;
+        p->n_chunks = p->n_big + (p->n_out - p->n_big * chunk + p->small - 1) / p->small;
+    }
+}
+
 /* ------------------------------------------------------------ kern_matmul */
 
 static void mm_fatal_scratch(void)
@@ -318,7 +350,7 @@ static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, t
     for (int k = 0; k < n_cv; k++) {
         if (!cv[k].conv) continue;
         bytes += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
-        if (cv[k].want_xs) bytes += ((size_t)m * nbx * sizeof(int32_t) + 63) & ~(size_t)63;
+        if (cv[k].px_row) bytes += m * nbx * 32 + (((size_t)m * nbx * sizeof(kern_xblk) + 63) & ~(size_t)63);
     }
     uint8_t *buf = bytes ? mm_scratch_get(MM_SCRATCH_X, bytes) : NULL;
     if (bytes && !buf) mm_fatal_scratch();
@@ -331,9 +363,11 @@ static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, t
         any = true;
         cv[k].xa = buf;
         buf += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
-        if (cv[k].want_xs) {
-            cv[k].xs = (int32_t *)buf;
-            buf += ((size_t)m * nbx * sizeof(int32_t) + 63) & ~(size_t)63;
+        if (cv[k].px_row) {
+            cv[k].pxq = (int8_t *)buf;
+            buf += m * nbx * 32;
+            cv[k].pxa = (kern_xblk *)buf;
+            buf += ((size_t)m * nbx * sizeof(kern_xblk) + 63) & ~(size_t)63;
         }
     }
     if (!any) return;
@@ -376,8 +410,9 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         if (p->pk) p->gb = kern_pack_group_bytes(wi->type, n_in);
         int k = 0;
         while (k < n_cv && cv[k].dt != dt) k++;
-        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, false, NULL};
-        if (p->pk && p->pk->xsums) cv[k].want_xs = true;
+        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, NULL, 0, NULL, NULL};
+        /* one px per conversion: the packed GEMMs of a variant share the form and tile height */
+        if (p->pk && p->pk->px_row) cv[k].px_row = p->pk->px_row, cv[k].px_gx = mm_row_group(m, p->pk->nx);
         cv_of[i] = k;
         cols += wi->n_out > 0 ? wi->n_out : 0;
     }
@@ -385,16 +420,21 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
     mm_convert(cv, n_cv, x, m, n_in, tp);
     const int64_t macs = (int64_t)m * n_in * cols;
     const int nth = macs < MM_MIN_PARALLEL_MACS ? 1 : tp_size(tp);
-    int chunks = 0;
+    int chunks = 0, last = n_mats - 1;
+    while (last > 0 && j.p[last].n_out <= 0) last--;
     for (int i = 0; i < n_mats; i++) {
         mm_part *p = &j.p[i];
         p->xa = cv[cv_of[i]].xa;
-        p->xs = p->pk && p->pk->xsums ? cv[cv_of[i]].xs : NULL;
+        if (p->pk && p->pk->px_row) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, 0};
         const size_t tile_row = p->pk ? p->gb / KERN_PACK_ROWS : p->w_row;
         const int nw = p->mode == MM_DOT ? 1 : p->pk ? KERN_PACK_ROWS : p->gemm.nw;
-        p->chunk = mm_chunk_size((int)cols, nth, tile_row, nw);
+        if (p->n_out <= 0) {
+            p->chunk = p->small = nw, p->n_big = p->n_chunks = 0;
+        } else {
+            mm_part_chunks(p, mm_chunk_size((int)cols, nth, tile_row, nw), nw, nth, i == last);
+        }
         p->c_begin = chunks;
-        chunks += p->n_out > 0 ? (p->n_out + p->chunk - 1) / p->chunk : 0;
+        chunks += p->n_chunks;
     }
     j.n_chunks = chunks;
     atomic_init(&j.next, nth);

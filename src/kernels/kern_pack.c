@@ -130,22 +130,22 @@ static void gemmp_ref(uint32_t t, int n, float *y, size_t ys, const void *wp, in
 }
 
 static void gemmp_q8_0_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
-                           const int32_t *xs, size_t xss, int nx)
+                           const kern_px *px, int nx)
 {
-    (void)xs, (void)xss;
+    (void)px;
     gemmp_ref(DT_Q8_0, n, y, ys, wp, nw, x, xst, nx);
 }
 
 static void gemmp_q4_0_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
-                           const int32_t *xs, size_t xss, int nx)
+                           const kern_px *px, int nx)
 {
-    (void)xs, (void)xss;
+    (void)px;
     gemmp_ref(DT_Q4_0, n, y, ys, wp, nw, x, xst, nx);
 }
 
 static const kern_packed packed_ref[2] = {
-    {4, false, gemmp_q8_0_ref},
-    {4, false, gemmp_q4_0_ref},
+    {4, NULL, gemmp_q8_0_ref},
+    {4, NULL, gemmp_q4_0_ref},
 };
 
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t)
