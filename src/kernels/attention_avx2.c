@@ -26,9 +26,19 @@
  *      then the weights rounded to f16 for an f16 cache. For e4m3 the block
  *      scales (x 256, see ld8) multiply the scores before and the weights
  *      after the softmax, instead of every element (powers of two: exact).
- *   3. values: keys in tiles of ATTN_VB (converted in vt); each row adds
- *      p_j * v_j with FMA into its output, j ascending, 8 vectors of dims at
- *      a time in registers.
+ *   3. values: keys in tiles of ATTN_VB. The rows of a segment go in
+ *      chunks of up to 4, dims in chunks of C vectors (about 8
+ *      accumulators: 4 rows x 2, 2 x 4, 1 x 8): each V vector is loaded and
+ *      converted once in a register for the chunk's rows (f16, bf16, e5m2,
+ *      and any single row), or, when the conversion costs several ops and
+ *      rows share it (q8_0, e4m3; q4_0 always), converted once per segment
+ *      into vt. Each output element is one FMA chain p_j * v_j, j ascending.
+ *      (Before: V went to vt for every GQA segment, then each row reloaded
+ *      it; the store and 8 reloads per vector cost more than the FMAs.)
+ *
+ * Both sweeps prefetch the cache rows ~16 KiB ahead when rows share KV
+ * heads (see pf_until): a block's rows are contiguous only within the
+ * block, so the hardware prefetchers restart at every block.
  *
  * Row independence (attention.h): whatever else shares the call, a row sees
  * the same float values (conversions of f16/bf16/q8_0/q4_0/fp8 to f32 are
