@@ -276,6 +276,8 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
     static const struct { int n_g, rep, n_tok, base; } shapes[] = {
         {1, 1, 16, 0}, {1, 1, 16, 23}, {1, 2, 8, 100}, {1, 4, 4, 1017}, {1, 8, 2, 2030}, {1, 8, 1, 5},
         {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
+        /* the V sweep's row chunks (4 rows, then 1-3) with unequal n_ctx */
+        {1, 5, 1, 40}, {1, 3, 2, 33},   {2, 7, 1, 70},  {1, 6, 2, 500},
     };
     char why[256];
     for (int ti = 0; ti < N_TYPES; ti++)

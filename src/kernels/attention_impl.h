@@ -7,7 +7,9 @@
  *   qf  [R][hdp]        the queries as the dot uses them (f16-rounded for F16)
  *   sc  [R][ncp]        scores, then softmax weights, of each row
  *   kt  [8][hdp]        8 keys converted to f32 (one score group)
- *   vt  [ATTN_VB][hdp]  ATTN_VB values converted to f32 (one V tile)
+ *   vt  [ATTN_VB][hdp]  ATTN_VB values converted to f32 (one V tile; only for
+ *                       q4_0, and q8_0 / e4m3 read by several rows: the
+ *                       other V rows are converted in registers)
  *
  * The reference uses only the front: scores[ncp], tmp[hdp], acc[hdp] and the
  * f16 query (hdp halves), which always fits in the above.
