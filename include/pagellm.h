@@ -366,6 +366,10 @@ typedef struct {
     uint32_t max_queue;         /* waiting requests beyond which submit fails with PL_ERR_FULL (256) */
     bool prefix_order;          /* waiting queue: longest cached prefix first (else FCFS) */
     bool prefix_cache;          /* reuse cached prompt blocks across requests (true) */
+    uint32_t gather_us;         /* an idle engine that gets a request waits until no other has come
+                                 * for this long (at most 4x this after the first, and not once the
+                                 * queue fills max_seqs) before its first step, so that requests sent
+                                 * together prefill in one step (5000; 0 = start at once) */
 } pl_engine_params;
 
 void pl_engine_params_default(pl_engine_params *p);

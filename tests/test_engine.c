@@ -668,8 +668,69 @@ TEST(submit_validates_its_parameters)
     CHECK(pl_engine_new(&e, M, &ep) == PL_ERR_INVAL);
     CHECK(strstr(pl_last_error(), "max_batch_tokens"));
     engine_params(&ep);
+    ep.gather_us = 1000001;
+    CHECK(pl_engine_new(&e, M, &ep) == PL_ERR_INVAL);
+    CHECK(strstr(pl_last_error(), "gather_us"));
+    engine_params(&ep);
     ep.ctx.no_kv_cache = true;
     CHECK(pl_engine_new(&e, M, &ep) == PL_ERR_UNSUPPORTED);
+}
+
+/* eng_gather: requests that reach an idle engine a little apart (as a
+ * burst of HTTP clients does) prefill together in its first step. */
+TEST(an_idle_engine_gathers_a_burst_into_one_prefill_step)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.ctx.max_seqs = 4;
+    ep.gather_us = 1000000; /* far longer than the 20 ms between submissions below, even on a loaded machine */
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    id_list prompt;
+    tokenize(prompts[0], &prompt);
+    enum { GEN = 16 };
+    pl_request *r[4];
+    result *res[4];
+    for (int i = 0; i < 4; i++) {
+        pl_request_params rp;
+        request_params(&rp, &prompt, GEN);
+        res[i] = result_new();
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+        if (i < 3) usleep(20000); /* the 4th fills max_seqs: the engine starts without waiting more */
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK(collect(r[i], res[i]) == 0);
+        pl_request_free(r[i]);
+        CHECK_EQ_INT(res[i]->ids[0].n, GEN);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    /* one step prefills all four prompts, then GEN - 1 steps decode them all;
+     * had the first started alone it would be a step ahead: GEN + 1 steps at least */
+    CHECK_MSG(mt.steps == GEN, "%llu steps for 4 x %d tokens sent 20 ms apart: not gathered into one first step",
+              (unsigned long long)mt.steps, GEN);
+    for (int i = 1; i < 4; i++) CHECK_MSG(ids_equal(&res[i]->ids[0], &res[0]->ids[0]), "request %d differs", i);
+    pl_engine_free(e);
+    for (int i = 0; i < 4; i++) free(res[i]);
+
+    /* A lone request waits gather_us for company, no more than that (4x):
+     * only a lower bound is checked, as a loaded machine only adds time. */
+    ep.gather_us = 100000;
+    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_request_params rp;
+    request_params(&rp, &prompt, 2);
+    pl_request *one;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(pl_engine_submit(e, &rp, &one) == 0);
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(one, &ev, WAIT_MS), 1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK_MSG(waited >= 0.1, "first token after %.3f s: the engine did not wait gather_us (0.1 s)", waited);
+    CHECK_EQ_INT(ev.kind, PL_EV_TOKEN);
+    pl_request_free(one);
+    pl_engine_free(e);
 }
 
 TEST(a_full_queue_refuses_and_shutdown_drains)
@@ -1171,6 +1232,7 @@ int main(void)
     RUN(cancel_frees_blocks_and_ends_with_cancelled);
     RUN(cancel_of_a_waiting_request_and_free_of_a_running_one);
     RUN(submit_validates_its_parameters);
+    RUN(an_idle_engine_gathers_a_burst_into_one_prefill_step);
     RUN(a_full_queue_refuses_and_shutdown_drains);
     RUN(engine_free_ends_live_requests_which_stay_readable);
     RUN(stop_string_ends_generation_before_it);

@@ -28,6 +28,8 @@
  *                            first token of any stream): decode only
  *              ttft          first token chunk - request start, per stream
  *              itl           gaps between consecutive token chunks
+ *              ft spread     last stream's first token - first stream's
+ *                            first token (median over reps)
  *            p50/p99 are over all streams of the level (all --reps pooled;
  *            throughputs are medians over reps).
  *   peer     /tmp/llamacpp-peer/peer-bench -m MODEL -np PROMPT -ng MAX_TOKENS
@@ -39,8 +41,20 @@
  *            and SSE). The peer's -t threads spin while they wait: on a
  *            machine whose cores are busy with other work its figures
  *            collapse (seen: 0.9 tok/s), so compare on an idle machine.
+ *   fairness peer-bench prefills its N prompts first, then times N x
+ *            (MAX_TOKENS - 1) tokens over its decode loop; our decode window
+ *            is the same N x (MAX_TOKENS - 1) tokens when every stream's
+ *            first token comes out of one prefill step (ft spread ~ 0; the
+ *            engine gathers requests sent together, pl_engine_params
+ *            gather_us). When they do not (ft spread of a step or more),
+ *            the window also holds the later streams' prefill and counts
+ *            it against us; it is not cut out. Per token we also do what
+ *            the peer does not: the sampler, logprobs 0 (a log-softmax over
+ *            the vocabulary), detokenizing, stop-string checks, and over
+ *            HTTP one SSE chunk of JSON; its decode is argmax only.
  *   engine   unless --no-engine, the same streams go to an engine built in
- *            this process with the server's parameters (one reader thread
+ *            this process with the server's parameters (defaults for the
+ *            rest, as the server's, gather_us included; one reader thread
  *            per stream, timing events as they are read): engine_decode_tok_s
  *            is decode_tok_s without HTTP, SSE and JSON, run right after the
  *            HTTP streams of each rep; the gap between the two is what the
@@ -432,6 +446,7 @@ typedef struct {
     long tokens;
     double peer_decode_tok_s; /* 0: not run */
     double eng_total_tok_s, eng_decode_tok_s; /* in-process engine, no HTTP; 0: not run */
+    double spread_ms, eng_spread_ms;          /* first-token spread (sv_rates.spread), median over reps */
 } sv_level;
 
 typedef struct {
@@ -452,11 +467,17 @@ static int sv_vec_add(sv_vec *x, double v)
     return 0;
 }
 
+/* One run of n streams. */
+typedef struct {
+    double total, decode; /* tok/s, as in the file header */
+    double spread;        /* last stream's first token - first stream's first token, s */
+    long tokens;
+} sv_rates;
+
 /* Folds finished clients into the level's figures; -1 if any failed. */
-static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, double *total, double *decode,
-                      long *tokens)
+static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, sv_rates *out)
 {
-    double t0 = 1e300, t1 = 0, f0 = 1e300, f1 = 0;
+    double t0 = 1e300, t1 = 0, f0 = 1e300, f1 = 0, f0_last = 0;
     long tok = 0, dec = 0;
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -475,21 +496,23 @@ static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, dou
             for (int j = 1; j < c->n_tok; j++)
                 if (sv_vec_add(itl, (c->tok_t[j] - c->tok_t[j - 1]) * 1e3)) rc = -1;
             if (c->tok_t[0] < f0) f0 = c->tok_t[0];
+            if (c->tok_t[0] > f0_last) f0_last = c->tok_t[0];
             if (c->tok_t[c->n_tok - 1] > f1) f1 = c->tok_t[c->n_tok - 1];
         }
         if (c->t_start < t0) t0 = c->t_start;
         if (c->t_end > t1) t1 = c->t_end;
     }
-    *tokens = tok;
-    *total = t1 > t0 ? (double)tok / (t1 - t0) : 0;
-    *decode = f1 > f0 ? (double)dec / (f1 - f0) : 0;
+    out->tokens = tok;
+    out->total = t1 > t0 ? (double)tok / (t1 - t0) : 0;
+    out->decode = f1 > f0 ? (double)dec / (f1 - f0) : 0;
+    out->spread = f0_last > f0 ? f0_last - f0 : 0;
     return rc;
 }
 
 /* Runs n concurrent streams once, over HTTP to port, or straight to the
  * engine eng when it is not NULL; adds latencies to ttft/itl, sets rates. */
 static int sv_run_once(const sv_opts *o, int port, pl_engine *eng, sv_prompts *pr, int n, sv_vec *ttft, sv_vec *itl,
-                       double *total, double *decode, long *tokens)
+                       sv_rates *out)
 {
     sv_client *cl = calloc((size_t)n, sizeof *cl);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -510,7 +533,7 @@ static int sv_run_once(const sv_opts *o, int port, pl_engine *eng, sv_prompts *p
     pthread_mutex_unlock(&gate.mu);
     /* started == made unless a start failed: threads 0..started-1 exist */
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    if (!rc) rc = sv_collect(cl, n, ttft, itl, total, decode, tokens);
+    if (!rc) rc = sv_collect(cl, n, ttft, itl, out);
     for (int i = 0; i < made; i++) {
         free(cl[i].body);
         free((void *)cl[i].rp.prompt);
@@ -657,9 +680,11 @@ static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, in
                                   (json_int_t)l->tokens, "total_tok_s", l->total_tok_s, "decode_tok_s", l->decode_tok_s,
                                   "ttft_p50_ms", l->ttft_p50, "ttft_p99_ms", l->ttft_p99, "itl_p50_ms", l->itl_p50,
                                   "itl_p99_ms", l->itl_p99);
+            json_object_set_new(j, "first_token_spread_ms", json_real(l->spread_ms));
             if (l->eng_decode_tok_s > 0) {
                 json_object_set_new(j, "engine_total_tok_s", json_real(l->eng_total_tok_s));
                 json_object_set_new(j, "engine_decode_tok_s", json_real(l->eng_decode_tok_s));
+                json_object_set_new(j, "engine_first_token_spread_ms", json_real(l->eng_spread_ms));
             }
             if (l->peer_decode_tok_s > 0) {
                 json_object_set_new(j, "peer_decode_tok_s", json_real(l->peer_decode_tok_s));
@@ -675,12 +700,12 @@ static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, in
     }
     printf("serve: %s, prompt %d tokens, %d generated per stream, %d threads, %d rep(s)%s\n", model, o->prompt_tokens,
            o->max_tokens, o->threads, o->reps, o->no_peer ? "" : "; peer: peer-bench -b N (batched decode, no HTTP)");
-    printf("%7s %7s %11s %12s %9s %9s %8s %8s %12s %12s %7s %7s\n", "clients", "tokens", "total tok/s", "decode tok/s",
-           "ttft p50", "ttft p99", "itl p50", "itl p99", "engine tok/s", "peer tok/s", "ratio", "r_total");
+    printf("%7s %7s %11s %12s %9s %9s %8s %8s %9s %12s %12s %7s %7s\n", "clients", "tokens", "total tok/s", "decode tok/s",
+           "ttft p50", "ttft p99", "itl p50", "itl p99", "ft spread", "engine tok/s", "peer tok/s", "ratio", "r_total");
     for (int i = 0; i < n; i++) {
         const sv_level *l = &lv[i];
-        printf("%7d %7ld %11.1f %12.1f %9.1f %9.1f %8.2f %8.2f", l->clients, l->tokens, l->total_tok_s, l->decode_tok_s,
-               l->ttft_p50, l->ttft_p99, l->itl_p50, l->itl_p99);
+        printf("%7d %7ld %11.1f %12.1f %9.1f %9.1f %8.2f %8.2f %9.1f", l->clients, l->tokens, l->total_tok_s,
+               l->decode_tok_s, l->ttft_p50, l->ttft_p99, l->itl_p50, l->itl_p99, l->spread_ms);
         if (l->eng_decode_tok_s > 0) printf(" %12.1f", l->eng_decode_tok_s);
         else printf(" %12s", "-");
         if (l->peer_decode_tok_s > 0)
@@ -689,7 +714,8 @@ static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, in
         else
             printf(" %12s %7s %7s\n", "-", "-", "-");
     }
-    printf("(latencies in ms; engine = the same streams to an in-process engine, no HTTP; ratio = decode tok/s / peer,\n"
+    printf("(latencies in ms; ft spread = ms between the first and the last stream's first token (0: one prefill step);\n"
+           " engine = the same streams to an in-process engine, no HTTP; ratio = decode tok/s / peer,\n"
            " r_total = total tok/s / peer)\n");
 }
 
@@ -754,15 +780,17 @@ static int sv_parse(int argc, char **argv, sv_opts *o)
 static int sv_level_run(const sv_opts *o, int port, pl_engine *eng, sv_prompts *pr, int n, sv_level *l)
 {
     sv_vec ttft = {0}, itl = {0}, et = {0}, ei = {0};
-    double tot[100], dec[100], peer[100], etot[100], edec[100];
+    double tot[100], dec[100], spr[100], peer[100], etot[100], edec[100], espr[100];
     int rc = 0, np = 0, ne = 0;
-    long etok;
     memset(l, 0, sizeof *l);
     l->clients = n;
     for (int r = 0; r < o->reps && !rc; r++) {
-        rc = sv_run_once(o, port, NULL, pr, n, &ttft, &itl, &tot[r], &dec[r], &l->tokens);
+        sv_rates h, e;
+        rc = sv_run_once(o, port, NULL, pr, n, &ttft, &itl, &h);
+        tot[r] = h.total, dec[r] = h.decode, spr[r] = h.spread * 1e3, l->tokens = h.tokens;
         if (!rc && eng) {
-            rc = sv_run_once(o, 0, eng, pr, n, &et, &ei, &etot[ne], &edec[ne], &etok);
+            rc = sv_run_once(o, 0, eng, pr, n, &et, &ei, &e);
+            etot[ne] = e.total, edec[ne] = e.decode, espr[ne] = e.spread * 1e3;
             ne += !rc;
         }
         if (!rc && !o->no_peer) {
@@ -773,6 +801,8 @@ static int sv_level_run(const sv_opts *o, int port, pl_engine *eng, sv_prompts *
     if (!rc) {
         l->total_tok_s = bench_median(tot, (size_t)o->reps);
         l->decode_tok_s = bench_median(dec, (size_t)o->reps);
+        l->spread_ms = bench_median(spr, (size_t)o->reps);
+        l->eng_spread_ms = bench_median(espr, (size_t)ne);
         l->peer_decode_tok_s = bench_median(peer, (size_t)np);
         l->eng_total_tok_s = bench_median(etot, (size_t)ne);
         l->eng_decode_tok_s = bench_median(edec, (size_t)ne);
@@ -792,9 +822,8 @@ static int sv_level_run(const sv_opts *o, int port, pl_engine *eng, sv_prompts *
 static int sv_warm_up(const sv_opts *o, int port, pl_engine *eng, sv_prompts *pr)
 {
     sv_vec wt = {0}, wi = {0};
-    double a, b;
-    long t;
-    int rc = sv_run_once(o, port, eng, pr, 1, &wt, &wi, &a, &b, &t);
+    sv_rates x;
+    int rc = sv_run_once(o, port, eng, pr, 1, &wt, &wi, &x);
     free(wt.v);
     free(wi.v);
     return rc;

@@ -31,7 +31,7 @@ typedef struct {
     gen_opts g;
     srv_http_config http;
     int max_queue, completions_max_tokens;
-    double drain_s;
+    double drain_s, gather_ms;
     bool no_prefix_cache, prefix_order;
     uint64_t max_body;
 } serve_opts;
@@ -48,6 +48,9 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     o->max_body = 8u << 20;
     o->drain_s = 30;
     o->completions_max_tokens = 16;
+    pl_engine_params dep;
+    pl_engine_params_default(&dep);
+    o->gather_ms = dep.gather_us / 1000.0;
     cli_opt opts[48];
     int n = 0;
     gen_opts_table(&o->g, opts, &n);
@@ -63,6 +66,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {"max-conns", 0, CLI_INT, &o->http.max_conns, 1, 1 << 16, "N", "concurrent connections, one thread each (default 512)"},
         {"timeout", 0, CLI_INT, &o->http.timeout_s, 0, 1 << 20, "S", "close connections idle for S seconds (default 600; 0 = never)"},
         {"drain-timeout", 0, CLI_FLOAT, &o->drain_s, 0, 1e6, "S", "on SIGTERM, wait S seconds for running requests, then cancel (default 30)"},
+        {"gather-ms", 0, CLI_FLOAT, &o->gather_ms, 0, 1000, "MS", "idle, wait for requests sent together until none came for MS ms (at most 4x), so that they prefill in one step (default 5; 0 = off)"},
         {"default-max-tokens", 0, CLI_INT, &o->completions_max_tokens, 1, 1 << 20, "N", "/v1/completions max_tokens when not given (default 16)"},
         {"no-prefix-cache", 0, CLI_FLAG, &o->no_prefix_cache, 0, 0, NULL, "do not reuse cached prompt blocks across requests"},
         {"prefix-order", 0, CLI_FLAG, &o->prefix_order, 0, 0, NULL, "schedule waiting requests with the longest cached prefix first"},
@@ -107,6 +111,7 @@ static int serve_engine_params(const serve_opts *o, const pl_model *m, pl_engine
     ep->max_queue = (uint32_t)o->max_queue;
     ep->prefix_cache = !o->no_prefix_cache;
     ep->prefix_order = o->prefix_order;
+    ep->gather_us = (uint32_t)(o->gather_ms * 1000 + 0.5);
     return 0;
 }
 

@@ -71,6 +71,7 @@ struct pl_engine {
     uint32_t subq_n;
     uint32_t waiting_pub;      /* the scheduler's waiting count after the newest step */
     uint64_t next_id;
+    double t_last_submit;      /* eng_now() of the newest submission (eng_gather) */
     bool accepting, draining, stop, exited;
     eng_job *jobs;
 

@@ -53,7 +53,7 @@ if [ -f "$M" ]; then
   rc=$?
   check bench_serve_exit [ "$rc" -eq 0 ]
   jq_check bench_serve_rows "$T/sv.json" \
-    'select(.clients == 3) | .tokens == 24 and .total_tok_s > 0 and .ttft_p50_ms > 0 and .itl_p99_ms >= .itl_p50_ms and .engine_decode_tok_s > 0 and .engine_total_tok_s > 0'
+    'select(.clients == 3) | .tokens == 24 and .total_tok_s > 0 and .ttft_p50_ms > 0 and .itl_p99_ms >= .itl_p50_ms and .engine_decode_tok_s > 0 and .engine_total_tok_s > 0 and .first_token_spread_ms >= 0 and .engine_first_token_spread_ms >= 0'
   check bench_serve_levels [ "$(grep -c '"clients"' "$T/sv.json")" -eq 2 ]
   if grep -q Sanitizer "$T/sv.err"; then fail bench_serve_sanitizer "$(head -c 400 "$T/sv.err")"; fi
 else
