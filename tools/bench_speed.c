@@ -34,8 +34,12 @@
  * figure is the median of --reps runs.
  *
  * Roofline: decode is bound by memory reads. Bandwidth is measured here: a
- * --bw-mib buffer (1 GiB, far beyond L3) read by --threads threads with
- * AVX2 loads, the median of 5 passes. Bytes per step = the weights a step
+ * --bw-mib buffer (1 GiB, far beyond L3, huge pages advised) read by
+ * --threads threads with AVX2 loads. The header shows the median of 5
+ * passes at the start; each decode test's roofline uses the median of the
+ * probes (3 passes each) taken just before each of our timed runs of that
+ * test, because this machine's bandwidth drifts by 10-30% over minutes and
+ * a test runs minutes after the start. Bytes per step = the weights a step
  * reads (pl_model_decode_bytes: all layers + final norm + output matrix)
  * + f16 KV of every sequence at its mean context length in the test;
  * roofline tok/s = bandwidth x sequences / bytes per step. pp512 is compute
@@ -43,7 +47,7 @@
  *
  * Output: a table, or with --json one header object then one row per
  * (model, test): {model, weights, test, pagellm_tok_s, peer_tok_s, ratio,
- * roofline_tok_s} (null where absent), and for rss {model, weights, test,
+ * roofline_tok_s, bandwidth_gb_s} (null where absent), and for rss {model, weights, test,
  * pagellm_rss_mib, peer_rss_mib, ratio, ctx, tokens}.
  *
  * Invariants: children are only signalled and reaped by their own pid; the
@@ -57,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +72,7 @@
 #define SP_MAX_MODELS 16
 #define SP_MAX_REPS 100
 #define SP_PEER_TIMEOUT_S 3600.0
+#define SP_PROBE_PASSES 3 /* per probe before a timed run: ~0.15 s at 1 GiB */
 
 enum { T_PP, T_TG, T_DEPTH, T_X8, T_RSS, T_COUNT };
 static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048", "tg128x8", "rss"};
@@ -395,6 +401,17 @@ static int peer_run(const char *peer, const char *model, int threads, const char
 
 /* -------------------------------------------------------- bandwidth */
 
+/* The probe's buffer is mapped once, asked for huge pages (as the packed
+ * weights are, model/weights.c) and written, so that it reads real, 2 MiB
+ * mapped pages: a read loop over 4 KiB pages reads ~10% less on this kind of
+ * machine, and a roofline below what plain loads can get would flatter
+ * every engine against it. */
+typedef struct {
+    uint8_t *buf;
+    size_t n;
+    int threads;
+} bw_probe;
+
 typedef struct {
     const uint8_t *p;
     size_t n;  /* multiple of 128 */
@@ -426,32 +443,52 @@ static void *bw_read_scalar(void *arg)
     return NULL;
 }
 
-/* GB/s (1e9 bytes) read by `threads` threads over mib MiB: the median of
- * 5 passes (*best: the fastest, what an idle machine gets closer to). */
-static double bandwidth_measure(int mib, int threads, double *best)
+static int bw_probe_init(bw_probe *p, int mib, int threads)
 {
-    const size_t n = (size_t)mib << 20;
-    uint8_t *buf = aligned_alloc(64, n);
-    if (!buf) return 0;
-    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)i; /* real pages, not the shared zero page */
+    p->n = (size_t)mib << 20;
+    p->threads = threads;
+    p->buf = mmap(NULL, p->n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p->buf == MAP_FAILED) {
+        p->buf = NULL;
+        return -1;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p->buf, p->n, MADV_HUGEPAGE);
+#endif
+    for (size_t i = 0; i < p->n; i++) p->buf[i] = (uint8_t)i; /* real pages, not the shared zero page */
+    return 0;
+}
+
+static void bw_probe_free(bw_probe *p)
+{
+    if (p->buf) munmap(p->buf, p->n);
+    p->buf = NULL;
+}
+
+/* GB/s (1e9 bytes) read by the probe's threads over its buffer: the median
+ * of `passes` passes (*best, if not NULL: the fastest). */
+static double bw_probe_run(const bw_probe *p, int passes, double *best)
+{
+    if (!p->buf) return 0;
     void *(*fn)(void *) = __builtin_cpu_supports("avx2") ? bw_read_avx2 : bw_read_scalar;
     bw_part parts[64];
     pthread_t th[64];
-    double gbs[5];
-    const size_t per = n / (size_t)threads / 128 * 128;
-    for (int r = 0; r < 5; r++) {
+    double gbs[16];
+    const int threads = p->threads < 64 ? p->threads : 64;
+    const size_t per = p->n / (size_t)threads / 128 * 128;
+    if (passes > 16) passes = 16;
+    for (int r = 0; r < passes; r++) {
         double t0 = bench_now();
         for (int i = 0; i < threads; i++) {
-            parts[i] = (bw_part){buf + (size_t)i * per, per, 0};
+            parts[i] = (bw_part){p->buf + (size_t)i * per, per, 0};
             if (pthread_create(&th[i], NULL, fn, &parts[i]) != 0) fn(&parts[i]), th[i] = 0;
         }
         for (int i = 0; i < threads; i++)
             if (th[i]) pthread_join(th[i], NULL);
         gbs[r] = (double)per * threads / (bench_now() - t0) / 1e9;
     }
-    free(buf);
-    double med = bench_median(gbs, 5); /* sorts */
-    *best = gbs[4];
+    double med = bench_median(gbs, (size_t)passes); /* sorts */
+    if (best) *best = gbs[passes - 1];
     return med;
 }
 
@@ -560,22 +597,25 @@ static void emit_json(const sp_opts *o, json_t *j)
     json_decref(j);
 }
 
-static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof)
+/* bw: the median bandwidth of the probes taken just before our runs of
+ * the test (0 for pp512, which has no roofline). */
+static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double bw)
 {
     if (o->json || json_out_f) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
+        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
                               "test", test_names[test], "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
                               num_or_null(peer), "ratio", num_or_null(peer > 0 ? ours / peer : 0),
-                              "roofline_tok_s", num_or_null(roof));
+                              "roofline_tok_s", num_or_null(roof), "bandwidth_gb_s", num_or_null(bw));
         emit_json(o, j);
     }
     if (!o->json) {
-        char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-";
+        char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-", bs[16] = "-";
         if (peer > 0) snprintf(pr, sizeof pr, "%.1f", peer), snprintf(ra, sizeof ra, "%.2fx", ours / peer);
         if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * ours / roof);
         if (roof > 0 && peer > 0) snprintf(fp, sizeof fp, "%.0f%%", 100 * peer / roof);
-        printf("%-16s %-7s %-12s %10.1f %10s %7s %10s %7s %7s\n", m->name, m->weights, test_names[test], ours, pr, ra,
-               rf, fo, fp);
+        if (bw > 0) snprintf(bs, sizeof bs, "%.1f", bw);
+        printf("%-16s %-7s %-12s %10.1f %10s %7s %10s %7s %9s %6s\n", m->name, m->weights, test_names[test], ours, pr,
+               ra, rf, fo, fp, bs);
     }
     fflush(stdout);
 }
@@ -647,7 +687,7 @@ static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_
 }
 
 /* Runs the selected tests of one model, ours then the peer, reps times. */
-static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer_ok)
+static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *probe, bool peer_ok)
 {
     sp_ours us = {.threads = o->threads};
     pl_file_info fi;
@@ -663,15 +703,21 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
     pl_kv_shape ks = {fi.n_layers, fi.n_kv_heads, fi.head_dim, 16};
     pl_kv_size kvs = {0};
     pl_kv_size_of(&ks, PL_KV_F16, &kvs);
-    const double w = (double)pl_model_decode_bytes(us.m), kv = kvs.bytes_per_token, gb = bw * 1e9;
-    const double roof[T_COUNT] = {0, gb / (w + kv * (PP_N + TG_N / 2)), gb / (w + kv * (DEPTH_N + TG_N / 2)),
-                                  gb * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
-    double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS];
-    int na[T_COUNT] = {0}, nb[T_COUNT] = {0};
+    const double w = (double)pl_model_decode_bytes(us.m), kv = kvs.bytes_per_token;
+    /* tok/s per GB/s of bandwidth: sequences / bytes per step */
+    const double per_gbs[T_COUNT] = {0, 1e9 / (w + kv * (PP_N + TG_N / 2)), 1e9 / (w + kv * (DEPTH_N + TG_N / 2)),
+                                     1e9 * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
+    /* a: ours, b: the peer's, g: the bandwidth probed just before each of
+     * our runs. The machine's bandwidth drifts by 10-30% over minutes
+     * (neighbours on the host), so one probe at the start would misplace
+     * the roofline of a test run ten minutes later. */
+    double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][SP_MAX_REPS];
+    int na[T_COUNT] = {0}, nb[T_COUNT] = {0}, ng[T_COUNT] = {0};
     const bool pptg = o->want[T_PP] || o->want[T_TG];
     for (int r = 0; r < o->reps && !rc; r++) {
         double pp = 0, tg = 0;
         if (pptg) {
+            if (o->want[T_TG]) g[T_TG][ng[T_TG]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             rc = ours_pp_tg(&us, o->want[T_TG], &pp, &tg);
             a[T_PP][na[T_PP]++] = pp;
             a[T_TG][na[T_TG]++] = tg;
@@ -682,12 +728,14 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
             }
         }
         if (!rc && o->want[T_DEPTH]) {
+            g[T_DEPTH][ng[T_DEPTH]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             rc = ours_depth(&us, &tg);
             a[T_DEPTH][na[T_DEPTH]++] = tg;
             const char *args[] = {"-np", "2048", "-ng", "128", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
         }
         if (!rc && o->want[T_X8]) {
+            g[T_X8][ng[T_X8]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             rc = ours_x8(&us, &tg);
             a[T_X8][na[T_X8]++] = tg;
             const char *args[] = {"-np", "128", "-ng", "128", "-b", "8", NULL};
@@ -695,8 +743,11 @@ static int bench_model(const sp_opts *o, const sp_model *m, double bw, bool peer
         }
     }
     if (rc) cli_error("bench speed", "%s: %s", m->path, pl_last_error());
-    for (int t = 0; t < T_RSS && !rc; t++)
-        if (o->want[t]) print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), roof[t]);
+    for (int t = 0; t < T_RSS && !rc; t++) {
+        const double bw = ng[t] ? bench_median(g[t], (size_t)ng[t]) : 0;
+        if (o->want[t])
+            print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), bw * per_gbs[t], bw);
+    }
     free(us.logits);
     pl_model_free(us.m);
     return rc ? 1 : 0;
@@ -756,15 +807,23 @@ int bench_speed(int argc, char **argv)
     /* RSS first: nothing of ours is mapped yet (see the header) */
     rss_result rr = {-1, -1, 0};
     if (o.want[T_RSS] && rss_measure(&o, exe, rss_m.path, &rr) != 0) fprintf(stderr, "bench speed: the rss test failed\n");
-    double bw_best = 0, bw = any_speed ? bandwidth_measure(o.bw_mib, o.threads, &bw_best) : 0;
+    bw_probe probe = {0};
+    if (any_speed && bw_probe_init(&probe, o.bw_mib, o.threads) != 0) {
+        cli_error("bench speed", "cannot map the %d MiB bandwidth buffer (--bw-mib): %s", o.bw_mib, strerror(errno));
+        return 1;
+    }
+    double bw_best = 0, bw = any_speed ? bw_probe_run(&probe, 5, &bw_best) : 0;
     print_header(&o, bw, bw_best, peer_ok, peer_note);
     if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed)
-        printf("%-16s %-7s %-12s %10s %10s %7s %10s %7s %7s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
-               "roofline", "pl/roof", "peer/roof");
+        printf("%-16s %-7s %-12s %10s %10s %7s %10s %7s %9s %6s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
+               "roofline", "pl/roof", "peer/roof", "GB/s");
     int status = 0;
-    for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], bw, peer_ok);
-    if (!o.json && any_speed) printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step)\n");
+    for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], &probe, peer_ok);
+    bw_probe_free(&probe);
+    if (!o.json && any_speed)
+        printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step, where bandwidth (GB/s) is the "
+               "median of the probes taken just before each of our runs of the test)\n");
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;
     return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);

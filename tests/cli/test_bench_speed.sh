@@ -39,11 +39,11 @@ check bench_speed_model_made [ -s "$T/models/tiny-q8_0.gguf" ]
 check bench_speed_no_temp_left [ -z "$(ls "$T/models" | grep tmp)" ]
 jq_check bench_speed_header "$T/speed.json" '.[0].bench == "speed" and .[0].bandwidth_gb_s > 0 and .[0].threads == 1'
 jq_check bench_speed_row_fields "$T/speed.json" \
-  '[.[1:][] | select(.test != "rss") | keys] == [["model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"],
-                                                 ["model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"]]'
+  '[.[1:][] | select(.test != "rss") | keys] == [["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"],
+                                                 ["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"]]'
 jq_check bench_speed_rows "$T/speed.json" \
   '[.[1:][] | select(.test != "rss")] as $r | ($r | map(.test)) == ["tg128","tg128x8"] and
-   all($r[]; .model == "tiny" and .weights == "q8_0" and .pagellm_tok_s > 0 and .roofline_tok_s > 0)'
+   all($r[]; .model == "tiny" and .weights == "q8_0" and .pagellm_tok_s > 0 and .roofline_tok_s > 0 and .bandwidth_gb_s > 0)'
 jq_check bench_speed_rss "$T/speed.json" \
   '[.[] | select(.test == "rss")] | length == 1 and .[0].pagellm_rss_mib > 0 and .[0].ctx == 1024 and .[0].tokens > 0'
 if have_peer; then
