@@ -208,7 +208,12 @@ typedef struct {
 typedef struct {
     mm_part p[KERN_MATS_MAX];
     int n_parts, m, n_in, n_chunks;
-    _Atomic int next;     /* next chunk to hand out */
+    /* next chunk to hand out, on a cache line of its own: every claim by
+     * one thread takes the line away from the other, and the fields above
+     * are read for every tile call (perf showed ~1 ms a TinyLlama token
+     * lost in mm_run on the line's round trips when they shared it) */
+    _Alignas(64) _Atomic int next;
+    char pad_next[64 - sizeof(int)];
 } mm_job;
 
 /* The decode path (m <= KERN_DOT_MAX_M): groups of KERN_DOT_NX_MAX
@@ -263,18 +268,21 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
         }
         buf = b;
     }
-    const int gx = mm_row_group(j->m, pk->nx);
-    const size_t nbx = (size_t)j->n_in / 32;
-    for (int i0 = 0; i0 < j->m; i0 += gx) {
-        const int nx = j->m - i0 < gx ? j->m - i0 : gx;
-        const uint8_t *xg = p->xa + (size_t)i0 * p->x_row;
+    /* in locals: the tile is an indirect call, after which the compiler
+     * would reload every field through j and p */
+    const int m = j->m, n_in = j->n_in, gx = mm_row_group(m, pk->nx);
+    const size_t nbx = (size_t)n_in / 32, gb = p->gb, x_row = p->x_row, n_out = (size_t)p->n_out;
+    const bool with_px = pk->px_row != NULL;
+    __typeof__(pk->gemm) const gemm = pk->gemm;
+    for (int i0 = 0; i0 < m; i0 += gx) {
+        const int nx = m - i0 < gx ? m - i0 : gx;
+        const uint8_t *xg = p->xa + (size_t)i0 * x_row;
         const kern_px pxg = {p->px.q ? p->px.q + (size_t)i0 * nbx * 32 : NULL, p->px.a ? p->px.a + (size_t)i0 * nbx : NULL,
                              (size_t)nx};
-        float *yg = p->y + (size_t)i0 * p->n_out;
+        float *yg = p->y + (size_t)i0 * n_out;
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * R;
-            pk->gemm(j->n_in, yg + c, (size_t)p->n_out, buf + (size_t)g * p->gb, c1 - c < R ? c1 - c : R, xg,
-                     p->x_row, pk->px_row ? &pxg : NULL, nx);
+            gemm(n_in, yg + c, n_out, buf + (size_t)g * gb, c1 - c < R ? c1 - c : R, xg, x_row, with_px ? &pxg : NULL, nx);
         }
     }
 }
