@@ -301,6 +301,21 @@ static int continue_greedy(pl_ctx *c, int32_t seq, float *l, uint32_t nv, int n,
     return 0;
 }
 
+/* A new sequence of the prompt ids (logits of its last token into l, and
+ * into first when not NULL), its greedy continuation of n_gen tokens into
+ * out, then the sequence freed; 0, or -1 when a call failed. */
+static int solo_greedy(pl_ctx *c, const int32_t *ids, size_t n, float *l, float *first, uint32_t nv, int n_gen,
+                       id_list *out)
+{
+    int32_t seq;
+    if (pl_seq_new(c, &seq) != 0) return -1;
+    int rc = pl_seq_append(c, seq, ids, n, l);
+    if (!rc && first) memcpy(first, l, sizeof(float) * nv);
+    if (!rc) rc = continue_greedy(c, seq, l, nv, n_gen, out);
+    pl_seq_free(c, seq);
+    return rc ? -1 : 0;
+}
+
 TEST(kivi_fork_copies_the_stage)
 {
     pl_model *m = NULL;
@@ -316,14 +331,11 @@ TEST(kivi_fork_copies_the_stage)
         params(&cp, dts[d]);
         cp.max_seqs = 3;
         pl_ctx *c = NULL;
-        int32_t solo, parent, child;
+        int32_t parent, child;
         float *l = malloc(sizeof(float) * nv), *lp = malloc(sizeof(float) * nv);
         id_list ref, got;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
-        CHECK(pl_seq_new(c, &solo) == 0);
-        CHECK(pl_seq_append(c, solo, ids, n, l) == 0);
-        CHECK(continue_greedy(c, solo, l, nv, 40, &ref) == 0);
-        pl_seq_free(c, solo);
+        CHECK(solo_greedy(c, ids, n, l, NULL, nv, 40, &ref) == 0);
         CHECK(pl_seq_new(c, &parent) == 0);
         CHECK(pl_seq_append(c, parent, ids, n, lp) == 0);
         CHECK(ctx_seq_fork(c, parent, &child) == 0);
@@ -371,11 +383,7 @@ TEST(kivi_truncation_into_a_sealed_block_recomputes_it)
         id_list fresh, got;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
         /* fresh: the prompt, then 60 greedy tokens */
-        CHECK(pl_seq_new(c, &seq) == 0);
-        CHECK(pl_seq_append(c, seq, ids, n, lf) == 0);
-        memcpy(l, lf, sizeof(float) * nv);
-        CHECK(continue_greedy(c, seq, l, nv, 60, &fresh) == 0);
-        pl_seq_free(c, seq);
+        CHECK(solo_greedy(c, ids, n, l, lf, nv, 60, &fresh) == 0);
         /* cut runs: the prompt + 30 other tokens (blocks 0..2 sealed, the
          * stage past them), truncate to cut (inside sealed block 1, or near
          * the prompt's end), re-append the rest of the prompt */
@@ -467,10 +475,7 @@ TEST(prefix_cache_hits_with_codec_dtypes_give_the_cold_tokens)
         float *l = malloc(sizeof(float) * nv);
         id_list cold, warm;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
-        CHECK(pl_seq_new(c, &seq) == 0);
-        CHECK(pl_seq_append(c, seq, ids, n, l) == 0);
-        CHECK(continue_greedy(c, seq, l, nv, 40, &cold) == 0);
-        pl_seq_free(c, seq);
+        CHECK(solo_greedy(c, ids, n, l, NULL, nv, 40, &cold) == 0);
         const prefix_cache *pc = ctx_prefix_cache(c);
         CHECK(pc);
         const uint64_t hits0 = pc->st.block_hits;
