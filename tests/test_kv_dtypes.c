@@ -57,6 +57,18 @@ static int tokenize(pl_model *m, int32_t **ids, size_t *n)
     return pl_tokenize(pl_model_vocab(m), prompt_text, strlen(prompt_text), true, false, ids, n);
 }
 
+/* stories260K loaded into *m and prompt_text's tokens; 0, or -1 with
+ * nothing left to free. */
+static int stories_and_prompt(pl_model **m, int32_t **ids, size_t *n)
+{
+    *m = NULL;
+    if (pl_model_load(m, STORIES) != 0) return -1;
+    if (tokenize(*m, ids, n) == 0) return 0;
+    pl_model_free(*m);
+    *m = NULL;
+    return -1;
+}
+
 static int argmax(const float *l, uint32_t n)
 {
     int b = 0;
@@ -319,11 +331,10 @@ static int solo_greedy(pl_ctx *c, const int32_t *ids, size_t n, float *l, float 
 TEST(kivi_fork_copies_the_stage)
 {
     pl_model *m = NULL;
-    CHECK(pl_model_load(&m, STORIES) == 0);
-    const uint32_t nv = pl_model_n_vocab(m);
     int32_t *ids;
     size_t n;
-    CHECK(tokenize(m, &ids, &n) == 0);
+    CHECK(stories_and_prompt(&m, &ids, &n) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
     CHECK(n % 16 != 0); /* the fork point is inside a block: the stage holds rows */
     const pl_kv_dtype dts[] = {PL_KV_INT4, PL_KV_INT2};
     for (int d = 0; d < 2; d++) {
@@ -366,11 +377,10 @@ TEST(kivi_fork_copies_the_stage)
 TEST(kivi_truncation_into_a_sealed_block_recomputes_it)
 {
     pl_model *m = NULL;
-    CHECK(pl_model_load(&m, STORIES) == 0);
-    const uint32_t nv = pl_model_n_vocab(m);
     int32_t *ids;
     size_t n;
-    CHECK(tokenize(m, &ids, &n) == 0);
+    CHECK(stories_and_prompt(&m, &ids, &n) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
     CHECK(n > 21);
     const pl_kv_dtype dts[] = {PL_KV_INT4, PL_KV_INT2};
     for (int d = 0; d < 2; d++) {
@@ -462,11 +472,10 @@ TEST(kivi_cut_then_append_is_bit_identical_to_never_going_past)
 TEST(prefix_cache_hits_with_codec_dtypes_give_the_cold_tokens)
 {
     pl_model *m = NULL;
-    CHECK(pl_model_load(&m, STORIES) == 0);
-    const uint32_t nv = pl_model_n_vocab(m);
     int32_t *ids;
     size_t n;
-    CHECK(tokenize(m, &ids, &n) == 0);
+    CHECK(stories_and_prompt(&m, &ids, &n) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
     for (size_t d = 0; d < N_DT; d++) {
         pl_ctx_params cp;
         params(&cp, dtypes[d]);
