@@ -127,6 +127,39 @@ static int collect(pl_request *r, result *res)
     }
 }
 
+/* prompts[k] tokenized into *prompt and a greedy request of it for
+ * max_tokens into *rp. */
+static void prompt_request(int k, int max_tokens, id_list *prompt, pl_request_params *rp)
+{
+    tokenize(prompts[k], prompt);
+    request_params(rp, prompt, max_tokens);
+}
+
+/* Submits a greedy request of max_tokens with top_logprobs for each of
+ * prompt[0..n) into r[]; 0, or -1 at the first refusal (pl_last_error()). */
+static int submit_all(pl_engine *e, const id_list *prompt, int n, int max_tokens, int top_logprobs, pl_request **r)
+{
+    for (int i = 0; i < n; i++) {
+        pl_request_params rp;
+        request_params(&rp, &prompt[i], max_tokens);
+        rp.top_logprobs = top_logprobs;
+        if (pl_engine_submit(e, &rp, &r[i]) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Collects r[i] into res[i] and frees it, for i < n; 0 when every one
+ * ended (collect). */
+static int collect_all(pl_request **r, result **res, int n)
+{
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (collect(r[i], res[i]) != 0) rc = -1;
+        pl_request_free(r[i]);
+    }
+    return rc;
+}
+
 /* Submits and collects one request. */
 static int run_one(pl_engine *e, const pl_request_params *rp, result *res)
 {
@@ -136,6 +169,16 @@ static int run_one(pl_engine *e, const pl_request_params *rp, result *res)
     rc = collect(r, res);
     pl_request_free(r);
     return rc;
+}
+
+/* A test's usual engine: *ep from engine_params with max_seqs sequences
+ * (0: the default); NULL on failure (pl_last_error() says why). */
+static pl_engine *engine_open(pl_engine_params *ep, uint32_t max_seqs)
+{
+    engine_params(ep);
+    if (max_seqs) ep->ctx.max_seqs = max_seqs;
+    pl_engine *e = NULL;
+    return pl_engine_new(&e, M, ep) == 0 ? e : NULL;
 }
 
 /* Bytes of one KV block for the engine ep describes (a throwaway engine is
@@ -171,19 +214,28 @@ static int reference(const id_list *prompt, int n_gen, id_list *out, float *step
     return our_greedy(M, &cp, prompt->ids, prompt->n, n_gen, out, steps);
 }
 
+/* prompt[i] = prompts[pick[i]] (pick NULL: prompts[i]) tokenized, ref[i]
+ * its reference of n_gen tokens, for i < n; 0 when every reference ran. */
+static int prompts_and_references(const int *pick, int n, int n_gen, id_list *prompt, id_list *ref)
+{
+    for (int i = 0; i < n; i++) {
+        tokenize(prompts[pick ? pick[i] : i], &prompt[i]);
+        if (reference(&prompt[i], n_gen, &ref[i], NULL) != 0) return -1;
+    }
+    return 0;
+}
+
 /* --------------------------------------------------------------- tests */
 
 TEST(single_greedy_request_equals_pl_seq_append_generation)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt, ref;
-    tokenize(prompts[0], &prompt);
-    CHECK(reference(&prompt, 64, &ref, NULL) == 0);
     pl_request_params rp;
-    request_params(&rp, &prompt, 64);
+    prompt_request(0, 64, &prompt, &rp);
+    CHECK(reference(&prompt, 64, &ref, NULL) == 0);
     result *res = result_new();
     int rc = run_one(e, &rp, res);
     pl_engine_metrics mt;
@@ -222,15 +274,13 @@ TEST(single_greedy_request_equals_pl_seq_append_generation)
 TEST(eight_concurrent_greedy_requests_equal_their_single_runs)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt[N_PROMPTS], ref[N_PROMPTS];
     pl_request *r[N_PROMPTS];
     result *alone[N_PROMPTS], *res[N_PROMPTS];
+    CHECK(prompts_and_references(NULL, N_PROMPTS, 64, prompt, ref) == 0);
     for (int i = 0; i < N_PROMPTS; i++) {
-        tokenize(prompts[i], &prompt[i]);
-        CHECK(reference(&prompt[i], 64, &ref[i], NULL) == 0);
         pl_request_params rp;
         request_params(&rp, &prompt[i], 64);
         rp.top_logprobs = 0;
@@ -240,16 +290,8 @@ TEST(eight_concurrent_greedy_requests_equal_their_single_runs)
     }
     pl_engine_metrics m0, m1;
     pl_engine_metrics_get(e, &m0);
-    for (int i = 0; i < N_PROMPTS; i++) {
-        pl_request_params rp;
-        request_params(&rp, &prompt[i], 64);
-        rp.top_logprobs = 0;
-        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
-    }
-    for (int i = 0; i < N_PROMPTS; i++) {
-        CHECK(collect(r[i], res[i]) == 0);
-        pl_request_free(r[i]);
-    }
+    CHECK_MSG(submit_all(e, prompt, N_PROMPTS, 64, 0, r) == 0, "%s", pl_last_error());
+    CHECK(collect_all(r, res, N_PROMPTS) == 0);
     pl_engine_metrics_get(e, &m1);
     pl_engine_free(e);
     double maxd = 0;
@@ -285,14 +327,12 @@ static int wait_for_running(pl_engine *e, uint32_t running, uint64_t min_len, pl
 TEST(n4_greedy_completions_are_equal_and_share_the_prompt)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt, ref;
-    tokenize(prompts[1], &prompt); /* more than one block */
-    CHECK(reference(&prompt, 48, &ref, NULL) == 0);
     pl_request_params rp;
-    request_params(&rp, &prompt, 48);
+    prompt_request(1, 48, &prompt, &rp); /* more than one block */
+    CHECK(reference(&prompt, 48, &ref, NULL) == 0);
     rp.n = 4;
     result *res = result_new();
     CHECK(run_one(e, &rp, res) == 0);
@@ -310,9 +350,8 @@ TEST(n4_greedy_completions_are_equal_and_share_the_prompt)
 TEST(n4_sampled_completions_follow_their_seeds_and_hold_the_prompt_once)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt;
     tokenize("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog.", &prompt);
     const int T = 16, n_gen = 200, p_full = prompt.n / T;
@@ -374,20 +413,10 @@ TEST(small_pool_preempts_and_recomputes_without_changing_tokens)
     id_list prompt[N_PROMPTS], ref[N_PROMPTS];
     pl_request *r[N_PROMPTS];
     result *res[N_PROMPTS];
-    for (int i = 0; i < N_PROMPTS; i++) {
-        tokenize(prompts[i], &prompt[i]);
-        CHECK(reference(&prompt[i], 64, &ref[i], NULL) == 0);
-    }
-    for (int i = 0; i < N_PROMPTS; i++) { /* all at once */
-        pl_request_params rp;
-        request_params(&rp, &prompt[i], 64);
-        res[i] = result_new();
-        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
-    }
-    for (int i = 0; i < N_PROMPTS; i++) {
-        CHECK(collect(r[i], res[i]) == 0);
-        pl_request_free(r[i]);
-    }
+    CHECK(prompts_and_references(NULL, N_PROMPTS, 64, prompt, ref) == 0);
+    for (int i = 0; i < N_PROMPTS; i++) res[i] = result_new();
+    CHECK_MSG(submit_all(e, prompt, N_PROMPTS, 64, -1, r) == 0, "%s", pl_last_error()); /* all at once */
+    CHECK(collect_all(r, res, N_PROMPTS) == 0);
     pl_engine_metrics mt;
     pl_engine_metrics_get(e, &mt);
     pl_engine_free(e);
@@ -417,9 +446,8 @@ TEST(request_larger_than_the_whole_pool_gets_an_error)
     ep.ctx.kv_mem = 2 * block_bytes;
     CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
     id_list prompt;
-    tokenize(prompts[0], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 64);
+    prompt_request(0, 64, &prompt, &rp);
     result *big = result_new(), *small = result_new();
     CHECK(run_one(e, &rp, big) == 0);
     rp.max_tokens = 8; /* fits 2 blocks: the engine still serves */
@@ -442,9 +470,8 @@ TEST(generation_stops_at_the_context_with_length)
     pl_engine *e = NULL;
     CHECK(pl_engine_new(&e, M, &ep) == 0);
     id_list prompt;
-    tokenize(prompts[1], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 100); /* prompt + max_tokens beyond n_ctx is allowed */
+    prompt_request(1, 100, &prompt, &rp); /* prompt + max_tokens beyond n_ctx is allowed */
     result *res = result_new();
     CHECK(run_one(e, &rp, res) == 0);
     pl_engine_free(e);
@@ -520,15 +547,10 @@ TEST(window_with_preemption_keeps_every_invariant)
     result *res[4];
     for (int i = 0; i < 4; i++) {
         tokenize(prompts[i], &prompt[i]);
-        pl_request_params rp;
-        request_params(&rp, &prompt[i], 200);
         res[i] = result_new();
-        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
     }
-    for (int i = 0; i < 4; i++) {
-        CHECK(collect(r[i], res[i]) == 0);
-        pl_request_free(r[i]);
-    }
+    CHECK_MSG(submit_all(e, prompt, 4, 200, -1, r) == 0, "%s", pl_last_error());
+    CHECK(collect_all(r, res, 4) == 0);
     pl_engine_metrics mt;
     pl_engine_metrics_get(e, &mt);
     pl_engine_free(e);
@@ -553,9 +575,8 @@ TEST(cancel_frees_blocks_and_ends_with_cancelled)
     pl_engine *e = NULL;
     CHECK(pl_engine_new(&e, M, &ep) == 0);
     id_list prompt;
-    tokenize(prompts[1], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 400);
+    prompt_request(1, 400, &prompt, &rp);
     rp.n = 2;
     pl_request *r, *w;
     CHECK(pl_engine_submit(e, &rp, &r) == 0);
@@ -591,14 +612,11 @@ TEST(cancel_frees_blocks_and_ends_with_cancelled)
 TEST(cancel_of_a_waiting_request_and_free_of_a_running_one)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    ep.ctx.max_seqs = 1;
-    pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine *e = engine_open(&ep, 1);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt;
-    tokenize(prompts[0], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 300);
+    prompt_request(0, 300, &prompt, &rp);
     pl_request *run, *wait;
     CHECK(pl_engine_submit(e, &rp, &run) == 0);
     CHECK(pl_engine_submit(e, &rp, &wait) == 0);
@@ -630,9 +648,8 @@ TEST(cancel_of_a_waiting_request_and_free_of_a_running_one)
 TEST(submit_validates_its_parameters)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt, longp;
     tokenize(prompts[0], &prompt);
     longp.n = N_CTX + 1;
@@ -698,11 +715,8 @@ TEST(an_idle_engine_gathers_a_burst_into_one_prefill_step)
         CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
         if (i < 3) usleep(20000); /* the 4th fills max_seqs: the engine starts without waiting more */
     }
-    for (int i = 0; i < 4; i++) {
-        CHECK(collect(r[i], res[i]) == 0);
-        pl_request_free(r[i]);
-        CHECK_EQ_INT(res[i]->ids[0].n, GEN);
-    }
+    CHECK(collect_all(r, res, 4) == 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(res[i]->ids[0].n, GEN);
     pl_engine_metrics mt;
     pl_engine_metrics_get(e, &mt);
     /* one step prefills all four prompts, then GEN - 1 steps decode them all;
@@ -742,9 +756,8 @@ TEST(a_full_queue_refuses_and_shutdown_drains)
     pl_engine *e = NULL;
     CHECK(pl_engine_new(&e, M, &ep) == 0);
     id_list prompt;
-    tokenize(prompts[2], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 100);
+    prompt_request(2, 100, &prompt, &rp);
     pl_request *r[8];
     int ok = 0, full = 0;
     for (int i = 0; i < 8; i++) {
@@ -776,14 +789,11 @@ TEST(a_full_queue_refuses_and_shutdown_drains)
 TEST(engine_free_ends_live_requests_which_stay_readable)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    ep.ctx.max_seqs = 2;
-    pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine *e = engine_open(&ep, 2);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt;
-    tokenize(prompts[3], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 400);
+    prompt_request(3, 400, &prompt, &rp);
     pl_request *r[4];
     for (int i = 0; i < 4; i++) CHECK(pl_engine_submit(e, &rp, &r[i]) == 0);
     pl_event ev;
@@ -802,13 +812,11 @@ TEST(engine_free_ends_live_requests_which_stay_readable)
 TEST(stop_string_ends_generation_before_it)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt;
-    tokenize(prompts[0], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 64);
+    prompt_request(0, 64, &prompt, &rp);
     result *full = result_new(), *cut = result_new();
     CHECK(run_one(e, &rp, full) == 0);
     CHECK(full->text_len[0] > 40);
@@ -836,9 +844,8 @@ TEST(stop_string_ends_generation_before_it)
 TEST(logprobs_are_log_softmax_of_the_logits)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt, ref;
     tokenize(prompts[2], &prompt);
     const int n_gen = 16, nv = (int)pl_model_n_vocab(M);
@@ -884,13 +891,11 @@ TEST(logprobs_are_log_softmax_of_the_logits)
 TEST(kv_json_shows_blocks_shared_by_a_fork)
 {
     pl_engine_params ep;
-    engine_params(&ep);
-    pl_engine *e = NULL;
-    CHECK(pl_engine_new(&e, M, &ep) == 0);
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
     id_list prompt;
-    tokenize(prompts[1], &prompt);
     pl_request_params rp;
-    request_params(&rp, &prompt, 300);
+    prompt_request(1, 300, &prompt, &rp);
     rp.n = 2;
     pl_request *r;
     CHECK(pl_engine_submit(e, &rp, &r) == 0);
@@ -944,15 +949,8 @@ TEST(static_layout_serves_requests_one_reservation_each)
     CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
     pl_request *r[4];
     id_list prompt[4], ref[4];
-    for (int i = 0; i < 4; i++) {
-        tokenize(prompts[i], &prompt[i]);
-        CHECK(reference(&prompt[i], 32, &ref[i], NULL) == 0);
-    }
-    for (int i = 0; i < 4; i++) {
-        pl_request_params rp;
-        request_params(&rp, &prompt[i], 32);
-        CHECK(pl_engine_submit(e, &rp, &r[i]) == 0);
-    }
+    CHECK(prompts_and_references(NULL, 4, 32, prompt, ref) == 0);
+    CHECK(submit_all(e, prompt, 4, 32, -1, r) == 0);
     for (int i = 0; i < 4; i++) {
         result *res = result_new();
         CHECK(collect(r[i], res) == 0);
@@ -979,16 +977,9 @@ TEST(prefix_order_and_repeated_prompts_keep_tokens_and_count_hits)
     pl_request *r[6];
     const int pick[6] = {0, 1, 0, 7, 1, 0};
     uint64_t query = 0, hits = 0;
-    for (int i = 0; i < 6; i++) {
-        tokenize(prompts[pick[i]], &prompt[i]);
-        CHECK(reference(&prompt[i], 24, &ref[i], NULL) == 0);
-        query += (uint64_t)prompt[i].n;
-    }
-    for (int i = 0; i < 6; i++) {
-        pl_request_params rp;
-        request_params(&rp, &prompt[i], 24);
-        CHECK(pl_engine_submit(e, &rp, &r[i]) == 0);
-    }
+    CHECK(prompts_and_references(pick, 6, 24, prompt, ref) == 0);
+    for (int i = 0; i < 6; i++) query += (uint64_t)prompt[i].n;
+    CHECK(submit_all(e, prompt, 6, 24, -1, r) == 0);
     for (int i = 0; i < 6; i++) {
         result *res = result_new();
         CHECK(collect(r[i], res) == 0);

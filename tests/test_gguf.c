@@ -827,6 +827,23 @@ static void bb_kv_u32(bb *b, const char *key, uint32_t v)
     bb_u32(b, v);
 }
 
+/* A version 3 file with no tensors and one kv: its key and value type,
+ * the value to follow. */
+static void bb_one_kv(bb *b, const char *key, uint32_t type)
+{
+    bb_header(b, 3, 0, 1);
+    bb_str(b, key);
+    bb_u32(b, type);
+}
+/* The same with an array value of count elem_type elements, the elements
+ * to follow. */
+static void bb_one_array(bb *b, const char *key, uint32_t elem_type, uint64_t count)
+{
+    bb_one_kv(b, key, GGUF_TYPE_ARRAY);
+    bb_u32(b, elem_type);
+    bb_u64(b, count);
+}
+
 /* The file must be refused with PL_EFORMAT, "offset OFF:" and what in the text. */
 static int expect_refused(const bb *b, uint64_t off, const char *what, char *why, size_t wn)
 {
@@ -880,9 +897,7 @@ TEST(crafted_kv)
     bb_u64(&b, 1000);
     bb_put(&b, "abcdefghijklmnopqrstuvwxyz", 26);
     REFUSED(24, "kv[0] key: length 1000 runs past the end");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "");
-    bb_u32(&b, GGUF_TYPE_UINT16);
+    bb_one_kv(&b, "", GGUF_TYPE_UINT16);
     bb_u32(&b, 0);
     REFUSED(24, "kv[0] key: empty");
     bb_header(&b, 3, 0, 1);
@@ -891,24 +906,16 @@ TEST(crafted_kv)
     bb_u32(&b, GGUF_TYPE_UINT8);
     bb_u8(&b, 0);
     REFUSED(24, "kv[0] key: contains a NUL");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "k");
-    bb_u32(&b, 13);
+    bb_one_kv(&b, "k", 13);
     bb_u8(&b, 0);
     REFUSED(33, "kv[0] 'k' type: 13 is not a GGUF type");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "k");
-    bb_u32(&b, GGUF_TYPE_UINT64);
+    bb_one_kv(&b, "k", GGUF_TYPE_UINT64);
     bb_u32(&b, 0);
     REFUSED(37, "kv[0] 'k' value: truncated");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "k");
-    bb_u32(&b, GGUF_TYPE_BOOL);
+    bb_one_kv(&b, "k", GGUF_TYPE_BOOL);
     bb_u8(&b, 2);
     REFUSED(37, "bool value: 2 is not 0 or 1");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "k");
-    bb_u32(&b, GGUF_TYPE_STRING);
+    bb_one_kv(&b, "k", GGUF_TYPE_STRING);
     bb_u64(&b, 1ull << 63);
     REFUSED(37, "kv[0] 'k' string length: length 9223372036854775808 runs past");
     bb_header(&b, 3, 0, 2);
@@ -921,53 +928,27 @@ TEST(crafted_arrays)
 {
     static bb b;
     char why[512];
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "a");
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u32(&b, 77);
-    bb_u64(&b, 0);
+    bb_one_array(&b, "a", 77, 0);
     REFUSED(37, "kv[0] 'a' array element type: 77 is not a GGUF type");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "a");
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u32(&b, GGUF_TYPE_UINT32);
-    bb_u64(&b, 1ull << 62);
+    bb_one_array(&b, "a", GGUF_TYPE_UINT32, 1ull << 62);
     bb_u32(&b, 5);
     REFUSED(41, "array count: 4611686018427387904 x 4-byte UINT32 elements cannot fit");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "a");
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u32(&b, GGUF_TYPE_STRING);
-    bb_u64(&b, 1000000);
+    bb_one_array(&b, "a", GGUF_TYPE_STRING, 1000000);
     bb_str(&b, "x");
     REFUSED(41, "array count: 1000000 strings cannot fit");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "a");
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u32(&b, GGUF_TYPE_STRING);
-    bb_u64(&b, 2);
+    bb_one_array(&b, "a", GGUF_TYPE_STRING, 2);
     bb_str(&b, "x");
     bb_u64(&b, 500);
     bb_put(&b, "yy", 2);
     REFUSED(58, "kv[0] 'a'[1] string length: length 500 runs past");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "a");
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u32(&b, GGUF_TYPE_BOOL);
-    bb_u64(&b, 3);
+    bb_one_array(&b, "a", GGUF_TYPE_BOOL, 3);
     bb_put(&b, "\1\0\3", 3);
     REFUSED(51, "bool element 2: 3 is not 0 or 1");
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "a");
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u32(&b, GGUF_TYPE_ARRAY);
-    bb_u64(&b, 1000);
+    bb_one_array(&b, "a", GGUF_TYPE_ARRAY, 1000);
     REFUSED(41, "array count: 1000 arrays cannot fit");
     /* GGUF_MAX_ARRAY_DEPTH levels open; one more is refused */
     for (int levels = GGUF_MAX_ARRAY_DEPTH; levels <= GGUF_MAX_ARRAY_DEPTH + 1; levels++) {
-        bb_header(&b, 3, 0, 1);
-        bb_str(&b, "a");
-        bb_u32(&b, GGUF_TYPE_ARRAY);
+        bb_one_kv(&b, "a", GGUF_TYPE_ARRAY);
         for (int l = 0; l < levels - 1; l++) {
             bb_u32(&b, GGUF_TYPE_ARRAY);
             bb_u64(&b, 1);
@@ -984,9 +965,7 @@ TEST(crafted_alignment)
 {
     static bb b;
     char why[512];
-    bb_header(&b, 3, 0, 1);
-    bb_str(&b, "general.alignment");
-    bb_u32(&b, GGUF_TYPE_UINT64);
+    bb_one_kv(&b, "general.alignment", GGUF_TYPE_UINT64);
     bb_u64(&b, 64);
     REFUSED(24, "kv[0] 'general.alignment' value: type UINT64, general.alignment must be UINT32");
     bb_header(&b, 3, 0, 1);

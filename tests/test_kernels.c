@@ -28,7 +28,6 @@
 
 #include "base/threadpool.h"
 #include "kernels/kern_impl.h"
-#include "kernels/kern_neon.h"
 #include "kernels/kernels.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"

@@ -70,6 +70,29 @@ static bool snap_same(const snap *a, const kv_pool *p, const kv_seq *s)
 
 /* ------------------------------------------------------------- dtypes */
 
+/* The start of a sequence test: a pool of n_blocks blocks of `small`, and
+ * s in it (kv_seq_init). Returns the first nonzero result. */
+static int pool_and_seq(kv_pool *pool, uint32_t n_blocks, kv_seq *s, uint32_t max_ctx, kv_seq_mode mode)
+{
+    int rc = kv_pool_init(pool, &small, n_blocks);
+    return rc ? rc : kv_seq_init(s, pool, max_ctx, mode);
+}
+
+/* The end of a two-sequence test: kv_check of the pool with a and b, then
+ * both freed and kv_check of the pool with none, then the pool freed.
+ * Returns the first nonzero kv_check result (0: both passed); frees
+ * everything either way. */
+static int free_two_checked(kv_pool *pool, kv_seq *a, kv_seq *b)
+{
+    kv_seq *all[] = {a, b};
+    int rc = kv_check(pool, all, 2);
+    kv_seq_free(a);
+    kv_seq_free(b);
+    if (rc == 0) rc = kv_check(pool, NULL, 0);
+    kv_pool_free(pool);
+    return rc;
+}
+
 TEST(dtype_bytes_per_token_llama70b)
 {
     /* 80 layers, 8 KV heads, head dim 128, blocks of 16. */
@@ -380,8 +403,7 @@ TEST(seq_reserve_grows_by_blocks)
 {
     kv_pool pool;
     kv_seq s;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&s, &pool, 30, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &s, 30, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(s.cap, 8);
     CHECK_EQ_INT(s.n_blocks, 0);
     CHECK_EQ_INT(kv_seq_reserve(&s, 1), 0);
@@ -412,8 +434,7 @@ TEST(seq_full_leaves_state_unchanged)
 {
     kv_pool pool;
     kv_seq a, b;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 3), 0);
-    CHECK_EQ_INT(kv_seq_init(&a, &pool, 100, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 3, &a, 100, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_init(&b, &pool, 100, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_reserve(&a, 6), 0); /* 2 blocks, 1 left */
     snap sn;
@@ -424,20 +445,14 @@ TEST(seq_full_leaves_state_unchanged)
     CHECK_EQ_INT(kv_seq_append(&b, 5), PL_EFULL);
     CHECK(snap_same(&sn, &pool, &b));
     CHECK_EQ_INT(kv_seq_reserve(&b, 4), 0);
-    kv_seq *all[] = {&a, &b};
-    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
-    kv_seq_free(&a);
-    kv_seq_free(&b);
-    CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
-    kv_pool_free(&pool);
+    CHECK_EQ_INT(free_two_checked(&pool, &a, &b), 0);
 }
 
 TEST(seq_fork_shares_blocks)
 {
     kv_pool pool;
     kv_seq p, c;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &p, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_reserve(&p, 10), 0);
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
     CHECK_EQ_INT(c.n_tokens, 10);
@@ -464,8 +479,7 @@ TEST(seq_cow_copies_data)
 {
     kv_pool pool;
     kv_seq p, c;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &p, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_append(&p, 6), 0); /* block 0 full, block 1 holds 2 */
     for (uint32_t i = 0; i < 6; i++) row_fill(&p, i, 100 + i);
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
@@ -492,20 +506,14 @@ TEST(seq_cow_copies_data)
     CHECK_EQ_INT(kv_seq_prepare_write(&c, 1), 0);
     CHECK_EQ_INT(c.table[0], mine);
     CHECK_EQ_INT(kv_seq_prepare_write(&c, 7), PL_ERANGE); /* not reserved */
-    kv_seq *all[] = {&p, &c};
-    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
-    kv_seq_free(&p);
-    kv_seq_free(&c);
-    CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
-    kv_pool_free(&pool);
+    CHECK_EQ_INT(free_two_checked(&pool, &p, &c), 0);
 }
 
 TEST(seq_cow_full_leaves_state_unchanged)
 {
     kv_pool pool;
     kv_seq p, c;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 3), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 3, &p, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_append(&p, 6), 0);
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
     /* 1 block left: appending 3 to c needs a copy of block 1 and a new block. */
@@ -529,8 +537,7 @@ TEST(seq_truncate_returns_blocks)
 {
     kv_pool pool;
     kv_seq s;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&s, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &s, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_reserve(&s, 13), 0);
     kv_seq_truncate(&s, 5);
     CHECK_EQ_INT(s.n_blocks, 2);
@@ -547,8 +554,7 @@ TEST(seq_push_block_prefix_hit)
 {
     kv_pool pool;
     kv_seq a, b;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 4), 0);
-    CHECK_EQ_INT(kv_seq_init(&a, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 4, &a, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_append(&a, 4), 0);
     for (uint32_t i = 0; i < 4; i++) row_fill(&a, i, 40 + i);
     uint32_t blk = a.table[0];
@@ -610,8 +616,7 @@ TEST(static_fork_shares_filled_blocks)
 {
     kv_pool pool;
     kv_seq p, c;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 12), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 20, KV_SEQ_STATIC), 0); /* 5 blocks */
+    CHECK_EQ_INT(pool_and_seq(&pool, 12, &p, 20, KV_SEQ_STATIC), 0); /* 5 blocks */
     CHECK_EQ_INT(kv_seq_append(&p, 6), 0);
     for (uint32_t i = 0; i < 6; i++) row_fill(&p, i, i);
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
@@ -623,20 +628,14 @@ TEST(static_fork_shares_filled_blocks)
     row_fill(&c, 6, 66);
     CHECK(row_holds(&c, 5, 5));
     CHECK(row_holds(&p, 5, 5));
-    kv_seq *all[] = {&p, &c};
-    CHECK_EQ_INT(kv_check(&pool, all, 2), 0);
-    kv_seq_free(&p);
-    kv_seq_free(&c);
-    CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
-    kv_pool_free(&pool);
+    CHECK_EQ_INT(free_two_checked(&pool, &p, &c), 0);
 }
 
 TEST(static_rewrite_after_truncate_copies_every_shared_block)
 {
     kv_pool pool;
     kv_seq p, c, filler;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 12, KV_SEQ_STATIC), 0); /* 3 blocks */
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &p, 12, KV_SEQ_STATIC), 0); /* 3 blocks */
     CHECK_EQ_INT(kv_seq_append(&p, 12), 0);
     for (uint32_t i = 0; i < 12; i++) row_fill(&p, i, 500 + i);
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0); /* shares all 3 */
@@ -705,8 +704,7 @@ TEST(stats_count_shared_blocks_once)
     kv_pool pool;
     kv_seq p, c;
     kv_stats st;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &p, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_append(&p, 6), 0);
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
     kv_seq_truncate(&c, 5);
@@ -730,8 +728,7 @@ TEST(check_detects_corruption)
 {
     kv_pool pool;
     kv_seq s;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 6), 0);
-    CHECK_EQ_INT(kv_seq_init(&s, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 6, &s, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_reserve(&s, 9), 0);
     kv_seq *all[] = {&s};
     CHECK_EQ_INT(kv_check(&pool, all, 1), 0);
@@ -820,8 +817,7 @@ TEST(seq_drop_range_full_leaves_state_unchanged)
 {
     kv_pool pool;
     kv_seq p, c;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 4), 0);
-    CHECK_EQ_INT(kv_seq_init(&p, &pool, 64, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(pool_and_seq(&pool, 4, &p, 64, KV_SEQ_PAGED), 0);
     CHECK_EQ_INT(kv_seq_append(&p, 16), 0); /* the whole pool */
     CHECK_EQ_INT(kv_seq_fork(&c, &p), 0);
     /* dropping block 1 moves 2 and 3, both shared: 2 copies, nothing freed, none free */
@@ -844,8 +840,7 @@ TEST(static_drop_range_keeps_blocks)
 {
     kv_pool pool;
     kv_seq s;
-    CHECK_EQ_INT(kv_pool_init(&pool, &small, 8), 0);
-    CHECK_EQ_INT(kv_seq_init(&s, &pool, 24, KV_SEQ_STATIC), 0); /* 6 blocks */
+    CHECK_EQ_INT(pool_and_seq(&pool, 8, &s, 24, KV_SEQ_STATIC), 0); /* 6 blocks */
     CHECK_EQ_INT(kv_seq_append(&s, 15), 0);
     for (uint32_t i = 0; i < 15; i++) row_fill(&s, i, 7 + i);
     uint32_t old[6];

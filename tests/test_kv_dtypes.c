@@ -57,6 +57,18 @@ static int tokenize(pl_model *m, int32_t **ids, size_t *n)
     return pl_tokenize(pl_model_vocab(m), prompt_text, strlen(prompt_text), true, false, ids, n);
 }
 
+/* stories260K loaded into *m and prompt_text's tokens; 0, or -1 with
+ * nothing left to free. */
+static int stories_and_prompt(pl_model **m, int32_t **ids, size_t *n)
+{
+    *m = NULL;
+    if (pl_model_load(m, STORIES) != 0) return -1;
+    if (tokenize(*m, ids, n) == 0) return 0;
+    pl_model_free(*m);
+    *m = NULL;
+    return -1;
+}
+
 static int argmax(const float *l, uint32_t n)
 {
     int b = 0;
@@ -301,14 +313,28 @@ static int continue_greedy(pl_ctx *c, int32_t seq, float *l, uint32_t nv, int n,
     return 0;
 }
 
+/* A new sequence of the prompt ids (logits of its last token into l, and
+ * into first when not NULL), its greedy continuation of n_gen tokens into
+ * out, then the sequence freed; 0, or -1 when a call failed. */
+static int solo_greedy(pl_ctx *c, const int32_t *ids, size_t n, float *l, float *first, uint32_t nv, int n_gen,
+                       id_list *out)
+{
+    int32_t seq;
+    if (pl_seq_new(c, &seq) != 0) return -1;
+    int rc = pl_seq_append(c, seq, ids, n, l);
+    if (!rc && first) memcpy(first, l, sizeof(float) * nv);
+    if (!rc) rc = continue_greedy(c, seq, l, nv, n_gen, out);
+    pl_seq_free(c, seq);
+    return rc ? -1 : 0;
+}
+
 TEST(kivi_fork_copies_the_stage)
 {
     pl_model *m = NULL;
-    CHECK(pl_model_load(&m, STORIES) == 0);
-    const uint32_t nv = pl_model_n_vocab(m);
     int32_t *ids;
     size_t n;
-    CHECK(tokenize(m, &ids, &n) == 0);
+    CHECK(stories_and_prompt(&m, &ids, &n) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
     CHECK(n % 16 != 0); /* the fork point is inside a block: the stage holds rows */
     const pl_kv_dtype dts[] = {PL_KV_INT4, PL_KV_INT2};
     for (int d = 0; d < 2; d++) {
@@ -316,14 +342,11 @@ TEST(kivi_fork_copies_the_stage)
         params(&cp, dts[d]);
         cp.max_seqs = 3;
         pl_ctx *c = NULL;
-        int32_t solo, parent, child;
+        int32_t parent, child;
         float *l = malloc(sizeof(float) * nv), *lp = malloc(sizeof(float) * nv);
         id_list ref, got;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
-        CHECK(pl_seq_new(c, &solo) == 0);
-        CHECK(pl_seq_append(c, solo, ids, n, l) == 0);
-        CHECK(continue_greedy(c, solo, l, nv, 40, &ref) == 0);
-        pl_seq_free(c, solo);
+        CHECK(solo_greedy(c, ids, n, l, NULL, nv, 40, &ref) == 0);
         CHECK(pl_seq_new(c, &parent) == 0);
         CHECK(pl_seq_append(c, parent, ids, n, lp) == 0);
         CHECK(ctx_seq_fork(c, parent, &child) == 0);
@@ -354,11 +377,10 @@ TEST(kivi_fork_copies_the_stage)
 TEST(kivi_truncation_into_a_sealed_block_recomputes_it)
 {
     pl_model *m = NULL;
-    CHECK(pl_model_load(&m, STORIES) == 0);
-    const uint32_t nv = pl_model_n_vocab(m);
     int32_t *ids;
     size_t n;
-    CHECK(tokenize(m, &ids, &n) == 0);
+    CHECK(stories_and_prompt(&m, &ids, &n) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
     CHECK(n > 21);
     const pl_kv_dtype dts[] = {PL_KV_INT4, PL_KV_INT2};
     for (int d = 0; d < 2; d++) {
@@ -371,11 +393,7 @@ TEST(kivi_truncation_into_a_sealed_block_recomputes_it)
         id_list fresh, got;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
         /* fresh: the prompt, then 60 greedy tokens */
-        CHECK(pl_seq_new(c, &seq) == 0);
-        CHECK(pl_seq_append(c, seq, ids, n, lf) == 0);
-        memcpy(l, lf, sizeof(float) * nv);
-        CHECK(continue_greedy(c, seq, l, nv, 60, &fresh) == 0);
-        pl_seq_free(c, seq);
+        CHECK(solo_greedy(c, ids, n, l, lf, nv, 60, &fresh) == 0);
         /* cut runs: the prompt + 30 other tokens (blocks 0..2 sealed, the
          * stage past them), truncate to cut (inside sealed block 1, or near
          * the prompt's end), re-append the rest of the prompt */
@@ -454,11 +472,10 @@ TEST(kivi_cut_then_append_is_bit_identical_to_never_going_past)
 TEST(prefix_cache_hits_with_codec_dtypes_give_the_cold_tokens)
 {
     pl_model *m = NULL;
-    CHECK(pl_model_load(&m, STORIES) == 0);
-    const uint32_t nv = pl_model_n_vocab(m);
     int32_t *ids;
     size_t n;
-    CHECK(tokenize(m, &ids, &n) == 0);
+    CHECK(stories_and_prompt(&m, &ids, &n) == 0);
+    const uint32_t nv = pl_model_n_vocab(m);
     for (size_t d = 0; d < N_DT; d++) {
         pl_ctx_params cp;
         params(&cp, dtypes[d]);
@@ -467,10 +484,7 @@ TEST(prefix_cache_hits_with_codec_dtypes_give_the_cold_tokens)
         float *l = malloc(sizeof(float) * nv);
         id_list cold, warm;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
-        CHECK(pl_seq_new(c, &seq) == 0);
-        CHECK(pl_seq_append(c, seq, ids, n, l) == 0);
-        CHECK(continue_greedy(c, seq, l, nv, 40, &cold) == 0);
-        pl_seq_free(c, seq);
+        CHECK(solo_greedy(c, ids, n, l, NULL, nv, 40, &cold) == 0);
         const prefix_cache *pc = ctx_prefix_cache(c);
         CHECK(pc);
         const uint64_t hits0 = pc->st.block_hits;

@@ -153,6 +153,15 @@ static int ts_step(fx *f, tseq *s, const int32_t *tok, uint32_t k)
     return rc;
 }
 
+/* The start of most tests: a fixture of n_blocks blocks and one sequence
+ * in it stepped through tok[0..k); the first nonzero result. */
+static int fx_with_seq(fx *f, uint32_t n_blocks, tseq *s, const int32_t *tok, uint32_t k)
+{
+    int rc = fx_init(f, n_blocks);
+    if (!rc) rc = ts_new(f, s);
+    return rc ? rc : ts_step(f, s, tok, k);
+}
+
 static bool keyed(const fx *f, uint32_t b) { return (f->pool.blocks[b].flags & KV_BLOCK_HASHED) != 0; }
 
 static int check_all(fx *f, tseq *seqs, int n)
@@ -198,9 +207,7 @@ TEST(key_is_xxh3_of_salt_parent_tokens)
 {
     fx f;
     tseq s;
-    CHECK_EQ_INT(fx_init(&f, 8), 0);
-    CHECK_EQ_INT(ts_new(&f, &s), 0);
-    CHECK_EQ_INT(ts_step(&f, &s, A16, 8), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 8, &s, A16, 8), 0);
     /* Recompute block 0's and block 1's keys by hand (little endian). */
     uint8_t buf[32 + 4 * T];
     uint64_t parent[2] = {0, 0};
@@ -234,9 +241,7 @@ TEST(full_blocks_hit_and_last_token_is_never_served)
     fx f;
     tseq a, b;
     uint32_t hit = 99;
-    CHECK_EQ_INT(fx_init(&f, 16), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 14), 0); /* 3 full blocks + 2 */
+    CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 14), 0); /* 3 full blocks + 2 */
     CHECK_EQ_INT(f.pc.st.cached_blocks, 3);
     uint32_t blocks[3] = {a.kv.table[0], a.kv.table[1], a.kv.table[2]};
     ts_free(&a);
@@ -300,9 +305,7 @@ TEST(tail_copy_copies_the_right_rows)
     fx f;
     tseq a, b;
     uint32_t hit;
-    CHECK_EQ_INT(fx_init(&f, 16), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 9), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 9), 0);
     uint32_t a1 = a.kv.table[1];
     /* Shares block 0 and 2 tokens of block 1 (5, 6), then differs. */
     const int32_t q[10] = {1, 2, 3, 4, 5, 6, 50, 51, 52, 53};
@@ -369,9 +372,7 @@ TEST(tail_copy_skipped_without_a_block)
     fx f;
     tseq a, hold, b;
     uint32_t hit;
-    CHECK_EQ_INT(fx_init(&f, 3), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 8), 0); /* blocks 0, 1 */
+    CHECK_EQ_INT(fx_with_seq(&f, 3, &a, A16, 8), 0); /* blocks 0, 1 */
     ts_free(&a);                                /* LRU: 1, 0 */
     CHECK_EQ_INT(ts_new(&f, &hold), 0);
     const int32_t x = 77;
@@ -395,9 +396,7 @@ TEST(tail_source_is_pinned_while_copied)
     fx f;
     tseq a, c, d, b;
     uint32_t hit;
-    CHECK_EQ_INT(fx_init(&f, 4), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 8), 0); /* blocks 0, 1 */
+    CHECK_EQ_INT(fx_with_seq(&f, 4, &a, A16, 8), 0); /* blocks 0, 1 */
     CHECK_EQ_INT(ts_new(&f, &c), 0);
     const int32_t cc[4] = {9, 9, 9, 9};
     CHECK_EQ_INT(ts_step(&f, &c, cc, 4), 0); /* block 2 */
@@ -475,9 +474,7 @@ TEST(verification_rejects_planted_tokens_and_check_sees_them)
     fx f;
     tseq a, b;
     uint32_t hit;
-    CHECK_EQ_INT(fx_init(&f, 16), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 9), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 9), 0);
     ts_free(&a);
     /* Forge: block 1 keeps the key of A16[4..8) but claims other tokens. */
     uint32_t b1 = 1;
@@ -500,9 +497,7 @@ TEST(check_detects_index_corruption)
 {
     fx f;
     tseq a;
-    CHECK_EQ_INT(fx_init(&f, 16), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 8), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 8), 0);
     CHECK_EQ_INT(pc_check(&f.pc), 0);
     /* A keyed block missing from the table. */
     uint32_t slot = 0;
@@ -532,9 +527,7 @@ TEST(lru_evicts_least_recent_chain_tail_first)
     tseq x, y, z, y2;
     uint32_t hit;
     const int32_t xs[8] = {1, 2, 3, 4, 5, 6, 7, 8}, ys[8] = {11, 12, 13, 14, 15, 16, 17, 18};
-    CHECK_EQ_INT(fx_init(&f, 8), 0);
-    CHECK_EQ_INT(ts_new(&f, &x), 0);
-    CHECK_EQ_INT(ts_step(&f, &x, xs, 8), 0); /* blocks 0, 1 */
+    CHECK_EQ_INT(fx_with_seq(&f, 8, &x, xs, 8), 0); /* blocks 0, 1 */
     CHECK_EQ_INT(ts_new(&f, &y), 0);
     CHECK_EQ_INT(ts_step(&f, &y, ys, 8), 0); /* blocks 2, 3 */
     ts_free(&x);
@@ -575,9 +568,7 @@ TEST(cow_keeps_shared_key_rewrite_drops_private_key)
 {
     fx f;
     tseq a, b;
-    CHECK_EQ_INT(fx_init(&f, 16), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 6), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 6), 0);
     uint32_t a0 = a.kv.table[0];
     CHECK(keyed(&f, a0));
     /* b = fork of a, truncated into block 0 and rewritten: copy on write. */
@@ -728,9 +719,7 @@ TEST(attach_and_init_errors_change_nothing)
     fx f;
     tseq a;
     uint32_t hit = 123;
-    CHECK_EQ_INT(fx_init(&f, 16), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 9), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 9), 0);
     pc_stats st = f.pc.st;
     CHECK_EQ_INT(pc_attach(&f.pc, &a.kv, A16, 9, false, &a.cur, &hit), PL_EINVAL); /* not empty */
     CHECK(strstr(err_msg(), "empty") != NULL);
@@ -752,9 +741,7 @@ TEST(attach_and_init_errors_change_nothing)
     ts_free(&a);
     fx_free(&f);
     /* A pool that still holds keyed blocks (its cache freed first) too. */
-    CHECK_EQ_INT(fx_init(&f, 4), 0);
-    CHECK_EQ_INT(ts_new(&f, &a), 0);
-    CHECK_EQ_INT(ts_step(&f, &a, A16, 4), 0);
+    CHECK_EQ_INT(fx_with_seq(&f, 4, &a, A16, 4), 0);
     ts_free(&a);
     pc_free(&f.pc);
     CHECK(f.pool.on_evict == NULL);

@@ -350,18 +350,27 @@ static int sse_frames(const char *s, json_t **out, int max, int *done)
     return n;
 }
 
+/* Streams evs[0..n_ev) through a srv_sse for q (id, created 3, model
+ * "m") and finishes it, into *b (the caller frees it); 0, or -1 when an
+ * event or the finish failed. */
+static int sse_stream(const srv_gen_req *q, const char *id, const pl_event *evs, size_t n_ev, srv_buf *b)
+{
+    srv_sse st;
+    srv_sse_init(&st, q, &toks, id, 3, "m");
+    for (size_t i = 0; i < n_ev; i++)
+        if (srv_sse_event(&st, &evs[i], b) != 0) return -1;
+    return srv_sse_finish(&st, b) == 0 ? 0 : -1;
+}
+
 TEST(sse_completion_stream)
 {
     srv_gen_req q;
     srv_error e;
     CHECK_EQ_INT(parse(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &q, &e), 200);
-    srv_sse st;
-    srv_sse_init(&st, &q, &toks, "cmpl-9", 3, "m");
     srv_buf b = {0};
     int32_t the = tok_of("\xE2\x96\x81the");
     pl_event evs[] = {token_ev(0, the, " the", -0.5f), token_ev(0, the, "", -0.5f), done_ev(0, " end", "length", 2)};
-    for (size_t i = 0; i < 3; i++) CHECK(srv_sse_event(&st, &evs[i], &b) == 0);
-    CHECK(srv_sse_finish(&st, &b) == 0);
+    CHECK(sse_stream(&q, "cmpl-9", evs, 3, &b) == 0);
     json_t *f[8];
     int done, n = sse_frames(b.p, f, 8, &done);
     CHECK_EQ_INT(n, 4); /* " the", (held token: no frame), " end", finish, usage */
@@ -384,14 +393,11 @@ TEST(sse_chat_stream)
     srv_gen_req q;
     srv_error e;
     CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stream\":true,\"logprobs\":true,\"top_logprobs\":1}", &q, &e), 200);
-    srv_sse st;
-    srv_sse_init(&st, &q, &toks, "chatcmpl-9", 3, "m");
     srv_buf b = {0};
     int32_t the = tok_of("\xE2\x96\x81the");
-    pl_event t1 = token_ev(0, the, " the", -0.5f), t2 = token_ev(0, the, "", -0.7f), d = done_ev(0, "", "stop", 2);
-    t1.n_top = t2.n_top = 1;
-    CHECK(srv_sse_event(&st, &t1, &b) == 0 && srv_sse_event(&st, &t2, &b) == 0 && srv_sse_event(&st, &d, &b) == 0);
-    CHECK(srv_sse_finish(&st, &b) == 0);
+    pl_event evs[] = {token_ev(0, the, " the", -0.5f), token_ev(0, the, "", -0.7f), done_ev(0, "", "stop", 2)};
+    evs[0].n_top = evs[1].n_top = 1;
+    CHECK(sse_stream(&q, "chatcmpl-9", evs, 3, &b) == 0);
     json_t *f[8];
     int done, n = sse_frames(b.p, f, 8, &done);
     CHECK_EQ_INT(n, 3); /* role + " the", the held token's logprobs, finish; no usage chunk */
@@ -420,14 +426,12 @@ TEST(sse_error_frame)
     srv_gen_req q;
     srv_error e;
     CHECK_EQ_INT(parse(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &q, &e), 200);
-    srv_sse st;
-    srv_sse_init(&st, &q, &toks, "cmpl-9", 3, "m");
     srv_buf b = {0};
     pl_event ev;
     memset(&ev, 0, sizeof ev);
     ev.kind = PL_EV_ERROR;
     snprintf(ev.message, sizeof ev.message, "KV pool exhausted");
-    CHECK(srv_sse_event(&st, &ev, &b) == 0 && srv_sse_finish(&st, &b) == 0);
+    CHECK(sse_stream(&q, "cmpl-9", &ev, 1, &b) == 0);
     CHECK_STR(b.p, "data: {\"error\":{\"message\":\"KV pool exhausted\",\"type\":\"server_error\",\"param\":null,"
                    "\"code\":null}}\n\ndata: [DONE]\n\n");
     srv_buf_free(&b);

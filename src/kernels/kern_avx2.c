@@ -351,16 +351,11 @@ KAI void q8dot_tile(bool is_q4, int NX, int U, int nb, float *s, size_t ss, cons
     for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
-#define Q8DOT_AVX2(name, is_q4)                                                                        \
-    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
-    {                                                                                                  \
-        const int nb = n / 32;                                                                         \
-        if (nx == 1) q8dot_tile(is_q4, 1, 2, nb, s, ss, w, x, xs);                                     \
-        else q8dot_tile(is_q4, 2, 2, nb, s, ss, w, x, xs);                                             \
-    }
-
-Q8DOT_AVX2(dot_q8_0_avx2, false)
-Q8DOT_AVX2(dot_q4_0_avx2, true)
+/* U as a parameter, not a constant inside the tile: GCC schedules the two
+ * differently, and this is the code that was measured. */
+#define Q8DOT_TILE2(is_q4, NX, nb, s, ss, w, x, xs) q8dot_tile(is_q4, NX, 2, nb, s, ss, w, x, xs)
+KERN_Q8DOT_DRIVER(dot_q8_0_avx2, KA, Q8DOT_TILE2, false)
+KERN_Q8DOT_DRIVER(dot_q4_0_avx2, KA, Q8DOT_TILE2, true)
 
 /* Q8_0 and Q4_0 dots compute, for every element, exactly the reference's
  * float operations (kern_ref.c), so every path here equals the reference
@@ -447,24 +442,8 @@ KAI void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, co
     }
 }
 
-#define Q8GEMM_AVX2(name, is_q4)                                                                       \
-    static KA void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
-                        size_t xs, int nx)                                                             \
-    {                                                                                                  \
-        const int nb = n / 32;                                                                         \
-        for (int c = 0; c < nw; c += 4) {                                                              \
-            const int tw = nw - c < 4 ? nw - c : 4;                                                    \
-            const uint8_t *wc = (const uint8_t *)w + c * ws;                                           \
-            for (int r = 0; r < nx; r += 2) {                                                          \
-                const uint8_t *xr = (const uint8_t *)x + r * xs;                                       \
-                if (nx - r >= 2) q8gemm_tile(is_q4, 2, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);    \
-                else q8gemm_tile(is_q4, 1, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);                \
-            }                                                                                          \
-        }                                                                                              \
-    }
-
-Q8GEMM_AVX2(gemm_q8_0_avx2, false)
-Q8GEMM_AVX2(gemm_q4_0_avx2, true)
+KERN_Q8GEMM_DRIVER(gemm_q8_0_avx2, KA, q8gemm_tile, false)
+KERN_Q8GEMM_DRIVER(gemm_q4_0_avx2, KA, q8gemm_tile, true)
 
 /* Packed GEMM on kern_pack.c's layout: a group of 8 weight rows, per block
  * QV vectors of 32 bytes (4 consecutive values of each row), the f16 scales
@@ -524,10 +503,15 @@ KAI void q8p_store(int NX, int nw, float *y, size_t ys, const __m256 *acc)
     }
 }
 
-KAI void q4p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
+/* One packed tile: NX rows against a group of Q4_0 (is_q4) or Q8_0 rows.
+ * Per block, each row's integer sums in 8 row lanes (Q4_0: int16 pairs
+ * from its q4off start, widened at the end; Q8_0: widened per vector), then
+ * the reference's float step per lane. */
+KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
 {
+    const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
-    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * 128);
+    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * gq);
     const size_t rows = px->rows;
     const int8_t *xq = px->q;
     const kern_xblk *xa = px->a;
@@ -535,65 +519,48 @@ KAI void q4p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp
 #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
-        const uint8_t *g = wp + (size_t)b * 128;
+        const uint8_t *g = wp + (size_t)b * gq;
         if (Q8P_PREFETCH)
-            for (int l = 0; l < 2; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
+            for (int l = 0; l < (int)gq / 64; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
         __m256i is[8];
+        if (is_q4) {
+            /* Q4_0 nibbles unsigned into maddubs, int16 accumulation (see above) */
 #pragma GCC unroll 8
-        for (int r = 0; r < NX; r++) is[r] = _mm256_set1_epi32(xa[r].q4off);
+            for (int r = 0; r < NX; r++) is[r] = _mm256_set1_epi32(xa[r].q4off);
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
-            PIN(pv); /* one load: GCC would fold it into the and and load again for the shift */
-            const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
+            for (int v = 0; v < 4; v++) {
+                __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
+                PIN(pv); /* one load: GCC would fold it into the and and load again for the shift */
+                const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
 #pragma GCC unroll 8
-            for (int r = 0; r < NX; r++) {
-                is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(lo, bcast32(xq + 32 * r + 4 * v)));
-                PIN(is[r]);
-                is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(hi, bcast32(xq + 32 * r + 16 + 4 * v)));
-                PIN(is[r]);
+                for (int r = 0; r < NX; r++) {
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(lo, bcast32(xq + 32 * r + 4 * v)));
+                    PIN(is[r]);
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(hi, bcast32(xq + 32 * r + 16 + 4 * v)));
+                    PIN(is[r]);
+                }
+            }
+        } else {
+            /* Q8_0: ggml's sign trick, maddubs(|w|, sign(x, w)); pairs reach
+             * 2 * 128 * 127, so each product vector is widened at once (madd). */
+#pragma GCC unroll 8
+            for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i wv = _mm256_load_si256((const __m256i *)(g + 32 * k));
+                const __m256i aw = _mm256_sign_epi8(wv, wv);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(xq + 32 * r + 4 * k), wv));
+                    is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
+                    PIN(is[r]);
+                }
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
 #pragma GCC unroll 8
-        for (int r = 0; r < NX; r++) acc[r] = q8_acc8(true, acc[r], _mm256_madd_epi16(is[r], ones), dw, xa[r].d);
-    }
-    q8p_store(NX, nw, y, ys, acc);
-}
-
-/* Q8_0: ggml's sign trick, maddubs(|w|, sign(x, w)); pairs reach
- * 2 * 128 * 127, so each product vector is widened at once (madd). */
-KAI void q8p_tile(int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
-{
-    const __m256i ones = _mm256_set1_epi16(1);
-    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * 256);
-    const size_t rows = px->rows;
-    const int8_t *xq = px->q;
-    const kern_xblk *xa = px->a;
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
-        const uint8_t *g = wp + (size_t)b * 256;
-        if (Q8P_PREFETCH)
-            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)g + Q8P_PREFETCH + 64 * l, _MM_HINT_T0);
-        __m256i is[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < NX; r++) is[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            const __m256i wv = _mm256_load_si256((const __m256i *)(g + 32 * k));
-            const __m256i aw = _mm256_sign_epi8(wv, wv);
-#pragma GCC unroll 8
-            for (int r = 0; r < NX; r++) {
-                const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(xq + 32 * r + 4 * k), wv));
-                is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(pr, ones));
-                PIN(is[r]);
-            }
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
-#pragma GCC unroll 8
-        for (int r = 0; r < NX; r++) acc[r] = q8_acc8(false, acc[r], is[r], dw, xa[r].d);
+        for (int r = 0; r < NX; r++) /* Q4_0's int16 pairs widened here */
+            acc[r] = q8_acc8(is_q4, acc[r], is_q4 ? _mm256_madd_epi16(is[r], ones) : is[r], dw, xa[r].d);
     }
     q8p_store(NX, nw, y, ys, acc);
 }
@@ -621,35 +588,8 @@ static KA void px_row_avx2(int8_t *q, kern_xblk *a, size_t rows, const void *x, 
     }
 }
 
-#define Q8P_SWITCH(CALL)                                                                               \
-    switch (nx) {                                                                                      \
-    case 1: CALL(1); break;                                                                            \
-    case 2: CALL(2); break;                                                                            \
-    case 3: CALL(3); break;                                                                            \
-    case 4: CALL(4); break;                                                                            \
-    case 5: CALL(5); break;                                                                            \
-    case 6: CALL(6); break;                                                                            \
-    case 7: CALL(7); break;                                                                            \
-    default: CALL(8); break;                                                                           \
-    }
-
-static KA void gemmp_q4_0_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
-                               const kern_px *px, int nx)
-{
-    (void)x, (void)xst;
-#define Q4P_CALL(NX) q4p_tile(NX, nw, n / 32, y, ys, wp, px)
-    Q8P_SWITCH(Q4P_CALL)
-#undef Q4P_CALL
-}
-
-static KA void gemmp_q8_0_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
-                               const kern_px *px, int nx)
-{
-    (void)x, (void)xst;
-#define Q8P_CALL(NX) q8p_tile(NX, nw, n / 32, y, ys, wp, px)
-    Q8P_SWITCH(Q8P_CALL)
-#undef Q8P_CALL
-}
+KERN_GEMMP_DRIVER(gemmp_q4_0_avx2, KA, q8p_tile, true)
+KERN_GEMMP_DRIVER(gemmp_q8_0_avx2, KA, q8p_tile, false)
 
 /* ------------------------------------------------------------------ Q4_K */
 

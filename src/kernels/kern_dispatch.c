@@ -9,7 +9,6 @@
  */
 #include "kernels/kernels.h"
 #include "kernels/kern_impl.h"
-#include "kernels/kern_neon.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

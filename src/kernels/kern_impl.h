@@ -1,6 +1,6 @@
 /* kern_impl.h - internals shared by the kernel files: the variant tables.
  *
- * A variant (ref, avx2; later avx512, neon) is one kern_vtable. A variant may
+ * A variant (ref, avx2, neon; later avx512) is one kern_vtable. A variant may
  * leave entries NULL: kern_init() starts from the reference table and
  * overlays every non-NULL entry of the best variant the CPU supports, so the
  * active table (kern_vt) is always complete and a new variant can be added one
@@ -163,6 +163,13 @@ extern const kern_vtable kern_vt_ref;
  * initializes its private data (once, thread-safe). */
 const kern_vtable *kern_vt_avx2(void);
 bool kern_cpu_has_avx2(void);
+/* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
+ * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
+ * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product
+ * instructions ("neon-dotprod", chosen at compile time from
+ * __ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod) or the widening
+ * multiplies ("neon"). */
+const kern_vtable *kern_vt_neon(void);
 /* kern_elem_avx2.c: the AVX2 elementwise kernels the avx2 table lists
  * (x86 only; same feature requirement). */
 void kern_rope_apply_avx2(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);
@@ -175,5 +182,70 @@ const kern_vtable *kern_active(void);
 
 /* Dot type of a weight type, or -1 if kern_matmul does not support it. */
 int kern_dot_type(uint32_t wtype);
+
+
+/* ------------------------------------------------------------------------
+ * Tile drivers shared by the SIMD variants (kern_avx2.c, kern_neon.c).
+ *
+ * Each macro defines one kernel entry (static, with the variant's function
+ * attributes ATTR, e.g. its target(); empty where none) that splits the
+ * call into the variant's tiles TILE. They are macros, not functions taking
+ * the tile as a pointer, so that every call names an always-inline tile
+ * with constant is_q4 and tile height: each height is its own fully
+ * unrolled instantiation, as if written out by hand.
+ */
+
+/* Q8_0/Q4_0 decode dot tile (kern_dot_fn): one weight row against nx = 1
+ * or 2 rows in one tile. TILE(is_q4, NX, nb, s, ss, w, x, xs) takes nb
+ * blocks, x as bytes. */
+#define KERN_Q8DOT_DRIVER(name, ATTR, TILE, is_q4)                                                     \
+    static ATTR void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx) \
+    {                                                                                                  \
+        const int nb = n / 32;                                                                         \
+        if (nx == 1) TILE(is_q4, 1, nb, s, ss, w, x, xs);                                              \
+        else TILE(is_q4, 2, nb, s, ss, w, x, xs);                                                      \
+    }
+
+/* Q8_0/Q4_0 GEMM from ggml rows (kern_gemm_fn, tile {4, 2}): 4 weight rows
+ * by 2 activation rows at a time. TILE(is_q4, NX, tw, nb, y, ys, w, ws, x,
+ * xs) computes tw <= 4 weight rows (w, x as bytes) by NX rows. */
+#define KERN_Q8GEMM_DRIVER(name, ATTR, TILE, is_q4)                                                    \
+    static ATTR void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
+                          size_t xs, int nx)                                                           \
+    {                                                                                                  \
+        const int nb = n / 32;                                                                         \
+        for (int c = 0; c < nw; c += 4) {                                                              \
+            const int tw = nw - c < 4 ? nw - c : 4;                                                    \
+            const uint8_t *wc = (const uint8_t *)w + c * ws;                                           \
+            for (int r = 0; r < nx; r += 2) {                                                          \
+                const uint8_t *xr = (const uint8_t *)x + r * xs;                                       \
+                if (nx - r >= 2) TILE(is_q4, 2, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);           \
+                else TILE(is_q4, 1, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);                       \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* Packed Q8_0/Q4_0 GEMM (kern_packed.gemm, tile height 8): one group of nw
+ * weight rows against nx = 1..8 rows of px in one tile, every height its
+ * own instantiation (accumulators in registers), so m = 8 sweeps the
+ * weights once. TILE(is_q4, NX, nw, nb, y, ys, wp, px) with wp as bytes.
+ * The ggml-layout rows x are not read. */
+#define KERN_GEMMP_DRIVER(name, ATTR, TILE, is_q4)                                                     \
+    static ATTR void name(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,\
+                          const kern_px *px, int nx)                                                   \
+    {                                                                                                  \
+        (void)x, (void)xs;                                                                             \
+        const int nb = n / 32;                                                                         \
+        switch (nx) {                                                                                  \
+        case 1: TILE(is_q4, 1, nw, nb, y, ys, wp, px); break;                                          \
+        case 2: TILE(is_q4, 2, nw, nb, y, ys, wp, px); break;                                          \
+        case 3: TILE(is_q4, 3, nw, nb, y, ys, wp, px); break;                                          \
+        case 4: TILE(is_q4, 4, nw, nb, y, ys, wp, px); break;                                          \
+        case 5: TILE(is_q4, 5, nw, nb, y, ys, wp, px); break;                                          \
+        case 6: TILE(is_q4, 6, nw, nb, y, ys, wp, px); break;                                          \
+        case 7: TILE(is_q4, 7, nw, nb, y, ys, wp, px); break;                                          \
+        default: TILE(is_q4, 8, nw, nb, y, ys, wp, px); break;                                         \
+        }                                                                                              \
+    }
 
 #endif

@@ -42,7 +42,7 @@
  * - rmsnorm sums squares in double like the reference; softmax, swiglu and
  *   exp_row use expf4 (below), within ~2 ulp of libm.
  */
-#include "kernels/kern_neon.h"
+#include "kernels/kern_impl.h"
 
 #if defined(__aarch64__)
 
@@ -252,15 +252,8 @@ KNI void q8dot_tile(bool is_q4, int NX, int nb, float *s, size_t ss, const void 
     for (int r = 0; r < NX; r++) s[r * ss] = vaddvq_f32(acc[r][0]) + vaddvq_f32(acc[r][1]);
 }
 
-#define KN_Q8DOT(name, is_q4)                                                                          \
-    static void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)     \
-    {                                                                                                  \
-        if (nx == 1) q8dot_tile(is_q4, 1, n / 32, s, ss, w, x, xs);                                    \
-        else q8dot_tile(is_q4, 2, n / 32, s, ss, w, x, xs);                                            \
-    }
-
-KN_Q8DOT(dot_q8_0_neon, false)
-KN_Q8DOT(dot_q4_0_neon, true)
+KERN_Q8DOT_DRIVER(dot_q8_0_neon, , q8dot_tile, false)
+KERN_Q8DOT_DRIVER(dot_q4_0_neon, , q8dot_tile, true)
 
 /* GEMM tile: 4 weight rows (rows >= nw repeat row 0 and are not stored) by
  * NX <= 2 activation rows. Per block, the 4 rows' partial sums are reduced
@@ -307,24 +300,8 @@ KNI void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, co
     }
 }
 
-#define KN_Q8GEMM(name, is_q4)                                                                         \
-    static void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,      \
-                     size_t xs, int nx)                                                                \
-    {                                                                                                  \
-        const int nb = n / 32;                                                                         \
-        for (int c = 0; c < nw; c += 4) {                                                              \
-            const int tw = nw - c < 4 ? nw - c : 4;                                                    \
-            const uint8_t *wc = (const uint8_t *)w + c * ws;                                           \
-            for (int r = 0; r < nx; r += 2) {                                                          \
-                const uint8_t *xr = (const uint8_t *)x + r * xs;                                       \
-                if (nx - r >= 2) q8gemm_tile(is_q4, 2, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);    \
-                else q8gemm_tile(is_q4, 1, tw, nb, y + r * ys + c, ys, wc, ws, xr, xs);                \
-            }                                                                                          \
-        }                                                                                              \
-    }
-
-KN_Q8GEMM(gemm_q8_0_neon, false)
-KN_Q8GEMM(gemm_q4_0_neon, true)
+KERN_Q8GEMM_DRIVER(gemm_q8_0_neon, , q8gemm_tile, false)
+KERN_Q8GEMM_DRIVER(gemm_q4_0_neon, , q8gemm_tile, true)
 
 /* ------------------------------------------------------------ K-quants */
 

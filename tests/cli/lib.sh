@@ -29,3 +29,34 @@ expect_exit() {
 check() { local name=$1; shift; if "$@" >/dev/null 2>&1; then pass "$name"; else fail "$name" "$*"; fi; }
 
 have_peer() { [ -x "$PEER" ]; }
+
+# have_libfuzzer: true when ${FUZZ_CC:-clang} exists and links a libFuzzer
+# target (the fuzz tests SKIP otherwise).
+have_libfuzzer() {
+  local probe='int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }'
+  command -v "${FUZZ_CC:-clang}" >/dev/null 2>&1 &&
+    echo "$probe" | "${FUZZ_CC:-clang}" -fsanitize=fuzzer -x c - -o "$T/probe" 2>/dev/null
+}
+
+# run_fuzzer NAME SECS BUILD_PATTERN [TARGET]: runs tests/fuzz/run.sh SECS
+# [TARGET] in $T/fuzz and reports NAME_builds (on a build failure, exit 2,
+# the log lines matching the extended regex BUILD_PATTERN) and NAME_SECSs
+# (no crash or broken property, and libFuzzer reported its runs).
+run_fuzzer() {
+  local name=$1 secs=$2 pat=$3 rc; shift 3
+  FUZZ_BUILD="$T/fuzz" bash tests/fuzz/run.sh "$secs" "$@" >"$T/fuzz.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 2 ]; then
+    fail "${name}_builds" "$(grep -m3 -E "$pat" "$T/fuzz.log" | tr '\n' ' ')"
+  elif [ "$rc" -ne 0 ]; then
+    pass "${name}_builds"
+    fail "${name}_${secs}s" "exit $rc: $(grep -m3 -E 'ERROR|broken property|SUMMARY' "$T/fuzz.log" | tr '\n' ' ')"
+  elif ! grep -q '^Done [0-9]* runs' "$T/fuzz.log"; then
+    pass "${name}_builds"
+    fail "${name}_${secs}s" "the fuzzer did not report its runs: $(tail -n 3 "$T/fuzz.log" | tr '\n' ' ')"
+  else
+    pass "${name}_builds"
+    echo "# $name: $(grep -m1 -o '^Done [0-9]* runs' "$T/fuzz.log" | cut -d' ' -f2) runs in ${secs}s"
+    pass "${name}_${secs}s"
+  fi
+}

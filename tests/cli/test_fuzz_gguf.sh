@@ -4,24 +4,8 @@
 # when clang's libFuzzer is not available. FUZZ_GGUF_SECONDS overrides 20.
 source tests/cli/lib.sh
 secs=${FUZZ_GGUF_SECONDS:-20}
-probe='int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }'
-if ! command -v "${FUZZ_CC:-clang}" >/dev/null 2>&1 ||
-   ! echo "$probe" | "${FUZZ_CC:-clang}" -fsanitize=fuzzer -x c - -o "$T/probe" 2>/dev/null; then
+if ! have_libfuzzer; then
   skip fuzz_gguf "clang with libFuzzer is not available"
   exit 0
 fi
-FUZZ_BUILD="$T/fuzz" bash tests/fuzz/run.sh "$secs" >"$T/fuzz.log" 2>&1
-rc=$?
-if [ "$rc" -eq 2 ]; then
-  fail fuzz_gguf_builds "$(grep -m3 -E 'error|seedgen' "$T/fuzz.log" | tr '\n' ' ')"
-elif [ "$rc" -ne 0 ]; then
-  pass fuzz_gguf_builds
-  fail fuzz_gguf_${secs}s "exit $rc: $(grep -m3 -E 'ERROR|broken property|SUMMARY' "$T/fuzz.log" | tr '\n' ' ')"
-elif ! grep -q '^Done [0-9]* runs' "$T/fuzz.log"; then
-  pass fuzz_gguf_builds
-  fail fuzz_gguf_${secs}s "the fuzzer did not report its runs: $(tail -n 3 "$T/fuzz.log" | tr '\n' ' ')"
-else
-  pass fuzz_gguf_builds
-  echo "# fuzz_gguf: $(grep -m1 -o '^Done [0-9]* runs' "$T/fuzz.log" | cut -d' ' -f2) runs in ${secs}s"
-  pass fuzz_gguf_${secs}s
-fi
+run_fuzzer fuzz_gguf "$secs" 'error|seedgen'
