@@ -37,9 +37,9 @@
  * --bw-mib buffer (1 GiB, far beyond L3, huge pages advised) read by
  * --threads threads with AVX2 loads. The header shows the median of 5
  * passes at the start; each decode test's roofline uses the median of the
- * probes (3 passes each) taken just before each of our timed runs of that
- * test, because this machine's bandwidth drifts by 10-30% over minutes and
- * a test runs minutes after the start. Bytes per step = the weights a step
+ * probes (3 passes each) taken just before and just after each of our
+ * timed runs of that test, because this machine's bandwidth drifts by
+ * 10-30% over minutes and a test runs minutes after the start. Bytes per step = the weights a step
  * reads (pl_model_decode_bytes: all layers + final norm + output matrix)
  * + f16 KV of every sequence at its mean context length in the test;
  * roofline tok/s = bandwidth x sequences / bytes per step. pp512 is compute
@@ -466,7 +466,9 @@ static void bw_probe_free(bw_probe *p)
 }
 
 /* GB/s (1e9 bytes) read by the probe's threads over its buffer: the median
- * of `passes` passes (*best, if not NULL: the fastest). */
+ * of `passes` passes after one untimed pass (*best, if not NULL: the
+ * fastest). The untimed pass brings the buffer's translations and the
+ * threads' start-up out of the timing. */
 static double bw_probe_run(const bw_probe *p, int passes, double *best)
 {
     if (!p->buf) return 0;
@@ -476,8 +478,8 @@ static double bw_probe_run(const bw_probe *p, int passes, double *best)
     double gbs[16];
     const int threads = p->threads < 64 ? p->threads : 64;
     const size_t per = p->n / (size_t)threads / 128 * 128;
-    if (passes > 16) passes = 16;
-    for (int r = 0; r < passes; r++) {
+    if (passes > 15) passes = 15;
+    for (int r = -1; r < passes; r++) {
         double t0 = bench_now();
         for (int i = 0; i < threads; i++) {
             parts[i] = (bw_part){p->buf + (size_t)i * per, per, 0};
@@ -485,7 +487,7 @@ static double bw_probe_run(const bw_probe *p, int passes, double *best)
         }
         for (int i = 0; i < threads; i++)
             if (th[i]) pthread_join(th[i], NULL);
-        gbs[r] = (double)per * threads / (bench_now() - t0) / 1e9;
+        if (r >= 0) gbs[r] = (double)per * threads / (bench_now() - t0) / 1e9;
     }
     double med = bench_median(gbs, (size_t)passes); /* sorts */
     if (best) *best = gbs[passes - 1];
@@ -597,7 +599,7 @@ static void emit_json(const sp_opts *o, json_t *j)
     json_decref(j);
 }
 
-/* bw: the median bandwidth of the probes taken just before our runs of
+/* bw: the median bandwidth of the probes taken around our runs of
  * the test (0 for pp512, which has no roofline). */
 static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double bw)
 {
@@ -707,11 +709,12 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     /* tok/s per GB/s of bandwidth: sequences / bytes per step */
     const double per_gbs[T_COUNT] = {0, 1e9 / (w + kv * (PP_N + TG_N / 2)), 1e9 / (w + kv * (DEPTH_N + TG_N / 2)),
                                      1e9 * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
-    /* a: ours, b: the peer's, g: the bandwidth probed just before each of
-     * our runs. The machine's bandwidth drifts by 10-30% over minutes
-     * (neighbours on the host), so one probe at the start would misplace
-     * the roofline of a test run ten minutes later. */
-    double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][SP_MAX_REPS];
+    /* a: ours, b: the peer's, g: the bandwidth probed just before and just
+     * after each of our runs. The machine's bandwidth drifts by 10-30% over
+     * minutes (neighbours on the host), so one probe at the start would
+     * misplace the roofline of a test run ten minutes later; a probe on
+     * each side of the run brackets the bandwidth it had. */
+    double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][2 * SP_MAX_REPS];
     int na[T_COUNT] = {0}, nb[T_COUNT] = {0}, ng[T_COUNT] = {0};
     const bool pptg = o->want[T_PP] || o->want[T_TG];
     for (int r = 0; r < o->reps && !rc; r++) {
@@ -719,6 +722,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
         if (pptg) {
             if (o->want[T_TG]) g[T_TG][ng[T_TG]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             rc = ours_pp_tg(&us, o->want[T_TG], &pp, &tg);
+            if (o->want[T_TG]) g[T_TG][ng[T_TG]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             a[T_PP][na[T_PP]++] = pp;
             a[T_TG][na[T_TG]++] = tg;
             const char *args[] = {"-np", "512", "-ng", o->want[T_TG] ? "128" : "1", NULL};
@@ -730,6 +734,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
         if (!rc && o->want[T_DEPTH]) {
             g[T_DEPTH][ng[T_DEPTH]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             rc = ours_depth(&us, &tg);
+            g[T_DEPTH][ng[T_DEPTH]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             a[T_DEPTH][na[T_DEPTH]++] = tg;
             const char *args[] = {"-np", "2048", "-ng", "128", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
@@ -737,6 +742,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
         if (!rc && o->want[T_X8]) {
             g[T_X8][ng[T_X8]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             rc = ours_x8(&us, &tg);
+            g[T_X8][ng[T_X8]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
             a[T_X8][na[T_X8]++] = tg;
             const char *args[] = {"-np", "128", "-ng", "128", "-b", "8", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_X8][nb[T_X8]++] = tg;
@@ -823,7 +829,7 @@ int bench_speed(int argc, char **argv)
     bw_probe_free(&probe);
     if (!o.json && any_speed)
         printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step, where bandwidth (GB/s) is the "
-               "median of the probes taken just before each of our runs of the test)\n");
+               "median of the probes taken just before and after each of our runs of the test)\n");
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;
     return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);
