@@ -72,7 +72,7 @@
 #define SP_MAX_MODELS 16
 #define SP_MAX_REPS 100
 #define SP_PEER_TIMEOUT_S 3600.0
-#define SP_PROBE_PASSES 3 /* per probe before a timed run: ~0.15 s at 1 GiB */
+#define SP_PROBE_PASSES 3 /* per probe beside a timed run: ~0.2 s at 1 GiB */
 
 enum { T_PP, T_TG, T_DEPTH, T_X8, T_RSS, T_COUNT };
 static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048", "tg128x8", "rss"};
@@ -478,7 +478,7 @@ static double bw_probe_run(const bw_probe *p, int passes, double *best)
     double gbs[16];
     const int threads = p->threads < 64 ? p->threads : 64;
     const size_t per = p->n / (size_t)threads / 128 * 128;
-    if (passes > 15) passes = 15;
+    passes = passes < 1 ? 1 : passes > 15 ? 15 : passes;
     for (int r = -1; r < passes; r++) {
         double t0 = bench_now();
         for (int i = 0; i < threads; i++) {
@@ -688,6 +688,9 @@ static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_
     fflush(stdout);
 }
 
+/* One probe's median into g[(*n)++] (the bandwidth around a timed run). */
+static void probe_into(const bw_probe *p, double *g, int *n) { g[(*n)++] = bw_probe_run(p, SP_PROBE_PASSES, NULL); }
+
 /* Runs the selected tests of one model, ours then the peer, reps times. */
 static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *probe, bool peer_ok)
 {
@@ -720,9 +723,9 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     for (int r = 0; r < o->reps && !rc; r++) {
         double pp = 0, tg = 0;
         if (pptg) {
-            if (o->want[T_TG]) g[T_TG][ng[T_TG]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
+            if (o->want[T_TG]) probe_into(probe, g[T_TG], &ng[T_TG]);
             rc = ours_pp_tg(&us, o->want[T_TG], &pp, &tg);
-            if (o->want[T_TG]) g[T_TG][ng[T_TG]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
+            if (o->want[T_TG]) probe_into(probe, g[T_TG], &ng[T_TG]);
             a[T_PP][na[T_PP]++] = pp;
             a[T_TG][na[T_TG]++] = tg;
             const char *args[] = {"-np", "512", "-ng", o->want[T_TG] ? "128" : "1", NULL};
@@ -732,17 +735,17 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
             }
         }
         if (!rc && o->want[T_DEPTH]) {
-            g[T_DEPTH][ng[T_DEPTH]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
+            probe_into(probe, g[T_DEPTH], &ng[T_DEPTH]);
             rc = ours_depth(&us, &tg);
-            g[T_DEPTH][ng[T_DEPTH]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
+            probe_into(probe, g[T_DEPTH], &ng[T_DEPTH]);
             a[T_DEPTH][na[T_DEPTH]++] = tg;
             const char *args[] = {"-np", "2048", "-ng", "128", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
         }
         if (!rc && o->want[T_X8]) {
-            g[T_X8][ng[T_X8]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
+            probe_into(probe, g[T_X8], &ng[T_X8]);
             rc = ours_x8(&us, &tg);
-            g[T_X8][ng[T_X8]++] = bw_probe_run(probe, SP_PROBE_PASSES, NULL);
+            probe_into(probe, g[T_X8], &ng[T_X8]);
             a[T_X8][na[T_X8]++] = tg;
             const char *args[] = {"-np", "128", "-ng", "128", "-b", "8", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_X8][nb[T_X8]++] = tg;
