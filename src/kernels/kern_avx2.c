@@ -184,7 +184,12 @@ KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const vo
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) acc[r][u] = _mm256_setzero_ps();
     int i = 0;
+    const int esz = kind == FK_F32 ? 4 : 2; /* bytes per weight */
     for (; i + 8 * U <= n; i += 8 * U) {
+        /* the weight row 1 KiB ahead (into the next row at the end: ggml
+         * rows are consecutive, so that is the order they are read in) */
+#pragma GCC unroll 4
+        for (int l = 0; l < 8 * U * esz; l += 64) _mm_prefetch((const char *)w + (size_t)i * esz + 1024 + l, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
             const __m256 wv = fload8(kind, w, i + 8 * u);
