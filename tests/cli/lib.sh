@@ -60,3 +60,20 @@ run_fuzzer() {
     pass "${name}_${secs}s"
   fi
 }
+
+# serve_start LOG MODEL [serve flags...]: starts `pagellm serve` on a free
+# local port with stderr to LOG and waits (at most 30 s) for its
+# "listening on" line. Sets SPID, and PORT (empty if it did not start).
+serve_start() {
+  local log=$1 model=$2
+  shift 2
+  "$PAGELLM" serve -m "$model" --host 127.0.0.1 --port 0 "$@" 2>"$log" &
+  SPID=$!
+  PORT=""
+  for _ in $(seq 1 300); do
+    PORT=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$log" | sed 's/.*://')
+    [ -n "$PORT" ] && break
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.1
+  done
+}

@@ -30,16 +30,8 @@ command -v jq >/dev/null || { skip serve "jq not installed"; exit 0; }
 # "listening on" line; sets SPID, PORT, URL, LOG. Fails if it did not start.
 start_server() {
   LOG=$T/$1.log; shift
-  "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 "$@" 2>"$LOG" &
-  SPID=$!
+  serve_start "$LOG" "$M" "$@"
   PIDS+=("$SPID")
-  PORT=""
-  for _ in $(seq 1 300); do
-    PORT=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$LOG" | sed 's/.*://')
-    [ -n "$PORT" ] && break
-    kill -0 "$SPID" 2>/dev/null || break
-    sleep 0.1
-  done
   URL=http://127.0.0.1:$PORT
   [ -n "$PORT" ]
 }

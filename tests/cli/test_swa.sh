@@ -61,16 +61,8 @@ check ppl_stream_swa_off jq -e '.swa == 0 and .n_dropped == 0' <<<"$j"
 # ---- serve: a completion past the context (the engine frees blocks too)
 command -v curl >/dev/null || { skip serve_swa "curl not installed"; exit 0; }
 LOG=$T/serve.log
-"$PAGELLM" serve -m "$S" --host 127.0.0.1 --port 0 --threads 2 --ctx 72 2>"$LOG" &
-SPID=$!
+serve_start "$LOG" "$S" --threads 2 --ctx 72
 trap 'kill -KILL $SPID 2>/dev/null; rm -rf "$T"' EXIT
-PORT=""
-for _ in $(seq 1 300); do
-  PORT=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$LOG" | sed 's/.*://')
-  [ -n "$PORT" ] && break
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.1
-done
 if [ -z "$PORT" ]; then
   fail serve_swa_starts "$(tail -3 "$LOG")"
 else

@@ -67,16 +67,8 @@ check ppl_stream_window_beats_full test "$(jq -n --argjson a "$w" --argjson b "$
 # ---- serve: a completion past the context
 command -v curl >/dev/null || { skip serve_window "curl not installed"; exit 0; }
 LOG=$T/serve.log
-"$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --threads 2 --kv-window 64 --kv-sinks 4 2>"$LOG" &
-SPID=$!
+serve_start "$LOG" "$M" --threads 2 --kv-window 64 --kv-sinks 4
 trap 'kill -KILL $SPID 2>/dev/null; rm -rf "$T"' EXIT
-PORT=""
-for _ in $(seq 1 300); do
-  PORT=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$LOG" | sed 's/.*://')
-  [ -n "$PORT" ] && break
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.1
-done
 if [ -z "$PORT" ]; then
   fail serve_window_starts "$(tail -3 "$LOG")"
 else
