@@ -459,11 +459,12 @@ static KA void vrows(int kind, int nr, bool first, float *const *o, const float 
         int nmin = n[r0];
         for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
         const int cw = rr == 1 ? 8 : rr == 2 ? 4 : 2; /* dim vectors a pass: about 8 accumulators */
-        const int calls = ((nr - r0 + rr - 1) / rr) * ((hd + 8 * cw - 1) / (8 * cw)); /* left, about */
+        /* the quota spread over this chunk's passes and the chunks left */
+        const int calls = ((nr - r0 + rr - 1) / rr) * ((hd + 8 * cw - 1) / (8 * cw));
+        const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
         for (int d0 = 0; d0 < hd;) {
             int c = cw;
             while (8 * c > hd - d0) c /= 2;
-            const int take = (quota + calls - 1) / calls;
             pf_take(pb, take);
             quota -= take;
             vtile_rc(kind, rr, c, first, o + r0, p + r0, nmin, vp, d0);
@@ -659,9 +660,11 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
     pfd = pfd < 8 ? 8 : pfd > 64 ? 64 : pfd;
     pf_until(&pk, pfd);
+    const int pk_share = (8 + n_sg - 1) / n_sg; /* rows of a key group's batch each segment issues */
     kv_cursor kc = cursor_at(kv, kv->k_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += 8) {
-        kv_pfb pkb = {.n = 0, .next = 0};
+        kv_pfb pkb; /* not {0}: zeroing its array cost more than the rest of the bookkeeping */
+        pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + 8 + pfd, &pkb, 8);
         if (pkb.n < 8) pf_collect(&pv, pfd, &pkb, 8); /* the first values, over the last key groups */
         kv_pfb *pkp = &pkb;
@@ -676,7 +679,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
             if (i8) {
                 __m256 kd[8];
-                pf_take(pkp, (8 + n_sg - 1) / n_sg);
+                pf_take(pkp, pk_share);
                 keys_to_i8(t, krow, goff, nb, (int8_t *)kt, kd);
                 for (int r = r0; r < r1; r++)
                     if (rows[r].n_ctx > j0)
@@ -716,7 +719,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             }
             int kind = SEG_KIND(inplace);
             if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
-            pf_take(pkp, (8 + n_sg - 1) / n_sg);
+            pf_take(pkp, pk_share);
             for (int r = r0; r < r1; r++)
                 if (rows[r].n_ctx > j0)
                     scores8(kind, sc + (size_t)r * ncp + j0, kp, qf + (size_t)r * hdp, hd, vscale);
@@ -746,8 +749,10 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     kv_cursor vc = cursor_at(kv, kv->v_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
-        kv_pfb pvb = {.n = 0, .next = 0};
+        kv_pfb pvb;
+        pvb.n = pvb.next = 0;
         pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
+        const int pv_share = (pvb.n + n_sg - 1) / n_sg; /* rows each segment issues */
         kv_pfb *pvp = &pvb;
         const uint8_t *vrow[ATTN_VB];
         for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
@@ -780,7 +785,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                 pp[nr] = sc + (size_t)r * ncp + j0;
                 np[nr++] = n;
             }
-            vrows(kind, nr, j0 == 0, op, pp, np, vp, hd, pvp, (pvb.n + n_sg - 1) / n_sg);
+            vrows(kind, nr, j0 == 0, op, pp, np, vp, hd, pvp, pv_share);
         }
         pf_take(pvp, ATTN_VB);
     }
