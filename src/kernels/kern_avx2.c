@@ -630,6 +630,21 @@ KAI __m128i q4_K_scales_mins(const uint8_t *s12)
 
 /* dot = d*y.d * sum_j sc_j (q.y)_j - dmin*y.d * sum_j m_j (sum y)_j, where the
  * min term uses the activation's bsums (sums of 16) against each min twice. */
+/* K-quant weights stay ggml rows (not packed), read block after block and
+ * row after row, so one stream per thread: each block prefetches the lines
+ * of the bytes KQ_PF_BYTES further on (into the next rows at a row's end;
+ * a prefetch never faults). Decode reads every byte from DRAM, and the
+ * tiles' unpacking left the hardware prefetcher behind: one 2048 x 32000
+ * matrix at m = 1, 2 threads, medians alternating in one process: Q6_K
+ * (the output matrix of our q4_0 and llama.cpp's Q4_K_M files) 16.6 ->
+ * 20.5 GB/s, Q4_K 15.4 -> 18.7 GB/s; 2 and 4 KiB within noise. */
+#define KQ_PF_BYTES 2048
+KAI void kq_prefetch(const void *block, size_t bytes)
+{
+    const uintptr_t a = (uintptr_t)block + KQ_PF_BYTES;
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
+}
+
 KAI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -641,6 +656,7 @@ KAI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, con
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q4_K *wb = &w[b];
+        kq_prefetch(wb, sizeof *wb);
         const __m128i sm = q4_K_scales_mins(wb->scales);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const __m128i mn8 = _mm_unpackhi_epi64(sm, sm);
@@ -704,6 +720,7 @@ KAI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, con
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q6_K *wb = &w[b];
+        kq_prefetch(wb, sizeof *wb);
         __m256i isum[KERN_NX_MAX];
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) isum[r] = _mm256_setzero_si256();
