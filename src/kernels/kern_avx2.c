@@ -935,8 +935,7 @@ static KA void softmax_avx2(float *x, int n)
     __m256 vm = _mm256_set1_ps(-INFINITY);
     int i = 0;
     for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
-    float max = hmax_ps(vm);
-    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const float max = kern_softmax_max_tail(x, i, n, hmax_ps(vm));
     vm = _mm256_set1_ps(max);
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
     for (i = 0; i + 8 <= n; i += 8) {
@@ -944,11 +943,7 @@ static KA void softmax_avx2(float *x, int n)
         _mm256_storeu_ps(x + i, e);
         acc_pd(e, &lo, &hi);
     }
-    double sum = hsum_pd(_mm256_add_pd(lo, hi));
-    for (; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += (double)x[i];
-    }
+    const double sum = kern_softmax_exp_tail(x, i, n, max, hsum_pd(_mm256_add_pd(lo, hi)));
     const float inv = (float)(1.0 / sum);
     const __m256 vi = _mm256_set1_ps(inv);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));

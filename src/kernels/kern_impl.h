@@ -49,6 +49,7 @@
 #ifndef PL_KERNELS_KERN_IMPL_H
 #define PL_KERNELS_KERN_IMPL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,24 @@ typedef struct kern_vtable {
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
     void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
 } kern_vtable;
+
+/* The scalar tails of the SIMD softmaxes (elements i..n-1, past the last
+ * whole vector), in the reference's operations: the running max, then
+ * x = expf(x - max) with the sum in double. */
+static inline float kern_softmax_max_tail(const float *x, int i, int n, float max)
+{
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    return max;
+}
+
+static inline double kern_softmax_exp_tail(float *x, int i, int n, float max, double sum)
+{
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += (double)x[i];
+    }
+    return sum;
+}
 
 /* kern_pack.c: the packed layout. Bytes of one group's quants (the f16
  * scales follow them), of one whole group (a multiple of 64), packing of

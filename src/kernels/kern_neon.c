@@ -551,8 +551,7 @@ static void softmax_neon(float *x, int n)
     float32x4_t vm = vdupq_n_f32(-INFINITY);
     int i = 0;
     for (; i + 4 <= n; i += 4) vm = vmaxq_f32(vm, vld1q_f32(x + i));
-    float max = vmaxvq_f32(vm);
-    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const float max = kern_softmax_max_tail(x, i, n, vmaxvq_f32(vm));
     vm = vdupq_n_f32(max);
     float64x2_t lo = vdupq_n_f64(0.0), hi = vdupq_n_f64(0.0);
     for (i = 0; i + 4 <= n; i += 4) {
@@ -560,11 +559,7 @@ static void softmax_neon(float *x, int n)
         vst1q_f32(x + i, e);
         acc_f64(e, &lo, &hi);
     }
-    double sum = vaddvq_f64(vaddq_f64(lo, hi));
-    for (; i < n; i++) {
-        x[i] = expf(x[i] - max);
-        sum += (double)x[i];
-    }
+    const double sum = kern_softmax_exp_tail(x, i, n, max, vaddvq_f64(vaddq_f64(lo, hi)));
     const float inv = (float)(1.0 / sum);
     for (i = 0; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
     for (; i < n; i++) x[i] *= inv;
