@@ -628,8 +628,6 @@ KAI __m128i q4_K_scales_mins(const uint8_t *s12)
     return _mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47);
 }
 
-/* dot = d*y.d * sum_j sc_j (q.y)_j - dmin*y.d * sum_j m_j (sum y)_j, where the
- * min term uses the activation's bsums (sums of 16) against each min twice. */
 /* K-quant weights stay ggml rows (not packed), read block after block and
  * row after row, so one stream per thread: each block prefetches the lines
  * of the bytes KQ_PF_BYTES further on (into the next rows at a row's end;
@@ -645,6 +643,8 @@ KAI void kq_prefetch(const void *block, size_t bytes)
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
 }
 
+/* dot = d*y.d * sum_j sc_j (q.y)_j - dmin*y.d * sum_j m_j (sum y)_j, where the
+ * min term uses the activation's bsums (sums of 16) against each min twice. */
 KAI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
