@@ -142,10 +142,12 @@ static int parse_model(const char *flag, const char *item, size_t len, sp_model 
                   "types: f32 f16 bf16 q8_0 q4_0 q4_k_m)", buf, colon + 1, flag);
         return 2;
     }
-    snprintf(m->shape, sizeof m->shape, "%s", buf);
-    snprintf(m->type, sizeof m->type, "%s", colon + 1);
-    snprintf(m->name, sizeof m->name, "%s", buf);
-    snprintf(m->weights, sizeof m->weights, "%s", colon + 1);
+    /* both parts are short known names (checked above); the precisions only
+     * tell the compiler's truncation check so */
+    snprintf(m->shape, sizeof m->shape, "%.*s", (int)sizeof m->shape - 1, buf);
+    snprintf(m->type, sizeof m->type, "%.*s", (int)sizeof m->type - 1, colon + 1);
+    snprintf(m->name, sizeof m->name, "%.*s", (int)sizeof m->name - 1, buf);
+    snprintf(m->weights, sizeof m->weights, "%.*s", (int)sizeof m->weights - 1, colon + 1);
     return 0;
 }
 
