@@ -3,7 +3,7 @@
 # run, on models made here by pagellm synth + quantize under /tmp.
 #   BENCH_SHAPES="110m tinyllama-1.1b"  BENCH_TYPES="q8_0 q4_0"  BENCH_REPS=3
 #   BENCH_ONLY="kv-memory prefix serve"  runs only those sections (of:
-#   tokenizer generation cache kv-memory prefix streaming serve kv-dtype speed)
+#   tokenizer generation cache kv-memory prefix streaming serve kv-dtype speed attention)
 #   speed: BENCH_SPEED_MODELS="110m:q4_0,..."  BENCH_SPEED_TESTS="pp512,tg128,..."
 #   (defaults: see pagellm bench speed --help)
 # Prints medians and the pagellm/peer ratio; writes bench/out/*.
@@ -116,6 +116,11 @@ read -r SV_SHAPE SV_TYPE <<<"${BENCH_SERVE:-110m q4_0}"
 echo "== serving: streaming clients vs llama.cpp batched decode ($SV_SHAPE $SV_TYPE, $T threads)"
 m=$(model "$SV_SHAPE" "$SV_TYPE") && "$PL" bench serve -m "$m" -t "$T" --clients 1,4,8,16 --max-tokens "$NG" \
   --prompt-tokens 32 --peer "$PEER" | tee "$OUT/serve.txt"
+fi
+
+if want attention; then
+echo "== decode attention, cache cold, against a plain read of the same KV bytes"
+bash bench/bench_attention.sh | tee "$OUT/attention.txt"
 fi
 
 if want speed; then
