@@ -35,6 +35,8 @@ for t in tests/cli/test_*.sh; do
 done
 # the kernel tests for aarch64 under qemu-user (SKIP without qemu / the cross compiler)
 run_one arm64-qemu bash tests/arm64.sh
+# the AVX-512 kernels on SIMDe's emulation (any x86-64; SKIP without libsimde-dev)
+run_one avx512-emu bash tests/avx512.sh
 rm -rf "$log"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

@@ -193,8 +193,46 @@ static int simd_variants(const kern_vtable **out)
 {
     int n = 0;
     if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
+    /* both AVX-512 tables when the CPU (or tests/avx512.sh's emulation) has BF16 too */
+    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
+    if (kern_vt_avx512(x512)) out[n++] = kern_vt_avx512(x512 & ~(unsigned)KERN_X512_BF16);
+    if (x512 & KERN_X512_BF16) out[n++] = kern_vt_avx512(x512);
     if (kern_vt_neon()) out[n++] = kern_vt_neon();
     return n;
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+/* kern_init picks the best variant the CPU has, and PAGELLM_KERNELS caps
+ * it (then kern_init(0) again restores the default for the other tests). */
+TEST(dispatch_picks_best_variant_and_env_caps_it)
+{
+    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
+    const char *best = kern_vt_neon()                  ? kern_vt_neon()->name
+                       : x512 & KERN_X512_BASE         ? kern_vt_avx512(x512)->name
+                       : kern_cpu_has_avx2()           ? "avx2"
+                                                       : "ref";
+    unsetenv("PAGELLM_KERNELS");
+    kern_init(0);
+    CHECK_STR(kern_variant(), best);
+    setenv("PAGELLM_KERNELS", "ref", 1);
+    kern_init(0);
+    CHECK_STR(kern_variant(), "ref");
+    if (kern_cpu_has_avx2()) {
+        setenv("PAGELLM_KERNELS", "avx2", 1);
+        kern_init(0);
+        CHECK_STR(kern_variant(), "avx2");
+        /* the cap keeps every entry of the AVX2 table */
+        CHECK(kern_vt.packed[DT_Q4_0].gemm == kern_vt_avx2()->packed[DT_Q4_0].gemm);
+    }
+    setenv("PAGELLM_KERNELS", "avx512", 1);
+    kern_init(0);
+    CHECK_STR(kern_variant(), best);
+    kern_init(1); /* force_ref wins over the environment */
+    CHECK_STR(kern_variant(), "ref");
+    unsetenv("PAGELLM_KERNELS");
+    kern_init(0);
+    CHECK_STR(kern_variant(), best);
 }
 
 /* ------------------------------------------------- dots and conversions */
@@ -1115,6 +1153,7 @@ int main(int argc, char **argv)
     }
     kern_init(0);
     printf("# kernel variant: %s\n", kern_variant());
+    RUN(dispatch_picks_best_variant_and_env_caps_it);
     const kern_vtable *vs[4] = {0};
     const int have_simd = simd_variants(vs) > 0;
     if (have_simd) {

@@ -35,6 +35,9 @@ static int variants(const kern_vtable **out)
     int n = 0;
     out[n++] = &kern_vt_ref;
     if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
+    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
+    if (kern_vt_avx512(x512)) out[n++] = kern_vt_avx512(x512 & ~(unsigned)KERN_X512_BF16);
+    if (x512 & KERN_X512_BF16) out[n++] = kern_vt_avx512(x512);
     return n;
 }
 

@@ -75,19 +75,20 @@ KAI float hmax_ps(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
-/* f16 -> f32 of one scalar (block scales) by table: a load is cheaper than
- * F16C's vpinsrw + vcvtph2ps on the per-block path (measured ~10% on Q4_0
- * and Q8_0 dots). Built from half.h, so bit-exact; filled once by
- * kern_vt_avx2() before any function of this table can run. */
-static float f16_lut[65536];
+/* f16 -> f32 of one scalar (block scales) by table (kern_f16_lut,
+ * kern_impl.h): a load is cheaper than F16C's vpinsrw + vcvtph2ps on the
+ * per-block path (measured ~10% on Q4_0 and Q8_0 dots). */
+float kern_f16_lut[65536];
 static pthread_once_t f16_lut_once = PTHREAD_ONCE_INIT;
 
 static void f16_lut_init(void)
 {
-    for (int i = 0; i < 65536; i++) f16_lut[i] = f16_to_f32((uint16_t)i);
+    for (int i = 0; i < 65536; i++) kern_f16_lut[i] = f16_to_f32((uint16_t)i);
 }
 
-KAI float f16s(uint16_t h) { return f16_lut[h]; }
+void kern_f16_lut_init(void) { pthread_once(&f16_lut_once, f16_lut_init); }
+
+KAI float f16s(uint16_t h) { return kern_f16_lut[h]; }
 
 /* Adds the 8 float products of v into double accumulators lo/hi. */
 KAI void acc_pd(__m256 v, __m256d *lo, __m256d *hi)
@@ -1012,7 +1013,7 @@ static const kern_vtable kern_vt_avx2_table = {
 
 const kern_vtable *kern_vt_avx2(void)
 {
-    pthread_once(&f16_lut_once, f16_lut_init);
+    kern_f16_lut_init();
     return &kern_vt_avx2_table;
 }
 

@@ -11,6 +11,9 @@
 #include "kernels/kern_impl.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 
 kern_vtable kern_vt;
@@ -40,13 +43,33 @@ static void kern_overlay(const kern_vtable *v)
     kern_vt.name = v->name;
 }
 
+/* PAGELLM_KERNELS caps the variant: "ref", "avx2" or "avx512" (the best
+ * the CPU has up to that one; unset or "auto": the best). For A/B runs of
+ * one binary; an unknown value is reported and ignored. Returns the cap as
+ * 0 = ref, 1 = avx2 (or neon), 2 = avx512. */
+static int kern_cap_from_env(void)
+{
+    const char *e = getenv("PAGELLM_KERNELS");
+    if (!e || !*e || !strcmp(e, "auto")) return 2;
+    if (!strcmp(e, "ref")) return 0;
+    if (!strcmp(e, "avx2") || !strcmp(e, "neon")) return 1;
+    if (!strcmp(e, "avx512")) return 2;
+    fprintf(stderr, "pagellm: PAGELLM_KERNELS=%s is not one of auto, ref, avx2, neon, avx512: ignored\n", e);
+    return 2;
+}
+
 void kern_init(int force_ref)
 {
+    const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();
-    if (!force_ref && avx2 && kern_cpu_has_avx2()) kern_overlay(avx2);
+    const bool has_avx2 = avx2 && kern_cpu_has_avx2();
+    if (cap >= 1 && has_avx2) kern_overlay(avx2);
+    /* the AVX-512 tables hold only what they improve: over AVX2 */
+    const kern_vtable *avx512 = has_avx2 ? kern_vt_avx512(kern_cpu_avx512()) : NULL;
+    if (cap >= 2 && avx512) kern_overlay(avx512);
     const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
-    if (!force_ref && neon) kern_overlay(neon);
+    if (cap >= 1 && neon) kern_overlay(neon);
     atomic_store_explicit(&kern_ready, 1, memory_order_release);
 }
 

@@ -1,6 +1,6 @@
 /* kern_impl.h - internals shared by the kernel files: the variant tables.
  *
- * A variant (ref, avx2, neon; later avx512) is one kern_vtable. A variant may
+ * A variant (ref, avx2, avx512, neon) is one kern_vtable. A variant may
  * leave entries NULL: kern_init() starts from the reference table and
  * overlays every non-NULL entry of the best variant the CPU supports, so the
  * active table (kern_vt) is always complete and a new variant can be added one
@@ -182,6 +182,28 @@ extern const kern_vtable kern_vt_ref;
  * initializes its private data (once, thread-safe). */
 const kern_vtable *kern_vt_avx2(void);
 bool kern_cpu_has_avx2(void);
+/* f16 -> f32 by table, for the SIMD variants' per-block scales (a load is
+ * cheaper than F16C on a scalar); x86 only, filled by kern_f16_lut_init()
+ * (once, thread-safe), which kern_vt_avx2() and kern_vt_avx512() call. */
+extern float kern_f16_lut[65536];
+void kern_f16_lut_init(void);
+/* The AVX-512 variant (kern_avx512*.c; see avx512_intrin.h). It needs
+ * AVX-512 F, BW, VL, DQ and VNNI (Ice Lake, Zen 4 and later: the gain is
+ * VNNI's integer dot, so a CPU without it keeps AVX2) and has a second
+ * table for CPUs that also have AVX512_BF16. Its tables hold only what it
+ * improves: kern_init overlays it on the AVX2 variant. kern_cpu_avx512()
+ * says which of the features this CPU has (0 when not compiled for x86);
+ * kern_vt_avx512(f) is the table for features f (NULL without
+ * KERN_X512_BASE or when not compiled). */
+enum { KERN_X512_BASE = 1, KERN_X512_BF16 = 2 };
+unsigned kern_cpu_avx512(void);
+const kern_vtable *kern_vt_avx512(unsigned features);
+/* Each AVX-512 file fills its own entries of the table (kern_avx512.c calls
+ * them once per table); bf16: the table is for a CPU with AVX512_BF16. */
+void kern_avx512_fill_q8(kern_vtable *t);
+void kern_avx512_fill_kquant(kern_vtable *t);
+void kern_avx512_fill_float(kern_vtable *t, bool bf16);
+void kern_avx512_fill_elem(kern_vtable *t);
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product

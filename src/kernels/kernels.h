@@ -21,10 +21,13 @@
 
 #include "base/threadpool.h"
 
-/* Chooses SIMD variants from CPU features (idempotent). force_ref != 0 selects
- * the references everywhere (tests, debugging). */
+/* Chooses SIMD variants from CPU features (idempotent): AVX-512 (with VNNI;
+ * "avx512" or "avx512-bf16") over AVX2 over the reference, or NEON on
+ * aarch64. force_ref != 0 selects the references everywhere (tests,
+ * debugging); the environment variable PAGELLM_KERNELS = ref | avx2 |
+ * avx512 caps the choice (A/B runs of one binary). */
 void kern_init(int force_ref);
-/* Name of the chosen variant set, e.g. "avx2" or "ref". */
+/* Name of the chosen variant set, e.g. "avx512-bf16", "avx2" or "ref". */
 const char *kern_variant(void);
 
 /* True if kern_matmul accepts weights of ggml type wtype (F32, F16, BF16,
