@@ -35,9 +35,17 @@ static int variants(const kern_vtable **out)
     int n = 0;
     out[n++] = &kern_vt_ref;
     if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
+    /* the AVX-512 tables as kern_init stacks them (over AVX2: they hold
+     * only what they improve), both when the CPU (or tests/avx512.sh's
+     * emulation) has BF16 too */
+    static kern_vtable x512_stacked[2];
     const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
-    if (kern_vt_avx512(x512)) out[n++] = kern_vt_avx512(x512 & ~(unsigned)KERN_X512_BF16);
-    if (x512 & KERN_X512_BF16) out[n++] = kern_vt_avx512(x512);
+    for (int bf = 0; bf <= 1 && (x512 & KERN_X512_BASE); bf++) {
+        if (bf && !(x512 & KERN_X512_BF16)) break;
+        x512_stacked[bf] = *kern_vt_avx2();
+        kern_vt_overlay(&x512_stacked[bf], kern_vt_avx512(bf ? x512 : x512 & ~(unsigned)KERN_X512_BF16));
+        out[n++] = &x512_stacked[bf];
+    }
     return n;
 }
 

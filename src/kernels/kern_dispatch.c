@@ -20,16 +20,15 @@ kern_vtable kern_vt;
 static _Atomic int kern_ready;
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
-/* Copies every non-NULL entry of v over kern_vt. */
-static void kern_overlay(const kern_vtable *v)
+void kern_vt_overlay(kern_vtable *dst, const kern_vtable *v)
 {
     for (int t = 0; t < DT_COUNT; t++) {
-        if (v->gemm[t].fn) kern_vt.gemm[t] = v->gemm[t];
-        if (v->dot[t]) kern_vt.dot[t] = v->dot[t];
-        if (v->packed[t].gemm) kern_vt.packed[t] = v->packed[t];
-        if (v->conv[t]) kern_vt.conv[t] = v->conv[t];
+        if (v->gemm[t].fn) dst->gemm[t] = v->gemm[t];
+        if (v->dot[t]) dst->dot[t] = v->dot[t];
+        if (v->packed[t].gemm) dst->packed[t] = v->packed[t];
+        if (v->conv[t]) dst->conv[t] = v->conv[t];
     }
-#define KERN_TAKE(f) if (v->f) kern_vt.f = v->f
+#define KERN_TAKE(f) if (v->f) dst->f = v->f
     KERN_TAKE(rmsnorm);
     KERN_TAKE(rope);
     KERN_TAKE(rope_apply);
@@ -40,7 +39,7 @@ static void kern_overlay(const kern_vtable *v)
     KERN_TAKE(f32_to_f16);
     KERN_TAKE(f16_to_f32);
 #undef KERN_TAKE
-    kern_vt.name = v->name;
+    dst->name = v->name;
 }
 
 /* PAGELLM_KERNELS caps the variant: "ref", "avx2" or "avx512" (the best
@@ -64,12 +63,12 @@ void kern_init(int force_ref)
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();
     const bool has_avx2 = avx2 && kern_cpu_has_avx2();
-    if (cap >= 1 && has_avx2) kern_overlay(avx2);
+    if (cap >= 1 && has_avx2) kern_vt_overlay(&kern_vt, avx2);
     /* the AVX-512 tables hold only what they improve: over AVX2 */
     const kern_vtable *avx512 = has_avx2 ? kern_vt_avx512(kern_cpu_avx512()) : NULL;
-    if (cap >= 2 && avx512) kern_overlay(avx512);
+    if (cap >= 2 && avx512) kern_vt_overlay(&kern_vt, avx512);
     const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
-    if (cap >= 1 && neon) kern_overlay(neon);
+    if (cap >= 1 && neon) kern_vt_overlay(&kern_vt, neon);
     atomic_store_explicit(&kern_ready, 1, memory_order_release);
 }
 

@@ -217,6 +217,10 @@ void kern_rope_apply_avx2(float *x, int n_heads, int head_dim, int rope_dim, boo
 void kern_rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps);
 void kern_add_rmsnorm_avx2(float *x, const float *d, float *y, const float *w, int n, float eps);
 
+/* Copies every non-NULL entry of v (and its name) over dst: how kern_init
+ * stacks the variants (tests build the same stacks). */
+void kern_vt_overlay(kern_vtable *dst, const kern_vtable *v);
+
 /* The active table (filled by kern_init; kern_active() initializes lazily). */
 extern kern_vtable kern_vt;
 const kern_vtable *kern_active(void);
