@@ -24,10 +24,23 @@
  * - Q8_0: the weights made unsigned by xor 0x80 (w + 128 in 0..255);
  *   sum w x = sum (w + 128) x - 128 sum x.
  * Each row's int32 accumulator starts, per block, at that offset term:
- * kern_xblk.q4off holds -8 sum x as two int16 halves, so one madd against
- * 1 (Q4_0) or 16 (Q8_0) words gives -8 sum x or -128 sum x as int32 (|.| <=
- * 128 * 32 * 127, no overflow; no int16 intermediate anywhere, so the AVX2
- * tiles' saturation bounds do not apply).
+ * kern_xblk.q4off holds -8 sum x as two int16 halves, so one vpdpwssd of
+ * them against words 1 (Q4_0) or 16 (Q8_0) gives -8 sum x or -128 sum x as
+ * int32 (|.| <= 128 * 32 * 127, no overflow; no int16 intermediate
+ * anywhere, so the AVX2 tiles' saturation bounds do not apply).
+ *
+ * Speed (Zen 4, vpdpbusd 2 per cycle, latency 4): at m = 8 the packed tile
+ * is bound by the multiply pipes, which vpdpbusd shares with the offset's
+ * vpdpwssd and the two float multiplies per row and block of the
+ * reference's step (removing those, for timing only, saved 8% and 9%); the
+ * 64 vpdpbusd of a block (8 x 8 rows) alone would take ~2/3 of the time.
+ * 512-bit forms were not used: two activation rows per zmm need a shuffle
+ * per row pair and vector instead of the embedded broadcast, and every zmm
+ * operation takes both halves of a pipe. Tried and slower (single thread,
+ * 2048 x 5632): the offset term from shifts and adds (+9% time at m = 8),
+ * or from one 512-bit madd of 8 rows' kern_xblk per block, then a vpermd
+ * per row (+2%, +16% at m = 1), a store and broadcast reloads (+5%, +11% at
+ * m = 1), or the same precomputed per 64 blocks (+5%, +7% at m = 4).
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
@@ -42,31 +55,31 @@
  * a scalar (kern_avx2.c). */
 K5I float f16s(uint16_t h) { return kern_f16_lut[h]; }
 
-K5I __m256i bcast32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* acc + the dot of u with the broadcast of the 4 bytes (dpbusd_b32) or 2
  * words (dpwssd_b32) at p, the broadcast embedded in the instruction
  * (m32bcst): GCC keeps a separate vpbroadcastd for _mm256_set1_epi32 from
  * memory, and the packed tiles do one such broadcast per row and vector
  * (measured 6% at m = 8 for Q4_0). The emulation build has the intrinsics. */
 #ifdef PL_AVX512_EMU
+K5I __m256i bcast32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
 #define dpbusd_b32(acc, u, p) _mm256_dpbusd_epi32(acc, u, bcast32(p))
 #define dpwssd_b32(acc, u, p) _mm256_dpwssd_epi32(acc, u, bcast32(p))
 #else
+typedef int32_t __attribute__((may_alias)) i32_alias; /* the 4 bytes are int8 or int16 data */
 K5I __m256i dpbusd_b32(__m256i acc, __m256i u, const void *p)
 {
-    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)p));
+    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const i32_alias *)p));
     return acc;
 }
 
 K5I __m256i dpwssd_b32(__m256i acc, __m256i u, const void *p)
 {
-    __asm__("vpdpwssd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)p));
+    __asm__("vpdpwssd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const i32_alias *)p));
     return acc;
 }
 #endif
@@ -232,7 +245,9 @@ KERN_Q8GEMM_DRIVER(gemm_q4_0_x512, K5, q8gemm_tile, true)
 /* Independent accumulator chains per activation row and block: vpdpbusd
  * has latency 4 at 2 per cycle, so 8 chains keep it busy; with fewer rows
  * each row's block sum is split over up to 4 chains (added at the block's
- * end: integers, so exact). */
+ * end: integers, so exact). Measured (2048 x 5632, one thread): 2 chains at
+ * 8 rows beat 1 by 5% (Q4_0); at 1 row, 4 beat 2 for Q8_0 (~190 vs 205 us,
+ * Q4_0 equal); at 4 rows, 2 beat 4 (Q8_0 ~365 vs 378 us). */
 #define Q8P_CHAINS(NX) ((NX) >= 5 ? 2 : (NX) >= 3 ? 2 : 4)
 
 K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
