@@ -248,7 +248,7 @@ KERN_Q8GEMM_DRIVER(gemm_q4_0_x512, K5, q8gemm_tile, true)
  * end: integers, so exact). Measured (2048 x 5632, one thread): 2 chains at
  * 8 rows beat 1 by 5% (Q4_0); at 1 row, 4 beat 2 for Q8_0 (~190 vs 205 us,
  * Q4_0 equal); at 4 rows, 2 beat 4 (Q8_0 ~365 vs 378 us). */
-#define Q8P_CHAINS(NX) ((NX) >= 5 ? 2 : (NX) >= 3 ? 2 : 4)
+#define Q8P_CHAINS(NX) ((NX) >= 3 ? 2 : 4)
 
 K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
 {
