@@ -36,7 +36,9 @@
  * 64 vpdpbusd of a block (8 x 8 rows) alone would take ~2/3 of the time.
  * 512-bit forms were not used: two activation rows per zmm need a shuffle
  * per row pair and vector instead of the embedded broadcast, and every zmm
- * operation takes both halves of a pipe. Tried and slower (single thread,
+ * operation takes both halves of a pipe (tried for Q4_0 at m = 8: rows in
+ * pairs from one 64-byte load, vshufi64x2 + vpshufd per vector, weights
+ * broadcast to both halves: 910 vs 589 us). Tried and slower (single thread,
  * 2048 x 5632): the offset term from shifts and adds (+9% time at m = 8),
  * or from one 512-bit madd of 8 rows' kern_xblk per block, then a vpermd
  * per row (+2%, +16% at m = 1), a store and broadcast reloads (+5%, +11% at
