@@ -1,11 +1,343 @@
-/* kern_avx512_q8.c - AVX-512 kernels for Q8_0 and Q4_0 weights (VNNI).
- * Not written yet: the entries stay the AVX2 variant's. */
+/* kern_avx512_q8.c - AVX-512 (VNNI) kernels for Q8_0 and Q4_0 weights.
+ *
+ * The same tiles as kern_avx2.c's Q8_0/Q4_0 section, with VNNI's vpdpbusd
+ * (u8 x s8, 4 products summed into each int32 lane, added to the
+ * accumulator operand: one uop) in place of AVX2's maddubs + madd + add. All
+ * in 256-bit (VL) forms: every tile here is laid out for 8 lanes (8 packed
+ * weight rows, or ggml's 8 partial sums of 4), and Zen 4 runs 512-bit
+ * operations as two halves anyway.
+ *
+ * Numerics: the integer block sums are exact whatever the order, and every
+ * float operation is kern_avx2.c's, so
+ * - the packed GEMM (every m for weights packed at load, m > KERN_DOT_MAX_M
+ *   for ggml rows) and the ggml-row GEMM tiles equal the reference bit for
+ *   bit (per block the exact integer sum, then the reference's float step in
+ *   the weight row's lane: kern_impl.h's invariant);
+ * - the decode dot tiles have ggml's AVX2 float layout (kern_impl.h "DECODE
+ *   DOT TILES"); their int32 lanes hold the same sums of 4 consecutive
+ *   products as AVX2's madd(maddubs), so they equal the AVX2 tiles bit for
+ *   bit too.
+ *
+ * Packed GEMM, vpdpbusd wants its unsigned operand first:
+ * - Q4_0: the packed nibbles q (0..15) are unsigned already;
+ *   sum (q - 8) x = sum q x - 8 sum x;
+ * - Q8_0: the weights made unsigned by xor 0x80 (w + 128 in 0..255);
+ *   sum w x = sum (w + 128) x - 128 sum x.
+ * Each row's int32 accumulator starts, per block, at that offset term:
+ * kern_xblk.q4off holds -8 sum x as two int16 halves, so one vpdpwssd of
+ * them against words 1 (Q4_0) or 16 (Q8_0) gives -8 sum x or -128 sum x as
+ * int32 (|.| <= 128 * 32 * 127, no overflow; no int16 intermediate
+ * anywhere, so the AVX2 tiles' saturation bounds do not apply).
+ *
+ * Speed (Zen 4, vpdpbusd 2 per cycle, latency 4): at m = 8 the packed tile
+ * is bound by the multiply pipes, which vpdpbusd shares with the offset's
+ * vpdpwssd and the two float multiplies per row and block of the
+ * reference's step (removing those, for timing only, saved 8% and 9%); the
+ * 64 vpdpbusd of a block (8 x 8 rows) alone would take ~2/3 of the time.
+ * 512-bit forms were not used: two activation rows per zmm need a shuffle
+ * per row pair and vector instead of the embedded broadcast, and every zmm
+ * operation takes both halves of a pipe (tried for Q4_0 at m = 8: rows in
+ * pairs from one 64-byte load, vshufi64x2 + vpshufd per vector, weights
+ * broadcast to both halves: 910 vs 589 us). Tried and slower (single thread,
+ * 2048 x 5632): the offset term from shifts and adds (+9% time at m = 8),
+ * or from one 512-bit madd of 8 rows' kern_xblk per block, then a vpermd
+ * per row (+2%, +16% at m = 1), a store and broadcast reloads (+5%, +11% at
+ * m = 1), or the same precomputed per 64 blocks (+5%, +7% at m = 4).
+ */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
 
 #ifdef PL_HAVE_AVX512_CODE
 
-void kern_avx512_fill_q8(kern_vtable *t) { (void)t; }
+#include <string.h>
+
+#include "tensor/blocks.h"
+
+/* f16 -> f32 of a block scale by table (kern_f16_lut): cheaper than F16C on
+ * a scalar (kern_avx2.c). */
+K5I float f16s(uint16_t h) { return kern_f16_lut[h]; }
+
+/* acc + the dot of u with the broadcast of the 4 bytes (dpbusd_b32) or 2
+ * words (dpwssd_b32) at p, the broadcast embedded in the instruction
+ * (m32bcst): GCC keeps a separate vpbroadcastd for _mm256_set1_epi32 from
+ * memory, and the packed tiles do one such broadcast per row and vector
+ * (measured 6% at m = 8 for Q4_0). The emulation build has the intrinsics. */
+#ifdef PL_AVX512_EMU
+K5I __m256i bcast32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+#define dpbusd_b32(acc, u, p) _mm256_dpbusd_epi32(acc, u, bcast32(p))
+#define dpwssd_b32(acc, u, p) _mm256_dpwssd_epi32(acc, u, bcast32(p))
+#else
+typedef int32_t __attribute__((may_alias)) i32_alias; /* the 4 bytes are int8 or int16 data */
+K5I __m256i dpbusd_b32(__m256i acc, __m256i u, const void *p)
+{
+    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const i32_alias *)p));
+    return acc;
+}
+
+K5I __m256i dpwssd_b32(__m256i acc, __m256i u, const void *p)
+{
+    __asm__("vpdpwssd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const i32_alias *)p));
+    return acc;
+}
+#endif
+
+/* Block b of a Q4_0 row as 32 signed bytes (q - 8), in element order. */
+K5I __m256i q4_0_load(const block_q4_0 *wb)
+{
+    const __m128i t = _mm_loadu_si128((const __m128i *)wb->qs);
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+}
+
+/* 32 int8 weights w (any sign, aw = |w|) times 32 int8 activations x: the 8
+ * int32 sums of 4 consecutive products. ggml's sign trick moves w's sign
+ * onto x (|w| <= 128 fits u8). */
+K5I __m256i dot_i8_i32(__m256i aw, __m256i w, __m256i x)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, w));
+}
+
+/* ------------------------------------------------------ decode dot tiles
+ * kern_avx2.c's layout: per block, the 8 int32 lanes to float, fma'd with
+ * dw*dx into 8-lane accumulators, two accumulators over alternating blocks,
+ * one horizontal sum at the end. */
+
+K5I float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+K5I void q8dot_block(bool is_q4, int NX, int b, __m256 *acc, size_t acc_stride, const void *w, const uint8_t *x,
+                     size_t xs)
+{
+    __m256i wq;
+    float dw;
+    if (is_q4) {
+        const block_q4_0 *w4 = (const block_q4_0 *)w + b;
+        wq = q4_0_load(w4);
+        dw = f16s(w4->d);
+    } else {
+        const block_q8_0 *w8 = (const block_q8_0 *)w + b;
+        wq = _mm256_loadu_si256((const __m256i *)w8->qs);
+        dw = f16s(w8->d);
+    }
+    const __m256i aw = _mm256_sign_epi8(wq, wq);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+        const block_q8_0 *xb = (const block_q8_0 *)(x + r * xs) + b;
+        const __m256 p = _mm256_cvtepi32_ps(dot_i8_i32(aw, wq, _mm256_loadu_si256((const __m256i *)xb->qs)));
+        acc[r * acc_stride] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16s(xb->d)), p, acc[r * acc_stride]);
+    }
+}
+
+K5I void q8dot_tile(bool is_q4, int NX, int nb, float *s, size_t ss, const void *w, const uint8_t *x, size_t xs)
+{
+    __m256 acc[KERN_DOT_NX_MAX][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        q8dot_block(is_q4, NX, b, &acc[0][0], 2, w, x, xs);
+        q8dot_block(is_q4, NX, b + 1, &acc[0][1], 2, w, x, xs);
+    }
+    if (b < nb) q8dot_block(is_q4, NX, b, &acc[0][0], 2, w, x, xs);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
+KERN_Q8DOT_DRIVER(dot_q8_0_x512, K5, q8dot_tile, false)
+KERN_Q8DOT_DRIVER(dot_q4_0_x512, K5, q8dot_tile, true)
+
+/* ---------------------------------------------------- ggml-row GEMM tiles
+ * kern_avx2.c's direct path: 4 weight rows (rows >= nw repeat row 0 and are
+ * not stored) by NX activation rows; the 8-lane sums of each row reduced by
+ * hadd into lane c = row c, then the reference's float step per lane:
+ *   Q8_0: s + (float)isum * (dw * dx),  Q4_0: s + ((float)isum * dw) * dx. */
+K5I __m128 q8_acc4(bool is_q4, __m128 s, __m128i isum, __m128 dw, float dx)
+{
+    const __m128 f = _mm_cvtepi32_ps(isum), vx = _mm_set1_ps(dx);
+    return _mm_add_ps(s, is_q4 ? _mm_mul_ps(_mm_mul_ps(f, dw), vx) : _mm_mul_ps(f, _mm_mul_ps(dw, vx)));
+}
+
+K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
+{
+    const __m256 f = _mm256_cvtepi32_ps(isum), vx = _mm256_set1_ps(dx);
+    return _mm256_add_ps(s, is_q4 ? _mm256_mul_ps(_mm256_mul_ps(f, dw), vx) : _mm256_mul_ps(f, _mm256_mul_ps(dw, vx)));
+}
+
+K5I void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *w, size_t ws,
+                     const uint8_t *x, size_t xs)
+{
+    const uint8_t *wr[4];
+    for (int c = 0; c < 4; c++) wr[c] = w + (c < nw ? c : 0) * ws;
+    __m128 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i p[4][KERN_NX_MAX];
+        float dwf[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i wq;
+            if (is_q4) {
+                const block_q4_0 *w4 = (const block_q4_0 *)wr[c] + b;
+                wq = q4_0_load(w4);
+                dwf[c] = f16s(w4->d);
+            } else {
+                const block_q8_0 *w8 = (const block_q8_0 *)wr[c] + b;
+                wq = _mm256_loadu_si256((const __m256i *)w8->qs);
+                dwf[c] = f16s(w8->d);
+            }
+            const __m256i aw = _mm256_sign_epi8(wq, wq);
+#pragma GCC unroll 4
+            for (int r = 0; r < NX; r++)
+                p[c][r] = dot_i8_i32(aw, wq, _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + r * xs) + b)->qs));
+        }
+        /* from registers, not four scalar stores and a vector load (store forwarding stall) */
+        const __m128 dw = _mm_setr_ps(dwf[0], dwf[1], dwf[2], dwf[3]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0][r], p[1][r]), _mm256_hadd_epi32(p[2][r], p[3][r]));
+            const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            acc[r] = q8_acc4(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xs) + b)->d));
+        }
+    }
+    float out[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) {
+        _mm_storeu_ps(out, acc[r]);
+        for (int c = 0; c < nw; c++) y[r * ys + c] = out[c];
+    }
+}
+
+KERN_Q8GEMM_DRIVER(gemm_q8_0_x512, K5, q8gemm_tile, false)
+KERN_Q8GEMM_DRIVER(gemm_q4_0_x512, K5, q8gemm_tile, true)
+
+/* ------------------------------------------------------- packed GEMM
+ * kern_pack.c's layout (8 weight rows per group; per block, 32-byte vectors
+ * of 4 consecutive values of each row; the f16 scales after the quants): a
+ * broadcast of 4 activation bytes against a vector gives the 8 rows' partial
+ * sums in 8 lanes, so the reference's float chain runs per lane. The
+ * activations come re-laid by kern_matmul (kern_px, filled by the AVX2
+ * variant's px_row: the layout is kern_impl.h's). */
+
+/* kern_avx2.c's software prefetch scheme (its comment has the reasons):
+ * the quants Q8P_PREFETCH_* bytes ahead in consumption order, going on into
+ * the next group's quants past this group's, and the next group's scales
+ * one line a block in the group's first quarter. The distances: kern_avx2.c
+ * measured 1024 for both types; this Q4_0 tile, faster per byte, gains from
+ * twice that. Measured at m = 1 on an 8192 x 8192 matrix (beyond L3), one
+ * thread, medians of 5 alternating runs on the shared machine: Q4_0 2048
+ * vs 1024 bytes 2589 vs 2886 us; Q8_0 1024 vs 2048 4580 vs 4919 us. */
+#ifndef Q8P_PREFETCH_Q4
+#define Q8P_PREFETCH_Q4 2048
+#endif
+#ifndef Q8P_PREFETCH_Q8
+#define Q8P_PREFETCH_Q8 1024
+#endif
+
+/* Independent accumulator chains per activation row and block: vpdpbusd
+ * has latency 4 at 2 per cycle, so 8 chains keep it busy; with fewer rows
+ * each row's block sum is split over up to 4 chains (added at the block's
+ * end: integers, so exact). Measured (2048 x 5632, one thread): 2 chains at
+ * 8 rows beat 1 by 5% (Q4_0); at 1 row, 4 beat 2 for Q8_0 (~190 vs 205 us,
+ * Q4_0 equal); at 4 rows, 2 beat 4 (Q8_0 ~365 vs 378 us). */
+#define Q8P_CHAINS(NX) ((NX) >= 3 ? 2 : 4)
+
+K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
+{
+    const int CH = Q8P_CHAINS(NX);
+    const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
+    const size_t pf = is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = no prefetch */
+    const size_t qbytes = (size_t)nb * gq, gbytes = kern_pack_group_bytes(is_q4 ? DT_Q4_0 : DT_Q8_0, nb * 32);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
+    const __m256i offmul = _mm256_set1_epi16(is_q4 ? 1 : 16); /* q4off (-8 sum x) times 1 or 16 */
+    const uint16_t *sc = (const uint16_t *)(wp + qbytes);
+    const size_t rows = px->rows;
+    const int8_t *xq = px->q;
+    const kern_xblk *xa = px->a;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
+        const uint8_t *g = wp + (size_t)b * gq;
+        if (pf) {
+            const size_t ahead = (size_t)b * gq + pf;
+            const uint8_t *pa = ahead < qbytes ? wp + ahead : wp + gbytes + (ahead - qbytes);
+            for (int l = 0; l < (int)gq / 64; l++) _mm_prefetch((const char *)pa + 64 * l, _MM_HINT_T0);
+            if (b < nb / 4) _mm_prefetch((const char *)wp + gbytes + qbytes + 64 * b, _MM_HINT_T0);
+        }
+        __m256i is[8][4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+            is[r][0] = dpwssd_b32(_mm256_setzero_si256(), offmul, &xa[r].q4off);
+#pragma GCC unroll 4
+            for (int c = 1; c < CH; c++) is[r][c] = _mm256_setzero_si256();
+        }
+        if (is_q4) {
+            /* vector v: low nibbles = elements 4v..4v+3, high = 16+4v.. */
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
+                const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    __m256i *c0 = &is[r][(2 * v) % CH], *c1 = &is[r][(2 * v + 1) % CH];
+                    *c0 = dpbusd_b32(*c0, lo, xq + 32 * r + 4 * v);
+                    *c1 = dpbusd_b32(*c1, hi, xq + 32 * r + 16 + 4 * v);
+                }
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i wu = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(g + 32 * k)), flip);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) is[r][k % CH] = dpbusd_b32(is[r][k % CH], wu, xq + 32 * r + 4 * k);
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+#pragma GCC unroll 4
+            for (int c = 1; c < CH; c++) is[r][0] = _mm256_add_epi32(is[r][0], is[r][c]);
+            acc[r] = q8_acc8(is_q4, acc[r], is[r][0], dw, xa[r].d);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) {
+        if (nw == 8) {
+            _mm256_storeu_ps(y + r * ys, acc[r]);
+        } else {
+            float out[8];
+            _mm256_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nw; c++) y[r * ys + c] = out[c];
+        }
+    }
+}
+
+KERN_GEMMP_DRIVER(gemmp_q4_0_x512, K5, q8p_tile, true)
+KERN_GEMMP_DRIVER(gemmp_q8_0_x512, K5, q8p_tile, false)
+
+void kern_avx512_fill_q8(kern_vtable *t)
+{
+    /* the activations' re-laid copy is the AVX2 variant's (same bytes for
+     * any variant: kern_impl.h's kern_px/kern_xblk); its tile height too */
+    const kern_vtable *a2 = kern_vt_avx2();
+    t->dot[DT_Q8_0] = dot_q8_0_x512;
+    t->dot[DT_Q4_0] = dot_q4_0_x512;
+    t->gemm[DT_Q8_0] = (kern_gemm){gemm_q8_0_x512, 4, 2};
+    t->gemm[DT_Q4_0] = (kern_gemm){gemm_q4_0_x512, 4, 2};
+    t->packed[DT_Q8_0] = (kern_packed){a2->packed[DT_Q8_0].nx, a2->packed[DT_Q8_0].px_row, gemmp_q8_0_x512};
+    t->packed[DT_Q4_0] = (kern_packed){a2->packed[DT_Q4_0].nx, a2->packed[DT_Q4_0].px_row, gemmp_q4_0_x512};
+}
 
 #else
 
