@@ -1,5 +1,5 @@
-/* test_attention.c - paged attention (kernels/attention.h): the AVX2 variant
- * against the reference, and the row-independence invariant.
+/* test_attention.c - paged attention (kernels/attention.h): the AVX2 and
+ * AVX-512 variants against the reference, and the row-independence invariant.
  *
  * Data: a fake KV plane pool (K and V planes per block, several KV heads per
  * row) whose block table is a shuffled permutation of the physical blocks,
@@ -165,9 +165,11 @@ static bool type_fits(uint32_t t, int hd) { return head_row_bytes(t, hd) != 0; }
 
 /* -------------------------------------------------------------- the tests */
 
-TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+typedef void (*attn_fn)(const attn_kv *, const attn_row *, int, float, float *, size_t);
+
+/* A SIMD variant against the reference (tolerance at the top). */
+static void simd_vs_reference(attn_fn simd)
 {
-    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+F16C"); return; }
     static const int hds[] = {8, 64, 128}, reps[] = {1, 2, 4, 8}, bss[] = {1, 16, 32};
     static const int ctxs[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 255, 257, 1000, 2047, 2100};
     const int n_ctxs = (int)(sizeof ctxs / sizeof ctxs[0]);
@@ -200,7 +202,7 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
                         const float scale = 1.0f / sqrtf((float)hd);
                         CHECK(rep <= attn_rows_max(n));
                         attn_paged_ref(&f.kv, rr, rep, scale, scratch, sf);
-                        attn_paged_avx2(&f.kv, rs, rep, scale, scratch, sf);
+                        simd(&f.kv, rs, rep, scale, scratch, sf);
                         const double vmax = max_abs_v(&f, g, n);
                         const double tol = (t == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
                         double md = 0;
@@ -222,12 +224,23 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
          "e5m2 %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6]);
 }
 
+TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+{
+    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+F16C"); return; }
+    simd_vs_reference(attn_paged_avx2);
+}
+
+/* The AVX-512 variant (its own kernel for f16, AVX2's for the rest). */
+TEST(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    simd_vs_reference(attn_paged_avx512);
+}
+
 /* One call over R rows == R calls of one row == the call reversed, bit for
  * bit, for one variant. Rows as the forward pass makes them: (KV head g,
  * token, head of g's group) for n_g KV heads from g = 0, consecutive tokens
  * (prefill-like, n_ctx = base + token + 1); R <= attn_rows_max(n). */
-typedef void (*attn_fn)(const attn_kv *, const attn_row *, int, float, float *, size_t);
-
 static int rows_independent(attn_fn fn, const fake_kv *f, int n_g, int rep, int base, int n_tok, char *why, size_t wn)
 {
     const int hd = f->kv.head_dim, R = n_g * rep * n_tok, nmax = base + n_tok;
@@ -268,17 +281,17 @@ static int rows_independent(attn_fn fn, const fake_kv *f, int n_g, int rep, int 
     return ok;
 }
 
+/* prefill tiles of one head (GQA 1..8), decode tiles over several heads,
+ * and mixes of both (a tile that crosses a head boundary) */
+static const struct { int n_g, rep, n_tok, base; } indep_shapes[] = {
+    {1, 1, 16, 0}, {1, 1, 16, 23}, {1, 2, 8, 100}, {1, 4, 4, 1017}, {1, 8, 2, 2030}, {1, 8, 1, 5},
+    {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
+    /* the V sweep's row chunks (4 rows, then 1-3) with unequal n_ctx */
+    {1, 5, 1, 40}, {1, 3, 2, 33},   {2, 7, 1, 70},  {1, 6, 2, 500},
+};
 TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     static const int hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
-    /* prefill tiles of one head (GQA 1..8), decode tiles over several heads,
-     * and mixes of both (a tile that crosses a head boundary) */
-    static const struct { int n_g, rep, n_tok, base; } shapes[] = {
-        {1, 1, 16, 0}, {1, 1, 16, 23}, {1, 2, 8, 100}, {1, 4, 4, 1017}, {1, 8, 2, 2030}, {1, 8, 1, 5},
-        {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
-        /* the V sweep's row chunks (4 rows, then 1-3) with unequal n_ctx */
-        {1, 5, 1, 40}, {1, 3, 2, 33},   {2, 7, 1, 70},  {1, 6, 2, 500},
-    };
     char why[256];
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int hi = 0; hi < 3; hi++) {
@@ -287,8 +300,8 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
             for (int bi = 0; bi < 3; bi++) {
                 fake_kv f;
                 CHECK(fake_kv_make(&f, t, hds[hi], 4, 2100, bss[bi], 77u + 13u * ti + 3u * hi + bi) == 0);
-                for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-                    const int n_g = shapes[s].n_g, rep = shapes[s].rep, n_tok = shapes[s].n_tok, base = shapes[s].base;
+                for (size_t s = 0; s < sizeof indep_shapes / sizeof indep_shapes[0]; s++) {
+                    const int n_g = indep_shapes[s].n_g, rep = indep_shapes[s].rep, n_tok = indep_shapes[s].n_tok, base = indep_shapes[s].base;
                     int ok = rows_independent(attn_paged_ref, &f, n_g, rep, base, n_tok, why, sizeof why);
                     if (ok && attn_avx2_available())
                         ok = rows_independent(attn_paged_avx2, &f, n_g, rep, base, n_tok, why, sizeof why);
@@ -297,6 +310,28 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                 }
                 fake_kv_free(&f);
             }
+        }
+}
+
+/* The same for the AVX-512 variant on f16, its own kernel: one-row
+ * segments (lanes over keys) and larger ones (lanes over rows) must give a
+ * row the same bits, over head dims with a half block of 16 (8, 72). */
+TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    static const int hds[] = {8, 64, 72, 128}, bss[] = {1, 16, 32};
+    char why[256];
+    for (int hi = 0; hi < 4; hi++)
+        for (int bi = 0; bi < 3; bi++) {
+            fake_kv f;
+            CHECK(fake_kv_make(&f, DT_F16, hds[hi], 4, 2100, bss[bi], 91u + 3u * hi + bi) == 0);
+            for (size_t s = 0; s < sizeof indep_shapes / sizeof indep_shapes[0]; s++) {
+                const int n_g = indep_shapes[s].n_g, rep = indep_shapes[s].rep;
+                const int ok = rows_independent(attn_paged_avx512, &f, n_g, rep, indep_shapes[s].base,
+                                                indep_shapes[s].n_tok, why, sizeof why);
+                CHECK_MSG(ok, "f16 hd %d bs %d heads %d rep %d: %s", hds[hi], bss[bi], n_g, rep, why);
+            }
+            fake_kv_free(&f);
         }
 }
 
@@ -349,9 +384,10 @@ TEST(dispatch_follows_kern_init)
     attn_paged_ref(&f.kv, &r1, 1, 0.125f, scratch, sf);
     kern_init(0);
     int same_ref = memcmp(o[0], o[1], sizeof o[0]) == 0, same_simd = 1;
-    if (attn_avx2_available()) {
+    if (attn_avx2_available()) { /* the AVX-512 variant when the kernel table is an AVX-512 one */
         attn_paged(&f.kv, &r0, 1, 0.125f, scratch, sf);
-        attn_paged_avx2(&f.kv, &r2, 1, 0.125f, scratch, sf);
+        const bool x512 = strncmp(kern_variant(), "avx512", 6) == 0 && attn_avx512_available();
+        (x512 ? attn_paged_avx512 : attn_paged_avx2)(&f.kv, &r2, 1, 0.125f, scratch, sf);
         same_simd = memcmp(o[0], o[2], sizeof o[0]) == 0;
     }
     free(scratch);
@@ -454,7 +490,9 @@ int main(int argc, char **argv)
         return 0;
     }
     RUN(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
+    RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
     RUN(scratch_sizing);
