@@ -157,10 +157,11 @@ void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float s
 void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                      size_t scratch_floats);
 bool attn_avx2_available(void);
-/* The AVX-512 variant (attention_avx512.c): its own kernel for an F16
- * cache (dot products as one FMA chain in dim order, so its bits differ
- * from AVX2's within the same tolerance), the AVX2 variant for every other
- * type. attn_paged uses it when the active kernel table is an AVX-512 one
+/* The AVX-512 variant (attention_avx512.c): its own kernels for F16
+ * caches (dot products in 4 FMA chains of dims mod 4 and a fixed sum, so
+ * its bits differ from AVX2's within the same tolerance) and Q8_0 caches
+ * (VNNI int8 dots: the reference's scores), the AVX2 variant for every
+ * other type. attn_paged uses it when the active kernel table is an AVX-512 one
  * (not capped by PAGELLM_KERNELS, not forced to the reference). Only call
  * when attn_avx512_available(). */
 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
