@@ -313,16 +313,16 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
         }
 }
 
-/* The same for the AVX-512 variant on its own kernels (f16, q8_0): rows
+/* The same for the AVX-512 variant on its own kernels (f16, q8_0, q4_0): rows
  * in chunks of 1..8 (16 or 8 keys a pass) must give a row the same bits,
  * over head dims with a half block of 16 (8, 72; f16 only). */
 TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
-    static const uint32_t types[] = {DT_F16, DT_Q8_0};
+    static const uint32_t types[] = {DT_F16, DT_Q8_0, DT_Q4_0};
     static const int hds[] = {8, 64, 72, 128}, bss[] = {1, 16, 32};
     char why[256];
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++)
         for (int hi = 0; hi < 4; hi++) {
             if (!type_fits(types[ti], hds[hi])) continue;
             for (int bi = 0; bi < 3; bi++) {
@@ -340,28 +340,32 @@ TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
         }
 }
 
-/* The q8_0 scores of the AVX-512 variant (VNNI) are the reference's: exact
- * int block dots, then its float operations. With one key the weight is
- * exactly 1, so out = V; with two the weights come from the scores alone,
- * so both variants' outputs agree within the softmax's last bits. */
-TEST(avx512_q8_0_scores_are_the_references)
+/* The q8_0 and q4_0 scores of the AVX-512 variant (VNNI) are the
+ * reference's: exact int block dots, then its float operations. With one
+ * key the weight is exactly 1, so out = V bit for bit; with more the
+ * weights come from the same scores, so the outputs agree within the
+ * softmax's last bits (vector expf, sum order). */
+TEST(avx512_q8_0_q4_0_scores_are_the_references)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
-    fake_kv f;
-    CHECK(fake_kv_make(&f, DT_Q8_0, 128, 1, 40, 16, 17) == 0);
-    const size_t sf = attn_scratch_floats(40, 128);
-    float *scratch = malloc(sizeof(float) * sf), q[128], o[2][128];
-    for (int i = 0; i < 128; i++) q[i] = rng_gauss();
-    for (int n = 1; n <= 40; n += 13) {
-        attn_row r0 = {q, o[0], n, 0, 0}, r1 = {q, o[1], n, 0, 0};
-        attn_paged_ref(&f.kv, &r0, 1, 0.09f, scratch, sf);
-        attn_paged_avx512(&f.kv, &r1, 1, 0.09f, scratch, sf);
-        double md = 0;
-        for (int i = 0; i < 128; i++) md = fmax(md, fabs((double)o[0][i] - o[1][i]));
-        CHECK_MSG(n == 1 ? md == 0 : md <= 1e-6 * max_abs_v(&f, 0, n), "n_ctx %d: max diff %.3g", n, md);
+    for (int ti = 0; ti < 2; ti++) {
+        fake_kv f;
+        CHECK(fake_kv_make(&f, ti ? DT_Q4_0 : DT_Q8_0, 128, 1, 40, 16, 17) == 0);
+        const size_t sf = attn_scratch_floats(40, 128);
+        float *scratch = malloc(sizeof(float) * sf), q[128], o[2][128];
+        for (int i = 0; i < 128; i++) q[i] = rng_gauss();
+        for (int n = 1; n <= 40; n += 13) {
+            attn_row r0 = {q, o[0], n, 0, 0}, r1 = {q, o[1], n, 0, 0};
+            attn_paged_ref(&f.kv, &r0, 1, 0.09f, scratch, sf);
+            attn_paged_avx512(&f.kv, &r1, 1, 0.09f, scratch, sf);
+            double md = 0;
+            for (int i = 0; i < 128; i++) md = fmax(md, fabs((double)o[0][i] - o[1][i]));
+            CHECK_MSG(n == 1 ? md == 0 : md <= 1e-6 * max_abs_v(&f, 0, n), "%s n_ctx %d: max diff %.3g",
+                      ti ? "q4_0" : "q8_0", n, md);
+        }
+        free(scratch);
+        fake_kv_free(&f);
     }
-    free(scratch);
-    fake_kv_free(&f);
 }
 
 /* The in-register fp8 decoding (AVX2, scale folded into the weight) and the
@@ -522,7 +526,7 @@ int main(int argc, char **argv)
     RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
-    RUN(avx512_q8_0_scores_are_the_references);
+    RUN(avx512_q8_0_q4_0_scores_are_the_references);
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
     RUN(scratch_sizing);

@@ -1,17 +1,18 @@
-/* attention_avx512.c - paged attention, AVX-512 variant for an F16 cache
- * (the engine's default) and a Q8_0 one; every other cache type, and calls
+/* attention_avx512.c - paged attention, AVX-512 variant for F16 caches
+ * (the engine's default), Q8_0 and Q4_0; every other cache type, and calls
  * through a reader, go to the AVX2 variant whole (attention_avx2.c), so
  * each type keeps one variant and its row independence. See attention.h
  * for the contract and attention_impl.h for the scratch layout.
  *
- * Q8_0 keys: lanes over 16 keys, the int8 block dots by VNNI (vpdpbusd,
- * u8 x s8 sums of 4 in one instruction: the keys + 128 against the query's
- * q8_0 quants, then 128 x the query block's sum taken off, exact), after a
- * 16 x 8 transpose of the keys' quant dwords shared by the segment's rows;
- * then per block the reference's float operations, so the scores are the
+ * Q8_0 / Q4_0 keys: lanes over 16 keys, the int8 block dots by VNNI
+ * (vpdpbusd, u8 x s8 sums of 4 in one instruction: the keys as u8 - q8_0 +
+ * 128, q4_0's nibbles, i.e. value + 8 - against the query's q8_0 quants,
+ * then the offset x the query block's sum taken off: exact), after a 16 x
+ * 8 transpose of the keys' dwords shared by the segment's rows; then per
+ * block the reference's float operations, so the scores are the
  * reference's bits (as the AVX2 variant's, whose maddubs needs the sign
  * trick and a hadd tree per key). Values: d x q in registers (exact).
- * Measured warm, vs AVX2: 0.42-0.45x the time under GQA 4-8, 0.58-0.65x
+ * Measured warm, vs AVX2: 0.44-0.53x the time under GQA 4-8, 0.57-0.71x
  * without GQA.
  *
  * F16, why another kernel: under GQA the AVX2 scores spend about as much on
@@ -319,25 +320,36 @@ static inline int scores_keys(int nr) { return nr <= 4 ? 16 : 8; }
 
 /* ---------------------------------------------------- q8_0 keys: VNNI */
 
-/* Block b of 16 keys' q8_0 head rows (k[kk] + goff) as 8 vectors of 16
- * int32 lanes: t[j] lane kk = bytes 4j..4j+3 of key kk's quants, each + 128
- * (as u8, for vpdpbusd's unsigned operand), and dk lane kk = the key's d.
+/* Block b of 16 keys' q8_0 or q4_0 head rows (k[kk] + goff) as 8 vectors
+ * of 16 int32 lanes: t[j] lane kk = elements 4j..4j+3 of key kk as u8 (for
+ * vpdpbusd's unsigned operand): q8_0's quants + 128, q4_0's nibbles (the
+ * value + 8), and dk lane kk = the key's d.
  * A 16 x 8 transpose of dwords: keys (p, p + 4) (p < 4) and (p + 4, p + 8)
  * (p >= 4) share a zmm, so that one 128-bit lane shuffle per output leaves
  * the keys in order. */
-K5I void keys_q8(const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512 *dk)
+K5I __m256i key_u8(bool q4, const uint8_t *row, int b, uint16_t *d)
+{
+    if (q4) { /* element i < 16: low nibble of byte i, 16 + i: its high nibble */
+        const block_q4_0 *x = (const block_q4_0 *)row + b;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(0x0F);
+        *d = x->d;
+        return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+    }
+    const block_q8_0 *x = (const block_q8_0 *)row + b;
+    *d = x->d;
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x->qs), _mm256_set1_epi8((char)0x80));
+}
+
+K5I void keys_i8(bool q4, const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512 *dk)
 {
     static const int lo_key[8] = {0, 1, 2, 3, 8, 9, 10, 11};
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512i z[8], u[8];
     uint16_t d[16];
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
-        const block_q8_0 *a = (const block_q8_0 *)(k[lo_key[p]] + goff) + b, *c = (const block_q8_0 *)(k[lo_key[p] + 4] + goff) + b;
-        d[lo_key[p]] = a->d;
-        d[lo_key[p] + 4] = c->d;
-        z[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a->qs)),
-                                                   _mm256_loadu_si256((const __m256i *)c->qs), 1), flip);
+        const __m256i a = key_u8(q4, k[lo_key[p]] + goff, b, &d[lo_key[p]]);
+        const __m256i c = key_u8(q4, k[lo_key[p] + 4] + goff, b, &d[lo_key[p] + 4]);
+        z[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
     }
     *dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
 #pragma GCC unroll 4
@@ -359,13 +371,14 @@ K5I void keys_q8(const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512
     }
 }
 
-/* NR (1..8) rows against 16 q8_0 keys: per (row, key) and block the exact
- * int dot s_b = sum_i k_i q_i (vpdpbusd on k + 128, minus 128 sum_i q_i),
- * then acc = sum_b (float)s_b x (d_k x d_q) (b ascending, from 0, multiply
- * then add) and acc x scale: the reference's operations (attention.c), so
- * the scores are the reference's bits, as the AVX2 variant's are. q8[r]:
- * row r's query as q8_0; qs[r][b] = 128 x the sum of its block b's quants. */
-K5I void scores_q8(int NR, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8, const int32_t (*qs)[8],
+/* NR (1..8) rows against 16 q8_0 (or q4 = q4_0) keys: per (row, key) and
+ * block the exact int dot s_b = sum_i k_i q_i (vpdpbusd on k + 128, or k +
+ * 8, minus 128 or 8 x sum_i q_i), then acc = sum_b (float)s_b x (d_k x d_q)
+ * (b ascending, from 0, multiply then add) and acc x scale: the reference's
+ * operations (attention.c), so the scores are the reference's bits, as the
+ * AVX2 variant's are. q8[r]: row r's query as q8_0; qs[r][b] = the offset
+ * (128 or 8) x the sum of its block b's quants. */
+K5I void scores_q8(bool q4, int NR, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8, const int32_t (*qs)[8],
                    int nb, __m512 vscale, float *const *out, const int *n)
 {
     __m512 acc[8];
@@ -374,7 +387,7 @@ K5I void scores_q8(int NR, const uint8_t *const *kp, size_t goff, const block_q8
     for (int b = 0; b < nb; b++) {
         __m512i t[8];
         __m512 dk;
-        keys_q8(kp, goff, b, t, &dk);
+        keys_i8(q4, kp, goff, b, t, &dk);
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const int8_t *qb = q8[r][b].qs;
@@ -396,10 +409,10 @@ K5I void scores_q8(int NR, const uint8_t *const *kp, size_t goff, const block_q8
         if (n[r] > 0) _mm512_mask_storeu_ps(out[r], lanes16(n[r] < 16 ? n[r] : 16), _mm512_mul_ps(acc[r], vscale));
 }
 
-static K5 void scores_q8_nr(int nr, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8,
+static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8,
                             const int32_t (*qs)[8], int nb, __m512 vscale, float *const *out, const int *n)
 {
-#define SQ8(R) scores_q8(R, kp, goff, q8, qs, nb, vscale, out, n)
+#define SQ8(R) (q4 ? scores_q8(true, R, kp, goff, q8, qs, nb, vscale, out, n) : scores_q8(false, R, kp, goff, q8, qs, nb, vscale, out, n))
     switch (nr) {
     case 1: SQ8(1); break;
     case 2: SQ8(2); break;
@@ -416,13 +429,14 @@ static K5 void scores_q8_nr(int nr, const uint8_t *const *kp, size_t goff, const
 /* ------------------------------------------------------------ the values */
 
 /* The V sum of RR (1..4) rows over C (1..4) vectors of 16 dims from d0,
- * the last one masked by klast (f16 rows; q8 for q8_0 rows, whose head dim
- * is a multiple of 32): for r < RR, c < C,
+ * the last one masked by klast (kind VK_F16; VK_Q8_0 and VK_Q4_0 rows have
+ * a head dim that is a multiple of 32): for r < RR, c < C,
  *   o[r][d0 + 16c ..] (+)= sum_k p[r][k] * v_k[d0 + 16c ..]   k = 0..n-1 ascending,
  * from 0 when first (else from o). Each V vector is converted once in a
- * register for the RR rows (q8_0: d x q, exact); per output element one
- * FMA chain over k. */
-K5I void vtile(bool q8, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
+ * register for the RR rows (q8_0, q4_0: d x q, exact); per output element
+ * one FMA chain over k. */
+enum { VK_F16, VK_Q8_0, VK_Q4_0 };
+K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
                const void *const *vp, int d0)
 {
     __m512 a[4][4];
@@ -434,13 +448,22 @@ K5I void vtile(bool q8, int RR, int C, __mmask16 klast, bool first, float *const
             a[r][c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, o[r] + d0 + 16 * c);
         }
     for (int k = 0; k < n; k++) {
-        __m512 v[4];
-        if (q8) {
+        __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* C used */
+        if (kind == VK_Q8_0) {
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) {
                 const block_q8_0 *bl = (const block_q8_0 *)vp[k] + (d0 + 16 * c) / QK8_0;
                 const __m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bl->qs + (d0 + 16 * c) % QK8_0)));
                 v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(qi), _mm512_set1_ps(kern_f16_lut[bl->d]));
+            }
+        } else if (kind == VK_Q4_0) { /* 16 dims: the low (first half of a block) or high nibbles, minus 8 */
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const block_q4_0 *bl = (const block_q4_0 *)vp[k] + (d0 + 16 * c) / QK4_0;
+                __m128i nib = _mm_loadu_si128((const __m128i *)bl->qs);
+                if ((d0 + 16 * c) % QK4_0) nib = _mm_srli_epi16(nib, 4);
+                nib = _mm_sub_epi8(_mm_and_si128(nib, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+                v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nib)), _mm512_set1_ps(kern_f16_lut[bl->d]));
             }
         } else {
             const uint16_t *vr = (const uint16_t *)vp[k] + d0;
@@ -463,51 +486,52 @@ K5I void vtile(bool q8, int RR, int C, __mmask16 klast, bool first, float *const
 }
 
 /* vtile with RR and C as constants (accumulators in registers). */
-#define VT_RC(name, Q8)                                                                                        \
+#define VT_RC(name, KIND)                                                                                        \
     static K5 void name(int rr, int c, __mmask16 klast, bool first, float *const *o, const float *const *p, int n, \
                         const void *const *vp, int d0)                                                         \
     {                                                                                                          \
         switch (rr * 16 + c) {                                                                                 \
-        case 0x11: vtile(Q8, 1, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x12: vtile(Q8, 1, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x13: vtile(Q8, 1, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x14: vtile(Q8, 1, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x21: vtile(Q8, 2, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x22: vtile(Q8, 2, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x23: vtile(Q8, 2, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x24: vtile(Q8, 2, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x31: vtile(Q8, 3, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x32: vtile(Q8, 3, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x33: vtile(Q8, 3, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x34: vtile(Q8, 3, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x41: vtile(Q8, 4, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x42: vtile(Q8, 4, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x43: vtile(Q8, 4, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        default: vtile(Q8, 4, 4, klast, first, o, p, n, vp, d0); break;                                        \
+        case 0x11: vtile(KIND, 1, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x12: vtile(KIND, 1, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x13: vtile(KIND, 1, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x14: vtile(KIND, 1, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x21: vtile(KIND, 2, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x22: vtile(KIND, 2, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x23: vtile(KIND, 2, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x24: vtile(KIND, 2, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x31: vtile(KIND, 3, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x32: vtile(KIND, 3, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x33: vtile(KIND, 3, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x34: vtile(KIND, 3, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x41: vtile(KIND, 4, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x42: vtile(KIND, 4, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x43: vtile(KIND, 4, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        default: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0); break;                                        \
         }                                                                                                      \
     }
-VT_RC(vtile_rc_f16, false)
-VT_RC(vtile_rc_q8, true)
+VT_RC(vtile_rc_f16, VK_F16)
+VT_RC(vtile_rc_q8, VK_Q8_0)
+VT_RC(vtile_rc_q4, VK_Q4_0)
 #undef VT_RC
 
 /* All of the head's dims for rr rows over n keys, in passes of up to 4
  * vectors (64 dims: 16 accumulators for 4 rows; 8 rows x 2 vectors
  * measured no faster); pb/take: prefetches issued per pass. */
-K5I void vdims(bool q8, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
+K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
                int hd, kv_pfb *pb, int take)
 {
     for (int d0 = 0; d0 < hd; d0 += 64) {
         const int left = hd - d0 < 64 ? hd - d0 : 64, c = (left + 15) / 16;
         const __mmask16 klast = lanes16(left - 16 * (c - 1));
         pf_take(pb, take);
-        (q8 ? vtile_rc_q8 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0);
+        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0);
     }
 }
 
 /* The V sum of nr rows (o[r], p[r] at the tile's first key, n[r] >= 1 keys
  * each) over the keys vp[0..max n): rows in chunks of up to 4 over their
  * common keys, then each row alone over the keys only it has. */
-static K5 void vrows(bool q8, int nr, bool first, float *const *o, const float *const *p, const int *n, const void *const *vp,
+static K5 void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n, const void *const *vp,
                      int hd, kv_pfb *pb, int quota)
 {
     for (int r0 = 0; r0 < nr; r0 += 4) {
@@ -516,12 +540,12 @@ static K5 void vrows(bool q8, int nr, bool first, float *const *o, const float *
         for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
         const int passes = (hd + 63) / 64, calls = ((nr - r0 + 4 - 1) / 4) * passes;
         const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
-        vdims(q8, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take);
+        vdims(kind, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take);
         quota -= take * passes;
         for (int r = r0; r < r0 + rr; r++) {
             if (n[r] == nmin) continue;
             const float *pr = p[r] + nmin;
-            vdims(q8, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0);
+            vdims(kind, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0);
         }
     }
 }
@@ -533,13 +557,14 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                           size_t scratch_floats)
 {
     const uint32_t t = kv->kv_type;
-    if (kv->reader || (t != DT_F16 && t != DT_Q8_0)) { /* one variant per cache type: AVX2's */
+    if (kv->reader || (t != DT_F16 && t != DT_Q8_0 && t != DT_Q4_0)) { /* one variant per cache type: AVX2's */
         attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
     const int hd = kv->head_dim, nb = hd / QK8_0;
     assert(hd % 8 == 0 && n_rows >= 1 && n_rows <= ATTN_ROWS_CAP);
-    assert(t != DT_Q8_0 || (hd % QK8_0 == 0 && nb <= 8));
+    const bool i8 = t == DT_Q8_0 || t == DT_Q4_0; /* keys dotted in int8 against a q8_0 query */
+    assert(!i8 || (hd % QK8_0 == 0 && nb <= 8));
     int nmax = 0;
     for (int r = 0; r < n_rows; r++) {
         assert(rows[r].n_ctx >= 1 && rows[r].lo >= 0 && rows[r].lo < rows[r].n_ctx);
@@ -561,7 +586,8 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
 
     /* queries in K's dot type (ggml's), row r at qf + r hdp: rounded to
      * f16, or quantized to q8_0 (the reference's bytes; 34/32 hd bytes fit)
-     * with 128 x each block's sum of quants in q8s */
+     * with the key's offset (128 for q8_0, 8 for q4_0) x each block's sum
+     * of quants in q8s */
     const float *qr[ATTN_ROWS_CAP];
     const block_q8_0 *q8[ATTN_ROWS_CAP];
     int32_t q8s[ATTN_ROWS_CAP][8];
@@ -569,12 +595,12 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         float *d = qf + (size_t)r * hdp;
         qr[r] = d;
         q8[r] = (const block_q8_0 *)d;
-        if (t == DT_Q8_0) {
+        if (i8) {
             quant_q8_0_quantize_row(rows[r].q, (block_q8_0 *)d, hd);
             for (int b = 0; b < nb; b++) {
                 int32_t sum = 0;
                 for (int i = 0; i < QK8_0; i++) sum += q8[r][b].qs[i];
-                q8s[r][b] = 128 * sum;
+                q8s[r][b] = (t == DT_Q8_0 ? 128 : 8) * sum;
             }
             continue;
         }
@@ -625,7 +651,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
             const int gv = sg_n[sg] - j0 < KS ? sg_n[sg] - j0 : KS; /* keys any row of the segment needs */
             for (int a = r0; a < r1; a += 8) {
                 const int nr = r1 - a < 8 ? r1 - a : 8;
-                const int kn = t == DT_Q8_0 ? 16 : scores_keys(nr);
+                const int kn = i8 ? 16 : scores_keys(nr);
                 for (int k0 = 0; k0 < gv; k0 += kn) {
                     float *out[8];
                     int n[8];
@@ -634,7 +660,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                         n[r] = rows[a + r].n_ctx - (j0 + k0);
                     }
                     pf_take(&pkb, pk_take);
-                    if (t == DT_Q8_0) scores_q8_nr(nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n);
+                    if (i8) scores_q8_nr(t == DT_Q4_0, nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n);
                     else scores_nr(nr, krow + k0, goff, qr + a, hd, vscale, out, n);
                 }
             }
@@ -683,7 +709,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                 pp[nr] = sc + (size_t)r * ncp + j0;
                 np[nr++] = n;
             }
-            vrows(t == DT_Q8_0, nr, j0 == 0, op, pp, np, vp, hd, &pvb, pv_share);
+            vrows(t == DT_Q8_0 ? VK_Q8_0 : t == DT_Q4_0 ? VK_Q4_0 : VK_F16, nr, j0 == 0, op, pp, np, vp, hd, &pvb, pv_share);
         }
         pf_take(&pvb, ATTN_VB);
     }
