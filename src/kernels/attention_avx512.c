@@ -40,11 +40,13 @@
  * FMA chain p_j x v_j per output element, j ascending, 16 dims a vector,
  * each V vector converted once in a register for up to 4 rows.
  *
- * Numerics relative to the reference (attention.c): the same f16 query,
- * weights and values; the dot products in 4 FMA chains and a fixed tree
- * (the reference: one chain of separate multiplies and adds), vector expf
- * within ~2 ulp, FMA in the V sum: within test_attention's f16 tolerance.
- * Relative to the AVX2 variant: another order of the dot products, so the
+ * Numerics relative to the reference (attention.c): F16: the same f16
+ * query, weights and values; the dot products in 4 FMA chains and a fixed
+ * tree (the reference: one chain of separate multiplies and adds). Q8_0,
+ * Q4_0: the reference's scores bit for bit. All: vector expf within ~2
+ * ulp and the softmax sum in another order, FMA in the V sum: within
+ * test_attention's tolerances. Relative to the AVX2 variant: for F16
+ * another order of the dot products, for all the avx512 softmax, so the
  * two differ in the last bits (each is row independent on its own), and
  * with near-tied logits (the synthetic bench models) the tokens can differ.
  *
