@@ -1,5 +1,5 @@
-/* test_attention.c - paged attention (kernels/attention.h): the AVX2 variant
- * against the reference, and the row-independence invariant.
+/* test_attention.c - paged attention (kernels/attention.h): the AVX2 and
+ * AVX-512 variants against the reference, and the row-independence invariant.
  *
  * Data: a fake KV plane pool (K and V planes per block, several KV heads per
  * row) whose block table is a shuffled permutation of the physical blocks,
@@ -165,9 +165,11 @@ static bool type_fits(uint32_t t, int hd) { return head_row_bytes(t, hd) != 0; }
 
 /* -------------------------------------------------------------- the tests */
 
-TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+typedef void (*attn_fn)(const attn_kv *, const attn_row *, int, float, float *, size_t);
+
+/* A SIMD variant against the reference (tolerance at the top). */
+static void simd_vs_reference(attn_fn simd)
 {
-    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+F16C"); return; }
     static const int hds[] = {8, 64, 128}, reps[] = {1, 2, 4, 8}, bss[] = {1, 16, 32};
     static const int ctxs[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 255, 257, 1000, 2047, 2100};
     const int n_ctxs = (int)(sizeof ctxs / sizeof ctxs[0]);
@@ -200,7 +202,7 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
                         const float scale = 1.0f / sqrtf((float)hd);
                         CHECK(rep <= attn_rows_max(n));
                         attn_paged_ref(&f.kv, rr, rep, scale, scratch, sf);
-                        attn_paged_avx2(&f.kv, rs, rep, scale, scratch, sf);
+                        simd(&f.kv, rs, rep, scale, scratch, sf);
                         const double vmax = max_abs_v(&f, g, n);
                         const double tol = (t == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
                         double md = 0;
@@ -222,12 +224,23 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
          "e5m2 %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6]);
 }
 
+TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+{
+    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+F16C"); return; }
+    simd_vs_reference(attn_paged_avx2);
+}
+
+/* The AVX-512 variant (its own kernel for f16, AVX2's for the rest). */
+TEST(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    simd_vs_reference(attn_paged_avx512);
+}
+
 /* One call over R rows == R calls of one row == the call reversed, bit for
  * bit, for one variant. Rows as the forward pass makes them: (KV head g,
  * token, head of g's group) for n_g KV heads from g = 0, consecutive tokens
  * (prefill-like, n_ctx = base + token + 1); R <= attn_rows_max(n). */
-typedef void (*attn_fn)(const attn_kv *, const attn_row *, int, float, float *, size_t);
-
 static int rows_independent(attn_fn fn, const fake_kv *f, int n_g, int rep, int base, int n_tok, char *why, size_t wn)
 {
     const int hd = f->kv.head_dim, R = n_g * rep * n_tok, nmax = base + n_tok;
@@ -268,17 +281,17 @@ static int rows_independent(attn_fn fn, const fake_kv *f, int n_g, int rep, int 
     return ok;
 }
 
+/* prefill tiles of one head (GQA 1..8), decode tiles over several heads,
+ * and mixes of both (a tile that crosses a head boundary) */
+static const struct { int n_g, rep, n_tok, base; } indep_shapes[] = {
+    {1, 1, 16, 0}, {1, 1, 16, 23}, {1, 2, 8, 100}, {1, 4, 4, 1017}, {1, 8, 2, 2030}, {1, 8, 1, 5},
+    {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
+    /* the V sweep's row chunks (4 rows, then 1-3) with unequal n_ctx */
+    {1, 5, 1, 40}, {1, 3, 2, 33},   {2, 7, 1, 70},  {1, 6, 2, 500},
+};
 TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     static const int hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
-    /* prefill tiles of one head (GQA 1..8), decode tiles over several heads,
-     * and mixes of both (a tile that crosses a head boundary) */
-    static const struct { int n_g, rep, n_tok, base; } shapes[] = {
-        {1, 1, 16, 0}, {1, 1, 16, 23}, {1, 2, 8, 100}, {1, 4, 4, 1017}, {1, 8, 2, 2030}, {1, 8, 1, 5},
-        {1, 1, 3, 0},  {4, 1, 1, 2047}, {4, 2, 1, 300}, {4, 1, 3, 60},  {2, 4, 2, 9},
-        /* the V sweep's row chunks (4 rows, then 1-3) with unequal n_ctx */
-        {1, 5, 1, 40}, {1, 3, 2, 33},   {2, 7, 1, 70},  {1, 6, 2, 500},
-    };
     char why[256];
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int hi = 0; hi < 3; hi++) {
@@ -287,8 +300,8 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
             for (int bi = 0; bi < 3; bi++) {
                 fake_kv f;
                 CHECK(fake_kv_make(&f, t, hds[hi], 4, 2100, bss[bi], 77u + 13u * ti + 3u * hi + bi) == 0);
-                for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-                    const int n_g = shapes[s].n_g, rep = shapes[s].rep, n_tok = shapes[s].n_tok, base = shapes[s].base;
+                for (size_t s = 0; s < sizeof indep_shapes / sizeof indep_shapes[0]; s++) {
+                    const int n_g = indep_shapes[s].n_g, rep = indep_shapes[s].rep, n_tok = indep_shapes[s].n_tok, base = indep_shapes[s].base;
                     int ok = rows_independent(attn_paged_ref, &f, n_g, rep, base, n_tok, why, sizeof why);
                     if (ok && attn_avx2_available())
                         ok = rows_independent(attn_paged_avx2, &f, n_g, rep, base, n_tok, why, sizeof why);
@@ -298,6 +311,61 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                 fake_kv_free(&f);
             }
         }
+}
+
+/* The same for the AVX-512 variant on its own kernels (f16, q8_0, q4_0): rows
+ * in chunks of 1..8 (16 or 8 keys a pass) must give a row the same bits,
+ * over head dims with a half block of 16 (8, 72; f16 only). */
+TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    static const uint32_t types[] = {DT_F16, DT_Q8_0, DT_Q4_0};
+    static const int hds[] = {8, 64, 72, 128}, bss[] = {1, 16, 32};
+    char why[256];
+    for (int ti = 0; ti < 3; ti++)
+        for (int hi = 0; hi < 4; hi++) {
+            if (!type_fits(types[ti], hds[hi])) continue;
+            for (int bi = 0; bi < 3; bi++) {
+                fake_kv f;
+                CHECK(fake_kv_make(&f, types[ti], hds[hi], 4, 2100, bss[bi], 91u + 7u * ti + 3u * hi + bi) == 0);
+                for (size_t s = 0; s < sizeof indep_shapes / sizeof indep_shapes[0]; s++) {
+                    const int n_g = indep_shapes[s].n_g, rep = indep_shapes[s].rep;
+                    const int ok = rows_independent(attn_paged_avx512, &f, n_g, rep, indep_shapes[s].base,
+                                                    indep_shapes[s].n_tok, why, sizeof why);
+                    CHECK_MSG(ok, "%s hd %d bs %d heads %d rep %d: %s", kv_type_name(types[ti]), hds[hi], bss[bi], n_g,
+                              rep, why);
+                }
+                fake_kv_free(&f);
+            }
+        }
+}
+
+/* The q8_0 and q4_0 scores of the AVX-512 variant (VNNI) are the
+ * reference's: exact int block dots, then its float operations. With one
+ * key the weight is exactly 1, so out = V bit for bit; with more the
+ * weights come from the same scores, so the outputs agree within the
+ * softmax's last bits (vector expf, sum order). */
+TEST(avx512_q8_0_q4_0_scores_are_the_references)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    for (int ti = 0; ti < 2; ti++) {
+        fake_kv f;
+        CHECK(fake_kv_make(&f, ti ? DT_Q4_0 : DT_Q8_0, 128, 1, 40, 16, 17) == 0);
+        const size_t sf = attn_scratch_floats(40, 128);
+        float *scratch = malloc(sizeof(float) * sf), q[128], o[2][128];
+        for (int i = 0; i < 128; i++) q[i] = rng_gauss();
+        for (int n = 1; n <= 40; n += 13) {
+            attn_row r0 = {q, o[0], n, 0, 0}, r1 = {q, o[1], n, 0, 0};
+            attn_paged_ref(&f.kv, &r0, 1, 0.09f, scratch, sf);
+            attn_paged_avx512(&f.kv, &r1, 1, 0.09f, scratch, sf);
+            double md = 0;
+            for (int i = 0; i < 128; i++) md = fmax(md, fabs((double)o[0][i] - o[1][i]));
+            CHECK_MSG(n == 1 ? md == 0 : md <= 1e-6 * max_abs_v(&f, 0, n), "%s n_ctx %d: max diff %.3g",
+                      ti ? "q4_0" : "q8_0", n, md);
+        }
+        free(scratch);
+        fake_kv_free(&f);
+    }
 }
 
 /* The in-register fp8 decoding (AVX2, scale folded into the weight) and the
@@ -349,9 +417,10 @@ TEST(dispatch_follows_kern_init)
     attn_paged_ref(&f.kv, &r1, 1, 0.125f, scratch, sf);
     kern_init(0);
     int same_ref = memcmp(o[0], o[1], sizeof o[0]) == 0, same_simd = 1;
-    if (attn_avx2_available()) {
+    if (attn_avx2_available()) { /* the AVX-512 variant when the kernel table is an AVX-512 one */
         attn_paged(&f.kv, &r0, 1, 0.125f, scratch, sf);
-        attn_paged_avx2(&f.kv, &r2, 1, 0.125f, scratch, sf);
+        const bool x512 = strncmp(kern_variant(), "avx512", 6) == 0 && attn_avx512_available();
+        (x512 ? attn_paged_avx512 : attn_paged_avx2)(&f.kv, &r2, 1, 0.125f, scratch, sf);
         same_simd = memcmp(o[0], o[2], sizeof o[0]) == 0;
     }
     free(scratch);
@@ -454,7 +523,10 @@ int main(int argc, char **argv)
         return 0;
     }
     RUN(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
+    RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(avx512_q8_0_q4_0_scores_are_the_references);
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
     RUN(scratch_sizing);

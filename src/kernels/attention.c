@@ -1,5 +1,6 @@
 /* attention.c - paged attention: sizing, dispatch and the reference variant;
- * see attention.h. The AVX2 variant is in attention_avx2.c. */
+ * see attention.h. The AVX2 variant is in attention_avx2.c, the AVX-512 one
+ * in attention_avx512.c. */
 #include "kernels/attention.h"
 
 #include <assert.h>
@@ -259,7 +260,8 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
 
 /* The AVX2 variant runs when the CPU has it and the kernel table is not the
  * forced reference (kern_init(1)), so that one switch selects the reference
- * everywhere. Head dims that are not a multiple of 8 take the reference
+ * everywhere; the AVX-512 one when the active table is an AVX-512 one (so
+ * PAGELLM_KERNELS=avx2 caps attention too). Head dims that are not a multiple of 8 take the reference
  * (always, whatever the call's rows, so row independence holds). */
 void attn_paged(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                 size_t scratch_floats)
@@ -269,7 +271,10 @@ void attn_paged(const attn_kv *kv, const attn_row *rows, int n_rows, float scale
         attn_paged_reader(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
-    const bool simd = kv->head_dim % 8 == 0 && strcmp(kern_active()->name, ref_name) != 0 && attn_avx2_available();
-    if (simd) attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
+    const char *name = kern_active()->name;
+    const bool simd = kv->head_dim % 8 == 0 && strcmp(name, ref_name) != 0 && attn_avx2_available();
+    if (simd && strncmp(name, "avx512", 6) == 0 && attn_avx512_available())
+        attn_paged_avx512(kv, rows, n_rows, scale, scratch, scratch_floats);
+    else if (simd) attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
     else attn_paged_ref(kv, rows, n_rows, scale, scratch, scratch_floats);
 }

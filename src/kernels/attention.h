@@ -1,4 +1,4 @@
-/* attention.h - attention over a paged KV cache: reference and AVX2.
+/* attention.h - attention over a paged KV cache: reference, AVX2, AVX-512.
  *
  * The kernel never sees the pool itself: the caller passes, for one layer
  * of one sequence, the block table and the address arithmetic of the pool.
@@ -157,5 +157,15 @@ void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float s
 void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                      size_t scratch_floats);
 bool attn_avx2_available(void);
+/* The AVX-512 variant (attention_avx512.c): its own kernels for F16
+ * caches (dot products in 4 FMA chains of dims mod 4 and a fixed sum, so
+ * its bits differ from AVX2's within the same tolerance) and Q8_0 / Q4_0
+ * caches (VNNI int8 dots: the reference's scores), the AVX2 variant for
+ * every other type. attn_paged uses it when the active kernel table is an AVX-512 one
+ * (not capped by PAGELLM_KERNELS, not forced to the reference). Only call
+ * when attn_avx512_available(). */
+void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                       size_t scratch_floats);
+bool attn_avx512_available(void);
 
 #endif

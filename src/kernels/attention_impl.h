@@ -1,5 +1,6 @@
-/* attention_impl.h - internals shared by attention.c and attention_avx2.c:
- * the scratch layout and the tile constants (see attention.h).
+/* attention_impl.h - internals shared by attention.c, attention_avx2.c and
+ * attention_avx512.c: the scratch layout and the tile constants (see
+ * attention.h).
  *
  * Scratch of one call with R rows whose largest n_ctx is N, in floats
  * (hdp = head_dim rounded up to 8, ncp = N rounded up to 8):
@@ -12,7 +13,9 @@
  *                       other V rows are converted in registers)
  *
  * The reference uses only the front: scores[ncp], tmp[hdp], acc[hdp] and the
- * f16 query (hdp halves), which always fits in the above.
+ * f16 query (hdp halves), which always fits in the above. The AVX-512
+ * variant (f16 caches) uses qf and sc only: it converts K and V in
+ * registers.
  */
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H

@@ -1,0 +1,730 @@
+/* attention_avx512.c - paged attention, AVX-512 variant for F16 caches
+ * (the engine's default), Q8_0 and Q4_0; every other cache type, and calls
+ * through a reader, go to the AVX2 variant whole (attention_avx2.c), so
+ * each type keeps one variant and its row independence. See attention.h
+ * for the contract and attention_impl.h for the scratch layout.
+ *
+ * Q8_0 / Q4_0 keys: lanes over 16 keys, the int8 block dots by VNNI
+ * (vpdpbusd, u8 x s8 sums of 4 in one instruction: the keys as u8 - q8_0 +
+ * 128, q4_0's nibbles, i.e. value + 8 - against the query's q8_0 quants,
+ * then the offset x the query block's sum taken off: exact), after a 16 x
+ * 8 transpose of the keys' dwords shared by the segment's rows; then per
+ * block the reference's float operations, so the scores are the
+ * reference's bits (as the AVX2 variant's, whose maddubs needs the sign
+ * trick and a hadd tree per key). Values: d x q in registers (exact).
+ * Measured warm, vs AVX2: 0.44-0.53x the time under GQA 4-8, 0.57-0.71x
+ * without GQA.
+ *
+ * F16, why another kernel: under GQA the AVX2 scores spend about as much on
+ * horizontal sums (a hadd tree of 8 dim lanes per key and row) and on
+ * converting keys as on the FMAs. Here the lanes of a vector are (key,
+ * dim mod 4): 4 keys a vector, 16 keys (8 for more than 4 rows) a pass.
+ * Per (row, key) the four chains
+ *
+ *   S_c = fma(q[i], k[i], ... fma(q[c], k[c], 0))   over i = c mod 4 ascending
+ *
+ * and then s = ((S_0 + S_1) + (S_2 + S_3)) x scale, with the query rounded
+ * to f16 (as ggml) and k exact in f32. Each key vector (4 keys x 4 dims:
+ * a 4 x 4 transpose of 64-bit quads of halves, then one conversion) serves
+ * every row of the segment, each query quad (broadcast to the 4 lanes)
+ * every key, and the sums of 4 lanes are 3 shuffle-adds and a permute per
+ * 16 scores. The same operations for one row and for 8, for 16 keys and
+ * for 8, so a row's scores do not depend on its company (row independence).
+ * (Measured before this form: lanes over the rows, keys broadcast from an
+ * f32 tile, wasted half the lanes at GQA 4 and 7/8 for a single row; lanes
+ * over 16 keys with a 16 x 16 transpose of halves cost a single row 1.1-1.4x
+ * AVX2's time.)
+ * The softmax is the avx512 table's (kern_avx512_elem.c: max, vector expf,
+ * sum in double) over exactly the row's scores lo..n_ctx-1, the weights
+ * rounded to f16 after it (llama.cpp's non-flash path); the V sum is one
+ * FMA chain p_j x v_j per output element, j ascending, 16 dims a vector,
+ * each V vector converted once in a register for up to 4 rows.
+ *
+ * Numerics relative to the reference (attention.c): F16: the same f16
+ * query, weights and values; the dot products in 4 FMA chains and a fixed
+ * tree (the reference: one chain of separate multiplies and adds). Q8_0,
+ * Q4_0: the reference's scores bit for bit. All: vector expf within ~2
+ * ulp and the softmax sum in another order, FMA in the V sum: within
+ * test_attention's tolerances. Relative to the AVX2 variant: for F16
+ * another order of the dot products, for all the avx512 softmax, so the
+ * two differ in the last bits (each is row independent on its own), and
+ * with near-tied logits (the synthetic bench models) the tokens can differ.
+ *
+ * Prefetching is the AVX2 variant's scheme (its kv_pf / kv_pfb, copied
+ * below as they are static there): cache rows ~8 KiB ahead when rows share
+ * KV heads, issued a row or two at a time between the keys' work.
+ */
+#include "kernels/attention.h"
+
+#include <assert.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/attention_impl.h"
+#include "kernels/avx512_intrin.h"
+#include "kernels/kern_impl.h"
+#include "tensor/blocks.h"
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
+#ifdef PL_HAVE_AVX512_CODE
+
+#ifdef PL_AVX512_EMU
+/* ---- what SIMDe 0.7.4 lacks (emulation build only), lane by lane */
+static inline __m512 emu_maskz_loadu_ps16(__mmask16 k, const void *p)
+{
+    float f[16] = {0};
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy(&f[i], (const float *)p + i, 4);
+    return _mm512_loadu_ps(f);
+}
+#define _mm512_maskz_loadu_ps emu_maskz_loadu_ps16
+static inline void emu_mask_storeu_ps16(void *p, __mmask16 k, __m512 v)
+{
+    float f[16];
+    _mm512_storeu_ps(f, v);
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy((float *)p + i, &f[i], 4);
+}
+#define _mm512_mask_storeu_ps emu_mask_storeu_ps16
+static inline void emu_mask_storeu_ps8(void *p, __mmask8 k, __m256 v)
+{
+    float f[8];
+    _mm256_storeu_ps(f, v);
+    for (int i = 0; i < 8; i++)
+        if (k >> i & 1) memcpy((float *)p + i, &f[i], 4);
+}
+#define _mm256_mask_storeu_ps emu_mask_storeu_ps8
+static inline __m256i emu_maskz_loadu_epi16(__mmask16 k, const void *p)
+{
+    uint16_t h[16] = {0};
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy(&h[i], (const uint16_t *)p + i, 2);
+    return _mm256_loadu_si256((const __m256i *)h);
+}
+#define _mm256_maskz_loadu_epi16 emu_maskz_loadu_epi16
+static inline __m256i emu_cvtps_ph16(__m512 v, int rounding)
+{
+    (void)rounding; /* nearest even */
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return _mm256_set_m128i(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+}
+#define _mm512_cvtps_ph emu_cvtps_ph16
+static inline __m512i emu_cvtepi8_epi32(__m128i v)
+{
+    int8_t b[16];
+    int32_t d[16];
+    _mm_storeu_si128((__m128i *)b, v);
+    for (int i = 0; i < 16; i++) d[i] = b[i];
+    return _mm512_loadu_si512(d);
+}
+#define _mm512_cvtepi8_epi32 emu_cvtepi8_epi32
+static inline __m512 emu_cvtepi32_ps(__m512i v)
+{
+    int32_t d[16];
+    float f[16];
+    _mm512_storeu_si512(d, v);
+    for (int i = 0; i < 16; i++) f[i] = (float)d[i];
+    return _mm512_loadu_ps(f);
+}
+#define _mm512_cvtepi32_ps emu_cvtepi32_ps
+#endif
+
+bool attn_avx512_available(void)
+{
+    return attn_avx2_available() && (kern_cpu_avx512() & KERN_X512_BASE) != 0;
+}
+
+K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
+
+/* ----------------------------------------------- cache walk and prefetch
+ * As attention_avx2.c (see there for why and the measurements). */
+
+typedef struct {
+    const attn_kv *kv;
+    const uint8_t *plane;
+    uint32_t blk, off; /* position j = blk * block_size + off */
+} kv_cursor;
+
+static inline kv_cursor cursor_at(const attn_kv *kv, const uint8_t *plane, int j)
+{
+    return (kv_cursor){kv, plane, (uint32_t)j / kv->block_size, (uint32_t)j % kv->block_size};
+}
+
+static inline const uint8_t *cursor_row(const kv_cursor *c)
+{
+    return c->plane + (size_t)c->kv->blocks[c->blk] * c->kv->block_bytes + (size_t)c->off * c->kv->row_bytes;
+}
+
+static inline void cursor_next(kv_cursor *c)
+{
+    if (++c->off == c->kv->block_size) {
+        c->off = 0;
+        c->blk++;
+    }
+}
+
+#define PF_HINT _MM_HINT_T1
+#define PF_BYTES 8192
+enum { PFB_CAP = ATTN_VB }; /* rows a batch holds: a V tile, or a score step (16 keys) */
+
+typedef struct {
+    kv_cursor c;
+    int j, n; /* next position to prefetch, positions to prefetch (0: none) */
+    size_t lo, len;
+} kv_pf;
+
+typedef struct {
+    const uint8_t *a[PFB_CAP];
+    size_t len;
+    int n, next;
+} kv_pfb;
+
+static inline void pf_line_range(const uint8_t *p, size_t len)
+{
+    const uintptr_t a = (uintptr_t)p;
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + len; l += 64) _mm_prefetch((const char *)l, PF_HINT);
+}
+
+static inline void pf_until(kv_pf *p, int jend)
+{
+    if (jend > p->n) jend = p->n;
+    for (; p->j < jend; p->j++, cursor_next(&p->c)) pf_line_range(cursor_row(&p->c) + p->lo, p->len);
+}
+
+static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
+{
+    b->len = p->len;
+    if (jend > p->n) jend = p->n;
+    for (; p->j < jend && b->n < cap; p->j++, cursor_next(&p->c)) b->a[b->n++] = cursor_row(&p->c) + p->lo;
+}
+
+static inline void pf_take(kv_pfb *b, int m)
+{
+    if (!b) return;
+    for (; m > 0 && b->next < b->n; m--, b->next++) pf_line_range(b->a[b->next], b->len);
+}
+
+/* ------------------------------------------------------------ the scores */
+
+/* The 16 halves from dim d0 of 4 keys' head rows k[0..3] + goff (8 when half), as 4
+ * vectors of "dim quads": v[j] holds dims d0 + 4j .. + 3 of key l in its
+ * 128-bit lane l (a 4 x 4 transpose of 64-bit quads), converted to f32. */
+K5I void key_quads(const uint8_t *const *k, size_t goff, int d0, bool half, __m512 *v)
+{
+    __m256i a[4];
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; l++) {
+        const uint16_t *h = (const uint16_t *)(k[l] + goff) + d0;
+        a[l] = half ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)h)) : _mm256_loadu_si256((const __m256i *)h);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi64(a[0], a[1]), t1 = _mm256_unpackhi_epi64(a[0], a[1]);
+    const __m256i t2 = _mm256_unpacklo_epi64(a[2], a[3]), t3 = _mm256_unpackhi_epi64(a[2], a[3]);
+    v[0] = _mm512_cvtph_ps(_mm256_permute2x128_si256(t0, t2, 0x20));
+    v[1] = _mm512_cvtph_ps(_mm256_permute2x128_si256(t1, t3, 0x20));
+    v[2] = half ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_permute2x128_si256(t0, t2, 0x31)); /* unused when half */
+    v[3] = half ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_permute2x128_si256(t1, t3, 0x31));
+}
+
+/* The scores of a row's 4 accumulators a_m (key quads m = 0..3; element c
+ * of 128-bit lane l = chain S_c of key 4m + l): lane k = ((S_0 + S_1) +
+ * (S_2 + S_3)) of key k. After the two pair sums element m of lane l holds
+ * key 4m + l; the permute puts key k in lane k. */
+K5I __m512 quad_sums4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
+{
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512 h01 = _mm512_add_ps(_mm512_shuffle_ps(a0, a1, 0x88), _mm512_shuffle_ps(a0, a1, 0xDD));
+    const __m512 h23 = _mm512_add_ps(_mm512_shuffle_ps(a2, a3, 0x88), _mm512_shuffle_ps(a2, a3, 0xDD));
+    return _mm512_permutexvar_ps(order, _mm512_add_ps(_mm512_shuffle_ps(h01, h23, 0x88), _mm512_shuffle_ps(h01, h23, 0xDD)));
+}
+
+/* The same for two rows of 2 quads (8 keys) each: keys 0-7 of row A in
+ * lanes 0-7, of row B in lanes 8-15 (the same operations per key). */
+K5I __m512 quad_sums2x2(__m512 a0, __m512 a1, __m512 b0, __m512 b1)
+{
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512 ha = _mm512_add_ps(_mm512_shuffle_ps(a0, a1, 0x88), _mm512_shuffle_ps(a0, a1, 0xDD));
+    const __m512 hb = _mm512_add_ps(_mm512_shuffle_ps(b0, b1, 0x88), _mm512_shuffle_ps(b0, b1, 0xDD));
+    return _mm512_permutexvar_ps(order, _mm512_add_ps(_mm512_shuffle_ps(ha, hb, 0x88), _mm512_shuffle_ps(ha, hb, 0xDD)));
+}
+
+/* NR (1..8) rows against NQ (2 or 4) quads of keys kp[4m + l] + goff: lanes
+ * over (key, dim mod 4). Per (row, key) the four chains S_c = FMAs over
+ * the dims = c mod 4 in order, then ((S_0 + S_1) + (S_2 + S_3)) x scale
+ * (see the top). Each key vector serves all the rows, each query quad
+ * (broadcast to the 4 lanes) all the keys. Row r's first n[r] (may be <= 0)
+ * of the 4 NQ scores go to out[r]. */
+K5I void scores_quads(int NR, int NQ, const uint8_t *const *kp, size_t goff, const float *const *q, int hd,
+                      __m512 vscale, float *const *out, const int *n)
+{
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int m = 0; m < NQ; m++) acc[r][m] = _mm512_setzero_ps();
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        const bool half = hd - d0 < 16; /* hd is a multiple of 8 */
+        const int nj = half ? 2 : 4;
+        __m512 v[4][4];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) /* quads past NQ: never read, zeroed for the compiler's sake */
+            if (m < NQ) key_quads(kp + 4 * m, goff, d0, half, v[m]);
+            else v[m][0] = v[m][1] = v[m][2] = v[m][3] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int j = 0; j < nj; j++)
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                const __m512 qv = _mm512_broadcast_f32x4(_mm_loadu_ps(q[r] + d0 + 4 * j));
+#pragma GCC unroll 4
+                for (int m = 0; m < NQ; m++) acc[r][m] = _mm512_fmadd_ps(qv, v[m][j], acc[r][m]);
+            }
+    }
+    if (NQ == 2) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r += 2) {
+            const int rb = r + 1 < NR ? r + 1 : r;
+            const __m512 s = _mm512_mul_ps(quad_sums2x2(acc[r][0], acc[r][1], acc[rb][0], acc[rb][1]), vscale);
+            if (n[r] > 0) _mm256_mask_storeu_ps(out[r], (__mmask8)lanes16(n[r] < 8 ? n[r] : 8), _mm512_castps512_ps256(s));
+            if (rb > r && n[rb] > 0)
+                _mm256_mask_storeu_ps(out[rb], (__mmask8)lanes16(n[rb] < 8 ? n[rb] : 8),
+                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+        }
+        return;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+        if (n[r] > 0)
+            _mm512_mask_storeu_ps(out[r], lanes16(n[r] < 16 ? n[r] : 16),
+                                  _mm512_mul_ps(quad_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), vscale));
+}
+
+/* scores_quads with NR and NQ constants (NR x NQ <= 16 accumulators). */
+static K5 void scores_nr(int nr, const uint8_t *const *kp, size_t goff, const float *const *q, int hd,
+                         __m512 vscale, float *const *out, const int *n)
+{
+#define SQ(R, Q) scores_quads(R, Q, kp, goff, q, hd, vscale, out, n)
+    switch (nr) {
+    case 1: SQ(1, 4); break;
+    case 2: SQ(2, 4); break;
+    case 3: SQ(3, 4); break;
+    case 4: SQ(4, 4); break;
+    case 5: SQ(5, 2); break;
+    case 6: SQ(6, 2); break;
+    case 7: SQ(7, 2); break;
+    default: SQ(8, 2); break;
+    }
+#undef SQ
+}
+
+/* Keys a scores_nr call takes for nr rows. */
+static inline int scores_keys(int nr) { return nr <= 4 ? 16 : 8; }
+
+/* ---------------------------------------------------- q8_0 keys: VNNI */
+
+/* Block b of 16 keys' q8_0 or q4_0 head rows (k[kk] + goff) as 8 vectors
+ * of 16 int32 lanes: t[j] lane kk = elements 4j..4j+3 of key kk as u8 (for
+ * vpdpbusd's unsigned operand): q8_0's quants + 128, q4_0's nibbles (the
+ * value + 8), and dk lane kk = the key's d.
+ * A 16 x 8 transpose of dwords: keys (p, p + 4) (p < 4) and (p + 4, p + 8)
+ * (p >= 4) share a zmm, so that one 128-bit lane shuffle per output leaves
+ * the keys in order. */
+K5I __m256i key_u8(bool q4, const uint8_t *row, int b, uint16_t *d)
+{
+    if (q4) { /* element i < 16: low nibble of byte i, 16 + i: its high nibble */
+        const block_q4_0 *x = (const block_q4_0 *)row + b;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(0x0F);
+        *d = x->d;
+        return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+    }
+    const block_q8_0 *x = (const block_q8_0 *)row + b;
+    *d = x->d;
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x->qs), _mm256_set1_epi8((char)0x80));
+}
+
+K5I void keys_i8(bool q4, const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512 *dk)
+{
+    static const int lo_key[8] = {0, 1, 2, 3, 8, 9, 10, 11};
+    __m512i z[8], u[8];
+    uint16_t d[16];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        const __m256i a = key_u8(q4, k[lo_key[p]] + goff, b, &d[lo_key[p]]);
+        const __m256i c = key_u8(q4, k[lo_key[p] + 4] + goff, b, &d[lo_key[p] + 4]);
+        z[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+    }
+    *dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* pairs of keys: dwords 4h, 4h+1 | 4h+2, 4h+3 */
+        u[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+        u[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* quads of keys: z[4h..4h+3]'s keys, dword j (lanes 0, 2) and j + 4 (lanes 1, 3) */
+        z[4 * h] = _mm512_unpacklo_epi64(u[4 * h], u[4 * h + 2]);
+        z[4 * h + 1] = _mm512_unpackhi_epi64(u[4 * h], u[4 * h + 2]);
+        z[4 * h + 2] = _mm512_unpacklo_epi64(u[4 * h + 1], u[4 * h + 3]);
+        z[4 * h + 3] = _mm512_unpackhi_epi64(u[4 * h + 1], u[4 * h + 3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_i32x4(z[j], z[4 + j], 0x88);
+        t[j + 4] = _mm512_shuffle_i32x4(z[j], z[4 + j], 0xDD);
+    }
+}
+
+/* NR (1..8) rows against 16 q8_0 (or q4 = q4_0) keys: per (row, key) and
+ * block the exact int dot s_b = sum_i k_i q_i (vpdpbusd on k + 128, or k +
+ * 8, minus 128 or 8 x sum_i q_i), then acc = sum_b (float)s_b x (d_k x d_q)
+ * (b ascending, from 0, multiply then add) and acc x scale: the reference's
+ * operations (attention.c), so the scores are the reference's bits, as the
+ * AVX2 variant's are. q8[r]: row r's query as q8_0; qs[r][b] = the offset
+ * (128 or 8) x the sum of its block b's quants. */
+K5I void scores_q8(bool q4, int NR, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8, const int32_t (*qs)[8],
+                   int nb, __m512 vscale, float *const *out, const int *n)
+{
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i t[8];
+        __m512 dk;
+        keys_i8(q4, kp, goff, b, t, &dk);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const int8_t *qb = q8[r][b].qs;
+            int32_t w[8];
+            memcpy(w, qb, 32);
+            __m512i s0 = _mm512_setzero_si512(), s1 = s0; /* exact ints: two chains in any order */
+#pragma GCC unroll 4
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, t[j], _mm512_set1_epi32(w[j]));
+                s1 = _mm512_dpbusd_epi32(s1, t[j + 1], _mm512_set1_epi32(w[j + 1]));
+            }
+            const __m512i sb = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(qs[r][b]));
+            const __m512 d = _mm512_mul_ps(dk, _mm512_set1_ps(kern_f16_lut[q8[r][b].d]));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(sb), d));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+        if (n[r] > 0) _mm512_mask_storeu_ps(out[r], lanes16(n[r] < 16 ? n[r] : 16), _mm512_mul_ps(acc[r], vscale));
+}
+
+static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8,
+                            const int32_t (*qs)[8], int nb, __m512 vscale, float *const *out, const int *n)
+{
+#define SQ8(R) (q4 ? scores_q8(true, R, kp, goff, q8, qs, nb, vscale, out, n) : scores_q8(false, R, kp, goff, q8, qs, nb, vscale, out, n))
+    switch (nr) {
+    case 1: SQ8(1); break;
+    case 2: SQ8(2); break;
+    case 3: SQ8(3); break;
+    case 4: SQ8(4); break;
+    case 5: SQ8(5); break;
+    case 6: SQ8(6); break;
+    case 7: SQ8(7); break;
+    default: SQ8(8); break;
+    }
+#undef SQ8
+}
+
+/* ------------------------------------------------------------ the values */
+
+/* The V sum of RR (1..4) rows over C (1..4) vectors of 16 dims from d0,
+ * the last one masked by klast (kind VK_F16; VK_Q8_0 and VK_Q4_0 rows have
+ * a head dim that is a multiple of 32): for r < RR, c < C,
+ *   o[r][d0 + 16c ..] (+)= sum_k p[r][k] * v_k[d0 + 16c ..]   k = 0..n-1 ascending,
+ * from 0 when first (else from o). Each V vector is converted once in a
+ * register for the RR rows (q8_0, q4_0: d x q, exact); per output element
+ * one FMA chain over k. */
+enum { VK_F16, VK_Q8_0, VK_Q4_0 };
+K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
+               const void *const *vp, int d0)
+{
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            const __mmask16 m = c == C - 1 ? klast : (__mmask16)0xFFFF;
+            a[r][c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, o[r] + d0 + 16 * c);
+        }
+    for (int k = 0; k < n; k++) {
+        __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* C used */
+        if (kind == VK_Q8_0) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const block_q8_0 *bl = (const block_q8_0 *)vp[k] + (d0 + 16 * c) / QK8_0;
+                const __m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bl->qs + (d0 + 16 * c) % QK8_0)));
+                v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(qi), _mm512_set1_ps(kern_f16_lut[bl->d]));
+            }
+        } else if (kind == VK_Q4_0) { /* 16 dims: the low (first half of a block) or high nibbles, minus 8 */
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const block_q4_0 *bl = (const block_q4_0 *)vp[k] + (d0 + 16 * c) / QK4_0;
+                __m128i nib = _mm_loadu_si128((const __m128i *)bl->qs);
+                if ((d0 + 16 * c) % QK4_0) nib = _mm_srli_epi16(nib, 4);
+                nib = _mm_sub_epi8(_mm_and_si128(nib, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+                v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nib)), _mm512_set1_ps(kern_f16_lut[bl->d]));
+            }
+        } else {
+            const uint16_t *vr = (const uint16_t *)vp[k] + d0;
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                v[c] = _mm512_cvtph_ps(c == C - 1 ? _mm256_maskz_loadu_epi16(klast, vr + 16 * c)
+                                                  : _mm256_loadu_si256((const __m256i *)(vr + 16 * c)));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RR; r++) {
+            const __m512 pk = _mm512_set1_ps(p[r][k]);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(pk, v[c], a[r][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(o[r] + d0 + 16 * c, c == C - 1 ? klast : (__mmask16)0xFFFF, a[r][c]);
+}
+
+/* vtile with RR and C as constants (accumulators in registers). */
+#define VT_RC(name, KIND)                                                                                        \
+    static K5 void name(int rr, int c, __mmask16 klast, bool first, float *const *o, const float *const *p, int n, \
+                        const void *const *vp, int d0)                                                         \
+    {                                                                                                          \
+        switch (rr * 16 + c) {                                                                                 \
+        case 0x11: vtile(KIND, 1, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x12: vtile(KIND, 1, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x13: vtile(KIND, 1, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x14: vtile(KIND, 1, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x21: vtile(KIND, 2, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x22: vtile(KIND, 2, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x23: vtile(KIND, 2, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x24: vtile(KIND, 2, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x31: vtile(KIND, 3, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x32: vtile(KIND, 3, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x33: vtile(KIND, 3, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x34: vtile(KIND, 3, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x41: vtile(KIND, 4, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x42: vtile(KIND, 4, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x43: vtile(KIND, 4, 3, klast, first, o, p, n, vp, d0); break;                                      \
+        default: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0); break;                                        \
+        }                                                                                                      \
+    }
+VT_RC(vtile_rc_f16, VK_F16)
+VT_RC(vtile_rc_q8, VK_Q8_0)
+VT_RC(vtile_rc_q4, VK_Q4_0)
+#undef VT_RC
+
+/* All of the head's dims for rr rows over n keys, in passes of up to 4
+ * vectors (64 dims: 16 accumulators for 4 rows; 8 rows x 2 vectors
+ * measured no faster); pb/take: prefetches issued per pass. */
+K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
+               int hd, kv_pfb *pb, int take)
+{
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        const int left = hd - d0 < 64 ? hd - d0 : 64, c = (left + 15) / 16;
+        const __mmask16 klast = lanes16(left - 16 * (c - 1));
+        pf_take(pb, take);
+        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0);
+    }
+}
+
+/* The V sum of nr rows (o[r], p[r] at the tile's first key, n[r] >= 1 keys
+ * each) over the keys vp[0..max n): rows in chunks of up to 4 over their
+ * common keys, then each row alone over the keys only it has. */
+static K5 void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n, const void *const *vp,
+                     int hd, kv_pfb *pb, int quota)
+{
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int rr = nr - r0 < 4 ? nr - r0 : 4;
+        int nmin = n[r0];
+        for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
+        const int passes = (hd + 63) / 64, calls = ((nr - r0 + 4 - 1) / 4) * passes;
+        const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
+        vdims(kind, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take);
+        quota -= take * passes;
+        for (int r = r0; r < r0 + rr; r++) {
+            if (n[r] == nmin) continue;
+            const float *pr = p[r] + nmin;
+            vdims(kind, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- a call */
+
+
+K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                          size_t scratch_floats)
+{
+    const uint32_t t = kv->kv_type;
+    if (kv->reader || (t != DT_F16 && t != DT_Q8_0 && t != DT_Q4_0)) { /* one variant per cache type: AVX2's */
+        attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
+    const int hd = kv->head_dim, nb = hd / QK8_0;
+    assert(hd % 8 == 0 && n_rows >= 1 && n_rows <= ATTN_ROWS_CAP);
+    const bool i8 = t == DT_Q8_0 || t == DT_Q4_0; /* keys dotted in int8 against a q8_0 query */
+    assert(!i8 || (hd % QK8_0 == 0 && nb <= 8));
+    int nmax = 0;
+    for (int r = 0; r < n_rows; r++) {
+        assert(rows[r].n_ctx >= 1 && rows[r].lo >= 0 && rows[r].lo < rows[r].n_ctx);
+        nmax = rows[r].n_ctx > nmax ? rows[r].n_ctx : nmax;
+    }
+    /* the segments (adjacent rows of one KV head): [sg_r0[s], sg_r0[s + 1]), their largest n_ctx */
+    int sg_r0[ATTN_ROWS_CAP + 1], sg_n[ATTN_ROWS_CAP], n_sg = 0;
+    for (int r0 = 0, r1; r0 < n_rows; r0 = r1, n_sg++) {
+        sg_r0[n_sg] = r0;
+        sg_n[n_sg] = 0;
+        for (r1 = r0; r1 < n_rows && rows[r1].g == rows[r0].g; r1++)
+            sg_n[n_sg] = rows[r1].n_ctx > sg_n[n_sg] ? rows[r1].n_ctx : sg_n[n_sg];
+    }
+    sg_r0[n_sg] = n_rows;
+    const size_t hdp = attn_round8((size_t)hd), ncp = attn_round8((size_t)nmax);
+    assert(attn_layout_floats((size_t)n_rows, (size_t)nmax, (size_t)hd) <= scratch_floats);
+    (void)scratch_floats;
+    float *qf = scratch, *sc = qf + (size_t)n_rows * hdp;
+
+    /* queries in K's dot type (ggml's), row r at qf + r hdp: rounded to
+     * f16, or quantized to q8_0 (the reference's bytes; 34/32 hd bytes fit)
+     * with the key's offset (128 for q8_0, 8 for q4_0) x each block's sum
+     * of quants in q8s */
+    const float *qr[ATTN_ROWS_CAP];
+    const block_q8_0 *q8[ATTN_ROWS_CAP];
+    int32_t q8s[ATTN_ROWS_CAP][8];
+    for (int r = 0; r < n_rows; r++) {
+        float *d = qf + (size_t)r * hdp;
+        qr[r] = d;
+        q8[r] = (const block_q8_0 *)d;
+        if (i8) {
+            quant_q8_0_quantize_row(rows[r].q, (block_q8_0 *)d, hd);
+            for (int b = 0; b < nb; b++) {
+                int32_t sum = 0;
+                for (int i = 0; i < QK8_0; i++) sum += q8[r][b].qs[i];
+                q8s[r][b] = (t == DT_Q8_0 ? 128 : 8) * sum;
+            }
+            continue;
+        }
+        for (int i = 0; i < hd; i += 16) {
+            const __mmask16 m = lanes16(hd - i < 16 ? hd - i : 16);
+            const __m512 v = _mm512_maskz_loadu_ps(m, rows[r].q + i);
+            _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
+        }
+    }
+
+    /* 1. scores, KS keys at a time (keys past nmax repeat the last one),
+     * heads visited key step by key step as the AVX2 variant does (a
+     * decode call over several heads then reads each cache row's heads
+     * together); each segment's rows in chunks of up to 8, 16 or 8 keys a
+     * call (scores_keys) */
+    enum { KS = 16 }; /* 64 measured 1.2x the time without GQA (12 layers x 6 heads, cache in L3): a
+                         head's column of 64 rows at a time instead of every head of 16 rows */
+    const __m512 vscale = _mm512_set1_ps(scale);
+    int gmin = rows[0].g, gmax = rows[0].g;
+    for (int r = 1; r < n_rows; r++) {
+        gmin = rows[r].g < gmin ? rows[r].g : gmin;
+        gmax = rows[r].g > gmax ? rows[r].g : gmax;
+    }
+    const size_t pf_lo = (size_t)gmin * kv->head_bytes, pf_len = (size_t)(gmax - gmin + 1) * kv->head_bytes;
+    /* prefetch only when rows share heads (see attention_avx2.c) */
+    const int pf_n = n_rows >= 2 * (gmax - gmin + 1) ? nmax : 0;
+    kv_pf pk = {cursor_at(kv, kv->k_base, 0), 0, pf_n, pf_lo, pf_len};
+    kv_pf pv = {cursor_at(kv, kv->v_base, 0), 0, pf_n, pf_lo, pf_len};
+    int pfd = (int)(PF_BYTES / pf_len); /* keys ahead */
+    pfd = pfd < 16 ? 16 : pfd > 64 ? 64 : pfd;
+    pf_until(&pk, pfd);
+    kv_cursor kc = cursor_at(kv, kv->k_base, 0);
+    for (int j0 = 0; j0 < nmax; j0 += KS) {
+        kv_pfb pkb; /* not {0}: zeroing its array costs more than the rest of the bookkeeping */
+        pkb.n = pkb.next = 0;
+        pf_collect(&pk, j0 + KS + pfd, &pkb, KS);
+        if (pkb.n < KS) pf_collect(&pv, pfd, &pkb, KS); /* the first values, over the last key steps */
+        const int pk_take = (pkb.n + n_sg - 1) / n_sg; /* rows a call issues (a segment's share) */
+        const uint8_t *krow[KS];
+        for (int k = 0; k < KS; k++) {
+            krow[k] = cursor_row(&kc);
+            if (j0 + k + 1 < nmax) cursor_next(&kc); /* else stay on the last key */
+        }
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1];
+            if (sg_n[sg] <= j0) continue;
+            const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            const int gv = sg_n[sg] - j0 < KS ? sg_n[sg] - j0 : KS; /* keys any row of the segment needs */
+            for (int a = r0; a < r1; a += 8) {
+                const int nr = r1 - a < 8 ? r1 - a : 8;
+                const int kn = i8 ? 16 : scores_keys(nr);
+                for (int k0 = 0; k0 < gv; k0 += kn) {
+                    float *out[8];
+                    int n[8];
+                    for (int r = 0; r < nr; r++) {
+                        out[r] = sc + (size_t)(a + r) * ncp + j0 + k0;
+                        n[r] = rows[a + r].n_ctx - (j0 + k0);
+                    }
+                    pf_take(&pkb, pk_take);
+                    if (i8) scores_q8_nr(t == DT_Q4_0, nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n);
+                    else scores_nr(nr, krow + k0, goff, qr + a, hd, vscale, out, n);
+                }
+            }
+        }
+        pf_take(&pkb, KS); /* what is left */
+    }
+
+    /* 2. softmax of each row over its own scores lo..n_ctx-1 (the keys
+     * before lo weigh 0), the weights rounded to f16 for an f16 cache */
+    const kern_vtable *t5 = kern_vt_avx512(KERN_X512_BASE);
+    for (int r = 0; r < n_rows; r++) {
+        float *s = sc + (size_t)r * ncp;
+        const int lo = rows[r].lo, n = rows[r].n_ctx;
+        t5->softmax(s + lo, n - lo);
+        for (int j = 0; j < lo; j++) s[j] = 0;
+        for (int i = 0; t == DT_F16 && i < n; i += 16) {
+            const __mmask16 m = lanes16(n - i < 16 ? n - i : 16);
+            _mm512_mask_storeu_ps(s + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, s + i), _MM_FROUND_TO_NEAREST_INT)));
+        }
+    }
+
+    /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
+    kv_cursor vc = cursor_at(kv, kv->v_base, 0);
+    for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
+        const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
+        kv_pfb pvb;
+        pvb.n = pvb.next = 0;
+        pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
+        const int pv_share = (pvb.n + n_sg - 1) / n_sg;
+        const uint8_t *vrow[ATTN_VB];
+        for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], sn = sg_n[sg];
+            if (sn <= j0) continue;
+            const int sjn = sn - j0 < jn ? sn - j0 : jn;
+            const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            const void *vp[ATTN_VB];
+            for (int k = 0; k < sjn; k++) vp[k] = vrow[k] + goff;
+            float *op[ATTN_ROWS_CAP];
+            const float *pp[ATTN_ROWS_CAP];
+            int np[ATTN_ROWS_CAP], nr = 0;
+            for (int r = r0; r < r1; r++) {
+                const int n = (rows[r].n_ctx < j0 + jn ? rows[r].n_ctx : j0 + jn) - j0;
+                if (n <= 0) continue;
+                op[nr] = rows[r].out;
+                pp[nr] = sc + (size_t)r * ncp + j0;
+                np[nr++] = n;
+            }
+            vrows(t == DT_Q8_0 ? VK_Q8_0 : t == DT_Q4_0 ? VK_Q4_0 : VK_F16, nr, j0 == 0, op, pp, np, vp, hd, &pvb, pv_share);
+        }
+        pf_take(&pvb, ATTN_VB);
+    }
+}
+
+#else /* not x86 */
+
+bool attn_avx512_available(void) { return false; }
+
+void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                       size_t scratch_floats)
+{
+    attn_paged_ref(kv, rows, n_rows, scale, scratch, scratch_floats);
+}
+
+#endif
