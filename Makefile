@@ -49,7 +49,7 @@ $(BUILD)/libpagellm.a: $(OBJ)
 $(BUILD)/pagellm: $(TOOLOBJ) $(BUILD)/libpagellm.a
 	$(CC) $(CFLAGS) -o $@ $(TOOLOBJ) $(BUILD)/libpagellm.a $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libpagellm.a
+$(BUILD)/tests/%: tests/%.c tests/test.h tests/kern_variants.h $(BUILD)/libpagellm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Iinclude -Itests -o $@ $< $(BUILD)/libpagellm.a $(LIBS)
 

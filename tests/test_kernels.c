@@ -20,6 +20,7 @@
  * `test_kernels bench` prints matmul throughput instead of testing.
  */
 #include "test.h"
+#include "kern_variants.h"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -189,24 +190,7 @@ static const uint32_t mm_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, D
 static double tol_ref_vs_naive(uint32_t t) { return dtype_get(t)->blck_size == 1 ? 1e-7 : 1e-6; }
 
 /* The SIMD variants this CPU can run (the reference is not one of them). */
-static int simd_variants(const kern_vtable **out)
-{
-    int n = 0;
-    if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
-    /* the AVX-512 tables as kern_init stacks them (over AVX2: they hold
-     * only what they improve), both when the CPU (or tests/avx512.sh's
-     * emulation) has BF16 too */
-    static kern_vtable x512_stacked[2];
-    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
-    for (int bf = 0; bf <= 1 && (x512 & KERN_X512_BASE); bf++) {
-        if (bf && !(x512 & KERN_X512_BF16)) break;
-        x512_stacked[bf] = *kern_vt_avx2();
-        kern_vt_overlay(&x512_stacked[bf], kern_vt_avx512(bf ? x512 : x512 & ~(unsigned)KERN_X512_BF16));
-        out[n++] = &x512_stacked[bf];
-    }
-    if (kern_vt_neon()) out[n++] = kern_vt_neon();
-    return n;
-}
+static int simd_variants(const kern_vtable **out) { return kern_simd_variants(out); }
 
 /* ------------------------------------------------------------ dispatch */
 

@@ -12,6 +12,7 @@
  * - the public entry points reach the chosen variant.
  */
 #include "test.h"
+#include "kern_variants.h"
 
 #include <stdint.h>
 
@@ -32,21 +33,8 @@ static float frand(void) /* uniform in [-2, 2) */
  * CPU runs. */
 static int variants(const kern_vtable **out)
 {
-    int n = 0;
-    out[n++] = &kern_vt_ref;
-    if (kern_vt_avx2() && kern_cpu_has_avx2()) out[n++] = kern_vt_avx2();
-    /* the AVX-512 tables as kern_init stacks them (over AVX2: they hold
-     * only what they improve), both when the CPU (or tests/avx512.sh's
-     * emulation) has BF16 too */
-    static kern_vtable x512_stacked[2];
-    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
-    for (int bf = 0; bf <= 1 && (x512 & KERN_X512_BASE); bf++) {
-        if (bf && !(x512 & KERN_X512_BF16)) break;
-        x512_stacked[bf] = *kern_vt_avx2();
-        kern_vt_overlay(&x512_stacked[bf], kern_vt_avx512(bf ? x512 : x512 & ~(unsigned)KERN_X512_BF16));
-        out[n++] = &x512_stacked[bf];
-    }
-    return n;
+    out[0] = &kern_vt_ref;
+    return 1 + kern_simd_variants(out + 1);
 }
 
 /* The table of a variant is complete when it has the entry or inherits it
@@ -55,7 +43,7 @@ static int variants(const kern_vtable **out)
 
 TEST(rope_table_apply_equals_rope)
 {
-    const kern_vtable *vs[4];
+    const kern_vtable *vs[5];
     const int nv = variants(vs);
     static const struct { int hd, rd; } shapes[] = {
         {2, 2}, {4, 4}, {6, 4}, {10, 10}, {18, 18}, {24, 16}, {64, 64}, {64, 32}, {80, 80}, {96, 40}, {128, 128},
@@ -101,7 +89,7 @@ TEST(rope_table_values)
 
 TEST(add_rmsnorm_equals_add_then_rmsnorm)
 {
-    const kern_vtable *vs[4];
+    const kern_vtable *vs[5];
     const int nv = variants(vs);
     static const int ns[] = {1, 7, 8, 9, 15, 16, 17, 64, 100, 2048, 2051, 5632};
     enum { NMAX = 5632 };

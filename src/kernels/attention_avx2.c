@@ -68,6 +68,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include "kernels/attention_walk.h"
+
 #include <immintrin.h>
 
 #define KA __attribute__((target("avx2,fma,f16c")))
@@ -130,106 +132,7 @@ KAI int e4m3_kind(const void *const *r, int n, int hd)
     return _mm256_testz_si256(any, any) ? FK_E4M3_NONAN : FK_E4M3;
 }
 
-/* Walks the cache rows in position order without a division per key
- * (j / block_size is a hardware divide, as costly as a short dot product).
- * cursor_row is head 0 of the row; head g is g * head_bytes further. */
-typedef struct {
-    const attn_kv *kv;
-    const uint8_t *plane; /* K or V plane of block 0 */
-    uint32_t blk, off;    /* position j = blk * block_size + off */
-} kv_cursor;
-
-static inline kv_cursor cursor_at(const attn_kv *kv, const uint8_t *plane, int j)
-{
-    return (kv_cursor){kv, plane, (uint32_t)j / kv->block_size, (uint32_t)j % kv->block_size};
-}
-
-static inline const uint8_t *cursor_row(const kv_cursor *c)
-{
-    return c->plane + (size_t)c->kv->blocks[c->blk] * c->kv->block_bytes + (size_t)c->off * c->kv->row_bytes;
-}
-
-static inline void cursor_next(kv_cursor *c)
-{
-    if (++c->off == c->kv->block_size) {
-        c->off = 0;
-        c->blk++;
-    }
-}
-
-/* Software prefetch ahead of a sweep over the cache rows: bytes [lo, lo +
- * len) of each row (the heads the call reads), rows in position order up
- * to a bound. A block's rows are contiguous only within the block and
- * blocks sit anywhere in the pool, so the hardware prefetchers lose the
- * stream at every block (and 4 KiB page). */
-#ifndef ATTN_PF_HINT
-#define ATTN_PF_HINT _MM_HINT_T1 /* to L2 (measured a little better than T0) */
-#endif
-#ifndef ATTN_PF_BYTES
-#define ATTN_PF_BYTES 8192 /* how far ahead, in bytes of the rows read (measured with spread issue: 4-32 KiB within 5%, 8 best) */
-#endif
-typedef struct {
-    kv_cursor c;
-    int j, n;      /* next position to prefetch, positions to prefetch (0: none) */
-    size_t lo, len;
-} kv_pf;
-
-static inline void pf_until(kv_pf *p, int jend)
-{
-    if (jend > p->n) jend = p->n;
-    for (; p->j < jend; p->j++, cursor_next(&p->c)) {
-        const uintptr_t a = (uintptr_t)(cursor_row(&p->c) + p->lo);
-        for (uintptr_t l = a & ~(uintptr_t)63; l < a + p->len; l += 64) _mm_prefetch((const char *)l, ATTN_PF_HINT);
-    }
-}
-
-/* A batch of rows to prefetch, collected from a kv_pf for one stretch of
- * work (a score group, a V tile) and issued a row or two at a time between
- * its keys or passes. Issued in one burst, a group's 32+ line prefetches
- * outran the L1's miss buffers (about 24 on Zen 3, each held ~200 ns by
- * this machine's DRAM) and every prefetch past them stalled the core until
- * a buffer freed, so the memory time added to the compute instead of
- * hiding under it. Spread out (TinyLlama shape, 2 threads x 16 rows, 560
- * keys, cache cold): 0.80-0.84x the time of the bursts, same bits. */
-typedef struct {
-    const uint8_t *a[ATTN_VB];
-    size_t len;    /* bytes of each row from a[i] */
-    int n, next;   /* rows collected, rows issued */
-} kv_pfb;
-
-/* Moves the rows of p before position jend into b, up to cap rows in all. */
-static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
-{
-    b->len = p->len;
-    if (jend > p->n) jend = p->n;
-    for (; p->j < jend && b->n < cap; p->j++, cursor_next(&p->c)) b->a[b->n++] = cursor_row(&p->c) + p->lo;
-}
-
-/* Issues the next m rows of b (none when b is NULL). */
-KAI void pf_take(kv_pfb *b, int m)
-{
-    if (!b) return;
-    for (; m > 0 && b->next < b->n; m--, b->next++) {
-        const uintptr_t a = (uintptr_t)b->a[b->next];
-        for (uintptr_t l = a & ~(uintptr_t)63; l < a + b->len; l += 64) _mm_prefetch((const char *)l, ATTN_PF_HINT);
-    }
-}
-
-/* End of the run of rows from r0 that read the same KV head. */
-static inline int segment_end(const attn_row *rows, int n_rows, int r0)
-{
-    int r1 = r0 + 1;
-    while (r1 < n_rows && rows[r1].g == rows[r0].g) r1++;
-    return r1;
-}
-
-/* Largest n_ctx of rows [r0, r1). */
-static inline int segment_nmax(const attn_row *rows, int r0, int r1)
-{
-    int n = 0;
-    for (int r = r0; r < r1; r++) n = rows[r].n_ctx > n ? rows[r].n_ctx : n;
-    return n;
-}
+/* kv_cursor, kv_pf, kv_pfb, pf_*, segment_*: attention_walk.h */
 
 /* One head row of the cache to f32, exactly (q8_0/q4_0: d * q is exact in
  * float, as in quant_dequant_row). hd is a multiple of 8 (and of 32 for the

@@ -69,6 +69,8 @@
 
 #ifdef PL_HAVE_AVX512_CODE
 
+#include "kernels/attention_walk.h"
+
 #ifdef PL_AVX512_EMU
 /* ---- what SIMDe 0.7.4 lacks (emulation build only), lane by lane */
 static inline __m512 emu_maskz_loadu_ps16(__mmask16 k, const void *p)
@@ -141,70 +143,7 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
 /* ----------------------------------------------- cache walk and prefetch
  * As attention_avx2.c (see there for why and the measurements). */
 
-typedef struct {
-    const attn_kv *kv;
-    const uint8_t *plane;
-    uint32_t blk, off; /* position j = blk * block_size + off */
-} kv_cursor;
-
-static inline kv_cursor cursor_at(const attn_kv *kv, const uint8_t *plane, int j)
-{
-    return (kv_cursor){kv, plane, (uint32_t)j / kv->block_size, (uint32_t)j % kv->block_size};
-}
-
-static inline const uint8_t *cursor_row(const kv_cursor *c)
-{
-    return c->plane + (size_t)c->kv->blocks[c->blk] * c->kv->block_bytes + (size_t)c->off * c->kv->row_bytes;
-}
-
-static inline void cursor_next(kv_cursor *c)
-{
-    if (++c->off == c->kv->block_size) {
-        c->off = 0;
-        c->blk++;
-    }
-}
-
-#define PF_HINT _MM_HINT_T1
-#define PF_BYTES 8192
-enum { PFB_CAP = ATTN_VB }; /* rows a batch holds: a V tile, or a score step (16 keys) */
-
-typedef struct {
-    kv_cursor c;
-    int j, n; /* next position to prefetch, positions to prefetch (0: none) */
-    size_t lo, len;
-} kv_pf;
-
-typedef struct {
-    const uint8_t *a[PFB_CAP];
-    size_t len;
-    int n, next;
-} kv_pfb;
-
-static inline void pf_line_range(const uint8_t *p, size_t len)
-{
-    const uintptr_t a = (uintptr_t)p;
-    for (uintptr_t l = a & ~(uintptr_t)63; l < a + len; l += 64) _mm_prefetch((const char *)l, PF_HINT);
-}
-
-static inline void pf_until(kv_pf *p, int jend)
-{
-    if (jend > p->n) jend = p->n;
-    for (; p->j < jend; p->j++, cursor_next(&p->c)) pf_line_range(cursor_row(&p->c) + p->lo, p->len);
-}
-
-static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
-{
-    b->len = p->len;
-    if (jend > p->n) jend = p->n;
-    for (; p->j < jend && b->n < cap; p->j++, cursor_next(&p->c)) b->a[b->n++] = cursor_row(&p->c) + p->lo;
-}
-
-static inline void pf_take(kv_pfb *b, int m)
-{
-    if (!b) return;
-    for (; m > 0 && b->next < b->n; m--, b->next++) pf_line_range(b->a[b->next], b->len);
-}
+/* kv_cursor, kv_pf, kv_pfb, pf_*: attention_walk.h */
 
 /* ------------------------------------------------------------ the scores */
 
@@ -631,7 +570,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     const int pf_n = n_rows >= 2 * (gmax - gmin + 1) ? nmax : 0;
     kv_pf pk = {cursor_at(kv, kv->k_base, 0), 0, pf_n, pf_lo, pf_len};
     kv_pf pv = {cursor_at(kv, kv->v_base, 0), 0, pf_n, pf_lo, pf_len};
-    int pfd = (int)(PF_BYTES / pf_len); /* keys ahead */
+    int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
     pfd = pfd < 16 ? 16 : pfd > 64 ? 64 : pfd;
     pf_until(&pk, pfd);
     kv_cursor kc = cursor_at(kv, kv->k_base, 0);
