@@ -50,9 +50,9 @@
  * two differ in the last bits (each is row independent on its own), and
  * with near-tied logits (the synthetic bench models) the tokens can differ.
  *
- * Prefetching is the AVX2 variant's scheme (its kv_pf / kv_pfb, copied
- * below as they are static there): cache rows ~8 KiB ahead when rows share
- * KV heads, issued a row or two at a time between the keys' work.
+ * Prefetching is the AVX2 variant's scheme (attention_walk.h's kv_pf /
+ * kv_pfb, shared with it): cache rows ~8 KiB ahead when rows share KV
+ * heads, issued a row or two at a time between the keys' work.
  */
 #include "kernels/attention.h"
 

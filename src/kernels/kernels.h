@@ -131,7 +131,7 @@ void kern_f32_to_f16_row(uint16_t *dst, const float *src, int n);
 void kern_f16_to_f32_row(float *dst, const uint16_t *src, int n);
 
 /* Attention (Q.K over the paged KV cache, softmax, .V) lives in attention.h
- * with its reference and AVX2 variants. Its softmax is exact two-pass per
+ * with its reference, AVX2 and AVX-512 variants. Its softmax is exact two-pass per
  * row, not flash-style online rescaling, because llama.cpp rounds the final
  * normalized weights to f16 before they weight V; see attention.h. */
 
