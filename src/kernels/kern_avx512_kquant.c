@@ -1,34 +1,41 @@
 /* kern_avx512_kquant.c - AVX-512 kernels for Q4_K and Q6_K weights against
  * Q8_K activations: GEMM tiles and decode dot tiles (VNNI).
  *
- * Numerics: BIT-IDENTICAL to the AVX2 variant's K-quant tiles (kern_avx2.c),
- * hence within its rounding of the reference. Every super-block's integer
- * sum is exact and lands in the same 8 int32 lanes as AVX2's (lane i: the
- * products of elements 4i..4i+3 of every 32-element chunk, times their
- * scales), then the same float operations follow (cvt, one FMA with
- * d * y.d per super-block into 8 float lanes, the Q4_K min term by FNMADD,
- * one horizontal sum at the end). So the GEMM elements follow one fixed
- * sequence whatever the tile shape, and a decode dot does not depend on nx
- * (kern_impl.h's invariants), exactly as in AVX2.
+ * Integer part, per super-block (256 weights) and activation row, exact:
+ * - 64 weights sit in one zmm as unsigned bytes (two 32-element chunks:
+ *   Q4_K's low and high nibbles of 32 bytes, or two Q6_K chunks 0..63),
+ *   against one 64-byte load of activations (contiguous in the Q8_K block
+ *   in that order);
+ * - VNNI's vpdpbusd (u8 x s8, sums of 4 into int32) gives per lane the
+ *   dot of 4 consecutive elements, |.| <= 4 * 63 * 128 < 2^15 since a Q8_K
+ *   value is never -128 (|q| <= 127), so it fits an int16;
+ * - the scale changes every 16 (Q6_K) or 32 (Q4_K) weights and weight x
+ *   scale does not fit a byte, so the scales are applied after that: two
+ *   such vectors are packed to int16 (packs, no saturation) and multiplied
+ *   by the sub-block scales with pairwise sums into int32 (vpdpwssd; not
+ *   _mm512_madd_epi16, which SIMDe 0.7.4 aliases wrongly), the scales
+ *   placed per int16 by vpermw. Per 64 weights and row that is one
+ *   vpdpbusd and half a packs and a vpdpwssd, where AVX2 needs maddubs +
+ *   madd + add;
+ * - the 16 int32 lanes fold (high + low half) to 8 once per super-block;
+ * - Q6_K's -32 offset: one vpdpwssd of the activation's bsums (sums of 16,
+ *   |.| <= 2032) with -32 * sc (|.| <= 4096), as AVX2's 32 * sum sc * bsums.
+ * Float part, as AVX2: per super-block one FMA of d * y.d (and for Q4_K
+ * one FNMADD of dmin * y.d times the min term from bsums) into 8 float
+ * lanes, one horizontal sum at the end.
  *
- * What AVX-512 changes is the instruction count per 64 weights and row:
- * - 64 weights sit in one zmm (two 32-element chunks: Q4_K's low and high
- *   nibbles of 32 bytes, or two Q6_K chunks), against one 64-byte load of
- *   activations (they are contiguous in the Q8_K block in that order);
- * - maddubs (u8 weight x s8 activation, pairs to int16: at most 2*63*128,
- *   no saturation) then VNNI's vpdpwssd multiplies the int16 pairs by the
- *   sub-block scales and adds into the int32 sum in one instruction, where
- *   AVX2 needs madd + add (vpdpbusd cannot be used alone: the scale changes
- *   every 16 or 32 weights, and the weights times their scale do not fit
- *   a byte);
- * - the two chunks' lanes are folded (hi + lo) once per super-block, which
- *   gives AVX2's lanes;
- * - Q6_K's -32 offset: AVX2 subtracts 32 * sum_j sc_j * bsums_j after a
- *   madd; here one vpdpwssd with -32 * sc (|.| <= 4096, bsums |.| <= 2032)
- *   adds the same exact integer;
- * - the scales are broadcast per 128-bit lane by vpermw from one vector.
- * The prefetch of the AVX2 tiles is kept (KQ_PF_BYTES: the weight stream is
- * read once from DRAM at decode, and the hardware prefetcher falls behind).
+ * Numerics: the same exact integer sum per super-block as the reference and
+ * AVX2, spread over the 8 lanes differently from AVX2's (a lane holds other
+ * groups of 4 elements), so the float accumulation differs from AVX2's
+ * within rounding (the tests' TOL_SIMD_VS_REF), not bit for bit. The
+ * invariants of kern_impl.h hold: one code path per element whatever the
+ * tile shape (the GEMM runs one weight row against nx <= 4 rows, every
+ * row's operations the same for any nx), and the decode dots are the same
+ * tiles (nx = 1, 2), so they do not depend on nx either.
+ *
+ * The prefetch of the AVX2 tiles is kept (KQ_PF_BYTES: the weight stream
+ * is read once from DRAM at decode, and the hardware prefetcher falls
+ * behind).
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
@@ -88,13 +95,23 @@ K5AI __m128i q4_K_scales_mins(const uint8_t *s12)
 
 /* Q4_K: dot = d*y.d * sum_j sc_j (q.y)_j - dmin*y.d * sum_j m_j (sum y)_j,
  * the min term from the activation's bsums (sums of 16) against each min
- * twice. One weight row against NX activation rows. */
+ * twice. One weight row against NX activation rows. q[k] holds elements
+ * 64k..64k+63: sub-block 2k (low nibbles) in 128-bit lanes 0, 1 and 2k+1
+ * (high nibbles) in lanes 2, 3. packs(d[2p], d[2p+1]) puts, per 128-bit
+ * lane L, the 4 int32 of d[2p] lane L into int16 0..3 and those of
+ * d[2p+1] into 4..7. */
 K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i nib = halves_epi16(0, 4); /* low half: low nibbles, high half: high nibbles */
-    __m512i pick[4];                        /* vpermw: sc[2k] to the low half, sc[2k+1] to the high */
-    for (int k = 0; k < 4; k++) pick[k] = halves_epi16((short)(2 * k), (short)(2 * k + 1));
+    /* vpermw controls for pair p (k = 2p, 2p+1): int16 w of 128-bit lane L
+     * gets sc[4p + 2 * (w % 8 >= 4) + L / 2] (see the packs below) */
+    __m512i pick[2];
+    for (int p = 0; p < 2; p++) {
+        short v[32];
+        for (int w = 0; w < 32; w++) v[w] = (short)(4 * p + 2 * (w % 8 >= 4) + w / 16);
+        pick[p] = _mm512_loadu_si512((const void *)v);
+    }
     __m256 acc[KERN_NX_MAX];
 #pragma GCC unroll 4
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
@@ -105,29 +122,35 @@ K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, co
         const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm)); /* int16: sc[0..7] m[0..7] */
         const __m128i mn8 = _mm_unpackhi_epi64(sm, sm);
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)); /* m[j/2] for bsum j */
+        __m512i q[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i qb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k)));
+            q[k] = _mm512_and_si512(_mm512_srlv_epi16(qb, nib), m4);
+        }
+        const __m512i scv0 = _mm512_permutexvar_epi16(pick[0], sc16), scv1 = _mm512_permutexvar_epi16(pick[1], sc16);
         __m512i isum[KERN_NX_MAX];
 #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) isum[r] = _mm512_setzero_si512();
+        for (int r = 0; r < NX; r++) {
+            const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs;
+            __m512i d[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) { /* elements 64k..64k+63: sub-blocks 2k (low nibbles), 2k+1 (high) */
-            const __m512i qb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k)));
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(qb, nib), m4);
-            const __m512i scv = _mm512_permutexvar_epi16(pick[k], sc16);
-#pragma GCC unroll 4
-            for (int r = 0; r < NX; r++) {
-                const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs + 64 * k;
-                const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)y));
-                isum[r] = _mm512_dpwssd_epi32(isum[r], p, scv);
-            }
+            for (int k = 0; k < 4; k++)
+                d[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[k], _mm512_loadu_si512((const void *)(y + 64 * k)));
+            isum[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d[0], d[1]), scv0);
+            isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_packs_epi32(d[2], d[3]), scv1);
         }
-        const float dw = kern_f16_lut[wb->d], dm = kern_f16_lut[wb->dmin];
+        /* d * y.d as vector products of broadcasts (fewer operations per
+         * row than scalar products and broadcasts) */
+        const __m256 dw = _mm256_broadcast_ss(&kern_f16_lut[wb->d]), dm = _mm256_broadcast_ss(&kern_f16_lut[wb->dmin]);
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) {
             const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            const __m256 xd = _mm256_broadcast_ss(&xb->d);
             const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
             const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(i8), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dm * xb->d), _mm256_cvtepi32_ps(ms), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(i8), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, xd), _mm256_cvtepi32_ps(ms), acc[r]);
         }
     }
 #pragma GCC unroll 4
@@ -135,10 +158,10 @@ K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, co
 }
 
 /* Q6_K: dot = d*y.d * sum_j sc_j ((q-32).y)_j with q unsigned (0..63) in
- * maddubs; the offset comes back as -32 * sum_j sc_j * bsums_j. Per half h
- * (128 elements) and pair kp, the zmm holds the 64 elements
+ * vpdpbusd; the offset comes back as -32 * sum_j sc_j * bsums_j. Per half
+ * h (128 elements) and pair kp, q[2h + kp] holds the 64 elements
  * 128h + 64kp + (0..63), whose 16-element sub-blocks (one per 128-bit
- * lane) have scales sc[8h + 4kp + lane]. Layout of ql/qh in blocks.h:
+ * lane L) have scales sc[8h + 4kp + L]. Layout of ql/qh in blocks.h:
  * element 128h + 32k + i has the low 4 bits in ql[64h + 32(k&1) + i]
  * (high nibble if k >= 2) and the top 2 in bits 2k of qh[32h + i]. */
 K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
@@ -146,11 +169,13 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* qh bits 2k to bits 4..5: k = 0, 1 (kp = 0) by shifts left 4, 2; k = 2, 3 by right 0, 2 */
     const __m512i shl = halves_epi16(4, 2), shr = halves_epi16(0, 2);
-    __m512i pick[4]; /* [2h + kp]: int16 #(8h + 4kp + lane) to every int16 of 128-bit lane */
-    for (int i = 0; i < 4; i++) {
+    /* vpermw controls for half h: int16 w of 128-bit lane L gets
+     * sc[8h + 4 * (w % 8 >= 4) + L] (see the packs below) */
+    __m512i pick[2];
+    for (int h = 0; h < 2; h++) {
         short v[32];
-        for (int j = 0; j < 32; j++) v[j] = (short)(4 * i + j / 8);
-        pick[i] = _mm512_loadu_si512((const void *)v);
+        for (int w = 0; w < 32; w++) v[w] = (short)(8 * h + 4 * (w % 8 >= 4) + w / 8);
+        pick[h] = _mm512_loadu_si512((const void *)v);
     }
     __m256 acc[KERN_NX_MAX];
 #pragma GCC unroll 4
@@ -160,9 +185,7 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
         kq_prefetch(wb, sizeof *wb);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         const __m512i sc512 = _mm512_castsi256_si512(sc16);
-        __m512i isum[KERN_NX_MAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) isum[r] = _mm512_setzero_si512();
+        __m512i q[4], scv[2]; /* q[2h + kp] */
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512((const void *)(wb->ql + 64 * h));
@@ -171,24 +194,29 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
             for (int kp = 0; kp < 2; kp++) {
                 const __m512i lo = kp ? _mm512_srli_epi16(ql, 4) : ql;
                 const __m512i hi = _mm512_and_si512(kp ? _mm512_srlv_epi16(qh, shr) : _mm512_sllv_epi16(qh, shl), m30);
-                const __m512i q = _mm512_ternarylogic_epi32(lo, hi, m4, 0xEC); /* (lo & m4) | hi */
-                const __m512i scv = _mm512_permutexvar_epi16(pick[2 * h + kp], sc512);
-#pragma GCC unroll 4
-                for (int r = 0; r < NX; r++) {
-                    const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs + 128 * h + 64 * kp;
-                    const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void *)y));
-                    isum[r] = _mm512_dpwssd_epi32(isum[r], p, scv);
-                }
+                q[2 * h + kp] = _mm512_ternarylogic_epi32(lo, hi, m4, 0xEC); /* (lo & m4) | hi */
             }
+            scv[h] = _mm512_permutexvar_epi16(pick[h], sc512);
+        }
+        __m512i isum[KERN_NX_MAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs;
+            __m512i d[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                d[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[k], _mm512_loadu_si512((const void *)(y + 64 * k)));
+            isum[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d[0], d[1]), scv[0]);
+            isum[r] = _mm512_dpwssd_epi32(isum[r], _mm512_packs_epi32(d[2], d[3]), scv[1]);
         }
         const __m256i scm32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)); /* -32 sc */
-        const float dw = kern_f16_lut[wb->d];
+        const __m256 dw = _mm256_broadcast_ss(&kern_f16_lut[wb->d]);
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) {
             const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
             __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
             i8 = _mm256_dpwssd_epi32(i8, _mm256_loadu_si256((const __m256i *)xb->bsums), scm32);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(i8), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(i8), acc[r]);
         }
     }
 #pragma GCC unroll 4
@@ -196,7 +224,8 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
 }
 
 /* GEMM: one weight row at a time against nx <= 4 rows (as AVX2: the tile
- * height only decides how often a weight block is unpacked). */
+ * height only decides how often a weight block is unpacked; the per-row
+ * state leaves no registers for more weight rows). */
 #define KGEMM_X512(name, tile, wtype_c)                                                                \
     static K5 void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
                         size_t xs, int nx)                                                             \
@@ -227,14 +256,17 @@ KGEMM_X512(gemm_q6_K_x512, q6_K_tile, block_q6_K)
     }
 
 KDOT_X512(dot_q4_K_x512, q4_K_tile, block_q4_K)
-KDOT_X512(dot_q6_K_x512, q6_K_tile, block_q6_K)
 
 void kern_avx512_fill_kquant(kern_vtable *t)
 {
     t->gemm[DT_Q4_K] = (kern_gemm){gemm_q4_K_x512, 1, 4};
     t->gemm[DT_Q6_K] = (kern_gemm){gemm_q6_K_x512, 1, 4};
     t->dot[DT_Q4_K] = dot_q4_K_x512;
-    t->dot[DT_Q6_K] = dot_q6_K_x512;
+    /* dot[DT_Q6_K] stays AVX2's: this tile is faster in cache (2048 x 2048:
+     * m = 1 1.27x, m = 4 1.32x) and at m = 4 from DRAM, but streaming one
+     * row from DRAM (m = 1, the decode of the output matrix) it measured
+     * ~7% slower, not understood yet (prefetch distance, T1 hint, de-duped
+     * prefetches and 32-byte loads did not change it). */
 }
 
 #else
