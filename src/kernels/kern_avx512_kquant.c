@@ -30,8 +30,11 @@
  * within rounding (the tests' TOL_SIMD_VS_REF), not bit for bit. The
  * invariants of kern_impl.h hold: one code path per element whatever the
  * tile shape (the GEMM runs one weight row against nx <= 4 rows, every
- * row's operations the same for any nx), and the decode dots are the same
- * tiles (nx = 1, 2), so they do not depend on nx either.
+ * row's operations the same for any nx), and the decode dots (nx = 1, 2)
+ * likewise do not depend on nx. Q4_K's decode dot is the GEMM's tile;
+ * Q6_K's is a 256-bit version (q6_K_tile_y: 8 int32 lanes, no fold), so
+ * its float sums differ from the Q6_K GEMM's within rounding, as
+ * kern_impl.h allows for decode dots.
  *
  * The prefetch of the AVX2 tiles is kept (KQ_PF_BYTES: the weight stream
  * is read once from DRAM at decode, and the hardware prefetcher falls
@@ -223,6 +226,71 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
     for (int r = 0; r < NX; r++) s[r * ss] = kq_hsum_ps(acc[r]);
 }
 
+/* Q6_K decode dot tile: the same integer scheme in 256-bit vectors. The
+ * 512-bit tile above is faster in cache, but streaming one weight row from
+ * DRAM (m = 1: the output matrix at decode) it measured 5-7% slower than
+ * AVX2 at engine level, while this one is as fast as AVX2 there (cause not
+ * found: prefetch distance, a T1 hint, de-duplicated prefetches and
+ * 32-byte weight loads in the 512-bit tile did not change it) and still
+ * faster in cache and at m = 4. Per 32-element chunk (h, k) of q6_K_load_y:
+ * 128-bit lane L is sub-block 8h + 2k + L; packs(d[kk], d[kk+1]) puts per
+ * lane L the chunk kk's int32 into int16 0..3 and chunk kk+1's into 4..7.
+ * The unsigned q (0..63) of elements 128h + 32k + (0..31), as kern_avx2.c. */
+K5AI __m256i q6_K_load_y(const block_q6_K *wb, int h, int k)
+{
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h + 32 * (k & 1)));
+    if (k >> 1) lo = _mm256_srli_epi16(lo, 4);
+    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h));
+    hi = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * k), _mm256_set1_epi8(0x03));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
+{
+    __m256i pick[4]; /* [2h + kk/2]: int16 wd of lane L gets sc[8h + 2kk + 2 * (wd % 8 >= 4) + L] */
+    for (int i = 0; i < 4; i++) {
+        short v[16];
+        for (int wd = 0; wd < 16; wd++) v[wd] = (short)(8 * (i / 2) + 4 * (i % 2) + 2 * (wd % 8 >= 4) + wd / 8);
+        pick[i] = _mm256_loadu_si256((const __m256i *)v);
+    }
+    __m256 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_q6_K *wb = &w[b];
+        kq_prefetch(wb, sizeof *wb);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
+        __m256i isum[KERN_NX_MAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) isum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+            for (int kk = 0; kk < 4; kk += 2) {
+                const __m256i q0 = q6_K_load_y(wb, h, kk), q1 = q6_K_load_y(wb, h, kk + 1);
+                const __m256i scv = _mm256_permutexvar_epi16(pick[2 * h + kk / 2], sc16);
+#pragma GCC unroll 4
+                for (int r = 0; r < NX; r++) {
+                    const int8_t *y = ((const block_q8_K *)(x + r * xs) + b)->qs + 128 * h + 32 * kk;
+                    const __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q0, _mm256_loadu_si256((const __m256i *)y));
+                    const __m256i d1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q1, _mm256_loadu_si256((const __m256i *)(y + 32)));
+                    isum[r] = _mm256_dpwssd_epi32(isum[r], _mm256_packs_epi32(d0, d1), scv);
+                }
+            }
+        const __m256i scm32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)); /* -32 sc */
+        const __m256 dw = _mm256_broadcast_ss(&kern_f16_lut[wb->d]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            const __m256i i8 = _mm256_dpwssd_epi32(isum[r], _mm256_loadu_si256((const __m256i *)xb->bsums), scm32);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(i8), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = kq_hsum_ps(acc[r]);
+}
+
 /* GEMM: one weight row at a time against nx <= 4 rows (as AVX2: the tile
  * height only decides how often a weight block is unpacked; the per-row
  * state leaves no registers for more weight rows). */
@@ -245,7 +313,8 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
 KGEMM_X512(gemm_q4_K_x512, q4_K_tile, block_q4_K)
 KGEMM_X512(gemm_q6_K_x512, q6_K_tile, block_q6_K)
 
-/* Decode dot tiles: the same tiles, one weight row, nx = 1 or 2. */
+/* Decode dot tiles: one weight row, nx = 1 or 2 (Q4_K: the GEMM's tile;
+ * Q6_K: the 256-bit one). */
 #define KDOT_X512(name, tile, wtype_c)                                                                 \
     static K5 void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
     {                                                                                                  \
@@ -256,17 +325,14 @@ KGEMM_X512(gemm_q6_K_x512, q6_K_tile, block_q6_K)
     }
 
 KDOT_X512(dot_q4_K_x512, q4_K_tile, block_q4_K)
+KDOT_X512(dot_q6_K_x512, q6_K_tile_y, block_q6_K)
 
 void kern_avx512_fill_kquant(kern_vtable *t)
 {
     t->gemm[DT_Q4_K] = (kern_gemm){gemm_q4_K_x512, 1, 4};
     t->gemm[DT_Q6_K] = (kern_gemm){gemm_q6_K_x512, 1, 4};
     t->dot[DT_Q4_K] = dot_q4_K_x512;
-    /* dot[DT_Q6_K] stays AVX2's: this tile is faster in cache (2048 x 2048:
-     * m = 1 1.27x, m = 4 1.32x) and at m = 4 from DRAM, but streaming one
-     * row from DRAM (m = 1, the decode of the output matrix) it measured
-     * ~7% slower, not understood yet (prefetch distance, T1 hint, de-duped
-     * prefetches and 32-byte loads did not change it). */
+    t->dot[DT_Q6_K] = dot_q6_K_x512; /* the 256-bit tile, see q6_K_tile_y */
 }
 
 #else
