@@ -1,7 +1,10 @@
 /* kern_avx512_float.c - AVX-512 kernels for F32, F16 and BF16 weights.
  *
- * Filled entries (the rest stay AVX2's; measured A/B on Zen 4, see the
- * commit messages):
+ * Filled entries (the rest stay AVX2's). Measured A/B on Zen 4 (EPYC, one
+ * thread, 2048 x 2048, fastest of many runs, medians of 4-6 alternated
+ * processes): BF16 GEMM m = 64 7585 -> 3150 us, decode m = 1 240 -> 115 us
+ * and m = 4 763 -> 310 us in cache, from DRAM (16384 x 2048) equal; F32
+ * GEMM m = 64 ~6950 -> ~6300 us, F16 ~5500 -> ~5300 us.
  * - both tables: the F32 and F16 GEMM tiles. The same per-element float
  *   sequence as kern_avx2.c's fgemm_tile (8 lanes, so BIT-IDENTICAL to
  *   AVX2), but a 4 x 4 tile in AVX-512's 32 vector registers (16
