@@ -285,6 +285,39 @@ TEST(simd_dots_match_ref)
     }
 }
 
+/* The AVX-512 F32/F16 GEMM tiles keep AVX2's per-element sequence (only the
+ * tile size differs: kern_avx512_float.c), so their results equal AVX2's
+ * bit for bit, on every tile shape and on tails (n = 33, 259). */
+TEST(avx512_f32_f16_gemm_equal_avx2)
+{
+    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
+    const kern_vtable *a2 = kern_vt_avx2(), *vs[2] = {kern_vt_avx512(x512 & ~(unsigned)KERN_X512_BF16),
+                                                       kern_vt_avx512(x512)};
+    if (!a2 || !vs[0]) return;
+    static const uint32_t ts[] = {DT_F32, DT_F16};
+    static const int ns[] = {33, 259, 4096};
+    for (int v = 0; v < 2; v++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int q = 0; q < 3 && vs[v]->gemm[ts[ti]].fn; q++) {
+                const uint32_t t = ts[ti];
+                const int n = ns[q];
+                mm_case c;
+                case_make(&c, t, KERN_NX_MAX, n, KERN_NW_MAX, 300 + (uint64_t)q);
+                for (int nx = 1; nx <= KERN_NX_MAX; nx++)
+                    for (int nw = 1; nw <= KERN_NW_MAX; nw++) {
+                        float sa[KERN_NX_MAX][KERN_NW_MAX], sv[KERN_NX_MAX][KERN_NW_MAX];
+                        a2->gemm[t].fn(n, &sa[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
+                        vs[v]->gemm[t].fn(n, &sv[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
+                        for (int r = 0; r < nx; r++)
+                            for (int j = 0; j < nw; j++)
+                                CHECK_MSG(memcmp(&sa[r][j], &sv[r][j], sizeof(float)) == 0,
+                                          "%s %s n=%d tile %dx%d [%d][%d]: %.9g vs avx2 %.9g", vs[v]->name,
+                                          dtype_get(t)->name, n, nw, nx, r, j, sv[r][j], sa[r][j]);
+                    }
+                case_free(&c);
+            }
+}
+
 /* Rows that exercise the rounding rules of the activation quantizers. */
 static void fill_special_rows(float *x, int n, int which)
 {
@@ -1109,16 +1142,19 @@ static void bench_one(uint32_t t, int m, int n_in, int n_out, bool packed, threa
 }
 
 /* `test_kernels bench [TYPE M N_IN N_OUT]`: the default set, or one shape
- * (packed and not, 1 and 2 threads). */
+ * (TYPE any weight type by name, e.g. q6_K, bf16; packed and not for
+ * q4_0 and q8_0; 1 and 2 threads). */
 static void bench(int argc, char **argv)
 {
     threadpool *tp2 = tp_new(2);
     kern_init(0);
     if (argc >= 6) {
-        const uint32_t t = strcmp(argv[2], "q4_0") == 0 ? DT_Q4_0 : DT_Q8_0;
+        const int ti = dtype_from_name(argv[2]);
+        const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q8_0;
+        const int np = t == DT_Q8_0 || t == DT_Q4_0 ? 2 : 1; /* only these have a packed layout */
         const int m = atoi(argv[3]), n_in = atoi(argv[4]), n_out = atoi(argv[5]);
         for (int th = 0; th < 2; th++)
-            for (int p = 0; p < 2; p++) bench_one(t, m, n_in, n_out, p, th ? tp2 : NULL);
+            for (int p = 0; p < np; p++) bench_one(t, m, n_in, n_out, p, th ? tp2 : NULL);
         tp_free(tp2);
         return;
     }
@@ -1151,6 +1187,7 @@ int main(int argc, char **argv)
     if (have_simd) {
         RUN(simd_dots_match_ref);
         RUN(simd_conversions_bit_exact);
+        RUN(avx512_f32_f16_gemm_equal_avx2);
     } else {
         test_skip("simd_dots_match_ref", "no SIMD variant on this CPU");
         test_skip("simd_conversions_bit_exact", "no SIMD variant on this CPU");
