@@ -229,19 +229,31 @@ KERN_Q8GEMM_DRIVER(gemm_q4_0_x512, K5, q8gemm_tile, true)
  * activations come re-laid by kern_matmul (kern_px, filled by the AVX2
  * variant's px_row: the layout is kern_impl.h's). */
 
-/* kern_avx2.c's software prefetch scheme (its comment has the reasons):
- * the quants Q8P_PREFETCH_* bytes ahead in consumption order, going on into
- * the next group's quants past this group's, and the next group's scales
- * one line a block in the group's first quarter. The distances: kern_avx2.c
- * measured 1024 for both types; this Q4_0 tile, faster per byte, gains from
- * twice that. Measured at m = 1 on an 8192 x 8192 matrix (beyond L3), one
- * thread, medians of 5 alternating runs on the shared machine: Q4_0 2048
- * vs 1024 bytes 2589 vs 2886 us; Q8_0 1024 vs 2048 4580 vs 4919 us. */
+/* Software prefetch, after kern_avx2.c's scheme (its comment has the
+ * reasons): the quants Q8P_PREFETCH_* bytes ahead in consumption order
+ * (through the following groups' quants, skipping their scales), and the
+ * scales of the group being prefetched a line a block over its first
+ * quarter. Distance and hint are Zen 4's, not Zen 3's (kern_avx2.c: 1 KiB
+ * into L1): one 65536 x 2048 matrix at m = 1, beyond L3, huge pages,
+ * `test_kernels bench q4_0 1 2048 65536`, best of ~1 s, two rounds, GB/s
+ * of weights at 1 / 2 threads (the bandwidth probe reads 36 GB/s):
+ *   into L1 (T0):  Q4_0 1 KiB 11 / 22, 2 KiB 11 / 21, 8 KiB 14 / 24-28,
+ *                  16 KiB 13 / 24-31;  Q8_0 1 KiB 12-14 / 24-26
+ *   into L2 (T1):  Q4_0 4 KiB 17 / 23-35, 8 KiB 21 / 36, 16 KiB 21 / 35-37;
+ *                  Q8_0 4 KiB 18-19 / 32-35, 8 KiB 20 / 32, 16 KiB 19 / 25-31
+ *   non-temporal:  Q4_0 8 KiB 14 / 27, Q8_0 15 / 27-28
+ * A prefetch to L1 holds an L1 miss buffer for the whole DRAM trip, and
+ * there are few of them; to L2 it holds one of the L2's many. 8 KiB is
+ * about a Q4_0 group's quants at n = 2048 (the next group's rows), ~0.5 us
+ * of reading at 18 GB/s a core: past the DRAM latency with margin. */
 #ifndef Q8P_PREFETCH_Q4
-#define Q8P_PREFETCH_Q4 2048
+#define Q8P_PREFETCH_Q4 8192
 #endif
 #ifndef Q8P_PREFETCH_Q8
-#define Q8P_PREFETCH_Q8 1024
+#define Q8P_PREFETCH_Q8 8192
+#endif
+#ifndef Q8P_HINT
+#define Q8P_HINT _MM_HINT_T1
 #endif
 
 /* Independent accumulator chains per activation row and block: vpdpbusd
@@ -267,13 +279,18 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    /* the prefetch position, pf bytes ahead in consumption order: offset
+     * pf_off into the quants of the group at pf_g (groups are gbytes apart) */
+    const uint8_t *pf_g = wp + (pf / qbytes) * gbytes;
+    size_t pf_off = pf % qbytes;
     for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
         const uint8_t *g = wp + (size_t)b * gq;
         if (pf) {
-            const size_t ahead = (size_t)b * gq + pf;
-            const uint8_t *pa = ahead < qbytes ? wp + ahead : wp + gbytes + (ahead - qbytes);
-            for (int l = 0; l < (int)gq / 64; l++) _mm_prefetch((const char *)pa + 64 * l, _MM_HINT_T0);
-            if (b < nb / 4) _mm_prefetch((const char *)wp + gbytes + qbytes + 64 * b, _MM_HINT_T0);
+            for (int l = 0; l < (int)gq / 64; l++) _mm_prefetch((const char *)pf_g + pf_off + 64 * l, Q8P_HINT);
+            /* that group's scales, a line a block over its first quarter */
+            const size_t pb = pf_off / gq;
+            if (pb < (size_t)nb / 4) _mm_prefetch((const char *)pf_g + qbytes + 64 * pb, _MM_HINT_T0);
+            if ((pf_off += gq) >= qbytes) pf_off -= qbytes, pf_g += gbytes;
         }
         __m256i is[8][4];
 #pragma GCC unroll 8
