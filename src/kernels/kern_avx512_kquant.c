@@ -68,11 +68,16 @@ K5AI float kq_hsum_ps(__m256 v)
 
 /* Same as kern_avx2.c: the 2 KiB ahead of each block (measured there:
  * Q6_K 16.6 -> 20.5 GB/s and Q4_K 15.4 -> 18.7 GB/s at m = 1, 2 threads). */
+#ifndef KQ_PF_BYTES
 #define KQ_PF_BYTES 2048
+#endif
+#ifndef KQ_PF_HINT
+#define KQ_PF_HINT _MM_HINT_T0
+#endif
 K5AI void kq_prefetch(const void *block, size_t bytes)
 {
     const uintptr_t a = (uintptr_t)block + KQ_PF_BYTES;
-    for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, KQ_PF_HINT);
 }
 
 /* int16 vector: value lo in the low 256 bits, hi in the high 256 bits. */
