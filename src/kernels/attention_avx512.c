@@ -71,67 +71,6 @@
 
 #include "kernels/attention_walk.h"
 
-#ifdef PL_AVX512_EMU
-/* ---- what SIMDe 0.7.4 lacks (emulation build only), lane by lane */
-static inline __m512 emu_maskz_loadu_ps16(__mmask16 k, const void *p)
-{
-    float f[16] = {0};
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1) memcpy(&f[i], (const float *)p + i, 4);
-    return _mm512_loadu_ps(f);
-}
-#define _mm512_maskz_loadu_ps emu_maskz_loadu_ps16
-static inline void emu_mask_storeu_ps16(void *p, __mmask16 k, __m512 v)
-{
-    float f[16];
-    _mm512_storeu_ps(f, v);
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1) memcpy((float *)p + i, &f[i], 4);
-}
-#define _mm512_mask_storeu_ps emu_mask_storeu_ps16
-static inline void emu_mask_storeu_ps8(void *p, __mmask8 k, __m256 v)
-{
-    float f[8];
-    _mm256_storeu_ps(f, v);
-    for (int i = 0; i < 8; i++)
-        if (k >> i & 1) memcpy((float *)p + i, &f[i], 4);
-}
-#define _mm256_mask_storeu_ps emu_mask_storeu_ps8
-static inline __m256i emu_maskz_loadu_epi16(__mmask16 k, const void *p)
-{
-    uint16_t h[16] = {0};
-    for (int i = 0; i < 16; i++)
-        if (k >> i & 1) memcpy(&h[i], (const uint16_t *)p + i, 2);
-    return _mm256_loadu_si256((const __m256i *)h);
-}
-#define _mm256_maskz_loadu_epi16 emu_maskz_loadu_epi16
-static inline __m256i emu_cvtps_ph16(__m512 v, int rounding)
-{
-    (void)rounding; /* nearest even */
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    return _mm256_set_m128i(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
-}
-#define _mm512_cvtps_ph emu_cvtps_ph16
-static inline __m512i emu_cvtepi8_epi32(__m128i v)
-{
-    int8_t b[16];
-    int32_t d[16];
-    _mm_storeu_si128((__m128i *)b, v);
-    for (int i = 0; i < 16; i++) d[i] = b[i];
-    return _mm512_loadu_si512(d);
-}
-#define _mm512_cvtepi8_epi32 emu_cvtepi8_epi32
-static inline __m512 emu_cvtepi32_ps(__m512i v)
-{
-    int32_t d[16];
-    float f[16];
-    _mm512_storeu_si512(d, v);
-    for (int i = 0; i < 16; i++) f[i] = (float)d[i];
-    return _mm512_loadu_ps(f);
-}
-#define _mm512_cvtepi32_ps emu_cvtepi32_ps
-#endif
 
 bool attn_avx512_available(void)
 {

@@ -36,11 +36,16 @@
 #include <simde/x86/avx512.h>
 #include <simde/x86/f16c.h>
 #include <simde/x86/fma.h>
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define K5
 #define K5_BF16
-#define K5I static inline
+/* always_inline as in the real build: the tiles need their constant shapes
+ * inlined (accumulator arrays become registers; GCC's maybe-uninitialized
+ * analysis relies on it too) */
+#define K5I static inline __attribute__((always_inline))
 
 /* ---- what SIMDe 0.7.4 does not alias (emulation build only) */
 #ifndef __mmask8
@@ -87,6 +92,116 @@ static inline simde__m512 pl_emu_cvtph_ps(simde__m256i h)
                                    simde_mm256_cvtph_ps(simde_mm256_extracti128_si256(h, 1)), 1);
 }
 #define _mm512_cvtph_ps pl_emu_cvtph_ps
+
+/* Masked loads and stores, lane by lane. */
+static inline __m512 pl_emu_maskz_loadu_ps(__mmask16 k, const void *p)
+{
+    float f[16] = {0};
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy(&f[i], (const float *)p + i, 4);
+    return _mm512_loadu_ps(f);
+}
+#define _mm512_maskz_loadu_ps pl_emu_maskz_loadu_ps
+
+static inline __m512 pl_emu_mask_loadu_ps(__m512 src, __mmask16 k, const void *p)
+{
+    float f[16];
+    _mm512_storeu_ps(f, src);
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy(&f[i], (const float *)p + i, 4);
+    return _mm512_loadu_ps(f);
+}
+#define _mm512_mask_loadu_ps pl_emu_mask_loadu_ps
+
+static inline void pl_emu_mask_storeu_ps(void *p, __mmask16 k, __m512 v)
+{
+    float f[16];
+    _mm512_storeu_ps(f, v);
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy((float *)p + i, &f[i], 4);
+}
+#define _mm512_mask_storeu_ps pl_emu_mask_storeu_ps
+
+static inline void pl_emu_mask_storeu_ps8(void *p, __mmask8 k, __m256 v)
+{
+    float f[8];
+    _mm256_storeu_ps(f, v);
+    for (int i = 0; i < 8; i++)
+        if (k >> i & 1) memcpy((float *)p + i, &f[i], 4);
+}
+#define _mm256_mask_storeu_ps pl_emu_mask_storeu_ps8
+
+static inline __m256i pl_emu_maskz_loadu_epi16(__mmask16 k, const void *p)
+{
+    uint16_t h[16] = {0};
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy(&h[i], (const uint16_t *)p + i, 2);
+    return _mm256_loadu_si256((const __m256i *)h);
+}
+#define _mm256_maskz_loadu_epi16 pl_emu_maskz_loadu_epi16
+
+static inline void pl_emu_mask_storeu_epi16(void *p, __mmask16 k, __m256i v)
+{
+    uint16_t h[16];
+    _mm256_storeu_si256((__m256i *)h, v);
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1) memcpy((uint16_t *)p + i, &h[i], 2);
+}
+#define _mm256_mask_storeu_epi16 pl_emu_mask_storeu_epi16
+
+/* Conversions. */
+static inline __m512d pl_emu_cvtps_pd(__m256 v)
+{
+    float f[8];
+    double d[8];
+    _mm256_storeu_ps(f, v);
+    for (int i = 0; i < 8; i++) d[i] = f[i];
+    return _mm512_loadu_pd(d);
+}
+#define _mm512_cvtps_pd pl_emu_cvtps_pd
+
+static inline __m256i pl_emu_cvtps_ph(__m512 v, int rounding)
+{
+    (void)rounding; /* the kernels only round to nearest even */
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return _mm256_set_m128i(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+}
+#define _mm512_cvtps_ph pl_emu_cvtps_ph
+
+static inline __m512i pl_emu_cvtepi8_epi32(__m128i v)
+{
+    int8_t b[16];
+    int32_t d[16];
+    _mm_storeu_si128((__m128i *)b, v);
+    for (int i = 0; i < 16; i++) d[i] = b[i];
+    return _mm512_loadu_si512(d);
+}
+#define _mm512_cvtepi8_epi32 pl_emu_cvtepi8_epi32
+
+static inline __m512 pl_emu_cvtepi32_ps(__m512i v)
+{
+    int32_t d[16];
+    float f[16];
+    _mm512_storeu_si512(d, v);
+    for (int i = 0; i < 16; i++) f[i] = (float)d[i];
+    return _mm512_loadu_ps(f);
+}
+#define _mm512_cvtepi32_ps pl_emu_cvtepi32_ps
+
+/* SIMDe's vscalefps forms 2^n as a float first, which overflows at n = 128
+ * (an exp of x in (88.38, 88.72] gave inf); the instruction does not. */
+static inline __m512 pl_emu_scalef_ps(__m512 a, __m512 b)
+{
+    float fa[16], fb[16];
+    _mm512_storeu_ps(fa, a);
+    _mm512_storeu_ps(fb, b);
+    for (int i = 0; i < 16; i++)
+        fa[i] = isnan(fb[i]) ? fb[i] : ldexpf(fa[i], (int)fmaxf(fminf(floorf(fb[i]), 1000.0f), -1000.0f));
+    return _mm512_loadu_ps(fa);
+}
+#undef _mm512_scalef_ps
+#define _mm512_scalef_ps pl_emu_scalef_ps
 
 #else /* the real instructions */
 
