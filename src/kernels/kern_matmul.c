@@ -309,7 +309,9 @@ static void mm_run(void *arg, int ith, int nth)
  * than fit in L2, so that every activation group after the first finds the
  * chunk's weights in cache; a multiple of the tile width nw, so that only
  * the last chunk has a narrow tile (and packed chunks are whole groups). */
+#ifndef MM_CHUNK_BYTES
 #define MM_CHUNK_BYTES (192 * 1024)
+#endif
 
 /* Rows of activations from which packing ggml rows per call pays for itself
  * (below it, the decode dot tiles run anyway). */
