@@ -42,10 +42,12 @@
 
 #define K5
 #define K5_BF16
-/* always_inline as in the real build: the tiles need their constant shapes
- * inlined (accumulator arrays become registers; GCC's maybe-uninitialized
- * analysis relies on it too) */
-#define K5I static inline __attribute__((always_inline))
+/* K5I plain inline here: forcing every helper inline into SIMDe's code
+ * made attention_avx512.c take 135 s to compile. K5AI forces it where the
+ * tiles need their constant shapes inlined (accumulator arrays become
+ * registers; GCC's maybe-uninitialized analysis relies on it too). */
+#define K5I static inline
+#define K5AI static inline __attribute__((always_inline))
 
 /* ---- what SIMDe 0.7.4 does not alias (emulation build only) */
 #ifndef __mmask8
@@ -211,6 +213,7 @@ static inline __m512 pl_emu_scalef_ps(__m512 a, __m512 b)
 #define K5 __attribute__((target(K5_TARGET)))
 #define K5_BF16 __attribute__((target(K5_TARGET ",avx512bf16")))
 #define K5I static inline __attribute__((always_inline, target(K5_TARGET)))
+#define K5AI K5I
 #endif
 
 #endif

@@ -49,9 +49,9 @@
 
 #include "tensor/half.h"
 
-/* K5BI: K5I with AVX512_BF16. */
+/* K5BI: K5AI with AVX512_BF16. */
 #ifdef PL_AVX512_EMU
-#define K5BI K5I
+#define K5BI K5AI
 /* SIMDe's __m512bh is not a GCC vector type: reinterpret by copy */
 static inline __m512bh x512_bh(__m512i v)
 {
@@ -202,19 +202,19 @@ static K5_BF16 void gemm_bf16_x512(int n, float *y, size_t ys, const void *w, si
  * registers allow 3 x 4: fewer loads and f16 conversions per FMA. */
 enum { FK_F32, FK_F16 };
 
-K5I __m256 fload8(int kind, const uint8_t *p, int i)
+K5AI __m256 fload8(int kind, const uint8_t *p, int i)
 {
     if (kind == FK_F32) return _mm256_loadu_ps((const float *)p + i);
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
 }
 
-K5I float fload1(int kind, const uint8_t *p, int i)
+K5AI float fload1(int kind, const uint8_t *p, int i)
 {
     if (kind == FK_F32) return ((const float *)p)[i];
     return f16_to_f32(((const uint16_t *)p)[i]);
 }
 
-K5I float fhsum8(__m256 v)
+K5AI float fhsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -222,7 +222,7 @@ K5I float fhsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-K5I void fgemm_tile(int kind, int NW, int NX, int n, float *y, size_t ys, const uint8_t *w, size_t ws,
+K5AI void fgemm_tile(int kind, int NW, int NX, int n, float *y, size_t ys, const uint8_t *w, size_t ws,
                     const uint8_t *x, size_t xs)
 {
     __m256 acc[KERN_NW_MAX][KERN_NX_MAX];

@@ -50,7 +50,7 @@
 #include "tensor/blocks.h"
 
 
-K5I float kq_hsum_ps(__m256 v)
+K5AI float kq_hsum_ps(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -66,21 +66,21 @@ K5I float kq_hsum_ps(__m256 v)
 #ifndef KQ_PF_HINT
 #define KQ_PF_HINT _MM_HINT_T0
 #endif
-K5I void kq_prefetch(const void *block, size_t bytes)
+K5AI void kq_prefetch(const void *block, size_t bytes)
 {
     const uintptr_t a = (uintptr_t)block + KQ_PF_BYTES;
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, KQ_PF_HINT);
 }
 
 /* int16 vector: value lo in the low 256 bits, hi in the high 256 bits. */
-K5I __m512i halves_epi16(short lo, short hi)
+K5AI __m512i halves_epi16(short lo, short hi)
 {
     return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
 }
 
 /* The 8 six-bit scales and 8 mins of a Q4_K block as 16 bytes sc[0..7]
  * m[0..7] (as kern_avx2.c). */
-K5I __m128i q4_K_scales_mins(const uint8_t *s12)
+K5AI __m128i q4_K_scales_mins(const uint8_t *s12)
 {
     uint32_t a, b, c;
     memcpy(&a, s12, 4);     /* sc[0..3] | top bits of sc[4..7] */
@@ -100,7 +100,7 @@ K5I __m128i q4_K_scales_mins(const uint8_t *s12)
  * (high nibbles) in lanes 2, 3. packs(d[2p], d[2p+1]) puts, per 128-bit
  * lane L, the 4 int32 of d[2p] lane L into int16 0..3 and those of
  * d[2p+1] into 4..7. */
-K5I void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
+K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i nib = halves_epi16(0, 4); /* low half: low nibbles, high half: high nibbles */
@@ -164,7 +164,7 @@ K5I void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, con
  * lane L) have scales sc[8h + 4kp + L]. Layout of ql/qh in blocks.h:
  * element 128h + 32k + i has the low 4 bits in ql[64h + 32(k&1) + i]
  * (high nibble if k >= 2) and the top 2 in bits 2k of qh[32h + i]. */
-K5I void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
+K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* qh bits 2k to bits 4..5: k = 0, 1 (kp = 0) by shifts left 4, 2; k = 2, 3 by right 0, 2 */
@@ -233,7 +233,7 @@ K5I void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, con
  * 128-bit lane L is sub-block 8h + 2k + L; packs(d[kk], d[kk+1]) puts per
  * lane L the chunk kk's int32 into int16 0..3 and chunk kk+1's into 4..7.
  * The unsigned q (0..63) of elements 128h + 32k + (0..31), as kern_avx2.c. */
-K5I __m256i q6_K_load_y(const block_q6_K *wb, int h, int k)
+K5AI __m256i q6_K_load_y(const block_q6_K *wb, int h, int k)
 {
     __m256i lo = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h + 32 * (k & 1)));
     if (k >> 1) lo = _mm256_srli_epi16(lo, 4);
@@ -243,7 +243,7 @@ K5I __m256i q6_K_load_y(const block_q6_K *wb, int h, int k)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-K5I void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
+K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
 {
     __m256i pick[4]; /* [2h + kk/2]: int16 wd of lane L gets sc[8h + 2kk + 2 * (wd % 8 >= 4) + L] */
     for (int i = 0; i < 4; i++) {
