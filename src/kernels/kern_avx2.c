@@ -175,8 +175,9 @@ KAI float fload1(int kind, const void *p, int i)
  * against nx rows, U accumulators per row whatever nx, so a row's value
  * does not depend on nx. */
 /* NX activation rows, U independent accumulators per row (to hide FMA
- * latency when NX is small). */
-KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const void *w, const uint8_t *x,
+ * latency when NX is small). far: prefetch 8 KiB ahead into L2 instead of
+ * 1 KiB into L1 (see kern_dot_f16_avx2_far). */
+KAI void fdot_tile(int kind, int NX, int U, bool far, int n, float *s, size_t ss, const void *w, const uint8_t *x,
                    size_t xs)
 {
     __m256 acc[KERN_NX_MAX][4];
@@ -187,10 +188,13 @@ KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const vo
     int i = 0;
     const int esz = kind == FK_F32 ? 4 : 2; /* bytes per weight */
     for (; i + 8 * U <= n; i += 8 * U) {
-        /* the weight row 1 KiB ahead (into the next row at the end: ggml
-         * rows are consecutive, so that is the order they are read in) */
+        /* the weight row ahead (into the next row at the end: ggml rows
+         * are consecutive, so that is the order they are read in) */
 #pragma GCC unroll 4
-        for (int l = 0; l < 8 * U * esz; l += 64) _mm_prefetch((const char *)w + (size_t)i * esz + 1024 + l, _MM_HINT_T0);
+        for (int l = 0; l < 8 * U * esz; l += 64) {
+            if (far) _mm_prefetch((const char *)w + (size_t)i * esz + 8192 + l, _MM_HINT_T1);
+            else _mm_prefetch((const char *)w + (size_t)i * esz + 1024 + l, _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
             const __m256 wv = fload8(kind, w, i + 8 * u);
@@ -214,16 +218,21 @@ KAI void fdot_tile(int kind, int NX, int U, int n, float *s, size_t ss, const vo
     }
 }
 
-#define FDOT_AVX2(name, kind)                                                                          \
-    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
+#define FDOT_AVX2(name, kind, far)                                                                     \
+    KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)         \
     {                                                                                                  \
-        if (nx == 1) fdot_tile(kind, 1, 4, n, s, ss, w, x, xs);                                        \
-        else fdot_tile(kind, 2, 4, n, s, ss, w, x, xs);                                                \
+        if (nx == 1) fdot_tile(kind, 1, 4, far, n, s, ss, w, x, xs);                                   \
+        else fdot_tile(kind, 2, 4, far, n, s, ss, w, x, xs);                                           \
     }
 
-FDOT_AVX2(dot_f32_avx2, FK_F32)
-FDOT_AVX2(dot_f16_avx2, FK_F16)
-FDOT_AVX2(dot_bf16_avx2, FK_BF16)
+static FDOT_AVX2(dot_f32_avx2, FK_F32, false)
+static FDOT_AVX2(dot_f16_avx2, FK_F16, false)
+static FDOT_AVX2(dot_bf16_avx2, FK_BF16, false)
+/* For the AVX-512 table (kern_impl.h): measured on Zen 4, one 32000 x 2048
+ * f16 matrix from DRAM at m = 1, 2 threads: 31.6-32.5 GB/s with 1 KiB into
+ * L1, 35.5-38.9 with 8 KiB into L2 (4 KiB either way: 34-36). Zen 3 had
+ * measured 1 KiB into L1 best for this tile, hence two versions. */
+FDOT_AVX2(kern_dot_f16_avx2_far, FK_F16, true)
 
 /* GEMM tiles are instantiated for every (nw, nx) up to KERN_NW_MAX x
  * KERN_NX_MAX so that accumulators are registers; T(NW, NX) is the call. */
