@@ -764,40 +764,12 @@ KAI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, con
     for (int r = 0; r < NX; r++) s[r * ss] = hsum_ps(acc[r]);
 }
 
-/* K-quant tiles take one weight row at a time: their per-row state (integer
- * sums per super-block, then one float accumulator) leaves no registers for
- * more. An element's operations do not depend on NX. */
-#define KGEMM_AVX2(name, tile, wtype_c)                                                                \
-    static KA void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
-                        size_t xs, int nx)                                                             \
-    {                                                                                                  \
-        const int nb = n / QK_K;                                                                       \
-        for (int c = 0; c < nw; c++) {                                                                 \
-            const wtype_c *wb = (const wtype_c *)((const uint8_t *)w + c * ws);                        \
-            switch (nx) {                                                                              \
-            case 1: tile(1, nb, y + c, ys, wb, x, xs); break;                                          \
-            case 2: tile(2, nb, y + c, ys, wb, x, xs); break;                                          \
-            case 3: tile(3, nb, y + c, ys, wb, x, xs); break;                                          \
-            default: tile(4, nb, y + c, ys, wb, x, xs); break;                                         \
-            }                                                                                          \
-        }                                                                                              \
-    }
-
-KGEMM_AVX2(gemm_q4_K_avx2, q4_K_tile, block_q4_K)
-KGEMM_AVX2(gemm_q6_K_avx2, q6_K_tile, block_q6_K)
-
-/* Decode dot tiles of the K-quants: the same tiles, one weight row. */
-#define KDOT_AVX2(name, tile, wtype_c)                                                                 \
-    static KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
-    {                                                                                                  \
-        const int nb = n / QK_K;                                                                       \
-        const wtype_c *wb = w;                                                                         \
-        if (nx == 1) tile(1, nb, s, ss, wb, x, xs);                                                    \
-        else tile(2, nb, s, ss, wb, x, xs);                                                            \
-    }
-
-KDOT_AVX2(dot_q4_K_avx2, q4_K_tile, block_q4_K)
-KDOT_AVX2(dot_q6_K_avx2, q6_K_tile, block_q6_K)
+/* The K-quant entries: one weight row at a time (kern_impl.h's drivers);
+ * an element's operations do not depend on NX. */
+KERN_KGEMM_DRIVER(gemm_q4_K_avx2, KA, q4_K_tile, block_q4_K)
+KERN_KGEMM_DRIVER(gemm_q6_K_avx2, KA, q6_K_tile, block_q6_K)
+KERN_KDOT_DRIVER(dot_q4_K_avx2, KA, q4_K_tile, block_q4_K)
+KERN_KDOT_DRIVER(dot_q6_K_avx2, KA, q6_K_tile, block_q6_K)
 
 /* ------------------------------------------------- activation conversions */
 

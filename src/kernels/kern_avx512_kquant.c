@@ -289,40 +289,13 @@ K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, 
 }
 
 /* GEMM: one weight row at a time against nx <= 4 rows (as AVX2: the tile
- * height only decides how often a weight block is unpacked; the per-row
- * state leaves no registers for more weight rows). */
-#define KGEMM_X512(name, tile, wtype_c)                                                                \
-    static K5 void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
-                        size_t xs, int nx)                                                             \
-    {                                                                                                  \
-        const int nb = n / QK_K;                                                                       \
-        for (int c = 0; c < nw; c++) {                                                                 \
-            const wtype_c *wb = (const wtype_c *)((const uint8_t *)w + c * ws);                        \
-            switch (nx) {                                                                              \
-            case 1: tile(1, nb, y + c, ys, wb, x, xs); break;                                          \
-            case 2: tile(2, nb, y + c, ys, wb, x, xs); break;                                          \
-            case 3: tile(3, nb, y + c, ys, wb, x, xs); break;                                          \
-            default: tile(4, nb, y + c, ys, wb, x, xs); break;                                         \
-            }                                                                                          \
-        }                                                                                              \
-    }
-
-KGEMM_X512(gemm_q4_K_x512, q4_K_tile, block_q4_K)
-KGEMM_X512(gemm_q6_K_x512, q6_K_tile, block_q6_K)
-
-/* Decode dot tiles: one weight row, nx = 1 or 2 (Q4_K: the GEMM's tile;
- * Q6_K: the 256-bit one). */
-#define KDOT_X512(name, tile, wtype_c)                                                                 \
-    static K5 void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)  \
-    {                                                                                                  \
-        const int nb = n / QK_K;                                                                       \
-        const wtype_c *wb = w;                                                                         \
-        if (nx == 1) tile(1, nb, s, ss, wb, x, xs);                                                    \
-        else tile(2, nb, s, ss, wb, x, xs);                                                            \
-    }
-
-KDOT_X512(dot_q4_K_x512, q4_K_tile, block_q4_K)
-KDOT_X512(dot_q6_K_x512, q6_K_tile_y, block_q6_K)
+ * height only decides how often a weight block is unpacked); decode dots:
+ * one weight row, nx = 1 or 2 (Q4_K: the GEMM's tile; Q6_K: the 256-bit
+ * one). kern_impl.h's drivers. */
+KERN_KGEMM_DRIVER(gemm_q4_K_x512, K5, q4_K_tile, block_q4_K)
+KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
+KERN_KDOT_DRIVER(dot_q4_K_x512, K5, q4_K_tile, block_q4_K)
+KERN_KDOT_DRIVER(dot_q6_K_x512, K5, q6_K_tile_y, block_q6_K)
 
 void kern_avx512_fill_kquant(kern_vtable *t)
 {

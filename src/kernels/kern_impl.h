@@ -297,4 +297,34 @@ int kern_dot_type(uint32_t wtype);
         }                                                                                              \
     }
 
+/* Q4_K/Q6_K GEMM from ggml rows (kern_gemm_fn, tile {1, 4}): one weight
+ * row at a time (the per-row state of a K-quant tile, integer sums per
+ * super-block then one float accumulator, leaves no registers for more)
+ * against nx <= 4 rows. TILE(NX, nb, y, ys, wb, x, xs) with wb a WTYPE *. */
+#define KERN_KGEMM_DRIVER(name, ATTR, TILE, WTYPE)                                                     \
+    static ATTR void name(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,\
+                          size_t xs, int nx)                                                           \
+    {                                                                                                  \
+        const int nb = n / QK_K;                                                                       \
+        for (int c = 0; c < nw; c++) {                                                                 \
+            const WTYPE *wb = (const WTYPE *)((const uint8_t *)w + c * ws);                            \
+            switch (nx) {                                                                              \
+            case 1: TILE(1, nb, y + c, ys, wb, x, xs); break;                                          \
+            case 2: TILE(2, nb, y + c, ys, wb, x, xs); break;                                          \
+            case 3: TILE(3, nb, y + c, ys, wb, x, xs); break;                                          \
+            default: TILE(4, nb, y + c, ys, wb, x, xs); break;                                         \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* Q4_K/Q6_K decode dot tile (kern_dot_fn): one weight row, nx = 1 or 2. */
+#define KERN_KDOT_DRIVER(name, ATTR, TILE, WTYPE)                                                      \
+    static ATTR void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)\
+    {                                                                                                  \
+        const int nb = n / QK_K;                                                                       \
+        const WTYPE *wb = w;                                                                           \
+        if (nx == 1) TILE(1, nb, s, ss, wb, x, xs);                                                    \
+        else TILE(2, nb, s, ss, wb, x, xs);                                                            \
+    }
+
 #endif
