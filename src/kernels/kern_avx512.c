@@ -18,20 +18,30 @@
 
 #include <pthread.h>
 
-unsigned kern_cpu_avx512(void)
+/* The features, detected once: attn_paged asks on every call. */
+static unsigned avx512_features;
+static pthread_once_t avx512_detect_once = PTHREAD_ONCE_INIT;
+
+static void avx512_detect(void)
 {
 #ifdef PL_AVX512_EMU
-    return KERN_X512_BASE | KERN_X512_BF16;
+    avx512_features = KERN_X512_BASE | KERN_X512_BF16;
 #else
     /* libgcc's checks include the OS's XCR0 state for the ZMM registers */
     __builtin_cpu_init();
-    if (!kern_cpu_has_avx2()) return 0;
+    if (!kern_cpu_has_avx2()) return;
     if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
           __builtin_cpu_supports("avx512vnni")))
-        return 0;
-    return KERN_X512_BASE | (__builtin_cpu_supports("avx512bf16") ? KERN_X512_BF16 : 0);
+        return;
+    avx512_features = KERN_X512_BASE | (__builtin_cpu_supports("avx512bf16") ? KERN_X512_BF16 : 0);
 #endif
+}
+
+unsigned kern_cpu_avx512(void)
+{
+    pthread_once(&avx512_detect_once, avx512_detect);
+    return avx512_features;
 }
 
 static kern_vtable avx512_tables[2]; /* [1]: with BF16 */

@@ -10,8 +10,7 @@
  * Numerics: the integer block sums are exact whatever the order, and every
  * float operation is kern_avx2.c's, so
  * - the packed GEMM (every m for weights packed at load, m > KERN_DOT_MAX_M
- *   for ggml rows) and the ggml-row GEMM tiles equal the reference bit for
- *   bit (per block the exact integer sum, then the reference's float step in
+ *   for ggml rows) equals the reference bit for bit (per block the exact integer sum, then the reference's float step in
  *   the weight row's lane: kern_impl.h's invariant);
  * - the decode dot tiles have ggml's AVX2 float layout (kern_impl.h "DECODE
  *   DOT TILES"); their int32 lanes hold the same sums of 4 consecutive
@@ -156,70 +155,18 @@ K5I void q8dot_tile(bool is_q4, int NX, int nb, float *s, size_t ss, const void 
 KERN_Q8DOT_DRIVER(dot_q8_0_x512, K5, q8dot_tile, false)
 KERN_Q8DOT_DRIVER(dot_q4_0_x512, K5, q8dot_tile, true)
 
-/* ---------------------------------------------------- ggml-row GEMM tiles
- * kern_avx2.c's direct path: 4 weight rows (rows >= nw repeat row 0 and are
- * not stored) by NX activation rows; the 8-lane sums of each row reduced by
- * hadd into lane c = row c, then the reference's float step per lane:
- *   Q8_0: s + (float)isum * (dw * dx),  Q4_0: s + ((float)isum * dw) * dx. */
-K5I __m128 q8_acc4(bool is_q4, __m128 s, __m128i isum, __m128 dw, float dx)
-{
-    const __m128 f = _mm_cvtepi32_ps(isum), vx = _mm_set1_ps(dx);
-    return _mm_add_ps(s, is_q4 ? _mm_mul_ps(_mm_mul_ps(f, dw), vx) : _mm_mul_ps(f, _mm_mul_ps(dw, vx)));
-}
+/* No ggml-row GEMM tiles (gemm[DT_Q8_0/Q4_0]): kern_matmul never reaches
+ * them for these types (m <= KERN_DOT_MAX_M takes the dot tiles, larger m
+ * the per-call packed GEMM), so the stacked table keeps AVX2's. */
 
+/* The reference's float step per lane of the packed tile:
+ *   Q8_0: s + (float)isum * (dw * dx),  Q4_0: s + ((float)isum * dw) * dx. */
 K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
 {
     const __m256 f = _mm256_cvtepi32_ps(isum), vx = _mm256_set1_ps(dx);
     return _mm256_add_ps(s, is_q4 ? _mm256_mul_ps(_mm256_mul_ps(f, dw), vx) : _mm256_mul_ps(f, _mm256_mul_ps(dw, vx)));
 }
 
-K5I void q8gemm_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *w, size_t ws,
-                     const uint8_t *x, size_t xs)
-{
-    const uint8_t *wr[4];
-    for (int c = 0; c < 4; c++) wr[c] = w + (c < nw ? c : 0) * ws;
-    __m128 acc[KERN_NX_MAX];
-#pragma GCC unroll 4
-    for (int r = 0; r < NX; r++) acc[r] = _mm_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        __m256i p[4][KERN_NX_MAX];
-        float dwf[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m256i wq;
-            if (is_q4) {
-                const block_q4_0 *w4 = (const block_q4_0 *)wr[c] + b;
-                wq = q4_0_load(w4);
-                dwf[c] = f16s(w4->d);
-            } else {
-                const block_q8_0 *w8 = (const block_q8_0 *)wr[c] + b;
-                wq = _mm256_loadu_si256((const __m256i *)w8->qs);
-                dwf[c] = f16s(w8->d);
-            }
-            const __m256i aw = _mm256_sign_epi8(wq, wq);
-#pragma GCC unroll 4
-            for (int r = 0; r < NX; r++)
-                p[c][r] = dot_i8_i32(aw, wq, _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)(x + r * xs) + b)->qs));
-        }
-        /* from registers, not four scalar stores and a vector load (store forwarding stall) */
-        const __m128 dw = _mm_setr_ps(dwf[0], dwf[1], dwf[2], dwf[3]);
-#pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) {
-            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0][r], p[1][r]), _mm256_hadd_epi32(p[2][r], p[3][r]));
-            const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            acc[r] = q8_acc4(is_q4, acc[r], isum, dw, f16s(((const block_q8_0 *)(x + r * xs) + b)->d));
-        }
-    }
-    float out[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NX; r++) {
-        _mm_storeu_ps(out, acc[r]);
-        for (int c = 0; c < nw; c++) y[r * ys + c] = out[c];
-    }
-}
-
-KERN_Q8GEMM_DRIVER(gemm_q8_0_x512, K5, q8gemm_tile, false)
-KERN_Q8GEMM_DRIVER(gemm_q4_0_x512, K5, q8gemm_tile, true)
 
 /* ------------------------------------------------------- packed GEMM
  * kern_pack.c's layout (8 weight rows per group; per block, 32-byte vectors
@@ -350,8 +297,6 @@ void kern_avx512_fill_q8(kern_vtable *t)
     const kern_vtable *a2 = kern_vt_avx2();
     t->dot[DT_Q8_0] = dot_q8_0_x512;
     t->dot[DT_Q4_0] = dot_q4_0_x512;
-    t->gemm[DT_Q8_0] = (kern_gemm){gemm_q8_0_x512, 4, 2};
-    t->gemm[DT_Q4_0] = (kern_gemm){gemm_q4_0_x512, 4, 2};
     t->packed[DT_Q8_0] = (kern_packed){a2->packed[DT_Q8_0].nx, a2->packed[DT_Q8_0].px_row, gemmp_q8_0_x512};
     t->packed[DT_Q4_0] = (kern_packed){a2->packed[DT_Q4_0].nx, a2->packed[DT_Q4_0].px_row, gemmp_q4_0_x512};
 }
