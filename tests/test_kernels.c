@@ -23,6 +23,9 @@
 #include "kern_variants.h"
 
 #include <dlfcn.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <sys/mman.h>
 #include <stdint.h>
 #include <time.h>
@@ -600,11 +603,15 @@ TEST(gemm_bit_identical_to_single_rows)
 
 /* The documented layout (kern_pack.c), decoded independently: row c's
  * block b bytes (Q8_0: 32 qs; Q4_0: 16 qs) and its f16 scale. */
-static void unpack_block(uint32_t t, const uint8_t *group, int nb, int b, int c, uint8_t *qs, uint16_t *d)
+/* kern_pack.c's layout, restated: runs of 4 blocks, each a 64-byte line of
+ * scales (block j of the run at 16j, row c at 2c) then the run's quants
+ * (vector k of block j at 32 * (qv * j + k), row c's 4 bytes at 4c). */
+static void unpack_block(uint32_t t, const uint8_t *group, int b, int c, uint8_t *qs, uint16_t *d)
 {
     const int qv = t == DT_Q8_0 ? 8 : 4;
-    for (int i = 0; i < 4 * qv; i++) qs[i] = group[(size_t)b * qv * 32 + 32 * (i / 4) + 4 * c + i % 4];
-    memcpy(d, group + (size_t)nb * qv * 32 + (size_t)(b * 8 + c) * 2, 2);
+    const uint8_t *run = group + (size_t)(b / 4) * (64 + 4 * 32 * qv);
+    for (int i = 0; i < 4 * qv; i++) qs[i] = run[64 + 32 * (qv * (b % 4) + i / 4) + 4 * c + i % 4];
+    memcpy(d, run + 16 * (b % 4) + 2 * c, 2);
 }
 
 /* Packing keeps every byte (quants and scales) at its documented place, on
@@ -634,7 +641,7 @@ TEST(pack_round_trip)
                 for (int b = 0; b < nb && !bad; b++) {
                     uint8_t qs[32], want[32] = {0};
                     uint16_t d, want_d = 0;
-                    unpack_block(t, p + (size_t)(r / 8) * gb, nb, b, r % 8, qs, &d);
+                    unpack_block(t, p + (size_t)(r / 8) * gb, b, r % 8, qs, &d);
                     if (r < n_out) {
                         const uint8_t *blk = w + (size_t)r * wr + (size_t)b * (t == DT_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0));
                         memcpy(&want_d, blk, 2);
@@ -644,6 +651,12 @@ TEST(pack_round_trip)
                 }
             CHECK_MSG(!bad, "%s n_in=%d n_out=%d: packed row %d differs from its ggml row", dtype_get(t)->name, n_in,
                       n_out, bad - 1);
+            /* the unused scales of a short last run are zero */
+            for (int g = 0; g < ng && nb % 4; g++) {
+                const uint8_t *last = p + (size_t)g * gb + (size_t)(nb / 4) * (64 + 128 * (t == DT_Q8_0 ? 8 : 4));
+                for (int i = 16 * (nb % 4); i < 64; i++) bad |= last[i] != 0;
+            }
+            CHECK_MSG(!bad, "%s n_in=%d: a short run's unused scales are not zero", dtype_get(t)->name, n_in);
             free(w);
             free(p);
         }
@@ -1141,6 +1154,115 @@ static void bench_one(uint32_t t, int m, int n_in, int n_out, bool packed, threa
     free(y);
 }
 
+/* `test_kernels bench-stream TYPE N_IN N_OUT COUNT [M]`: COUNT distinct
+ * n_out x n_in matrices (packed for Q8_0/Q4_0; huge pages asked for), one
+ * kern_matmul call each in turn, 2 threads: what a decode step does to
+ * memory (weights far larger than L3, a short call per matrix). The
+ * one-matrix bench above repeats a single matrix, whose calls start warm.
+ *
+ * This machine's bandwidth swings 2x within seconds (neighbours on the
+ * host), so a GB/s figure alone compares nothing. Each pass is paired with
+ * a plain read of the same bytes just before it (each thread one half, AVX2
+ * loads: `pagellm bench speed`'s probe), and the median of the pairs'
+ * ratios is the kernel's efficiency against the roofline's bandwidth. */
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+    uint64_t sum[2];
+} stream_probe;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void stream_probe_job(void *arg, int ith, int nth)
+{
+    stream_probe *s = arg;
+    const size_t per = s->n / (size_t)nth / 128 * 128;
+    const uint8_t *p = s->p + per * (size_t)ith;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < per; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    uint64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+    if (ith < 2) s->sum[ith] = v[0] + v[1] + v[2] + v[3]; /* kept, so that the loads stay */
+}
+#else
+static void stream_probe_job(void *arg, int ith, int nth)
+{
+    stream_probe *s = arg;
+    const size_t per = s->n / (size_t)nth / 128 * 128;
+    const uint64_t *p = (const uint64_t *)(s->p + per * (size_t)ith);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < per / 8; i++) sum += p[i];
+    if (ith < 2) s->sum[ith] = sum;
+}
+#endif
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_stream(char **argv, int argc)
+{
+    const int ti = dtype_from_name(argv[2]);
+    const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q4_0;
+    const int n_in = atoi(argv[3]), n_out = atoi(argv[4]), count = atoi(argv[5]);
+    const int m = argc > 6 ? atoi(argv[6]) : 1;
+    if (n_in <= 0 || n_out <= 0 || count <= 0 || count > 4096 || m <= 0 || m > 64) {
+        fprintf(stderr, "bench-stream: bad shape\n");
+        return;
+    }
+    threadpool *tp2 = tp_new(2);
+    kern_init(0);
+    rng_seed(1);
+    uint8_t *w = make_weights(t, n_out, n_in);
+    const bool packable = t == DT_Q8_0 || t == DT_Q4_0;
+    const size_t pb = packable ? kern_pack_bytes(t, n_in, n_out) : dtype_row_bytes(t, (uint64_t)n_in) * n_out;
+    const size_t stride = (pb + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1);
+    uint8_t *all = aligned_alloc(1 << 21, stride * (size_t)count);
+    madvise(all, stride * (size_t)count, MADV_HUGEPAGE);
+    memset(all, 0, stride * (size_t)count);
+    kern_mat *mats = calloc((size_t)count, sizeof *mats);
+    for (int i = 0; i < count; i++) {
+        uint8_t *d = all + stride * (size_t)i;
+        if (packable) kern_pack(d, w, t, n_in, n_out);
+        else memcpy(d, w, pb);
+        mats[i] = (kern_mat){packable ? NULL : d, packable ? d : NULL, t, n_in, n_out};
+    }
+    float *x = make_acts(m, n_in), *y = malloc(sizeof(float) * (size_t)m * n_out);
+    enum { REPS = 15 };
+    double gk[REPS], gp[REPS], ratio[REPS];
+    stream_probe sp = {all, stride * (size_t)count, {0, 0}};
+    for (int r = -1; r < REPS; r++) {
+        double a = now_s();
+        tp_run(tp2, stream_probe_job, &sp);
+        const double tprobe = now_s() - a;
+        a = now_s();
+        for (int i = 0; i < count; i++) {
+            const kern_mat *mp = &mats[i];
+            kern_matmul_mats(1, &y, x, &mp, m, tp2);
+        }
+        const double tk = now_s() - a;
+        if (r < 0) continue;
+        gk[r] = (double)pb * count / tk * 1e-9;
+        gp[r] = (double)sp.n / tprobe * 1e-9;
+        ratio[r] = gk[r] / gp[r];
+    }
+    qsort(gk, REPS, sizeof(double), cmp_double);
+    qsort(gp, REPS, sizeof(double), cmp_double);
+    qsort(ratio, REPS, sizeof(double), cmp_double);
+    printf("%s %s stream m=%d %d x %dx%d (%.0f MiB) 2 threads: kernel %.1f GB/s, probe %.1f GB/s (medians of %d); "
+           "kernel/probe median %.3f (quartiles %.3f-%.3f)\n",
+           kern_variant(), dtype_get(t)->name, m, count, n_out, n_in, (double)pb * count / 1048576.0, gk[REPS / 2],
+           gp[REPS / 2], REPS, ratio[REPS / 2], ratio[REPS / 4], ratio[3 * REPS / 4]);
+    free(w), free(all), free(mats), free(x), free(y);
+    tp_free(tp2);
+}
+
 /* `test_kernels bench [TYPE M N_IN N_OUT]`: the default set, or one shape
  * (TYPE any weight type by name, e.g. q6_K, bf16; packed and not for
  * q4_0 and q8_0; 1 and 2 threads). */
@@ -1177,6 +1299,10 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
         bench(argc, argv);
+        return 0;
+    }
+    if (argc > 5 && strcmp(argv[1], "bench-stream") == 0) {
+        bench_stream(argv, argc);
         return 0;
     }
     kern_init(0);

@@ -486,18 +486,12 @@ KERN_Q8GEMM_DRIVER(gemm_q4_0_avx2, KA, q8gemm_tile, true)
  * Zen 3, the alternatives cost more: int16 weights against pre-widened
  * activations (2 madd, 2 adds, 2 broadcasts per vector and row: bound by
  * loads, 0.7-0.95x), or nibble-split weights (twice the maddubs). */
-/* Software prefetch (m = 1 streams every byte from DRAM): the quants
- * Q8P_PREFETCH bytes ahead in the order they are consumed, so past the
- * group's last quants it goes on with the NEXT group's quants (not this
- * group's scales, which are read from block 0 on), and the next group's
- * scales early (one line a block in the first quarter of the group): a
- * group's scales are a second stream that the hardware only picks up after
- * it has missed on it, at the start of every group (9 KiB apart for Q4_0 at
- * n = 2048). Measured on one 2048 x 65536 matrix, 2 threads, idle: Q4_0
- * 26.9 -> 31.2 GB/s (the plain read loop: 33.8), Q8_0 +3.5%; prefetching
- * only this group's quants (as before) left Q4_0 at ~80-85% of the read
- * loop. The next group may be another thread's chunk or past the matrix:
- * a prefetch neither faults nor changes a value. 0 = no prefetch. */
+/* Software prefetch (m = 1 streams every byte from DRAM): the group's
+ * lines Q8P_PREFETCH bytes ahead (the layout is read at rising addresses,
+ * kern_pack.c), into L1. Zen 3's tuning (measured with the first layout,
+ * scales apart, where it also had to find the scale stream: one 2048 x
+ * 65536 Q4_0 matrix, 2 threads, 26.9 -> 31.2 GB/s, the plain read loop
+ * 33.8); 0 = no prefetch. */
 #ifndef Q8P_PREFETCH
 #define Q8P_PREFETCH 1024
 #endif
@@ -535,9 +529,7 @@ KAI void q8p_store(int NX, int nw, float *y, size_t ys, const __m256 *acc)
 KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
 {
     const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
-    const size_t qbytes = (size_t)nb * gq, gbytes = kern_pack_group_bytes(is_q4 ? DT_Q4_0 : DT_Q8_0, nb * 32);
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
-    const uint16_t *sc = (const uint16_t *)(wp + (size_t)nb * gq);
     const size_t rows = px->rows;
     const int8_t *xq = px->q;
     const kern_xblk *xa = px->a;
@@ -545,13 +537,8 @@ KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
 #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
-        const uint8_t *g = wp + (size_t)b * gq;
-        if (Q8P_PREFETCH) {
-            const size_t ahead = (size_t)b * gq + Q8P_PREFETCH;
-            const uint8_t *pa = ahead < qbytes ? wp + ahead : wp + gbytes + (ahead - qbytes);
-            for (int l = 0; l < (int)gq / 64; l++) _mm_prefetch((const char *)pa + 64 * l, _MM_HINT_T0);
-            if (b < nb / 4) _mm_prefetch((const char *)wp + gbytes + qbytes + 64 * b, _MM_HINT_T0);
-        }
+        const uint8_t *g = kern_pack_quants(wp, gq, b);
+        if (Q8P_PREFETCH) KERN_PACK_PREFETCH(g, gq, b, Q8P_PREFETCH, _MM_HINT_T0);
         __m256i is[8];
         if (is_q4) {
             /* Q4_0 nibbles unsigned into maddubs, int16 accumulation (see above) */
@@ -587,7 +574,7 @@ KAI void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
                 }
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)kern_pack_scales(wp, gq, b)));
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) /* Q4_0's int16 pairs widened here */
             acc[r] = q8_acc8(is_q4, acc[r], is_q4 ? _mm256_madd_epi16(is[r], ones) : is[r], dw, xa[r].d);

@@ -176,28 +176,24 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * activations come re-laid by kern_matmul (kern_px, filled by the AVX2
  * variant's px_row: the layout is kern_impl.h's). */
 
-/* Software prefetch, after kern_avx2.c's scheme (its comment has the
- * reasons): the quants Q8P_PREFETCH_* bytes ahead in consumption order
- * (through the following groups' quants, skipping their scales), and the
- * scales of the group being prefetched a line a block over its first
- * quarter. Distance and hint are Zen 4's, not Zen 3's (kern_avx2.c: 1 KiB
- * into L1): one 65536 x 2048 matrix at m = 1, beyond L3, huge pages,
- * `test_kernels bench q4_0 1 2048 65536`, best of ~1 s, two rounds, GB/s
- * of weights at 1 / 2 threads (the bandwidth probe reads 36 GB/s):
- *   into L1 (T0):  Q4_0 1 KiB 11 / 22, 2 KiB 11 / 21, 8 KiB 14 / 24-28,
- *                  16 KiB 13 / 24-31;  Q8_0 1 KiB 12-14 / 24-26
- *   into L2 (T1):  Q4_0 4 KiB 17 / 23-35, 8 KiB 21 / 36, 16 KiB 21 / 35-37;
- *                  Q8_0 4 KiB 18-19 / 32-35, 8 KiB 20 / 32, 16 KiB 19 / 25-31
- *   non-temporal:  Q4_0 8 KiB 14 / 27, Q8_0 15 / 27-28
- * A prefetch to L1 holds an L1 miss buffer for the whole DRAM trip, and
- * there are few of them; to L2 it holds one of the L2's many. 8 KiB is
- * about a Q4_0 group's quants at n = 2048 (the next group's rows), ~0.5 us
- * of reading at 18 GB/s a core: past the DRAM latency with margin. */
+/* Software prefetch: none by default. With the scales interleaved with the
+ * quants (kern_pack.c) a group is read at rising addresses and Zen 4's
+ * hardware prefetcher keeps up alone; software prefetches on top cost
+ * queue slots. Paired against the plain read loop (`test_kernels
+ * bench-stream q4_0 2048 11264 22`: 22 distinct matrices, 272 MiB, ratio
+ * of GB/s to the read loop's just before; 3 rounds, session 8): 8 KiB
+ * ahead into L2 0.895/0.886/0.856, none 0.911/0.915/0.829, 4 KiB
+ * 0.884/0.862/0.824, 16 KiB 0.870/0.841/0.844. In the engine (TinyLlama
+ * tg128, 7 alternating runs, medians): Q4_0 48.6 (8 KiB) vs 52.6 tok/s
+ * (none), Q8_0 27.1 vs 29.7. With the first layout (scales apart) 8 KiB
+ * into L2 had been the best (0.82 of the read loop; Q4_0 45.4 tok/s, Q8_0
+ * 26.3). The distance (bytes ahead, KERN_PACK_PREFETCH) and hint stay
+ * overridable for other machines. */
 #ifndef Q8P_PREFETCH_Q4
-#define Q8P_PREFETCH_Q4 8192
+#define Q8P_PREFETCH_Q4 0
 #endif
 #ifndef Q8P_PREFETCH_Q8
-#define Q8P_PREFETCH_Q8 8192
+#define Q8P_PREFETCH_Q8 0
 #endif
 #ifndef Q8P_HINT
 #define Q8P_HINT _MM_HINT_T1
@@ -216,29 +212,17 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
     const int CH = Q8P_CHAINS(NX);
     const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
     const size_t pf = is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = no prefetch */
-    const size_t qbytes = (size_t)nb * gq, gbytes = kern_pack_group_bytes(is_q4 ? DT_Q4_0 : DT_Q8_0, nb * 32);
     const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
     const __m256i offmul = _mm256_set1_epi16(is_q4 ? 1 : 16); /* q4off (-8 sum x) times 1 or 16 */
-    const uint16_t *sc = (const uint16_t *)(wp + qbytes);
     const size_t rows = px->rows;
     const int8_t *xq = px->q;
     const kern_xblk *xa = px->a;
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
-    /* the prefetch position, pf bytes ahead in consumption order: offset
-     * pf_off into the quants of the group at pf_g (groups are gbytes apart) */
-    const uint8_t *pf_g = wp + (pf / qbytes) * gbytes;
-    size_t pf_off = pf % qbytes;
     for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
-        const uint8_t *g = wp + (size_t)b * gq;
-        if (pf) {
-            for (int l = 0; l < (int)gq / 64; l++) _mm_prefetch((const char *)pf_g + pf_off + 64 * l, Q8P_HINT);
-            /* that group's scales, a line a block over its first quarter */
-            const size_t pb = pf_off / gq;
-            if (pb < (size_t)nb / 4) _mm_prefetch((const char *)pf_g + qbytes + 64 * pb, _MM_HINT_T0);
-            if ((pf_off += gq) >= qbytes) pf_off -= qbytes, pf_g += gbytes;
-        }
+        const uint8_t *g = kern_pack_quants(wp, gq, b);
+        if (pf) KERN_PACK_PREFETCH(g, gq, b, pf, Q8P_HINT);
         __m256i is[8][4];
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
@@ -267,7 +251,7 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
                 for (int r = 0; r < NX; r++) is[r][k % CH] = dpbusd_b32(is[r][k % CH], wu, xq + 32 * r + 4 * k);
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(sc + 8 * b)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)kern_pack_scales(wp, gq, b)));
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
 #pragma GCC unroll 4

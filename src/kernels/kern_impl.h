@@ -164,13 +164,38 @@ static inline double kern_softmax_exp_tail(float *x, int i, int n, float max, do
     return sum;
 }
 
-/* kern_pack.c: the packed layout. Bytes of one group's quants (the f16
- * scales follow them), of one whole group (a multiple of 64), packing of
- * nw <= KERN_PACK_ROWS rows (ggml rows w, stride ws) into one group (rows
- * past nw zero), and the packed GEMM for type t (the variant's or the
- * portable one; NULL if t has no packed layout). */
-size_t kern_pack_quant_bytes(uint32_t t, int n);
+/* kern_pack.c: the packed layout (its header has the picture). Bytes of
+ * one whole group (a multiple of 64), packing of nw <= KERN_PACK_ROWS rows
+ * (ggml rows w, stride ws) into one group (rows past nw zero), and the
+ * packed GEMM for type t (the variant's or the portable one; NULL if t has
+ * no packed layout). */
 size_t kern_pack_group_bytes(uint32_t t, int n);
+/* Bytes of one block's quants in a group (8 rows x 32 values), blocks per
+ * scale line, and where block b's quants and 8 f16 scales sit in a group:
+ * runs of KERN_PACK_RUN blocks, each run one 64-byte line of scales and
+ * then its blocks' quants, so a group is read at strictly rising
+ * addresses. */
+#define KERN_PACK_RUN 4
+static inline size_t kern_pack_block_quant_bytes(uint32_t t) { return t == DT_Q8_0 ? 256 : 128; }
+static inline const uint8_t *kern_pack_quants(const uint8_t *g, size_t gq, int b)
+{
+    return g + (size_t)(b / KERN_PACK_RUN) * (64 + KERN_PACK_RUN * gq) + 64 + (size_t)(b % KERN_PACK_RUN) * gq;
+}
+static inline const uint16_t *kern_pack_scales(const uint8_t *g, size_t gq, int b)
+{
+    return (const uint16_t *)(g + (size_t)(b / KERN_PACK_RUN) * (64 + KERN_PACK_RUN * gq) + (size_t)(b % KERN_PACK_RUN) * 16);
+}
+/* A packed tile's software prefetch at block b whose quants are at q: the
+ * lines PF bytes further on (every line of a group once over its blocks:
+ * a run's scale line with its first block; past the group's end into the
+ * next group, which may be another thread's or past the matrix: a prefetch
+ * neither faults nor changes a value). HINT: an _MM_HINT_* constant. */
+#define KERN_PACK_PREFETCH(q, gq, b, PF, HINT)                                                         \
+    do {                                                                                               \
+        const char *pf_at_ = (const char *)(q) + (PF);                                                 \
+        for (int l_ = 0; l_ < (int)(gq) / 64; l_++) _mm_prefetch(pf_at_ + 64 * l_, HINT);              \
+        if ((b) % KERN_PACK_RUN == 0) _mm_prefetch(pf_at_ - 64, HINT);                                 \
+    } while (0)
 void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
 

@@ -4,9 +4,12 @@
  *
  * A packed matrix is a run of groups of KERN_PACK_ROWS = 8 weight rows
  * (the last group padded with zero rows), each group
- * kern_pack_group_bytes(type, n) bytes (a multiple of 64), 64-byte aligned:
+ * kern_pack_group_bytes(type, n) bytes (a multiple of 64), 64-byte aligned.
+ * A group's nb blocks go in runs of KERN_PACK_RUN = 4 (the last run may be
+ * shorter), each run a line of scales and then its blocks' quants:
  *
- *   group = [ quants: nb blocks x QV vectors of 32 bytes ][ scales: nb x 8 f16 ][ pad ]
+ *   group = run 0, run 1, ...
+ *   run   = [ scales: 64 bytes, block j's 8 f16 at 16j ][ quants: up to 4 blocks x QV vectors of 32 bytes ]
  *
  *   Q8_0 (QV = 8): vector k of block b, bytes 4c..4c+3 = row c's qs[4k..4k+3]
  *   Q4_0 (QV = 4): vector v of block b, bytes 4c..4c+3 = row c's qs[4v..4v+3],
@@ -18,7 +21,18 @@
  * broadcast of the matching 4 activation bytes makes the 8 lanes the 8 rows'
  * partial sums with no horizontal work (kern_avx2.c). The bytes are the
  * ggml rows' own bytes, moved: Q8_0 takes 272 bytes per block of 8 rows and
- * Q4_0 144, as unpacked, so decode reads no more memory than before.
+ * Q4_0 144, as unpacked (a short last run pads its scale line), so decode
+ * reads no more memory than before.
+ *
+ * Why the scales are interleaved, not after all the quants: decode streams
+ * the weights from DRAM, and a tile consumes a group at strictly rising
+ * addresses only this way. With the scales in a block of their own at the
+ * group's end (the first layout), Zen 4's hardware prefetcher lost the
+ * stream at every group: a synthetic loop of the tile's loads and integer
+ * work over 512 MiB, 2 threads, read at 0.43 of a plain read loop's
+ * bandwidth with the scales apart, 0.98 with them interleaved (both
+ * without software prefetch; /tmp experiments of session 8, paired runs);
+ * `test_kernels bench-stream` measures the real tiles the same way.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"
@@ -34,15 +48,10 @@ bool kern_pack_supports(uint32_t wtype, int n_in)
     return (wtype == DT_Q8_0 || wtype == DT_Q4_0) && n_in > 0 && n_in % 32 == 0;
 }
 
-size_t kern_pack_quant_bytes(uint32_t t, int n)
-{
-    return (size_t)(n / 32) * (t == DT_Q8_0 ? 256 : 128);
-}
-
 size_t kern_pack_group_bytes(uint32_t t, int n)
 {
-    const size_t b = kern_pack_quant_bytes(t, n) + (size_t)(n / 32) * 16;
-    return (b + 63) & ~(size_t)63;
+    const size_t nb = (size_t)(n / 32), runs = (nb + KERN_PACK_RUN - 1) / KERN_PACK_RUN;
+    return runs * 64 + nb * kern_pack_block_quant_bytes(t);
 }
 
 size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out)
@@ -54,10 +63,9 @@ size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out)
 void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
 {
     const int nb = n / 32, qv = t == DT_Q8_0 ? 8 : 4;
-    const size_t gb = kern_pack_group_bytes(t, n), qb = kern_pack_quant_bytes(t, n);
-    uint16_t *sc = (uint16_t *)(dst + qb);
-    if (nw < KERN_PACK_ROWS) memset(dst, 0, gb);
-    else memset(dst + qb + (size_t)nb * 16, 0, gb - qb - (size_t)nb * 16); /* the pad */
+    const size_t gq = kern_pack_block_quant_bytes(t);
+    /* zero rows past nw and the unused scales of a short last run */
+    memset(dst, 0, kern_pack_group_bytes(t, n));
     for (int c = 0; c < nw; c++) {
         const uint8_t *row = w + (size_t)c * ws;
         for (int b = 0; b < nb; b++) {
@@ -72,9 +80,9 @@ void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int 
                 qs = blk->qs;
                 d = blk->d;
             }
-            uint8_t *g = dst + (size_t)b * qv * 32 + 4 * c;
+            uint8_t *g = (uint8_t *)kern_pack_quants(dst, gq, b) + 4 * c;
             for (int k = 0; k < qv; k++) memcpy(g + 32 * k, qs + 4 * k, 4);
-            sc[b * 8 + c] = d;
+            ((uint16_t *)kern_pack_scales(dst, gq, b))[c] = d;
         }
     }
 }
@@ -92,11 +100,10 @@ void kern_pack(void *dst, const void *w, uint32_t wtype, int n_in, int n_out)
 /* Row c's 32 quants of block b of a packed group, as signed values. */
 static void pack_row_block(uint32_t t, const uint8_t *wp, int b, int c, int8_t q[32])
 {
+    const uint8_t *g = kern_pack_quants(wp, kern_pack_block_quant_bytes(t), b) + 4 * c;
     if (t == DT_Q8_0) {
-        const uint8_t *g = wp + (size_t)b * 256 + 4 * c;
         for (int j = 0; j < 32; j++) q[j] = (int8_t)g[32 * (j / 4) + j % 4];
     } else {
-        const uint8_t *g = wp + (size_t)b * 128 + 4 * c;
         for (int j = 0; j < 16; j++) {
             const uint8_t v = g[32 * (j / 4) + j % 4];
             q[j] = (int8_t)((v & 0x0F) - 8);
@@ -110,7 +117,6 @@ static void gemmp_ref(uint32_t t, int n, float *y, size_t ys, const void *wp, in
                       int nx)
 {
     const int nb = n / 32;
-    const uint16_t *sc = (const uint16_t *)((const uint8_t *)wp + kern_pack_quant_bytes(t, n));
     for (int r = 0; r < nx; r++) {
         const block_q8_0 *xb = (const block_q8_0 *)((const uint8_t *)x + (size_t)r * xst);
         for (int c = 0; c < nw; c++) {
@@ -120,7 +126,7 @@ static void gemmp_ref(uint32_t t, int n, float *y, size_t ys, const void *wp, in
                 pack_row_block(t, wp, b, c, q);
                 int sumi = 0;
                 for (int j = 0; j < 32; j++) sumi += q[j] * xb[b].qs[j];
-                const float dw = f16_to_f32(sc[b * 8 + c]), dx = f16_to_f32(xb[b].d);
+                const float dw = f16_to_f32(kern_pack_scales(wp, kern_pack_block_quant_bytes(t), b)[c]), dx = f16_to_f32(xb[b].d);
                 if (t == DT_Q8_0) s += (float)sumi * (dw * dx);
                 else s += (float)sumi * dw * dx;
             }
