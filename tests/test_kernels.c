@@ -494,8 +494,10 @@ TEST(simd_matmul_matches_ref)
 
 TEST(threaded_matmul_equals_single)
 {
-    threadpool *tp2 = tp_new(2), *tp3 = tp_new(3);
-    CHECK(tp2 && tp3);
+    /* 40 threads: more than kern_matmul gives runs of their own (its
+     * shared-counter path); 2 and 3: runs of chunks, stolen at the end */
+    threadpool *tp2 = tp_new(2), *tp3 = tp_new(3), *tp40 = tp_new(40);
+    CHECK(tp2 && tp3 && tp40);
     char why[256] = "";
     for (int force_ref = 0; force_ref < 2 && !why[0]; force_ref++) {
         kern_init(force_ref);
@@ -504,21 +506,25 @@ TEST(threaded_matmul_equals_single)
             case_make(&c, mm_types[ti], 7, 512, 129, 3000 + (uint64_t)ti);
             const size_t ny = (size_t)c.m * (size_t)c.n_out;
             float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *y3 = malloc(sizeof(float) * ny);
-            for (size_t k = 0; k < ny; k++) y2[k] = y3[k] = NAN; /* every element must be written */
+            float *y4 = malloc(sizeof(float) * ny);
+            for (size_t k = 0; k < ny; k++) y2[k] = y3[k] = y4[k] = NAN; /* every element must be written */
             kern_matmul(y1, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, NULL);
             kern_matmul(y2, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, tp2);
             kern_matmul(y3, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, tp3);
-            if (memcmp(y1, y2, ny * 4) || memcmp(y1, y3, ny * 4))
+            kern_matmul(y4, c.x, c.w, c.wtype, c.m, c.n_in, c.n_out, tp40);
+            if (memcmp(y1, y2, ny * 4) || memcmp(y1, y3, ny * 4) || memcmp(y1, y4, ny * 4))
                 snprintf(why, sizeof why, "%s %s: threaded result differs", kern_variant(), dtype_get(c.wtype)->name);
             free(y1);
             free(y2);
             free(y3);
+            free(y4);
             case_free(&c);
         }
     }
     kern_init(0);
     tp_free(tp2);
     tp_free(tp3);
+    tp_free(tp40);
     CHECK_MSG(!why[0], "%s", why);
 }
 

@@ -13,9 +13,15 @@
  * exactly as if it were alone.
  *
  * Work is cut into chunks of consecutive output columns (weight rows). Each
- * thread takes chunk ith first, then the next free chunk from an atomic
- * counter, so a thread that falls behind (preempted, slower core) does not
- * hold up the others. Inside a chunk (weights sized for L2), activation rows
+ * thread owns a contiguous run of chunks (an equal share of the columns) and
+ * takes them in order; a thread done with its own takes the last chunk of
+ * the thread with the most left, and so on, so a thread that falls behind
+ * (preempted, slower core) does not hold up the others. Owning a run, not
+ * taking the next free chunk of a shared counter (the first scheme), keeps
+ * each thread's weight reads one rising stream that the hardware prefetcher
+ * follows across chunks (decode reads every weight from DRAM), and a claim
+ * touches only the thread's own cache line. Inside a chunk (weights sized
+ * for L2), activation rows
  * go in groups of the tile's height (kept in L1) and the chunk's weight rows
  * are swept for each group, nw rows per tile: each weight block is read once
  * per group and each activation block once per nw weight rows, from
@@ -205,15 +211,25 @@ typedef struct {
     const kern_packed *pk;
 } mm_part;
 
+/* Threads with a share of their own; a bigger pool shares one counter. */
+#define MM_SHARES_MAX 32
+
+/* One thread's run of chunks [next, end) as next | end << 32, on a cache
+ * line of its own: the owner takes from the front, others from the back,
+ * each by a compare-and-swap of the whole word, so a chunk is taken once.
+ * (Lines apart: the fields of mm_job are read for every tile call, and
+ * perf once showed ~1 ms a TinyLlama token lost on a claim counter's round
+ * trips when it shared their line.) */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t span;
+} mm_share;
+
 typedef struct {
     mm_part p[KERN_MATS_MAX];
     int n_parts, m, n_in, n_chunks;
-    /* next chunk to hand out, on a cache line of its own: every claim by
-     * one thread takes the line away from the other, and the fields above
-     * are read for every tile call (perf showed ~1 ms a TinyLlama token
-     * lost in mm_run on the line's round trips when they shared it) */
+    int shared; /* 1: the pool is larger than MM_SHARES_MAX, chunks come from `next` */
     _Alignas(64) _Atomic int next;
-    char pad_next[64 - sizeof(int)];
+    mm_share share[MM_SHARES_MAX];
 } mm_job;
 
 /* The decode path (m <= KERN_DOT_MAX_M): groups of KERN_DOT_NX_MAX
@@ -287,20 +303,95 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     }
 }
 
+/* Chunk i of part p: columns [*c0, *c1). */
+static void mm_chunk_cols(const mm_part *p, int i, int *c0, int *c1)
+{
+    const int big = i < p->n_big, size = big ? p->chunk : p->small;
+    *c0 = big ? i * p->chunk : p->n_big * p->chunk + (i - p->n_big) * p->small;
+    *c1 = *c0 + size < p->n_out ? *c0 + size : p->n_out;
+}
+
+static void mm_do_chunk(const mm_job *j, int c)
+{
+    int k = 0;
+    while (c >= j->p[k].c_begin + j->p[k].n_chunks) k++;
+    const mm_part *p = &j->p[k];
+    int c0, c1;
+    mm_chunk_cols(p, c - p->c_begin, &c0, &c1);
+    if (p->mode == MM_DOT) mm_decode_chunk(j, p, c0, c1);
+    else if (p->mode == MM_GEMM) mm_gemm_chunk(j, p, c0, c1);
+    else mm_packed_chunk(j, p, c0, c1);
+}
+
+/* The front (own) or back (stolen) chunk of a share, or -1 if it is empty. */
+static int mm_take(mm_share *s, bool front)
+{
+    uint64_t v = atomic_load_explicit(&s->span, memory_order_relaxed);
+    for (;;) {
+        const uint32_t next = (uint32_t)v, end = (uint32_t)(v >> 32);
+        if (next >= end) return -1;
+        const uint64_t nv = front ? v + 1 : ((uint64_t)(end - 1) << 32) | next;
+        if (atomic_compare_exchange_weak_explicit(&s->span, &v, nv, memory_order_relaxed, memory_order_relaxed))
+            return front ? (int)next : (int)end - 1;
+    }
+}
+
+/* A chunk from the back of the share with the most left, or -1 when every
+ * share is empty. */
+static int mm_steal(mm_job *j, int nth)
+{
+    for (;;) {
+        int best = -1;
+        uint32_t most = 0;
+        for (int t = 0; t < nth; t++) {
+            const uint64_t v = atomic_load_explicit(&j->share[t].span, memory_order_relaxed);
+            const uint32_t next = (uint32_t)v, end = (uint32_t)(v >> 32);
+            if (end > next && end - next > most) most = end - next, best = t;
+        }
+        if (best < 0) return -1;
+        const int c = mm_take(&j->share[best], false);
+        if (c >= 0) return c;
+    }
+}
+
 static void mm_run(void *arg, int ith, int nth)
 {
     mm_job *j = arg;
-    (void)nth;
-    int k = 0;
-    for (int c = ith; c < j->n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
-        while (c >= j->p[k].c_begin + j->p[k].n_chunks) k++;
+    if (j->shared) {
+        for (int c = ith; c < j->n_chunks; c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
+            mm_do_chunk(j, c);
+        return;
+    }
+    for (;;) {
+        int c = mm_take(&j->share[ith], true);
+        if (c < 0 && (c = mm_steal(j, nth)) < 0) return;
+        mm_do_chunk(j, c);
+    }
+}
+
+/* Splits the call's chunks into nth runs of about equal columns. */
+static void mm_share_out(mm_job *j, int nth)
+{
+    int64_t cols = 0;
+    for (int k = 0; k < j->n_parts; k++) cols += j->p[k].n_out > 0 ? j->p[k].n_out : 0;
+    int t = 0, start = 0;
+    int64_t done = 0;
+    for (int k = 0; k < j->n_parts; k++) {
         const mm_part *p = &j->p[k];
-        const int i = c - p->c_begin, big = i < p->n_big;
-        const int c0 = big ? i * p->chunk : p->n_big * p->chunk + (i - p->n_big) * p->small;
-        const int c1 = c0 + (big ? p->chunk : p->small) < p->n_out ? c0 + (big ? p->chunk : p->small) : p->n_out;
-        if (p->mode == MM_DOT) mm_decode_chunk(j, p, c0, c1);
-        else if (p->mode == MM_GEMM) mm_gemm_chunk(j, p, c0, c1);
-        else mm_packed_chunk(j, p, c0, c1);
+        for (int i = 0; i < p->n_chunks; i++) {
+            /* chunk c starts thread t+1's run once t's share of columns is reached */
+            while (t < nth - 1 && done >= cols * (t + 1) / nth) {
+                atomic_init(&j->share[t].span, (uint64_t)start | (uint64_t)(p->c_begin + i) << 32);
+                start = p->c_begin + i, t++;
+            }
+            int c0, c1;
+            mm_chunk_cols(p, i, &c0, &c1);
+            done += c1 - c0;
+        }
+    }
+    for (; t < nth; t++) {
+        atomic_init(&j->share[t].span, (uint64_t)start | (uint64_t)j->n_chunks << 32);
+        start = j->n_chunks;
     }
 }
 
@@ -447,7 +538,9 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         chunks += p->n_chunks;
     }
     j.n_chunks = chunks;
+    j.shared = nth > MM_SHARES_MAX;
     atomic_init(&j.next, nth);
+    if (!j.shared) mm_share_out(&j, nth);
     if (nth == 1) mm_run(&j, 0, 1);
     else tp_run(tp, mm_run, &j);
 }
