@@ -172,7 +172,7 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_BF16, &sz), 0);
     CHECK_EQ_INT(sz.stage_bytes, 0);
     CHECK_EQ_INT(sz.bytes_per_token, 327680);
-    CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16);
+    CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16 + 64); /* as allocated: with the line of pad (kv_pool.h) */
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_FP8_E4M3, &sz), 0);
     CHECK_EQ_INT(sz.bytes_per_token, 80 * 2 * (1024 + 2));
     pl_kv_shape bad = {80, 1, 8, 16};
@@ -189,7 +189,7 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(t, PL_KV_INT4);
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_INT2, &sz), 0);
     CHECK_EQ_INT(sz.bytes_per_token, 71680);
-    CHECK_EQ_INT(sz.bytes_per_block, 71680 * 16);
+    CHECK_EQ_INT(sz.bytes_per_block, 71680 * 16 + 64); /* + the line of pad */
     /* KIVI's per-sequence f16 stage: layers x K,V x T x kv_dim x 2 B */
     CHECK_EQ_INT(sz.stage_bytes, 80 * 2 * 16 * 1024 * 2);
 }
@@ -214,6 +214,17 @@ TEST(geom_layout_and_padding)
     CHECK_EQ_INT(g.block_bytes, 3 * 64);
     CHECK_EQ_INT(g.block_bytes_exact, 3 * 36);
     CHECK_EQ_INT(kv_geom_blocks_for_bytes(&g, 1000), 5);
+    /* TinyLlama at f16 (22 layers x 16 KiB, a multiple of 4 KiB): one line
+     * more, so that consecutive blocks start on other cache sets; a block
+     * that is already an odd number of lines keeps its size */
+    kv_shape tl = {22, 4, 64, 16, KV_F16};
+    CHECK_EQ_INT(kv_geom_init(&g, &tl), 0);
+    CHECK_EQ_INT(g.block_bytes_exact, 22 * 2 * 16 * 256 * 2);
+    CHECK_EQ_INT(g.block_bytes, g.block_bytes_exact + 64);
+    CHECK_EQ_INT(g.block_bytes / 64 % 2, 1);
+    kv_shape odd = {1, 1, 8, 65, KV_F32}; /* 2 planes of 65 rows of 32 bytes: 65 lines */
+    CHECK_EQ_INT(kv_geom_init(&g, &odd), 0);
+    CHECK_EQ_INT(g.block_bytes, 65 * 64);
 }
 
 TEST(geom_rejects_bad_shapes)

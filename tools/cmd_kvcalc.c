@@ -149,7 +149,7 @@ static void kvcalc_print_text(const kvcalc_args *a, const kvcalc_result *r)
            cli_human_bytes((double)a->size.bytes_per_block, h, sizeof h));
     printf("  total bytes       %llu (%s) for ctx %llu tokens x batch %llu\n", (unsigned long long)r->total,
            cli_human_bytes((double)r->total, h, sizeof h), (unsigned long long)a->ctx, (unsigned long long)a->batch);
-    printf("  allocated bytes   %llu (%s) in %llu blocks per sequence; %llu bytes in unfilled block tails\n",
+    printf("  allocated bytes   %llu (%s) in %llu blocks per sequence; %llu bytes in unfilled block tails and block pad\n",
            (unsigned long long)r->allocated, cli_human_bytes((double)r->allocated, h, sizeof h),
            (unsigned long long)r->blocks_per_seq, (unsigned long long)r->tail_waste);
     if (a->size.stage_bytes) /* KIVI, fp8_e4m3: the f16 block being filled, per sequence, outside the pool */

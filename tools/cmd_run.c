@@ -43,7 +43,7 @@ static void print_report(pl_ctx *c, int n_prompt, double t_prefill, const gen_re
             steps / (r->decode_s > 0 ? r->decode_s : 1e-9), r->stop_reason);
     fprintf(stderr, "kv blocks %u used / %u total (block %u tokens, %llu bytes)\n", st.blocks_used, st.blocks_total,
             st.block_size, (unsigned long long)st.block_bytes);
-    fprintf(stderr, "kv bytes  %llu held for %llu tokens; formula %.1f B/token x %llu = %llu live, %llu wasted in block tails (%.1f%% used)\n",
+    fprintf(stderr, "kv bytes  %llu held for %llu tokens; formula %.1f B/token x %llu = %llu live, %llu wasted in block tails and pad (%.1f%% used)\n",
             (unsigned long long)st.bytes_allocated, (unsigned long long)st.tokens, st.bytes_per_token,
             (unsigned long long)st.tokens, (unsigned long long)st.bytes_live, (unsigned long long)st.bytes_wasted,
             100.0 * st.utilisation);

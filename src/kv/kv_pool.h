@@ -8,6 +8,9 @@
  * Data layout (pool->data, 64-byte aligned; planes padded to KV_PLANE_ALIGN):
  *
  *   data: | block 0 | block 1 | ... | block n_blocks-1 |     block_bytes each
+ *   (block_bytes: the layers, padded for blocks of 4 KiB and more to an odd
+ *   number of 64-byte lines, so that consecutive blocks' rows do not all
+ *   fall on the same cache sets; kv_geom_init has the measurement)
  *   block:| layer 0        | layer 1        | ... | layer L-1      |
  *   layer:| K plane | V plane |                               layer_stride
  *   plane:| row 0 | row 1 | ... | row T-1 | tail | pad |      plane_stride[p]
@@ -57,7 +60,7 @@ typedef struct {
     uint64_t plane_bytes[2];    /* exact plane size (rows + tail) */
     uint64_t plane_stride[2];   /* plane_bytes rounded up to KV_PLANE_ALIGN */
     uint64_t layer_stride;      /* plane_stride[K] + plane_stride[V] */
-    uint64_t block_bytes;       /* n_layers x layer_stride: one block as laid out */
+    uint64_t block_bytes;       /* n_layers x layer_stride (+ the pad above): one block as laid out */
     uint64_t block_bytes_exact; /* n_layers x (plane_bytes[K] + plane_bytes[V]): the formula */
     double bytes_per_token;     /* block_bytes_exact / block_size */
 } kv_geom;
