@@ -176,24 +176,32 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * activations come re-laid by kern_matmul (kern_px, filled by the AVX2
  * variant's px_row: the layout is kern_impl.h's). */
 
-/* Software prefetch: none by default. With the scales interleaved with the
- * quants (kern_pack.c) a group is read at rising addresses and Zen 4's
- * hardware prefetcher keeps up alone; software prefetches on top cost
- * queue slots. Paired against the plain read loop (`test_kernels
- * bench-stream q4_0 2048 11264 22`: 22 distinct matrices, 272 MiB, ratio
- * of GB/s to the read loop's just before; 3 rounds, session 8): 8 KiB
- * ahead into L2 0.895/0.886/0.856, none 0.911/0.915/0.829, 4 KiB
- * 0.884/0.862/0.824, 16 KiB 0.870/0.841/0.844. In the engine (TinyLlama
- * tg128, 7 alternating runs, medians): Q4_0 48.6 (8 KiB) vs 52.6 tok/s
- * (none), Q8_0 27.1 vs 29.7. With the first layout (scales apart) 8 KiB
- * into L2 had been the best (0.82 of the read loop; Q4_0 45.4 tok/s, Q8_0
- * 26.3). The distance (bytes ahead, KERN_PACK_PREFETCH) and hint stay
- * overridable for other machines. */
+/* Software prefetch: none for one activation row, 8 KiB ahead into L2 for
+ * more. With the scales interleaved with the quants (kern_pack.c) a group
+ * is read at rising addresses and, at m = 1, Zen 4's hardware prefetcher
+ * keeps up alone: software prefetches on top cost queue slots. From m = 2
+ * on, a group takes longer to compute and the hardware prefetcher alone
+ * falls behind. Paired against the plain read loop (`test_kernels
+ * bench-stream q4_0 2048 11264 22 [m]`: 22 distinct matrices, 272 MiB,
+ * GB/s as a ratio of the read loop's just before; session 8):
+ *   m = 1: 8 KiB into L2 0.895/0.886/0.856, none 0.911/0.915/0.829 (three
+ *          rounds), 4 KiB 0.884/0.862/0.824, 16 KiB 0.870/0.841/0.844; in
+ *          the engine (TinyLlama tg128, 7 alternating runs, medians): Q4_0
+ *          48.6 (8 KiB) vs 52.6 tok/s (none), Q8_0 27.1 vs 29.7;
+ *   m = 2 / 4 / 8: none 0.87 / 0.62 / 0.41, 8 KiB into L2 0.93 / 0.96 / 0.59
+ *          (TinyLlama 8 sequences decoded together, Q4_0: 133 tok/s without,
+ *          160 with the first layout and 8 KiB).
+ * With the first layout (scales apart) 8 KiB into L2 had been the best at
+ * m = 1 (0.82 of the read loop). Distances (bytes ahead; 0 = none) and hint
+ * stay overridable for other machines. */
+#ifndef Q8P_PREFETCH_M1
+#define Q8P_PREFETCH_M1 0
+#endif
 #ifndef Q8P_PREFETCH_Q4
-#define Q8P_PREFETCH_Q4 0
+#define Q8P_PREFETCH_Q4 8192
 #endif
 #ifndef Q8P_PREFETCH_Q8
-#define Q8P_PREFETCH_Q8 0
+#define Q8P_PREFETCH_Q8 8192
 #endif
 #ifndef Q8P_HINT
 #define Q8P_HINT _MM_HINT_T1
@@ -211,7 +219,7 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
 {
     const int CH = Q8P_CHAINS(NX);
     const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
-    const size_t pf = is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = no prefetch */
+    const size_t pf = NX == 1 ? Q8P_PREFETCH_M1 : is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = none */
     const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
     const __m256i offmul = _mm256_set1_epi16(is_q4 ? 1 : 16); /* q4off (-8 sum x) times 1 or 16 */
     const size_t rows = px->rows;
