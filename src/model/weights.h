@@ -2,13 +2,18 @@
  *
  * Weights stay in their stored type; nothing is dequantized whole. A 2-D
  * weight W of GGUF dims [ne0 = in, ne1 = out] holds `out` rows of `in`
- * elements, i.e. y = W x multiplies each row with x. `data` always points
- * at the tensor in the mapped GGUF file. The Q8_0 and Q4_0 matrices the
- * matmuls read are repacked once at load (model_weights_repack) into one
- * anonymous 64-byte-aligned region in kern_pack's layout (`packed`), and
- * their file pages are dropped from memory: `data` stays valid (a read
- * faults the page back in from the file), which the embedding lookup of
- * token_embd relies on when the output matrix is tied to it.
+ * elements, i.e. y = W x multiplies each row with x. `data` points at the
+ * tensor in the mapped GGUF file, except for the matmul matrices of other
+ * quantized types than Q8_0/Q4_0 (K-quants) once model_weights_repack
+ * ran (float matrices stay in the file): those are copied, as
+ * they are, into one anonymous region on huge pages and `data` points at
+ * the copy. The Q8_0 and Q4_0 matrices the matmuls read are repacked into
+ * the same region in kern_pack's layout (`packed`); their `data` stays on
+ * the file. The file pages of both are dropped from memory: a read of the
+ * file's copy faults the page back in, which the embedding lookup of
+ * token_embd relies on when the output matrix is tied to it (the output's
+ * copy and token_embd's file rows are then two copies, the second read
+ * only a row a token).
  */
 #ifndef PL_MODEL_WEIGHTS_H
 #define PL_MODEL_WEIGHTS_H
@@ -44,19 +49,20 @@ typedef struct {
     weight output;            /* [dim -> n_vocab]; = tok_embd when tied */
     weight rope_freqs;        /* [rope_dim/2] optional */
     layer_weights *layers;    /* [n_layers] */
-    void *pack_mem;           /* the packed matrices (anonymous mapping), or NULL */
+    void *pack_mem;           /* the packed or copied matmul matrices (anonymous mapping), or NULL */
     size_t pack_len;          /* its length in bytes */
 } model_weights;
 
 /* Binds every tensor the config needs; errors name the tensor and the
  * expected and found shape or type. */
 int model_weights_bind(const gguf_file *f, const model_config *c, model_weights *w);
-/* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0) into one
- * anonymous region, unless the environment sets PAGELLM_NO_REPACK=1 or the
- * region cannot be had (then the weights stay as they are: not an error).
- * release_src: the tensors sit in a read-only file mapping whose pages may
- * be dropped (madvise MADV_DONTNEED) once packed, so that peak memory stays
- * about one copy of the model. Returns the number of matrices packed. */
+/* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0) and copies
+ * the other quantized matmul weights into one anonymous region, unless the
+ * environment sets PAGELLM_NO_REPACK=1 or the region cannot be had (then
+ * the weights stay as they are: not an error). release_src: the tensors
+ * sit in a read-only file mapping whose pages may be dropped (madvise
+ * MADV_DONTNEED) once moved, so that peak memory stays about one copy of
+ * the model. Returns the number of matrices packed. */
 int model_weights_repack(model_weights *w, uint32_t n_layers, bool release_src);
 void model_weights_free(model_weights *w);
 
