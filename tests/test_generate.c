@@ -11,6 +11,8 @@
 
 #include "gen_util.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
+#include "tensor/dtype.h"
 
 #define STORIES SHARED_MODELS "/stories260K.gguf"
 /* Tolerances on logits (synthetic logits have std ~2):
@@ -217,6 +219,47 @@ TEST(synthetic_110m_greedy_equals_llama_cpp_in_every_weight_type)
     }
 }
 
+static bool in_region(const model *m, const void *p)
+{
+    const uint8_t *a = m->w.pack_mem, *q = p;
+    return a && q >= a && q < a + m->w.pack_len;
+}
+
+/* model_weights_repack: on a Q4_K_M file (Q4_K and Q6_K matrices, no
+ * packed layout) every matmul matrix is copied into the huge-page region
+ * with its bytes unchanged, the token embedding stays in the file; on a
+ * q4_0 file the Q4_0 matrices are packed there, and PAGELLM_NO_REPACK=1
+ * leaves everything in the file. */
+TEST(load_moves_matmul_matrices_into_the_region)
+{
+    char path[512];
+    CHECK_MSG(synth_110m("q4_k_m", path, sizeof path) == 0, "making q4_k_m: %s", pl_last_error());
+    model *m = NULL;
+    CHECK_MSG(model_open(&m, path) == 0, "%s", pl_last_error());
+    const layer_weights *lw = &m->w.layers[0];
+    const weight *mats[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down, &m->w.output};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        CHECK(mats[i]->packed == NULL && in_region(m, mats[i]->data));
+    CHECK(!in_region(m, m->w.tok_embd.data));
+    /* the copies hold the file's bytes */
+    const gguf_tensor *wq = gguf_tensor_find(m->file, "blk.0.attn_q.weight");
+    const gguf_tensor *wd = gguf_tensor_find(m->file, "blk.0.ffn_down.weight");
+    CHECK(wq && wq->nbytes == (size_t)dtype_row_bytes(lw->wq.type, lw->wq.n_in) * lw->wq.n_out &&
+          memcmp(wq->data, lw->wq.data, wq->nbytes) == 0);
+    CHECK(wd && wd->type == lw->w_down.type && memcmp(wd->data, lw->w_down.data, wd->nbytes) == 0);
+    model_close(m);
+
+    CHECK_MSG(synth_110m("q4_0", path, sizeof path) == 0, "making q4_0: %s", pl_last_error());
+    CHECK(model_open(&m, path) == 0);
+    CHECK(in_region(m, m->w.layers[0].wq.packed) && !in_region(m, m->w.layers[0].wq.data));
+    model_close(m);
+    setenv("PAGELLM_NO_REPACK", "1", 1);
+    CHECK(model_open(&m, path) == 0);
+    CHECK(m->w.pack_mem == NULL && m->w.layers[0].wq.packed == NULL && m->w.output.packed == NULL);
+    model_close(m);
+    unsetenv("PAGELLM_NO_REPACK");
+}
+
 /* Rewrites stories260K with one change, for the bad-model tests. */
 typedef enum { BREAK_ARCH, DROP_TENSOR, BAD_SHAPE } breakage;
 
@@ -418,5 +461,6 @@ int main(void)
     RUN(append_all_gives_the_logits_of_every_position);
     RUN(seq_step_decodes_sequences_together_like_one_at_a_time);
     RUN(decode_bytes_are_the_weights_without_the_token_embedding);
+    RUN(load_moves_matmul_matrices_into_the_region);
     return test_summary();
 }

@@ -58,7 +58,7 @@ int kv_geom_init(kv_geom *g, const kv_shape *shape)
      * 2000 took 415 us a layer for the thread reading heads 0-1 and 220 us
      * for heads 2-3 (cache cold: `test_attention bench-decode` with
      * 4 KiB-aligned blocks, 7.8 vs 4.7 ms a token). One line more a block:
-     * 205-230 us for both; one line a plane did as well but costs 44 a
+     * 205-230 us for both; one line a plane did as well but costs 44 lines a
      * block. At most 127 bytes a block (0.02% of TinyLlama's 352 KiB). */
     if (t.block_bytes >= 4096) {
         const uint64_t lines = (t.block_bytes + 63) / 64;
