@@ -64,17 +64,23 @@ typedef struct {
     int n_kv, n_ctx;
 } fake_kv;
 
-static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3, ATTN_KV_FP8_E5M2};
+/* F16C: f16 rows with the K plane stored in columns (attn_kv.k_cols), the
+ * kv pool's f16 layout; a test-only name, made from the F16 rows. */
+#define F16C 0x20000u
+static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3, ATTN_KV_FP8_E5M2, F16C};
 #define N_TYPES ((int)(sizeof kv_types / sizeof kv_types[0]))
 static const char *kv_type_name(uint32_t t)
 {
     return t == DT_F32 ? "f32" : t == DT_F16 ? "f16" : t == DT_BF16 ? "bf16" : t == DT_Q8_0 ? "q8_0"
-         : t == DT_Q4_0 ? "q4_0" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : "e5m2";
+         : t == DT_Q4_0 ? "q4_0" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : t == F16C ? "f16 K columns" : "e5m2";
 }
+
+/* The element type of a test type (F16C's is F16). */
+static uint32_t elem_type(uint32_t t) { return t == F16C ? DT_F16 : t; }
 
 static bool is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E4M3 || t == ATTN_KV_FP8_E5M2; }
 
-static size_t head_row_bytes(uint32_t t, int hd) { return is_fp8(t) ? (size_t)hd : dtype_row_bytes(t, (uint64_t)hd); }
+static size_t head_row_bytes(uint32_t t, int hd) { return is_fp8(t) ? (size_t)hd : dtype_row_bytes(elem_type(t), (uint64_t)hd); }
 
 /* s: the e4m3 scale of the row's head (elements are stored as x / s) */
 static void encode_row(uint32_t t, const float *src, uint8_t *dst, int n, float s)
@@ -94,8 +100,9 @@ static void decode_row(uint32_t t, const uint8_t *src, float *dst, int n, float 
 
 /* n_ctx tokens of n_kv heads in blocks of bs tokens, physical blocks
  * shuffled (and one spare block more than needed, so ids are not dense). */
-static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
+static int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
 {
+    const uint32_t t = elem_type(t_test);
     rng_seed(seed);
     const size_t head_bytes = head_row_bytes(t, hd), row_bytes = head_bytes * (size_t)n_kv;
     /* a plane: bs rows, then (e4m3) one f32 scale per head, as the codec lays it out */
@@ -114,7 +121,7 @@ static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int
         f->table[k] = x;
     }
     f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
-                      rows_bytes};
+                      rows_bytes, false};
     for (int b = 0; b < n_phys; b++) /* scales 2^-4 .. 2^-1 (|x| / s stays within e4m3's range) */
         for (int pv = 0; pv < 2; pv++)
             for (int g = 0; g < n_kv; g++) {
@@ -135,6 +142,19 @@ static int fake_kv_make(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int
     free(tmp);
     f->n_kv = n_kv;
     f->n_ctx = n_ctx;
+    if (t_test == F16C) { /* each block's K plane from rows [slot][channel] to columns [channel][slot] */
+        const size_t C = (size_t)n_kv * (size_t)hd;
+        uint16_t *rows = malloc(rows_bytes);
+        if (!rows) return -1;
+        for (int b = 0; b < n_phys; b++) {
+            uint16_t *k = (uint16_t *)(f->data + (size_t)b * block_bytes);
+            memcpy(rows, k, rows_bytes);
+            for (size_t c = 0; c < C; c++)
+                for (int j = 0; j < bs; j++) k[c * (size_t)bs + (size_t)j] = rows[(size_t)j * C + c];
+        }
+        free(rows);
+        f->kv.k_cols = true;
+    }
     return 0;
 }
 
@@ -204,7 +224,7 @@ static void simd_vs_reference(attn_fn simd)
                         attn_paged_ref(&f.kv, rr, rep, scale, scratch, sf);
                         simd(&f.kv, rs, rep, scale, scratch, sf);
                         const double vmax = max_abs_v(&f, g, n);
-                        const double tol = (t == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
+                        const double tol = (elem_type(t) == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
                         double md = 0;
                         for (int i = 0; i < rep * hd; i++) md = fmax(md, fabs((double)o_ref[i] - o_simd[i]));
                         worst[ti] = fmax(worst[ti], md / vmax);
@@ -221,7 +241,8 @@ static void simd_vs_reference(attn_fn simd)
             }
         }
     INFO("%d calls; worst |simd - ref| / max|v|: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g, e4m3 %.2g, "
-         "e5m2 %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6]);
+         "e5m2 %.2g, f16 K columns %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6],
+         worst[7]);
 }
 
 TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
@@ -319,10 +340,10 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
-    static const uint32_t types[] = {DT_F16, DT_Q8_0, DT_Q4_0};
+    static const uint32_t types[] = {DT_F16, DT_Q8_0, DT_Q4_0, F16C};
     static const int hds[] = {8, 64, 72, 128}, bss[] = {1, 16, 32};
     char why[256];
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < 4; ti++)
         for (int hi = 0; hi < 4; hi++) {
             if (!type_fits(types[ti], hds[hi])) continue;
             for (int bi = 0; bi < 3; bi++) {
@@ -338,6 +359,39 @@ TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                 fake_kv_free(&f);
             }
         }
+}
+
+/* K in columns is only another address of the same halves: the
+ * reference reads the same keys either way, so its outputs are the same
+ * bits; the SIMD variants' column kernels are held to the reference by
+ * the tests above (type "f16 K columns"). Block sizes 1, 5 (short groups
+ * of every SIMD width), 16, 32 and 48 (a block of several key groups). */
+TEST(k_in_columns_reads_the_same_keys_as_rows)
+{
+    static const int bss[] = {1, 5, 16, 32, 48}, ctxs[] = {1, 5, 16, 17, 100, 777};
+    for (int bi = 0; bi < 5; bi++) {
+        fake_kv fr, fc;
+        CHECK(fake_kv_make(&fr, DT_F16, 64, 3, 800, bss[bi], 4242u + bi) == 0);
+        CHECK(fake_kv_make(&fc, F16C, 64, 3, 800, bss[bi], 4242u + bi) == 0);
+        CHECK(fc.kv.k_cols && !fr.kv.k_cols);
+        for (int ci = 0; ci < 6; ci++) {
+            const int n = ctxs[ci];
+            const size_t sf = attn_scratch_floats(n, 64);
+            float *scratch = malloc(sizeof(float) * sf), q[4 * 64], o[2][4 * 64];
+            for (int i = 0; i < 4 * 64; i++) q[i] = rng_gauss();
+            attn_row rr[4], rc[4];
+            for (int r = 0; r < 4; r++) {
+                rr[r] = (attn_row){q + 64 * r, o[0] + 64 * r, n - r > 0 ? n - r : 1, r % 3, 0};
+                rc[r] = (attn_row){q + 64 * r, o[1] + 64 * r, n - r > 0 ? n - r : 1, r % 3, 0};
+            }
+            attn_paged_ref(&fr.kv, rr, 4, 0.125f, scratch, sf);
+            attn_paged_ref(&fc.kv, rc, 4, 0.125f, scratch, sf);
+            free(scratch);
+            CHECK_MSG(memcmp(o[0], o[1], sizeof o[0]) == 0, "bs %d n_ctx %d: columns and rows differ", bss[bi], n);
+        }
+        fake_kv_free(&fr);
+        fake_kv_free(&fc);
+    }
 }
 
 /* The q8_0 and q4_0 scores of the AVX-512 variant (VNNI) are the
@@ -373,7 +427,7 @@ TEST(avx512_q8_0_q4_0_scores_are_the_references)
  * (NaN codes included): one token, so the weight is 1 and out = V. */
 TEST(fp8_every_code_reads_as_the_codec_decodes_it)
 {
-    for (int ti = 5; ti < N_TYPES; ti++) {
+    for (int ti = 5; ti < 7; ti++) { /* e4m3, e5m2 */
         const uint32_t t = kv_types[ti];
         fake_kv f;
         CHECK(fake_kv_make(&f, t, 256, 1, 1, 16, 3) == 0);
@@ -516,7 +570,7 @@ static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
             if (v == 1 && !attn_avx512_available()) break;
             for (int i = 0; i < reps; i++)
                 for (int l = 0; l < L; l++) {
-                    evict_caches();
+                    if (!getenv("NOEVICT")) evict_caches(); /* NOEVICT=1: warm caches (compute alone) */
                     const double t0 = now_s();
                     (v ? attn_paged_avx512 : attn_paged_avx2)(&f[l].kv, rows, R, 0.125f, scratch, sf);
                     t[v] += now_s() - t0;
@@ -548,6 +602,7 @@ int main(int argc, char **argv)
     RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(k_in_columns_reads_the_same_keys_as_rows);
     RUN(avx512_q8_0_q4_0_scores_are_the_references);
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);

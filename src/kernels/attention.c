@@ -133,9 +133,16 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
      * operations as if their blocks were gone */
     const int lo = row->lo;
     float mx = -INFINITY;
+    uint16_t *kcol = qh + hdp; /* a key gathered from its columns (k_cols) */
     for (int j = lo; j < n_ctx; j++) {
         fp8_row(kv, kv->k_base, j, g, tmp);
-        scores[j] = dot_key(kv, kv_row(kv->k_base, kv, j, g), q, qh, tmp) * scale;
+        const uint8_t *k = kv->k_cols ? (const uint8_t *)kcol : kv_row(kv->k_base, kv, j, g);
+        if (kv->k_cols) {
+            const uint16_t *c = (const uint16_t *)(kv->k_base + (size_t)kv->blocks[j / kv->block_size] * kv->block_bytes) +
+                                (size_t)g * hd * kv->block_size + j % kv->block_size;
+            for (int i = 0; i < hd; i++) kcol[i] = c[(size_t)i * kv->block_size];
+        }
+        scores[j] = dot_key(kv, k, q, qh, tmp) * scale;
         if (scores[j] > mx) mx = scores[j];
     }
     double sum = 0;

@@ -6,7 +6,8 @@
  * row j % block_size:
  *   K row of token j, head g = k_base + blocks[j/bs] * block_bytes
  *                              + (j % bs) * row_bytes + g * head_bytes
- * (the same for V from v_base). Rows are ggml rows of head_dim elements of
+ * (the same for V from v_base; f16 keys may instead be stored in columns,
+ * attn_kv.k_cols below). Rows are ggml rows of head_dim elements of
  * kv_type (F32, F16, BF16, Q8_0, Q4_0), or rows of OFP8 bytes
  * (ATTN_KV_FP8_E4M3 / _E5M2, one byte an element), so any quantized KV row
  * is read by dequantizing on the fly and the cache is never expanded.
@@ -101,7 +102,19 @@ typedef struct {
                                        block_size and head_dim above are used) */
     size_t scale_off;               /* ATTN_KV_FP8_E4M3: where a block's plane keeps its
                                        per-head f32 scales, from the plane's start */
+    bool k_cols;                    /* F16 only: the K plane is stored in columns (below);
+                                       row_bytes and head_bytes then describe V alone */
 } attn_kv;
+
+/* K in columns (attn_kv.k_cols, kv_type DT_F16): a block's K plane holds,
+ * channel after channel (channel c = g x head_dim + d), one column of
+ * block_size halves, token slot after slot:
+ *   K element d of token j, head g = k_base + blocks[j/bs] * block_bytes
+ *                                    + ((g * head_dim + d) * bs + j % bs) * 2
+ * so a head's keys of one block are one contiguous run of head_dim x bs
+ * halves, and a score of 16 keys is a broadcast FMA per dim with no
+ * transpose (the kv pool's f16 layout, kv_dtype.h). Numerics are those of
+ * the row layout's (the same query, keys and order of the reference). */
 
 /* kv_type values beyond ggml's types: OFP8 rows (see the top). */
 #define ATTN_KV_FP8_E4M3 0x10000u

@@ -483,6 +483,133 @@ static KA void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, fl
     }
 }
 
+/* ------------------------------------------------- f16 keys in columns
+ * (attn_kv.k_cols; see attention_avx512.c for the why): lanes over 8 keys
+ * of a block, each dim's query element broadcast, per (row, key) one FMA
+ * chain over the dims in order, then x scale; the same operations for any
+ * number of rows or groups in a call. A group shorter than 8 keys (a
+ * block's tail, the context's end, block sizes below 8) is first copied
+ * into a zero-padded [hd][8] tile. */
+typedef struct {
+    const uint16_t *col; /* the first key's slot in its block's K plane, head 0 */
+    size_t stride;       /* halves from one dim's keys to the next: bs, or 8 in a tile */
+    int j0, n;
+} key_group8;
+
+/* pf[0..npf): later groups' columns (head 0; goff added here) to
+ * prefetch, a line (4 dims of 8 keys) every 4 dims. */
+KAI void scores_cols8(int NR, int NG, const key_group8 *kg, const float *const *q, int hd, __m256 vscale,
+                      float *const *out, const int *n, const key_group8 *pf, int npf, size_t goff)
+{
+    __m256 acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NG; k++) acc[r][k] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        if ((d & 3) == 0)
+            for (int k = 0; k < npf; k++) _mm_prefetch((const char *)(pf[k].col + goff + (size_t)d * pf[k].stride), ATTN_PF_HINT);
+        __m256 kx[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < NG; k++) kx[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kg[k].col + (size_t)d * kg[k].stride)));
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const __m256 qd = _mm256_broadcast_ss(q[r] + d);
+#pragma GCC unroll 4
+            for (int k = 0; k < NG; k++) acc[r][k] = _mm256_fmadd_ps(qd, kx[k], acc[r][k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NG; k++) {
+            const int at = kg[k].j0 - kg[0].j0, left = n[r] - at, w = left < kg[k].n ? left : kg[k].n;
+            if (left <= 0) continue;
+            const __m256 s = _mm256_mul_ps(acc[r][k], vscale);
+            if (w == 8) _mm256_storeu_ps(out[r] + at, s);
+            else _mm256_maskstore_ps(out[r] + at, _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), s);
+        }
+}
+
+static KA void scores_cols8_nr(int nr, int ng, const key_group8 *kg, const float *const *q, int hd, __m256 vscale,
+                               float *const *out, const int *n, const key_group8 *pf, int npf, size_t goff)
+{
+#define SC(R, G) scores_cols8(R, G, kg, q, hd, vscale, out, n, pf, npf, goff)
+    switch (nr * 8 + ng) {
+    case 8 + 1: SC(1, 1); break;
+    case 8 + 2: SC(1, 2); break;
+    case 8 + 3: SC(1, 3); break;
+    case 8 + 4: SC(1, 4); break;
+    case 16 + 1: SC(2, 1); break;
+    case 16 + 2: SC(2, 2); break;
+    case 24 + 1: SC(3, 1); break;
+    case 24 + 2: SC(3, 2); break;
+    case 32 + 1: SC(4, 1); break;
+    case 40 + 1: SC(5, 1); break;
+    case 48 + 1: SC(6, 1); break;
+    case 56 + 1: SC(7, 1); break;
+    default: SC(8, 1); break;
+    }
+#undef SC
+}
+
+/* Step 1 for k_cols: every row's scores, 4 groups of up to 8 keys a step;
+ * tile: scratch of 4 x 8 x hd floats (short groups' copies, as halves). */
+static KA void scores_by_cols8(const attn_kv *kv, const attn_row *rows, const int *sg_r0, const int *sg_n, int n_sg,
+                               int nmax, const float *qf, size_t hdp, float *sc, size_t ncp, __m256 vscale, uint16_t *tile)
+{
+    const int hd = kv->head_dim;
+    const size_t bs = kv->block_size, head = (size_t)hd * bs;
+    const int gpb = (int)((bs + 7) / 8), n_groups = (int)(((size_t)nmax + bs - 1) / bs) * gpb;
+    enum { STEP = 4, AHEAD = 8 }; /* AHEAD groups: 8 KiB of a head of 64 dims at bs 16 */
+    for (int g0 = 0; g0 < n_groups; g0 += STEP) {
+        int ng = 0, np = 0;
+        key_group8 base[STEP + AHEAD];
+        for (int gi = g0; gi < g0 + STEP + AHEAD && gi < n_groups; gi++) {
+            const int b = gi / gpb, k = (gi % gpb) * 8, j0 = b * (int)bs + k;
+            if (j0 >= nmax) break;
+            int n = (int)bs - k < 8 ? (int)bs - k : 8;
+            n = nmax - j0 < n ? nmax - j0 : n;
+            const key_group8 x = {(const uint16_t *)(kv->k_base + (size_t)kv->blocks[b] * kv->block_bytes) + k, bs, j0, n};
+            if (gi < g0 + STEP) base[ng++] = x;
+            else base[STEP + np++] = x;
+        }
+        for (int sg = 0; sg < n_sg; sg++) {
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1];
+            const size_t goff = (size_t)rows[r0].g * head;
+            key_group8 kg[4];
+            for (int k = 0; k < ng; k++) {
+                kg[k] = base[k];
+                kg[k].col += goff;
+                if (kg[k].n == 8) continue;
+                uint16_t *t = tile + (size_t)k * 8 * hd; /* a short group: zero-padded copy */
+                memset(t, 0, sizeof(uint16_t) * 8 * (size_t)hd);
+                for (int d = 0; d < hd; d++)
+                    memcpy(t + (size_t)d * 8, kg[k].col + (size_t)d * bs, sizeof(uint16_t) * (size_t)kg[k].n);
+                kg[k].col = t;
+                kg[k].stride = 8;
+            }
+            for (int a = r0; a < r1; a += 8) {
+                const int nr = r1 - a < 8 ? r1 - a : 8, per = nr == 1 ? 4 : nr <= 3 ? 2 : 1;
+                const float *q[8];
+                for (int r = 0; r < nr; r++) q[r] = qf + (size_t)(a + r) * hdp;
+                for (int k = 0; k < ng && kg[k].j0 < sg_n[sg]; k += per) {
+                    float *out[8];
+                    int n[8];
+                    for (int r = 0; r < nr; r++) {
+                        out[r] = sc + (size_t)(a + r) * ncp + kg[k].j0;
+                        n[r] = rows[a + r].n_ctx - kg[k].j0;
+                    }
+                    /* the same head's groups AHEAD later, spread over the dims (first row chunk only) */
+                    const int nk = ng - k < per ? ng - k : per, p0 = k + AHEAD - STEP;
+                    const int npf = a > r0 || p0 >= np ? 0 : np - p0 < nk ? np - p0 : nk;
+                    scores_cols8_nr(nr, nk, kg + k, q, hd, vscale, out, n, base + STEP + p0, npf, goff);
+                }
+            }
+        }
+    }
+}
+
 KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                         size_t scratch_floats)
 {
@@ -562,10 +689,16 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     kv_pf pv = {cursor_at(kv, kv->v_base, 0), 0, pf_n, pf_lo, pf_len};
     int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
     pfd = pfd < 8 ? 8 : pfd > 64 ? 64 : pfd;
-    pf_until(&pk, pfd);
+    if (kv->k_cols) {
+        assert(t == DT_F16 && 32 * (size_t)hd <= 2 * 40 * hdp); /* the tile in kt and vt */
+        scores_by_cols8(kv, rows, sg_r0, sg_n, n_sg, nmax, qf, hdp, sc, ncp, vscale, (uint16_t *)kt);
+        pf_until(&pv, pfd); /* the first values */
+    } else {
+        pf_until(&pk, pfd);
+    }
     const int pk_share = (8 + n_sg - 1) / n_sg; /* rows of a key group's batch each segment issues */
     kv_cursor kc = cursor_at(kv, kv->k_base, 0);
-    for (int j0 = 0; j0 < nmax; j0 += 8) {
+    for (int j0 = 0; !kv->k_cols && j0 < nmax; j0 += 8) {
         kv_pfb pkb; /* not {0}: zeroing its array cost more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + 8 + pfd, &pkb, 8);

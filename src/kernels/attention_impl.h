@@ -12,8 +12,11 @@
  *                       q4_0, and q8_0 / e4m3 read by several rows: the
  *                       other V rows are converted in registers)
  *
- * The reference uses only the front: scores[ncp], tmp[hdp], acc[hdp] and the
- * f16 query (hdp halves), which always fits in the above. The AVX-512
+ * The reference uses only the front: scores[ncp], tmp[hdp], acc[hdp], the
+ * f16 query (hdp halves) and a key gathered from its columns (hdp halves,
+ * k_cols), which always fits in the above. The AVX2 variant's column
+ * scores use kt and vt as one tile of 4 x 8 x hd halves (short key groups'
+ * copies). The AVX-512
  * variant (f16 caches) uses qf and sc only: it converts K and V in
  * registers.
  */

@@ -476,6 +476,12 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
     assert(!kv_dtype_staged(g->s.dtype) && slot < g->s.block_size);
     uint8_t *dst = kv_block_plane(pool, b, layer, p) + (uint64_t)slot * g->row_bytes[p];
     const int64_t n = (int64_t)g->kv_dim;
+    if (kv_plane_cols(pool, p)) { /* f16 columns: element c at stride T */
+        assert(g->s.dtype == KV_F16);
+        uint16_t *col = (uint16_t *)kv_block_plane(pool, b, layer, p) + slot;
+        for (int64_t c = 0; c < n; c++) col[(uint64_t)c * g->s.block_size] = f32_to_f16(row[c]);
+        return;
+    }
     switch (g->s.dtype) {
     case KV_F32: memcpy(dst, row, (size_t)n * sizeof(float)); break;
     case KV_F16: quant_f16_quantize_row(row, (uint16_t *)dst, n); break;
@@ -661,6 +667,7 @@ kv_block_ref kv_codec_ref(const kv_pool *pool, uint32_t b, uint32_t layer)
         .block_size = g->s.block_size,
         .n_kv_heads = g->s.n_kv_heads,
         .head_dim = g->s.head_dim,
+        .k_cols = kv_plane_cols(pool, KV_PLANE_K),
     };
 }
 
@@ -729,6 +736,11 @@ static void kivi_v_head(const kv_block_ref *r, uint32_t t, uint32_t h, float *ou
 static void row_head(const kv_block_ref *r, kv_plane p, uint32_t h, uint32_t t, float *out, float *span)
 {
     const uint32_t D = r->head_dim;
+    if (p == KV_PLANE_K && r->k_cols) { /* f16 columns: element i at stride T */
+        const uint16_t *c = (const uint16_t *)r->plane[p] + (uint64_t)h * D * r->block_size + t;
+        for (uint32_t i = 0; i < D; i++) out[i] = f16_to_f32(c[(uint64_t)i * r->block_size]);
+        return;
+    }
     const uint8_t *row = r->plane[p] + t * r->row_bytes[p];
     const uint64_t e0 = (uint64_t)h * D;
     switch (r->dtype) {

@@ -279,8 +279,9 @@ void kv_codec_unseal(const kv_pool *pool, uint32_t b, kv_stage *st);
 typedef struct {
     kv_dtype dtype;           /* encoding: the pool's dtype, or KV_F16 for a staged block */
     const uint8_t *plane[2];  /* [K], [V]: the plane's first byte */
-    uint64_t row_bytes[2];    /* row stride of a ROWS plane (0 for KIVI keys) */
+    uint64_t row_bytes[2];    /* row stride of a ROWS plane (0 for KIVI keys and f16 keys) */
     uint32_t block_size, n_kv_heads, head_dim;
+    bool k_cols;              /* the K plane is f16 in columns (a pool block of dtype f16) */
 } kv_block_ref;
 
 /* Layer of pool block b, as stored. For a staged dtype this is meaningful

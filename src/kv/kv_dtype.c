@@ -25,7 +25,8 @@
 
 static const kv_dtype_traits kv_traits[KV_DTYPE_COUNT] = {
     [KV_F32] = {"f32", "4 bytes per element", KV_F32, {KV_PLAIN(4), KV_PLAIN(4)}},
-    [KV_F16] = {"f16", "2 bytes per element (IEEE half)", KV_F16, {KV_PLAIN(2), KV_PLAIN(2)}},
+    /* keys in columns (see kv_dtype.h: the decode attention's layout) */
+    [KV_F16] = {"f16", "2 bytes per element (IEEE half)", KV_F16, {{KV_LAYOUT_COLUMNS, 1, 2, 0, 0}, KV_PLAIN(2)}},
     [KV_BF16] = {"bf16", "2 bytes per element (bfloat16)", KV_BF16, {KV_PLAIN(2), KV_PLAIN(2)}},
     [KV_Q8_0] = {"q8_0", "groups of 32 along the KV row: 32 x i8 + f16 scale (34 B)", KV_Q8_0,
                  {KV_GROUP32(34), KV_GROUP32(34)}},
@@ -122,6 +123,13 @@ uint64_t kv_dtype_plane_bytes(kv_dtype t, kv_plane p, uint32_t block_size, uint3
 {
     const kv_plane_traits *pt = &kv_dtype_get(t)->plane[p];
     if (pt->layout == KV_LAYOUT_CHANNELS) return kv_channels_plane_bytes(pt, block_size, (uint64_t)n_kv_heads * head_dim);
+    if (pt->layout == KV_LAYOUT_COLUMNS) { /* T elements a channel, no tail */
+        uint64_t col, total;
+        if (block_size == 0 || !mul_u64(block_size, pt->group_bytes, &col) ||
+            !mul_u64(col, (uint64_t)n_kv_heads * head_dim, &total))
+            return 0;
+        return total;
+    }
     uint64_t row = kv_dtype_row_bytes(t, p, (uint64_t)n_kv_heads * head_dim);
     uint64_t rows, tail = (uint64_t)n_kv_heads * pt->head_tail_bytes, total;
     if (row == 0 || block_size == 0) return 0;

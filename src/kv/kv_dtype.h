@@ -27,7 +27,7 @@
  *
  *   K plane = | codes ch 0 (cb B) | ch 1 | ... | ch C-1 | d[C] f16 | m[C] f16 |
  *
- * (kv_codec.h draws the bit order.) Their values are rows of groups of 32
+ * (kv_codec.h draws the bit order.) KIVI values are rows of groups of 32
  * along the KV row, each group | f16 d | f16 m | 32 codes |, like ggml's
  * q4_1. A KIVI block is quantized once, when it is full ("the block is the
  * quantization group"); while it fills, its rows live in f16 in a staging
@@ -35,6 +35,21 @@
  * kv_dtype_stage_bytes counts it, apart from the pool's bytes per token.
  * fp8_e4m3 is staged the same way (its block scales are chosen when the
  * block is full; kv_codec.h says why).
+ *
+ * f16 keys are stored in columns, unquantized (KV_LAYOUT_COLUMNS): channel
+ * after channel (c = head x head_dim + dim), each channel's T halves slot
+ * after slot (the f16 table row above counts the same bytes):
+ *
+ *   K plane = | ch 0: slot 0 .. T-1 | ch 1 | ... | ch C-1 |   (T x C x 2 B)
+ *
+ * This is the order the decode attention reads them in: a head's keys of a
+ * block are one run of head_dim x T halves, and 16 keys of one dim are one
+ * 32-byte load, so the scores need no transpose (measured on Zen 4, 16
+ * query rows x 2048 keys in cache: 47 us of scores against ~100 us for
+ * rows; kernels/attention_avx512.c). A token's elements stay separable
+ * (stride T), so a block is still written, shifted or copied in part token
+ * by token. f16 values stay rows: the weighted sum reads a value row per
+ * key. The stage of the staged dtypes is f16 rows, not this layout.
  *
  * Bytes per token by the formula = n_layers x (K plane + V plane) / T
  * (= 2 x n_layers x kv_dim x bytes/elem for the plain types), fractional
@@ -69,6 +84,7 @@ typedef enum { KV_PLANE_K = 0, KV_PLANE_V = 1 } kv_plane;
 typedef enum {
     KV_LAYOUT_ROWS = 0,  /* one row per token: row stride = row bytes */
     KV_LAYOUT_CHANNELS,  /* KIVI keys: one packed column of T codes per channel, no rows */
+    KV_LAYOUT_COLUMNS,   /* f16 keys: one column of T elements per channel, no rows */
 } kv_layout;
 
 /* How one plane of a dtype is stored. */
@@ -108,7 +124,7 @@ int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
 static inline bool kv_dtype_staged(kv_dtype t) { return kv_dtype_get(t)->fill_dtype != t; }
 
 /* Bytes of one token's row in plane p (rows layout), 0 if the dtype does
- * not fit kv_dim, and 0 for a CHANNELS plane (it has no token rows). */
+ * not fit kv_dim, and 0 for a CHANNELS or COLUMNS plane (no token rows). */
 uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim);
 
 /* Exact bytes of one plane: block_size tokens of one layer's K or V,

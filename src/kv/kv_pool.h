@@ -185,9 +185,15 @@ static inline uint64_t kv_row_stride(const kv_pool *pool, kv_plane p)
 /* The plane's tail (fp8_e4m3: n_kv_heads f32 scales), or NULL if it has none. */
 static inline uint8_t *kv_block_tail(const kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p)
 {
-    uint64_t rows = pool->g.row_bytes[p] * pool->g.s.block_size;
-    if (pool->g.plane_bytes[p] == rows) return NULL;
-    return kv_block_plane(pool, b, layer, p) + rows;
+    if (kv_dtype_get(pool->g.s.dtype)->plane[p].head_tail_bytes == 0) return NULL;
+    return kv_block_plane(pool, b, layer, p) + pool->g.row_bytes[p] * pool->g.s.block_size;
+}
+
+/* True if plane p is stored in columns (f16 keys, kv_dtype.h): element c of
+ * the token in slot t at plane + (c x block_size + t) x 2. */
+static inline bool kv_plane_cols(const kv_pool *pool, kv_plane p)
+{
+    return kv_dtype_get(pool->g.s.dtype)->plane[p].layout == KV_LAYOUT_COLUMNS;
 }
 
 #endif

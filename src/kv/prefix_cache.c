@@ -266,10 +266,11 @@ int pc_init(prefix_cache *pc, kv_pool *pool, const uint64_t model_fp[2])
     int rc = pc_arrays_make(&c, pool->n_blocks, s->block_size);
     if (rc) return rc;
     pc_salt_make(c.salt, model_fp, s);
-    /* A tail copy keeps m rows of a block: only if rows are separable. */
+    /* A tail copy keeps m tokens of a block: only if a token's elements are
+     * separable (rows, or f16 columns; not KIVI's per-channel quantization). */
     const kv_dtype_traits *tr = kv_dtype_get(s->dtype);
-    c.partial_ok = tr->fill_dtype == s->dtype && tr->plane[KV_PLANE_K].layout == KV_LAYOUT_ROWS &&
-                   tr->plane[KV_PLANE_V].layout == KV_LAYOUT_ROWS;
+    c.partial_ok = tr->fill_dtype == s->dtype && tr->plane[KV_PLANE_K].layout != KV_LAYOUT_CHANNELS &&
+                   tr->plane[KV_PLANE_V].layout != KV_LAYOUT_CHANNELS;
     *pc = c;
     kv_pool_set_evict(pool, pc_on_evict, pc); /* pc must not move from now on */
     return 0;

@@ -419,12 +419,21 @@ static void kv_store(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch 
         const uint32_t p = (uint32_t)b->pos[t];
         assert(p / bs < sq->n_blocks);
         const uint32_t blk = sq->blocks[p / bs];
-        uint8_t *kr = kv_block_k(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_K);
         uint8_t *vr = kv_block_v(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_V);
-        for (uint32_t h = 0; h < c->n_kv_heads; h++) {
-            kv_encode(rt, s->k + t * kvd + h * c->head_dim, kr + h * head_bytes, (int)c->head_dim);
+        for (uint32_t h = 0; h < c->n_kv_heads; h++)
             kv_encode(rt, s->v + t * kvd + h * c->head_dim, vr + h * head_bytes, (int)c->head_dim);
+        if (kv_plane_cols(kv, KV_PLANE_K)) { /* f16 keys in columns (kv_dtype.h): element e at stride bs */
+            uint16_t *col = (uint16_t *)kv_block_k(kv, blk, l) + p % bs, half[256];
+            for (size_t e0 = 0; e0 < kvd; e0 += 256) {
+                const size_t n = kvd - e0 < 256 ? kvd - e0 : 256;
+                kern_f32_to_f16_row(half, s->k + t * kvd + e0, (int)n);
+                for (size_t e = 0; e < n; e++) col[(e0 + e) * bs] = half[e];
+            }
+            continue;
         }
+        uint8_t *kr = kv_block_k(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_K);
+        for (uint32_t h = 0; h < c->n_kv_heads; h++)
+            kv_encode(rt, s->k + t * kvd + h * c->head_dim, kr + h * head_bytes, (int)c->head_dim);
     }
 }
 
@@ -639,11 +648,12 @@ static void attn_worker(void *arg, int ith, int nth)
             .v_base = kv_block_v(j->kv, 0, j->layer),
             .block_bytes = j->kv->g.block_bytes,
             .block_size = j->kv->g.s.block_size,
-            .row_bytes = rows_ok ? kv_row_stride(j->kv, KV_PLANE_K) : 0,
+            .row_bytes = rows_ok ? kv_row_stride(j->kv, KV_PLANE_V) : 0,
             .head_bytes = fp8 ? (size_t)hd : rows_ok ? dtype_row_bytes(rt, (uint64_t)hd) : 0,
             .kv_type = fp8 ? (dt == KV_FP8_E4M3 ? ATTN_KV_FP8_E4M3 : ATTN_KV_FP8_E5M2) : rt,
             .head_dim = hd,
             .scale_off = fp8 ? kv_row_stride(j->kv, KV_PLANE_K) * j->kv->g.s.block_size : 0,
+            .k_cols = rows_ok && kv_plane_cols(j->kv, KV_PLANE_K),
         };
         attn_row rows[ATTN_ROWS_CAP];
         for (int v = 0; v < it.nv; v++) {

@@ -16,7 +16,8 @@
 
 bool kv_shift_supported(kv_dtype t)
 {
-    return t < KV_DTYPE_COUNT && kv_dtype_get(t)->plane[KV_PLANE_K].layout == KV_LAYOUT_ROWS;
+    /* keys read and written token by token: rows, or f16 columns (kv_codec) */
+    return t < KV_DTYPE_COUNT && kv_dtype_get(t)->plane[KV_PLANE_K].layout != KV_LAYOUT_CHANNELS;
 }
 
 size_t kv_shift_scratch_floats(const kv_pool *pool)
