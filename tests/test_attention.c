@@ -251,7 +251,8 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
     simd_vs_reference(attn_paged_avx2);
 }
 
-/* The AVX-512 variant (its own kernel for f16, AVX2's for the rest). */
+/* The AVX-512 variant (its own kernels for f16 K columns, q8_0 and q4_0,
+ * AVX2's for the rest, f16 rows included). */
 TEST(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
@@ -334,9 +335,10 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
         }
 }
 
-/* The same for the AVX-512 variant on its own kernels (f16, q8_0, q4_0): rows
- * in chunks of 1..8 (16 or 8 keys a pass) must give a row the same bits,
- * over head dims with a half block of 16 (8, 72; f16 only). */
+/* The same for the AVX-512 variant on its own kernels (f16 K columns, q8_0,
+ * q4_0; f16 rows go to AVX2's): rows in chunks of 1..8 with 1 to 4 key
+ * groups a call must give a row the same bits, over head dims 8 and 72
+ * (not multiples of 16: f16 only) as well. */
 TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
@@ -551,7 +553,7 @@ static void evict_caches(void)
  * threads take 2 heads each), all rows at n_ctx = n. */
 static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
 {
-    const int hd = 64, n = 2048;
+    const int hd = 64, n = getenv("NCTX") ? atoi(getenv("NCTX")) : 2048; /* NCTX=n: another depth */
     for (int ti = 0; ti < N_TYPES; ti++) {
         if (only >= 0 && ti != only) continue;
         fake_kv f[32];

@@ -15,29 +15,14 @@
  * Measured warm, vs AVX2: 0.44-0.53x the time under GQA 4-8, 0.57-0.71x
  * without GQA.
  *
- * F16 keys in columns (attn_kv.k_cols, the pool's f16 layout): the scores
- * are broadcast FMAs over 16 keys a dim (scores_cols below), no transposes;
- * what follows describes the row layout's kernel, kept for f16 rows.
- *
- * F16, why another kernel: under GQA the AVX2 scores spend about as much on
- * horizontal sums (a hadd tree of 8 dim lanes per key and row) and on
- * converting keys as on the FMAs. Here the lanes of a vector are (key,
- * dim mod 4): 4 keys a vector, 16 keys (8 for more than 4 rows) a pass.
- * Per (row, key) the four chains
- *
- *   S_c = fma(q[i], k[i], ... fma(q[c], k[c], 0))   over i = c mod 4 ascending
- *
- * and then s = ((S_0 + S_1) + (S_2 + S_3)) x scale, with the query rounded
- * to f16 (as ggml) and k exact in f32. Each key vector (4 keys x 4 dims:
- * a 4 x 4 transpose of 64-bit quads of halves, then one conversion) serves
- * every row of the segment, each query quad (broadcast to the 4 lanes)
- * every key, and the sums of 4 lanes are 3 shuffle-adds and a permute per
- * 16 scores. The same operations for one row and for 8, for 16 keys and
- * for 8, so a row's scores do not depend on its company (row independence).
- * (Measured before this form: lanes over the rows, keys broadcast from an
- * f32 tile, wasted half the lanes at GQA 4 and 7/8 for a single row; lanes
- * over 16 keys with a 16 x 16 transpose of halves cost a single row 1.1-1.4x
- * AVX2's time.)
+ * F16 keys in columns (attn_kv.k_cols, the kv pool's f16 layout,
+ * kv_dtype.h): lanes over 16 keys of a block, the scores broadcast FMAs,
+ * one chain per (row, key) over the dims in order (scores_cols below), the
+ * query rounded to f16 (as ggml) and the keys exact in f32. F16 rows (no
+ * longer what the pool stores) go to the AVX2 variant as the other types
+ * do. (Session 8 had an f16-rows kernel here, lanes = 4 keys x 4 dims with
+ * 4 x 4 transposes and shuffle-add reductions: its scores took ~100 us for
+ * 16 rows x 2048 keys in cache against the columns' 47 us; removed.)
  * The softmax is the avx512 table's (kern_avx512_elem.c: max, vector expf,
  * sum in double) over exactly the row's scores lo..n_ctx-1, the weights
  * rounded to f16 after it (llama.cpp's non-flash path); the V sum is one
@@ -45,8 +30,8 @@
  * each V vector converted once in a register for up to 4 rows.
  *
  * Numerics relative to the reference (attention.c): F16: the same f16
- * query, weights and values; the dot products in 4 FMA chains and a fixed
- * tree (the reference: one chain of separate multiplies and adds). Q8_0,
+ * query, weights and values; each dot product one FMA chain in dim order
+ * (the reference: one chain of separate multiplies and adds). Q8_0,
  * Q4_0: the reference's scores bit for bit. All: vector expf within ~2
  * ulp and the softmax sum in another order, FMA in the V sum: within
  * test_attention's tolerances. Relative to the AVX2 variant: for F16
@@ -56,7 +41,8 @@
  *
  * Prefetching is the AVX2 variant's scheme (attention_walk.h's kv_pf /
  * kv_pfb, shared with it): cache rows ~8 KiB ahead when rows share KV
- * heads, issued a row or two at a time between the keys' work.
+ * heads, issued a row or two at a time between the keys' work; f16 key
+ * columns: the group 8 KiB ahead, a line every 2 dims of the scores.
  */
 #include "kernels/attention.h"
 
@@ -90,117 +76,6 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
 
 /* ------------------------------------------------------------ the scores */
 
-/* The 16 halves from dim d0 of 4 keys' head rows k[0..3] + goff (8 when half), as 4
- * vectors of "dim quads": v[j] holds dims d0 + 4j .. + 3 of key l in its
- * 128-bit lane l (a 4 x 4 transpose of 64-bit quads), converted to f32. */
-K5I void key_quads(const uint8_t *const *k, size_t goff, int d0, bool half, __m512 *v)
-{
-    __m256i a[4];
-#pragma GCC unroll 4
-    for (int l = 0; l < 4; l++) {
-        const uint16_t *h = (const uint16_t *)(k[l] + goff) + d0;
-        a[l] = half ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)h)) : _mm256_loadu_si256((const __m256i *)h);
-    }
-    const __m256i t0 = _mm256_unpacklo_epi64(a[0], a[1]), t1 = _mm256_unpackhi_epi64(a[0], a[1]);
-    const __m256i t2 = _mm256_unpacklo_epi64(a[2], a[3]), t3 = _mm256_unpackhi_epi64(a[2], a[3]);
-    v[0] = _mm512_cvtph_ps(_mm256_permute2x128_si256(t0, t2, 0x20));
-    v[1] = _mm512_cvtph_ps(_mm256_permute2x128_si256(t1, t3, 0x20));
-    v[2] = half ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_permute2x128_si256(t0, t2, 0x31)); /* unused when half */
-    v[3] = half ? _mm512_setzero_ps() : _mm512_cvtph_ps(_mm256_permute2x128_si256(t1, t3, 0x31));
-}
-
-/* The scores of a row's 4 accumulators a_m (key quads m = 0..3; element c
- * of 128-bit lane l = chain S_c of key 4m + l): lane k = ((S_0 + S_1) +
- * (S_2 + S_3)) of key k. After the two pair sums element m of lane l holds
- * key 4m + l; the permute puts key k in lane k. */
-K5I __m512 quad_sums4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
-{
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m512 h01 = _mm512_add_ps(_mm512_shuffle_ps(a0, a1, 0x88), _mm512_shuffle_ps(a0, a1, 0xDD));
-    const __m512 h23 = _mm512_add_ps(_mm512_shuffle_ps(a2, a3, 0x88), _mm512_shuffle_ps(a2, a3, 0xDD));
-    return _mm512_permutexvar_ps(order, _mm512_add_ps(_mm512_shuffle_ps(h01, h23, 0x88), _mm512_shuffle_ps(h01, h23, 0xDD)));
-}
-
-/* The same for two rows of 2 quads (8 keys) each: keys 0-7 of row A in
- * lanes 0-7, of row B in lanes 8-15 (the same operations per key). */
-K5I __m512 quad_sums2x2(__m512 a0, __m512 a1, __m512 b0, __m512 b1)
-{
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m512 ha = _mm512_add_ps(_mm512_shuffle_ps(a0, a1, 0x88), _mm512_shuffle_ps(a0, a1, 0xDD));
-    const __m512 hb = _mm512_add_ps(_mm512_shuffle_ps(b0, b1, 0x88), _mm512_shuffle_ps(b0, b1, 0xDD));
-    return _mm512_permutexvar_ps(order, _mm512_add_ps(_mm512_shuffle_ps(ha, hb, 0x88), _mm512_shuffle_ps(ha, hb, 0xDD)));
-}
-
-/* NR (1..8) rows against NQ (2 or 4) quads of keys kp[4m + l] + goff: lanes
- * over (key, dim mod 4). Per (row, key) the four chains S_c = FMAs over
- * the dims = c mod 4 in order, then ((S_0 + S_1) + (S_2 + S_3)) x scale
- * (see the top). Each key vector serves all the rows, each query quad
- * (broadcast to the 4 lanes) all the keys. Row r's first n[r] (may be <= 0)
- * of the 4 NQ scores go to out[r]. */
-K5I void scores_quads(int NR, int NQ, const uint8_t *const *kp, size_t goff, const float *const *q, int hd,
-                      __m512 vscale, float *const *out, const int *n)
-{
-    __m512 acc[8][4];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
-        for (int m = 0; m < NQ; m++) acc[r][m] = _mm512_setzero_ps();
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-        const bool half = hd - d0 < 16; /* hd is a multiple of 8 */
-        const int nj = half ? 2 : 4;
-        __m512 v[4][4];
-#pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) /* quads past NQ: never read, zeroed for the compiler's sake */
-            if (m < NQ) key_quads(kp + 4 * m, goff, d0, half, v[m]);
-            else v[m][0] = v[m][1] = v[m][2] = v[m][3] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int j = 0; j < nj; j++)
-#pragma GCC unroll 8
-            for (int r = 0; r < NR; r++) {
-                const __m512 qv = _mm512_broadcast_f32x4(_mm_loadu_ps(q[r] + d0 + 4 * j));
-#pragma GCC unroll 4
-                for (int m = 0; m < NQ; m++) acc[r][m] = _mm512_fmadd_ps(qv, v[m][j], acc[r][m]);
-            }
-    }
-    if (NQ == 2) {
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r += 2) {
-            const int rb = r + 1 < NR ? r + 1 : r;
-            const __m512 s = _mm512_mul_ps(quad_sums2x2(acc[r][0], acc[r][1], acc[rb][0], acc[rb][1]), vscale);
-            if (n[r] > 0) _mm256_mask_storeu_ps(out[r], (__mmask8)lanes16(n[r] < 8 ? n[r] : 8), _mm512_castps512_ps256(s));
-            if (rb > r && n[rb] > 0)
-                _mm256_mask_storeu_ps(out[rb], (__mmask8)lanes16(n[rb] < 8 ? n[rb] : 8),
-                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-        }
-        return;
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
-        if (n[r] > 0)
-            _mm512_mask_storeu_ps(out[r], lanes16(n[r] < 16 ? n[r] : 16),
-                                  _mm512_mul_ps(quad_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), vscale));
-}
-
-/* scores_quads with NR and NQ constants (NR x NQ <= 16 accumulators). */
-static K5 void scores_nr(int nr, const uint8_t *const *kp, size_t goff, const float *const *q, int hd,
-                         __m512 vscale, float *const *out, const int *n)
-{
-#define SQ(R, Q) scores_quads(R, Q, kp, goff, q, hd, vscale, out, n)
-    switch (nr) {
-    case 1: SQ(1, 4); break;
-    case 2: SQ(2, 4); break;
-    case 3: SQ(3, 4); break;
-    case 4: SQ(4, 4); break;
-    case 5: SQ(5, 2); break;
-    case 6: SQ(6, 2); break;
-    case 7: SQ(7, 2); break;
-    default: SQ(8, 2); break;
-    }
-#undef SQ
-}
-
-/* Keys a scores_nr call takes for nr rows. */
-static inline int scores_keys(int nr) { return nr <= 4 ? 16 : 8; }
 
 /* ------------------------------------------------- f16 keys in columns
  * (attn_kv.k_cols): a head's keys of one block are head_dim columns of bs
@@ -569,7 +444,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                           size_t scratch_floats)
 {
     const uint32_t t = kv->kv_type;
-    if (kv->reader || (t != DT_F16 && t != DT_Q8_0 && t != DT_Q4_0)) { /* one variant per cache type: AVX2's */
+    if (kv->reader || (!(t == DT_F16 && kv->k_cols) && t != DT_Q8_0 && t != DT_Q4_0)) { /* one variant per cache type: AVX2's */
         attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
@@ -623,11 +498,11 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         }
     }
 
-    /* 1. scores, KS keys at a time (keys past nmax repeat the last one),
-     * heads visited key step by key step as the AVX2 variant does (a
-     * decode call over several heads then reads each cache row's heads
-     * together); each segment's rows in chunks of up to 8, 16 or 8 keys a
-     * call (scores_keys) */
+    /* 1. scores. q8_0 / q4_0 rows: KS keys at a time (keys past nmax
+     * repeat the last one), heads visited key step by key step as the AVX2
+     * variant does (a decode call over several heads then reads each cache
+     * row's heads together); each segment's rows in chunks of up to 8, 16
+     * keys a call. f16 columns: scores_by_cols. */
     enum { KS = 16 }; /* 64 measured 1.2x the time without GQA (12 layers x 6 heads, cache in L3): a
                          head's column of 64 rows at a time instead of every head of 16 rows */
     const __m512 vscale = _mm512_set1_ps(scale);
@@ -643,15 +518,14 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     kv_pf pv = {cursor_at(kv, kv->v_base, 0), 0, pf_n, pf_lo, pf_len};
     int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
     pfd = pfd < 16 ? 16 : pfd > 64 ? 64 : pfd;
-    if (kv->k_cols) {
-        assert(t == DT_F16);
+    if (!i8) {
         scores_by_cols(kv, rows, sg_r0, sg_n, n_sg, nmax, qr, sc, ncp, vscale);
         pf_until(&pv, pfd); /* the first values */
     } else {
         pf_until(&pk, pfd);
     }
     kv_cursor kc = cursor_at(kv, kv->k_base, 0);
-    for (int j0 = 0; !kv->k_cols && j0 < nmax; j0 += KS) {
+    for (int j0 = 0; i8 && j0 < nmax; j0 += KS) {
         kv_pfb pkb; /* not {0}: zeroing its array costs more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + KS + pfd, &pkb, KS);
@@ -669,8 +543,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
             const int gv = sg_n[sg] - j0 < KS ? sg_n[sg] - j0 : KS; /* keys any row of the segment needs */
             for (int a = r0; a < r1; a += 8) {
                 const int nr = r1 - a < 8 ? r1 - a : 8;
-                const int kn = i8 ? 16 : scores_keys(nr);
-                for (int k0 = 0; k0 < gv; k0 += kn) {
+                for (int k0 = 0; k0 < gv; k0 += 16) {
                     float *out[8];
                     int n[8];
                     for (int r = 0; r < nr; r++) {
@@ -678,8 +551,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                         n[r] = rows[a + r].n_ctx - (j0 + k0);
                     }
                     pf_take(&pkb, pk_take);
-                    if (i8) scores_q8_nr(t == DT_Q4_0, nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n);
-                    else scores_nr(nr, krow + k0, goff, qr + a, hd, vscale, out, n);
+                    scores_q8_nr(t == DT_Q4_0, nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n);
                 }
             }
         }
