@@ -115,7 +115,8 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
     for (int d = 0; d < hd; d++) {
         if ((d & 1) == 0)
             for (int k = 0; k < npf; k++) _mm_prefetch((const char *)(pf[k].col + goff + (size_t)d * bs), ATTN_PF_HINT);
-        __m512 kx[4];
+        /* entries past NG are never read (zeroed for the compiler's sake) */
+        __m512 kx[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
 #pragma GCC unroll 4
         for (int k = 0; k < NG; k++) kx[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[k], c[k] + (size_t)d * bs));
 #pragma GCC unroll 8
