@@ -165,13 +165,17 @@ static inline int cols_groups(int nr) { return nr == 1 ? 4 : nr <= 3 ? 2 : 1; }
 
 /* Step 1 for k_cols: every row's scores, in groups of up to 16 keys of one
  * block, 4 groups a step; each segment's rows in chunks of up to 8. */
+#ifndef ATTN_COLS_AHEAD
+#define ATTN_COLS_AHEAD 4 /* groups prefetched ahead (>= 4): 8 KiB of a head of 64 dims at bs 16 (4, 8, 12 and
+                              ATTN_PF_BYTES 16 KiB measured equal: bench-decode cold, 576 and 2,048 keys) */
+#endif
 static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int *sg_r0, const int *sg_n, int n_sg,
                               int nmax, const float *const *qr, float *sc, size_t ncp, __m512 vscale)
 {
     const int hd = kv->head_dim;
     const size_t bs = kv->block_size, head = (size_t)hd * bs; /* halves of one head's columns */
     const int gpb = (int)((bs + 15) / 16), n_groups = (int)(((size_t)nmax + bs - 1) / bs) * gpb;
-    enum { STEP = 4, AHEAD = 4 }; /* AHEAD groups: 8 KiB of a head of 64 dims at bs 16 */
+    enum { STEP = 4, AHEAD = ATTN_COLS_AHEAD };
     for (int g0 = 0; g0 < n_groups; g0 += STEP) {
         key_group kg[STEP + AHEAD];
         int ng = 0, np = 0;
