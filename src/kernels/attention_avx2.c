@@ -535,21 +535,7 @@ static KA void scores_cols8_nr(int nr, int ng, const key_group8 *kg, const float
                                float *const *out, const int *n, const key_group8 *pf, int npf, size_t goff)
 {
 #define SC(R, G) scores_cols8(R, G, kg, q, hd, vscale, out, n, pf, npf, goff)
-    switch (nr * 8 + ng) {
-    case 8 + 1: SC(1, 1); break;
-    case 8 + 2: SC(1, 2); break;
-    case 8 + 3: SC(1, 3); break;
-    case 8 + 4: SC(1, 4); break;
-    case 16 + 1: SC(2, 1); break;
-    case 16 + 2: SC(2, 2); break;
-    case 24 + 1: SC(3, 1); break;
-    case 24 + 2: SC(3, 2); break;
-    case 32 + 1: SC(4, 1); break;
-    case 40 + 1: SC(5, 1); break;
-    case 48 + 1: SC(6, 1); break;
-    case 56 + 1: SC(7, 1); break;
-    default: SC(8, 1); break;
-    }
+    ATTN_COLS_DISPATCH(nr, ng, SC)
 #undef SC
 }
 
@@ -590,7 +576,7 @@ static KA void scores_by_cols8(const attn_kv *kv, const attn_row *rows, const in
                 kg[k].stride = 8;
             }
             for (int a = r0; a < r1; a += 8) {
-                const int nr = r1 - a < 8 ? r1 - a : 8, per = nr == 1 ? 4 : nr <= 3 ? 2 : 1;
+                const int nr = r1 - a < 8 ? r1 - a : 8, per = cols_groups(nr);
                 const float *q[8];
                 for (int r = 0; r < nr; r++) q[r] = qf + (size_t)(a + r) * hdp;
                 for (int k = 0; k < ng && kg[k].j0 < sg_n[sg]; k += per) {

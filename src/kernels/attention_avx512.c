@@ -136,32 +136,15 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
         }
 }
 
-/* scores_cols with constants: up to 8 rows a call, more key groups for
- * fewer rows (independent FMA chains to cover the FMA latency). */
+/* scores_cols with constants (attention_walk.h's dispatch). */
 static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, size_t bs, const float *const *q, int hd,
                               __m512 vscale, float *const *out, const int *n, const key_group *pf, int npf)
 {
 #define SC(R, G) scores_cols(R, G, kg, goff, bs, q, hd, vscale, out, n, pf, npf)
-    switch (nr * 8 + ng) {
-    case 8 + 1: SC(1, 1); break;
-    case 8 + 2: SC(1, 2); break;
-    case 8 + 3: SC(1, 3); break;
-    case 8 + 4: SC(1, 4); break;
-    case 16 + 1: SC(2, 1); break;
-    case 16 + 2: SC(2, 2); break;
-    case 24 + 1: SC(3, 1); break;
-    case 24 + 2: SC(3, 2); break;
-    case 32 + 1: SC(4, 1); break;
-    case 40 + 1: SC(5, 1); break;
-    case 48 + 1: SC(6, 1); break;
-    case 56 + 1: SC(7, 1); break;
-    default: SC(8, 1); break;
-    }
+    ATTN_COLS_DISPATCH(nr, ng, SC)
 #undef SC
 }
 
-/* Key groups of one scores_cols_nr call for nr rows. */
-static inline int cols_groups(int nr) { return nr == 1 ? 4 : nr <= 3 ? 2 : 1; }
 
 /* Step 1 for k_cols: every row's scores, in groups of up to 16 keys of one
  * block, 4 groups a step; each segment's rows in chunks of up to 8. */

@@ -1,5 +1,6 @@
 /* attention_walk.h - the walk over a paged cache's rows and its software
- * prefetch, shared by the SIMD attention files (attention_avx2.c,
+ * prefetch, and the score dispatch of f16 key columns, shared by the SIMD
+ * attention files (attention_avx2.c,
  * attention_avx512.c). x86 only (_mm_prefetch); static inline, no target
  * attributes needed (prefetches are baseline SSE).
  *
@@ -101,6 +102,29 @@ static inline void pf_take(kv_pfb *b, int m)
     if (!b) return;
     for (; m > 0 && b->next < b->n; m--, b->next++) pf_line_range(b->a[b->next], b->len);
 }
+
+/* f16 key columns (attn_kv.k_cols): key groups a score call takes for nr
+ * rows (more groups for fewer rows: independent FMA chains to cover the
+ * FMA latency), and the dispatch of a score kernel SC(R, G) instantiated
+ * with constant rows R (1..8) and groups G (cols_groups(R) at most). */
+static inline int cols_groups(int nr) { return nr == 1 ? 4 : nr <= 3 ? 2 : 1; }
+
+#define ATTN_COLS_DISPATCH(nr, ng, SC) \
+    switch ((nr) * 8 + (ng)) {         \
+    case 8 + 1: SC(1, 1); break;       \
+    case 8 + 2: SC(1, 2); break;       \
+    case 8 + 3: SC(1, 3); break;       \
+    case 8 + 4: SC(1, 4); break;       \
+    case 16 + 1: SC(2, 1); break;      \
+    case 16 + 2: SC(2, 2); break;      \
+    case 24 + 1: SC(3, 1); break;      \
+    case 24 + 2: SC(3, 2); break;      \
+    case 32 + 1: SC(4, 1); break;      \
+    case 40 + 1: SC(5, 1); break;      \
+    case 48 + 1: SC(6, 1); break;      \
+    case 56 + 1: SC(7, 1); break;      \
+    default: SC(8, 1); break;          \
+    }
 
 /* End of the run of rows from r0 that read the same KV head. */
 static inline int segment_end(const attn_row *rows, int n_rows, int r0)
