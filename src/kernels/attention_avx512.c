@@ -95,9 +95,12 @@ typedef struct {
     int j0, n;
 } key_group;
 
-/* NR rows (1..8) x NG groups (1..4) of keys; pf[0..npf): later groups of
- * the same head to prefetch, a line (2 dims of 16 keys) every 2 dims. */
-K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs, const float *const *q, int hd,
+/* NR rows (1..8) x NG groups (1..4) of keys; qt: the rows' queries
+ * interleaved, element d of row r at qt[d NR + r] (each dim's NR
+ * broadcasts then come from one base register: with a pointer per row the
+ * loop ran out of general registers); pf[0..npf): later groups of the same
+ * head to prefetch, a line (2 dims of 16 keys) every 2 dims. */
+K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
                      __m512 vscale, float *const *out, const int *n, const key_group *pf, int npf)
 {
     __m512 acc[8][4];
@@ -121,7 +124,7 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
         for (int k = 0; k < NG; k++) kx[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[k], c[k] + (size_t)d * bs));
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
-            const __m512 qd = _mm512_set1_ps(q[r][d]);
+            const __m512 qd = _mm512_set1_ps(qt[(size_t)d * NR + r]);
 #pragma GCC unroll 4
             for (int k = 0; k < NG; k++) acc[r][k] = _mm512_fmadd_ps(qd, kx[k], acc[r][k]);
         }
@@ -137,10 +140,10 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
 }
 
 /* scores_cols with constants (attention_walk.h's dispatch). */
-static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, size_t bs, const float *const *q, int hd,
+static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
                               __m512 vscale, float *const *out, const int *n, const key_group *pf, int npf)
 {
-#define SC(R, G) scores_cols(R, G, kg, goff, bs, q, hd, vscale, out, n, pf, npf)
+#define SC(R, G) scores_cols(R, G, kg, goff, bs, qt, hd, vscale, out, n, pf, npf)
     ATTN_COLS_DISPATCH(nr, ng, SC)
 #undef SC
 }
@@ -153,10 +156,17 @@ static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, 
                               ATTN_PF_BYTES 16 KiB measured equal: bench-decode cold, 576 and 2,048 keys) */
 #endif
 static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int *sg_r0, const int *sg_n, int n_sg,
-                              int nmax, const float *const *qr, float *sc, size_t ncp, __m512 vscale)
+                              int nmax, const float *const *qr, float *sc, size_t ncp, __m512 vscale, float *qt)
 {
     const int hd = kv->head_dim;
     const size_t bs = kv->block_size, head = (size_t)hd * bs; /* halves of one head's columns */
+    /* qt: each call's rows [a, a + nr) interleaved (scores_cols) at qt + a hd */
+    for (int sg = 0; sg < n_sg; sg++)
+        for (int a = sg_r0[sg]; a < sg_r0[sg + 1]; a += 8) {
+            const int nr = sg_r0[sg + 1] - a < 8 ? sg_r0[sg + 1] - a : 8;
+            for (int r = 0; r < nr; r++)
+                for (int d = 0; d < hd; d++) qt[(size_t)a * hd + (size_t)d * nr + r] = qr[a + r][d];
+        }
     const int gpb = (int)((bs + 15) / 16), n_groups = (int)(((size_t)nmax + bs - 1) / bs) * gpb;
     enum { STEP = 4, AHEAD = ATTN_COLS_AHEAD };
     for (int g0 = 0; g0 < n_groups; g0 += STEP) {
@@ -186,7 +196,7 @@ static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int
                     }
                     /* the same head's groups AHEAD later, spread over the dims (first row chunk only) */
                     const int p0 = k + AHEAD - STEP, npf = a > r0 || p0 >= np ? 0 : np - p0 < nk ? np - p0 : nk;
-                    scores_cols_nr(nr, nk, kg + k, goff, bs, qr + a, hd, vscale, out, n, kg + STEP + p0, npf);
+                    scores_cols_nr(nr, nk, kg + k, goff, bs, qt + (size_t)a * hd, hd, vscale, out, n, kg + STEP + p0, npf);
                 }
             }
         }
@@ -507,7 +517,8 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
     pfd = pfd < 16 ? 16 : pfd > 64 ? 64 : pfd;
     if (!i8) {
-        scores_by_cols(kv, rows, sg_r0, sg_n, n_sg, nmax, qr, sc, ncp, vscale);
+        assert((size_t)n_rows * hd <= (8 + ATTN_VB) * hdp); /* the interleaved queries in kt and vt */
+        scores_by_cols(kv, rows, sg_r0, sg_n, n_sg, nmax, qr, sc, ncp, vscale, sc + (size_t)n_rows * ncp);
         pf_until(&pv, pfd); /* the first values */
     } else {
         pf_until(&pk, pfd);

@@ -16,9 +16,8 @@
  * f16 query (hdp halves) and a key gathered from its columns (hdp halves,
  * k_cols), which always fits in the above. The AVX2 variant's column
  * scores use kt and vt as one tile of 4 x 8 x hd halves (short key groups'
- * copies). The AVX-512
- * variant (f16 caches) uses qf and sc only: it converts K and V in
- * registers.
+ * copies). The AVX-512 variant converts K and V in registers; for f16 key
+ * columns it keeps the queries interleaved (R x hd floats) in kt and vt.
  */
 #ifndef PL_KERNELS_ATTENTION_IMPL_H
 #define PL_KERNELS_ATTENTION_IMPL_H
