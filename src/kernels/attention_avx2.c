@@ -546,17 +546,14 @@ static KA void scores_by_cols8(const attn_kv *kv, const attn_row *rows, const in
 {
     const int hd = kv->head_dim;
     const size_t bs = kv->block_size, head = (size_t)hd * bs;
-    const int gpb = (int)((bs + 7) / 8), n_groups = (int)(((size_t)nmax + bs - 1) / bs) * gpb;
+    const int n_groups = cols_n_groups(kv, 8, nmax);
     enum { STEP = 4, AHEAD = 8 }; /* AHEAD groups: 8 KiB of a head of 64 dims at bs 16 */
     for (int g0 = 0; g0 < n_groups; g0 += STEP) {
         int ng = 0, np = 0;
         key_group8 base[STEP + AHEAD];
         for (int gi = g0; gi < g0 + STEP + AHEAD && gi < n_groups; gi++) {
-            const int b = gi / gpb, k = (gi % gpb) * 8, j0 = b * (int)bs + k;
-            if (j0 >= nmax) break;
-            int n = (int)bs - k < 8 ? (int)bs - k : 8;
-            n = nmax - j0 < n ? nmax - j0 : n;
-            const key_group8 x = {(const uint16_t *)(kv->k_base + (size_t)kv->blocks[b] * kv->block_bytes) + k, bs, j0, n};
+            key_group8 x = {.stride = bs};
+            if ((x.n = cols_group(kv, gi, 8, nmax, &x.col, &x.j0)) == 0) break;
             if (gi < g0 + STEP) base[ng++] = x;
             else base[STEP + np++] = x;
         }

@@ -167,17 +167,14 @@ static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int
             for (int r = 0; r < nr; r++)
                 for (int d = 0; d < hd; d++) qt[(size_t)a * hd + (size_t)d * nr + r] = qr[a + r][d];
         }
-    const int gpb = (int)((bs + 15) / 16), n_groups = (int)(((size_t)nmax + bs - 1) / bs) * gpb;
+    const int n_groups = cols_n_groups(kv, 16, nmax);
     enum { STEP = 4, AHEAD = ATTN_COLS_AHEAD };
     for (int g0 = 0; g0 < n_groups; g0 += STEP) {
         key_group kg[STEP + AHEAD];
         int ng = 0, np = 0;
         for (int gi = g0; gi < g0 + STEP + AHEAD && gi < n_groups; gi++) {
-            const int blk = gi / gpb, k0 = (gi % gpb) * 16, j0 = blk * (int)bs + k0;
-            if (j0 >= nmax) break;
-            int n = (int)bs - k0 < 16 ? (int)bs - k0 : 16;
-            n = nmax - j0 < n ? nmax - j0 : n;
-            const key_group x = {(const uint16_t *)(kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes) + k0, j0, n};
+            key_group x;
+            if ((x.n = cols_group(kv, gi, 16, nmax, &x.col, &x.j0)) == 0) break;
             if (gi < g0 + STEP) kg[ng++] = x;
             else kg[STEP + np++] = x;
         }

@@ -109,6 +109,28 @@ static inline void pf_take(kv_pfb *b, int m)
  * with constant rows R (1..8) and groups G (cols_groups(R) at most). */
 static inline int cols_groups(int nr) { return nr == 1 ? 4 : nr <= 3 ? 2 : 1; }
 
+/* Key groups of width w (16 for AVX-512, 8 for AVX2) over the first nmax
+ * keys: a group never crosses a block, so a block holds ceil(bs / w) of
+ * them, its last one short when w does not divide bs. */
+static inline int cols_n_groups(const attn_kv *kv, int w, int nmax)
+{
+    const int bs = (int)kv->block_size;
+    return (nmax + bs - 1) / bs * ((bs + w - 1) / w);
+}
+
+/* Group gi of width w: its key count (0 when it starts at or past nmax),
+ * the position of its first key (*j0) and that key's slot in its block's
+ * K plane, head 0 (*col). */
+static inline int cols_group(const attn_kv *kv, int gi, int w, int nmax, const uint16_t **col, int *j0)
+{
+    const int bs = (int)kv->block_size, gpb = (bs + w - 1) / w, b = gi / gpb, k = gi % gpb * w;
+    *j0 = b * bs + k;
+    if (*j0 >= nmax) return 0;
+    *col = (const uint16_t *)(kv->k_base + (size_t)kv->blocks[b] * kv->block_bytes) + k;
+    const int n = bs - k < w ? bs - k : w;
+    return nmax - *j0 < n ? nmax - *j0 : n;
+}
+
 #define ATTN_COLS_DISPATCH(nr, ng, SC) \
     switch ((nr) * 8 + (ng)) {         \
     case 8 + 1: SC(1, 1); break;       \
