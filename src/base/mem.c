@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 void *mem_alloc_aligned(size_t size, size_t align)
 {
@@ -14,6 +15,23 @@ void *mem_alloc_aligned(size_t size, size_t align)
         err_set(PL_ENOMEM, "out of memory allocating %zu bytes", size);
         return NULL;
     }
+    memset(p, 0, rounded);
+    return p;
+}
+
+void *mem_alloc_huge(size_t size)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (size < huge) return mem_alloc_aligned(size, 64);
+    void *p = NULL;
+    size_t rounded = (size + huge - 1) & ~(huge - 1);
+    if (rounded < size || posix_memalign(&p, huge, rounded) != 0) {
+        err_set(PL_ENOMEM, "out of memory allocating %zu bytes", size);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: without it the pages are 4 KiB */
+#endif
     memset(p, 0, rounded);
     return p;
 }

@@ -125,7 +125,7 @@ int kv_pool_init(kv_pool *pool, const kv_shape *shape, uint32_t n_blocks)
         return err_set(PL_ERANGE, "KV pool: %u blocks of %llu bytes overflow", n_blocks,
                        (unsigned long long)g.block_bytes);
     kv_pool p = {.g = g, .n_blocks = n_blocks};
-    p.data = mem_alloc_aligned((size_t)bytes, KV_POOL_ALIGN);
+    p.data = mem_alloc_huge((size_t)bytes); /* 2 MiB pages: see mem.h */
     p.blocks = p.data ? mem_calloc(n_blocks, sizeof *p.blocks) : NULL;
     p.scratch = p.blocks ? mem_calloc(n_blocks, sizeof *p.scratch) : NULL;
     if (!p.scratch) {
