@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "base/mem.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
@@ -64,15 +65,16 @@ typedef struct {
     int n_kv, n_ctx;
 } fake_kv;
 
-/* F16C: f16 rows with the K plane stored in columns (attn_kv.k_cols), the
- * kv pool's f16 layout; a test-only name, made from the F16 rows. */
+/* F16C: the kv pool's f16 layout, the K plane stored in columns
+ * (attn_kv.k_cols) and the V plane's rows grouped by head (head_bytes =
+ * block_size x row_bytes); a test-only name, made from the F16 rows. */
 #define F16C 0x20000u
 static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3, ATTN_KV_FP8_E5M2, F16C};
 #define N_TYPES ((int)(sizeof kv_types / sizeof kv_types[0]))
 static const char *kv_type_name(uint32_t t)
 {
     return t == DT_F32 ? "f32" : t == DT_F16 ? "f16" : t == DT_BF16 ? "bf16" : t == DT_Q8_0 ? "q8_0"
-         : t == DT_Q4_0 ? "q4_0" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : t == F16C ? "f16 K columns" : "e5m2";
+         : t == DT_Q4_0 ? "q4_0" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : t == F16C ? "f16 pool" : "e5m2";
 }
 
 /* The element type of a test type (F16C's is F16). */
@@ -109,7 +111,7 @@ static int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx
     const size_t rows_bytes = row_bytes * (size_t)bs, plane = rows_bytes + 4 * (size_t)n_kv;
     const size_t block_bytes = 2 * plane + 16;
     const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
-    f->data = calloc((size_t)n_phys, block_bytes);
+    f->data = mem_alloc_huge((size_t)n_phys * block_bytes); /* as the pool (2 MiB pages) */
     f->table = malloc(sizeof(uint32_t) * (size_t)n_phys);
     float *tmp = malloc(sizeof(float) * (size_t)hd);
     if (!f->data || !f->table || !tmp) return -1;
@@ -142,7 +144,7 @@ static int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx
     free(tmp);
     f->n_kv = n_kv;
     f->n_ctx = n_ctx;
-    if (t_test == F16C) { /* each block's K plane from rows [slot][channel] to columns [channel][slot] */
+    if (t_test == F16C) { /* the pool's f16 layout (kv_dtype.h); each block's K plane from rows [slot][channel] to columns [channel][slot] */
         const size_t C = (size_t)n_kv * (size_t)hd;
         uint16_t *rows = malloc(rows_bytes);
         if (!rows) return -1;
@@ -151,6 +153,17 @@ static int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx
             memcpy(rows, k, rows_bytes);
             for (size_t c = 0; c < C; c++)
                 for (int j = 0; j < bs; j++) k[c * (size_t)bs + (size_t)j] = rows[(size_t)j * C + c];
+        }
+        { /* each block's V plane from rows [slot][head][dim] to head runs [head][slot][dim] */
+            for (int b = 0; b < n_phys; b++) {
+                uint8_t *v = f->data + (size_t)b * block_bytes + plane;
+                memcpy(rows, v, rows_bytes);
+                for (int g = 0; g < n_kv; g++)
+                    for (int j = 0; j < bs; j++)
+                        memcpy(v + ((size_t)g * bs + j) * head_bytes, (uint8_t *)rows + (size_t)j * row_bytes + (size_t)g * head_bytes, head_bytes);
+            }
+            f->kv.row_bytes = head_bytes;
+            f->kv.head_bytes = head_bytes * bs;
         }
         free(rows);
         f->kv.k_cols = true;
@@ -241,7 +254,7 @@ static void simd_vs_reference(attn_fn simd)
             }
         }
     INFO("%d calls; worst |simd - ref| / max|v|: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g, e4m3 %.2g, "
-         "e5m2 %.2g, f16 K columns %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6],
+         "e5m2 %.2g, f16 pool %.2g", calls, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6],
          worst[7]);
 }
 
@@ -251,7 +264,7 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
     simd_vs_reference(attn_paged_avx2);
 }
 
-/* The AVX-512 variant (its own kernels for f16 K columns, q8_0 and q4_0,
+/* The AVX-512 variant (its own kernels for the f16 pool layout, q8_0 and q4_0,
  * AVX2's for the rest, f16 rows included). */
 TEST(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
 {
@@ -335,7 +348,7 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
         }
 }
 
-/* The same for the AVX-512 variant on its own kernels (f16 K columns, q8_0,
+/* The same for the AVX-512 variant on its own kernels (the f16 pool layout, q8_0,
  * q4_0; f16 rows go to AVX2's): rows in chunks of 1..8 with 1 to 4 key
  * groups a call must give a row the same bits, over head dims 8 and 72
  * (not multiples of 16: f16 only) as well. */
@@ -363,19 +376,20 @@ TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
         }
 }
 
-/* K in columns is only another address of the same halves: the
- * reference reads the same keys either way, so its outputs are the same
- * bits; the SIMD variants' column kernels are held to the reference by
- * the tests above (type "f16 K columns"). Block sizes 1, 5 (short groups
- * of every SIMD width), 16, 32 and 48 (a block of several key groups). */
-TEST(k_in_columns_reads_the_same_keys_as_rows)
+/* The pool's f16 layout (K in columns, V in head runs) is only another
+ * address of the same halves: the reference reads the same keys and
+ * values either way, so its outputs are the same bits; the SIMD variants'
+ * kernels for it are held to the reference by the tests above (type "f16
+ * pool"). Block sizes 1, 5 (short groups of every SIMD width), 16, 32 and
+ * 48 (a block of several key groups). */
+TEST(f16_pool_layout_reads_the_same_keys_and_values_as_rows)
 {
     static const int bss[] = {1, 5, 16, 32, 48}, ctxs[] = {1, 5, 16, 17, 100, 777};
     for (int bi = 0; bi < 5; bi++) {
         fake_kv fr, fc;
         CHECK(fake_kv_make(&fr, DT_F16, 64, 3, 800, bss[bi], 4242u + bi) == 0);
         CHECK(fake_kv_make(&fc, F16C, 64, 3, 800, bss[bi], 4242u + bi) == 0);
-        CHECK(fc.kv.k_cols && !fr.kv.k_cols);
+        CHECK(fc.kv.k_cols && !fr.kv.k_cols && fc.kv.head_bytes == (size_t)bss[bi] * fc.kv.row_bytes && fr.kv.row_bytes == 3 * fr.kv.head_bytes);
         for (int ci = 0; ci < 6; ci++) {
             const int n = ctxs[ci];
             const size_t sf = attn_scratch_floats(n, 64);
@@ -389,7 +403,7 @@ TEST(k_in_columns_reads_the_same_keys_as_rows)
             attn_paged_ref(&fr.kv, rr, 4, 0.125f, scratch, sf);
             attn_paged_ref(&fc.kv, rc, 4, 0.125f, scratch, sf);
             free(scratch);
-            CHECK_MSG(memcmp(o[0], o[1], sizeof o[0]) == 0, "bs %d n_ctx %d: columns and rows differ", bss[bi], n);
+            CHECK_MSG(memcmp(o[0], o[1], sizeof o[0]) == 0, "bs %d n_ctx %d: the pool layout and rows differ", bss[bi], n);
         }
         fake_kv_free(&fr);
         fake_kv_free(&fc);
@@ -604,7 +618,7 @@ int main(int argc, char **argv)
     RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
-    RUN(k_in_columns_reads_the_same_keys_as_rows);
+    RUN(f16_pool_layout_reads_the_same_keys_and_values_as_rows);
     RUN(avx512_q8_0_q4_0_scores_are_the_references);
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);

@@ -564,17 +564,21 @@ TEST(kivi_partial_block_reads_the_staged_f16_rows)
 }
 
 /* f16 keys live in columns (kv_dtype.h): element c of the token in slot t
- * at (c x T + t) x 2 of the K plane, the values in rows; the plane has the
- * bytes of T rows; the codec reads back exactly what was written. The
+ * at (c x T + t) x 2 of the K plane, the values in rows grouped by head
+ * (element d of head h at ((h x T + t) x D + d) x 2 of the V plane); each
+ * plane has the bytes of T rows; the codec reads back exactly what was
+ * written. The
  * forward pass writes the same layout (its greedy tokens equal llama.cpp's
  * in test_generate, and kv_shift, which re-reads through the codec what
  * forward wrote, matches recomputation in test_kv_shift). */
-TEST(f16_keys_are_stored_in_columns_values_in_rows)
+TEST(f16_keys_are_stored_in_columns_values_in_head_runs)
 {
     fixture f;
     const uint32_t T = 16, D = 32, H = 2, C = H * D;
     CHECK_EQ_INT(fixture_init(&f, KV_F16, 2, H, D, T, 3), 0);
     CHECK(kv_plane_cols(&f.pool, KV_PLANE_K) && !kv_plane_cols(&f.pool, KV_PLANE_V));
+    CHECK(kv_plane_heads(&f.pool, KV_PLANE_V) && !kv_plane_heads(&f.pool, KV_PLANE_K));
+    CHECK(kv_head_row_bytes(&f.pool, KV_PLANE_V) == D * 2);
     CHECK(f.pool.g.plane_bytes[KV_PLANE_K] == (uint64_t)T * C * 2 && f.pool.g.plane_bytes[KV_PLANE_V] == (uint64_t)T * C * 2);
     CHECK(kv_dtype_plane_bytes(KV_F16, KV_PLANE_K, T, H, D) == kv_dtype_plane_bytes(KV_F16, KV_PLANE_V, T, H, D));
     CHECK(kv_block_tail(&f.pool, 1, 1, KV_PLANE_K) == NULL);
@@ -589,12 +593,16 @@ TEST(f16_keys_are_stored_in_columns_values_in_rows)
         const uint16_t *vp = (const uint16_t *)kv_block_v(&f.pool, f.table[t / T], 1);
         for (uint32_t c = 0; c < C; c++) {
             CHECK(kp[c * T + t % T] == f32_to_f16(k[t][c]));
-            CHECK(vp[(t % T) * C + c] == f32_to_f16(v[t][c]));
+            /* element d of head h: in head h's run of T rows */
+            CHECK(vp[((c / D) * T + t % T) * D + c % D] == f32_to_f16(v[t][c]));
         }
     }
     read_all(&f, 1, KV_PLANE_K, 40, out);
     for (uint32_t t = 0; t < 40; t++)
         for (uint32_t c = 0; c < C; c++) CHECK(out[t * C + c] == f16_round(k[t][c]));
+    read_all(&f, 1, KV_PLANE_V, 40, out);
+    for (uint32_t t = 0; t < 40; t++)
+        for (uint32_t c = 0; c < C; c++) CHECK(out[t * C + c] == f16_round(v[t][c]));
     fixture_free(&f);
 }
 
@@ -995,7 +1003,7 @@ int main(void)
     RUN(kivi_seal_per_channel_keys_per_token_values);
     RUN(kivi_constant_channel_and_nan);
     RUN(kivi_partial_block_reads_the_staged_f16_rows);
-    RUN(f16_keys_are_stored_in_columns_values_in_rows);
+    RUN(f16_keys_are_stored_in_columns_values_in_head_runs);
     RUN(kivi_unseal_puts_the_block_back_in_the_stage);
     RUN(read_paths_agree_for_every_dtype);
     RUN(read_rows_are_independent);

@@ -7,7 +7,10 @@
  *   K row of token j, head g = k_base + blocks[j/bs] * block_bytes
  *                              + (j % bs) * row_bytes + g * head_bytes
  * (the same for V from v_base; f16 keys may instead be stored in columns,
- * attn_kv.k_cols below). Rows are ggml rows of head_dim elements of
+ * attn_kv.k_cols below). The strides are free: rows that hold every head
+ * side by side (head_bytes x n_heads = row_bytes), or rows grouped by head
+ * in each block (the pool's f16 values: row_bytes = one head's row,
+ * head_bytes = block_size of them), for which head_bytes > row_bytes. Rows are ggml rows of head_dim elements of
  * kv_type (F32, F16, BF16, Q8_0, Q4_0), or rows of OFP8 bytes
  * (ATTN_KV_FP8_E4M3 / _E5M2, one byte an element), so any quantized KV row
  * is read by dequantizing on the fly and the cache is never expanded.
@@ -94,8 +97,10 @@ typedef struct {
     const uint8_t *k_base, *v_base; /* K / V plane of this layer in block 0 */
     size_t block_bytes;             /* distance between consecutive blocks */
     uint32_t block_size;            /* tokens per block */
-    size_t row_bytes;               /* bytes of one token's K (or V) row, all heads */
-    size_t head_bytes;              /* bytes of one head's slice of a row */
+    size_t row_bytes;               /* from one token slot to the next (a row of all heads,
+                                       or of one head when rows are grouped by head) */
+    size_t head_bytes;              /* from one head to the next (within a row, or from one
+                                       head's run of block_size rows to the next) */
     uint32_t kv_type;               /* ggml type of the rows */
     int head_dim;
     const attn_reader *reader;      /* if not NULL, blocks are read through it (then only

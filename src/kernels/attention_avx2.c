@@ -36,8 +36,9 @@
  *      (Before: V went to vt for every GQA segment, then each row reloaded
  *      it; the store and 8 reloads per vector cost more than the FMAs.)
  *
- * Both sweeps prefetch the cache rows ~8 KiB ahead when rows share KV
- * heads (see kv_pf): a block's rows are contiguous only within the block,
+ * Both sweeps prefetch the cache rows ~8 KiB ahead (see kv_pf; the call's
+ * heads of each row, or of each head run when values are grouped by head):
+ * a block's rows are contiguous only within the block,
  * so the hardware prefetchers restart at every block. The prefetches go
  * out a row at a time between the keys' work, never in a burst (kv_pfb).
  *
@@ -660,17 +661,19 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         gmin = rows[r].g < gmin ? rows[r].g : gmin;
         gmax = rows[r].g > gmax ? rows[r].g : gmax;
     }
-    const size_t pf_lo = (size_t)gmin * kv->head_bytes, pf_len = (size_t)(gmax - gmin + 1) * kv->head_bytes;
-    /* Prefetch only when rows share heads (GQA, prefill): then the sweeps
-     * compute long enough per byte that latency, not bandwidth, is what
-     * the prefetch hides. With a row per head the sweep is bandwidth-bound
-     * and the prefetch instructions only add work (measured 830 keys, 6
-     * heads, cache in RAM: 240 -> 263 us with, against 184 -> 153 us for
-     * 2 heads x 8 rows). */
-    const int pf_n = n_rows >= 2 * (gmax - gmin + 1) ? nmax : 0;
-    kv_pf pk = {cursor_at(kv, kv->k_base, 0), 0, pf_n, pf_lo, pf_len};
-    kv_pf pv = {cursor_at(kv, kv->v_base, 0), 0, pf_n, pf_lo, pf_len};
-    int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
+    /* Prefetch always. (Until the pool moved to 2 MiB pages and f16
+     * values to head runs, a call with a row per head prefetched nothing:
+     * its sweep is bandwidth-bound and, on 4 KiB pages, the prefetches only
+     * added work: 830 keys, 6 heads, cache in RAM, 240 -> 263 us. Now they
+     * help every type: test_attention bench-decode, 6 heads x 1 row, 576
+     * keys, 12 layers, cache cold, ms a token a thread, AVX2 / AVX-512:
+     * f16 pool 1.46-1.76 -> 1.21-1.44 / 1.12-1.22 -> 0.80-0.98, f16 rows
+     * 2.2-2.8 -> 1.6-2.0 / 2.1-2.9 -> 1.5-2.3, q8_0 2.8-2.9 -> 1.2-1.3 /
+     * 1.6-1.8 -> 0.9-1.0, q4_0 1.9-2.2 -> 1.4-1.6 / 1.4-1.5 -> 0.9.) */
+    const int pf_n = nmax;
+    kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
+    kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
+    int pfd = (int)(ATTN_PF_BYTES / kv_pf_bytes(&pv)); /* keys ahead */
     pfd = pfd < 8 ? 8 : pfd > 64 ? 64 : pfd;
     if (kv->k_cols) {
         assert(t == DT_F16 && 32 * (size_t)hd <= 2 * 40 * hdp); /* the tile in kt and vt */

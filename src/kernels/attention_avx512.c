@@ -40,8 +40,8 @@
  * with near-tied logits (the synthetic bench models) the tokens can differ.
  *
  * Prefetching is the AVX2 variant's scheme (attention_walk.h's kv_pf /
- * kv_pfb, shared with it): cache rows ~8 KiB ahead when rows share KV
- * heads, issued a row or two at a time between the keys' work; f16 key
+ * kv_pfb, shared with it): cache rows ~8 KiB ahead, issued a row or two
+ * at a time between the keys' work; f16 key
  * columns: the group 8 KiB ahead, a line every 2 dims of the scores.
  */
 #include "kernels/attention.h"
@@ -506,12 +506,10 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         gmin = rows[r].g < gmin ? rows[r].g : gmin;
         gmax = rows[r].g > gmax ? rows[r].g : gmax;
     }
-    const size_t pf_lo = (size_t)gmin * kv->head_bytes, pf_len = (size_t)(gmax - gmin + 1) * kv->head_bytes;
-    /* prefetch only when rows share heads (see attention_avx2.c) */
-    const int pf_n = n_rows >= 2 * (gmax - gmin + 1) ? nmax : 0;
-    kv_pf pk = {cursor_at(kv, kv->k_base, 0), 0, pf_n, pf_lo, pf_len};
-    kv_pf pv = {cursor_at(kv, kv->v_base, 0), 0, pf_n, pf_lo, pf_len};
-    int pfd = (int)(ATTN_PF_BYTES / pf_len); /* keys ahead */
+    const int pf_n = nmax; /* prefetch always (see attention_avx2.c) */
+    kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
+    kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
+    int pfd = (int)(ATTN_PF_BYTES / kv_pf_bytes(&pv)); /* keys ahead */
     pfd = pfd < 16 ? 16 : pfd > 64 ? 64 : pfd;
     if (!i8) {
         assert((size_t)n_rows * hd <= (8 + ATTN_VB) * hdp); /* the interleaved queries in kt and vt */

@@ -57,9 +57,30 @@ static inline void cursor_next(kv_cursor *c)
 #endif
 typedef struct {
     kv_cursor c;
-    int j, n; /* next position to prefetch, positions to prefetch (0: none) */
-    size_t lo, len;
+    int j, n;      /* next position to prefetch, positions to prefetch (0: none) */
+    size_t lo, len; /* bytes [lo, lo + len) of a row, */
+    int nh;         /* ... nh times, */
+    size_t stride;  /* ... stride bytes apart (head-major planes: a run per head) */
 } kv_pf;
+
+/* What a kv_pf over heads gmin..gmax of a position fetches. Rows layout
+ * (head_bytes <= row_bytes: a row holds every head side by side): one
+ * span of the heads. Head-major (head_bytes > row_bytes: a block holds
+ * each head's slots in a run): a head's row in each head's run. */
+static inline kv_pf kv_pf_at(const attn_kv *kv, const uint8_t *plane, int n, int gmin, int gmax)
+{
+    const size_t hb = kv->head_bytes, nh = (size_t)(gmax - gmin + 1);
+    kv_pf p = {cursor_at(kv, plane, 0), 0, n, (size_t)gmin * hb, nh * hb, 1, 0};
+    if (hb > kv->row_bytes) {
+        p.len = kv->row_bytes;
+        p.nh = (int)nh;
+        p.stride = hb;
+    }
+    return p;
+}
+
+/* Bytes a kv_pf fetches per position. */
+static inline size_t kv_pf_bytes(const kv_pf *p) { return p->len * (size_t)p->nh; }
 
 /* The lines of bytes [p, p + len). */
 static inline void pf_line_range(const uint8_t *p, size_t len)
@@ -68,10 +89,16 @@ static inline void pf_line_range(const uint8_t *p, size_t len)
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + len; l += 64) _mm_prefetch((const char *)l, ATTN_PF_HINT);
 }
 
+/* One position's bytes: nh runs of len from row (row + lo already). */
+static inline void pf_heads(const uint8_t *row, size_t len, int nh, size_t stride)
+{
+    for (int h = 0; h < nh; h++) pf_line_range(row + (size_t)h * stride, len);
+}
+
 static inline void pf_until(kv_pf *p, int jend)
 {
     if (jend > p->n) jend = p->n;
-    for (; p->j < jend; p->j++, cursor_next(&p->c)) pf_line_range(cursor_row(&p->c) + p->lo, p->len);
+    for (; p->j < jend; p->j++, cursor_next(&p->c)) pf_heads(cursor_row(&p->c) + p->lo, p->len, p->nh, p->stride);
 }
 
 /* A batch of rows to prefetch, collected from a kv_pf for one stretch of
@@ -84,14 +111,19 @@ static inline void pf_until(kv_pf *p, int jend)
  * keys, cache cold): 0.80-0.84x the time of the bursts, same bits. */
 typedef struct {
     const uint8_t *a[ATTN_VB];
-    size_t len;  /* bytes of each row from a[i] */
+    size_t len, stride; /* bytes of each row from a[i], nh times stride apart (kv_pf's) */
+    int nh;
     int n, next; /* rows collected, rows issued */
 } kv_pfb;
 
-/* Moves the rows of p before position jend into b, up to cap rows in all. */
+/* Moves the rows of p before position jend into b, up to cap rows in all
+ * (none when b holds rows of another shape). */
 static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
 {
+    if (b->n > 0 && (b->len != p->len || b->nh != p->nh || b->stride != p->stride)) return;
     b->len = p->len;
+    b->nh = p->nh;
+    b->stride = p->stride;
     if (jend > p->n) jend = p->n;
     for (; p->j < jend && b->n < cap; p->j++, cursor_next(&p->c)) b->a[b->n++] = cursor_row(&p->c) + p->lo;
 }
@@ -100,7 +132,7 @@ static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
 static inline void pf_take(kv_pfb *b, int m)
 {
     if (!b) return;
-    for (; m > 0 && b->next < b->n; m--, b->next++) pf_line_range(b->a[b->next], b->len);
+    for (; m > 0 && b->next < b->n; m--, b->next++) pf_heads(b->a[b->next], b->len, b->nh, b->stride);
 }
 
 /* f16 key columns (attn_kv.k_cols): key groups a score call takes for nr

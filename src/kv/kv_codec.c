@@ -482,6 +482,14 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
         for (int64_t c = 0; c < n; c++) col[(uint64_t)c * g->s.block_size] = f32_to_f16(row[c]);
         return;
     }
+    if (kv_plane_heads(pool, p)) { /* f16 rows grouped by head: head h's slice at (h T + slot) */
+        assert(g->s.dtype == KV_F16);
+        const uint64_t D = g->s.head_dim;
+        uint16_t *base = (uint16_t *)kv_block_plane(pool, b, layer, p);
+        for (uint64_t h = 0; h < g->s.n_kv_heads; h++)
+            quant_f16_quantize_row(row + h * D, base + (h * g->s.block_size + slot) * D, (int64_t)D);
+        return;
+    }
     switch (g->s.dtype) {
     case KV_F32: memcpy(dst, row, (size_t)n * sizeof(float)); break;
     case KV_F16: quant_f16_quantize_row(row, (uint16_t *)dst, n); break;
@@ -668,6 +676,7 @@ kv_block_ref kv_codec_ref(const kv_pool *pool, uint32_t b, uint32_t layer)
         .n_kv_heads = g->s.n_kv_heads,
         .head_dim = g->s.head_dim,
         .k_cols = kv_plane_cols(pool, KV_PLANE_K),
+        .v_heads = kv_plane_heads(pool, KV_PLANE_V),
     };
 }
 
@@ -739,6 +748,10 @@ static void row_head(const kv_block_ref *r, kv_plane p, uint32_t h, uint32_t t, 
     if (p == KV_PLANE_K && r->k_cols) { /* f16 columns: element i at stride T */
         const uint16_t *c = (const uint16_t *)r->plane[p] + (uint64_t)h * D * r->block_size + t;
         for (uint32_t i = 0; i < D; i++) out[i] = f16_to_f32(c[(uint64_t)i * r->block_size]);
+        return;
+    }
+    if (p == KV_PLANE_V && r->v_heads) { /* f16 rows grouped by head */
+        cvt_f16((const uint16_t *)r->plane[p] + ((uint64_t)h * r->block_size + t) * D, out, D);
         return;
     }
     const uint8_t *row = r->plane[p] + t * r->row_bytes[p];

@@ -282,6 +282,8 @@ typedef struct {
     uint64_t row_bytes[2];    /* row stride of a ROWS plane (0 for KIVI keys and f16 keys) */
     uint32_t block_size, n_kv_heads, head_dim;
     bool k_cols;              /* the K plane is f16 in columns (a pool block of dtype f16) */
+    bool v_heads;             /* the V plane's rows are grouped by head (a pool block of dtype f16):
+                                 head h of slot t at (h x block_size + t) x row_bytes[V] / n_kv_heads */
 } kv_block_ref;
 
 /* Layer of pool block b, as stored. For a staged dtype this is meaningful

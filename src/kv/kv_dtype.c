@@ -25,8 +25,9 @@
 
 static const kv_dtype_traits kv_traits[KV_DTYPE_COUNT] = {
     [KV_F32] = {"f32", "4 bytes per element", KV_F32, {KV_PLAIN(4), KV_PLAIN(4)}},
-    /* keys in columns (see kv_dtype.h: the decode attention's layout) */
-    [KV_F16] = {"f16", "2 bytes per element (IEEE half)", KV_F16, {{KV_LAYOUT_COLUMNS, 1, 2, 0, 0}, KV_PLAIN(2)}},
+    /* keys in columns, values in rows grouped by head (see kv_dtype.h: the decode attention's layout) */
+    [KV_F16] = {"f16", "2 bytes per element (IEEE half)", KV_F16,
+                {{KV_LAYOUT_COLUMNS, 1, 2, 0, 0}, {KV_LAYOUT_HEADS, 1, 2, 0, 0}}},
     [KV_BF16] = {"bf16", "2 bytes per element (bfloat16)", KV_BF16, {KV_PLAIN(2), KV_PLAIN(2)}},
     [KV_Q8_0] = {"q8_0", "groups of 32 along the KV row: 32 x i8 + f16 scale (34 B)", KV_Q8_0,
                  {KV_GROUP32(34), KV_GROUP32(34)}},
@@ -93,7 +94,7 @@ int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
     uint64_t kv_dim = (uint64_t)n_kv_heads * head_dim;
     for (int p = 0; p < 2; p++) {
         const kv_plane_traits *pt = &kv_traits[t].plane[p];
-        if (pt->layout == KV_LAYOUT_ROWS && kv_dim % pt->group != 0)
+        if (kv_layout_rows(pt->layout) && kv_dim % pt->group != 0)
             return err_set(PL_EINVAL, "%s needs the KV row (%u heads x %u = %llu) to be a multiple of %u",
                            kv_traits[t].name, n_kv_heads, head_dim, (unsigned long long)kv_dim, pt->group);
     }
@@ -104,7 +105,7 @@ uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim)
 {
     const kv_plane_traits *pt = &kv_dtype_get(t)->plane[p];
     uint64_t r;
-    if (pt->layout != KV_LAYOUT_ROWS || kv_dim == 0 || kv_dim % pt->group != 0) return 0;
+    if (!kv_layout_rows(pt->layout) || kv_dim == 0 || kv_dim % pt->group != 0) return 0;
     if (!mul_u64(kv_dim / pt->group, pt->group_bytes, &r)) return 0;
     return r;
 }

@@ -48,8 +48,21 @@
  * query rows x 2048 keys in cache: 47 us of scores against ~100 us for
  * rows; kernels/attention_avx512.c). A token's elements stay separable
  * (stride T), so a block is still written, shifted or copied in part token
- * by token. f16 values stay rows: the weighted sum reads a value row per
- * key. The stage of the staged dtypes is f16 rows, not this layout.
+ * by token. The stage of the staged dtypes is f16 rows, not this layout.
+ *
+ * f16 values are rows, grouped by head (KV_LAYOUT_HEADS): head after head,
+ * each head's T rows of head_dim halves slot after slot (same bytes, no
+ * tail):
+ *
+ *   V plane = | head 0: slot 0 .. T-1 | head 1 | ... | head H-1 |   (T x H x D x 2 B)
+ *
+ * so one head's values of a block are one run of T x head_dim halves, as
+ * its keys are. Without GQA each value row serves one query row and the
+ * weighted sum is bound by how fast the reads come in: a head's slice of
+ * every token row (128 B a 1.5 KiB row, 110M shape) came in at ~8 GB/s a
+ * core, a run per head faster (test_attention bench-decode, 6 heads x 1
+ * row a thread, 576 keys, cache cold: 1.32-1.36 -> 0.98-1.00 ms a token a
+ * thread); under GQA (compute-bound) it measured the same.
  *
  * Bytes per token by the formula = n_layers x (K plane + V plane) / T
  * (= 2 x n_layers x kv_dim x bytes/elem for the plain types), fractional
@@ -85,7 +98,12 @@ typedef enum {
     KV_LAYOUT_ROWS = 0,  /* one row per token: row stride = row bytes */
     KV_LAYOUT_CHANNELS,  /* KIVI keys: one packed column of T codes per channel, no rows */
     KV_LAYOUT_COLUMNS,   /* f16 keys: one column of T elements per channel, no rows */
+    KV_LAYOUT_HEADS,     /* f16 values: rows grouped by head (head-major), no tail */
 } kv_layout;
+
+/* A layout whose tokens have rows of group_bytes groups (whole, or split
+ * by head): the bytes kv_dtype_row_bytes counts. */
+static inline bool kv_layout_rows(kv_layout l) { return l == KV_LAYOUT_ROWS || l == KV_LAYOUT_HEADS; }
 
 /* How one plane of a dtype is stored. */
 typedef struct {
@@ -123,8 +141,9 @@ int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
  * and quantized when full (KIVI, fp8_e4m3). */
 static inline bool kv_dtype_staged(kv_dtype t) { return kv_dtype_get(t)->fill_dtype != t; }
 
-/* Bytes of one token's row in plane p (rows layout), 0 if the dtype does
- * not fit kv_dim, and 0 for a CHANNELS or COLUMNS plane (no token rows). */
+/* Bytes of one token's row in plane p (rows layout; in a HEADS plane the
+ * row is split in n_kv_heads runs), 0 if the dtype does not fit kv_dim,
+ * and 0 for a CHANNELS or COLUMNS plane (no token rows). */
 uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim);
 
 /* Exact bytes of one plane: block_size tokens of one layer's K or V,

@@ -5,7 +5,9 @@
  * returning blocks never calls malloc, so the decode path does not either.
  * A block id addresses the same block_size-token range in every layer.
  *
- * Data layout (pool->data, 64-byte aligned; planes padded to KV_PLANE_ALIGN):
+ * Data layout (pool->data, 2 MiB aligned on 2 MiB pages when it is that
+ * large (mem_alloc_huge: the attention reads a few KiB per block and
+ * layer, scattered over the pool); planes padded to KV_PLANE_ALIGN):
  *
  *   data: | block 0 | block 1 | ... | block n_blocks-1 |     block_bytes each
  *   (block_bytes: the layers, padded for blocks of 4 KiB and more to an odd
@@ -16,7 +18,8 @@
  *   plane:| row 0 | row 1 | ... | row T-1 | tail | pad |      plane_stride[p]
  *          ^ kv_block_k(pool, b, l)        ^ kv_block_tail(...)
  *   row:  kv_dim = n_kv_heads x head_dim elements of the KV dtype,
- *         head h at h x head_dim (see kv_dtype.h for the quantized rows)
+ *         head h at h x head_dim (see kv_dtype.h for the quantized rows,
+ *         and for f16, whose K plane is columns and V plane head runs)
  *
  * A block is contiguous across layers so that copy-on-write is one memcpy
  * and a block can later be moved to another tier (disk, Redis) as one piece.
@@ -187,6 +190,21 @@ static inline uint8_t *kv_block_tail(const kv_pool *pool, uint32_t b, uint32_t l
 {
     if (kv_dtype_get(pool->g.s.dtype)->plane[p].head_tail_bytes == 0) return NULL;
     return kv_block_plane(pool, b, layer, p) + pool->g.row_bytes[p] * pool->g.s.block_size;
+}
+
+/* True if plane p's rows are grouped by head (f16 values, kv_dtype.h):
+ * head h of the token in slot t at plane + (h x block_size + t) x (row
+ * bytes / n_kv_heads). */
+static inline bool kv_plane_heads(const kv_pool *pool, kv_plane p)
+{
+    return kv_dtype_get(pool->g.s.dtype)->plane[p].layout == KV_LAYOUT_HEADS;
+}
+
+/* Bytes of one head's slice of a token row in a HEADS plane. */
+static inline uint64_t kv_head_row_bytes(const kv_pool *pool, kv_plane p)
+{
+    assert(kv_plane_heads(pool, p) && pool->g.row_bytes[p] % pool->g.s.n_kv_heads == 0);
+    return pool->g.row_bytes[p] / pool->g.s.n_kv_heads;
 }
 
 /* True if plane p is stored in columns (f16 keys, kv_dtype.h): element c of

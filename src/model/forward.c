@@ -419,9 +419,15 @@ static void kv_store(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch 
         const uint32_t p = (uint32_t)b->pos[t];
         assert(p / bs < sq->n_blocks);
         const uint32_t blk = sq->blocks[p / bs];
-        uint8_t *vr = kv_block_v(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_V);
-        for (uint32_t h = 0; h < c->n_kv_heads; h++)
-            kv_encode(rt, s->v + t * kvd + h * c->head_dim, vr + h * head_bytes, (int)c->head_dim);
+        if (kv_plane_heads(kv, KV_PLANE_V)) { /* f16 values grouped by head (kv_dtype.h): head h's run of bs rows */
+            uint8_t *vp = kv_block_v(kv, blk, l) + (p % bs) * head_bytes;
+            for (uint32_t h = 0; h < c->n_kv_heads; h++)
+                kv_encode(rt, s->v + t * kvd + h * c->head_dim, vp + (uint64_t)h * bs * head_bytes, (int)c->head_dim);
+        } else {
+            uint8_t *vr = kv_block_v(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_V);
+            for (uint32_t h = 0; h < c->n_kv_heads; h++)
+                kv_encode(rt, s->v + t * kvd + h * c->head_dim, vr + h * head_bytes, (int)c->head_dim);
+        }
         if (kv_plane_cols(kv, KV_PLANE_K)) { /* f16 keys in columns (kv_dtype.h): element e at stride bs */
             uint16_t *col = (uint16_t *)kv_block_k(kv, blk, l) + p % bs, half[256];
             for (size_t e0 = 0; e0 < kvd; e0 += 256) {
@@ -641,6 +647,11 @@ static void attn_worker(void *arg, int ith, int nth)
         const bool fp8 = (dt == KV_FP8_E4M3 || dt == KV_FP8_E5M2) && !staged;
         const bool rows_ok = !j->s->codec || fp8;
         assert(!fp8 || kv_row_stride(j->kv, KV_PLANE_K) == kv_row_stride(j->kv, KV_PLANE_V));
+        /* the V geometry: rows (a row holds every head), or f16 rows grouped
+         * by head (a block holds each head's run of bs rows: slot stride a
+         * head's row, head stride bs of them) */
+        const bool v_heads = rows_ok && kv_plane_heads(j->kv, KV_PLANE_V);
+        const size_t head_row = fp8 ? (size_t)hd : rows_ok ? dtype_row_bytes(rt, (uint64_t)hd) : 0;
         const attn_kv akv = {
             .reader = rows_ok ? NULL : &rd,
             .blocks = sq->blocks,
@@ -648,8 +659,8 @@ static void attn_worker(void *arg, int ith, int nth)
             .v_base = kv_block_v(j->kv, 0, j->layer),
             .block_bytes = j->kv->g.block_bytes,
             .block_size = j->kv->g.s.block_size,
-            .row_bytes = rows_ok ? kv_row_stride(j->kv, KV_PLANE_V) : 0,
-            .head_bytes = fp8 ? (size_t)hd : rows_ok ? dtype_row_bytes(rt, (uint64_t)hd) : 0,
+            .row_bytes = v_heads ? head_row : rows_ok ? kv_row_stride(j->kv, KV_PLANE_V) : 0,
+            .head_bytes = v_heads ? head_row * j->kv->g.s.block_size : head_row,
             .kv_type = fp8 ? (dt == KV_FP8_E4M3 ? ATTN_KV_FP8_E4M3 : ATTN_KV_FP8_E5M2) : rt,
             .head_dim = hd,
             .scale_off = fp8 ? kv_row_stride(j->kv, KV_PLANE_K) * j->kv->g.s.block_size : 0,
