@@ -673,8 +673,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const int pf_n = nmax;
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
-    int pfd = (int)(ATTN_PF_BYTES / kv_pf_bytes(&pv)); /* keys ahead */
-    pfd = pfd < 8 ? 8 : pfd > 64 ? 64 : pfd;
+    const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_pf_bytes(&pv), 8, 64); /* keys ahead */
     if (kv->k_cols) {
         assert(t == DT_F16 && 32 * (size_t)hd <= 2 * 40 * hdp); /* the tile in kt and vt */
         scores_by_cols8(kv, rows, sg_r0, sg_n, n_sg, nmax, qf, hdp, sc, ncp, vscale, (uint16_t *)kt);

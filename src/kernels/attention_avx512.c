@@ -509,8 +509,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     const int pf_n = nmax; /* prefetch always (see attention_avx2.c) */
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
-    int pfd = (int)(ATTN_PF_BYTES / kv_pf_bytes(&pv)); /* keys ahead */
-    pfd = pfd < 16 ? 16 : pfd > 64 ? 64 : pfd;
+    const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_pf_bytes(&pv), 16, 64); /* keys ahead */
     if (!i8) {
         assert((size_t)n_rows * hd <= (8 + ATTN_VB) * hdp); /* the interleaved queries in kt and vt */
         scores_by_cols(kv, rows, sg_r0, sg_n, n_sg, nmax, qr, sc, ncp, vscale, sc + (size_t)n_rows * ncp);
