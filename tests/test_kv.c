@@ -250,6 +250,24 @@ TEST(geom_rejects_bad_shapes)
 
 /* ---------------------------------------------------------------- pool */
 
+/* A pool of 2 MiB or more starts on a 2 MiB edge (mem_alloc_huge: the
+ * kernel can back it with huge pages), zeroed; a smaller one on 64 B. */
+TEST(large_pool_is_on_a_2_mib_edge_and_zeroed)
+{
+    kv_pool pool;
+    const kv_shape big = {4, 2, 64, 16, KV_F16}; /* 32 KiB a block */
+    CHECK_EQ_INT(kv_pool_init(&pool, &big, 100), 0);
+    CHECK(pool.g.block_bytes * 100 >= ((uint64_t)2 << 20));
+    CHECK((uintptr_t)pool.data % ((uintptr_t)2 << 20) == 0);
+    uint64_t nonzero = 0;
+    for (uint64_t i = 0; i < pool.g.block_bytes * 100; i++) nonzero += pool.data[i] != 0;
+    CHECK(nonzero == 0);
+    kv_pool_free(&pool);
+    CHECK_EQ_INT(kv_pool_init(&pool, &small, 2), 0);
+    CHECK((uintptr_t)pool.data % KV_POOL_ALIGN == 0);
+    kv_pool_free(&pool);
+}
+
 TEST(pool_init_addresses)
 {
     kv_pool pool;
@@ -1067,6 +1085,7 @@ int main(void)
     RUN(public_kv_size_of);
     RUN(geom_layout_and_padding);
     RUN(geom_rejects_bad_shapes);
+    RUN(large_pool_is_on_a_2_mib_edge_and_zeroed);
     RUN(pool_init_addresses);
     RUN(pool_fp8_tail_address);
     RUN(pool_kivi_planes);
