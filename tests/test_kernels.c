@@ -1160,9 +1160,9 @@ static void bench_one(uint32_t t, int m, int n_in, int n_out, bool packed, threa
     free(y);
 }
 
-/* `test_kernels bench-stream TYPE N_IN N_OUT COUNT [M]`: COUNT distinct
- * n_out x n_in matrices (packed for Q8_0/Q4_0; huge pages asked for), one
- * kern_matmul call each in turn, 2 threads: what a decode step does to
+/* `test_kernels bench-stream TYPE N_IN N_OUT COUNT [M [THREADS]]`: COUNT
+ * distinct n_out x n_in matrices (packed for Q8_0/Q4_0; huge pages asked
+ * for), one kern_matmul call each in turn, 2 threads by default: what a decode step does to
  * memory (weights far larger than L3, a short call per matrix). The
  * one-matrix bench above repeats a single matrix, whose calls start warm.
  *
@@ -1217,12 +1217,12 @@ static void bench_stream(char **argv, int argc)
     const int ti = dtype_from_name(argv[2]);
     const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q4_0;
     const int n_in = atoi(argv[3]), n_out = atoi(argv[4]), count = atoi(argv[5]);
-    const int m = argc > 6 ? atoi(argv[6]) : 1;
-    if (n_in <= 0 || n_out <= 0 || count <= 0 || count > 4096 || m <= 0 || m > 64) {
+    const int m = argc > 6 ? atoi(argv[6]) : 1, nth = argc > 7 ? atoi(argv[7]) : 2;
+    if (n_in <= 0 || n_out <= 0 || count <= 0 || count > 4096 || m <= 0 || m > 64 || nth <= 0 || nth > 64) {
         fprintf(stderr, "bench-stream: bad shape\n");
         return;
     }
-    threadpool *tp2 = tp_new(2);
+    threadpool *tp2 = tp_new(nth);
     kern_init(0);
     rng_seed(1);
     uint8_t *w = make_weights(t, n_out, n_in);
@@ -1261,12 +1261,109 @@ static void bench_stream(char **argv, int argc)
     qsort(gk, REPS, sizeof(double), cmp_double);
     qsort(gp, REPS, sizeof(double), cmp_double);
     qsort(ratio, REPS, sizeof(double), cmp_double);
-    printf("%s %s stream m=%d %d x %dx%d (%.0f MiB) 2 threads: kernel %.1f GB/s, probe %.1f GB/s (medians of %d); "
+    printf("%s %s stream m=%d %d x %dx%d (%.0f MiB) %d threads: kernel %.1f GB/s, probe %.1f GB/s (medians of %d); "
            "kernel/probe median %.3f (quartiles %.3f-%.3f)\n",
-           kern_variant(), dtype_get(t)->name, m, count, n_out, n_in, (double)pb * count / 1048576.0, gk[REPS / 2],
+           kern_variant(), dtype_get(t)->name, m, count, n_out, n_in, (double)pb * count / 1048576.0, nth, gk[REPS / 2],
            gp[REPS / 2], REPS, ratio[REPS / 2], ratio[REPS / 4], ratio[3 * REPS / 4]);
     free(w), free(all), free(mats), free(x), free(y);
     tp_free(tp2);
+}
+
+/* `test_kernels bench-layers TYPE LAYERS [DIM FFN KV_DIM [THREADS]]`: the
+ * matrices of LAYERS llama layers (TinyLlama's shape by default), packed
+ * on huge pages, multiplied in a decode step's order (q|k|v fused, wo,
+ * gate|up fused, down) with m = 1, each pass after a plain read of the
+ * same bytes. Prints each kind's GB/s and its share of the step beside the
+ * probe's: where bench-stream times one shape alone, this shows how the
+ * shapes fare in the order decode runs them (a matrix after another). */
+static void bench_layers(char **argv, int argc)
+{
+    const int ti = dtype_from_name(argv[2]);
+    const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q4_0;
+    const int L = atoi(argv[3]), dim = argc > 4 ? atoi(argv[4]) : 2048, ffn = argc > 5 ? atoi(argv[5]) : 5632;
+    const int kvd = argc > 6 ? atoi(argv[6]) : 256, nth = argc > 7 ? atoi(argv[7]) : 2;
+    if ((t != DT_Q8_0 && t != DT_Q4_0) || L <= 0 || L > 256 || dim <= 0 || ffn <= 0 || kvd <= 0 || dim % 32 ||
+        ffn % 32 || nth <= 0 || nth > 64) {
+        fprintf(stderr, "bench-layers: bad arguments\n");
+        return;
+    }
+    enum { NK = 7 }; /* q k v o g u d */
+    const int n_in[NK] = {dim, dim, dim, dim, dim, dim, ffn}, n_out[NK] = {dim, kvd, kvd, dim, ffn, ffn, dim};
+    threadpool *tp = tp_new(nth);
+    kern_init(0);
+    rng_seed(1);
+    size_t pb[NK], per_layer = 0;
+    uint8_t *src[NK];
+    for (int k = 0; k < NK; k++) {
+        pb[k] = (kern_pack_bytes(t, n_in[k], n_out[k]) + 63) & ~(size_t)63;
+        per_layer += pb[k];
+        src[k] = make_weights(t, n_out[k], n_in[k]);
+    }
+    const size_t total = per_layer * (size_t)L, len = (total + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1);
+    uint8_t *all = aligned_alloc(1 << 21, len);
+    madvise(all, len, MADV_HUGEPAGE);
+    memset(all, 0, len);
+    kern_mat *mats = calloc((size_t)L * NK, sizeof *mats);
+    for (int l = 0; l < L; l++) {
+        size_t off = per_layer * (size_t)l;
+        for (int k = 0; k < NK; k++) {
+            kern_pack(all + off, src[k], t, n_in[k], n_out[k]);
+            mats[l * NK + k] = (kern_mat){NULL, all + off, t, n_in[k], n_out[k]};
+            off += pb[k];
+        }
+    }
+    float *x = make_acts(1, ffn > dim ? ffn : dim), *y[3];
+    for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * (size_t)(ffn > dim ? ffn : dim));
+    enum { REPS = 9, KINDS = 4 };
+    static const char *const kind[KINDS] = {"qkv", "wo", "gate+up", "down"};
+    const size_t kb[KINDS] = {pb[0] + pb[1] + pb[2], pb[3], pb[4] + pb[5], pb[6]};
+    double tk[KINDS][REPS], ratio[REPS], gp[REPS];
+    stream_probe sp = {all, total, {0, 0}};
+    for (int r = -1; r < REPS; r++) {
+        double a = now_s();
+        tp_run(tp, stream_probe_job, &sp);
+        const double tprobe = now_s() - a;
+        double acc[KINDS] = {0};
+        const double t0 = now_s();
+        for (int l = 0; l < L; l++) {
+            const kern_mat *m3[3] = {&mats[l * NK], &mats[l * NK + 1], &mats[l * NK + 2]};
+            a = now_s();
+            kern_matmul_mats(3, y, x, m3, 1, tp);
+            double b = now_s();
+            acc[0] += b - a;
+            const kern_mat *mo = &mats[l * NK + 3];
+            kern_matmul_mats(1, y, x, &mo, 1, tp);
+            a = now_s();
+            acc[1] += a - b;
+            const kern_mat *m2[2] = {&mats[l * NK + 4], &mats[l * NK + 5]};
+            kern_matmul_mats(2, y, x, m2, 1, tp);
+            b = now_s();
+            acc[2] += b - a;
+            const kern_mat *md = &mats[l * NK + 6];
+            kern_matmul_mats(1, y, x, &md, 1, tp);
+            acc[3] += now_s() - b;
+        }
+        const double step = now_s() - t0;
+        if (r < 0) continue;
+        for (int k = 0; k < KINDS; k++) tk[k][r] = acc[k];
+        gp[r] = (double)total / tprobe * 1e-9;
+        ratio[r] = (double)total / step * 1e-9 / gp[r];
+    }
+    qsort(gp, REPS, sizeof(double), cmp_double);
+    qsort(ratio, REPS, sizeof(double), cmp_double);
+    printf("%s %s layers %d x (dim %d, ffn %d, kv %d), %.0f MiB, %d threads: probe %.1f GB/s, step/probe %.3f (quartiles "
+           "%.3f-%.3f)\n",
+           kern_variant(), dtype_get(t)->name, L, dim, ffn, kvd, (double)total / 1048576.0, nth, gp[REPS / 2], ratio[REPS / 2],
+           ratio[REPS / 4], ratio[3 * REPS / 4]);
+    for (int k = 0; k < KINDS; k++) {
+        qsort(tk[k], REPS, sizeof(double), cmp_double);
+        printf("  %-8s %7.3f ms a step  %6.1f GB/s\n", kind[k], tk[k][REPS / 2] * 1e3,
+               (double)kb[k] * L / tk[k][REPS / 2] * 1e-9);
+    }
+    for (int k = 0; k < NK; k++) free(src[k]);
+    for (int i = 0; i < 3; i++) free(y[i]);
+    free(all), free(mats), free(x);
+    tp_free(tp);
 }
 
 /* `test_kernels bench [TYPE M N_IN N_OUT]`: the default set, or one shape
@@ -1305,6 +1402,10 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
         bench(argc, argv);
+        return 0;
+    }
+    if (argc > 3 && strcmp(argv[1], "bench-layers") == 0) {
+        bench_layers(argv, argc);
         return 0;
     }
     if (argc > 5 && strcmp(argv[1], "bench-stream") == 0) {
