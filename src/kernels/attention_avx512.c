@@ -115,9 +115,14 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int k = 0; k < NG; k++) acc[r][k] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d++) {
-        if ((d & 1) == 0)
+    /* a dim's column of a block is bs halves: a line holds 32 / bs dims
+     * (bs < 32), else each dim starts a line (bs = 32: exactly one) */
+    const int dpl = bs < 32 ? (int)(32 / bs) : 1;
+    for (int d = 0, pd = 0; d < hd; d++) {
+        if (d == pd) {
+            pd += dpl;
             for (int k = 0; k < npf; k++) _mm_prefetch((const char *)(pf[k].col + goff + (size_t)d * bs), ATTN_PF_HINT);
+        }
         /* entries past NG are never read (zeroed for the compiler's sake) */
         __m512 kx[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
 #pragma GCC unroll 4
@@ -139,12 +144,42 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
         }
 }
 
-/* scores_cols with constants (attention_walk.h's dispatch). */
+/* Key groups a scores_cols call takes for nr rows: up to 16 accumulators
+ * (of the 32 zmm registers; AVX2's rule, attention_walk.h, stops at 8 of
+ * 16), so that each broadcast query element and each call's loop overhead
+ * serve more FMAs. */
+#ifndef COLS512_ACC
+#define COLS512_ACC 16
+#endif
+static inline int cols_groups512(int nr)
+{
+    const int g = COLS512_ACC / nr;
+    return g > 4 ? 4 : g < 1 ? 1 : g;
+}
+
+/* scores_cols with constants: every (R, G) cols_groups512 can ask for. */
 static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
                               __m512 vscale, float *const *out, const int *n, const key_group *pf, int npf)
 {
 #define SC(R, G) scores_cols(R, G, kg, goff, bs, qt, hd, vscale, out, n, pf, npf)
-    ATTN_COLS_DISPATCH(nr, ng, SC)
+#define SC_R(R)                        \
+    switch (ng) {                      \
+    case 1: SC(R, 1); break;           \
+    case 2: SC(R, 2); break;           \
+    case 3: SC(R, 3); break;           \
+    default: SC(R, 4); break;          \
+    }
+    switch (nr) {
+    case 1: SC_R(1); break;
+    case 2: SC_R(2); break;
+    case 3: SC_R(3); break;
+    case 4: SC_R(4); break;
+    case 5: SC_R(5); break;
+    case 6: SC_R(6); break;
+    case 7: SC_R(7); break;
+    default: SC_R(8); break;
+    }
+#undef SC_R
 #undef SC
 }
 
@@ -182,7 +217,7 @@ static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int
             const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1];
             const size_t goff = (size_t)rows[r0].g * head;
             for (int a = r0; a < r1; a += 8) {
-                const int nr = r1 - a < 8 ? r1 - a : 8, per = cols_groups(nr);
+                const int nr = r1 - a < 8 ? r1 - a : 8, per = cols_groups512(nr);
                 for (int k = 0; k < ng && kg[k].j0 < sg_n[sg]; k += per) {
                     const int nk = ng - k < per ? ng - k : per;
                     float *out[8];
