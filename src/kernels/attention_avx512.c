@@ -405,9 +405,8 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
         }
 #pragma GCC unroll 4
         for (int r = 0; r < RR; r++) {
-            const __m512 pk = _mm512_set1_ps(p[r][k]);
 #pragma GCC unroll 4
-            for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(pk, v[c], a[r][c]);
+            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(a[r][c], v[c], &p[r][k]); /* p broadcast in the FMA */
         }
     }
 #pragma GCC unroll 4
