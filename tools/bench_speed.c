@@ -36,10 +36,11 @@
  * Roofline: decode is bound by memory reads. Bandwidth is measured here: a
  * --bw-mib buffer (1 GiB, far beyond L3, huge pages advised) read by
  * --threads threads with AVX2 loads. The header shows the median of 5
- * passes at the start; each decode test's roofline uses the median of the
- * probes (3 passes each) taken just before and just after each of our
- * timed runs of that test, because this machine's bandwidth drifts by
- * 10-30% over minutes and a test runs minutes after the start. Bytes per step = the weights a step
+ * passes at the start; each decode test's roofline uses the mean of single
+ * passes taken just before, every SP_SAMPLE_EVERY decode steps during (the
+ * clock stopped) and just after each of our timed runs of that test,
+ * because this machine's bandwidth drifts over minutes and jumps for
+ * seconds at a time (bench_model). Bytes per step = the weights a step
  * reads (pl_model_decode_bytes: all layers + final norm + output matrix)
  * + f16 KV of every sequence at its mean context length in the test;
  * roofline tok/s = bandwidth x sequences / bytes per step. pp512 is compute
@@ -72,7 +73,8 @@
 #define SP_MAX_MODELS 16
 #define SP_MAX_REPS 100
 #define SP_PEER_TIMEOUT_S 3600.0
-#define SP_PROBE_PASSES 3 /* per probe beside a timed run: ~0.2 s at 1 GiB */
+#define SP_SAMPLE_EVERY 16 /* decode steps between two bandwidth samples inside a timed run */
+#define SP_MAX_SAMPLES (SP_MAX_REPS * (2 + 128 / SP_SAMPLE_EVERY)) /* per test: before, during, after each run */
 
 enum { T_PP, T_TG, T_DEPTH, T_X8, T_RSS, T_COUNT };
 static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048", "tg128x8", "rss"};
@@ -265,7 +267,21 @@ typedef struct {
     uint32_t nv;
     int32_t bos;
     float *logits;  /* [X8_B][nv] */
+    /* a bandwidth sample, taken every SP_SAMPLE_EVERY decode steps of a
+     * timed run (outside its timing), or NULL */
+    void (*sample)(void *arg);
+    void *sample_arg;
 } sp_ours;
+
+/* Seconds since *t0 added to *sec, then a bandwidth sample every
+ * SP_SAMPLE_EVERY steps (step g > 0) with the clock stopped. */
+static void decode_lap(sp_ours *o, int g, double *t0, double *sec)
+{
+    if (g == 0 || g % SP_SAMPLE_EVERY != 0 || !o->sample) return;
+    *sec += bench_now() - *t0;
+    o->sample(o->sample_arg);
+    *t0 = bench_now();
+}
 
 static int ctx_open(sp_ours *o, uint32_t n_ctx, uint32_t seqs, pl_ctx **c)
 {
@@ -283,16 +299,19 @@ static int append(pl_ctx *c, int32_t seq, const int32_t *ids, int n, float *logi
     return pl_seq_append(c, seq, ids, (size_t)n, logits);
 }
 
-/* n_steps greedy decode steps of one sequence; seconds. */
+/* n_steps greedy decode steps of one sequence; seconds (bandwidth samples
+ * excluded). */
 static int decode_steps(sp_ours *o, pl_ctx *c, int32_t seq, int n_steps, double *sec)
 {
     int rc = 0;
     double t0 = bench_now();
+    *sec = 0;
     for (int g = 0; g < n_steps && !rc; g++) {
+        decode_lap(o, g, &t0, sec);
         int32_t t = argmax(o->logits, o->nv);
         rc = pl_seq_append(c, seq, &t, 1, o->logits);
     }
-    *sec = bench_now() - t0;
+    *sec += bench_now() - t0;
     return rc;
 }
 
@@ -343,12 +362,14 @@ static int ours_x8(sp_ours *o, double *tg)
         if (!rc) rc = append(c, seqs[s], ids, X8_PROMPT, o->logits);
         last[s] = argmax(o->logits, o->nv);
     }
-    double t0 = bench_now();
+    double t0 = bench_now(), sec = 0;
     for (int g = 1; g < TG_N && !rc; g++) {
+        decode_lap(o, g - 1, &t0, &sec);
         rc = pl_seq_step(c, seqs, last, X8_B, o->logits);
         for (int s = 0; s < X8_B && !rc; s++) last[s] = argmax(o->logits + (size_t)s * o->nv, o->nv);
     }
-    *tg = (double)(TG_N - 1) * X8_B / (bench_now() - t0);
+    sec += bench_now() - t0;
+    *tg = (double)(TG_N - 1) * X8_B / sec;
     pl_ctx_free(c);
     return rc;
 }
@@ -467,30 +488,36 @@ static void bw_probe_free(bw_probe *p)
     p->buf = NULL;
 }
 
-/* GB/s (1e9 bytes) read by the probe's threads over its buffer: the median
- * of `passes` passes after one untimed pass (*best, if not NULL: the
- * fastest). The untimed pass brings the buffer's translations and the
- * threads' start-up out of the timing. */
-static double bw_probe_run(const bw_probe *p, int passes, double *best)
+/* GB/s (1e9 bytes) of one pass: the probe's threads each read their part
+ * of the buffer once (~35 ms at 1 GiB and 30 GB/s). */
+static double bw_probe_pass(const bw_probe *p)
 {
     if (!p->buf) return 0;
     void *(*fn)(void *) = __builtin_cpu_supports("avx2") ? bw_read_avx2 : bw_read_scalar;
     bw_part parts[64];
     pthread_t th[64];
-    double gbs[16];
     const int threads = p->threads < 64 ? p->threads : 64;
     const size_t per = p->n / (size_t)threads / 128 * 128;
-    passes = passes < 1 ? 1 : passes > 15 ? 15 : passes;
-    for (int r = -1; r < passes; r++) {
-        double t0 = bench_now();
-        for (int i = 0; i < threads; i++) {
-            parts[i] = (bw_part){p->buf + (size_t)i * per, per, 0};
-            if (pthread_create(&th[i], NULL, fn, &parts[i]) != 0) fn(&parts[i]), th[i] = 0;
-        }
-        for (int i = 0; i < threads; i++)
-            if (th[i]) pthread_join(th[i], NULL);
-        if (r >= 0) gbs[r] = (double)per * threads / (bench_now() - t0) / 1e9;
+    double t0 = bench_now();
+    for (int i = 0; i < threads; i++) {
+        parts[i] = (bw_part){p->buf + (size_t)i * per, per, 0};
+        if (pthread_create(&th[i], NULL, fn, &parts[i]) != 0) fn(&parts[i]), th[i] = 0;
     }
+    for (int i = 0; i < threads; i++)
+        if (th[i]) pthread_join(th[i], NULL);
+    return (double)per * threads / (bench_now() - t0) / 1e9;
+}
+
+/* The median of `passes` passes after one untimed pass (*best, if not
+ * NULL: the fastest). The untimed pass brings the buffer's translations
+ * and the threads' start-up out of the timing. */
+static double bw_probe_run(const bw_probe *p, int passes, double *best)
+{
+    if (!p->buf) return 0;
+    double gbs[16];
+    passes = passes < 1 ? 1 : passes > 15 ? 15 : passes;
+    (void)bw_probe_pass(p);
+    for (int r = 0; r < passes; r++) gbs[r] = bw_probe_pass(p);
     double med = bench_median(gbs, (size_t)passes); /* sorts */
     if (best) *best = gbs[passes - 1];
     return med;
@@ -601,8 +628,8 @@ static void emit_json(const sp_opts *o, json_t *j)
     json_decref(j);
 }
 
-/* bw: the median bandwidth of the probes taken around our runs of
- * the test (0 for pp512, which has no roofline). */
+/* bw: the mean of the bandwidth samples of our runs of the test (0 for
+ * pp512, which has no roofline). */
 static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double bw)
 {
     if (o->json || json_out_f) {
@@ -690,8 +717,26 @@ static void print_header(const sp_opts *o, double bw, double bw_best, bool peer_
     fflush(stdout);
 }
 
-/* One probe's median into g[(*n)++] (the bandwidth around a timed run). */
-static void probe_into(const bw_probe *p, double *g, int *n) { g[(*n)++] = bw_probe_run(p, SP_PROBE_PASSES, NULL); }
+/* Bandwidth samples of one test: single probe passes just before, during
+ * (sp_ours.sample) and just after each of our timed runs. */
+typedef struct {
+    const bw_probe *p;
+    double *g;
+    int *n;
+} bw_sampler;
+
+static void bw_sample(void *arg)
+{
+    bw_sampler *s = arg;
+    if (*s->n < SP_MAX_SAMPLES) s->g[(*s->n)++] = bw_probe_pass(s->p);
+}
+
+static double mean_of(const double *v, int n)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    return n ? sum / n : 0;
+}
 
 /* Runs the selected tests of one model, ours then the peer, reps times. */
 static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *probe, bool peer_ok)
@@ -714,20 +759,28 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     /* tok/s per GB/s of bandwidth: sequences / bytes per step */
     const double per_gbs[T_COUNT] = {0, 1e9 / (w + kv * (PP_N + TG_N / 2)), 1e9 / (w + kv * (DEPTH_N + TG_N / 2)),
                                      1e9 * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
-    /* a: ours, b: the peer's, g: the bandwidth probed just before and just
-     * after each of our runs. The machine's bandwidth drifts by 10-30% over
-     * minutes (neighbours on the host), so one probe at the start would
-     * misplace the roofline of a test run ten minutes later; a probe on
-     * each side of the run brackets the bandwidth it had. */
-    double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][2 * SP_MAX_REPS];
+    /* a: ours, b: the peer's, g: the bandwidth samples of our runs (see
+     * bw_sampler; their mean is the test's bandwidth). This machine's
+     * bandwidth drifts by 10-30% over minutes and jumps from ~32 to 50-60
+     * GB/s for 0.5-2.5 s at a time (neighbours on the host: a 40 s trace of
+     * back-to-back passes), so a probe at the start would misplace the
+     * roofline of a test run ten minutes later, and a few passes beside a
+     * run (the scheme until session 11) landed in or out of a jump by
+     * chance: the same binary read 63% and 100% of the roofline in two
+     * consecutive runs. Samples spread through the run weigh the jumps as
+     * long as they last, as the run's tok/s does. */
+    static double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][SP_MAX_SAMPLES];
     int na[T_COUNT] = {0}, nb[T_COUNT] = {0}, ng[T_COUNT] = {0};
+    bw_sampler smp[T_COUNT];
+    for (int t = 0; t < T_COUNT; t++) smp[t] = (bw_sampler){probe, g[t], &ng[t]};
     const bool pptg = o->want[T_PP] || o->want[T_TG];
     for (int r = 0; r < o->reps && !rc; r++) {
         double pp = 0, tg = 0;
         if (pptg) {
-            if (o->want[T_TG]) probe_into(probe, g[T_TG], &ng[T_TG]);
+            if (o->want[T_TG]) bw_sample(&smp[T_TG]);
+            us.sample = o->want[T_TG] ? bw_sample : NULL, us.sample_arg = &smp[T_TG];
             rc = ours_pp_tg(&us, o->want[T_TG], &pp, &tg);
-            if (o->want[T_TG]) probe_into(probe, g[T_TG], &ng[T_TG]);
+            if (o->want[T_TG]) bw_sample(&smp[T_TG]);
             a[T_PP][na[T_PP]++] = pp;
             a[T_TG][na[T_TG]++] = tg;
             const char *args[] = {"-np", "512", "-ng", o->want[T_TG] ? "128" : "1", NULL};
@@ -737,17 +790,19 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
             }
         }
         if (!rc && o->want[T_DEPTH]) {
-            probe_into(probe, g[T_DEPTH], &ng[T_DEPTH]);
+            bw_sample(&smp[T_DEPTH]);
+            us.sample = bw_sample, us.sample_arg = &smp[T_DEPTH];
             rc = ours_depth(&us, &tg);
-            probe_into(probe, g[T_DEPTH], &ng[T_DEPTH]);
+            bw_sample(&smp[T_DEPTH]);
             a[T_DEPTH][na[T_DEPTH]++] = tg;
             const char *args[] = {"-np", "2048", "-ng", "128", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
         }
         if (!rc && o->want[T_X8]) {
-            probe_into(probe, g[T_X8], &ng[T_X8]);
+            bw_sample(&smp[T_X8]);
+            us.sample = bw_sample, us.sample_arg = &smp[T_X8];
             rc = ours_x8(&us, &tg);
-            probe_into(probe, g[T_X8], &ng[T_X8]);
+            bw_sample(&smp[T_X8]);
             a[T_X8][na[T_X8]++] = tg;
             const char *args[] = {"-np", "128", "-ng", "128", "-b", "8", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_X8][nb[T_X8]++] = tg;
@@ -755,7 +810,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     }
     if (rc) cli_error("bench speed", "%s: %s", m->path, pl_last_error());
     for (int t = 0; t < T_RSS && !rc; t++) {
-        const double bw = ng[t] ? bench_median(g[t], (size_t)ng[t]) : 0;
+        const double bw = mean_of(g[t], ng[t]);
         if (o->want[t])
             print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), bw * per_gbs[t], bw);
     }
@@ -834,7 +889,8 @@ int bench_speed(int argc, char **argv)
     bw_probe_free(&probe);
     if (!o.json && any_speed)
         printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step, where bandwidth (GB/s) is the "
-               "median of the probes taken just before and after each of our runs of the test)\n");
+               "mean of probe passes taken just before, every %d decode steps during (outside the timing) and just after "
+               "each of our runs of the test)\n", SP_SAMPLE_EVERY);
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;
     return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);
