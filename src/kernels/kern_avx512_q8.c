@@ -220,7 +220,7 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
     const int CH = Q8P_CHAINS(NX);
     const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
     const size_t pf = NX == 1 ? Q8P_PREFETCH_M1 : is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = none */
-    const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m4h = _mm256_set1_epi8((char)0xF0), flip = _mm256_set1_epi8((char)0x80);
     const __m256i offmul = _mm256_set1_epi16(is_q4 ? 1 : 16); /* q4off (-8 sum x) times 1 or 16 */
     const size_t rows = px->rows;
     const int8_t *xq = px->q;
@@ -239,11 +239,13 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
             for (int c = 1; c < CH; c++) is[r][c] = _mm256_setzero_si256();
         }
         if (is_q4) {
-            /* vector v: low nibbles = elements 4v..4v+3, high = 16+4v.. */
+            /* vector v: low nibbles = elements 4v..4v+3, high = 16+4v..;
+             * the high nibbles stay in place (16 x their value, into the
+             * odd chains, shifted down once at the block's end: exact) */
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++) {
                 const __m256i pv = _mm256_load_si256((const __m256i *)(g + 32 * v));
-                const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(pv, 4), m4);
+                const __m256i lo = _mm256_and_si256(pv, m4), hi = _mm256_and_si256(pv, m4h);
 #pragma GCC unroll 8
                 for (int r = 0; r < NX; r++) {
                     __m256i *c0 = &is[r][(2 * v) % CH], *c1 = &is[r][(2 * v + 1) % CH];
@@ -262,8 +264,15 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
         const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)kern_pack_scales(wp, gq, b)));
 #pragma GCC unroll 8
         for (int r = 0; r < NX; r++) {
+            if (is_q4) { /* even chains: low nibbles (+ offset), odd: 16 x high nibbles */
+                __m256i lo = is[r][0], hi = is[r][1];
 #pragma GCC unroll 4
-            for (int c = 1; c < CH; c++) is[r][0] = _mm256_add_epi32(is[r][0], is[r][c]);
+                for (int c = 2; c < CH; c++) c % 2 ? (hi = _mm256_add_epi32(hi, is[r][c])) : (lo = _mm256_add_epi32(lo, is[r][c]));
+                is[r][0] = _mm256_add_epi32(lo, _mm256_srai_epi32(hi, 4));
+            } else {
+#pragma GCC unroll 4
+                for (int c = 1; c < CH; c++) is[r][0] = _mm256_add_epi32(is[r][0], is[r][c]);
+            }
             acc[r] = q8_acc8(is_q4, acc[r], is[r][0], dw, xa[r].d);
         }
     }
