@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "base/mem.h"
 #include "base/threadpool.h"
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"
@@ -1273,8 +1274,8 @@ static void bench_stream(char **argv, int argc)
  * matrices of LAYERS llama layers (TinyLlama's shape by default), packed
  * on huge pages, multiplied in a decode step's order (q|k|v fused, wo,
  * gate|up fused, down) with m = 1, each pass after a plain read of the
- * same bytes. Prints each kind's GB/s and its share of the step beside the
- * probe's: where bench-stream times one shape alone, this shows how the
+ * same bytes. Prints the step's ratio to the probe and each kind's time
+ * and GB/s: where bench-stream times one shape alone, this shows how the
  * shapes fare in the order decode runs them (a matrix after another). */
 static void bench_layers(char **argv, int argc)
 {
@@ -1299,10 +1300,12 @@ static void bench_layers(char **argv, int argc)
         per_layer += pb[k];
         src[k] = make_weights(t, n_out[k], n_in[k]);
     }
-    const size_t total = per_layer * (size_t)L, len = (total + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1);
-    uint8_t *all = aligned_alloc(1 << 21, len);
-    madvise(all, len, MADV_HUGEPAGE);
-    memset(all, 0, len);
+    const size_t total = per_layer * (size_t)L;
+    uint8_t *all = mem_alloc_huge(total); /* as the packed weights: 2 MiB pages */
+    if (!all) {
+        fprintf(stderr, "bench-layers: out of memory\n");
+        return;
+    }
     kern_mat *mats = calloc((size_t)L * NK, sizeof *mats);
     for (int l = 0; l < L; l++) {
         size_t off = per_layer * (size_t)l;
@@ -1362,7 +1365,8 @@ static void bench_layers(char **argv, int argc)
     }
     for (int k = 0; k < NK; k++) free(src[k]);
     for (int i = 0; i < 3; i++) free(y[i]);
-    free(all), free(mats), free(x);
+    mem_free(all);
+    free(mats), free(x);
     tp_free(tp);
 }
 

@@ -267,7 +267,10 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
             if (is_q4) { /* even chains: low nibbles (+ offset), odd: 16 x high nibbles */
                 __m256i lo = is[r][0], hi = is[r][1];
 #pragma GCC unroll 4
-                for (int c = 2; c < CH; c++) c % 2 ? (hi = _mm256_add_epi32(hi, is[r][c])) : (lo = _mm256_add_epi32(lo, is[r][c]));
+                for (int c = 2; c < CH; c++) {
+                    if (c % 2) hi = _mm256_add_epi32(hi, is[r][c]);
+                    else lo = _mm256_add_epi32(lo, is[r][c]);
+                }
                 is[r][0] = _mm256_add_epi32(lo, _mm256_srai_epi32(hi, 4));
             } else {
 #pragma GCC unroll 4
