@@ -212,10 +212,11 @@ bool kern_cpu_has_avx2(void);
  * (once, thread-safe), which kern_vt_avx2() and kern_vt_avx512() call. */
 extern float kern_f16_lut[65536];
 void kern_f16_lut_init(void);
-/* kern_avx2.c's F16 decode dot tile with its prefetch 8 KiB ahead into L2
- * (the AVX2 table's goes 1 KiB into L1, Zen 3's best): the AVX-512 table
- * lists it (Zen 4's best), x86 only. */
-void kern_dot_f16_avx2_far(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+/* kern_avx2.c's F32 and F16 decode dot tiles without software prefetch
+ * (the AVX2 table's go 1 KiB ahead into L1, Zen 3's best): the AVX-512
+ * table lists them (Zen 4's best), x86 only. */
+void kern_dot_f32_avx2_nopf(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+void kern_dot_f16_avx2_nopf(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
 /* The AVX-512 variant (kern_avx512*.c; see avx512_intrin.h). It needs
  * AVX-512 F, BW, VL, DQ and VNNI (Ice Lake, Zen 4 and later: the gain is
  * VNNI's integer dot, so a CPU without it keeps AVX2) and has a second
