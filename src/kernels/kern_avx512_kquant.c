@@ -36,9 +36,14 @@
  * its float sums differ from the Q6_K GEMM's within rounding, as
  * kern_impl.h allows for decode dots.
  *
- * The prefetch of the AVX2 tiles is kept (KQ_PF_BYTES: the weight stream
- * is read once from DRAM at decode, and the hardware prefetcher falls
- * behind).
+ * The GEMM tiles keep the AVX2 tiles' prefetch (KQ_PF_BYTES); the decode
+ * dots (one weight row streamed from DRAM) go without it, as every decode
+ * tile of this table: on Zen 4 it only took the stream from the L2
+ * hardware prefetcher. `test_kernels bench-stream q6_K 2048 32000 4 1 2`
+ * (the output matrix of our q4_0 files), 3 alternating rounds, session 12:
+ * 48.6-50.7 vs 42.4-44.4 GB/s (0.77-0.80 vs 0.66-0.75 of a plain read,
+ * the host at 57-68 GB/s), one thread 0.75 vs 0.67; Q4_K 38.7-39.5 vs
+ * 36.7-37.7 GB/s.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
@@ -58,7 +63,7 @@ K5AI float kq_hsum_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* Same as kern_avx2.c: the 2 KiB ahead of each block (measured there:
+/* The GEMM tiles' prefetch, as kern_avx2.c: the 2 KiB ahead of each block (measured there:
  * Q6_K 16.6 -> 20.5 GB/s and Q4_K 15.4 -> 18.7 GB/s at m = 1, 2 threads). */
 #ifndef KQ_PF_BYTES
 #define KQ_PF_BYTES 2048
@@ -100,7 +105,8 @@ K5AI __m128i q4_K_scales_mins(const uint8_t *s12)
  * (high nibbles) in lanes 2, 3. packs(d[2p], d[2p+1]) puts, per 128-bit
  * lane L, the 4 int32 of d[2p] lane L into int16 0..3 and those of
  * d[2p+1] into 4..7. */
-K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
+K5AI void q4_K_tile_pf(bool pf, int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x,
+                       size_t xs)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i nib = halves_epi16(0, 4); /* low half: low nibbles, high half: high nibbles */
@@ -117,7 +123,7 @@ K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, co
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q4_K *wb = &w[b];
-        kq_prefetch(wb, sizeof *wb);
+        if (pf) kq_prefetch(wb, sizeof *wb);
         const __m128i sm = q4_K_scales_mins(wb->scales);
         const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm)); /* int16: sc[0..7] m[0..7] */
         const __m128i mn8 = _mm_unpackhi_epi64(sm, sm);
@@ -256,7 +262,6 @@ K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, 
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q6_K *wb = &w[b];
-        kq_prefetch(wb, sizeof *wb);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         __m256i isum[KERN_NX_MAX];
 #pragma GCC unroll 4
@@ -292,9 +297,19 @@ K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, 
  * height only decides how often a weight block is unpacked); decode dots:
  * one weight row, nx = 1 or 2 (Q4_K: the GEMM's tile; Q6_K: the 256-bit
  * one). kern_impl.h's drivers. */
+/* Q4_K's one tile with and without the prefetch (the GEMM's and the decode dot's). */
+K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
+{
+    q4_K_tile_pf(true, NX, nb, s, ss, w, x, xs);
+}
+K5AI void q4_K_tile_dot(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
+{
+    q4_K_tile_pf(false, NX, nb, s, ss, w, x, xs);
+}
+
 KERN_KGEMM_DRIVER(gemm_q4_K_x512, K5, q4_K_tile, block_q4_K)
 KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
-KERN_KDOT_DRIVER(dot_q4_K_x512, K5, q4_K_tile, block_q4_K)
+KERN_KDOT_DRIVER(dot_q4_K_x512, K5, q4_K_tile_dot, block_q4_K)
 KERN_KDOT_DRIVER(dot_q6_K_x512, K5, q6_K_tile_y, block_q6_K)
 
 void kern_avx512_fill_kquant(kern_vtable *t)
