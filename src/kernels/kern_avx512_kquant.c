@@ -37,9 +37,10 @@
  * kern_impl.h allows for decode dots.
  *
  * The GEMM tiles keep the AVX2 tiles' prefetch (KQ_PF_BYTES); the decode
- * dots (one weight row streamed from DRAM) go without it, as every decode
- * tile of this table: on Zen 4 it only took the stream from the L2
- * hardware prefetcher. `test_kernels bench-stream q6_K 2048 32000 4 1 2`
+ * dots (one weight row streamed from DRAM) go without it for rows of 2048
+ * elements and more, as every decode tile of this table: on Zen 4 it only
+ * took the stream from the L2 hardware prefetcher (shorter rows keep it:
+ * dot_q6_K_x512). `test_kernels bench-stream q6_K 2048 32000 4 1 2`
  * (the output matrix of our q4_0 files), 3 alternating rounds, session 12:
  * 48.6-50.7 vs 42.4-44.4 GB/s (0.77-0.80 vs 0.66-0.75 of a plain read,
  * the host at 57-68 GB/s), one thread 0.75 vs 0.67; Q4_K 38.7-39.5 vs
@@ -249,7 +250,7 @@ K5AI __m256i q6_K_load_y(const block_q6_K *wb, int h, int k)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
+K5AI void q6_K_tile_y(bool pf, int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
 {
     __m256i pick[4]; /* [2h + kk/2]: int16 wd of lane L gets sc[8h + 2kk + 2 * (wd % 8 >= 4) + L] */
     for (int i = 0; i < 4; i++) {
@@ -262,6 +263,7 @@ K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, 
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q6_K *wb = &w[b];
+        if (pf) kq_prefetch(wb, sizeof *wb);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         __m256i isum[KERN_NX_MAX];
 #pragma GCC unroll 4
@@ -297,20 +299,35 @@ K5AI void q6_K_tile_y(int NX, int nb, float *s, size_t ss, const block_q6_K *w, 
  * height only decides how often a weight block is unpacked); decode dots:
  * one weight row, nx = 1 or 2 (Q4_K: the GEMM's tile; Q6_K: the 256-bit
  * one). kern_impl.h's drivers. */
-/* Q4_K's one tile with and without the prefetch (the GEMM's and the decode dot's). */
+/* Q4_K's GEMM tile: its one tile with the prefetch. */
 K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
     q4_K_tile_pf(true, NX, nb, s, ss, w, x, xs);
 }
-K5AI void q4_K_tile_dot(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
-{
-    q4_K_tile_pf(false, NX, nb, s, ss, w, x, xs);
-}
 
 KERN_KGEMM_DRIVER(gemm_q4_K_x512, K5, q4_K_tile, block_q4_K)
 KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
-KERN_KDOT_DRIVER(dot_q4_K_x512, K5, q4_K_tile_dot, block_q4_K)
-KERN_KDOT_DRIVER(dot_q6_K_x512, K5, q6_K_tile_y, block_q6_K)
+
+/* The decode dots prefetch only rows shorter than KQ_DOT_PF_BELOW elements
+ * (see the header): with 768-element rows (the 110M shape's output
+ * matrix, 3 blocks a row) the engine's output matmul took 0.513 ms a token
+ * without the prefetch against 0.475 with it (PAGELLM_FWD_PROFILE, 5
+ * alternating runs, medians), while 2048-element rows gain without it. */
+#ifndef KQ_DOT_PF_BELOW
+#define KQ_DOT_PF_BELOW 2048
+#endif
+static K5 void dot_q4_K_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
+{
+    const bool pf = n < KQ_DOT_PF_BELOW;
+    if (nx == 1) q4_K_tile_pf(pf, 1, n / QK_K, s, ss, w, x, xs);
+    else q4_K_tile_pf(pf, 2, n / QK_K, s, ss, w, x, xs);
+}
+static K5 void dot_q6_K_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
+{
+    const bool pf = n < KQ_DOT_PF_BELOW;
+    if (nx == 1) q6_K_tile_y(pf, 1, n / QK_K, s, ss, w, x, xs);
+    else q6_K_tile_y(pf, 2, n / QK_K, s, ss, w, x, xs);
+}
 
 void kern_avx512_fill_kquant(kern_vtable *t)
 {
