@@ -64,7 +64,8 @@ K5AI float kq_hsum_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The GEMM tiles' prefetch, as kern_avx2.c: the 2 KiB ahead of each block (measured there:
+/* The GEMM tiles' (and short decode rows') prefetch, as kern_avx2.c: the
+ * 2 KiB ahead of each block (measured there before the AVX-512 tiles:
  * Q6_K 16.6 -> 20.5 GB/s and Q4_K 15.4 -> 18.7 GB/s at m = 1, 2 threads). */
 #ifndef KQ_PF_BYTES
 #define KQ_PF_BYTES 2048
