@@ -175,10 +175,11 @@ KAI float fload1(int kind, const void *p, int i)
  * against nx rows, U accumulators per row whatever nx, so a row's value
  * does not depend on nx. */
 /* NX activation rows, U independent accumulators per row (to hide FMA
- * latency when NX is small). pf: prefetch the row 1 KiB ahead into L1
- * (the AVX2 table: Zen 3's best), or not at all (kern_dot_*_avx2_nopf). */
-KAI void fdot_tile(int kind, int NX, int U, bool pf, int n, float *s, size_t ss, const void *w, const uint8_t *x,
-                   size_t xs)
+ * latency when NX is small). pfd: prefetch the row pfd bytes ahead, into L1
+ * (l2 false: the AVX2 table, 1 KiB, Zen 3's best) or L2 (l2 true: the
+ * AVX-512 table, kern_pf_stream), or not at all (pfd 0). */
+KAI void fdot_tile(int kind, int NX, int U, int pfd, bool l2, int n, float *s, size_t ss, const void *w,
+                   const uint8_t *x, size_t xs)
 {
     __m256 acc[KERN_NX_MAX][4];
 #pragma GCC unroll 4
@@ -190,9 +191,13 @@ KAI void fdot_tile(int kind, int NX, int U, bool pf, int n, float *s, size_t ss,
     for (; i + 8 * U <= n; i += 8 * U) {
         /* the weight row ahead (into the next row at the end: ggml rows
          * are consecutive, so that is the order they are read in) */
-        if (pf) {
+        if (pfd) {
+            const char *at = (const char *)w + (size_t)i * esz + pfd;
 #pragma GCC unroll 4
-            for (int l = 0; l < 8 * U * esz; l += 64) _mm_prefetch((const char *)w + (size_t)i * esz + 1024 + l, _MM_HINT_T0);
+            for (int l = 0; l < 8 * U * esz; l += 64) {
+                if (l2) _mm_prefetch(at + l, _MM_HINT_T1);
+                else _mm_prefetch(at + l, _MM_HINT_T0);
+            }
         }
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
@@ -217,28 +222,29 @@ KAI void fdot_tile(int kind, int NX, int U, bool pf, int n, float *s, size_t ss,
     }
 }
 
-#define FDOT_AVX2(name, kind, pf)                                                                      \
+#define FDOT_AVX2(name, kind, PFD, L2)                                                                 \
     KA void name(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)         \
     {                                                                                                  \
-        if (nx == 1) fdot_tile(kind, 1, 4, pf, n, s, ss, w, x, xs);                                    \
-        else fdot_tile(kind, 2, 4, pf, n, s, ss, w, x, xs);                                            \
+        const int pfd_ = (PFD);                                                                        \
+        if (nx == 1) fdot_tile(kind, 1, 4, pfd_, L2, n, s, ss, w, x, xs);                              \
+        else fdot_tile(kind, 2, 4, pfd_, L2, n, s, ss, w, x, xs);                                      \
     }
 
-static FDOT_AVX2(dot_f32_avx2, FK_F32, true)
-static FDOT_AVX2(dot_f16_avx2, FK_F16, true)
-static FDOT_AVX2(dot_bf16_avx2, FK_BF16, true)
-/* For the AVX-512 table (kern_impl.h): the same tiles without software
- * prefetch, which on Zen 4 only takes the stream from the L2 hardware
- * prefetcher (as for the packed q4_0/q8_0 tile at m = 1). `test_kernels
- * bench-stream f16 2048 5632 40 1 2` (kernel / a plain read, medians of 15,
- * 3 alternating rounds, session 12): none 0.99/0.99/1.00, 8 KiB ahead into
- * L2 (the previous choice) 0.91/0.91/0.91, 16 KiB 0.89/0.88/0.89; 5632 x
- * 2048 and 2048 x 32000 alike (0.98-0.99 vs 0.91-0.93); during a bandwidth
- * jump (probe 64 GB/s) 0.90 vs 0.73; one thread 0.90 vs 0.72. F32 with
- * 1 KiB into L1: 0.97/0.99 vs 0.89/0.89. (Session 7's 8 KiB had been
- * measured against 1 KiB into L1 only.) */
-FDOT_AVX2(kern_dot_f32_avx2_nopf, FK_F32, false)
-FDOT_AVX2(kern_dot_f16_avx2_nopf, FK_F16, false)
+static FDOT_AVX2(dot_f32_avx2, FK_F32, 1024, false)
+static FDOT_AVX2(dot_f16_avx2, FK_F16, 1024, false)
+static FDOT_AVX2(dot_bf16_avx2, FK_BF16, 1024, false)
+/* For the AVX-512 table (kern_impl.h): the same tiles with the CPU's
+ * stream prefetch, kern_pf_stream bytes ahead into L2. On Zen 4 none (the
+ * prefetch only takes the stream from the L2 hardware prefetcher, as for
+ * the packed q4_0/q8_0 tile at m = 1): `test_kernels bench-stream f16 2048
+ * 5632 40 1 2` (kernel / a plain read, medians of 15, 3 alternating rounds,
+ * session 12): none 0.99/0.99/1.00, 8 KiB ahead into L2 0.91/0.91/0.91,
+ * 16 KiB 0.89/0.88/0.89; 5632 x 2048 and 2048 x 32000 alike (0.98-0.99 vs
+ * 0.91-0.93); during a bandwidth jump (probe 64 GB/s) 0.90 vs 0.73; one
+ * thread 0.90 vs 0.72; F32 with 1 KiB into L1: 0.97/0.99 vs 0.89/0.89.
+ * On Emerald Rapids (session 13) the reverse: see kern_avx512_float.c. */
+FDOT_AVX2(kern_dot_f32_avx2_stream, FK_F32, kern_pf_stream, true)
+FDOT_AVX2(kern_dot_f16_avx2_stream, FK_F16, kern_pf_stream, true)
 
 /* GEMM tiles are instantiated for every (nw, nx) up to KERN_NW_MAX x
  * KERN_NX_MAX so that accumulators are registers; T(NW, NX) is the call. */

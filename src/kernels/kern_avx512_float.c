@@ -11,9 +11,10 @@
  *   accumulators) where AVX2's 16 hold 3 x 4: fewer loads and f16
  *   conversions per FMA. 16-lane (zmm) versions did not gain: Zen 4 runs a
  *   512-bit FMA or vcvtph2ps as two 256-bit halves. The F32/F16 decode dots
- *   stay AVX2's (DRAM-bound at decode), without its software prefetch
- *   (kern_dot_*_avx2_nopf: on Zen 4 the hardware prefetcher alone streams
- *   0.99 of a plain read against 0.91 with a prefetch; kern_avx2.c).
+ *   stay AVX2's (DRAM-bound at decode), with the CPU's stream prefetch
+ *   (kern_dot_*_avx2_stream, kern_pf_stream in kern_impl.h: none on Zen 4,
+ *   where the hardware prefetcher alone streams 0.99 of a plain read against
+ *   0.91 with a prefetch; on Emerald Rapids 8 KiB into L2, see below).
  * - "avx512-bf16" (bf16 == true): the BF16 GEMM tiles and decode dots with
  *   vdpbf16ps, which multiplies bf16 pairs and adds them into float lanes
  *   in one instruction, where AVX2 widens both operands (vpmovzxwd + vpslld
@@ -110,7 +111,7 @@ K5BI float hsum8_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-K5BI void bdot_tile(int NX, int U, int n, float *s, size_t ss, const uint8_t *w, const uint8_t *x, size_t xs)
+K5BI void bdot_tile(int NX, int U, int pfd, int n, float *s, size_t ss, const uint8_t *w, const uint8_t *x, size_t xs)
 {
     __m256 acc[KERN_DOT_NX_MAX][4];
 #pragma GCC unroll 4
@@ -119,10 +120,15 @@ K5BI void bdot_tile(int NX, int U, int n, float *s, size_t ss, const uint8_t *w,
         for (int u = 0; u < U; u++) acc[r][u] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 16 * U <= n; i += 16 * U) {
-        /* no software prefetch, as the F32/F16 tiles (kern_avx2.c): with the
-         * row 1 KiB ahead into L1, `bench-stream bf16 2048 5632 20 1 2` read
-         * 0.73 vs 0.85 of a plain read during a bandwidth jump, and 31.1 vs
-         * 34.9 GB/s outside one */
+        /* the CPU's stream prefetch (kern_pf_stream), as the F32/F16 tiles
+         * (kern_avx2.c): on Zen 4 none (with the row 1 KiB ahead into L1,
+         * `bench-stream bf16 2048 5632 20 1 2` read 0.73 vs 0.85 of a plain
+         * read during a bandwidth jump, and 31.1 vs 34.9 GB/s outside one) */
+        if (pfd) {
+            const char *at = (const char *)w + 2 * (size_t)i + pfd;
+#pragma GCC unroll 4
+            for (int l = 0; l < 32 * U; l += 64) _mm_prefetch(at + l, _MM_HINT_T1);
+        }
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
             const __m256bh wv = bf16x16(w, i + 16 * u);
@@ -145,8 +151,9 @@ K5BI void bdot_tile(int NX, int U, int n, float *s, size_t ss, const uint8_t *w,
 
 static K5_BF16 void dot_bf16_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
 {
-    if (nx == 1) bdot_tile(1, BD_U, n, s, ss, w, x, xs);
-    else bdot_tile(2, BD_U, n, s, ss, w, x, xs);
+    const int pfd = kern_pf_stream;
+    if (nx == 1) bdot_tile(1, BD_U, pfd, n, s, ss, w, x, xs);
+    else bdot_tile(2, BD_U, pfd, n, s, ss, w, x, xs);
 }
 
 /* ---- BF16 GEMM tiles: NW weight rows x NX activation rows, each element one
@@ -281,9 +288,9 @@ void kern_avx512_fill_float(kern_vtable *t, bool bf16)
 {
     t->gemm[DT_F32] = (kern_gemm){gemm_f32_x512, 4, 4};
     t->gemm[DT_F16] = (kern_gemm){gemm_f16_x512, 4, 4};
-    /* AVX2's f32/f16 decode tiles without software prefetch (kern_avx2.c) */
-    t->dot[DT_F32] = kern_dot_f32_avx2_nopf;
-    t->dot[DT_F16] = kern_dot_f16_avx2_nopf;
+    /* AVX2's f32/f16 decode tiles with the CPU's stream prefetch (kern_avx2.c) */
+    t->dot[DT_F32] = kern_dot_f32_avx2_stream;
+    t->dot[DT_F16] = kern_dot_f16_avx2_stream;
     if (!bf16) return;
     t->gemm[DT_BF16] = (kern_gemm){gemm_bf16_x512, BG_NW, BG_NXT};
     t->dot[DT_BF16] = dot_bf16_x512;

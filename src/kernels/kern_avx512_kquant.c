@@ -319,13 +319,13 @@ KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
 #endif
 static K5 void dot_q4_K_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
 {
-    const bool pf = n < KQ_DOT_PF_BELOW;
+    const bool pf = kern_pf_stream || n < KQ_DOT_PF_BELOW;
     if (nx == 1) q4_K_tile_pf(pf, 1, n / QK_K, s, ss, w, x, xs);
     else q4_K_tile_pf(pf, 2, n / QK_K, s, ss, w, x, xs);
 }
 static K5 void dot_q6_K_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
 {
-    const bool pf = n < KQ_DOT_PF_BELOW;
+    const bool pf = kern_pf_stream || n < KQ_DOT_PF_BELOW;
     if (nx == 1) q6_K_tile_y(pf, 1, n / QK_K, s, ss, w, x, xs);
     else q6_K_tile_y(pf, 2, n / QK_K, s, ss, w, x, xs);
 }

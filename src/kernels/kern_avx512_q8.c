@@ -194,9 +194,6 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * With the first layout (scales apart) 8 KiB into L2 had been the best at
  * m = 1 (0.82 of the read loop). Distances (bytes ahead; 0 = none) and hint
  * stay overridable for other machines. */
-#ifndef Q8P_PREFETCH_M1
-#define Q8P_PREFETCH_M1 0
-#endif
 #ifndef Q8P_PREFETCH_Q4
 #define Q8P_PREFETCH_Q4 8192
 #endif
@@ -219,7 +216,7 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
 {
     const int CH = Q8P_CHAINS(NX);
     const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
-    const size_t pf = NX == 1 ? Q8P_PREFETCH_M1 : is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = none */
+    const size_t pf = NX == 1 ? (size_t)kern_pf_stream : is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = none */
     const __m256i m4 = _mm256_set1_epi8(0x0F), m4h = _mm256_set1_epi8((char)0xF0), flip = _mm256_set1_epi8((char)0x80);
     const __m256i offmul = _mm256_set1_epi16(is_q4 ? 1 : 16); /* q4off (-8 sum x) times 1 or 16 */
     const size_t rows = px->rows;

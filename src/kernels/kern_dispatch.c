@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 
 kern_vtable kern_vt;
+int kern_pf_stream; /* kern_impl.h */
 static _Atomic int kern_ready;
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -57,8 +58,44 @@ static int kern_cap_from_env(void)
     return 2;
 }
 
+/* True on an AMD CPU (CPUID's vendor string), whose Zen 4 hardware
+ * prefetcher streams decode's weights best alone (kern_impl.h). */
+static bool kern_cpu_is_amd(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    char v[13];
+    memcpy(v, &b, 4), memcpy(v + 4, &d, 4), memcpy(v + 8, &c, 4);
+    v[12] = 0;
+    return strcmp(v, "AuthenticAMD") == 0;
+#else
+    return false;
+#endif
+}
+
+/* kern_pf_stream for this CPU, or PAGELLM_PREFETCH's: "auto" (or unset),
+ * "none", or bytes ahead 0..65536; anything else is reported and ignored. */
+static int kern_pf_stream_choice(void)
+{
+    const int cpu = kern_cpu_is_amd() ? 0 : KERN_PF_STREAM_BYTES;
+    const char *e = getenv("PAGELLM_PREFETCH");
+    if (!e || !*e || !strcmp(e, "auto")) return cpu;
+    if (!strcmp(e, "none")) return 0;
+    char *end;
+    const long v = strtol(e, &end, 10);
+    if (*end || end == e || v < 0 || v > 65536) {
+        static _Atomic int told;
+        if (!atomic_exchange(&told, 1))
+            fprintf(stderr, "pagellm: PAGELLM_PREFETCH=%s is not auto, none or a distance in bytes 0..65536: ignored\n", e);
+        return cpu;
+    }
+    return (int)v;
+}
+
 void kern_init(int force_ref)
 {
+    kern_pf_stream = kern_pf_stream_choice();
     const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();

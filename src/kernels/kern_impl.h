@@ -212,11 +212,33 @@ bool kern_cpu_has_avx2(void);
  * (once, thread-safe), which kern_vt_avx2() and kern_vt_avx512() call. */
 extern float kern_f16_lut[65536];
 void kern_f16_lut_init(void);
-/* kern_avx2.c's F32 and F16 decode dot tiles without software prefetch
- * (the AVX2 table's go 1 KiB ahead into L1, Zen 3's best): the AVX-512
- * table lists them (Zen 4's best), x86 only. */
-void kern_dot_f32_avx2_nopf(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
-void kern_dot_f16_avx2_nopf(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+/* THE DECODE STREAM'S SOFTWARE PREFETCH, per CPU. At decode (m = 1) each
+ * weight byte comes from DRAM once, and whether a software prefetch on top
+ * of the hardware prefetchers helps the stream depends on the CPU, not on
+ * the instructions:
+ * - Zen 4: the L2 prefetcher follows each thread's rising stream alone and
+ *   a software prefetch takes the stream from it (sessions 8 and 12:
+ *   `test_kernels bench-stream f16 2048 5632 40 1 2` 0.99 of a plain read
+ *   without, 0.91 with 8 KiB into L2; packed q4_0 0.91 vs 0.89);
+ * - Intel (Emerald Rapids, session 13): the same tiles read 0.65-0.72 of a
+ *   plain read without and 0.96-1.0 with the lines 4-16 KiB ahead into L2
+ *   (figures at the tiles, kern_avx512_q8.c and kern_avx512_float.c).
+ * kern_pf_stream is how far ahead (bytes) the AVX-512 table's decode
+ * tiles prefetch their weight row stream (the packed Q8_0/Q4_0 tile at
+ * m = 1, the F32/F16/BF16 dots and the K-quant dots), 0 = not at all. The
+ * AVX2 table keeps its fixed distances (Zen 3's best). kern_init sets it:
+ * AMD 0, any other vendor KERN_PF_STREAM_BYTES; PAGELLM_PREFETCH=none,
+ * auto or a distance in bytes (0..65536) overrides, for A/B runs. Read
+ * once per tile call. */
+extern int kern_pf_stream;
+#ifndef KERN_PF_STREAM_BYTES
+#define KERN_PF_STREAM_BYTES 8192
+#endif
+/* kern_avx2.c's F32 and F16 decode dot tiles with kern_pf_stream's
+ * prefetch (into L2; the AVX2 table's own go 1 KiB ahead into L1, Zen 3's
+ * best): the AVX-512 table lists them, x86 only. */
+void kern_dot_f32_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+void kern_dot_f16_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
 /* The AVX-512 variant (kern_avx512*.c; see avx512_intrin.h). It needs
  * AVX-512 F, BW, VL, DQ and VNNI (Ice Lake, Zen 4 and later: the gain is
  * VNNI's integer dot, so a CPU without it keeps AVX2) and has a second

@@ -38,6 +38,8 @@ check bench_speed_exit [ "$rc" -eq 0 ]
 check bench_speed_model_made [ -s "$T/models/tiny-q8_0.gguf" ]
 check bench_speed_no_temp_left [ -z "$(ls "$T/models" | grep tmp)" ]
 jq_check bench_speed_header "$T/speed.json" '.[0].bench == "speed" and .[0].bandwidth_gb_s > 0 and .[0].threads == 1'
+# the probe's read loop: plain loads or with the 8 KiB prefetch, whichever read faster at the start
+jq_check bench_speed_read_loop "$T/speed.json" '.[0].bandwidth_prefetch_bytes == 0 or .[0].bandwidth_prefetch_bytes == 8192'
 jq_check bench_speed_row_fields "$T/speed.json" \
   '[.[1:][] | select(.test != "rss") | keys] == [["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"],
                                                  ["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"]]'
@@ -58,6 +60,7 @@ fi
 check bench_speed_table grep -Eq '^tiny-q8_0 +q8_0 +tg128 ' "$T/speed.txt"
 jq_check bench_speed_json_out "$T/out.json" 'length == 2 and .[1].model == "tiny-q8_0" and .[1].test == "tg128" and .[1].peer_tok_s == null'
 check bench_speed_bandwidth grep -q 'memory read bandwidth' "$T/speed.txt"
+check bench_speed_read_loop_line grep -Eq '^read loop: (plain loads|loads with prefetch) \(calibration, medians of 4: plain loads [0-9.]+ GB/s, with the lines 8 KiB ahead prefetched into L2 [0-9.]+\)$' "$T/speed.txt"
 for f in "$T"/*.err; do
   if grep -q Sanitizer "$f"; then fail "bench_speed_sanitizer" "$(head -c 400 "$f")"; fi
 done
