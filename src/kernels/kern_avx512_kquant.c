@@ -37,8 +37,9 @@
  * kern_impl.h allows for decode dots.
  *
  * The GEMM tiles keep the AVX2 tiles' prefetch (KQ_PF_BYTES); the decode
- * dots (one weight row streamed from DRAM) go without it for rows of 2048
- * elements and more, as every decode tile of this table: on Zen 4 it only
+ * dots (one weight row streamed from DRAM) take the CPU's stream prefetch
+ * (kern_pf_stream, kern_impl.h), and where that is none (AMD) go without
+ * one for rows of 2048 elements and more: on Zen 4 it only
  * took the stream from the L2 hardware prefetcher (shorter rows keep it:
  * dot_q6_K_x512). `test_kernels bench-stream q6_K 2048 32000 4 1 2`
  * (the output matrix of our q4_0 files), 3 alternating rounds, session 12:
@@ -79,6 +80,22 @@ K5AI void kq_prefetch(const void *block, size_t bytes)
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, KQ_PF_HINT);
 }
 
+/* A decode dot's prefetch (kq_pf): none (dist 0), the GEMM tiles' (l2
+ * false, dist KQ_PF_BYTES) or the CPU's stream prefetch (l2 true, dist
+ * kern_pf_stream). */
+typedef struct {
+    int dist;
+    bool l2;
+} kq_pf;
+K5AI void kq_prefetch_pf(kq_pf pf, const void *block, size_t bytes)
+{
+    const uintptr_t a = (uintptr_t)block + (size_t)pf.dist;
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) {
+        if (pf.l2) _mm_prefetch((const char *)l, _MM_HINT_T1);
+        else _mm_prefetch((const char *)l, KQ_PF_HINT);
+    }
+}
+
 /* int16 vector: value lo in the low 256 bits, hi in the high 256 bits. */
 K5AI __m512i halves_epi16(short lo, short hi)
 {
@@ -107,7 +124,7 @@ K5AI __m128i q4_K_scales_mins(const uint8_t *s12)
  * (high nibbles) in lanes 2, 3. packs(d[2p], d[2p+1]) puts, per 128-bit
  * lane L, the 4 int32 of d[2p] lane L into int16 0..3 and those of
  * d[2p+1] into 4..7. */
-K5AI void q4_K_tile_pf(bool pf, int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x,
+K5AI void q4_K_tile_pf(kq_pf pf, int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x,
                        size_t xs)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -125,7 +142,7 @@ K5AI void q4_K_tile_pf(bool pf, int NX, int nb, float *s, size_t ss, const block
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q4_K *wb = &w[b];
-        if (pf) kq_prefetch(wb, sizeof *wb);
+        if (pf.dist) kq_prefetch_pf(pf, wb, sizeof *wb);
         const __m128i sm = q4_K_scales_mins(wb->scales);
         const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm)); /* int16: sc[0..7] m[0..7] */
         const __m128i mn8 = _mm_unpackhi_epi64(sm, sm);
@@ -251,20 +268,19 @@ K5AI __m256i q6_K_load_y(const block_q6_K *wb, int h, int k)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-K5AI void q6_K_tile_y(bool pf, int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
+K5AI void q6_K_tile_y(kq_pf pf, int NX, int nb, float *s, size_t ss, const block_q6_K *w, const uint8_t *x, size_t xs)
 {
-    __m256i pick[4]; /* [2h + kk/2]: int16 wd of lane L gets sc[8h + 2kk + 2 * (wd % 8 >= 4) + L] */
-    for (int i = 0; i < 4; i++) {
-        short v[16];
-        for (int wd = 0; wd < 16; wd++) v[wd] = (short)(8 * (i / 2) + 4 * (i % 2) + 2 * (wd % 8 >= 4) + wd / 8);
-        pick[i] = _mm256_loadu_si256((const __m256i *)v);
-    }
+    /* [2h + kk/2]: int16 wd of lane L gets sc[8h + 2kk + 2 * (wd % 8 >= 4) + L], as constants: built in a
+     * loop they cost each call (a row of 8 blocks for the output matrix) ~70 instructions */
+#define PICK(b) _mm256_setr_epi16(b, b, b, b, b + 2, b + 2, b + 2, b + 2, b + 1, b + 1, b + 1, b + 1, b + 3, b + 3, b + 3, b + 3)
+    const __m256i pick[4] = {PICK(0), PICK(4), PICK(8), PICK(12)};
+#undef PICK
     __m256 acc[KERN_NX_MAX];
 #pragma GCC unroll 4
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q6_K *wb = &w[b];
-        if (pf) kq_prefetch(wb, sizeof *wb);
+        if (pf.dist) kq_prefetch_pf(pf, wb, sizeof *wb);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         __m256i isum[KERN_NX_MAX];
 #pragma GCC unroll 4
@@ -303,29 +319,40 @@ K5AI void q6_K_tile_y(bool pf, int NX, int nb, float *s, size_t ss, const block_
 /* Q4_K's GEMM tile: its one tile with the prefetch. */
 K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
-    q4_K_tile_pf(true, NX, nb, s, ss, w, x, xs);
+    q4_K_tile_pf((kq_pf){KQ_PF_BYTES, false}, NX, nb, s, ss, w, x, xs);
 }
 
 KERN_KGEMM_DRIVER(gemm_q4_K_x512, K5, q4_K_tile, block_q4_K)
 KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
 
-/* The decode dots prefetch only rows shorter than KQ_DOT_PF_BELOW elements
- * (see the header): with 768-element rows (the 110M shape's output
- * matrix, 3 blocks a row) the engine's output matmul took 0.513 ms a token
- * without the prefetch against 0.475 with it (PAGELLM_FWD_PROFILE, 5
- * alternating runs, medians), while 2048-element rows gain without it. */
+/* The decode dots' prefetch: the CPU's stream prefetch where it has one
+ * (kern_pf_stream, kern_impl.h: not on AMD); else only for rows shorter
+ * than KQ_DOT_PF_BELOW elements, the GEMM tiles' (see the header): with
+ * 768-element rows (the 110M shape's output matrix, 3 blocks a row) Zen 4's
+ * engine output matmul took 0.513 ms a token without the prefetch against
+ * 0.475 with it (PAGELLM_FWD_PROFILE, 5 alternating runs, medians), while
+ * 2048-element rows gain without it. On Emerald Rapids (session 13),
+ * `bench-stream q6_K 2048 32000 8 1 2`, 2 rounds: the stream's 4 or 8 KiB
+ * into L2 0.79-0.83 of the probe, the GEMM's 2 KiB into L1 0.75-0.77,
+ * 1 KiB into L1 0.66. */
 #ifndef KQ_DOT_PF_BELOW
 #define KQ_DOT_PF_BELOW 2048
 #endif
+K5AI kq_pf kq_dot_pf(int n)
+{
+    const int stream = kern_pf_stream;
+    if (stream) return (kq_pf){stream, true};
+    return (kq_pf){n < KQ_DOT_PF_BELOW ? KQ_PF_BYTES : 0, false};
+}
 static K5 void dot_q4_K_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
 {
-    const bool pf = kern_pf_stream || n < KQ_DOT_PF_BELOW;
+    const kq_pf pf = kq_dot_pf(n);
     if (nx == 1) q4_K_tile_pf(pf, 1, n / QK_K, s, ss, w, x, xs);
     else q4_K_tile_pf(pf, 2, n / QK_K, s, ss, w, x, xs);
 }
 static K5 void dot_q6_K_x512(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)
 {
-    const bool pf = kern_pf_stream || n < KQ_DOT_PF_BELOW;
+    const kq_pf pf = kq_dot_pf(n);
     if (nx == 1) q6_K_tile_y(pf, 1, n / QK_K, s, ss, w, x, xs);
     else q6_K_tile_y(pf, 2, n / QK_K, s, ss, w, x, xs);
 }
