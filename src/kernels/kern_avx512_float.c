@@ -5,12 +5,13 @@
  * processes): BF16 GEMM m = 64 7585 -> 3150 us, decode m = 1 240 -> 115 us
  * and m = 4 763 -> 310 us in cache, from DRAM (16384 x 2048) equal; F32
  * GEMM m = 64 ~6950 -> ~6300 us, F16 ~5500 -> ~5300 us.
- * - both tables: the F32 and F16 GEMM tiles. The same per-element float
- *   sequence as kern_avx2.c's fgemm_tile (8 lanes, so BIT-IDENTICAL to
- *   AVX2), but a 4 x 4 tile in AVX-512's 32 vector registers (16
- *   accumulators) where AVX2's 16 hold 3 x 4: fewer loads and f16
- *   conversions per FMA. 16-lane (zmm) versions did not gain: Zen 4 runs a
- *   512-bit FMA or vcvtph2ps as two 256-bit halves. The F32/F16 decode dots
+ * - both tables: the F32 and F16 GEMM tiles, 4 x 4 in AVX-512's 32 vector
+ *   registers, 16 lanes per element (fgemm_tile below: another summation
+ *   order than AVX2's 8 lanes, within rounding), the F16 tile's activations
+ *   handed over as f32 (kern_gemm.xconv) so that it converts only its
+ *   weights. Until session 13 these were AVX2's 8-lane sequence bit for
+ *   bit: on Zen 4 (512-bit operations as two halves) 16 lanes had not
+ *   gained, on Emerald Rapids they do (see fgemm_tile). The F32/F16 decode dots
  *   stay AVX2's (DRAM-bound at decode), with the CPU's stream prefetch
  *   (kern_dot_*_avx2_stream, kern_pf_stream in kern_impl.h: none on Zen 4,
  *   where the hardware prefetcher alone streams 0.99 of a plain read against
@@ -204,62 +205,72 @@ static K5_BF16 void gemm_bf16_x512(int n, float *y, size_t ys, const void *w, si
     }
 }
 
-/* ---- F32 and F16 GEMM tiles: AVX2's 8-lane sequence per element (one
- * accumulator, fma over 8 elements at a time in order, a scalar tail over
- * the last n % 8 in order, hsum + tail: bit-identical to kern_avx2.c's
- * fgemm_tile), but AVX-512's 32 vector registers hold a 4 x 4 tile (16
- * accumulators + 4 weight vectors + 1 activation vector), where AVX2's 16
- * registers allow 3 x 4: fewer loads and f16 conversions per FMA. */
+/* ---- F32 and F16 GEMM tiles: 16 lanes. Per element one 16-lane
+ * accumulator, fma over 16 elements at a time in order, the last n % 16
+ * elements as one masked step (the masked lanes add fma(0, 0, acc) = acc),
+ * then _mm512_reduce_add_ps: the same sequence whatever the tile shape
+ * (kern_impl.h's invariant), another order than AVX2's 8 lanes (within
+ * rounding: test_kernels). A 4 x 4 tile: 16 accumulators + 4 weight
+ * vectors + 1 activation vector of the 32 registers.
+ * Until session 13 these tiles kept AVX2's 8-lane sequence bit for bit
+ * (16 lanes had not gained on Zen 4, which runs a zmm operation as two
+ * halves). On Emerald Rapids, whose two FMA ports take zmm whole (a
+ * microbenchmark: 73-80 G zmm FMA/s a core against 39-41 G ymm), the
+ * 8-lane tile read 60 GFLOP/s (`test_kernels bench f16 64 2048 2048`, one
+ * thread), 16 lanes 67, and 16 lanes with the activations as f32 (no
+ * vcvtph2ps for them: each is 2 uops on the FMA ports) 73-78; TinyLlama
+ * f16 pp512 (2 alternating runs each) 39.3/53.7 -> 64.2/60.6 tok/s, 8
+ * sequences 39.9/36.8 -> 47.2/40.5. What bounds it now is the L2: a 4 x 4
+ * tile over n = 2048 holds 32 KiB of f32 activations and streams 16 KiB of
+ * weights through a 48 KiB L1 (the F32 tile, with no conversions at all,
+ * reads 64 GFLOP/s); a k-blocked, packed-panel GEMM is the next step. */
 enum { FK_F32, FK_F16 };
 
-K5AI __m256 fload8(int kind, const uint8_t *p, int i)
+K5AI __m512 fload16(int kind, const uint8_t *p, int i, __mmask16 m)
 {
-    if (kind == FK_F32) return _mm256_loadu_ps((const float *)p + i);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    if (kind == FK_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
 }
 
-K5AI float fload1(int kind, const uint8_t *p, int i)
-{
-    if (kind == FK_F32) return ((const float *)p)[i];
-    return f16_to_f32(((const uint16_t *)p)[i]);
-}
-
-K5AI float fhsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
+/* kind: the weights' (F32 or F16); the activations are f32 either way
+ * (for F16 weights the f16-rounded values, conv_f16_as_f32). */
 K5AI void fgemm_tile(int kind, int NW, int NX, int n, float *y, size_t ys, const uint8_t *w, size_t ws,
                     const uint8_t *x, size_t xs)
 {
-    __m256 acc[KERN_NW_MAX][KERN_NX_MAX];
+    __m512 acc[KERN_NW_MAX][KERN_NX_MAX];
 #pragma GCC unroll 4
     for (int c = 0; c < NW; c++)
 #pragma GCC unroll 4
-        for (int r = 0; r < NX; r++) acc[c][r] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 wv[KERN_NW_MAX];
+        for (int r = 0; r < NX; r++) acc[c][r] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[KERN_NW_MAX];
 #pragma GCC unroll 4
-        for (int c = 0; c < NW; c++) wv[c] = fload8(kind, w + c * ws, i);
+        for (int c = 0; c < NW; c++) wv[c] = fload16(kind, w + c * ws, i, m);
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) {
-            const __m256 xv = fload8(kind, x + r * xs, i);
+            const __m512 xv = fload16(FK_F32, x + r * xs, i, m);
 #pragma GCC unroll 4
-            for (int c = 0; c < NW; c++) acc[c][r] = _mm256_fmadd_ps(wv[c], xv, acc[c][r]);
+            for (int c = 0; c < NW; c++) acc[c][r] = _mm512_fmadd_ps(wv[c], xv, acc[c][r]);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NX; r++)
 #pragma GCC unroll 4
-        for (int c = 0; c < NW; c++) {
-            float t = 0.0f;
-            for (int k = i; k < n; k++) t += fload1(kind, w + c * ws, k) * fload1(kind, x + r * xs, k);
-            y[r * ys + c] = fhsum8(acc[c][r]) + t;
-        }
+        for (int c = 0; c < NW; c++) y[r * ys + c] = _mm512_reduce_add_ps(acc[c][r]);
+}
+
+/* The F16 tile's activations (kern_gemm.xconv): each value rounded to f16
+ * (nearest even, as conv[DT_F16]) and widened back, so the tile converts
+ * only its weights. */
+static K5 void conv_f16_as_f32(void *dst, const float *src, int n)
+{
+    float *d = dst;
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
 }
 
 #define FG_NX(kind, NW)                                                                                \
@@ -286,13 +297,13 @@ FGEMM_X512(gemm_f16_x512, FK_F16)
 
 void kern_avx512_fill_float(kern_vtable *t, bool bf16)
 {
-    t->gemm[DT_F32] = (kern_gemm){gemm_f32_x512, 4, 4};
-    t->gemm[DT_F16] = (kern_gemm){gemm_f16_x512, 4, 4};
+    t->gemm[DT_F32] = (kern_gemm){gemm_f32_x512, 4, 4, NULL, 0};
+    t->gemm[DT_F16] = (kern_gemm){gemm_f16_x512, 4, 4, conv_f16_as_f32, (int)sizeof(float)};
     /* AVX2's f32/f16 decode tiles with the CPU's stream prefetch (kern_avx2.c) */
     t->dot[DT_F32] = kern_dot_f32_avx2_stream;
     t->dot[DT_F16] = kern_dot_f16_avx2_stream;
     if (!bf16) return;
-    t->gemm[DT_BF16] = (kern_gemm){gemm_bf16_x512, BG_NW, BG_NXT};
+    t->gemm[DT_BF16] = (kern_gemm){gemm_bf16_x512, BG_NW, BG_NXT, NULL, 0};
     t->dot[DT_BF16] = dot_bf16_x512;
 }
 

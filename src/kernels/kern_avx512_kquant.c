@@ -359,8 +359,8 @@ static K5 void dot_q6_K_x512(int n, float *s, size_t ss, const void *w, const vo
 
 void kern_avx512_fill_kquant(kern_vtable *t)
 {
-    t->gemm[DT_Q4_K] = (kern_gemm){gemm_q4_K_x512, 1, 4};
-    t->gemm[DT_Q6_K] = (kern_gemm){gemm_q6_K_x512, 1, 4};
+    t->gemm[DT_Q4_K] = (kern_gemm){gemm_q4_K_x512, 1, 4, NULL, 0};
+    t->gemm[DT_Q6_K] = (kern_gemm){gemm_q6_K_x512, 1, 4, NULL, 0};
     t->dot[DT_Q4_K] = dot_q4_K_x512;
     t->dot[DT_Q6_K] = dot_q6_K_x512; /* the 256-bit tile, see q6_K_tile_y */
 }

@@ -63,12 +63,20 @@
 typedef void (*kern_gemm_fn)(int n, float *y, size_t y_stride, const void *w, size_t w_stride, int nw,
                              const void *x, size_t x_stride, int nx);
 
+typedef void (*kern_conv_fn)(void *dst, const float *src, int n);
+
 /* A tile function and the tile it is best at (the driver's step sizes):
  * nw <= KERN_NW_MAX weight rows by nx <= KERN_NX_MAX activation rows. It
- * accepts any smaller nw, nx (the edges). */
+ * accepts any smaller nw, nx (the edges). xconv, when set: the tile takes
+ * its activations in a form of its own, rows of n_in x x_elem bytes made by
+ * xconv, holding the same values as the dot type's conversion (the AVX-512
+ * F16 tile: f32 rows of the f16-rounded values, so that it converts only
+ * its weights); NULL: the dot type's bytes (conv[]). */
 typedef struct {
     kern_gemm_fn fn;
     int nw, nx;
+    kern_conv_fn xconv;
+    int x_elem;
 } kern_gemm;
 /* Optional packed GEMM per weight type (Q8_0, Q4_0): the variant's GEMM on
  * the packed layout of kern_pack.c (groups of KERN_PACK_ROWS weight rows,
@@ -126,7 +134,6 @@ typedef struct {
 typedef void (*kern_dot_fn)(int n, float *s, size_t s_stride, const void *w, const void *x, size_t x_stride,
                             int nx);
 
-typedef void (*kern_conv_fn)(void *dst, const float *src, int n);
 
 typedef struct kern_vtable {
     const char *name;

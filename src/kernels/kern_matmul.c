@@ -141,7 +141,7 @@ int kern_matmul_reserve(int m, int n_in)
 
 /* The conversions of one call: x once per distinct dot type. */
 typedef struct {
-    int dt;            /* dot type */
+    int dt;            /* dot type, or -1 - dot type for a GEMM tile's own form (kern_gemm.xconv) */
     kern_conv_fn conv; /* NULL: F32, x used as is */
     size_t x_row;      /* bytes of one converted row */
     uint8_t *xa;       /* [m][x_row] */
@@ -509,9 +509,14 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
             else p->mode = MM_GEMM;
         }
         if (p->pk) p->gb = kern_pack_group_bytes(wi->type, n_in);
+        /* the tile's own activation form, when it has one (kern_impl.h) */
+        const bool own = p->mode == MM_GEMM && p->gemm.xconv;
+        if (own) p->x_row = (size_t)n_in * (size_t)p->gemm.x_elem;
+        const int key = own ? -1 - dt : dt;
+        kern_conv_fn conv = own ? p->gemm.xconv : dt == DT_F32 ? NULL : vt->conv[dt];
         int k = 0;
-        while (k < n_cv && cv[k].dt != dt) k++;
-        if (k == n_cv) cv[n_cv++] = (mm_conv){dt, dt == DT_F32 ? NULL : vt->conv[dt], p->x_row, NULL, NULL, 0, NULL, NULL};
+        while (k < n_cv && cv[k].dt != key) k++;
+        if (k == n_cv) cv[n_cv++] = (mm_conv){key, conv, p->x_row, NULL, NULL, 0, NULL, NULL};
         /* one px per conversion: the packed GEMMs of a variant share the form and tile height */
         if (p->pk && p->pk->px_row) cv[k].px_row = p->pk->px_row, cv[k].px_gx = mm_row_group(m, p->pk->nx);
         cv_of[i] = k;
