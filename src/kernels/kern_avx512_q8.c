@@ -176,8 +176,12 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * activations come re-laid by kern_matmul (kern_px, filled by the AVX2
  * variant's px_row: the layout is kern_impl.h's). */
 
-/* Software prefetch: none for one activation row, 8 KiB ahead into L2 for
- * more. With the scales interleaved with the quants (kern_pack.c) a group
+/* Software prefetch: for one activation row the CPU's stream prefetch
+ * (kern_pf_stream, kern_impl.h: none on AMD, 8 KiB into L2 elsewhere), 8
+ * KiB ahead into L2 for more rows. On Emerald Rapids (session 13) m = 1
+ * without it read 0.65-0.69 of a plain read, with 4-16 KiB into L2
+ * 0.91-1.02 (`bench-stream q4_0 2048 5632 60 1 2`); on Zen 4 the reverse,
+ * as follows. With the scales interleaved with the quants (kern_pack.c) a group
  * is read at rising addresses and, at m = 1, Zen 4's hardware prefetcher
  * keeps up alone: software prefetches on top cost queue slots. From m = 2
  * on, a group takes longer to compute and the hardware prefetcher alone
