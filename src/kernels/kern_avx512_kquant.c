@@ -74,19 +74,13 @@ K5AI float kq_hsum_ps(__m256 v)
 #ifndef KQ_PF_HINT
 #define KQ_PF_HINT _MM_HINT_T0
 #endif
-K5AI void kq_prefetch(const void *block, size_t bytes)
-{
-    const uintptr_t a = (uintptr_t)block + KQ_PF_BYTES;
-    for (uintptr_t l = a & ~(uintptr_t)63; l < a + bytes; l += 64) _mm_prefetch((const char *)l, KQ_PF_HINT);
-}
-
-/* A decode dot's prefetch (kq_pf): none (dist 0), the GEMM tiles' (l2
- * false, dist KQ_PF_BYTES) or the CPU's stream prefetch (l2 true, dist
- * kern_pf_stream). */
+/* A tile's prefetch (kq_pf): none (dist 0), the GEMM tiles' (KQ_PF_GEMM)
+ * or the CPU's stream prefetch (l2 true, dist kern_pf_stream). */
 typedef struct {
     int dist;
     bool l2;
 } kq_pf;
+#define KQ_PF_GEMM ((kq_pf){KQ_PF_BYTES, false})
 K5AI void kq_prefetch_pf(kq_pf pf, const void *block, size_t bytes)
 {
     const uintptr_t a = (uintptr_t)block + (size_t)pf.dist;
@@ -207,7 +201,7 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q6_K *wb = &w[b];
-        kq_prefetch(wb, sizeof *wb);
+        kq_prefetch_pf(KQ_PF_GEMM, wb, sizeof *wb);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         const __m512i sc512 = _mm512_castsi256_si512(sc16);
         __m512i q[4], scv[2]; /* q[2h + kp] */
@@ -319,7 +313,7 @@ K5AI void q6_K_tile_y(kq_pf pf, int NX, int nb, float *s, size_t ss, const block
 /* Q4_K's GEMM tile: its one tile with the prefetch. */
 K5AI void q4_K_tile(int NX, int nb, float *s, size_t ss, const block_q4_K *w, const uint8_t *x, size_t xs)
 {
-    q4_K_tile_pf((kq_pf){KQ_PF_BYTES, false}, NX, nb, s, ss, w, x, xs);
+    q4_K_tile_pf(KQ_PF_GEMM, NX, nb, s, ss, w, x, xs);
 }
 
 KERN_KGEMM_DRIVER(gemm_q4_K_x512, K5, q4_K_tile, block_q4_K)
