@@ -712,8 +712,11 @@ TEST(pack_round_trip)
 {
     static const int shapes[][2] = {{32, 1}, {32, 9}, {96, 8}, {288, 13}, {2048, 3}};
     static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
-    CHECK(!kern_pack_supports(DT_Q4_K, 256) && !kern_pack_supports(DT_F16, 64) && !kern_pack_supports(DT_Q8_0, 48));
-    CHECK(kern_pack_bytes(DT_Q6_K, 256, 8) == 0);
+    CHECK(!kern_pack_supports(DT_Q4_K, 256) && !kern_pack_supports(DT_F16, 48) && !kern_pack_supports(DT_Q8_0, 48));
+    CHECK(!kern_pack_supports(DT_F32, 64) && !kern_pack_supports(DT_BF16, 64));
+    /* F16 packs where the variant has its own tile (AVX2, AVX-512), not on the portable one */
+    CHECK(kern_pack_supports(DT_F16, 64) == (kern_vt.packed[DT_F16].gemm != NULL));
+    CHECK(kern_pack_bytes(DT_Q6_K, 256, 8) == 0 && kern_pack_bytes(DT_F16, 48, 8) == 0);
     for (int ti = 0; ti < 2; ti++)
         for (int si = 0; si < 5; si++) {
             const uint32_t t = types[ti];
@@ -860,6 +863,108 @@ TEST(packed_matmul_extreme_values)
     CHECK_MSG(!why[0], "%s", why);
 }
 
+/* The F16 layout (kern_pack.c): row c's element k at [k][c % 16] of group
+ * c / 16, the padding rows zero, 32 bytes per element and group. */
+TEST(pack_f16_round_trip)
+{
+    static const int shapes[][2] = {{32, 1}, {64, 15}, {96, 16}, {288, 33}};
+    for (int si = 0; si < 4; si++) {
+        const int n_in = shapes[si][0], n_out = shapes[si][1], ng = (n_out + 15) / 16;
+        rng_seed(7100 + (uint64_t)si);
+        uint16_t *w = (uint16_t *)make_weights(DT_F16, n_out, n_in);
+        const size_t bytes = kern_pack_bytes(DT_F16, n_in, n_out);
+        CHECK(bytes == (size_t)ng * 16 * (size_t)n_in * 2 && kern_pack_group_bytes(DT_F16, n_in) == bytes / (size_t)ng);
+        uint16_t *p = aligned_alloc(64, bytes);
+        memset(p, 0xA5, bytes);
+        kern_pack(p, w, DT_F16, n_in, n_out);
+        int bad = 0;
+        for (int c = 0; c < ng * 16 && !bad; c++)
+            for (int k = 0; k < n_in && !bad; k++) {
+                const uint16_t got = p[(size_t)(c / 16) * 16 * (size_t)n_in + (size_t)k * 16 + (size_t)(c % 16)];
+                if (got != (c < n_out ? w[(size_t)c * (size_t)n_in + (size_t)k] : 0)) bad = c + 1;
+            }
+        CHECK_MSG(!bad, "f16 n_in=%d n_out=%d: packed row %d differs", n_in, n_out, bad - 1);
+        free(w);
+        free(p);
+    }
+}
+
+/* THE PACKED F16 ORDER (kern_impl.h), restated from the ggml row and the
+ * f16-rounded activations. */
+static float f16p_order(const uint16_t *w, const float *x16, int n)
+{
+    float tot = 0.0f;
+    for (int k0 = 0; k0 < n; k0 += 256) {
+        float acc = 0.0f;
+        for (int k = k0; k < n && k < k0 + 256; k++) acc = fmaf(f16_to_f32(w[k]), x16[k], acc);
+        tot += acc;
+    }
+    return tot;
+}
+
+/* Packed F16 weights (kern_matmul_mats with a packed matrix): for every m
+ * in 1..13 (every tile height and shape of AVX-512's and AVX2's), n_in
+ * over one and several 256-element blocks, n_out with partial groups and
+ * tiles (1001: the call's tail of quarter chunks on 2 threads), one and 2
+ * threads, the portable tile (reference variant) and every SIMD variant:
+ * each element is the packed F16 order's bits, and within the SIMD
+ * tolerance of the double sum. */
+TEST(packed_f16_matmul_same_bits)
+{
+    static const int n_ins[] = {32, 288, 544, 1024};
+    static const int n_outs[] = {1, 15, 17, 33, 100, 1001};
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    threadpool *tp2 = tp_new(2);
+    CHECK(tp2 != NULL);
+    char why[320] = "";
+    int runs = 0;
+    for (int ii = 0; ii < 4 && !why[0]; ii++)
+        for (int oi = 0; oi < 6 && !why[0]; oi++) {
+            const int n_in = n_ins[ii], n_out = n_outs[oi], M = 13;
+            if (n_out == 1001 && n_in > 288) continue; /* time: the tail needs one size */
+            mm_case c;
+            case_make(&c, DT_F16, M, n_in, n_out, 8100 + (uint64_t)(ii * 8 + oi));
+            const size_t ny = (size_t)M * n_out;
+            uint8_t *wp = aligned_alloc(64, kern_pack_bytes(DT_F16, n_in, n_out));
+            kern_pack(wp, c.w, DT_F16, n_in, n_out);
+            const kern_mat pm = {NULL, wp, DT_F16, n_in, n_out}, *pmp = &pm;
+            float *want = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
+            for (size_t k = 0; k < ny && !why[0]; k++) {
+                double mag;
+                const double exact = case_naive(&c, (int)(k / n_out), (int)(k % n_out), &mag);
+                want[k] = f16p_order((const uint16_t *)(c.w + (k % n_out) * c.w_row), c.xd + (k / n_out) * n_in, n_in);
+                if (!(fabs(want[k] - exact) <= TOL_SIMD_VS_REF * mag + 1e-30))
+                    snprintf(why, sizeof why, "n_in=%d: the packed f16 order %.9g vs %.9g (|wx| %.3g)", n_in, want[k],
+                             exact, mag);
+            }
+            for (int v = -1; v < nv && !why[0]; v++) {
+                if (v < 0) kern_init(1); /* the portable tile */
+                else if (vs[v]->packed[DT_F16].gemm) kern_vt = *vs[v];
+                else continue;
+                for (int m = 1; m <= M && !why[0]; m++)
+                    for (int th = 0; th < 2 && !why[0]; th++) {
+                        for (size_t k = 0; k < (size_t)m * n_out; k++) y[k] = NAN;
+                        kern_matmul_mats(1, &y, c.x, &pmp, m, th ? tp2 : NULL);
+                        runs++;
+                        for (size_t k = 0; k < (size_t)m * n_out && !why[0]; k++)
+                            if (memcmp(&y[k], &want[k], 4) != 0)
+                                snprintf(why, sizeof why, "%s n_in=%d n_out=%d m=%d threads=%d: y[%zu][%zu] = %.9g, want %.9g",
+                                         v < 0 ? "portable" : vs[v]->name, n_in, n_out, m, th + 1, k / n_out, k % n_out,
+                                         y[k], want[k]);
+                    }
+                kern_init(0); /* back to the chosen table */
+            }
+            free(wp);
+            free(want);
+            free(y);
+            case_free(&c);
+        }
+    tp_free(tp2);
+    CHECK(runs > 0);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
 /* One dispatch for several matrices of one input (kern_matmul_mats, as the
  * forward pass fuses q/k/v and gate/up): each output equals, bit for bit,
  * the matrix multiplied alone, with mixed types (dot types Q8_0, Q8_K, F16
@@ -880,7 +985,7 @@ TEST(matmul_mats_equal_single)
     for (int i = 0; i < 4; i++) {
         case_make(&c[i], types[i], 7, n_in, n_outs[i], 9000 + (uint64_t)i);
         if (i != 0) memcpy(c[i].x, c[0].x, sizeof(float) * 7 * (size_t)n_in); /* one input */
-        if (kern_pack_supports(types[i], n_in) && i == 0) {
+        if (kern_pack_supports(types[i], n_in) && (i == 0 || i == 3)) { /* q4_0 and f16 packed */
             wp[i] = aligned_alloc(64, kern_pack_bytes(types[i], n_in, n_outs[i]));
             kern_pack(wp[i], c[i].w, types[i], n_in, n_outs[i]);
         }
@@ -1486,7 +1591,7 @@ static void bench(int argc, char **argv)
     if (argc >= 6) {
         const int ti = dtype_from_name(argv[2]);
         const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q8_0;
-        const int np = t == DT_Q8_0 || t == DT_Q4_0 ? 2 : 1; /* only these have a packed layout */
+        const int np = kern_pack_supports(t, atoi(argv[4])) ? 2 : 1; /* packed too where the layout pays */
         const int m = atoi(argv[3]), n_in = atoi(argv[4]), n_out = atoi(argv[5]);
         for (int th = 0; th < 2; th++)
             for (int p = 0; p < np; p++) bench_one(t, m, n_in, n_out, p, th ? tp2 : NULL);
@@ -1545,6 +1650,8 @@ int main(int argc, char **argv)
     RUN(pack_round_trip);
     RUN(packed_matmul_equals_reference);
     RUN(packed_matmul_extreme_values);
+    RUN(pack_f16_round_trip);
+    RUN(packed_f16_matmul_same_bits);
     RUN(matmul_mats_equal_single);
     RUN(matmul_reserve_and_supports);
     RUN(rope_known_values);

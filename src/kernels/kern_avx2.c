@@ -971,8 +971,9 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q6_K] = dot_q6_K_avx2,
     },
     .packed = {
-        [DT_Q8_0] = {Q8P_NX, px_row_avx2, gemmp_q8_0_avx2},
-        [DT_Q4_0] = {Q8P_NX, px_row_avx2, gemmp_q4_0_avx2},
+        [DT_Q8_0] = {Q8P_NX, px_row_avx2, gemmp_q8_0_avx2, 1, NULL},
+        [DT_Q4_0] = {Q8P_NX, px_row_avx2, gemmp_q4_0_avx2, 1, NULL},
+        [DT_F16] = {4, NULL, kern_gemmp_f16_avx2, 4, kern_pxf_row_f16_avx2}, /* kern_avx2_f16p.c */
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

@@ -78,15 +78,17 @@ typedef struct {
     kern_conv_fn xconv;
     int x_elem;
 } kern_gemm;
-/* Optional packed GEMM per weight type (Q8_0, Q4_0): the variant's GEMM on
- * the packed layout of kern_pack.c (groups of KERN_PACK_ROWS weight rows,
- * packed once at model load by kern_pack, or per chunk by kern_matmul for
- * weights that were not), against nx (1..the tile's nx) activation rows.
- * wp is one group; nw <= KERN_PACK_ROWS of its rows are stored. It must
- * compute every element with the reference's float operations, so that
- * packed results equal the reference bit for bit whatever m, nx or threads.
- * A variant without one gets kern_pack.c's portable version
- * (kern_packed_for).
+/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16): the variant's
+ * GEMM on the packed layout of kern_pack.c (groups of kern_pack_rows(type)
+ * weight rows, packed once at model load by kern_pack, or per chunk by
+ * kern_matmul for Q8_0/Q4_0 weights that were not), against nx (1..the
+ * tile's nx) activation rows. wp is one group (gw of them for F16); nw of
+ * its rows are stored. Q8_0/Q4_0 must compute every element with the
+ * reference's float operations, F16 in THE PACKED F16 ORDER below, so
+ * that packed results are the same bits whatever m, nx, threads or
+ * variant. A variant without one gets kern_pack.c's portable version
+ * (kern_packed_for); F16 is packed only where the variant has its own
+ * (kern_pack_supports).
  *
  * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px_row)
  * for the same activations re-laid once per call by kern_matmul (kern_px):
@@ -109,6 +111,10 @@ typedef struct {
     const int8_t *q;
     const kern_xblk *a;
     size_t rows; /* the block stride: the tile's rows (kern_matmul lays each group of rows out apart) */
+    /* The packed F16 GEMM's activations (pxf_row): the f16 values as f32,
+     * element k of row r (counted from the tile's first) at f[k * rows + r],
+     * so that one 32-byte line holds element k of up to 8 rows. */
+    const float *f;
 } kern_px;
 
 typedef struct {
@@ -117,8 +123,14 @@ typedef struct {
      * this: Q8_0 row x of n values into q, a (already offset to the row),
      * block stride rows. Else px is NULL. */
     void (*px_row)(int8_t *q, kern_xblk *a, size_t rows, const void *x, int n);
+    /* wp is gw (0 counts as 1) consecutive groups at most, kern_pack_group_bytes
+     * apart, nw <= gw * kern_pack_rows(type) rows of them stored. */
     void (*gemm)(int n, float *y, size_t y_stride, const void *wp, int nw, const void *x, size_t x_stride,
                  const kern_px *px, int nx);
+    int gw;
+    /* The F16 form of px (kern_px.f): f16 row x (the dot type's bytes) of n
+     * values as f32 at f[k * rows] (f already offset to the row). */
+    void (*pxf_row)(float *f, size_t rows, const void *x, int n);
 } kern_packed;
 
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
@@ -183,6 +195,20 @@ size_t kern_pack_group_bytes(uint32_t t, int n);
  * then its blocks' quants, so a group is read at strictly rising
  * addresses. */
 #define KERN_PACK_RUN 4
+/* Weight rows per group: KERN_PACK_ROWS for Q8_0/Q4_0, KERN_PACKF_ROWS
+ * for F16 (a group is [n][16] f16: element k of its 16 rows in one 32-byte
+ * line, so a converted load is the 16 rows' lanes). */
+#define KERN_PACKF_ROWS 16
+static inline int kern_pack_rows(uint32_t t) { return t == DT_F16 ? KERN_PACKF_ROWS : KERN_PACK_ROWS; }
+/* THE PACKED F16 ORDER: element (row c, activation r) is, in float,
+ *   tot = 0; for each block of KERN_PACKF_KB elements k from 0 (the last
+ *   may be shorter): acc = 0; acc = fma(w[c][k], x[r][k], acc) for k in
+ *   order; tot = tot + acc.
+ * One chain of fused multiply-adds per block (lanes are weight rows, so no
+ * horizontal sum), the blocks summed in order: the rounding error grows
+ * with KB + n / KB terms, not n. Every variant's packed F16 tile and the
+ * portable one (fmaf) are the same bits. */
+#define KERN_PACKF_KB 256
 static inline size_t kern_pack_block_quant_bytes(uint32_t t) { return t == DT_Q8_0 ? 256 : 128; }
 static inline const uint8_t *kern_pack_quants(const uint8_t *g, size_t gq, int b)
 {
@@ -246,6 +272,10 @@ extern int kern_pf_stream;
  * best): the AVX-512 table lists them, x86 only. */
 void kern_dot_f32_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
 void kern_dot_f16_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+/* kern_avx2_f16p.c: the AVX2 table's packed F16 GEMM (kern_packed). */
+void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                         const kern_px *px, int nx);
+void kern_pxf_row_f16_avx2(float *f, size_t rows, const void *x, int n);
 /* The AVX-512 variant (kern_avx512*.c; see avx512_intrin.h). It needs
  * AVX-512 F, BW, VL, DQ and VNNI (Ice Lake, Zen 4 and later: the gain is
  * VNNI's integer dot, so a CPU without it keeps AVX2) and has a second
@@ -263,6 +293,7 @@ void kern_avx512_fill_q8(kern_vtable *t);
 void kern_avx512_fill_kquant(kern_vtable *t);
 void kern_avx512_fill_float(kern_vtable *t, bool bf16);
 void kern_avx512_fill_elem(kern_vtable *t);
+void kern_avx512_fill_f16p(kern_vtable *t);
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product

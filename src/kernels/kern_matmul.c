@@ -31,12 +31,13 @@
  * count.
  *
  * Float orders, chosen by how W is stored and by m:
- * - packed at load (Q8_0/Q4_0 by default, model_weights_repack): the packed
- *   GEMM for EVERY m, decode included, every element in the reference's
- *   order: a row is the same bit for bit whatever m, and equal to the
- *   reference variant's. With the weights already packed, its m = 1 tile
- *   beats the decode dot tiles (no horizontal work, 8 rows per vector: in
- *   L2, 1.4x for Q8_0 and 2.2x for Q4_0, single-threaded 2048 x 128), so
+ * - packed at load (Q8_0/Q4_0, and F16 on x86, by default:
+ *   model_weights_repack): the packed GEMM for EVERY m, decode included,
+ *   every element in the reference's order (F16: the packed F16 order of
+ *   kern_impl.h): a row is the same bit for bit whatever m or variant. With
+ *   the weights already packed, its m = 1 tile beats the decode dot tiles
+ *   (no horizontal work, 8 rows per vector: in L2, 1.4x for Q8_0 and 2.2x
+ *   for Q4_0, single-threaded 2048 x 128; F16 as fast from DRAM), so
  *   there is no crossover left to keep.
  * - ggml rows, m <= KERN_DOT_MAX_M (PAGELLM_NO_REPACK=1, K-quants, floats):
  *   the variant's decode dot tiles, laid out like ggml's AVX2
@@ -47,7 +48,8 @@
  *   dots_match_llama_cpp). Rows go KERN_DOT_NX_MAX at a time; a row is the
  *   same whatever m <= KERN_DOT_MAX_M.
  * - ggml rows, m > KERN_DOT_MAX_M: the GEMM tiles (for Q8_0/Q4_0 the
- *   packed GEMM, packing each chunk per call), every element in one fixed
+ *   packed GEMM, packing each chunk per call; F16 is not packed per call:
+ *   its transposition cost 7x the product at m = 8), every element in one fixed
  *   order (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
  *   whatever m > KERN_DOT_MAX_M. The two orders agree within rounding
  *   (tests/test_kernels.c checks every property above).
@@ -150,6 +152,8 @@ typedef struct {
     int px_gx;         /* its rows per group (mm_row_group) */
     int8_t *pxq;       /* per group of rows i0.. (nx of them): [n_in / 32][nx][32] at i0 * n_in, else NULL */
     kern_xblk *pxa;    /* the same: [n_in / 32][nx] at i0 * n_in / 32 */
+    void (*pxf_row)(float *, size_t, const void *, int); /* the packed F16 GEMM's (kern_packed) */
+    float *pxf;        /* per group of rows i0..: [n_in][nx] at i0 * n_in, else NULL */
 } mm_conv;
 
 /* Rows per group when m rows go through a tile of at most tile_nx: equal
@@ -177,10 +181,14 @@ static void mm_conv_run(void *arg, int ith, int nth)
         for (int r = r0; r < r1; r++) {
             uint8_t *xr = c->xa + (size_t)r * c->x_row;
             c->conv(xr, j->x + (size_t)r * j->n_in, j->n_in);
-            if (!c->px_row) continue;
+            if (!c->px_row && !c->pxf_row) continue;
             /* block-major within the row's group only: a tile's rows sit
              * together (m * 32-byte strides would alias in L1 for large m) */
             const int i0 = r - r % c->px_gx, nx = j->m - i0 < c->px_gx ? j->m - i0 : c->px_gx;
+            if (c->pxf_row) {
+                c->pxf_row(c->pxf + (size_t)i0 * (size_t)j->n_in + (size_t)(r - i0), (size_t)nx, xr, j->n_in);
+                continue;
+            }
             const size_t at = (size_t)i0 * nbx + (size_t)(r - i0);
             c->px_row(c->pxq + at * 32, c->pxa + at, (size_t)nx, xr, j->n_in);
         }
@@ -268,7 +276,7 @@ static void mm_gemm_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
     const kern_packed *pk = p->pk;
-    const int R = KERN_PACK_ROWS, ng = (c1 - c0 + R - 1) / R;
+    const int R = kern_pack_rows(p->wtype), ng = (c1 - c0 + R - 1) / R, gw = pk->gw > 1 ? pk->gw : 1;
     const uint8_t *buf;
     if (p->mode == MM_PACKED) {
         buf = p->w + (size_t)(c0 / R) * p->gb; /* chunks are whole groups */
@@ -289,17 +297,17 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
      * would reload every field through j and p */
     const int m = j->m, n_in = j->n_in, gx = mm_row_group(m, pk->nx);
     const size_t nbx = (size_t)n_in / 32, gb = p->gb, x_row = p->x_row, n_out = (size_t)p->n_out;
-    const bool with_px = pk->px_row != NULL;
+    const bool with_px = pk->px_row != NULL || pk->pxf_row != NULL;
     __typeof__(pk->gemm) const gemm = pk->gemm;
     for (int i0 = 0; i0 < m; i0 += gx) {
         const int nx = m - i0 < gx ? m - i0 : gx;
         const uint8_t *xg = p->xa + (size_t)i0 * x_row;
         const kern_px pxg = {p->px.q ? p->px.q + (size_t)i0 * nbx * 32 : NULL, p->px.a ? p->px.a + (size_t)i0 * nbx : NULL,
-                             (size_t)nx};
+                             (size_t)nx, p->px.f ? p->px.f + (size_t)i0 * (size_t)n_in : NULL};
         float *yg = p->y + (size_t)i0 * n_out;
-        for (int g = 0; g < ng; g++) {
-            const int c = c0 + g * R;
-            gemm(n_in, yg + c, n_out, buf + (size_t)g * gb, c1 - c < R ? c1 - c : R, xg, x_row, with_px ? &pxg : NULL, nx);
+        for (int g = 0; g < ng; g += gw) {
+            const int c = c0 + g * R, cw = gw * R;
+            gemm(n_in, yg + c, n_out, buf + (size_t)g * gb, c1 - c < cw ? c1 - c : cw, xg, x_row, with_px ? &pxg : NULL, nx);
         }
     }
 }
@@ -453,6 +461,7 @@ static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, t
         if (!cv[k].conv) continue;
         bytes += ((size_t)m * cv[k].x_row + 63) & ~(size_t)63;
         if (cv[k].px_row) bytes += m * nbx * 32 + (((size_t)m * nbx * sizeof(kern_xblk) + 63) & ~(size_t)63);
+        if (cv[k].pxf_row) bytes += (size_t)m * (size_t)n_in * sizeof(float);
     }
     uint8_t *buf = bytes ? mm_scratch_get(MM_SCRATCH_X, bytes) : NULL;
     if (bytes && !buf) mm_fatal_scratch();
@@ -470,6 +479,10 @@ static void mm_convert(mm_conv *cv, int n_cv, const float *x, int m, int n_in, t
             buf += m * nbx * 32;
             cv[k].pxa = (kern_xblk *)buf;
             buf += ((size_t)m * nbx * sizeof(kern_xblk) + 63) & ~(size_t)63;
+        }
+        if (cv[k].pxf_row) {
+            cv[k].pxf = (float *)buf;
+            buf += (size_t)m * (size_t)n_in * sizeof(float);
         }
     }
     if (!any) return;
@@ -499,14 +512,16 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
                        .w_row = (size_t)dtype_row_bytes(wi->type, (uint64_t)n_in),
                        .x_row = mm_x_row_bytes(dt, n_in), .gemm = vt->gemm[wi->type]};
         if (wi->packed) {
-            assert(kern_pack_supports(wi->type, n_in));
+            assert(kern_pack_bytes(wi->type, n_in, 1) != 0 && "kern_matmul: no packed layout for this type");
             p->mode = MM_PACKED;
             p->w = wi->packed;
             p->pk = kern_packed_for(vt, wi->type);
         } else {
             p->w = wi->data;
             if (m <= KERN_DOT_MAX_M && vt->dot[wi->type]) p->mode = MM_DOT, p->dot = vt->dot[wi->type];
-            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M) p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
+            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && wi->type != DT_F16 &&
+                     kern_pack_supports(wi->type, n_in))
+                p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
             else p->mode = MM_GEMM;
         }
         if (p->pk) p->gb = kern_pack_group_bytes(wi->type, n_in);
@@ -517,9 +532,10 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         kern_conv_fn conv = own ? p->gemm.xconv : dt == DT_F32 ? NULL : vt->conv[dt];
         int k = 0;
         while (k < n_cv && cv[k].dt != key) k++;
-        if (k == n_cv) cv[n_cv++] = (mm_conv){key, conv, p->x_row, NULL, NULL, 0, NULL, NULL};
+        if (k == n_cv) cv[n_cv++] = (mm_conv){key, conv, p->x_row, NULL, NULL, 0, NULL, NULL, NULL, NULL};
         /* one px per conversion: the packed GEMMs of a variant share the form and tile height */
         if (p->pk && p->pk->px_row) cv[k].px_row = p->pk->px_row, cv[k].px_gx = mm_row_group(m, p->pk->nx);
+        if (p->pk && p->pk->pxf_row) cv[k].pxf_row = p->pk->pxf_row, cv[k].px_gx = mm_row_group(m, p->pk->nx);
         cv_of[i] = k;
         cols += wi->n_out > 0 ? wi->n_out : 0;
     }
@@ -532,9 +548,14 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
     for (int i = 0; i < n_mats; i++) {
         mm_part *p = &j.p[i];
         p->xa = cv[cv_of[i]].xa;
-        if (p->pk && p->pk->px_row) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, 0};
-        const size_t tile_row = p->pk ? p->gb / KERN_PACK_ROWS : p->w_row;
-        const int nw = p->mode == MM_DOT ? 1 : p->pk ? KERN_PACK_ROWS : p->gemm.nw;
+        if (p->pk) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, 0, cv[cv_of[i]].pxf};
+        const size_t tile_row = p->pk ? p->gb / (size_t)kern_pack_rows(p->wtype) : p->w_row;
+        /* packed F16 at m > 1: chunks of whole pairs of groups, the width
+         * of the AVX-512 tile at nx > 4, not one pair and a lone group (one
+         * weight stream; TinyLlama f16 8 sequences, 2 alternating runs:
+         * 68.7/73.3 -> 71.1/77.2 tok/s) */
+        const int pair = p->wtype == DT_F16 && m > 1 ? 2 : 1;
+        const int nw = p->mode == MM_DOT ? 1 : p->pk ? kern_pack_rows(p->wtype) * pair : p->gemm.nw;
         if (p->n_out <= 0) {
             p->chunk = p->small = nw, p->n_big = p->n_chunks = 0;
         } else {

@@ -1,6 +1,20 @@
-/* kern_pack.c - the packed weight layout of Q8_0 and Q4_0 matrices: packing
- * (once at model load, kern_pack; or per call by kern_matmul for weights
- * that were not packed) and the portable reference GEMM on it.
+/* kern_pack.c - the packed weight layouts of Q8_0, Q4_0 and F16 matrices:
+ * packing (once at model load, kern_pack; or per call by kern_matmul for
+ * Q8_0/Q4_0 weights that were not packed) and the portable GEMMs on them.
+ *
+ * F16 (KERN_PACKF_ROWS = 16 rows a group, 32 n bytes):
+ *
+ *   group = [ element 0 of rows 0..15 ][ element 1 of rows 0..15 ] ...   (f16, 32 bytes each)
+ *
+ * so a tile converts one 32-byte load into 16 lanes, one per weight row,
+ * and multiplies it by a broadcast activation: no horizontal sums, and an
+ * activation value is loaded once per 16 (AVX-512: 32) weight rows where a
+ * dot-layout tile loads it once per 4 (kern_avx512_f16p.c has the
+ * figures). The portable GEMM below is THE PACKED F16 ORDER of kern_impl.h
+ * in fmaf; it runs only where a test or the reference variant asks for it,
+ * since kern_pack_supports packs F16 only for a variant with its own tile.
+ *
+ * Q8_0 and Q4_0:
  *
  * A packed matrix is a run of groups of KERN_PACK_ROWS = 8 weight rows
  * (the last group padded with zero rows), each group
@@ -37,31 +51,56 @@
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 
+/* The types and row lengths the layout exists for. */
+static bool pack_layout(uint32_t wtype, int n_in)
+{
+    return (wtype == DT_Q8_0 || wtype == DT_Q4_0 || wtype == DT_F16) && n_in > 0 && n_in % 32 == 0;
+}
+
 bool kern_pack_supports(uint32_t wtype, int n_in)
 {
-    return (wtype == DT_Q8_0 || wtype == DT_Q4_0) && n_in > 0 && n_in % 32 == 0;
+    /* F16 only where the variant has a packed tile: the portable one
+     * (fmaf chains) would be slower than the variant's float GEMM */
+    return pack_layout(wtype, n_in) && (wtype != DT_F16 || kern_active()->packed[DT_F16].gemm != NULL);
 }
 
 size_t kern_pack_group_bytes(uint32_t t, int n)
 {
+    if (t == DT_F16) return (size_t)n * 2 * KERN_PACKF_ROWS;
     const size_t nb = (size_t)(n / 32), runs = (nb + KERN_PACK_RUN - 1) / KERN_PACK_RUN;
     return runs * 64 + nb * kern_pack_block_quant_bytes(t);
 }
 
 size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out)
 {
-    if (!kern_pack_supports(wtype, n_in) || n_out <= 0) return 0;
-    return (size_t)((n_out + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS) * kern_pack_group_bytes(wtype, n_in);
+    if (!pack_layout(wtype, n_in) || n_out <= 0) return 0;
+    const int rows = kern_pack_rows(wtype);
+    return (size_t)((n_out + rows - 1) / rows) * kern_pack_group_bytes(wtype, n_in);
+}
+
+/* F16: row c's element k at [k][c] of the group (16 rows). */
+static void pack_group_f16(uint16_t *dst, const uint8_t *w, size_t ws, int nw, int n)
+{
+    for (int c = 0; c < nw; c++) {
+        const uint16_t *row = (const uint16_t *)(w + (size_t)c * ws);
+        for (int k = 0; k < n; k++) dst[(size_t)k * KERN_PACKF_ROWS + c] = row[k];
+    }
 }
 
 void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
 {
+    if (t == DT_F16) {
+        memset(dst, 0, kern_pack_group_bytes(t, n));
+        pack_group_f16((uint16_t *)dst, w, ws, nw, n);
+        return;
+    }
     const int nb = n / 32, qv = t == DT_Q8_0 ? 8 : 4;
     const size_t gq = kern_pack_block_quant_bytes(t);
     /* zero rows past nw and the unused scales of a short last run */
@@ -90,9 +129,10 @@ void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int 
 void kern_pack(void *dst, const void *w, uint32_t wtype, int n_in, int n_out)
 {
     const size_t gb = kern_pack_group_bytes(wtype, n_in), ws = (size_t)dtype_row_bytes(wtype, (uint64_t)n_in);
-    for (int c = 0; c < n_out; c += KERN_PACK_ROWS)
-        kern_pack_group(wtype, (uint8_t *)dst + (size_t)(c / KERN_PACK_ROWS) * gb, (const uint8_t *)w + (size_t)c * ws,
-                        ws, n_out - c < KERN_PACK_ROWS ? n_out - c : KERN_PACK_ROWS, n_in);
+    const int rows = kern_pack_rows(wtype);
+    for (int c = 0; c < n_out; c += rows)
+        kern_pack_group(wtype, (uint8_t *)dst + (size_t)(c / rows) * gb, (const uint8_t *)w + (size_t)c * ws, ws,
+                        n_out - c < rows ? n_out - c : rows, n_in);
 }
 
 /* ------------------------------------------------ the reference GEMM */
@@ -149,14 +189,45 @@ static void gemmp_q4_0_ref(int n, float *y, size_t ys, const void *wp, int nw, c
     gemmp_ref(DT_Q4_0, n, y, ys, wp, nw, x, xst, nx);
 }
 
-static const kern_packed packed_ref[2] = {
-    {4, NULL, gemmp_q8_0_ref},
-    {4, NULL, gemmp_q4_0_ref},
+/* F16 in THE PACKED F16 ORDER (kern_impl.h), fmaf being the fused
+ * multiply-add of the SIMD tiles: the same bits. */
+static void gemmp_f16_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xst,
+                          const kern_px *px, int nx)
+{
+    (void)x, (void)xst;
+    const size_t gb = kern_pack_group_bytes(DT_F16, n);
+    for (int c = 0; c < nw; c++) {
+        const uint16_t *g = (const uint16_t *)((const uint8_t *)wp + (size_t)(c / KERN_PACKF_ROWS) * gb);
+        const int lane = c % KERN_PACKF_ROWS;
+        for (int r = 0; r < nx; r++) {
+            float tot = 0.0f;
+            for (int k0 = 0; k0 < n; k0 += KERN_PACKF_KB) {
+                const int k1 = n - k0 < KERN_PACKF_KB ? n : k0 + KERN_PACKF_KB;
+                float acc = 0.0f;
+                for (int k = k0; k < k1; k++)
+                    acc = fmaf(f16_to_f32(g[(size_t)k * KERN_PACKF_ROWS + lane]), px->f[(size_t)k * px->rows + (size_t)r], acc);
+                tot = tot + acc;
+            }
+            y[(size_t)r * ys + (size_t)c] = tot;
+        }
+    }
+}
+
+static void pxf_row_ref(float *f, size_t rows, const void *x, int n)
+{
+    const uint16_t *h = x;
+    for (int k = 0; k < n; k++) f[(size_t)k * rows] = f16_to_f32(h[k]);
+}
+
+static const kern_packed packed_ref[3] = {
+    {4, NULL, gemmp_q8_0_ref, 1, NULL},
+    {4, NULL, gemmp_q4_0_ref, 1, NULL},
+    {4, NULL, gemmp_f16_ref, 8, pxf_row_ref},
 };
 
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t)
 {
-    if (t != DT_Q8_0 && t != DT_Q4_0) return NULL;
+    if (t != DT_Q8_0 && t != DT_Q4_0 && t != DT_F16) return NULL;
     if (vt->packed[t].gemm) return &vt->packed[t];
-    return &packed_ref[t == DT_Q4_0];
+    return &packed_ref[t == DT_Q8_0 ? 0 : t == DT_Q4_0 ? 1 : 2];
 }

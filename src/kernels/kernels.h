@@ -38,22 +38,27 @@ bool kern_matmul_supports(uint32_t wtype);
  * ggml type wtype, row stride dtype_row_bytes(wtype, n_in). n_in must be a
  * multiple of the type's block size. Threads split the output columns; a
  * GEMM reads each weight block once per group of activation rows (for Q8_0
- * and Q4_0 weights with m > 4, repacked 8 rows at a time per call; see
- * kern_pack below for packing once). y must not overlap x or w. Row i of y depends only on row i of x, on W and on
+ * and Q4_0 weights with m > 4, and F16 where kern_pack_supports it,
+ * repacked per call; see kern_pack below for packing once). y must not
+ * overlap x or w. Row i of y depends only on row i of x, on W and on
  * whether m <= 4 (decode: ggml-like AVX2 dot tiles, float lanes across
- * blocks) or m > 4 (GEMM: the reference's order): within each it is the
- * same bit for bit whatever m, the other rows, or tp's size; the two agree
- * within rounding (kern_matmul.c). */
+ * blocks) or m > 4 (GEMM: the reference's order, or the packed F16
+ * order): within each it is the same bit for bit whatever m, the other
+ * rows, or tp's size; the two agree within rounding (kern_matmul.c). */
 void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m, int n_in, int n_out,
                  threadpool *tp);
 
-/* Weights packed once (at model load) for kern_matmul: Q8_0 and Q4_0 with
- * n_in % 32 == 0 (kern_pack_supports). kern_pack_bytes is the size of the
- * packed copy (0 if unsupported): as many bytes as the ggml rows, plus
- * padding to whole groups of 8 rows. dst must be 64-byte aligned. With
- * packed weights every m takes the packed GEMM, whose elements follow the
- * reference's float order: rows are the same bit for bit whatever m (1
- * included), batching or threads, and equal to the reference variant's. */
+/* Weights packed once (at model load) for kern_matmul: Q8_0, Q4_0 and F16
+ * with n_in % 32 == 0. kern_pack_supports says whether packing pays here
+ * (Q8_0/Q4_0 always; F16 where the chosen variant has a packed F16 tile:
+ * AVX2, AVX-512). kern_pack_bytes is the size of the packed copy (0 if
+ * there is no layout): as many bytes as the ggml rows, plus padding to
+ * whole groups (8 rows; F16 16 rows). dst must be 64-byte aligned. With
+ * packed weights every m takes the packed GEMM, so rows are the same bit
+ * for bit whatever m (1 included), batching, threads or variant: Q8_0/Q4_0
+ * in the reference's float order (equal to the reference variant's),
+ * F16 in the packed F16 order (kern_impl.h; within rounding of the
+ * reference's double sums). */
 bool kern_pack_supports(uint32_t wtype, int n_in);
 size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out);
 void kern_pack(void *dst, const void *w, uint32_t wtype, int n_in, int n_out);

@@ -101,10 +101,12 @@ static bool repack_wanted(const weight *w)
 }
 
 /* Bytes a matrix takes in the region (64-byte multiples): its packed
- * layout, or a copy of its rows for the other quantized types (the Q6_K
- * output matrix of q4_0 files, K-quant models). Float matrices stay in the
- * file: copied, TinyLlama f16 decoded slower (16.5 -> 14.1 tok/s, medians
- * of 4 alternating runs) and took 3.4 s longer to load. */
+ * layout (Q8_0, Q4_0; F16 where the kernels have a packed F16 tile), or a
+ * copy of its rows for the other quantized types (the Q6_K output matrix
+ * of q4_0 files, K-quant models). F32 and BF16 matrices (and F16 without
+ * a packed tile) stay in the file: copied, TinyLlama f16 decoded slower
+ * (Zen 3, before F16 was packed: 16.5 -> 14.1 tok/s, medians of 4
+ * alternating runs) and took 3.4 s longer to load. */
 static size_t region_bytes(const weight *w)
 {
     if (!w->data || w->packed) return 0;

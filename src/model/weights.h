@@ -5,11 +5,11 @@
  * elements, i.e. y = W x multiplies each row with x. `data` points at the
  * tensor in the mapped GGUF file, except for the matmul matrices of other
  * quantized types than Q8_0/Q4_0 (K-quants) once model_weights_repack
- * ran (float matrices stay in the file): those are copied, as
+ * ran (F32/BF16 matrices stay in the file): those are copied, as
  * they are, into one anonymous region on huge pages and `data` points at
- * the copy. The Q8_0 and Q4_0 matrices the matmuls read are repacked into
- * the same region in kern_pack's layout (`packed`); their `data` stays on
- * the file. The file pages of both are dropped from memory: a read of the
+ * the copy. The Q8_0, Q4_0 and (where kern_pack_supports it) F16 matrices
+ * the matmuls read are repacked into the same region in kern_pack's
+ * layout (`packed`); their `data` stays on the file. The file pages of both are dropped from memory: a read of the
  * file's copy faults the page back in, which the embedding lookup of
  * token_embd relies on when the output matrix is tied to it (the output's
  * copy and token_embd's file rows are then two copies, the second read
@@ -56,7 +56,7 @@ typedef struct {
 /* Binds every tensor the config needs; errors name the tensor and the
  * expected and found shape or type. */
 int model_weights_bind(const gguf_file *f, const model_config *c, model_weights *w);
-/* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0) and copies
+/* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0, F16) and copies
  * the other quantized matmul weights into one anonymous region, unless the
  * environment sets PAGELLM_NO_REPACK=1 or the region cannot be had (then
  * the weights stay as they are: not an error). release_src: the tensors
