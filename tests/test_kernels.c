@@ -270,13 +270,14 @@ TEST(stream_prefetch_follows_cpu_and_env)
         kern_init(0);
         CHECK_EQ_INT(kern_pf_stream, cases[i].want < 0 ? cpu : cases[i].want);
     }
-    static const uint32_t types[] = {DT_F16, DT_BF16, DT_Q6_K, DT_Q4_0};
+    /* the decode tiles that prefetch: f16 rows and packed, bf16, q6_K, packed q4_0 */
+    static const uint32_t types[] = {DT_F16, DT_BF16, DT_Q6_K, DT_Q4_0, DT_F16};
     const int n_in = 2048, n_out = 64;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t t = types[ti];
         uint8_t *w = make_weights(t, n_out, n_in);
         float *x = make_acts(1, n_in), *y[2];
-        const bool packable = t == DT_Q4_0;
+        const bool packable = (t == DT_Q4_0 || ti == 4) && kern_pack_supports(t, n_in);
         const size_t pb = packable ? kern_pack_bytes(t, n_in, n_out) : 0;
         uint8_t *packed = packable ? aligned_alloc(64, (pb + 63) / 64 * 64) : NULL;
         if (packable) kern_pack(packed, w, t, n_in, n_out);
@@ -1353,7 +1354,7 @@ static void bench_one(uint32_t t, int m, int n_in, int n_out, bool packed, threa
 }
 
 /* `test_kernels bench-stream TYPE N_IN N_OUT COUNT [M [THREADS]]`: COUNT
- * distinct n_out x n_in matrices (packed for Q8_0/Q4_0; huge pages asked
+ * distinct n_out x n_in matrices (packed where kern_pack_supports it, ggml rows with BENCH_ROWS=1; huge pages asked
  * for), one kern_matmul call each in turn, 2 threads by default: what a decode step does to
  * memory (weights far larger than L3, a short call per matrix). The
  * one-matrix bench above repeats a single matrix, whose calls start warm.
@@ -1441,7 +1442,7 @@ static void bench_stream(char **argv, int argc)
     kern_init(0);
     rng_seed(1);
     uint8_t *w = make_weights(t, n_out, n_in);
-    const bool packable = t == DT_Q8_0 || t == DT_Q4_0;
+    const bool packable = kern_pack_supports(t, n_in) && !getenv("BENCH_ROWS"); /* BENCH_ROWS=1: ggml rows */
     const size_t pb = packable ? kern_pack_bytes(t, n_in, n_out) : dtype_row_bytes(t, (uint64_t)n_in) * n_out;
     const size_t stride = (pb + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1);
     uint8_t *all = aligned_alloc(1 << 21, stride * (size_t)count);

@@ -16,9 +16,14 @@
  * accumulators, the per-block totals beside them (the register allocator
  * spills those, read once per KB elements). Per element k: G weight loads
  * and conversions, NX broadcasts, G * NX FMAs. G by NX:
- *   NX = 1: 8 (decode: 8 independent chains hide the FMA latency and 8
- *   group streams are read side by side), NX = 2: 4, NX = 3, 4: 4,
- *   NX = 5..8: 2 (10-16 accumulators).
+ *   NX = 1: 1 (decode: one rising weight stream per thread, as the dot
+ *   tiles of ggml rows read; its one FMA chain takes 32 bytes a 4-cycle
+ *   latency, ~26 GB/s a thread, more than DRAM gives one. 8 groups side
+ *   by side, 8 streams: `test_kernels bench-stream f16 2048 5632 60 1 2`
+ *   0.90-0.91 of the probe against 0.92-0.93, TinyLlama f16 tg128 86/90%
+ *   of the roofline against 90/94%; 4 groups 0.85-0.91 against
+ *   0.91-0.96; alternating runs. The AVX2 tile is the other way round),
+ *   NX = 2..4: 4, NX = 5..8: 2 (8-16 accumulators).
  * Measured on Emerald Rapids (one thread, /tmp microbenchmark of this loop,
  * 5632 x 2048 from L3): m = 8 129-136 GFLOP/s, against ~48 for the 4 x 4
  * dot-layout tile (kern_avx512_float.c) in TinyLlama's 8-sequence decode,
@@ -37,10 +42,10 @@
 
 #ifdef PL_HAVE_AVX512_CODE
 
-#define F16P_GMAX 8
+#define F16P_GMAX 4
 
 /* Groups per tile for NX activation rows. */
-#define F16P_G(NX) ((NX) == 1 ? 8 : (NX) <= 4 ? 4 : 2)
+#define F16P_G(NX) ((NX) == 1 ? 1 : (NX) <= 4 ? 4 : 2)
 
 /* G groups of 16 rows (nw of them stored, the rest of the last group is
  * zero padding: not written) by NX rows of xf ([k][NX]). */
@@ -108,7 +113,6 @@ K5AI void f16p_tile(int G, int NX, int n, float *y, size_t ys, const uint16_t *w
             const uint16_t *wc = (const uint16_t *)wp + (size_t)(c / 16) * gs;                         \
             switch ((cw + 15) / 16) {                                                                  \
                 F16P_CASE(1, NX) F16P_CASE(2, NX) F16P_CASE(3, NX) F16P_CASE(4, NX)                    \
-                F16P_CASE(5, NX) F16P_CASE(6, NX) F16P_CASE(7, NX) F16P_CASE(8, NX)                    \
             }                                                                                          \
         }                                                                                              \
     } while (0)

@@ -85,19 +85,22 @@ size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out)
     return (size_t)((n_out + rows - 1) / rows) * kern_pack_group_bytes(wtype, n_in);
 }
 
-/* F16: row c's element k at [k][c] of the group (16 rows). */
+/* F16: row c's element k at [k][c] of the group (16 rows), 16 elements
+ * of every row at a time so that the writes stay in 512 bytes (L1). */
 static void pack_group_f16(uint16_t *dst, const uint8_t *w, size_t ws, int nw, int n)
 {
-    for (int c = 0; c < nw; c++) {
-        const uint16_t *row = (const uint16_t *)(w + (size_t)c * ws);
-        for (int k = 0; k < n; k++) dst[(size_t)k * KERN_PACKF_ROWS + c] = row[k];
-    }
+    for (int k0 = 0; k0 < n; k0 += 16)
+        for (int c = 0; c < nw; c++) {
+            const uint16_t *row = (const uint16_t *)(w + (size_t)c * ws) + k0;
+            uint16_t *d = dst + (size_t)k0 * KERN_PACKF_ROWS + c;
+            for (int k = 0; k < 16; k++) d[k * KERN_PACKF_ROWS] = row[k];
+        }
 }
 
 void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
 {
     if (t == DT_F16) {
-        memset(dst, 0, kern_pack_group_bytes(t, n));
+        if (nw < KERN_PACKF_ROWS) memset(dst, 0, kern_pack_group_bytes(t, n)); /* the padding rows */
         pack_group_f16((uint16_t *)dst, w, ws, nw, n);
         return;
     }
