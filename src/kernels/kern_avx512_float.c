@@ -223,7 +223,9 @@ static K5_BF16 void gemm_bf16_x512(int n, float *y, size_t ys, const void *w, si
  * sequences 39.9/36.8 -> 47.2/40.5. What bounds it now is the L2: a 4 x 4
  * tile over n = 2048 holds 32 KiB of f32 activations and streams 16 KiB of
  * weights through a 48 KiB L1 (the F32 tile, with no conversions at all,
- * reads 64 GFLOP/s); a k-blocked, packed-panel GEMM is the next step. */
+ * reads 64 GFLOP/s). Since session 14 F16 weights are packed at load and
+ * take kern_avx512_f16p.c's tiles (rows as lanes: 119-128 GFLOP/s); this
+ * tile is left for F16 rows not packed (PAGELLM_NO_REPACK=1). */
 enum { FK_F32, FK_F16 };
 
 K5AI __m512 fload16(int kind, const uint8_t *p, int i, __mmask16 m)
