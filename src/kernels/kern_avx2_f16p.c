@@ -92,19 +92,6 @@ KAI void f16p2_tile(int G, int NX, int n, float *y, size_t ys, const uint16_t *w
     }
 }
 
-#define F16P2_CASE(G, NX) \
-    case G: f16p2_tile((G) < F16P2_G(NX) ? (G) : F16P2_G(NX), NX, n, y + c, ys, wc, cw, xf, pfd); break;
-#define F16P2_SWEEP(NX)                                                                                \
-    do {                                                                                               \
-        for (int c = 0; c < nw; c += 16 * F16P2_G(NX)) {                                               \
-            const int cw = nw - c < 16 * F16P2_G(NX) ? nw - c : 16 * F16P2_G(NX);                      \
-            const uint16_t *wc = (const uint16_t *)wp + (size_t)(c / 16) * gs;                         \
-            switch ((cw + 15) / 16) {                                                                  \
-                F16P2_CASE(1, NX) F16P2_CASE(2, NX) F16P2_CASE(3, NX) F16P2_CASE(4, NX)                \
-            }                                                                                          \
-        }                                                                                              \
-    } while (0)
-
 KA void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                               const kern_px *px, int nx)
 {
@@ -115,10 +102,10 @@ KA void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, 
      * the dot tiles, kern_avx2.c) */
     const int pfd = nx == 1 ? 1024 : 0;
     switch (nx) {
-    case 1: F16P2_SWEEP(1); break;
-    case 2: F16P2_SWEEP(2); break;
-    case 3: F16P2_SWEEP(3); break;
-    default: F16P2_SWEEP(4); break;
+    case 1: KERN_F16P_SWEEP(f16p2_tile, F16P2_G, 1); break;
+    case 2: KERN_F16P_SWEEP(f16p2_tile, F16P2_G, 2); break;
+    case 3: KERN_F16P_SWEEP(f16p2_tile, F16P2_G, 3); break;
+    default: KERN_F16P_SWEEP(f16p2_tile, F16P2_G, 4); break;
     }
 }
 

@@ -30,12 +30,13 @@
  * which was bound by L2 traffic (the activations of a dot tile are read
  * once per 4 weight rows, here once per 32).
  *
- * Every tile prefetches each group's stream kern_pf_stream bytes ahead
- * (kern_impl.h: the CPU's choice; none on AMD) once per 64-byte line, at
- * every NX: the weights come from DRAM at decode with 8 sequences too, and
- * without it the tiles waited on their loads (Emerald Rapids, TinyLlama
- * f16 8 sequences: 50.7 -> 65.1-71.8 tok/s; 4 or 16 KiB ahead within
- * noise of 8).
+ * Every tile prefetches each group's stream once per 64-byte line: at
+ * NX = 1 kern_pf_stream bytes ahead (kern_impl.h: the CPU's choice; none on
+ * AMD), from NX = 2 on 8 KiB ahead as the packed Q8_0/Q4_0 tile does.
+ * The weights come from DRAM with 8 sequences too, and without it the
+ * tiles waited on their loads (Emerald Rapids, TinyLlama f16 8 sequences:
+ * 50.7 -> 65.1-71.8 tok/s; 4 or 16 KiB ahead within noise of 8). Zen 4
+ * is unmeasured for this tile.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
@@ -101,38 +102,25 @@ K5AI void f16p_tile(int G, int NX, int n, float *y, size_t ys, const uint16_t *w
     }
 }
 
-/* NX rows against nw weight rows: tiles of F16P_G(NX) groups, the last
- * one narrower (every width its own instantiation; widths above the
- * tile's never occur). */
-#define F16P_CASE(G, NX) \
-    case G: f16p_tile((G) < F16P_G(NX) ? (G) : F16P_G(NX), NX, n, y + c, ys, wc, cw, xf, pfd); break;
-#define F16P_SWEEP(NX)                                                                                 \
-    do {                                                                                               \
-        for (int c = 0; c < nw; c += 16 * F16P_G(NX)) {                                                \
-            const int cw = nw - c < 16 * F16P_G(NX) ? nw - c : 16 * F16P_G(NX);                        \
-            const uint16_t *wc = (const uint16_t *)wp + (size_t)(c / 16) * gs;                         \
-            switch ((cw + 15) / 16) {                                                                  \
-                F16P_CASE(1, NX) F16P_CASE(2, NX) F16P_CASE(3, NX) F16P_CASE(4, NX)                    \
-            }                                                                                          \
-        }                                                                                              \
-    } while (0)
-
 static K5 void gemmp_f16_x512(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                               const kern_px *px, int nx)
 {
     (void)x, (void)xs;
     const size_t gs = (size_t)n * KERN_PACKF_ROWS;
     const float *xf = px->f;
-    const int pfd = kern_pf_stream; /* see the file's header */
+    /* see the file's header; from nx = 2 on the packed Q8_0/Q4_0 tile's
+     * rule (kern_avx512_q8.c): 8 KiB ahead on every CPU, Zen 4's hardware
+     * prefetcher alone falling behind there */
+    const int pfd = nx == 1 ? kern_pf_stream : 8192;
     switch (nx) {
-    case 1: F16P_SWEEP(1); break;
-    case 2: F16P_SWEEP(2); break;
-    case 3: F16P_SWEEP(3); break;
-    case 4: F16P_SWEEP(4); break;
-    case 5: F16P_SWEEP(5); break;
-    case 6: F16P_SWEEP(6); break;
-    case 7: F16P_SWEEP(7); break;
-    default: F16P_SWEEP(8); break;
+    case 1: KERN_F16P_SWEEP(f16p_tile, F16P_G, 1); break;
+    case 2: KERN_F16P_SWEEP(f16p_tile, F16P_G, 2); break;
+    case 3: KERN_F16P_SWEEP(f16p_tile, F16P_G, 3); break;
+    case 4: KERN_F16P_SWEEP(f16p_tile, F16P_G, 4); break;
+    case 5: KERN_F16P_SWEEP(f16p_tile, F16P_G, 5); break;
+    case 6: KERN_F16P_SWEEP(f16p_tile, F16P_G, 6); break;
+    case 7: KERN_F16P_SWEEP(f16p_tile, F16P_G, 7); break;
+    default: KERN_F16P_SWEEP(f16p_tile, F16P_G, 8); break;
     }
 }
 

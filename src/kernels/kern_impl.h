@@ -383,6 +383,29 @@ int kern_dot_type(uint32_t wtype);
         }                                                                                              \
     }
 
+/* Packed F16 GEMM (kern_packed.gemm for DT_F16), the sweep of one tile
+ * height NX over nw weight rows (up to 4 groups of KERN_PACKF_ROWS at a
+ * time): tiles of GROUPS(NX) groups, the last one narrower, every width
+ * its own instantiation (widths above GROUPS(NX) never occur).
+ * TILE(G, NX, n, y, ys, wc, cw, xf, pfd) with wc the tile's first group
+ * (uint16_t *) and cw its stored rows; uses n, y, ys, wp, nw, xf, pfd and
+ * gs (halves per group) of the enclosing function. */
+#define KERN_F16P_CASE_(TILE, GROUPS, G, NX)                                                           \
+    case G: TILE((G) < GROUPS(NX) ? (G) : GROUPS(NX), NX, n, y + c, ys, wc, cw, xf, pfd); break;
+#define KERN_F16P_SWEEP(TILE, GROUPS, NX)                                                              \
+    do {                                                                                               \
+        for (int c = 0; c < nw; c += KERN_PACKF_ROWS * GROUPS(NX)) {                                   \
+            const int cw = nw - c < KERN_PACKF_ROWS * GROUPS(NX) ? nw - c : KERN_PACKF_ROWS * GROUPS(NX); \
+            const uint16_t *wc = (const uint16_t *)wp + (size_t)(c / KERN_PACKF_ROWS) * gs;            \
+            switch ((cw + KERN_PACKF_ROWS - 1) / KERN_PACKF_ROWS) {                                    \
+                KERN_F16P_CASE_(TILE, GROUPS, 1, NX)                                                   \
+                KERN_F16P_CASE_(TILE, GROUPS, 2, NX)                                                   \
+                KERN_F16P_CASE_(TILE, GROUPS, 3, NX)                                                   \
+                KERN_F16P_CASE_(TILE, GROUPS, 4, NX)                                                   \
+            }                                                                                          \
+        }                                                                                              \
+    } while (0)
+
 /* Q4_K/Q6_K GEMM from ggml rows (kern_gemm_fn, tile {1, 4}): one weight
  * row at a time (the per-row state of a K-quant tile, integer sums per
  * super-block then one float accumulator, leaves no registers for more)
