@@ -11,6 +11,7 @@
 
 #include "gen_util.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
 
@@ -228,8 +229,9 @@ static bool in_region(const model *m, const void *p)
 /* model_weights_repack: on a Q4_K_M file (Q4_K and Q6_K matrices, no
  * packed layout) every matmul matrix is copied into the huge-page region
  * with its bytes unchanged, the token embedding stays in the file; on a
- * q4_0 file the Q4_0 matrices are packed there, and PAGELLM_NO_REPACK=1
- * leaves everything in the file. */
+ * q4_0 file the Q4_0 matrices are packed there (f16 ones too where the
+ * kernels have a packed F16 tile), and PAGELLM_NO_REPACK=1 leaves
+ * everything in the file. */
 TEST(load_moves_matmul_matrices_into_the_region)
 {
     char path[512];
@@ -252,6 +254,15 @@ TEST(load_moves_matmul_matrices_into_the_region)
     CHECK_MSG(synth_110m("q4_0", path, sizeof path) == 0, "making q4_0: %s", pl_last_error());
     CHECK(model_open(&m, path) == 0);
     CHECK(in_region(m, m->w.layers[0].wq.packed) && !in_region(m, m->w.layers[0].wq.data));
+    model_close(m);
+    /* f16: packed where the kernels have a packed F16 tile (x86), else left in the file */
+    CHECK_MSG(synth_110m("f16", path, sizeof path) == 0, "making f16: %s", pl_last_error());
+    CHECK(model_open(&m, path) == 0);
+    const weight *down = &m->w.layers[0].w_down;
+    if (kern_pack_supports(DT_F16, (int)down->n_in))
+        CHECK(in_region(m, down->packed) && !in_region(m, down->data) && !in_region(m, m->w.tok_embd.data));
+    else
+        CHECK(down->packed == NULL && m->w.pack_mem == NULL);
     model_close(m);
     setenv("PAGELLM_NO_REPACK", "1", 1);
     CHECK(model_open(&m, path) == 0);

@@ -131,8 +131,9 @@ static size_t mm_x_row_bytes(int dot_type, int n_in)
 
 int kern_matmul_reserve(int m, int n_in)
 {
-    /* Per element: f16/bf16 2 B, a GEMM tile's own form (kern_gemm.xconv:
-     * the AVX-512 F16 tile's f32) 4 B, Q8_0 34/32 B plus the packed GEMMs'
+    /* Per element: f16/bf16 2 B (packed F16: plus its f32 copy, kern_px.f,
+     * 4 B), a GEMM tile's own form (kern_gemm.xconv: the AVX-512 F16
+     * tile's f32) 4 B, Q8_0 34/32 B plus the packed GEMMs'
      * re-laid copy (kern_px: 1 B and 8/32 B of kern_xblk), Q8_K
      * 292/256 B; a call converts to at most two of them in practice (fused
      * matrices of different types), so 8 B, plus alignment. */
