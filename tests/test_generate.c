@@ -254,6 +254,16 @@ TEST(load_moves_matmul_matrices_into_the_region)
     CHECK_MSG(synth_110m("q4_0", path, sizeof path) == 0, "making q4_0: %s", pl_last_error());
     CHECK(model_open(&m, path) == 0);
     CHECK(in_region(m, m->w.layers[0].wq.packed) && !in_region(m, m->w.layers[0].wq.data));
+    /* the packed bytes are kern_pack's of the file's rows, whichever thread moved them */
+    for (int k = 0; k < 2; k++) {
+        const weight *pw = k ? &m->w.layers[m->cfg.n_layers - 1].w_down : &m->w.layers[0].wq;
+        const size_t pb = kern_pack_bytes(pw->type, (int)pw->n_in, (int)pw->n_out);
+        uint8_t *want = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+        CHECK(want && pb > 0);
+        kern_pack(want, pw->data, pw->type, (int)pw->n_in, (int)pw->n_out);
+        CHECK(memcmp(want, pw->packed, pb) == 0);
+        free(want);
+    }
     model_close(m);
     /* f16: packed where the kernels have a packed F16 tile (x86), else left in the file */
     CHECK_MSG(synth_110m("f16", path, sizeof path) == 0, "making f16: %s", pl_last_error());
