@@ -27,7 +27,7 @@
  * sum in double) over exactly the row's scores lo..n_ctx-1, the weights
  * rounded to f16 after it (llama.cpp's non-flash path); the V sum is one
  * FMA chain p_j x v_j per output element, j ascending, 16 dims a vector,
- * each V vector converted once in a register for up to 4 rows.
+ * each V vector converted once in a register for up to 8 rows.
  *
  * Numerics relative to the reference (attention.c): F16: the same f16
  * query, weights and values; each dot product one FMA chain in dim order
@@ -87,14 +87,17 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
  * independence). Measured in cache (16 rows, 2 heads x GQA 8, 2048 keys):
  * 47 us of scores against ~100 us for the row layout's quads. */
 
-/* acc + k x *q (q broadcast): an FMA with its broadcast embedded in the
- * load. From intrinsics GCC hoists a vbroadcastss per query element when
- * it feeds several groups (a uop more per element); the embedded form
- * measured ahead in 8 of 12 alternating bench-decode runs (TinyLlama shape,
- * 2048 keys warm, 576 cold). The emulation build has the intrinsics. */
+/* acc + k x *q (q broadcast). From intrinsics GCC loads the broadcast
+ * once (vbroadcastss) for the FMAs that share it. ATTN_EMBED_BCAST=1
+ * instead embeds it in each FMA's memory operand (vfmadd231ps m32{1to16}):
+ * a uop less per FMA, measured ahead in 8 of 12 bench-decode runs of an
+ * earlier session, but on Emerald Rapids (session 15) an FMA with an
+ * embedded broadcast issues at about half the rate: a loop of 2 f16
+ * conversions + 16 FMAs from L1 ran 2.0-2.2 G FMA/s embedded against
+ * 3.4-3.9 with the broadcasts loaded (/tmp microbench, peak ~5). */
 K5I __m512 fmadd_b32(__m512 acc, __m512 k, const float *q)
 {
-#ifdef PL_AVX512_EMU
+#if defined(PL_AVX512_EMU) || !defined(ATTN_EMBED_BCAST)
     return _mm512_fmadd_ps(_mm512_set1_ps(*q), k, acc);
 #else
     __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*q));
@@ -361,7 +364,8 @@ static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t go
 
 /* ------------------------------------------------------------ the values */
 
-/* The V sum of RR (1..4) rows over C (1..4) vectors of 16 dims from d0,
+/* The V sum of RR (1..8) rows over C (1..4) vectors of 16 dims from d0
+ * (RR x C <= 16 accumulators),
  * the last one masked by klast (kind VK_F16; VK_Q8_0 and VK_Q4_0 rows have
  * a head dim that is a multiple of 32): for r < RR, c < C,
  *   o[r][d0 + 16c ..] (+)= sum_k p[r][k] * v_k[d0 + 16c ..]   k = 0..n-1 ascending,
@@ -372,8 +376,8 @@ enum { VK_F16, VK_Q8_0, VK_Q4_0 };
 K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
                const void *const *vp, int d0)
 {
-    __m512 a[4][4];
-#pragma GCC unroll 4
+    __m512 a[8][4];
+#pragma GCC unroll 8
     for (int r = 0; r < RR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
@@ -405,13 +409,13 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
                 v[c] = _mm512_cvtph_ps(c == C - 1 ? _mm256_maskz_loadu_epi16(klast, vr + 16 * c)
                                                   : _mm256_loadu_si256((const __m256i *)(vr + 16 * c)));
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < RR; r++) {
 #pragma GCC unroll 4
-            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(a[r][c], v[c], &p[r][k]); /* p broadcast in the FMA */
+            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(a[r][c], v[c], &p[r][k]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < RR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(o[r] + d0 + 16 * c, c == C - 1 ? klast : (__mmask16)0xFFFF, a[r][c]);
@@ -438,7 +442,15 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
         case 0x41: vtile(KIND, 4, 1, klast, first, o, p, n, vp, d0); break;                                      \
         case 0x42: vtile(KIND, 4, 2, klast, first, o, p, n, vp, d0); break;                                      \
         case 0x43: vtile(KIND, 4, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        default: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0); break;                                        \
+        case 0x44: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x51: vtile(KIND, 5, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x52: vtile(KIND, 5, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x61: vtile(KIND, 6, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x62: vtile(KIND, 6, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x71: vtile(KIND, 7, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x72: vtile(KIND, 7, 2, klast, first, o, p, n, vp, d0); break;                                      \
+        case 0x81: vtile(KIND, 8, 1, klast, first, o, p, n, vp, d0); break;                                      \
+        default: vtile(KIND, 8, 2, klast, first, o, p, n, vp, d0); break;                                        \
         }                                                                                                      \
     }
 VT_RC(vtile_rc_f16, VK_F16)
@@ -446,14 +458,19 @@ VT_RC(vtile_rc_q8, VK_Q8_0)
 VT_RC(vtile_rc_q4, VK_Q4_0)
 #undef VT_RC
 
-/* All of the head's dims for rr rows over n keys, in passes of up to 4
- * vectors (64 dims: 16 accumulators for 4 rows; 8 rows x 2 vectors
- * measured no faster); pb/take: prefetches issued per pass. */
+/* All of the head's dims for rr rows over n keys, in passes of 16
+ * accumulators: 4 vectors (64 dims) for up to 4 rows, 2 (32 dims) for 5-8
+ * (8 rows convert each V vector once for 8 rows rather than twice for 4;
+ * bench-decode TinyLlama shape, session 15: warm 0.120 -> 0.116 ms a
+ * layer); pb/take: prefetches issued per pass. */
+K5I int vdims_width(int rr) { return rr > 4 ? 32 : 64; }
+
 K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
                int hd, kv_pfb *pb, int take)
 {
-    for (int d0 = 0; d0 < hd; d0 += 64) {
-        const int left = hd - d0 < 64 ? hd - d0 : 64, c = (left + 15) / 16;
+    const int w = vdims_width(rr);
+    for (int d0 = 0; d0 < hd; d0 += w) {
+        const int left = hd - d0 < w ? hd - d0 : w, c = (left + 15) / 16;
         const __mmask16 klast = lanes16(left - 16 * (c - 1));
         pf_take(pb, take);
         (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0);
@@ -461,16 +478,16 @@ K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const
 }
 
 /* The V sum of nr rows (o[r], p[r] at the tile's first key, n[r] >= 1 keys
- * each) over the keys vp[0..max n): rows in chunks of up to 4 over their
+ * each) over the keys vp[0..max n): rows in chunks of up to 8 over their
  * common keys, then each row alone over the keys only it has. */
 static K5 void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n, const void *const *vp,
                      int hd, kv_pfb *pb, int quota)
 {
-    for (int r0 = 0; r0 < nr; r0 += 4) {
-        const int rr = nr - r0 < 4 ? nr - r0 : 4;
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int rr = nr - r0 < 8 ? nr - r0 : 8, w = vdims_width(rr);
         int nmin = n[r0];
         for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
-        const int passes = (hd + 63) / 64, calls = ((nr - r0 + 4 - 1) / 4) * passes;
+        const int passes = (hd + w - 1) / w, calls = ((nr - r0 + 8 - 1) / 8) * passes;
         const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
         vdims(kind, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take);
         quota -= take * passes;
