@@ -88,6 +88,16 @@ static inline int pl_emu_reduce_add_epi32(simde__m512i v)
 }
 #define _mm512_reduce_add_epi32 pl_emu_reduce_add_epi32
 
+static inline simde__m512i pl_emu_srai_epi32(simde__m512i v, int n)
+{
+    int32_t x[16];
+    memcpy(x, &v, sizeof x);
+    for (int i = 0; i < 16; i++) x[i] >>= n; /* arithmetic on GCC, as the instruction */
+    memcpy(&v, x, sizeof x);
+    return v;
+}
+#define _mm512_srai_epi32 pl_emu_srai_epi32
+
 static inline simde__m512 pl_emu_cvtph_ps(simde__m256i h)
 {
     return simde_mm512_insertf32x8(simde_mm512_castps256_ps512(simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(h))),

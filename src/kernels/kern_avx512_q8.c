@@ -2,10 +2,13 @@
  *
  * The same tiles as kern_avx2.c's Q8_0/Q4_0 section, with VNNI's vpdpbusd
  * (u8 x s8, 4 products summed into each int32 lane, added to the
- * accumulator operand: one uop) in place of AVX2's maddubs + madd + add. All
- * in 256-bit (VL) forms: every tile here is laid out for 8 lanes (8 packed
- * weight rows, or ggml's 8 partial sums of 4), and Zen 4 runs 512-bit
- * operations as two halves anyway.
+ * accumulator operand: one uop) in place of AVX2's maddubs + madd + add.
+ * The tiles are laid out for 8 lanes (8 packed weight rows, or ggml's 8
+ * partial sums of 4) in 256-bit (VL) forms, Zen 4 running 512-bit
+ * operations as two halves anyway; the packed GEMM at m >= 2 also has a
+ * pair tile (q8p_tile2: two groups of 8 rows in 512-bit lanes) for CPUs
+ * with full-width pipes (Intel; kern_dispatch.c keeps Zen 4 on the 8-row
+ * tile).
  *
  * Numerics: the integer block sums are exact whatever the order, and every
  * float operation is kern_avx2.c's, so
@@ -33,11 +36,16 @@
  * vpdpwssd and the two float multiplies per row and block of the
  * reference's step (removing those, for timing only, saved 8% and 9%); the
  * 64 vpdpbusd of a block (8 x 8 rows) alone would take ~2/3 of the time.
- * 512-bit forms were not used: two activation rows per zmm need a shuffle
- * per row pair and vector instead of the embedded broadcast, and every zmm
- * operation takes both halves of a pipe (tried for Q4_0 at m = 8: rows in
- * pairs from one 64-byte load, vshufi64x2 + vpshufd per vector, weights
- * broadcast to both halves: 910 vs 589 us). Tried and slower (single thread,
+ * On Zen 4, 512-bit forms did not pay: two activation rows per zmm need a
+ * shuffle per row pair and vector instead of the embedded broadcast, and
+ * every zmm operation takes both halves of a pipe (tried for Q4_0 at m = 8:
+ * rows in pairs from one 64-byte load, vshufi64x2 + vpshufd per vector,
+ * weights broadcast to both halves: 910 vs 589 us). On Emerald Rapids
+ * (session 15) two weight groups per zmm against one broadcast activation
+ * (q8p_tile2) did: `test_kernels bench q4_0 M 2048 5632`, 2 threads, m = 8
+ * 416-458 -> 294-297 us, m = 64 3517-3700 -> 2569-2644 us; Q8_0 m = 8
+ * 383 -> 321-325, m = 64 3049 -> 2342 us; TinyLlama q4_0 prefill pass of
+ * 512 tokens 3.56 -> 2.74 s. Tried and slower (single thread,
  * 2048 x 5632): the offset term from shifts and adds (+9% time at m = 8),
  * or from one 512-bit madd of 8 rows' kern_xblk per block, then a vpermd
  * per row (+2%, +16% at m = 1), a store and broadcast reloads (+5%, +11% at
@@ -48,6 +56,7 @@
 
 #ifdef PL_HAVE_AVX512_CODE
 
+#include <assert.h>
 #include <string.h>
 
 #include "tensor/blocks.h"
@@ -292,8 +301,134 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
     }
 }
 
-KERN_GEMMP_DRIVER(gemmp_q4_0_x512, K5, q8p_tile, true)
-KERN_GEMMP_DRIVER(gemmp_q8_0_x512, K5, q8p_tile, false)
+/* Two groups side by side in 512-bit lanes (rows 0-7: the group at wp,
+ * 8-15: the one gb bytes further, nw of the 16 stored), for NX >= 2:
+ * q8p_tile's operations lane for lane (the same bits), each vpdpbusd
+ * serving 16 weight rows against one broadcast activation dword. On a CPU
+ * with full 512-bit pipes (Emerald Rapids: vpdpbusd zmm and ymm both ~1.1
+ * a cycle, so twice the products an instruction) the GEMM's multiply
+ * pipes do twice the work per uop; the two weight streams cost one insert
+ * per vector. (Zen 4 splits a zmm operation in two halves: no gain there,
+ * see kern_avx512_fill_q8.) */
+K5I void q8p_tile2(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, size_t gb, const kern_px *px)
+{
+    const int CH = Q8P_CHAINS(NX);
+    const size_t gq = is_q4 ? 128 : 256;
+    const size_t pf = is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8((char)0xF0), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i offmul = _mm512_set1_epi16(is_q4 ? 1 : 16);
+    const size_t rows = px->rows;
+    const int8_t *xq = px->q;
+    const kern_xblk *xa = px->a;
+    const uint8_t *wb = wp + gb;
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++, xq += rows * 32, xa += rows) {
+        const uint8_t *ga = kern_pack_quants(wp, gq, b), *gbq = kern_pack_quants(wb, gq, b);
+        if (pf) {
+            KERN_PACK_PREFETCH(ga, gq, b, pf, Q8P_HINT);
+            KERN_PACK_PREFETCH(gbq, gq, b, pf, Q8P_HINT);
+        }
+        __m512i is[8][4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+            is[r][0] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), offmul, _mm512_set1_epi32(xa[r].q4off));
+#pragma GCC unroll 4
+            for (int c = 1; c < CH; c++) is[r][c] = _mm512_setzero_si512();
+        }
+        if (is_q4) {
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m512i pv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(ga + 32 * v))),
+                                                      _mm256_load_si256((const __m256i *)(gbq + 32 * v)), 1);
+                const __m512i lo = _mm512_and_si512(pv, m4), hi = _mm512_and_si512(pv, m4h);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    __m512i *c0 = &is[r][(2 * v) % CH], *c1 = &is[r][(2 * v + 1) % CH];
+                    int32_t w0, w1;
+                    memcpy(&w0, xq + 32 * r + 4 * v, 4);
+                    memcpy(&w1, xq + 32 * r + 16 + 4 * v, 4);
+                    *c0 = _mm512_dpbusd_epi32(*c0, lo, _mm512_set1_epi32(w0));
+                    *c1 = _mm512_dpbusd_epi32(*c1, hi, _mm512_set1_epi32(w1));
+                }
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i pv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)(ga + 32 * k))),
+                                                      _mm256_load_si256((const __m256i *)(gbq + 32 * k)), 1);
+                const __m512i wu = _mm512_xor_si512(pv, flip);
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) {
+                    int32_t w0;
+                    memcpy(&w0, xq + 32 * r + 4 * k, 4);
+                    is[r][k % CH] = _mm512_dpbusd_epi32(is[r][k % CH], wu, _mm512_set1_epi32(w0));
+                }
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_load_si128((const __m128i *)kern_pack_scales(wb, gq, b)),
+                                                           _mm_load_si128((const __m128i *)kern_pack_scales(wp, gq, b))));
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+            if (is_q4) {
+                __m512i lo = is[r][0], hi = is[r][1];
+#pragma GCC unroll 4
+                for (int c = 2; c < CH; c++) {
+                    if (c % 2) hi = _mm512_add_epi32(hi, is[r][c]);
+                    else lo = _mm512_add_epi32(lo, is[r][c]);
+                }
+                is[r][0] = _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
+            } else {
+#pragma GCC unroll 4
+                for (int c = 1; c < CH; c++) is[r][0] = _mm512_add_epi32(is[r][0], is[r][c]);
+            }
+            const __m512 f = _mm512_cvtepi32_ps(is[r][0]), vx = _mm512_set1_ps(xa[r].d);
+            acc[r] = _mm512_add_ps(acc[r], is_q4 ? _mm512_mul_ps(_mm512_mul_ps(f, dw), vx) : _mm512_mul_ps(f, _mm512_mul_ps(dw, vx)));
+        }
+    }
+    const __mmask16 keep = (__mmask16)((1u << nw) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) _mm512_mask_storeu_ps(y + r * ys, keep, acc[r]);
+}
+
+/* The packed GEMM over up to two groups (kern_packed.gw = 2): a pair in
+ * one q8p_tile2 sweep when nx >= 2; a lone group, or m = 1 (one weight
+ * stream at a time, as the F16 tile found best for decode), by q8p_tile. */
+#define Q8P_NX_CASES(CALL) \
+    switch (nx) {          \
+    case 1: CALL(1); break; \
+    case 2: CALL(2); break; \
+    case 3: CALL(3); break; \
+    case 4: CALL(4); break; \
+    case 5: CALL(5); break; \
+    case 6: CALL(6); break; \
+    case 7: CALL(7); break; \
+    default: CALL(8); break; \
+    }
+#define Q8P_PAIR_DRIVER(name, is_q4)                                                                    \
+    static K5 void name(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,   \
+                        const kern_px *px, int nx)                                                     \
+    {                                                                                                  \
+        (void)x, (void)xs;                                                                             \
+        const int nb = n / 32;                                                                         \
+        const bool q4 = (is_q4);                                                                       \
+        const size_t gb = kern_pack_group_bytes(q4 ? DT_Q4_0 : DT_Q8_0, n);                            \
+        const uint8_t *w8 = wp;                                                                        \
+        if (nw > KERN_PACK_ROWS && nx >= 2) {                                                          \
+            assert(nw <= 2 * KERN_PACK_ROWS);                                                          \
+            Q8P_NX_CASES(Q8P_T2_)                                                                      \
+            return;                                                                                    \
+        }                                                                                              \
+        for (int c = 0; c < nw; c += KERN_PACK_ROWS, w8 += gb) {                                       \
+            const int cw = nw - c < KERN_PACK_ROWS ? nw - c : KERN_PACK_ROWS;                          \
+            Q8P_NX_CASES(Q8P_T1_)                                                                      \
+        }                                                                                              \
+    }
+#define Q8P_T2_(NX) q8p_tile2(q4, NX, nw, nb, y, ys, w8, gb, px)
+#define Q8P_T1_(NX) q8p_tile(q4, NX, cw, nb, y + c, ys, w8, px)
+Q8P_PAIR_DRIVER(gemmp_q4_0_x512, true)
+Q8P_PAIR_DRIVER(gemmp_q8_0_x512, false)
 
 void kern_avx512_fill_q8(kern_vtable *t)
 {
@@ -302,8 +437,8 @@ void kern_avx512_fill_q8(kern_vtable *t)
     const kern_vtable *a2 = kern_vt_avx2();
     t->dot[DT_Q8_0] = dot_q8_0_x512;
     t->dot[DT_Q4_0] = dot_q4_0_x512;
-    t->packed[DT_Q8_0] = (kern_packed){a2->packed[DT_Q8_0].nx, a2->packed[DT_Q8_0].px_row, gemmp_q8_0_x512, 1, NULL};
-    t->packed[DT_Q4_0] = (kern_packed){a2->packed[DT_Q4_0].nx, a2->packed[DT_Q4_0].px_row, gemmp_q4_0_x512, 1, NULL};
+    t->packed[DT_Q8_0] = (kern_packed){a2->packed[DT_Q8_0].nx, a2->packed[DT_Q8_0].px_row, gemmp_q8_0_x512, 2, NULL};
+    t->packed[DT_Q4_0] = (kern_packed){a2->packed[DT_Q4_0].nx, a2->packed[DT_Q4_0].px_row, gemmp_q4_0_x512, 2, NULL};
 }
 
 #else

@@ -59,7 +59,8 @@ static int kern_cap_from_env(void)
 }
 
 /* True on an AMD CPU (CPUID's vendor string), whose Zen 4 hardware
- * prefetcher streams decode's weights best alone (kern_impl.h). */
+ * prefetcher streams decode's weights best alone (kern_impl.h) and whose
+ * 512-bit operations are two 256-bit halves. */
 static bool kern_cpu_is_amd(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,6 +105,12 @@ void kern_init(int force_ref)
     /* the AVX-512 tables hold only what they improve: over AVX2 */
     const kern_vtable *avx512 = has_avx2 ? kern_vt_avx512(kern_cpu_avx512()) : NULL;
     if (cap >= 2 && avx512) kern_vt_overlay(&kern_vt, avx512);
+    /* The AVX-512 Q8_0/Q4_0 GEMM's pair tile (two weight groups in 512-bit
+     * lanes, kern_avx512_q8.c) doubles the products per vpdpbusd where the
+     * pipes are 512 bits wide (Emerald Rapids: prefill 1.3x). Zen 4 runs a
+     * zmm operation as two halves, where its 8-row ymm tile was measured
+     * best: it keeps that (one group a call). */
+    if (cap >= 2 && avx512 && kern_cpu_is_amd()) kern_vt.packed[DT_Q8_0].gw = kern_vt.packed[DT_Q4_0].gw = 1;
     const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
     if (cap >= 1 && neon) kern_vt_overlay(&kern_vt, neon);
     atomic_store_explicit(&kern_ready, 1, memory_order_release);

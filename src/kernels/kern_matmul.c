@@ -551,11 +551,13 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         p->xa = cv[cv_of[i]].xa;
         if (p->pk) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, 0, cv[cv_of[i]].pxf};
         const size_t tile_row = p->pk ? p->gb / (size_t)kern_pack_rows(p->wtype) : p->w_row;
-        /* packed F16 at m > 1: chunks of whole pairs of groups, the width
-         * of the AVX-512 tile at nx > 4, not one pair and a lone group (one
-         * weight stream; TinyLlama f16 8 sequences, 2 alternating runs:
-         * 68.7/73.3 -> 71.1/77.2 tok/s) */
-        const int pair = p->wtype == DT_F16 && m > 1 ? 2 : 1;
+        /* packed GEMMs of several groups a call (gw >= 2: F16 on x86, Q8_0
+         * and Q4_0 on AVX-512) at m > 1: chunks of whole pairs of groups,
+         * the width of the AVX-512 F16 tile at nx > 4 and of the Q8_0/Q4_0
+         * pair tile, not one pair and a lone group (one weight stream;
+         * TinyLlama f16 8 sequences, 2 alternating runs: 68.7/73.3 ->
+         * 71.1/77.2 tok/s) */
+        const int pair = m > 1 && p->pk && p->pk->gw >= 2 ? 2 : 1;
         const int nw = p->mode == MM_DOT ? 1 : p->pk ? kern_pack_rows(p->wtype) * pair : p->gemm.nw;
         if (p->n_out <= 0) {
             p->chunk = p->small = nw, p->n_big = p->n_chunks = 0;
