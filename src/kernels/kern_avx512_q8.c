@@ -393,8 +393,13 @@ K5I void q8p_tile2(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, cons
 }
 
 /* The packed GEMM over up to two groups (kern_packed.gw = 2): a pair in
- * one q8p_tile2 sweep when nx >= 2; a lone group, or m = 1 (one weight
- * stream at a time, as the F16 tile found best for decode), by q8p_tile. */
+ * one q8p_tile2 sweep when nx >= Q8P_PAIR_MIN_NX; a lone group, or m = 1,
+ * by q8p_tile: one weight stream at a time, as the F16 tile found best for
+ * decode (the pair at m = 1: `bench-stream q4_0 2048 5632 60 1 2` 0.74-0.80
+ * of the probe against 0.88-0.89, three alternating rounds). */
+#ifndef Q8P_PAIR_MIN_NX
+#define Q8P_PAIR_MIN_NX 2
+#endif
 #define Q8P_NX_CASES(CALL) \
     switch (nx) {          \
     case 1: CALL(1); break; \
@@ -415,7 +420,7 @@ K5I void q8p_tile2(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, cons
         const bool q4 = (is_q4);                                                                       \
         const size_t gb = kern_pack_group_bytes(q4 ? DT_Q4_0 : DT_Q8_0, n);                            \
         const uint8_t *w8 = wp;                                                                        \
-        if (nw > KERN_PACK_ROWS && nx >= 2) {                                                          \
+        if (nw > KERN_PACK_ROWS && nx >= Q8P_PAIR_MIN_NX) {                                            \
             assert(nw <= 2 * KERN_PACK_ROWS);                                                          \
             Q8P_NX_CASES(Q8P_T2_)                                                                      \
             return;                                                                                    \
