@@ -212,6 +212,29 @@ static int simd_variants(const kern_vtable **out) { return kern_simd_variants(ou
 
 /* ------------------------------------------------------------ dispatch */
 
+/* The CPU family of an AMD x86 CPU from /proc/cpuinfo (not CPUID, as
+ * kern_init reads it), 0 for any other vendor or architecture (an arm64
+ * build under qemu-user reads the host's /proc/cpuinfo, which may say AMD). */
+static int amd_family(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    FILE *f = fopen("/proc/cpuinfo", "r");
+#else
+    FILE *f = NULL;
+#endif
+    bool amd = false;
+    int family = 0;
+    for (char line[256]; f && fgets(line, sizeof line, f);) {
+        if (!strncmp(line, "vendor_id", 9)) amd = strstr(line, "AuthenticAMD") != NULL;
+        if (!strncmp(line, "cpu family", 10) && strchr(line, ':')) {
+            family = atoi(strchr(line, ':') + 1);
+            break; /* after vendor_id in the first processor's lines */
+        }
+    }
+    if (f) fclose(f);
+    return amd ? family : 0;
+}
+
 /* kern_init picks the best variant the CPU has, and PAGELLM_KERNELS caps
  * it (then kern_init(0) again restores the default for the other tests). */
 TEST(dispatch_picks_best_variant_and_env_caps_it)
@@ -237,6 +260,11 @@ TEST(dispatch_picks_best_variant_and_env_caps_it)
     setenv("PAGELLM_KERNELS", "avx512", 1);
     kern_init(0);
     CHECK_STR(kern_variant(), best);
+    if (x512 & KERN_X512_BASE) { /* the Q8_0/Q4_0 pair tile: off on Zen 4 (family 25), on elsewhere */
+        const int fam = amd_family(), gw = fam && fam < 26 ? 1 : 2;
+        CHECK_EQ_INT(kern_vt.packed[DT_Q4_0].gw, gw);
+        CHECK_EQ_INT(kern_vt.packed[DT_Q8_0].gw, gw);
+    }
     kern_init(1); /* force_ref wins over the environment */
     CHECK_STR(kern_variant(), "ref");
     unsetenv("PAGELLM_KERNELS");
@@ -244,28 +272,18 @@ TEST(dispatch_picks_best_variant_and_env_caps_it)
     CHECK_STR(kern_variant(), best);
 }
 
-/* The decode stream's prefetch distance (kern_impl.h): none on x86 AMD, else
+/* The decode stream's prefetch distance (kern_impl.h): none on x86 AMD
+ * (the packed Q4_0 tile's 16 KiB from Zen 5 on), else
  * KERN_PF_STREAM_BYTES, PAGELLM_PREFETCH over both; the vendor is read here
  * from /proc/cpuinfo, not CPUID as kern_init does. A distance changes no
  * value: the f16, bf16, q6_K and packed q4_0 decode rows are the same bits
  * with and without it. */
 TEST(stream_prefetch_follows_cpu_and_env)
 {
-    bool amd = false;
-#if defined(__x86_64__) || defined(__i386__)
-    /* only x86 asks the vendor: an arm64 build under qemu-user reads the
-     * host's /proc/cpuinfo, which may say AMD */
-    FILE *f = fopen("/proc/cpuinfo", "r");
-#else
-    FILE *f = NULL;
-#endif
-    for (char line[256]; f && fgets(line, sizeof line, f);)
-        if (!strncmp(line, "vendor_id", 9)) {
-            amd = strstr(line, "AuthenticAMD") != NULL;
-            break;
-        }
-    if (f) fclose(f);
+    const int family = amd_family(), amd = family > 0;
     const int cpu = amd ? 0 : KERN_PF_STREAM_BYTES;
+    /* the packed Q4_0 tile's own: 16 KiB on Zen 5 (family 26) and later AMD */
+    const int cpu_q4 = amd ? (family >= 26 ? 16384 : 0) : KERN_PF_STREAM_BYTES;
     static const struct { const char *env; int want; } cases[] = {
         {NULL, -1}, {"auto", -1}, {"none", 0}, {"0", 0}, {"4096", 4096}, {"65536", 65536},
         {"65537", -1}, {"-1", -1}, {"4k", -1}, {"", -1},
@@ -275,6 +293,7 @@ TEST(stream_prefetch_follows_cpu_and_env)
         else unsetenv("PAGELLM_PREFETCH");
         kern_init(0);
         CHECK_EQ_INT(kern_pf_stream, cases[i].want < 0 ? cpu : cases[i].want);
+        CHECK_EQ_INT(kern_pf_stream_q4, cases[i].want < 0 ? cpu_q4 : cases[i].want);
     }
     /* the decode tiles that prefetch: f16 rows and packed, bf16, q6_K, packed q4_0 */
     static const uint32_t types[] = {DT_F16, DT_BF16, DT_Q6_K, DT_Q4_0, DT_F16};

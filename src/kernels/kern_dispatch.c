@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 
 kern_vtable kern_vt;
-int kern_pf_stream; /* kern_impl.h */
+int kern_pf_stream, kern_pf_stream_q4; /* kern_impl.h */
 static _Atomic int kern_ready;
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -58,10 +58,13 @@ static int kern_cap_from_env(void)
     return 2;
 }
 
-/* True on an AMD CPU (CPUID's vendor string), whose Zen 4 hardware
- * prefetcher streams decode's weights best alone (kern_impl.h) and whose
- * 512-bit operations are two 256-bit halves. */
-static bool kern_cpu_is_amd(void)
+/* The CPU family (CPUID leaf 1: base family, plus the extended one when
+ * the base is 15) of an AMD CPU (CPUID's vendor string), 0 for any other
+ * vendor. Zen 4 is 0x19: its hardware prefetcher streams decode's weights
+ * best alone (kern_impl.h) and it runs a 512-bit operation as two 256-bit
+ * halves. Zen 5 is 0x1A: full 512-bit pipes. */
+#define KERN_AMD_ZEN5 0x1A
+static unsigned kern_cpu_amd_family(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
@@ -69,17 +72,22 @@ static bool kern_cpu_is_amd(void)
     char v[13];
     memcpy(v, &b, 4), memcpy(v + 4, &d, 4), memcpy(v + 8, &c, 4);
     v[12] = 0;
-    return strcmp(v, "AuthenticAMD") == 0;
+    if (strcmp(v, "AuthenticAMD") != 0) return 0;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    const unsigned base = (a >> 8) & 0xF;
+    return base == 0xF ? base + ((a >> 20) & 0xFF) : base;
 #else
-    return false;
+    return 0;
 #endif
 }
 
-/* kern_pf_stream for this CPU, or PAGELLM_PREFETCH's: "auto" (or unset),
- * "none", or bytes ahead 0..65536; anything else is reported and ignored. */
-static int kern_pf_stream_choice(void)
+/* kern_pf_stream (q4: kern_pf_stream_q4) for this CPU (kern_impl.h), or
+ * PAGELLM_PREFETCH's for both: "auto" (or unset), "none", or bytes ahead
+ * 0..65536; anything else is reported and ignored. */
+static int kern_pf_stream_choice(bool q4)
 {
-    const int cpu = kern_cpu_is_amd() ? 0 : KERN_PF_STREAM_BYTES;
+    const unsigned amd = kern_cpu_amd_family();
+    const int cpu = !amd ? KERN_PF_STREAM_BYTES : q4 && amd >= KERN_AMD_ZEN5 ? 16384 : 0;
     const char *e = getenv("PAGELLM_PREFETCH");
     if (!e || !*e || !strcmp(e, "auto")) return cpu;
     if (!strcmp(e, "none")) return 0;
@@ -96,7 +104,8 @@ static int kern_pf_stream_choice(void)
 
 void kern_init(int force_ref)
 {
-    kern_pf_stream = kern_pf_stream_choice();
+    kern_pf_stream = kern_pf_stream_choice(false);
+    kern_pf_stream_q4 = kern_pf_stream_choice(true);
     const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();
@@ -107,10 +116,13 @@ void kern_init(int force_ref)
     if (cap >= 2 && avx512) kern_vt_overlay(&kern_vt, avx512);
     /* The AVX-512 Q8_0/Q4_0 GEMM's pair tile (two weight groups in 512-bit
      * lanes, kern_avx512_q8.c) doubles the products per vpdpbusd where the
-     * pipes are 512 bits wide (Emerald Rapids: prefill 1.3x). Zen 4 runs a
-     * zmm operation as two halves, where its 8-row ymm tile was measured
-     * best: it keeps that (one group a call). */
-    if (cap >= 2 && avx512 && kern_cpu_is_amd()) kern_vt.packed[DT_Q8_0].gw = kern_vt.packed[DT_Q4_0].gw = 1;
+     * pipes are 512 bits wide (Emerald Rapids: prefill 1.3x; Zen 5,
+     * `test_kernels bench q4_0 M 2048 5632`, 2 threads: m = 8 321-341 ->
+     * 195-198 us, m = 64 2616-2710 -> 1481-1526 us; Q8_0 alike). Zen 4
+     * runs a zmm operation as two halves, where its 8-row ymm tile was
+     * measured best: it keeps that (one group a call). */
+    const unsigned amd = kern_cpu_amd_family();
+    if (cap >= 2 && avx512 && amd && amd < KERN_AMD_ZEN5) kern_vt.packed[DT_Q8_0].gw = kern_vt.packed[DT_Q4_0].gw = 1;
     const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
     if (cap >= 1 && neon) kern_vt_overlay(&kern_vt, neon);
     atomic_store_explicit(&kern_ready, 1, memory_order_release);

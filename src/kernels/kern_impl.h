@@ -255,15 +255,25 @@ void kern_f16_lut_init(void);
  *   without, 0.91 with 8 KiB into L2; packed q4_0 0.91 vs 0.89);
  * - Intel (Emerald Rapids, session 13): the same tiles read 0.65-0.72 of a
  *   plain read without and 0.96-1.0 with the lines 4-16 KiB ahead into L2
- *   (figures at the tiles, kern_avx512_q8.c and kern_avx512_float.c).
+ *   (figures at the tiles, kern_avx512_q8.c and kern_avx512_float.c);
+ * - Zen 5 (session 16, family 0x1A): the packed Q4_0 tile at m = 1 wants
+ *   it (`test_kernels bench-layers q4_0 22`, TinyLlama's decode step of 22
+ *   layers: 0.81-0.83 of the probe without, 0.88-0.90 with 16 KiB, three
+ *   alternating rounds; `bench-stream q4_0 2048 5632 60 1 2` 0.83 vs
+ *   0.88-0.93); Q8_0 does not (bench-layers 0.84-0.86 without, 0.84-0.94
+ *   at 8 or 16 KiB; bench-stream 0.95-0.97 without, 0.84-0.91 at 8 KiB)
+ *   nor F16 (0.78-0.79 without, 0.80-0.82 at 8-16 KiB): the Q4_0 tile does
+ *   twice the work a byte, so its loads run further behind the hardware
+ *   prefetcher. kern_pf_stream_q4 is the Q4_0 tile's own distance.
  * kern_pf_stream is how far ahead (bytes) the AVX-512 table's decode
  * tiles prefetch their weight row stream (the packed Q8_0/Q4_0 tile at
  * m = 1, the F32/F16/BF16 dots and the K-quant dots), 0 = not at all. The
  * AVX2 table keeps its fixed distances (Zen 3's best). kern_init sets it:
- * AMD 0, any other vendor KERN_PF_STREAM_BYTES; PAGELLM_PREFETCH=none,
+ * AMD 0 (kern_pf_stream_q4: 16 KiB from Zen 5 on), any other vendor
+ * KERN_PF_STREAM_BYTES (both); PAGELLM_PREFETCH=none,
  * auto or a distance in bytes (0..65536) overrides, for A/B runs. Read
  * once per tile call. */
-extern int kern_pf_stream;
+extern int kern_pf_stream, kern_pf_stream_q4;
 #ifndef KERN_PF_STREAM_BYTES
 #define KERN_PF_STREAM_BYTES 8192
 #endif
