@@ -81,13 +81,14 @@ static unsigned kern_cpu_amd_family(void)
 #endif
 }
 
-/* kern_pf_stream (q4: kern_pf_stream_q4) for this CPU (kern_impl.h), or
- * PAGELLM_PREFETCH's for both: "auto" (or unset), "none", or bytes ahead
- * 0..65536; anything else is reported and ignored. */
-static int kern_pf_stream_choice(bool q4)
+/* The packed Q4_0 decode tile's distance on Zen 5 (kern_impl.h). */
+#define KERN_PF_STREAM_Q4_ZEN5 16384
+
+/* cpu (this CPU's distance, kern_impl.h), or PAGELLM_PREFETCH's: "auto"
+ * (or unset), "none", or bytes ahead 0..65536; anything else is reported
+ * (once) and ignored. */
+static int kern_pf_stream_choice(int cpu)
 {
-    const unsigned amd = kern_cpu_amd_family();
-    const int cpu = !amd ? KERN_PF_STREAM_BYTES : q4 && amd >= KERN_AMD_ZEN5 ? 16384 : 0;
     const char *e = getenv("PAGELLM_PREFETCH");
     if (!e || !*e || !strcmp(e, "auto")) return cpu;
     if (!strcmp(e, "none")) return 0;
@@ -104,8 +105,9 @@ static int kern_pf_stream_choice(bool q4)
 
 void kern_init(int force_ref)
 {
-    kern_pf_stream = kern_pf_stream_choice(false);
-    kern_pf_stream_q4 = kern_pf_stream_choice(true);
+    const unsigned amd = kern_cpu_amd_family();
+    kern_pf_stream = kern_pf_stream_choice(amd ? 0 : KERN_PF_STREAM_BYTES);
+    kern_pf_stream_q4 = kern_pf_stream_choice(!amd ? KERN_PF_STREAM_BYTES : amd >= KERN_AMD_ZEN5 ? KERN_PF_STREAM_Q4_ZEN5 : 0);
     const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();
@@ -121,7 +123,6 @@ void kern_init(int force_ref)
      * 195-198 us, m = 64 2616-2710 -> 1481-1526 us; Q8_0 alike). Zen 4
      * runs a zmm operation as two halves, where its 8-row ymm tile was
      * measured best: it keeps that (one group a call). */
-    const unsigned amd = kern_cpu_amd_family();
     if (cap >= 2 && avx512 && amd && amd < KERN_AMD_ZEN5) kern_vt.packed[DT_Q8_0].gw = kern_vt.packed[DT_Q4_0].gw = 1;
     const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
     if (cap >= 1 && neon) kern_vt_overlay(&kern_vt, neon);
