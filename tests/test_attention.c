@@ -34,6 +34,9 @@
 
 #include "base/mem.h"
 #include "kernels/attention.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/attention_walk.h"
+#endif
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
 #include "tensor/dtype.h"
@@ -500,6 +503,61 @@ TEST(dispatch_follows_kern_init)
     CHECK(same_simd);
 }
 
+/* vline_pf (the AVX-512 V pass's prefetch of head-major planes) hands out
+ * every line of each block's run of the call's heads exactly once, block
+ * after block in sweep order, in spans that never cross a block or pass
+ * the goal; blocks whose base is not line aligned (fake_kv's blocks are
+ * 16 bytes past a multiple of their planes) cover the head bytes too. The
+ * kernel's use: per chunk of keys a goal, spans of up to a tile's keys,
+ * then vline_until for the rest. x86 only (the header's prefetches). */
+TEST(vline_prefetch_walk_covers_each_blocks_heads_once_in_order)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    const int bss[] = {1, 5, 16, 48}, ns[] = {1, 77, 300};
+    for (int bi = 0; bi < 4; bi++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int bs = bss[bi], n = ns[ni], n_kv = 4, hd = 64;
+            fake_kv f;
+            CHECK(fake_kv_make(&f, DT_F16, hd, n_kv, n, bs, 77u + (uint64_t)bi) == 0);
+            const attn_kv kv = f.kv; /* rows: a row holds every head; as a head-major plane: one head's run */
+            attn_kv hm = kv;
+            hm.row_bytes = (size_t)hd * 2;
+            hm.head_bytes = hm.row_bytes * (size_t)bs;
+            const int gmin = 1, gmax = 2, nblk = (n + bs - 1) / bs;
+            vline_pf p = vline_at(&hm, kv.v_base, n, gmin, gmax);
+            /* the lines expected, in order */
+            size_t want_n = 0, got_n = 0;
+            const size_t cap = (size_t)nblk * (hm.head_bytes * 2 / 64 + 2);
+            uintptr_t *want = malloc(sizeof(uintptr_t) * cap), *got = malloc(sizeof(uintptr_t) * (cap + 1));
+            CHECK(want && got);
+            for (int b = 0; b < nblk; b++) {
+                const uintptr_t a = (uintptr_t)(kv.v_base + (size_t)kv.blocks[b] * kv.block_bytes + (size_t)gmin * hm.head_bytes);
+                for (uintptr_t l = a & ~(uintptr_t)63; l < a + (size_t)(gmax - gmin + 1) * hm.head_bytes; l += 64) want[want_n++] = l;
+            }
+            bool ok = true;
+            for (int j0 = 0; j0 < n && ok; j0 += 32) {
+                p.goal = (j0 + 32 + 32 + bs - 1) / bs; /* as the kernel: the chunk and pfd keys ahead */
+                const char *at;
+                for (int m, k = 0; (m = vline_span(&p, 7 + k % 29, &at)) > 0; k++) {
+                    const int blk_before = (int)(((uintptr_t)at - (uintptr_t)kv.v_base) / kv.block_bytes);
+                    for (int i = 0; i < m && ok; i++) {
+                        ok = got_n < cap && ((uintptr_t)at + 64 * (size_t)i) % 64 == 0;
+                        if (ok) got[got_n++] = (uintptr_t)at + 64 * (size_t)i;
+                    }
+                    /* a span stays in one block (the physical block of its first line, or a line before it) */
+                    const int blk_after = (int)(((uintptr_t)at + 64 * (size_t)(m - 1) - (uintptr_t)kv.v_base) / kv.block_bytes);
+                    ok = ok && blk_after - blk_before <= 1 && p.blk <= p.goal;
+                }
+            }
+            CHECK_MSG(ok && got_n == want_n && memcmp(got, want, sizeof(uintptr_t) * want_n) == 0,
+                      "bs %d n %d: %zu lines handed out, %zu expected", bs, n, got_n, want_n);
+            free(want);
+            free(got);
+            fake_kv_free(&f);
+        }
+#endif
+}
+
 /* The scratch size covers the largest call, and attn_rows_max shrinks with
  * the context so the scores stay O(rows x n_ctx) within a budget. */
 TEST(scratch_sizing)
@@ -642,6 +700,7 @@ int main(int argc, char **argv)
     RUN(avx512_q8_0_q4_0_scores_are_the_references);
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
+    RUN(vline_prefetch_walk_covers_each_blocks_heads_once_in_order);
     RUN(scratch_sizing);
     return test_summary();
 }

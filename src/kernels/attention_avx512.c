@@ -42,7 +42,15 @@
  * Prefetching is the AVX2 variant's scheme (attention_walk.h's kv_pf /
  * kv_pfb, shared with it): cache rows ~8 KiB ahead, issued a row or two
  * at a time between the keys' work; f16 key
- * columns: the group 8 KiB ahead, a line every 2 dims of the scores.
+ * columns: the group 8 KiB ahead, a line every 2 dims of the scores;
+ * head-major V (the pool's f16 values): attention_walk.h's vline_pf, each
+ * block's run of the call's heads as one line range, a line per key of
+ * the V tiles (session 17, Zen 5, bench-decode TinyLlama shape, 22 layers
+ * x 16 rows x 2,048 keys, cache cold: the V pass 2.7-2.8 -> 1.9-2.1 M TSC
+ * ticks a token; in cache, 1 layer x 1,024 keys: 0.051 -> 0.042).
+ *
+ * The softmax (step 2) is the avx512 table's softmax_avx512 operation for
+ * operation, with rows of the same range interleaved (softmax_group).
  */
 #include "kernels/attention.h"
 
@@ -52,6 +60,7 @@
 
 #include "kernels/attention_impl.h"
 #include "kernels/avx512_intrin.h"
+#include "kernels/kern_avx512_exp.h"
 #include "kernels/kern_impl.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
@@ -374,7 +383,7 @@ static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t go
  * one FMA chain over k. */
 enum { VK_F16, VK_Q8_0, VK_Q4_0 };
 K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
-               const void *const *vp, int d0)
+               const void *const *vp, int d0, const char *pf, int npf)
 {
     __m512 a[8][4];
 #pragma GCC unroll 8
@@ -385,6 +394,7 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
             a[r][c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, o[r] + d0 + 16 * c);
         }
     for (int k = 0; k < n; k++) {
+        if (k < npf) _mm_prefetch(pf + 64 * (size_t)k, ATTN_PF_HINT);
         __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* C used */
         if (kind == VK_Q8_0) {
 #pragma GCC unroll 4
@@ -424,33 +434,33 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
 /* vtile with RR and C as constants (accumulators in registers). */
 #define VT_RC(name, KIND)                                                                                        \
     static K5 void name(int rr, int c, __mmask16 klast, bool first, float *const *o, const float *const *p, int n, \
-                        const void *const *vp, int d0)                                                         \
+                        const void *const *vp, int d0, const char *pf, int npf)                                \
     {                                                                                                          \
         switch (rr * 16 + c) {                                                                                 \
-        case 0x11: vtile(KIND, 1, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x12: vtile(KIND, 1, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x13: vtile(KIND, 1, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x14: vtile(KIND, 1, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x21: vtile(KIND, 2, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x22: vtile(KIND, 2, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x23: vtile(KIND, 2, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x24: vtile(KIND, 2, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x31: vtile(KIND, 3, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x32: vtile(KIND, 3, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x33: vtile(KIND, 3, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x34: vtile(KIND, 3, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x41: vtile(KIND, 4, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x42: vtile(KIND, 4, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x43: vtile(KIND, 4, 3, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x44: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x51: vtile(KIND, 5, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x52: vtile(KIND, 5, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x61: vtile(KIND, 6, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x62: vtile(KIND, 6, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x71: vtile(KIND, 7, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x72: vtile(KIND, 7, 2, klast, first, o, p, n, vp, d0); break;                                      \
-        case 0x81: vtile(KIND, 8, 1, klast, first, o, p, n, vp, d0); break;                                      \
-        default: vtile(KIND, 8, 2, klast, first, o, p, n, vp, d0); break;                                        \
+        case 0x11: vtile(KIND, 1, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x12: vtile(KIND, 1, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x13: vtile(KIND, 1, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x14: vtile(KIND, 1, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x21: vtile(KIND, 2, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x22: vtile(KIND, 2, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x23: vtile(KIND, 2, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x24: vtile(KIND, 2, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x31: vtile(KIND, 3, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x32: vtile(KIND, 3, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x33: vtile(KIND, 3, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x34: vtile(KIND, 3, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x41: vtile(KIND, 4, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x42: vtile(KIND, 4, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x43: vtile(KIND, 4, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x44: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x51: vtile(KIND, 5, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x52: vtile(KIND, 5, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x61: vtile(KIND, 6, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x62: vtile(KIND, 6, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x71: vtile(KIND, 7, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x72: vtile(KIND, 7, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        case 0x81: vtile(KIND, 8, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
+        default: vtile(KIND, 8, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                        \
         }                                                                                                      \
     }
 VT_RC(vtile_rc_f16, VK_F16)
@@ -466,14 +476,16 @@ VT_RC(vtile_rc_q4, VK_Q4_0)
 K5I int vdims_width(int rr) { return rr > 4 ? 32 : 64; }
 
 K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
-               int hd, kv_pfb *pb, int take)
+               int hd, kv_pfb *pb, int take, vline_pf *lp)
 {
     const int w = vdims_width(rr);
     for (int d0 = 0; d0 < hd; d0 += w) {
         const int left = hd - d0 < w ? hd - d0 : w, c = (left + 15) / 16;
         const __mmask16 klast = lanes16(left - 16 * (c - 1));
+        const char *pf = NULL;
+        const int npf = lp ? vline_span(lp, n, &pf) : 0;
         pf_take(pb, take);
-        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0);
+        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0, pf, npf);
     }
 }
 
@@ -481,7 +493,7 @@ K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const
  * each) over the keys vp[0..max n): rows in chunks of up to 8 over their
  * common keys, then each row alone over the keys only it has. */
 static K5 void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n, const void *const *vp,
-                     int hd, kv_pfb *pb, int quota)
+                     int hd, kv_pfb *pb, int quota, vline_pf *lp)
 {
     for (int r0 = 0; r0 < nr; r0 += 8) {
         const int rr = nr - r0 < 8 ? nr - r0 : 8, w = vdims_width(rr);
@@ -489,12 +501,95 @@ static K5 void vrows(int kind, int nr, bool first, float *const *o, const float 
         for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
         const int passes = (hd + w - 1) / w, calls = ((nr - r0 + 8 - 1) / 8) * passes;
         const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
-        vdims(kind, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take);
+        vdims(kind, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take, lp);
         quota -= take * passes;
         for (int r = r0; r < r0 + rr; r++) {
             if (n[r] == nmin) continue;
             const float *pr = p[r] + nmin;
-            vdims(kind, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0);
+            vdims(kind, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0, NULL);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- softmax */
+
+/* The softmax of R rows of n scores each (x[r][0..n)) with the rows
+ * interleaved, each row exactly as kern_avx512_elem.c's softmax_avx512
+ * (the same operations in the same order per row: max, expf16 of x - max
+ * stored and summed in double by acc16_pd, x / sum as x x (float)(1 /
+ * sum)), then for an f16 cache each weight rounded to f16. One row at a
+ * time, the exp pass waits on its two double chains and the max pass on
+ * one max chain; R rows give R times the independent work, and the f16
+ * rounding rides on the last pass instead of a pass of its own
+ * (bench-decode TinyLlama shape, 16 rows x 1,024 keys in cache, 5
+ * alternating runs: the softmax stage 18-23 -> 14-15 k TSC ticks a call).
+ * Row results do not depend on R (row independence). */
+K5I void softmax_group(int R, float *const *x, int n, bool f16)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vm[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) vm[r] = ninf;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) vm[r] = _mm512_max_ps(vm[r], _mm512_loadu_ps(x[r] + i));
+    const __mmask16 kt = lanes16(n - i);
+    if (i < n)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) vm[r] = _mm512_max_ps(vm[r], _mm512_mask_loadu_ps(ninf, kt, x[r] + i));
+    __m512d lo[8], hi[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        vm[r] = _mm512_set1_ps(_mm512_reduce_max_ps(vm[r]));
+        lo[r] = hi[r] = _mm512_setzero_pd();
+    }
+    for (i = 0; i + 16 <= n; i += 16)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 e = expf16(_mm512_sub_ps(_mm512_loadu_ps(x[r] + i), vm[r]));
+            _mm512_storeu_ps(x[r] + i, e);
+            acc16_pd(e, &lo[r], &hi[r]);
+        }
+    if (i < n)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 e = _mm512_maskz_mov_ps(kt, expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(kt, x[r] + i), vm[r])));
+            _mm512_mask_storeu_ps(x[r] + i, kt, e);
+            acc16_pd(e, &lo[r], &hi[r]);
+        }
+    __m512 vi[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) vi[r] = _mm512_set1_ps((float)(1.0 / sum_pd8(_mm512_add_pd(lo[r], hi[r]))));
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = lanes16(n - i < 16 ? n - i : 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x[r] + i), vi[r]);
+            if (f16) w = _mm512_cvtph_ps(_mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+            _mm512_mask_storeu_ps(x[r] + i, k, w);
+        }
+    }
+}
+
+/* Step 2 of a call: each row's softmax over its own scores lo..n_ctx-1
+ * (the keys before lo weigh 0), the weights rounded to f16 for an f16
+ * cache; rows with the same range (a decode call's) 4 at a time. */
+static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16)
+{
+    for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
+        const int lo = rows[r0].lo, n = rows[r0].n_ctx;
+        for (r1 = r0 + 1; r1 < n_rows && r1 < r0 + 4 && rows[r1].lo == lo && rows[r1].n_ctx == n; r1++) {}
+        float *x[4];
+        for (int r = r0; r < r1; r++) {
+            x[r - r0] = sc + (size_t)r * ncp + lo;
+            for (int j = 0; j < lo; j++) sc[(size_t)r * ncp + j] = 0;
+        }
+        switch (r1 - r0) {
+        case 1: softmax_group(1, x, n - lo, f16); break;
+        case 2: softmax_group(2, x, n - lo, f16); break;
+        case 3: softmax_group(3, x, n - lo, f16); break;
+        default: softmax_group(4, x, n - lo, f16); break;
         }
     }
 }
@@ -577,10 +672,13 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
     const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_pf_bytes(&pv), 16, 64); /* keys ahead */
+    const bool vlines = kv->head_bytes > kv->row_bytes; /* head-major V: vline_pf, not pv */
+    vline_pf lv = vline_at(kv, kv->v_base, nmax, gmin, gmax);
     if (!i8) {
         assert((size_t)n_rows * hd <= (8 + ATTN_VB) * hdp); /* the interleaved queries in kt and vt */
         scores_by_cols(kv, rows, sg_r0, sg_n, n_sg, nmax, qr, sc, ncp, vscale, sc + (size_t)n_rows * ncp);
-        pf_until(&pv, pfd); /* the first values */
+        if (vlines) vline_until(&lv, pfd); /* the first values */
+        else pf_until(&pv, pfd);
     } else {
         pf_until(&pk, pfd);
     }
@@ -589,7 +687,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         kv_pfb pkb; /* not {0}: zeroing its array costs more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + KS + pfd, &pkb, KS);
-        if (pkb.n < KS) pf_collect(&pv, pfd, &pkb, KS); /* the first values, over the last key steps */
+        if (pkb.n < KS && !vlines) pf_collect(&pv, pfd, &pkb, KS); /* the first values, over the last key steps */
         const int pk_take = (pkb.n + n_sg - 1) / n_sg; /* rows a call issues (a segment's share) */
         const uint8_t *krow[KS];
         for (int k = 0; k < KS; k++) {
@@ -618,30 +716,28 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         pf_take(&pkb, KS); /* what is left */
     }
 
-    /* 2. softmax of each row over its own scores lo..n_ctx-1 (the keys
-     * before lo weigh 0), the weights rounded to f16 for an f16 cache */
-    const kern_vtable *t5 = kern_vt_avx512(KERN_X512_BASE);
-    for (int r = 0; r < n_rows; r++) {
-        float *s = sc + (size_t)r * ncp;
-        const int lo = rows[r].lo, n = rows[r].n_ctx;
-        t5->softmax(s + lo, n - lo);
-        for (int j = 0; j < lo; j++) s[j] = 0;
-        for (int i = 0; t == DT_F16 && i < n; i += 16) {
-            const __mmask16 m = lanes16(n - i < 16 ? n - i : 16);
-            _mm512_mask_storeu_ps(s + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, s + i), _MM_FROUND_TO_NEAREST_INT)));
-        }
-    }
-
+    /* 2. softmax */
+    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16);
     /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
     kv_cursor vc = cursor_at(kv, kv->v_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         kv_pfb pvb;
-        pvb.n = pvb.next = 0;
-        pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
+        pvb.n = pvb.next = pvb.nh = 0, pvb.len = pvb.stride = 0;
+        if (vlines) lv.goal = (j0 + jn + pfd + (int)kv->block_size - 1) / (int)kv->block_size; /* handed out by the tiles */
+        else pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
         const int pv_share = (pvb.n + n_sg - 1) / n_sg;
         const uint8_t *vrow[ATTN_VB];
-        for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
+        for (int k = 0; k < jn;) { /* a block's run of rows at a time */
+            const uint8_t *row = cursor_row(&vc);
+            const int run = (int)kv->block_size - (int)vc.off < jn - k ? (int)kv->block_size - (int)vc.off : jn - k;
+            for (int i = 0; i < run; i++) vrow[k + i] = row + (size_t)i * kv->row_bytes;
+            k += run;
+            if ((vc.off += (uint32_t)run) == kv->block_size) {
+                vc.off = 0;
+                vc.blk++;
+            }
+        }
         for (int sg = 0; sg < n_sg; sg++) {
             const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], sn = sg_n[sg];
             if (sn <= j0) continue;
@@ -659,9 +755,11 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                 pp[nr] = sc + (size_t)r * ncp + j0;
                 np[nr++] = n;
             }
-            vrows(t == DT_Q8_0 ? VK_Q8_0 : t == DT_Q4_0 ? VK_Q4_0 : VK_F16, nr, j0 == 0, op, pp, np, vp, hd, &pvb, pv_share);
+            vrows(t == DT_Q8_0 ? VK_Q8_0 : t == DT_Q4_0 ? VK_Q4_0 : VK_F16, nr, j0 == 0, op, pp, np, vp, hd, &pvb, pv_share,
+                  vlines ? &lv : NULL);
         }
         pf_take(&pvb, ATTN_VB);
+        if (vlines) vline_until(&lv, j0 + jn + pfd); /* what the tiles left */
     }
 }
 
