@@ -1,13 +1,15 @@
 /* kern_avx512_exp.h - the AVX-512 expf and double sums shared by the row
  * kernels (kern_avx512_elem.c: softmax, swiglu, exp_row, rmsnorm) and the
  * attention's softmax (attention_avx512.c), so that both compute a
- * softmax with the very same operations. Static inline K5I functions;
- * include after avx512_intrin.h, inside PL_HAVE_AVX512_CODE.
+ * softmax with the very same operations. Static inline K5I functions,
+ * empty where PL_HAVE_AVX512_CODE is not defined (arm64).
  */
 #ifndef PL_KERNELS_KERN_AVX512_EXP_H
 #define PL_KERNELS_KERN_AVX512_EXP_H
 
 #include "kernels/avx512_intrin.h"
+
+#ifdef PL_HAVE_AVX512_CODE
 
 /* Lanes 8..15 of v as a 256-bit vector (vextractf64x4: AVX512F only). */
 K5I __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
@@ -52,5 +54,7 @@ K5I __m512 expf16(__m512 x)
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
+
+#endif /* PL_HAVE_AVX512_CODE */
 
 #endif
