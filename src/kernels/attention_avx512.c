@@ -524,7 +524,7 @@ static K5 void vrows(int kind, int nr, bool first, float *const *o, const float 
  * (bench-decode TinyLlama shape, 16 rows x 1,024 keys in cache, 5
  * alternating runs: the softmax stage 18-23 -> 14-15 k TSC ticks a call).
  * Row results do not depend on R (row independence). */
-K5I void softmax_group(int R, float *const *x, int n, bool f16)
+K5AI void softmax_group(int R, float *const *x, int n, bool f16)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 vm[8];
