@@ -279,7 +279,7 @@ static KA void scores_rows_any(int kind, int nr, const void *const *kp, const fl
  * chain over k ascending, whatever RR and C: the tiling only decides which
  * (row, dims) share a conversion. */
 KAI void vtile(int RR, int C, int kind, bool first, float *const *o, const float *const *p, int n,
-               const void *const *vp, int d0)
+               const void *const *vp, int d0, const char *pf, int npf)
 {
     __m256 a[4][8];
 #pragma GCC unroll 4
@@ -287,6 +287,7 @@ KAI void vtile(int RR, int C, int kind, bool first, float *const *o, const float
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) a[r][c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o[r] + d0 + 8 * c);
     for (int k = 0; k < n; k++) {
+        if (k < npf) _mm_prefetch(pf + 64 * (size_t)k, ATTN_PF_HINT); /* vline_pf's span: a line a key */
         __m256 v[8];
         if (kind == FK_Q8_0) { /* ld8's values, each block's d converted once: d0 is a multiple of
                                   8 C, so C <= 4 vectors lie in one block and C = 8 in two */
@@ -321,21 +322,21 @@ KAI void vtile(int RR, int C, int kind, bool first, float *const *o, const float
  * rows, as many dims as fill about 8 accumulators (2 FMA a cycle, latency 4). */
 #define VT_RC(kind)                                                                               \
     switch (rr * 16 + c) {                                                                        \
-    case 0x18: vtile(1, 8, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x14: vtile(1, 4, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x12: vtile(1, 2, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x11: vtile(1, 1, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x24: vtile(2, 4, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x22: vtile(2, 2, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x21: vtile(2, 1, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x32: vtile(3, 2, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x31: vtile(3, 1, kind, first, o, p, n, vp, d0); break;                                  \
-    case 0x42: vtile(4, 2, kind, first, o, p, n, vp, d0); break;                                  \
-    default: vtile(4, 1, kind, first, o, p, n, vp, d0); break;                                    \
+    case 0x18: vtile(1, 8, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x14: vtile(1, 4, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x12: vtile(1, 2, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x11: vtile(1, 1, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x24: vtile(2, 4, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x22: vtile(2, 2, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x21: vtile(2, 1, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x32: vtile(3, 2, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x31: vtile(3, 1, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    case 0x42: vtile(4, 2, kind, first, o, p, n, vp, d0, pf, npf); break;                                  \
+    default: vtile(4, 1, kind, first, o, p, n, vp, d0, pf, npf); break;                                    \
     }
 
 static KA void vtile_rc(int kind, int rr, int c, bool first, float *const *o, const float *const *p, int n,
-                        const void *const *vp, int d0)
+                        const void *const *vp, int d0, const char *pf, int npf)
 {
     if (kind == FK_F16) { VT_RC(FK_F16) }
     else if (kind == FK_BF16) { VT_RC(FK_BF16) }
@@ -351,7 +352,7 @@ static KA void vtile_rc(int kind, int rr, int c, bool first, float *const *o, co
  * over their common keys, then each row alone over the keys only it has
  * (its chains go on in k order). */
 static KA void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n,
-                     const void *const *vp, int hd, kv_pfb *pb, int quota)
+                     const void *const *vp, int hd, kv_pfb *pb, int quota, vline_pf *lp)
 {
     /* f32 rows (F32, or a tile in vt) have no conversion to share: one row
      * at a time, whose loads fold into the FMAs (as before the register
@@ -371,7 +372,9 @@ static KA void vrows(int kind, int nr, bool first, float *const *o, const float 
             while (8 * c > hd - d0) c /= 2;
             pf_take(pb, take);
             quota -= take;
-            vtile_rc(kind, rr, c, first, o + r0, p + r0, nmin, vp, d0);
+            const char *pf = NULL;
+            const int npf = lp ? vline_span(lp, nmin, &pf) : 0;
+            vtile_rc(kind, rr, c, first, o + r0, p + r0, nmin, vp, d0, pf, npf);
             d0 += 8 * c;
         }
         for (int r = r0; r < r0 + rr; r++) {
@@ -380,7 +383,7 @@ static KA void vrows(int kind, int nr, bool first, float *const *o, const float 
             for (int d0 = 0; d0 < hd;) {
                 int c = 8;
                 while (8 * c > hd - d0) c /= 2;
-                vtile_rc(kind, 1, c, false, o + r, &pr, n[r] - nmin, vp + nmin, d0);
+                vtile_rc(kind, 1, c, false, o + r, &pr, n[r] - nmin, vp + nmin, d0, NULL, 0);
                 d0 += 8 * c;
             }
         }
@@ -674,10 +677,13 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
     const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_pf_bytes(&pv), 8, 64); /* keys ahead */
+    const bool vlines = kv->head_bytes > kv->row_bytes; /* head-major V: vline_pf, not pv (attention_avx512.c) */
+    vline_pf lv = vline_at(kv, kv->v_base, nmax, gmin, gmax);
     if (kv->k_cols) {
         assert(t == DT_F16 && 32 * (size_t)hd <= 2 * 40 * hdp); /* the tile in kt and vt */
         scores_by_cols8(kv, rows, sg_r0, sg_n, n_sg, nmax, qf, hdp, sc, ncp, vscale, (uint16_t *)kt);
-        pf_until(&pv, pfd); /* the first values */
+        if (vlines) vline_until(&lv, pfd); /* the first values */
+        else pf_until(&pv, pfd);
     } else {
         pf_until(&pk, pfd);
     }
@@ -687,7 +693,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         kv_pfb pkb; /* not {0}: zeroing its array cost more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + 8 + pfd, &pkb, 8);
-        if (pkb.n < 8) pf_collect(&pv, pfd, &pkb, 8); /* the first values, over the last key groups */
+        if (pkb.n < 8 && !vlines) pf_collect(&pv, pfd, &pkb, 8); /* the first values, over the last key groups */
         kv_pfb *pkp = &pkb;
         const uint8_t *krow[8];
         for (int k = 0; k < 8; k++) {
@@ -771,12 +777,13 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         kv_pfb pvb;
-        pvb.n = pvb.next = 0;
-        pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
+        pvb.n = pvb.next = pvb.nh = 0, pvb.len = pvb.stride = 0;
+        if (vlines) lv.goal = (j0 + jn + pfd + (int)kv->block_size - 1) / (int)kv->block_size; /* handed out by the tiles */
+        else pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
         const int pv_share = (pvb.n + n_sg - 1) / n_sg; /* rows each segment issues */
         kv_pfb *pvp = &pvb;
         const uint8_t *vrow[ATTN_VB];
-        for (int k = 0; k < jn; k++, cursor_next(&vc)) vrow[k] = cursor_row(&vc);
+        cursor_rows(&vc, vrow, jn);
         for (int sg = 0; sg < n_sg; sg++) {
             const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], sn = sg_n[sg];
             if (sn <= j0) continue;
@@ -806,9 +813,10 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                 pp[nr] = sc + (size_t)r * ncp + j0;
                 np[nr++] = n;
             }
-            vrows(kind, nr, j0 == 0, op, pp, np, vp, hd, pvp, pv_share);
+            vrows(kind, nr, j0 == 0, op, pp, np, vp, hd, pvp, pv_share, vlines ? &lv : NULL);
         }
         pf_take(pvp, ATTN_VB);
+        if (vlines) vline_until(&lv, j0 + jn + pfd); /* what the tiles left */
     }
 #undef SEG_INPLACE
 #undef SEG_KIND

@@ -728,16 +728,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         else pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
         const int pv_share = (pvb.n + n_sg - 1) / n_sg;
         const uint8_t *vrow[ATTN_VB];
-        for (int k = 0; k < jn;) { /* a block's run of rows at a time */
-            const uint8_t *row = cursor_row(&vc);
-            const int run = (int)kv->block_size - (int)vc.off < jn - k ? (int)kv->block_size - (int)vc.off : jn - k;
-            for (int i = 0; i < run; i++) vrow[k + i] = row + (size_t)i * kv->row_bytes;
-            k += run;
-            if ((vc.off += (uint32_t)run) == kv->block_size) {
-                vc.off = 0;
-                vc.blk++;
-            }
-        }
+        cursor_rows(&vc, vrow, jn);
         for (int sg = 0; sg < n_sg; sg++) {
             const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], sn = sg_n[sg];
             if (sn <= j0) continue;

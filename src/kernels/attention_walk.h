@@ -46,6 +46,22 @@ static inline void cursor_next(kv_cursor *c)
     }
 }
 
+/* The next n rows (row[0..n)) from the cursor, which moves past them: a
+ * block's run at a time (one multiply a block, not a key). */
+static inline void cursor_rows(kv_cursor *c, const uint8_t **row, int n)
+{
+    for (int k = 0; k < n;) {
+        const uint8_t *r = cursor_row(c);
+        const int left = (int)(c->kv->block_size - c->off), run = left < n - k ? left : n - k;
+        for (int i = 0; i < run; i++) row[k + i] = r + (size_t)i * c->kv->row_bytes;
+        k += run;
+        if ((c->off += (uint32_t)run) == c->kv->block_size) {
+            c->off = 0;
+            c->blk++;
+        }
+    }
+}
+
 /* Software prefetch ahead of a sweep over the cache rows: bytes [lo, lo +
  * len) of each row (the heads the call reads), rows in position order up
  * to a bound. A block's rows are contiguous only within the block and
