@@ -41,6 +41,9 @@
  * a block's rows are contiguous only within the block,
  * so the hardware prefetchers restart at every block. The prefetches go
  * out a row at a time between the keys' work, never in a burst (kv_pfb).
+ * Values grouped by head (the pool's f16 values) are prefetched as each
+ * block's run of the call's heads instead (vline_pf, attention_walk.h: one
+ * line range a block, a line per key of the V tiles; session 17).
  *
  * Row independence (attention.h): whatever else shares the call, a row sees
  * the same float values (conversions of f16/bf16/q8_0/q4_0/fp8 to f32 are
