@@ -37,7 +37,7 @@
  *      it; the store and 8 reloads per vector cost more than the FMAs.)
  *
  * Both sweeps prefetch the cache rows ~8 KiB ahead (see kv_pf; the call's
- * heads of each row, or of each head run when values are grouped by head):
+ * heads of each row):
  * a block's rows are contiguous only within the block,
  * so the hardware prefetchers restart at every block. The prefetches go
  * out a row at a time between the keys' work, never in a burst (kv_pfb).
@@ -679,8 +679,8 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const int pf_n = nmax;
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
-    const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_pf_bytes(&pv), 8, 64); /* keys ahead */
-    const bool vlines = kv->head_bytes > kv->row_bytes; /* head-major V: vline_pf, not pv (attention_avx512.c) */
+    const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_key_bytes(kv, gmin, gmax), 8, 64); /* keys ahead */
+    const bool vlines = kv_head_major(kv); /* V by vline_pf (pv then prefetches nothing) */
     vline_pf lv = vline_at(kv, kv->v_base, nmax, gmin, gmax);
     if (kv->k_cols) {
         assert(t == DT_F16 && 32 * (size_t)hd <= 2 * 40 * hdp); /* the tile in kt and vt */
@@ -696,7 +696,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         kv_pfb pkb; /* not {0}: zeroing its array cost more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + 8 + pfd, &pkb, 8);
-        if (pkb.n < 8 && !vlines) pf_collect(&pv, pfd, &pkb, 8); /* the first values, over the last key groups */
+        if (pkb.n < 8) pf_collect(&pv, pfd, &pkb, 8); /* the first values, over the last key groups */
         kv_pfb *pkp = &pkb;
         const uint8_t *krow[8];
         for (int k = 0; k < 8; k++) {
@@ -780,7 +780,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         kv_pfb pvb;
-        pvb.n = pvb.next = pvb.nh = 0, pvb.len = pvb.stride = 0;
+        pvb.n = pvb.next = 0, pvb.len = 0;
         if (vlines) lv.goal = (j0 + jn + pfd + (int)kv->block_size - 1) / (int)kv->block_size; /* handed out by the tiles */
         else pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
         const int pv_share = (pvb.n + n_sg - 1) / n_sg; /* rows each segment issues */

@@ -671,8 +671,8 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     const int pf_n = nmax; /* prefetch always (see attention_avx2.c) */
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);
-    const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_pf_bytes(&pv), 16, 64); /* keys ahead */
-    const bool vlines = kv->head_bytes > kv->row_bytes; /* head-major V: vline_pf, not pv */
+    const int pfd = kv_pf_keys(n_rows, gmin, gmax, kv_key_bytes(kv, gmin, gmax), 16, 64); /* keys ahead */
+    const bool vlines = kv_head_major(kv); /* V by vline_pf (pv then prefetches nothing) */
     vline_pf lv = vline_at(kv, kv->v_base, nmax, gmin, gmax);
     if (!i8) {
         assert((size_t)n_rows * hd <= (8 + ATTN_VB) * hdp); /* the interleaved queries in kt and vt */
@@ -687,7 +687,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         kv_pfb pkb; /* not {0}: zeroing its array costs more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
         pf_collect(&pk, j0 + KS + pfd, &pkb, KS);
-        if (pkb.n < KS && !vlines) pf_collect(&pv, pfd, &pkb, KS); /* the first values, over the last key steps */
+        if (pkb.n < KS) pf_collect(&pv, pfd, &pkb, KS); /* the first values, over the last key steps */
         const int pk_take = (pkb.n + n_sg - 1) / n_sg; /* rows a call issues (a segment's share) */
         const uint8_t *krow[KS];
         for (int k = 0; k < KS; k++) {
@@ -723,7 +723,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         kv_pfb pvb;
-        pvb.n = pvb.next = pvb.nh = 0, pvb.len = pvb.stride = 0;
+        pvb.n = pvb.next = 0, pvb.len = 0;
         if (vlines) lv.goal = (j0 + jn + pfd + (int)kv->block_size - 1) / (int)kv->block_size; /* handed out by the tiles */
         else pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
         const int pv_share = (pvb.n + n_sg - 1) / n_sg;

@@ -88,32 +88,36 @@ static inline int kv_pf_keys(int n_rows, int gmin, int gmax, size_t bytes_per_ke
     const size_t k = ahead / bytes_per_key;
     return k < (size_t)lo ? lo : k > (size_t)hi ? hi : (int)k;
 }
-typedef struct {
-    kv_cursor c;
-    int j, n;      /* next position to prefetch, positions to prefetch (0: none) */
-    size_t lo, len; /* bytes [lo, lo + len) of a row, */
-    int nh;         /* ... nh times, */
-    size_t stride;  /* ... stride bytes apart (head-major planes: a run per head) */
-} kv_pf;
 
-/* What a kv_pf over heads gmin..gmax of a position fetches. Rows layout
- * (head_bytes <= row_bytes: a row holds every head side by side): one
- * span of the heads. Head-major (head_bytes > row_bytes: a block holds
- * each head's slots in a run): a head's row in each head's run. */
-static inline kv_pf kv_pf_at(const attn_kv *kv, const uint8_t *plane, int n, int gmin, int gmax)
+/* A plane is head-major when a block holds each head's slots in a run
+ * (head_bytes > row_bytes: the pool's f16 values); else a row holds every
+ * head side by side. Head-major planes are prefetched by vline_pf, rows by
+ * kv_pf. */
+static inline bool kv_head_major(const attn_kv *kv) { return kv->head_bytes > kv->row_bytes; }
+
+/* Bytes of heads gmin..gmax at one position. */
+static inline size_t kv_key_bytes(const attn_kv *kv, int gmin, int gmax)
 {
-    const size_t hb = kv->head_bytes, nh = (size_t)(gmax - gmin + 1);
-    kv_pf p = {cursor_at(kv, plane, 0), 0, n, (size_t)gmin * hb, nh * hb, 1, 0};
-    if (hb > kv->row_bytes) {
-        p.len = kv->row_bytes;
-        p.nh = (int)nh;
-        p.stride = hb;
-    }
-    return p;
+    const size_t nh = (size_t)(gmax - gmin + 1);
+    return nh * (kv_head_major(kv) ? kv->row_bytes : kv->head_bytes);
 }
 
-/* Bytes a kv_pf fetches per position. */
-static inline size_t kv_pf_bytes(const kv_pf *p) { return p->len * (size_t)p->nh; }
+/* Prefetch of a rows-layout plane (see above): at each position the span
+ * of heads gmin..gmax. */
+typedef struct {
+    kv_cursor c;
+    int j, n;       /* next position to prefetch, positions to prefetch (0: none) */
+    size_t lo, len; /* bytes [lo, lo + len) of a row */
+} kv_pf;
+
+/* A kv_pf over heads gmin..gmax of n positions (none for a head-major
+ * plane: vline_pf's). */
+static inline kv_pf kv_pf_at(const attn_kv *kv, const uint8_t *plane, int n, int gmin, int gmax)
+{
+    const size_t hb = kv->head_bytes;
+    return (kv_pf){cursor_at(kv, plane, 0), 0, kv_head_major(kv) ? 0 : n, (size_t)gmin * hb,
+                   (size_t)(gmax - gmin + 1) * hb};
+}
 
 /* The lines of bytes [p, p + len). */
 static inline void pf_line_range(const uint8_t *p, size_t len)
@@ -122,16 +126,10 @@ static inline void pf_line_range(const uint8_t *p, size_t len)
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + len; l += 64) _mm_prefetch((const char *)l, ATTN_PF_HINT);
 }
 
-/* One position's bytes: nh runs of len from row (row + lo already). */
-static inline void pf_heads(const uint8_t *row, size_t len, int nh, size_t stride)
-{
-    for (int h = 0; h < nh; h++) pf_line_range(row + (size_t)h * stride, len);
-}
-
 static inline void pf_until(kv_pf *p, int jend)
 {
     if (jend > p->n) jend = p->n;
-    for (; p->j < jend; p->j++, cursor_next(&p->c)) pf_heads(cursor_row(&p->c) + p->lo, p->len, p->nh, p->stride);
+    for (; p->j < jend; p->j++, cursor_next(&p->c)) pf_line_range(cursor_row(&p->c) + p->lo, p->len);
 }
 
 /* A batch of rows to prefetch, collected from a kv_pf for one stretch of
@@ -144,8 +142,7 @@ static inline void pf_until(kv_pf *p, int jend)
  * keys, cache cold): 0.80-0.84x the time of the bursts, same bits. */
 typedef struct {
     const uint8_t *a[ATTN_VB];
-    size_t len, stride; /* bytes of each row from a[i], nh times stride apart (kv_pf's) */
-    int nh;
+    size_t len;  /* bytes of each row from a[i] (kv_pf's) */
     int n, next; /* rows collected, rows issued */
 } kv_pfb;
 
@@ -153,10 +150,8 @@ typedef struct {
  * (none when b holds rows of another shape). */
 static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
 {
-    if (b->n > 0 && (b->len != p->len || b->nh != p->nh || b->stride != p->stride)) return;
+    if (b->n > 0 && b->len != p->len) return;
     b->len = p->len;
-    b->nh = p->nh;
-    b->stride = p->stride;
     if (jend > p->n) jend = p->n;
     for (; p->j < jend && b->n < cap; p->j++, cursor_next(&p->c)) b->a[b->n++] = cursor_row(&p->c) + p->lo;
 }
@@ -165,7 +160,7 @@ static inline void pf_collect(kv_pf *p, int jend, kv_pfb *b, int cap)
 static inline void pf_take(kv_pfb *b, int m)
 {
     if (!b) return;
-    for (; m > 0 && b->next < b->n; m--, b->next++) pf_heads(b->a[b->next], b->len, b->nh, b->stride);
+    for (; m > 0 && b->next < b->n; m--, b->next++) pf_line_range(b->a[b->next], b->len);
 }
 
 /* Prefetch of a head-major V plane (attn_kv.head_bytes > row_bytes: a
