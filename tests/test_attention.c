@@ -536,7 +536,7 @@ TEST(vline_prefetch_walk_covers_each_blocks_heads_once_in_order)
             }
             bool ok = true;
             for (int j0 = 0; j0 < n && ok; j0 += 32) {
-                p.goal = (j0 + 32 + 32 + bs - 1) / bs; /* as the kernel: the chunk and pfd keys ahead */
+                vline_aim(&p, j0 + 32 + 32); /* as the kernel: the chunk and pfd keys ahead */
                 const char *at;
                 for (int m, k = 0; (m = vline_span(&p, 7 + k % 29, &at)) > 0; k++) {
                     const int blk_before = (int)(((uintptr_t)at - (uintptr_t)kv.v_base) / kv.block_bytes);

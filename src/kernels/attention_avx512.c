@@ -724,7 +724,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         const int jn = nmax - j0 < ATTN_VB ? nmax - j0 : ATTN_VB;
         kv_pfb pvb;
         pvb.n = pvb.next = 0, pvb.len = 0;
-        if (vlines) lv.goal = (j0 + jn + pfd + (int)kv->block_size - 1) / (int)kv->block_size; /* handed out by the tiles */
+        if (vlines) vline_aim(&lv, j0 + jn + pfd); /* handed out by the tiles */
         else pf_collect(&pv, j0 + jn + pfd, &pvb, ATTN_VB);
         const int pv_share = (pvb.n + n_sg - 1) / n_sg;
         const uint8_t *vrow[ATTN_VB];

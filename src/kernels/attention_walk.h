@@ -210,12 +210,18 @@ static inline int vline_span(vline_pf *p, int max, const char **at)
     return n;
 }
 
-/* Sets the goal to the blocks holding positions [0, jend) and issues every
- * line before it not issued yet. */
-static inline void vline_until(vline_pf *p, int jend)
+/* Sets the goal to the blocks holding positions [0, jend): the V tiles
+ * take spans up to there (vline_span). */
+static inline void vline_aim(vline_pf *p, int jend)
 {
     const int bs = (int)p->kv->block_size;
     p->goal = (jend + bs - 1) / bs;
+}
+
+/* vline_aim, then issues every line before the goal not issued yet. */
+static inline void vline_until(vline_pf *p, int jend)
+{
+    vline_aim(p, jend);
     const char *at;
     for (int n; (n = vline_span(p, 1 << 20, &at)) > 0;)
         for (int i = 0; i < n; i++) _mm_prefetch(at + 64 * (size_t)i, ATTN_PF_HINT);
