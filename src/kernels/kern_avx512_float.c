@@ -15,7 +15,8 @@
  *   stay AVX2's (DRAM-bound at decode), with the CPU's stream prefetch
  *   (kern_dot_*_avx2_stream, kern_pf_stream in kern_impl.h: none on Zen 4,
  *   where the hardware prefetcher alone streams 0.99 of a plain read against
- *   0.91 with a prefetch; on Emerald Rapids 8 KiB into L2, see below).
+ *   0.91 with a prefetch; 16 KiB into L2 on Zen 5, 8 KiB on Emerald Rapids,
+ *   see below).
  * - "avx512-bf16" (bf16 == true): the BF16 GEMM tiles and decode dots with
  *   vdpbf16ps, which multiplies bf16 pairs and adds them into float lanes
  *   in one instruction, where AVX2 widens both operands (vpmovzxwd + vpslld

@@ -38,7 +38,7 @@
  *
  * The GEMM tiles keep the AVX2 tiles' prefetch (KQ_PF_BYTES); the decode
  * dots (one weight row streamed from DRAM) take the CPU's stream prefetch
- * (kern_pf_stream, kern_impl.h), and where that is none (AMD) go without
+ * (kern_pf_stream, kern_impl.h), and where that is none (AMD before Zen 5) go without
  * one for rows of 2048 elements and more: on Zen 4 it only
  * took the stream from the L2 hardware prefetcher (shorter rows keep it:
  * dot_q6_K_x512). `test_kernels bench-stream q6_K 2048 32000 4 1 2`
@@ -320,7 +320,7 @@ KERN_KGEMM_DRIVER(gemm_q4_K_x512, K5, q4_K_tile, block_q4_K)
 KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
 
 /* The decode dots' prefetch: the CPU's stream prefetch where it has one
- * (kern_pf_stream, kern_impl.h: not on AMD); else only for rows shorter
+ * (kern_pf_stream, kern_impl.h: not on AMD before Zen 5); else only for rows shorter
  * than KQ_DOT_PF_BELOW elements, the GEMM tiles' (see the header): with
  * 768-element rows (the 110M shape's output matrix, 3 blocks a row) Zen 4's
  * engine output matmul took 0.513 ms a token without the prefetch against

@@ -187,7 +187,7 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
 
 /* Software prefetch: for one activation row the CPU's stream prefetch
  * (kern_pf_stream, kern_pf_stream_q4 for Q4_0, kern_impl.h: none on Zen 4,
- * Q4_0 16 KiB on Zen 5, 8 KiB into L2 elsewhere), 8
+ * 16 KiB on Zen 5, 8 KiB into L2 elsewhere), 8
  * KiB ahead into L2 for more rows. On Emerald Rapids (session 13) m = 1
  * without it read 0.65-0.69 of a plain read, with 4-16 KiB into L2
  * 0.91-1.02 (`bench-stream q4_0 2048 5632 60 1 2`); on Zen 4 the reverse,

@@ -62,7 +62,8 @@ static int kern_cap_from_env(void)
  * the base is 15) of an AMD CPU (CPUID's vendor string), 0 for any other
  * vendor. Zen 4 is 0x19: its hardware prefetcher streams decode's weights
  * best alone (kern_impl.h) and it runs a 512-bit operation as two 256-bit
- * halves. Zen 5 is 0x1A: full 512-bit pipes. */
+ * halves. Zen 5 is 0x1A: full 512-bit pipes, and its decode tiles want a
+ * software prefetch 16 KiB ahead (kern_impl.h). */
 #define KERN_AMD_ZEN5 0x1A
 static unsigned kern_cpu_amd_family(void)
 {
@@ -81,8 +82,9 @@ static unsigned kern_cpu_amd_family(void)
 #endif
 }
 
-/* The packed Q4_0 decode tile's distance on Zen 5 (kern_impl.h). */
+/* The decode tiles' distances on Zen 5 (kern_impl.h). */
 #define KERN_PF_STREAM_Q4_ZEN5 16384
+#define KERN_PF_STREAM_ZEN5 16384
 
 /* cpu (this CPU's distance, kern_impl.h), or PAGELLM_PREFETCH's: "auto"
  * (or unset), "none", or bytes ahead 0..65536; anything else is reported
@@ -106,7 +108,7 @@ static int kern_pf_stream_choice(int cpu)
 void kern_init(int force_ref)
 {
     const unsigned amd = kern_cpu_amd_family();
-    kern_pf_stream = kern_pf_stream_choice(amd ? 0 : KERN_PF_STREAM_BYTES);
+    kern_pf_stream = kern_pf_stream_choice(!amd ? KERN_PF_STREAM_BYTES : amd >= KERN_AMD_ZEN5 ? KERN_PF_STREAM_ZEN5 : 0);
     kern_pf_stream_q4 = kern_pf_stream_choice(!amd ? KERN_PF_STREAM_BYTES : amd >= KERN_AMD_ZEN5 ? KERN_PF_STREAM_Q4_ZEN5 : 0);
     const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
