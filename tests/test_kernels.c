@@ -273,16 +273,16 @@ TEST(dispatch_picks_best_variant_and_env_caps_it)
 }
 
 /* The decode stream's prefetch distance (kern_impl.h): none on x86 AMD
- * (the packed Q4_0 tile's 16 KiB from Zen 5 on), else
- * KERN_PF_STREAM_BYTES, PAGELLM_PREFETCH over both; the vendor is read here
- * from /proc/cpuinfo, not CPUID as kern_init does. A distance changes no
- * value: the f16, bf16, q6_K and packed q4_0 decode rows are the same bits
- * with and without it. */
+ * before Zen 5, 16 KiB from Zen 5 on (every tile; session 16 had it for
+ * the packed Q4_0 tile only), else KERN_PF_STREAM_BYTES, PAGELLM_PREFETCH
+ * over both; the vendor is read here from /proc/cpuinfo, not CPUID as
+ * kern_init does. A distance changes no value: the f16, bf16, q6_K and
+ * packed q4_0 decode rows are the same bits with and without it. */
 TEST(stream_prefetch_follows_cpu_and_env)
 {
     const int family = amd_family(), amd = family > 0;
-    const int cpu = amd ? 0 : KERN_PF_STREAM_BYTES;
-    /* the packed Q4_0 tile's own: 16 KiB on Zen 5 (family 26) and later AMD */
+    /* Zen 5 is family 26 */
+    const int cpu = amd ? (family >= 26 ? 16384 : 0) : KERN_PF_STREAM_BYTES;
     const int cpu_q4 = amd ? (family >= 26 ? 16384 : 0) : KERN_PF_STREAM_BYTES;
     static const struct { const char *env; int want; } cases[] = {
         {NULL, -1}, {"auto", -1}, {"none", 0}, {"0", 0}, {"4096", 4096}, {"65536", 65536},
