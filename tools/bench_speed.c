@@ -36,11 +36,13 @@
  * Roofline: decode is bound by memory reads. Bandwidth is measured here: a
  * --bw-mib buffer (1 GiB, far beyond L3, huge pages advised) read by
  * --threads threads with AVX2 loads. The header shows the median of 5
- * passes at the start; each decode test's roofline uses the mean of single
- * passes taken just before, every SP_SAMPLE_EVERY decode steps during (the
- * clock stopped) and just after each of our timed runs of that test,
- * because this machine's bandwidth drifts over minutes and jumps for
- * seconds at a time (bench_model). Bytes per step = the weights a step
+ * passes at the start; each of our timed runs of a decode test has its
+ * own bandwidth, the mean of single passes taken just before, every
+ * SP_SAMPLE_EVERY decode steps during (the clock stopped) and just after
+ * it, because this machine's bandwidth drifts over minutes and jumps for
+ * seconds at a time (bench_model), and so its own roofline and share of
+ * it (tok/s / roofline); a test reports the medians over its runs of the
+ * three (run_medians). Bytes per step = the weights a step
  * reads (pl_model_decode_bytes: all layers + final norm + output matrix)
  * + f16 KV of every sequence at its mean context length in the test;
  * roofline tok/s = bandwidth x sequences / bytes per step. pp512 is compute
@@ -48,7 +50,8 @@
  *
  * Output: a table, or with --json one header object then one row per
  * (model, test): {model, weights, test, pagellm_tok_s, peer_tok_s, ratio,
- * roofline_tok_s, bandwidth_gb_s} (null where absent), and for rss {model, weights, test,
+ * roofline_tok_s, roofline_share, bandwidth_gb_s} (null where absent;
+ * roofline_share = pagellm's median share of its runs' rooflines), and for rss {model, weights, test,
  * pagellm_rss_mib, peer_rss_mib, ratio, ctx, tokens}.
  *
  * Invariants: children are only signalled and reaped by their own pid; the
@@ -657,21 +660,24 @@ static void emit_json(const sp_opts *o, json_t *j)
     json_decref(j);
 }
 
-/* bw: the mean of the bandwidth samples of our runs of the test (0 for
- * pp512, which has no roofline). */
-static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double bw)
+/* roof, share, bw: the medians over our runs of the test of each run's
+ * roofline, share of it and bandwidth (0 for pp512, which has no
+ * roofline). */
+static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double share,
+                      double bw)
 {
     if (o->json || json_out_f) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
+        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
                               "test", test_names[test], "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
                               num_or_null(peer), "ratio", num_or_null(peer > 0 ? ours / peer : 0),
-                              "roofline_tok_s", num_or_null(roof), "bandwidth_gb_s", num_or_null(bw));
+                              "roofline_tok_s", num_or_null(roof), "roofline_share", num_or_null(share),
+                              "bandwidth_gb_s", num_or_null(bw));
         emit_json(o, j);
     }
     if (!o->json) {
         char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-", bs[16] = "-";
         if (peer > 0) snprintf(pr, sizeof pr, "%.1f", peer), snprintf(ra, sizeof ra, "%.2fx", ours / peer);
-        if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * ours / roof);
+        if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * share);
         if (roof > 0 && peer > 0) snprintf(fp, sizeof fp, "%.0f%%", 100 * peer / roof);
         if (bw > 0) snprintf(bs, sizeof bs, "%.1f", bw);
         printf("%-16s %-7s %-12s %10.1f %10s %7s %10s %7s %9s %6s\n", m->name, m->weights, test_names[test], ours, pr,
@@ -771,6 +777,26 @@ static double mean_of(const double *v, int n)
     return n ? sum / n : 0;
 }
 
+/* The medians over n runs of a test of each run's roofline (its bandwidth
+ * bw[i] x per_gbs), its share of it (tok[i] / roofline) and bw[i]. A
+ * share is a ratio of two figures of the same run, so a jump of the host's
+ * bandwidth moves both of its terms (see bench_model). */
+static void run_medians(const double *tok, const double *bw, int n, double per_gbs, double *roof, double *share,
+                        double *bw_med)
+{
+    double r[SP_MAX_REPS], f[SP_MAX_REPS], w[SP_MAX_REPS];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(bw[i] > 0)) continue; /* no sample (cannot happen: one before and one after each run) */
+        r[k] = bw[i] * per_gbs;
+        f[k] = tok[i] / r[k];
+        w[k++] = bw[i];
+    }
+    *roof = bench_median(r, (size_t)k);
+    *share = bench_median(f, (size_t)k);
+    *bw_med = bench_median(w, (size_t)k);
+}
+
 /* Runs the selected tests of one model, ours then the peer, reps times. */
 static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *probe, bool peer_ok)
 {
@@ -801,8 +827,15 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
      * run (the scheme until session 11) landed in or out of a jump by
      * chance: the same binary read 63% and 100% of the roofline in two
      * consecutive runs. Samples spread through the run weigh the jumps as
-     * long as they last, as the run's tok/s does. */
+     * long as they last, as the run's tok/s does.
+     * Each run is paired with its own samples (ra: the run's bandwidth):
+     * until session 18 the roofline took the mean of every run's samples
+     * against the median run's tok/s, so a run inside a jump (fast, and
+     * with high samples) was dropped from the tok/s but not from the
+     * bandwidth, and the jumps here go up (from ~32-40 to 50-60 GB/s): the
+     * share read low by as much as the jump weighed (run_medians). */
     static double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][SP_MAX_SAMPLES];
+    static double ra[T_COUNT][SP_MAX_REPS];
     int na[T_COUNT] = {0}, nb[T_COUNT] = {0}, ng[T_COUNT] = {0};
     bw_sampler smp[T_COUNT];
     for (int t = 0; t < T_COUNT; t++) smp[t] = (bw_sampler){probe, g[t], &ng[t]};
@@ -810,11 +843,13 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     for (int r = 0; r < o->reps && !rc; r++) {
         double pp = 0, tg = 0;
         if (pptg) {
+            const int s0 = ng[T_TG];
             if (o->want[T_TG]) bw_sample(&smp[T_TG]);
             us.sample = o->want[T_TG] ? bw_sample : NULL, us.sample_arg = &smp[T_TG];
             rc = ours_pp_tg(&us, o->want[T_TG], &pp, &tg);
             if (o->want[T_TG]) bw_sample(&smp[T_TG]);
             a[T_PP][na[T_PP]++] = pp;
+            ra[T_TG][na[T_TG]] = mean_of(g[T_TG] + s0, ng[T_TG] - s0);
             a[T_TG][na[T_TG]++] = tg;
             const char *args[] = {"-np", "512", "-ng", o->want[T_TG] ? "128" : "1", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) {
@@ -823,19 +858,23 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
             }
         }
         if (!rc && o->want[T_DEPTH]) {
+            const int s0 = ng[T_DEPTH];
             bw_sample(&smp[T_DEPTH]);
             us.sample = bw_sample, us.sample_arg = &smp[T_DEPTH];
             rc = ours_depth(&us, &tg);
             bw_sample(&smp[T_DEPTH]);
+            ra[T_DEPTH][na[T_DEPTH]] = mean_of(g[T_DEPTH] + s0, ng[T_DEPTH] - s0);
             a[T_DEPTH][na[T_DEPTH]++] = tg;
             const char *args[] = {"-np", "2048", "-ng", "128", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_DEPTH][nb[T_DEPTH]++] = tg;
         }
         if (!rc && o->want[T_X8]) {
+            const int s0 = ng[T_X8];
             bw_sample(&smp[T_X8]);
             us.sample = bw_sample, us.sample_arg = &smp[T_X8];
             rc = ours_x8(&us, &tg);
             bw_sample(&smp[T_X8]);
+            ra[T_X8][na[T_X8]] = mean_of(g[T_X8] + s0, ng[T_X8] - s0);
             a[T_X8][na[T_X8]++] = tg;
             const char *args[] = {"-np", "128", "-ng", "128", "-b", "8", NULL};
             if (!rc && peer_ok && peer_run(o->peer, m->path, o->threads, args, &pp, &tg) == 0) b[T_X8][nb[T_X8]++] = tg;
@@ -843,9 +882,10 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     }
     if (rc) cli_error("bench speed", "%s: %s", m->path, pl_last_error());
     for (int t = 0; t < T_RSS && !rc; t++) {
-        const double bw = mean_of(g[t], ng[t]);
-        if (o->want[t])
-            print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), bw * per_gbs[t], bw);
+        if (!o->want[t]) continue;
+        double roof = 0, share = 0, bw = 0;
+        if (per_gbs[t] > 0) run_medians(a[t], ra[t], na[t], per_gbs[t], &roof, &share, &bw);
+        print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), roof, share, bw);
     }
     free(us.logits);
     pl_model_free(us.m);
@@ -923,9 +963,10 @@ int bench_speed(int argc, char **argv)
     for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], &probe, peer_ok);
     bw_probe_free(&probe);
     if (!o.json && any_speed)
-        printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step, where bandwidth (GB/s) is the "
-               "mean of probe passes taken just before, every %d decode steps during (outside the timing) and just after "
-               "each of our runs of the test)\n", SP_SAMPLE_EVERY);
+        printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step, where a run's bandwidth (GB/s) is "
+               "the mean of probe passes taken just before, every %d decode steps during (outside the timing) and just "
+               "after it; roofline, pl/roof and GB/s are the medians over our runs of each run's own)\n",
+               SP_SAMPLE_EVERY);
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;
     return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);

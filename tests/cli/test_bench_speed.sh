@@ -41,11 +41,14 @@ jq_check bench_speed_header "$T/speed.json" '.[0].bench == "speed" and .[0].band
 # the probe's read loop: plain loads or with the 8 KiB prefetch, whichever read faster at the start
 jq_check bench_speed_read_loop "$T/speed.json" '.[0].bandwidth_prefetch_bytes == 0 or .[0].bandwidth_prefetch_bytes == 8192'
 jq_check bench_speed_row_fields "$T/speed.json" \
-  '[.[1:][] | select(.test != "rss") | keys] == [["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"],
-                                                 ["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_tok_s","test","weights"]]'
+  '[.[1:][] | select(.test != "rss") | keys] == [["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_share","roofline_tok_s","test","weights"],
+                                                 ["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_share","roofline_tok_s","test","weights"]]'
 jq_check bench_speed_rows "$T/speed.json" \
   '[.[1:][] | select(.test != "rss")] as $r | ($r | map(.test)) == ["tg128","tg128x8"] and
    all($r[]; .model == "tiny" and .weights == "q8_0" and .pagellm_tok_s > 0 and .roofline_tok_s > 0 and .bandwidth_gb_s > 0)'
+# one rep: the run's share is its tok/s over its own roofline
+jq_check bench_speed_share "$T/speed.json" \
+  'all(.[1:][] | select(.test != "rss"); (.roofline_share - .pagellm_tok_s / .roofline_tok_s | fabs) < 1e-4 * .roofline_share)'
 jq_check bench_speed_rss "$T/speed.json" \
   '[.[] | select(.test == "rss")] | length == 1 and .[0].pagellm_rss_mib > 0 and .[0].ctx == 1024 and .[0].tokens > 0'
 if have_peer; then
