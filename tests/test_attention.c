@@ -637,12 +637,15 @@ static size_t evict_llc_bytes(void)
  * threads take 2 heads each), all rows at n_ctx = n. */
 static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
 {
-    const int hd = 64, n = getenv("NCTX") ? atoi(getenv("NCTX")) : 2048; /* NCTX=n: another depth */
+    /* NCTX=n: another depth; BS=b: blocks of b keys (session 18, cold, 2,048 keys: 32 as 16, 64 slower) */
+    const int hd = 64, n = getenv("NCTX") ? atoi(getenv("NCTX")) : 2048, bs_env = getenv("BS") ? atoi(getenv("BS")) : 16;
+    const int bs = bs_env > 0 && bs_env <= 256 ? bs_env : 16;
+    if (n <= 0) return;
     for (int ti = 0; ti < N_TYPES; ti++) {
         if (only >= 0 && ti != only) continue;
         fake_kv f[32];
         for (int l = 0; l < L; l++)
-            if (fake_kv_make(&f[l], kv_types[ti], hd, n_kv, n, 16, 9 + l) != 0) return;
+            if (fake_kv_make(&f[l], kv_types[ti], hd, n_kv, n, bs, 9 + l) != 0) return;
         const size_t sf = attn_scratch_floats(n, hd);
         float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * hd), *o = malloc(sizeof(float) * R * hd);
         for (int i = 0; i < R * hd; i++) q[i] = rng_gauss();
