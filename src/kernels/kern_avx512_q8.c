@@ -186,7 +186,7 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * variant's px_row: the layout is kern_impl.h's). */
 
 /* Software prefetch: for one activation row the CPU's stream prefetch
- * (kern_pf_stream, kern_pf_stream_q4 for Q4_0, kern_impl.h: none on Zen 4,
+ * (kern_pf_stream, kern_impl.h: none on Zen 4,
  * 16 KiB on Zen 5, 8 KiB into L2 elsewhere), 8
  * KiB ahead into L2 for more rows. On Emerald Rapids (session 13) m = 1
  * without it read 0.65-0.69 of a plain read, with 4-16 KiB into L2
@@ -235,7 +235,7 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
 {
     const int CH = Q8P_CHAINS(NX);
     const size_t gq = is_q4 ? 128 : 256; /* bytes of one block's quants in a group */
-    const size_t pf = NX == 1 ? (size_t)(is_q4 ? kern_pf_stream_q4 : kern_pf_stream) : is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = none */
+    const size_t pf = NX == 1 ? (size_t)kern_pf_stream : is_q4 ? Q8P_PREFETCH_Q4 : Q8P_PREFETCH_Q8; /* 0 = none */
     const __m256i m4 = _mm256_set1_epi8(0x0F), m4h = _mm256_set1_epi8((char)0xF0), flip = _mm256_set1_epi8((char)0x80);
     const __m256i offmul = _mm256_set1_epi16(is_q4 ? 1 : 16); /* q4off (-8 sum x) times 1 or 16 */
     const size_t rows = px->rows;

@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 
 kern_vtable kern_vt;
-int kern_pf_stream, kern_pf_stream_q4; /* kern_impl.h */
+int kern_pf_stream; /* kern_impl.h */
 static _Atomic int kern_ready;
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -82,8 +82,7 @@ static unsigned kern_cpu_amd_family(void)
 #endif
 }
 
-/* The decode tiles' distances on Zen 5 (kern_impl.h). */
-#define KERN_PF_STREAM_Q4_ZEN5 16384
+/* The decode tiles' distance on Zen 5 (kern_impl.h). */
 #define KERN_PF_STREAM_ZEN5 16384
 
 /* cpu (this CPU's distance, kern_impl.h), or PAGELLM_PREFETCH's: "auto"
@@ -109,7 +108,6 @@ void kern_init(int force_ref)
 {
     const unsigned amd = kern_cpu_amd_family();
     kern_pf_stream = kern_pf_stream_choice(!amd ? KERN_PF_STREAM_BYTES : amd >= KERN_AMD_ZEN5 ? KERN_PF_STREAM_ZEN5 : 0);
-    kern_pf_stream_q4 = kern_pf_stream_choice(!amd ? KERN_PF_STREAM_BYTES : amd >= KERN_AMD_ZEN5 ? KERN_PF_STREAM_Q4_ZEN5 : 0);
     const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();

@@ -264,7 +264,7 @@ void kern_f16_lut_init(void);
  *   at 8 or 16 KiB; bench-stream 0.95-0.97 without, 0.84-0.91 at 8 KiB)
  *   nor F16 (0.78-0.79 without, 0.80-0.82 at 8-16 KiB): the Q4_0 tile does
  *   twice the work a byte, so its loads run further behind the hardware
- *   prefetcher. kern_pf_stream_q4 is the Q4_0 tile's own distance.
+ *   prefetcher. (Session 16 gave the Q4_0 tile a distance of its own.)
  *   Session 18 (same host, busier hour: the probe 31-54 GB/s) measured
  *   the other tiles again in the engine, where bench-layers' back-to-back
  *   matrices are not what a token does: `pagellm bench speed --models
@@ -274,16 +274,17 @@ void kern_f16_lut_init(void);
  *   8 KiB 4 rounds 93-106%; F16 3 rounds 83-96% vs 97-110%; binaries A/B
  *   3 rounds q8_0 tg128@d2048 26.0-28.9 vs 28.3-29.8 tok/s, q4_0 (its
  *   Q6_K output is the only matrix it changes) 4 rounds equal. So Zen 5
- *   takes 16 KiB for every tile (KERN_PF_STREAM_ZEN5).
+ *   takes 16 KiB for every tile (KERN_PF_STREAM_ZEN5), one distance
+ *   again (q4_0 tg128 at 8/16/32 KiB: 4 rounds each, no signal).
  * kern_pf_stream is how far ahead (bytes) the AVX-512 table's decode
  * tiles prefetch their weight row stream (the packed Q8_0/Q4_0 tile at
  * m = 1, the F32/F16/BF16 dots and the K-quant dots), 0 = not at all. The
  * AVX2 table keeps its fixed distances (Zen 3's best). kern_init sets it:
- * AMD before Zen 5 0, Zen 5 16 KiB (both), any other vendor
- * KERN_PF_STREAM_BYTES (both); PAGELLM_PREFETCH=none,
+ * AMD before Zen 5 0, Zen 5 16 KiB, any other vendor
+ * KERN_PF_STREAM_BYTES; PAGELLM_PREFETCH=none,
  * auto or a distance in bytes (0..65536) overrides, for A/B runs. Read
  * once per tile call. */
-extern int kern_pf_stream, kern_pf_stream_q4;
+extern int kern_pf_stream;
 #ifndef KERN_PF_STREAM_BYTES
 #define KERN_PF_STREAM_BYTES 8192
 #endif
