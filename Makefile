@@ -1,9 +1,14 @@
 # pagellm build. `make run` and `make test` install missing Debian packages,
 # build, then run the main job or every test. See README.md.
 #
-#   build/libpagellm.a   every src/<module>/*.c
-#   build/pagellm        tools/*.c (sees include/ only: the public door)
-#   build/tests/test_*   one binary per tests/test_*.c (sees src/: white-box)
+#   build/libpagellm.a         every src/<module>/*.c (the engine)
+#   build/libpagellm_server.a  server/*.c: HTTP, OpenAI API, SSE, metrics
+#                              (sees include/ only: the public door)
+#   build/pagellm              cli/*.c and the `pagellm bench` commands in
+#                              bench/*.c (include/ and server/ headers only)
+#   build/bench/bench_*        one micro-benchmark per bench/micro/*.c
+#                              (sees src/: white-box, like the tests)
+#   build/tests/test_*         one binary per tests/test_*.c (white-box)
 #
 # CI=true turns warnings into errors. `make asan` builds the same tree with
 # AddressSanitizer + UBSan into build-asan/ and runs the tests there.
@@ -19,17 +24,23 @@ endif
 LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
 
 SRC     := $(sort $(wildcard src/*/*.c))
-TOOLSRC := $(sort $(wildcard tools/*.c))
+SRVSRC  := $(sort $(wildcard server/*.c))
+CLISRC  := $(sort $(wildcard cli/*.c bench/*.c))
+MICROSRC:= $(sort $(wildcard bench/micro/*.c))
 TESTSRC := $(sort $(wildcard tests/test_*.c))
 OBJ     := $(SRC:%.c=$(BUILD)/obj/%.o)
-TOOLOBJ := $(TOOLSRC:%.c=$(BUILD)/obj/%.o)
+SRVOBJ  := $(SRVSRC:%.c=$(BUILD)/obj/%.o)
+CLIOBJ  := $(CLISRC:%.c=$(BUILD)/obj/%.o)
+MICROBIN:= $(MICROSRC:bench/micro/%.c=$(BUILD)/bench/%)
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
+LIBPL   := $(BUILD)/libpagellm.a
+LIBSRV  := $(BUILD)/libpagellm_server.a
 
 MODEL   ?= $(or $(PAGELLM_MODEL),$(BUILD)/models/tiny.gguf)
 
 .PHONY: all deps run test asan fuzz bench clean peer cross-arm64 test-arm64
 
-all: $(BUILD)/pagellm $(TESTBIN)
+all: $(BUILD)/pagellm $(TESTBIN) $(MICROBIN)
 
 deps:
 	@bash scripts/deps.sh
@@ -38,22 +49,38 @@ $(BUILD)/obj/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Iinclude -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/tools/%.o: tools/%.c
+$(BUILD)/obj/server/%.o: server/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iinclude -MMD -MP -c $< -o $@
 
-$(BUILD)/libpagellm.a: $(OBJ)
+$(BUILD)/obj/cli/%.o: cli/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iinclude -Iserver -Ibench -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/bench/%.o: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iinclude -Icli -MMD -MP -c $< -o $@
+
+$(LIBPL): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/pagellm: $(TOOLOBJ) $(BUILD)/libpagellm.a
-	$(CC) $(CFLAGS) -o $@ $(TOOLOBJ) $(BUILD)/libpagellm.a $(LIBS)
+$(LIBSRV): $(SRVOBJ)
+	@rm -f $@
+	ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/%.c tests/test.h tests/kern_variants.h $(BUILD)/libpagellm.a
+$(BUILD)/pagellm: $(CLIOBJ) $(LIBSRV) $(LIBPL)
+	$(CC) $(CFLAGS) -o $@ $(CLIOBJ) $(LIBSRV) $(LIBPL) $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h tests/kern_variants.h $(LIBSRV) $(LIBPL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Iinclude -Itests -o $@ $< $(BUILD)/libpagellm.a $(LIBS)
+	$(CC) $(CFLAGS) -Isrc -Iinclude -Iserver -Itests -o $@ $< $(LIBSRV) $(LIBPL) $(LIBS)
 
--include $(OBJ:.o=.d) $(TOOLOBJ:.o=.d)
+$(BUILD)/bench/%: bench/micro/%.c $(LIBPL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Iinclude -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
+
+-include $(OBJ:.o=.d) $(SRVOBJ:.o=.d) $(CLIOBJ:.o=.d) $(MICROBIN:=.d)
 
 $(BUILD)/models/tiny.gguf: $(BUILD)/pagellm
 	@mkdir -p $(dir $@)

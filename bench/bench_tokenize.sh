@@ -4,8 +4,8 @@
 #
 #   bash bench/bench_tokenize.sh          (from the repo root; BUILD=build)
 #
-# Builds bench/bench_tokenize.c against $BUILD/libpagellm.a (run `make`
-# first), makes the text and prints one MB/s line per vocabulary. The text:
+# Runs $BUILD/bench/bench_tokenize (make builds it), makes the text and
+# prints one MB/s line per vocabulary. The text:
 # $BENCH_TEXT if set; else English prose found on every Debian system (the
 # licence texts in /usr/share/common-licenses, read locally, never shipped),
 # repeated to 1 MiB; else a generated paragraph.
@@ -15,12 +15,8 @@ BUILD=${BUILD:-build}
 VOCAB=${VOCAB_DIR:-../shared/models/vocab}
 out=$BUILD/bench
 mkdir -p "$out"
-if [ ! -f "$BUILD/libpagellm.a" ]; then
-  echo "bench_tokenize: $BUILD/libpagellm.a missing (run make first)" >&2
-  exit 1
-fi
-${CC:-cc} -std=c11 -O2 -D_GNU_SOURCE -Iinclude -o "$out/bench_tokenize" bench/bench_tokenize.c \
-  "$BUILD/libpagellm.a" -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
+B=$BUILD/bench/bench_tokenize
+[ -x "$B" ] || { echo "bench_tokenize: $B missing (run make first)" >&2; exit 1; }
 
 text=$out/english-1MiB.txt
 src=${BENCH_TEXT:-}
@@ -41,4 +37,4 @@ fi
 while [ "$(stat -c %s "$text")" -lt 1048576 ]; do cat "$src" >>"$text"; done
 truncate -s 1048576 "$text"
 
-"$out/bench_tokenize" "$text" "$VOCAB/ggml-vocab-llama-spm.gguf" "$VOCAB/ggml-vocab-gpt-2.gguf"
+"$B" "$text" "$VOCAB/ggml-vocab-llama-spm.gguf" "$VOCAB/ggml-vocab-gpt-2.gguf"

@@ -64,7 +64,7 @@ m=$(model 110m q8_0) && "$PL" bench cache -m "$m" -t "$T" --svg "$OUT/kv-cache-s
 echo "plot: $OUT/kv-cache-scaling.svg"
 fi
 
-# --- KV memory, prefix cache and serving (tools/bench_*.c; see their headers
+# --- KV memory, prefix cache and serving (bench/bench_*.c; see their headers
 # for the methods). BENCH_SERVE="110m q4_0" picks the serving model.
 SHARED=${SHARED:-../shared}
 STORIES=$SHARED/models/stories260K.gguf

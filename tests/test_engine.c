@@ -476,7 +476,7 @@ TEST(generation_stops_at_the_context_with_length)
     CHECK(run_one(e, &rp, res) == 0);
     pl_engine_free(e);
     CHECK_STR(res->reason[0], "length");
-    /* like tools/generate.c: the last token is sampled at position n_ctx - 1 */
+    /* like cli/generate.c: the last token is sampled at position n_ctx - 1 */
     CHECK_EQ_INT(res->done[0].completion_tokens, 32 - prompt.n + 1);
     free(res);
 }

@@ -2,20 +2,22 @@
  * parsing and validation, response and SSE chunk JSON, token strings for
  * logprobs, and the /metrics text.
  *
- * Those layers live in tools/ (the server sees only include/pagellm.h), and
- * test binaries link only libpagellm.a, so this file includes their .c
- * files directly: one translation unit, no build rule needed. They depend on
- * jansson and the public API only, never on libmicrohttpd or the engine
- * thread, which is what makes this possible; the HTTP layer is tested end to
- * end by tests/cli/test_serve.sh.
+ * Those layers live in server/ (libpagellm_server.a, which sees only
+ * include/pagellm.h). They depend on jansson and the public API only, never
+ * on libmicrohttpd or the engine thread, so they are tested here in
+ * process; the HTTP layer is tested end to end by tests/cli/test_serve.sh.
  *
  * Uses ../shared/models/stories260K.gguf (SentencePiece, 512 tokens, a plain
  * chat template fallback); skips when it is absent.
  */
-#include "../tools/server_metrics.c"
-#include "../tools/server_openai.c"
-#include "../tools/server_sse.c"
-#include "../tools/server_tokens.c"
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_metrics.h"
+#include "server_openai.h"
+#include "server_sse.h"
+#include "server_tokens.h"
 
 #include "test.h"
 

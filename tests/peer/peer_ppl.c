@@ -4,7 +4,7 @@
  * It takes token ids rather than text, so that the two engines score the
  * very same tokens and only the forward pass is compared (the tokenizers are
  * tested on their own). The chunking and scoring rule is the one
- * tools/cmd_perplexity.c documents, which is llama-perplexity's:
+ * cli/cmd_perplexity.c documents, which is llama-perplexity's:
  *
  *   - the ids (BOS included, as `pagellm tokenize` gives them) are cut into
  *     n_chunks = n_ids / n_ctx chunks of n_ctx ids; the tail is dropped;

@@ -14,8 +14,8 @@
  * - a srv_gen_req owns everything its pl_request_params points to;
  * - on failure the parse functions leave *out zeroed (nothing to free).
  */
-#ifndef PL_TOOLS_SERVER_OPENAI_H
-#define PL_TOOLS_SERVER_OPENAI_H
+#ifndef PL_SERVER_OPENAI_H
+#define PL_SERVER_OPENAI_H
 
 #include <jansson.h>
 #include <stdbool.h>

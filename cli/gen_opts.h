@@ -1,8 +1,8 @@
 /* gen_opts.h - the flags that run, chat (and serve) share: model, KV cache,
  * threads and sampling, with their parsing into pagellm.h's parameter
  * structs. One table so that every command spells and checks them alike. */
-#ifndef PL_TOOLS_GEN_OPTS_H
-#define PL_TOOLS_GEN_OPTS_H
+#ifndef PL_CLI_GEN_OPTS_H
+#define PL_CLI_GEN_OPTS_H
 
 #include "cli.h"
 #include "pagellm.h"

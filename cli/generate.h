@@ -1,7 +1,7 @@
 /* generate.h - the decode loop that run and chat share: sample, append,
  * detokenize as a stream, stop at EOS / max tokens / stop strings. */
-#ifndef PL_TOOLS_GENERATE_H
-#define PL_TOOLS_GENERATE_H
+#ifndef PL_CLI_GENERATE_H
+#define PL_CLI_GENERATE_H
 
 #include <stdio.h>
 

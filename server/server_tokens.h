@@ -11,8 +11,8 @@
  * Built once at start from the public vocabulary API (read-only after, so
  * any thread may use it).
  */
-#ifndef PL_TOOLS_SERVER_TOKENS_H
-#define PL_TOOLS_SERVER_TOKENS_H
+#ifndef PL_SERVER_TOKENS_H
+#define PL_SERVER_TOKENS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -25,8 +25,8 @@
  * either way the engine request is cancelled (the request-completed
  * callback makes sure) and its blocks are freed at the engine's next step.
  */
-#ifndef PL_TOOLS_SERVER_HTTP_H
-#define PL_TOOLS_SERVER_HTTP_H
+#ifndef PL_SERVER_HTTP_H
+#define PL_SERVER_HTTP_H
 
 #include <stdint.h>
 

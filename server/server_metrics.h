@@ -10,8 +10,8 @@
  * Counters end in _total, times are in seconds, histograms are cumulative
  * with a final le="+Inf" bucket equal to _count. Pure formatting.
  */
-#ifndef PL_TOOLS_SERVER_METRICS_H
-#define PL_TOOLS_SERVER_METRICS_H
+#ifndef PL_SERVER_METRICS_H
+#define PL_SERVER_METRICS_H
 
 #include <stdint.h>
 

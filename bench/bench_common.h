@@ -14,8 +14,8 @@
  * not libc's); medians and percentiles never read past n; children are
  * only ever signalled by the pid we got from fork().
  */
-#ifndef PL_TOOLS_BENCH_COMMON_H
-#define PL_TOOLS_BENCH_COMMON_H
+#ifndef PL_BENCH_COMMON_H
+#define PL_BENCH_COMMON_H
 
 #include <stdbool.h>
 #include <stddef.h>

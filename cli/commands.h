@@ -1,8 +1,8 @@
 /* commands.h - the subcommands of the `pagellm` binary, one file each
- * (tools/cmd_<name>.c). Each returns the process exit code:
+ * (cli/cmd_<name>.c; bench in bench/cmd_bench.c). Each returns the process exit code:
  * 0 ok, 1 runtime failure, 2 usage error. */
-#ifndef PL_TOOLS_COMMANDS_H
-#define PL_TOOLS_COMMANDS_H
+#ifndef PL_CLI_COMMANDS_H
+#define PL_CLI_COMMANDS_H
 
 int cmd_inspect(int argc, char **argv);
 int cmd_kvcalc(int argc, char **argv);

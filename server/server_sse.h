@@ -15,8 +15,8 @@
  * Pure formatting (no I/O, no locks): one srv_sse per streaming request,
  * used by one thread.
  */
-#ifndef PL_TOOLS_SERVER_SSE_H
-#define PL_TOOLS_SERVER_SSE_H
+#ifndef PL_SERVER_SSE_H
+#define PL_SERVER_SSE_H
 
 #include "server_openai.h"
 

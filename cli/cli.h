@@ -5,8 +5,8 @@
  * missing values and out-of-range values with a message naming the flag.
  * Exit-code contract for subcommands: 0 ok, 1 runtime failure, 2 usage error.
  */
-#ifndef PL_TOOLS_CLI_H
-#define PL_TOOLS_CLI_H
+#ifndef PL_CLI_CLI_H
+#define PL_CLI_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
