@@ -289,8 +289,8 @@ static int write_broken(breakage b, const char *out)
     gguf_file *f;
     if (gguf_open(&f, STORIES) != 0) return -1;
     gguf_writer *w = gguf_writer_new();
-    for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; i < gguf_meta_count(f); i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
         if (b == BREAK_ARCH && strcmp(key, "general.architecture") == 0) gguf_writer_set_str(w, key, "gptj");

@@ -120,13 +120,13 @@ static long long walk_value(const gguf_value *v, int depth, const uint8_t *lo, c
 static int walk_file(const gguf_file *f, const uint8_t *lo, const uint8_t *hi)
 {
     char name[256];
-    for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; i < gguf_meta_count(f); i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
         if (walk_value(&kv->value, 0, lo, hi) < 0) return 1;
         if (kv->key.len < sizeof name) {
             memcpy(name, kv->key.ptr, kv->key.len);
             name[kv->key.len] = 0;
-            if (gguf_kv_find(f, name) != kv) return 2;
+            if (gguf_meta_find(f, name) != kv) return 2;
         }
     }
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
@@ -142,7 +142,7 @@ static int walk_file(const gguf_file *f, const uint8_t *lo, const uint8_t *hi)
             if (gguf_tensor_find(f, name) != t) return 5;
         }
     }
-    return gguf_kv_at(f, gguf_kv_count(f)) == NULL && gguf_tensor_at(f, gguf_tensor_count(f)) == NULL ? 0 : 6;
+    return gguf_meta_at(f, gguf_meta_count(f)) == NULL && gguf_tensor_at(f, gguf_tensor_count(f)) == NULL ? 0 : 6;
 }
 
 /* ------------------------------------------------------------ real files */
@@ -156,7 +156,7 @@ TEST(stories260k_opens)
     gguf_str s;
     const gguf_value *arr = NULL;
     const gguf_tensor *t = gguf_tensor_find(f, "token_embd.weight");
-    int ok = gguf_version(f) == 3 && gguf_kv_count(f) == 19 && gguf_tensor_count(f) == 48 &&
+    int ok = gguf_version(f) == 3 && gguf_meta_count(f) == 19 && gguf_tensor_count(f) == 48 &&
              gguf_get_u32(f, "llama.context_length", &u) == 0 && u == 2048 &&
              gguf_get_u32(f, "llama.rope.dimension_count", &u) == 0 && u == 8 &&
              gguf_get_str(f, "general.architecture", &s) == 0 && gguf_str_eq(s, "llama") &&
@@ -219,8 +219,8 @@ TEST(vocab_files_open_in_linear_time)
 static int copy_to_writer(const gguf_file *src, gguf_writer *w)
 {
     char key[512];
-    for (uint64_t i = 0; i < gguf_kv_count(src); i++) {
-        const gguf_kv *kv = gguf_kv_at(src, i);
+    for (uint64_t i = 0; i < gguf_meta_count(src); i++) {
+        const gguf_meta *kv = gguf_meta_at(src, i);
         if (kv->key.len >= sizeof key) return PL_ERANGE;
         memcpy(key, kv->key.ptr, kv->key.len);
         key[kv->key.len] = 0;
@@ -240,9 +240,9 @@ static int copy_to_writer(const gguf_file *src, gguf_writer *w)
 /* 0 if a and b hold the same KVs (order, keys, values) and tensors. */
 static int files_same(const gguf_file *a, const gguf_file *b)
 {
-    if (gguf_kv_count(a) != gguf_kv_count(b) || gguf_tensor_count(a) != gguf_tensor_count(b)) return 1;
-    for (uint64_t i = 0; i < gguf_kv_count(a); i++) {
-        const gguf_kv *x = gguf_kv_at(a, i), *y = gguf_kv_at(b, i);
+    if (gguf_meta_count(a) != gguf_meta_count(b) || gguf_tensor_count(a) != gguf_tensor_count(b)) return 1;
+    for (uint64_t i = 0; i < gguf_meta_count(a); i++) {
+        const gguf_meta *x = gguf_meta_at(a, i), *y = gguf_meta_at(b, i);
         if (!str_same(x->key, y->key)) return 2;
         if (!value_eq(&x->value, &y->value)) return 3;
     }
@@ -448,7 +448,7 @@ static int check_scalars(const gguf_file *f)
     float f32;
     bool b;
     gguf_str s;
-    const gguf_kv *kv;
+    const gguf_meta *kv;
     if (gguf_get_u32(f, "t.u32", &u32) || u32 != 4000000000u) return 1;
     if (gguf_get_i32(f, "t.i32", &i32) || i32 != -7) return 2;
     if (gguf_get_u64(f, "t.u64", &u64) || u64 != UINT64_MAX - 1) return 3;
@@ -458,11 +458,11 @@ static int check_scalars(const gguf_file *f)
     if (gguf_get_str(f, "general.name", &s) || !gguf_str_eq(s, "all types")) return 7;
     if (gguf_get_i32(f, "t.i8", &i32) || i32 != -5) return 8;
     if (gguf_get_u32(f, "t.u16", &u32) || u32 != 65535) return 9;
-    if (!(kv = gguf_kv_find(f, "t.i64")) || kv->value.type != GGUF_TYPE_INT64 || kv->value.v.i64 != INT64_MIN) return 10;
-    if (!(kv = gguf_kv_find(f, "t.f64")) || kv->value.type != GGUF_TYPE_FLOAT64 || kv->value.v.f64 != 0.1) return 11;
+    if (!(kv = gguf_meta_find(f, "t.i64")) || kv->value.type != GGUF_TYPE_INT64 || kv->value.v.i64 != INT64_MIN) return 10;
+    if (!(kv = gguf_meta_find(f, "t.f64")) || kv->value.type != GGUF_TYPE_FLOAT64 || kv->value.v.f64 != 0.1) return 11;
     if (gguf_get_f32(f, "t.f64", &f32) || f32 != 0.1f) return 12;
     /* insertion order, with general.name replaced in place */
-    if (!gguf_str_eq(gguf_kv_at(f, 0)->key, "general.alignment") || !gguf_str_eq(gguf_kv_at(f, 1)->key, "general.name"))
+    if (!gguf_str_eq(gguf_meta_at(f, 0)->key, "general.alignment") || !gguf_str_eq(gguf_meta_at(f, 1)->key, "general.name"))
         return 13;
     return 0;
 }
@@ -528,7 +528,7 @@ TEST(writer_all_types)
     gguf_file *f = NULL;
     CHECK_MSG(gguf_open(&f, path) == 0, "reopen: %s", err_msg());
     int s = check_scalars(f), a = check_arrays(f), t = check_tensors(f);
-    uint64_t size = gguf_file_size(f), n_kv = gguf_kv_count(f);
+    uint64_t size = gguf_file_size(f), n_kv = gguf_meta_count(f);
     gguf_close(f);
     CHECK_EQ_INT(s, 0);
     CHECK_EQ_INT(a, 0);
@@ -641,7 +641,7 @@ TEST(getters_refuse_what_does_not_fit)
     char fit_msg[256];
     snprintf(fit_msg, sizeof fit_msg, "%s", err_msg());
     int any = gguf_get_arr(f, "a.u8", GGUF_TYPE_COUNT, &a);
-    int nf = gguf_kv_find(f, "no.such.key") == NULL && gguf_tensor_find(f, "nope") == NULL;
+    int nf = gguf_meta_find(f, "no.such.key") == NULL && gguf_tensor_find(f, "nope") == NULL;
     gguf_close(f);
     for (int i = 0; i < 10; i++) CHECK_MSG(r[i] == PL_EFORMAT, "case %d: %d", i, r[i]);
     CHECK_EQ_INT(u32, 99); /* untouched on failure */

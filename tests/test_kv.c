@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include "base/err.h"
+#include "kv/kv_check.h"
 #include "kv/kv_dtype.h"
 #include "pagellm.h"
 #include "kv/kv_pool.h"

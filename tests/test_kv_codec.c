@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include "base/err.h"
+#include "kv/kv_check.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_dtype.h"
 #include "kv/kv_pool.h"

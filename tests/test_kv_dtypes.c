@@ -17,6 +17,7 @@
 
 #include "api/ctx_internal.h"
 #include "gen_util.h"
+#include "kv/kv_check.h"
 #include "kv/kv_codec.h"
 
 #include <errno.h>

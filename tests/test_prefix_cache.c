@@ -6,7 +6,7 @@
  * counted as hits, and a randomized run of thousands of operations compared
  * after every step with a naive reference model (which prefixes are
  * cached, computed from the token prefixes each keyed block stands for),
- * with kv_check and pc_check.
+ * with kv_check and prefix_check.
  *
  * Every token row written by the "model" here holds a pattern derived from
  * the whole token prefix up to it (a rolling hash), as real K/V would: a
@@ -15,6 +15,7 @@
 #include "test.h"
 
 #include "base/err.h"
+#include "kv/kv_check.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_seq.h"
 #include "kv/prefix_cache.h"
@@ -33,18 +34,18 @@ static const uint64_t model_fp[2] = {0x1234, 0x5678};
 
 typedef struct {
     kv_pool pool;
-    prefix_cache pc; /* must not move after pc_init: tests keep fx on their stack */
+    prefix_cache pc; /* must not move after prefix_init: tests keep fx on their stack */
 } fx;
 
 static int fx_init(fx *f, uint32_t n_blocks)
 {
     int rc = kv_pool_init(&f->pool, &shape, n_blocks);
-    return rc ? rc : pc_init(&f->pc, &f->pool, model_fp);
+    return rc ? rc : prefix_init(&f->pc, &f->pool, model_fp);
 }
 
 static void fx_free(fx *f)
 {
-    pc_free(&f->pc);
+    prefix_free(&f->pc);
     kv_pool_free(&f->pool);
 }
 
@@ -52,7 +53,7 @@ static void fx_free(fx *f)
 typedef struct {
     bool alive;
     kv_seq kv;
-    pc_cursor cur;
+    prefix_cursor cur;
     uint32_t n;
     int32_t tok[MAXCTX];
     uint64_t val[MAXCTX]; /* val[p] = rolling hash of tok[0..p] */
@@ -105,7 +106,7 @@ static int ts_new(fx *f, tseq *s)
 {
     memset(s, 0, sizeof *s);
     int rc = kv_seq_init(&s->kv, &f->pool, MAXCTX, KV_SEQ_PAGED);
-    pc_cursor_init(&s->cur);
+    prefix_cursor_init(&s->cur);
     s->alive = rc == 0;
     return rc;
 }
@@ -117,10 +118,10 @@ static void ts_free(tseq *s)
     s->n = 0;
 }
 
-/* pc_attach of tok[0, n) into the new empty s; s then knows the hit tokens. */
+/* prefix_attach of tok[0, n) into the new empty s; s then knows the hit tokens. */
 static int ts_attach(fx *f, tseq *s, const int32_t *tok, uint32_t n, bool recompute, uint32_t *hit)
 {
-    int rc = pc_attach(&f->pc, &s->kv, tok, n, recompute, &s->cur, hit);
+    int rc = prefix_attach(&f->pc, &s->kv, tok, n, recompute, &s->cur, hit);
     if (rc) return rc;
     memcpy(s->tok, tok, *hit * sizeof *tok);
     s->n = *hit;
@@ -143,7 +144,7 @@ static int ts_append(tseq *s, const int32_t *tok, uint32_t k)
     return 0;
 }
 
-static uint32_t ts_register(fx *f, tseq *s) { return pc_register(&f->pc, &s->kv, s->tok, &s->cur); }
+static uint32_t ts_register(fx *f, tseq *s) { return prefix_register(&f->pc, &s->kv, s->tok, &s->cur); }
 
 /* ts_append then register: one forward step of the engine. */
 static int ts_step(fx *f, tseq *s, const int32_t *tok, uint32_t k)
@@ -171,7 +172,7 @@ static int check_all(fx *f, tseq *seqs, int n)
     for (int i = 0; i < n; i++)
         if (seqs[i].alive) live[k++] = &seqs[i].kv;
     int rc = kv_check(&f->pool, live, k);
-    return rc ? rc : pc_check(&f->pc);
+    return rc ? rc : prefix_check(&f->pc);
 }
 
 static const int32_t A16[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
@@ -182,18 +183,18 @@ TEST(salt_names_model_dtype_and_block_size)
 {
     uint64_t a[2], b[2];
     kv_shape s = shape;
-    pc_salt_make(a, model_fp, &s);
-    pc_salt_make(b, model_fp, &s);
+    prefix_salt_make(a, model_fp, &s);
+    prefix_salt_make(b, model_fp, &s);
     CHECK(a[0] == b[0] && a[1] == b[1]);
     const uint64_t other_fp[2] = {0x1234, 0x5679};
-    pc_salt_make(b, other_fp, &s);
+    prefix_salt_make(b, other_fp, &s);
     CHECK(a[0] != b[0] || a[1] != b[1]);
     s.dtype = KV_F16;
-    pc_salt_make(b, model_fp, &s);
+    prefix_salt_make(b, model_fp, &s);
     CHECK(a[0] != b[0] || a[1] != b[1]);
     s = shape;
     s.block_size = 8;
-    pc_salt_make(b, model_fp, &s);
+    prefix_salt_make(b, model_fp, &s);
     CHECK(a[0] != b[0] || a[1] != b[1]);
     /* The cache salts itself with the pool's shape. */
     fx f;
@@ -229,7 +230,7 @@ TEST(key_is_xxh3_of_salt_parent_tokens)
         parent[1] = h.high64;
     }
     CHECK(s.cur.n_blocks == 2 && s.cur.hash[0] == parent[0] && s.cur.hash[1] == parent[1]);
-    CHECK_EQ_INT(pc_check(&f.pc), 0);
+    CHECK_EQ_INT(prefix_check(&f.pc), 0);
     ts_free(&s);
     fx_free(&f);
 }
@@ -247,7 +248,7 @@ TEST(full_blocks_hit_and_last_token_is_never_served)
     ts_free(&a);
     CHECK_EQ_INT(f.pool.lru.n, 3);
     /* 14 tokens: 3 blocks (12 <= 13); the partly filled 4th was never keyed. */
-    CHECK_EQ_INT(pc_match_len(&f.pc, A16, 14), 12);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, A16, 14), 12);
     CHECK_EQ_INT(ts_new(&f, &b), 0);
     CHECK_EQ_INT(ts_attach(&f, &b, A16, 14, false, &hit), 0);
     CHECK_EQ_INT(hit, 12);
@@ -262,7 +263,7 @@ TEST(full_blocks_hit_and_last_token_is_never_served)
         CHECK_EQ_INT(ts_new(&f, &b), 0);
         CHECK_EQ_INT(ts_attach(&f, &b, A16, n, false, &hit), 0);
         CHECK_EQ_INT(hit, n <= 1 ? 0 : n - 1);
-        CHECK_EQ_INT(pc_match_len(&f.pc, A16, n), hit);
+        CHECK_EQ_INT(prefix_match_len(&f.pc, A16, n), hit);
         CHECK(ts_rows_ok(&b));
         CHECK_EQ_INT(check_all(&f, &b, 1), 0);
         ts_free(&b);
@@ -309,7 +310,7 @@ TEST(tail_copy_copies_the_right_rows)
     uint32_t a1 = a.kv.table[1];
     /* Shares block 0 and 2 tokens of block 1 (5, 6), then differs. */
     const int32_t q[10] = {1, 2, 3, 4, 5, 6, 50, 51, 52, 53};
-    CHECK_EQ_INT(pc_match_len(&f.pc, q, 10), 6);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, q, 10), 6);
     CHECK_EQ_INT(ts_new(&f, &b), 0);
     CHECK_EQ_INT(ts_attach(&f, &b, q, 10, false, &hit), 0); /* a is still live: copy from a used block */
     CHECK_EQ_INT(hit, 6);
@@ -414,7 +415,7 @@ TEST(tail_source_is_pinned_while_copied)
     CHECK(ts_rows_ok(&b));
     CHECK_EQ_INT(f.pc.st.evictions, 1);
     CHECK(keyed(&f, 1) && !keyed(&f, 2));
-    CHECK_EQ_INT(pc_match_len(&f.pc, cc, 5), 0);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, cc, 5), 0);
     tseq both[2] = {d, b};
     CHECK_EQ_INT(check_all(&f, both, 2), 0);
     ts_free(&b);
@@ -480,7 +481,7 @@ TEST(verification_rejects_planted_tokens_and_check_sees_them)
     uint32_t b1 = 1;
     CHECK(keyed(&f, b1));
     f.pc.tok[b1 * T + 3] = 42;
-    CHECK_EQ_INT(pc_check(&f.pc), PL_EFORMAT);
+    CHECK_EQ_INT(prefix_check(&f.pc), PL_EFORMAT);
     CHECK(strstr(err_msg(), "recompute") != NULL);
     CHECK_EQ_INT(ts_new(&f, &b), 0);
     CHECK_EQ_INT(ts_attach(&f, &b, A16, 9, false, &hit), 0);
@@ -498,23 +499,23 @@ TEST(check_detects_index_corruption)
     fx f;
     tseq a;
     CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 8), 0);
-    CHECK_EQ_INT(pc_check(&f.pc), 0);
+    CHECK_EQ_INT(prefix_check(&f.pc), 0);
     /* A keyed block missing from the table. */
     uint32_t slot = 0;
     while (f.pc.keys[slot] != (int32_t)a.kv.table[1]) slot++;
     f.pc.keys[slot] = KV_NONE;
-    CHECK_EQ_INT(pc_check(&f.pc), PL_EFORMAT);
+    CHECK_EQ_INT(prefix_check(&f.pc), PL_EFORMAT);
     f.pc.keys[slot] = (int32_t)a.kv.table[1];
-    CHECK_EQ_INT(pc_check(&f.pc), 0);
+    CHECK_EQ_INT(prefix_check(&f.pc), 0);
     /* A broken kids link. */
     f.pc.sib_prev[a.kv.table[1]] = 5;
-    CHECK_EQ_INT(pc_check(&f.pc), PL_EFORMAT);
+    CHECK_EQ_INT(prefix_check(&f.pc), PL_EFORMAT);
     f.pc.sib_prev[a.kv.table[1]] = KV_NONE;
     /* A wrong count. */
     f.pc.st.cached_blocks++;
-    CHECK_EQ_INT(pc_check(&f.pc), PL_EFORMAT);
+    CHECK_EQ_INT(prefix_check(&f.pc), PL_EFORMAT);
     f.pc.st.cached_blocks--;
-    CHECK_EQ_INT(pc_check(&f.pc), 0);
+    CHECK_EQ_INT(prefix_check(&f.pc), 0);
     ts_free(&a);
     fx_free(&f);
 }
@@ -532,7 +533,7 @@ TEST(lru_evicts_least_recent_chain_tail_first)
     CHECK_EQ_INT(ts_step(&f, &y, ys, 8), 0); /* blocks 2, 3 */
     ts_free(&x);
     ts_free(&y); /* LRU: 1, 0, 3, 2 (a chain's tail is older than its head) */
-    CHECK_EQ_INT(pc_match_len(&f.pc, xs, 8), 7);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, xs, 8), 7);
     int32_t zs[16];
     for (int i = 0; i < 16; i++) zs[i] = 30 + i;
     CHECK_EQ_INT(ts_new(&f, &z), 0);
@@ -542,8 +543,8 @@ TEST(lru_evicts_least_recent_chain_tail_first)
     CHECK_EQ_INT(ts_step(&f, &z, &more, 1), 0); /* evicts block 1: x's tail */
     CHECK_EQ_INT(f.pc.st.evictions, 1);
     CHECK(!keyed(&f, 1) && keyed(&f, 0));
-    CHECK_EQ_INT(pc_match_len(&f.pc, xs, 8), 4);
-    CHECK_EQ_INT(pc_match_len(&f.pc, ys, 8), 7);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, xs, 8), 4);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, ys, 8), 7);
     CHECK_EQ_INT(check_all(&f, &z, 1), 0);
     /* y's head is revived by a hit; the tail copy from block 3 evicts the
      * LRU head, block 0 (x's head), not y's blocks. */
@@ -553,7 +554,7 @@ TEST(lru_evicts_least_recent_chain_tail_first)
     CHECK_EQ_INT(f.pc.st.evictions, 2);
     CHECK(!keyed(&f, 0) && keyed(&f, 2) && keyed(&f, 3));
     CHECK_EQ_INT(y2.kv.table[1], 0);
-    CHECK_EQ_INT(pc_match_len(&f.pc, xs, 8), 0);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, xs, 8), 0);
     CHECK(ts_rows_ok(&y2) && ts_rows_ok(&z));
     tseq both[2] = {z, y2};
     CHECK_EQ_INT(check_all(&f, both, 2), 0);
@@ -576,7 +577,7 @@ TEST(cow_keeps_shared_key_rewrite_drops_private_key)
     CHECK_EQ_INT(kv_seq_fork(&b.kv, &a.kv), 0);
     kv_seq_truncate(&b.kv, 2);
     b.n = 2;
-    pc_cursor_truncate(&f.pc, &b.cur, 2);
+    prefix_cursor_truncate(&f.pc, &b.cur, 2);
     CHECK_EQ_INT(b.cur.n_blocks, 0);
     const int32_t w[3] = {70, 71, 72};
     CHECK_EQ_INT(ts_step(&f, &b, w, 3), 0);
@@ -587,20 +588,20 @@ TEST(cow_keeps_shared_key_rewrite_drops_private_key)
     CHECK(ts_rows_ok(&a) && ts_rows_ok(&b));
     tseq both[2] = {a, b};
     CHECK_EQ_INT(check_all(&f, both, 2), 0);
-    CHECK_EQ_INT(pc_match_len(&f.pc, A16, 5), 4);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, A16, 5), 4);
     /* a alone holds block 0 now: rewriting it drops the key first. */
     kv_seq_truncate(&a.kv, 3);
     a.n = 3;
-    pc_cursor_truncate(&f.pc, &a.cur, 3);
+    prefix_cursor_truncate(&f.pc, &a.cur, 3);
     const int32_t w2 = 80;
     CHECK_EQ_INT(ts_step(&f, &a, &w2, 1), 0);
     CHECK_EQ_INT(a.kv.table[0], a0);
     CHECK_EQ_INT(f.pc.st.invalidations, 1);
     CHECK_EQ_INT(f.pc.st.evictions, 0);
     CHECK(keyed(&f, a0)); /* re-keyed under its new content */
-    CHECK_EQ_INT(pc_match_len(&f.pc, A16, 5), 3); /* only a tail match of 1, 2, 3 */
+    CHECK_EQ_INT(prefix_match_len(&f.pc, A16, 5), 3); /* only a tail match of 1, 2, 3 */
     const int32_t q[5] = {1, 2, 3, 80, 0};
-    CHECK_EQ_INT(pc_match_len(&f.pc, q, 5), 4);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, q, 5), 4);
     tseq both2[2] = {a, b};
     CHECK_EQ_INT(check_all(&f, both2, 2), 0);
     CHECK(ts_rows_ok(&a) && ts_rows_ok(&b));
@@ -638,7 +639,7 @@ TEST(duplicate_content_is_deduplicated)
     /* a leaves: the prefix stays cached because b holds the blocks. */
     ts_free(&a);
     CHECK_EQ_INT(f.pool.lru.n, 0);
-    CHECK_EQ_INT(pc_match_len(&f.pc, A16, 9), 8);
+    CHECK_EQ_INT(prefix_match_len(&f.pc, A16, 9), 8);
     ts_free(&b);
     CHECK_EQ_INT(f.pool.lru.n, 2);
     CHECK_EQ_INT(ts_new(&f, &c), 0);
@@ -660,8 +661,8 @@ TEST(counters_exact_and_recompute_not_a_hit)
     CHECK_EQ_INT(fx_init(&f, 32), 0);
     for (int i = 0; i < 6; i++) CHECK_EQ_INT(ts_new(&f, &s[i]), 0);
     CHECK_EQ_INT(ts_step(&f, &s[0], A16, 10), 0);
-    pc_stats st;
-    pc_stats_get(&f.pc, &st);
+    prefix_stats st;
+    prefix_stats_get(&f.pc, &st);
     CHECK_EQ_INT(st.registered, 2);
     CHECK_EQ_INT(st.cached_blocks, 2);
     CHECK_EQ_INT(st.lookups, 0);
@@ -674,7 +675,7 @@ TEST(counters_exact_and_recompute_not_a_hit)
     const int32_t r[2] = {77, 78};
     CHECK_EQ_INT(ts_attach(&f, &s[3], r, 2, false, &hit), 0);
     CHECK_EQ_INT(hit, 0);
-    pc_stats_get(&f.pc, &st);
+    prefix_stats_get(&f.pc, &st);
     CHECK_EQ_INT(st.lookups, 3);
     CHECK_EQ_INT(st.lookups_hit, 2);
     CHECK_EQ_INT(st.query_tokens, 19);
@@ -687,8 +688,8 @@ TEST(counters_exact_and_recompute_not_a_hit)
     /* A preempted request rebuilt: served from the cache, never a hit. */
     CHECK_EQ_INT(ts_attach(&f, &s[4], A16, 10, true, &hit), 0);
     CHECK_EQ_INT(hit, 8);
-    pc_stats st2;
-    pc_stats_get(&f.pc, &st2);
+    prefix_stats st2;
+    prefix_stats_get(&f.pc, &st2);
     CHECK_EQ_INT(st2.recompute_lookups, 1);
     CHECK_EQ_INT(st2.recompute_tokens, 10);
     CHECK_EQ_INT(st2.recompute_hit_tokens, 8);
@@ -699,7 +700,7 @@ TEST(counters_exact_and_recompute_not_a_hit)
 
     CHECK_EQ_INT(ts_step(&f, &s[1], A16 + 8, 2), 0); /* hits are not registered again */
     CHECK_EQ_INT(ts_step(&f, &s[5], A16, 8), 0);     /* computed again: deduplicated */
-    pc_stats_get(&f.pc, &st);
+    prefix_stats_get(&f.pc, &st);
     CHECK_EQ_INT(st.registered, 2);
     CHECK_EQ_INT(st.deduped, 2);
     CHECK_EQ_INT(st.collisions, 0);
@@ -720,16 +721,16 @@ TEST(attach_and_init_errors_change_nothing)
     tseq a;
     uint32_t hit = 123;
     CHECK_EQ_INT(fx_with_seq(&f, 16, &a, A16, 9), 0);
-    pc_stats st = f.pc.st;
-    CHECK_EQ_INT(pc_attach(&f.pc, &a.kv, A16, 9, false, &a.cur, &hit), PL_EINVAL); /* not empty */
+    prefix_stats st = f.pc.st;
+    CHECK_EQ_INT(prefix_attach(&f.pc, &a.kv, A16, 9, false, &a.cur, &hit), PL_EINVAL); /* not empty */
     CHECK(strstr(err_msg(), "empty") != NULL);
     kv_seq big;
     CHECK_EQ_INT(kv_seq_init(&big, &f.pool, 8, KV_SEQ_PAGED), 0);
-    CHECK_EQ_INT(pc_attach(&f.pc, &big, A16, 9, false, &a.cur, &hit), PL_ERANGE);
+    CHECK_EQ_INT(prefix_attach(&f.pc, &big, A16, 9, false, &a.cur, &hit), PL_ERANGE);
     kv_seq_free(&big);
     kv_seq st_seq;
     CHECK_EQ_INT(kv_seq_init(&st_seq, &f.pool, 8, KV_SEQ_STATIC), 0);
-    CHECK_EQ_INT(pc_attach(&f.pc, &st_seq, A16, 5, false, &a.cur, &hit), PL_EINVAL);
+    CHECK_EQ_INT(prefix_attach(&f.pc, &st_seq, A16, 5, false, &a.cur, &hit), PL_EINVAL);
     kv_seq_free(&st_seq);
     CHECK_EQ_INT(hit, 123);
     CHECK(memcmp(&st, &f.pc.st, sizeof st) == 0);
@@ -737,15 +738,15 @@ TEST(attach_and_init_errors_change_nothing)
     CHECK_EQ_INT(check_all(&f, &a, 1), 0);
     /* A second cache on the same pool is refused. */
     prefix_cache pc2;
-    CHECK_EQ_INT(pc_init(&pc2, &f.pool, model_fp), PL_EINVAL);
+    CHECK_EQ_INT(prefix_init(&pc2, &f.pool, model_fp), PL_EINVAL);
     ts_free(&a);
     fx_free(&f);
     /* A pool that still holds keyed blocks (its cache freed first) too. */
     CHECK_EQ_INT(fx_with_seq(&f, 4, &a, A16, 4), 0);
     ts_free(&a);
-    pc_free(&f.pc);
+    prefix_free(&f.pc);
     CHECK(f.pool.on_evict == NULL);
-    CHECK_EQ_INT(pc_init(&pc2, &f.pool, model_fp), PL_EINVAL);
+    CHECK_EQ_INT(prefix_init(&pc2, &f.pool, model_fp), PL_EINVAL);
     CHECK(strstr(err_msg(), "keyed") != NULL);
     uint32_t b;
     for (int i = 0; i < 4; i++) CHECK_EQ_INT(kv_pool_alloc(&f.pool, &b), 0); /* evicts silently */
@@ -764,7 +765,7 @@ typedef struct {
     int32_t sh[RNB][MAXCTX];
     int32_t base[4][48];         /* documents prompts share */
     uint64_t rng;
-    pc_stats exp;                /* counters the reference expects */
+    prefix_stats exp;                /* counters the reference expects */
     uint64_t unkeys;             /* keys seen to disappear */
 } world;
 
@@ -794,7 +795,7 @@ static int ref_find(const world *w, const int32_t *tok, uint32_t len)
     return -1;
 }
 
-/* After pc_register of s: its keyed blocks stand for its prefixes (new
+/* After prefix_register of s: its keyed blocks stand for its prefixes (new
  * keys learnt, old ones must agree), and every full block's prefix is
  * cached by some block. Returns false on a disagreement. */
 static bool ref_learn(world *w, const tseq *s)
@@ -882,7 +883,7 @@ static uint32_t gen_prompt(world *w, int32_t *q)
     return n;
 }
 
-/* Runs pc_register on s, learning what it keyed. */
+/* Runs prefix_register on s, learning what it keyed. */
 static bool do_register(world *w, tseq *s)
 {
     ref_sweep(w);
@@ -962,7 +963,7 @@ static bool rand_op(world *w, const char **why)
         uint32_t n = rnd(w, s->n + 1);
         kv_seq_truncate(&s->kv, n);
         s->n = n;
-        pc_cursor_truncate(&w->f.pc, &s->cur, n);
+        prefix_cursor_truncate(&w->f.pc, &s->cur, n);
         return do_extend(w, s, why);
     }
     case 6: /* preempted, later rebuilt from the cache */
@@ -987,7 +988,7 @@ static bool rand_op(world *w, const char **why)
 
 static bool stats_match(const world *w)
 {
-    const pc_stats *a = &w->f.pc.st, *e = &w->exp;
+    const prefix_stats *a = &w->f.pc.st, *e = &w->exp;
     return a->lookups == e->lookups && a->lookups_hit == e->lookups_hit && a->query_tokens == e->query_tokens &&
            a->hit_tokens == e->hit_tokens && a->miss_tokens == e->miss_tokens && a->block_hits == e->block_hits &&
            a->partial_hits == e->partial_hits && a->partial_tokens == e->partial_tokens &&
@@ -1033,7 +1034,7 @@ TEST(randomized_against_reference)
           w.f.pc.st.deduped > 0 && w.f.pc.st.recompute_hit_tokens > 0);
     for (int i = 0; i < RNS; i++) ts_free(&w.s[i]);
     CHECK_EQ_INT(kv_check(&w.f.pool, NULL, 0), 0);
-    CHECK_EQ_INT(pc_check(&w.f.pc), 0);
+    CHECK_EQ_INT(prefix_check(&w.f.pc), 0);
     CHECK_EQ_INT(w.f.pool.n_used, 0);
     fx_free(&w.f);
 }

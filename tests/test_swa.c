@@ -36,6 +36,7 @@
 #include "gen_util.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_check.h"
 #include "kv/kv_seq.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
@@ -371,12 +372,12 @@ TEST(prefix_cache_hits_from_an_swa_sequence_are_valid)
     CHECK(pl_seq_new(c, &s2) == 0 && pl_seq_append(c, s2, ids, N, a) == 0);
     {
         const prefix_cache *pc = ctx_prefix_cache(c);
-        pc_stats st;
-        pc_stats_get(pc, &st);
+        prefix_stats st;
+        prefix_stats_get(pc, &st);
         /* every full block, also those published after the first's drops (its first drop is at 55) */
         CHECK_MSG(st.hit_tokens == N / BS * BS, "%llu tokens hit, not %d", (unsigned long long)st.hit_tokens,
                   N / BS * BS);
-        CHECK(pc_check(pc) == 0);
+        CHECK(prefix_check(pc) == 0);
     }
     CHECK(pl_seq_new(fresh, &s3) == 0 && pl_seq_append(fresh, s3, ids, N, b) == 0);
     double worst = 0;

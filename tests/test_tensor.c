@@ -893,11 +893,11 @@ static const char *quantized_file_check(const char *in_path, const char *out_pat
         snprintf(why, sizeof why, "general.quantization_version %u", qv);
         goto done;
     }
-    for (uint64_t i = 0; i < gguf_kv_count(in) && !why[0]; i++) {
-        const gguf_kv *kv = gguf_kv_at(in, i);
+    for (uint64_t i = 0; i < gguf_meta_count(in) && !why[0]; i++) {
+        const gguf_meta *kv = gguf_meta_at(in, i);
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
-        const gguf_kv *o = gguf_kv_find(out, key);
+        const gguf_meta *o = gguf_meta_find(out, key);
         if (strcmp(key, "general.file_type") != 0 && (!o || !value_eq(&kv->value, &o->value)))
             snprintf(why, sizeof why, "key %s not copied", key);
     }

@@ -8,6 +8,7 @@
 
 #include "api/ctx_internal.h"
 #include "base/err.h"
+#include "kv/kv_check.h"
 #include "kv/prefix_cache.h"
 #include "pagellm.h"
 
@@ -192,8 +193,8 @@ TEST(a_shifted_sequence_stops_publishing_prefix_blocks)
     int n_fed;
     CHECK(pl_seq_new(c, &seq) == 0);
     CHECK(greedy(c, seq, prompt, 21, 300, fed, &n_fed) == 0);
-    pc_stats st;
-    pc_stats_get(pc, &st);
+    prefix_stats st;
+    prefix_stats_get(pc, &st);
     /* the 5 blocks (80 tokens) filled before the first drop, none after */
     CHECK_EQ_INT(st.registered, 5);
     pl_seq_free(c, seq);
@@ -203,7 +204,7 @@ TEST(a_shifted_sequence_stops_publishing_prefix_blocks)
     CHECK(pl_seq_new(c, &s2) == 0);
     float *l = malloc(pl_model_n_vocab(M) * sizeof *l);
     CHECK(pl_seq_append(c, s2, fed, 70, l) == 0);
-    pc_stats_get(pc, &st);
+    prefix_stats_get(pc, &st);
     CHECK(st.hit_tokens >= 16);
     free(l);
     pl_ctx_free(c);

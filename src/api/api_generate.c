@@ -39,7 +39,7 @@
  * their content. Pieces are cut so that the kept tokens plus the piece fit
  * n_ctx slots (>= W + T, so at least 2 tokens a piece). A
  * sequence keeps publishing its full blocks to the prefix cache across its
- * drops (pc_register_at: its cursor's chain runs from absolute position 0,
+ * drops (prefix_register_at: its cursor's chain runs from absolute position 0,
  * and every block is keyed after the step that fills it, before any drop
  * can take it); their K/V are those of absolute positions 0.. under the
  * same window, so a later sequence of this context that hits them (from
@@ -67,6 +67,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
+#include "kv/kv_check.h"
 #include "kv/kv_seq.h"
 #include "kv/prefix_cache.h"
 #include "model/kv_shift.h"
@@ -148,7 +149,7 @@ typedef struct {
     uint32_t stage_end; /* see the top */
     int32_t *tokens;   /* [n_ctx] history */
     uint32_t n_tokens;
-    pc_cursor pcur;    /* prefix cache: full blocks registered so far */
+    prefix_cursor pcur;    /* prefix cache: full blocks registered so far */
     uint64_t n_dropped; /* window: tokens dropped from the middle so far; SWA: from the front
                            (= the absolute position of slot 0) */
     bool shifted;       /* window: positions compacted; SWA: blocks dropped; no prefix-cache
@@ -163,7 +164,7 @@ struct pl_ctx {
     kv_pool pool;
     bool pool_ok;
     prefix_cache pc;         /* over pool; paged layout with a KV cache only */
-    bool pc_ok;
+    bool prefix_ok;
     ctx_seq *seqs;           /* [max_seqs] */
     int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
     int32_t *b_lidx;                /* [max(max_seqs, max_batch)] rows that want logits */
@@ -306,8 +307,8 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     if (!c->tp || !c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits) rc = err_set(PL_ENOMEM, "out of memory creating a context");
     if (!rc) rc = pool_make(c);
     if (!rc && !c->p.no_kv_cache && c->p.layout == PL_KV_PAGED) {
-        rc = pc_init(&c->pc, &c->pool, pm->m->fingerprint);
-        c->pc_ok = rc == 0;
+        rc = prefix_init(&c->pc, &c->pool, pm->m->fingerprint);
+        c->prefix_ok = rc == 0;
     }
     if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, &c->pool.g, c->tp);
     if (!rc && c->p.kv_window) {
@@ -325,7 +326,7 @@ void pl_ctx_free(pl_ctx *c)
     for (uint32_t i = 0; c->seqs && i < c->p.max_seqs; i++)
         if (c->seqs[i].alive) pl_seq_free(c, (int32_t)i);
     fwd_state_free(c->fs);
-    if (c->pc_ok) pc_free(&c->pc);
+    if (c->prefix_ok) prefix_free(&c->pc);
     if (c->pool_ok) kv_pool_free(&c->pool);
     tp_free(c->tp);
     free(c->seqs);
@@ -367,7 +368,7 @@ int pl_seq_new(pl_ctx *c, int32_t *out)
         s->n_tokens = 0;
         s->n_dropped = 0;
         s->shifted = false;
-        pc_cursor_init(&s->pcur);
+        prefix_cursor_init(&s->pcur);
         *out = (int32_t)i;
         return 0;
     }
@@ -524,11 +525,11 @@ static int tokens_check(const pl_ctx *c, const ctx_seq *s, int32_t id, const int
  * forward pass has written them. */
 static void seq_register(pl_ctx *c, ctx_seq *s)
 {
-    if (!c->pc_ok) return;
+    if (!c->prefix_ok) return;
     if (c->swa) /* positions are absolute: the chain goes on past the front drops (file header) */
-        pc_register_at(&c->pc, &s->kv, s->tokens, (uint32_t)(s->n_dropped / c->p.block_size), &s->pcur);
+        prefix_register_at(&c->pc, &s->kv, s->tokens, (uint32_t)(s->n_dropped / c->p.block_size), &s->pcur);
     else if (!s->shifted)
-        pc_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+        prefix_register(&c->pc, &s->kv, s->tokens, &s->pcur);
 }
 
 
@@ -630,7 +631,7 @@ static int seq_append_window(pl_ctx *c, ctx_seq *s, int32_t id, const int32_t *t
 {
     const size_t nv = c->pm->m->cfg.n_vocab;
     uint32_t done = 0;
-    if (s->n_tokens == 0 && c->pc_ok && !all) {
+    if (s->n_tokens == 0 && c->prefix_ok && !all) {
         const uint32_t lim = c->swa ? c->p.n_ctx : win_limit(&c->p);
         int hit = ctx_seq_attach_prefix(c, id, tokens, n < lim ? n : lim, false);
         if (hit < 0) return hit;
@@ -774,14 +775,14 @@ int pl_seq_append(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, float 
         /* An empty sequence first takes what the prefix cache holds of its
          * tokens (never the last one, which must produce logits). */
         uint32_t from = old;
-        if (old == 0 && c->pc_ok) {
+        if (old == 0 && c->prefix_ok) {
             int hit = ctx_seq_attach_prefix(c, id, tokens, (uint32_t)n, false);
             if (hit < 0) return hit;
             from = (uint32_t)hit;
         }
         rc = run_range(c, s, from, old + (uint32_t)n, logits);
         if (rc) {
-            if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, old);
+            if (c->prefix_ok) prefix_cursor_truncate(&c->pc, &s->pcur, old);
             seq_kv_cut(c, s, old);
         }
     }
@@ -808,7 +809,7 @@ int pl_seq_append_all(pl_ctx *c, int32_t id, const int32_t *tokens, size_t n, fl
         at += k;
     }
     if (rc) {
-        if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, old);
+        if (c->prefix_ok) prefix_cursor_truncate(&c->pc, &s->pcur, old);
         seq_kv_cut(c, s, old);
         return rc;
     }
@@ -823,14 +824,14 @@ int pl_seq_truncate(pl_ctx *c, int32_t id, uint32_t n)
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (n > s->n_tokens) return err_set(PL_ERANGE, "truncate to %u > length %u", n, s->n_tokens);
     /* the cursor counts blocks from absolute position 0 (SWA's front drops included) */
-    if (c->pc_ok) pc_cursor_truncate(&c->pc, &s->pcur, n + (c->swa ? (uint32_t)s->n_dropped : 0));
+    if (c->prefix_ok) prefix_cursor_truncate(&c->pc, &s->pcur, n + (c->swa ? (uint32_t)s->n_dropped : 0));
     if (!c->p.no_kv_cache) seq_kv_cut(c, s, n);
     s->n_tokens = n;
     if (s->shifted && n <= win_sink_blocks(&c->p) * c->p.block_size) {
         /* only sink tokens are left, at their original positions (SWA: none, positions restart) */
         s->shifted = false;
         s->n_dropped = 0;
-        if (c->swa) pc_cursor_init(&s->pcur);
+        if (c->swa) prefix_cursor_init(&s->pcur);
     }
     return 0;
 }
@@ -874,11 +875,11 @@ int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t
     ctx_seq *s = seq_get(c, id);
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
-    if (!c->pc_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
+    if (!c->prefix_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
     if (c->p.kv_window && n > win_limit(&c->p)) n = win_limit(&c->p); /* the rest streams through the window */
     if (n > c->p.n_ctx) n = c->p.n_ctx; /* SWA: the rest streams through the window */
     uint32_t hit = 0;
-    int rc = pc_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
+    int rc = prefix_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
     if (rc) return rc;
     /* The hit tokens equal tokens that some sequence ran, so they are valid ids. */
     memcpy(s->tokens, tokens, hit * sizeof *tokens);
@@ -888,10 +889,10 @@ int ctx_seq_attach_prefix(pl_ctx *c, int32_t id, const int32_t *tokens, uint32_t
 
 uint32_t ctx_prefix_peek(const pl_ctx *c, const int32_t *tokens, uint32_t n)
 {
-    return c->pc_ok ? pc_match_len(&c->pc, tokens, n) : 0;
+    return c->prefix_ok ? prefix_match_len(&c->pc, tokens, n) : 0;
 }
 
-const prefix_cache *ctx_prefix_cache(const pl_ctx *c) { return c->pc_ok ? &c->pc : NULL; }
+const prefix_cache *ctx_prefix_cache(const pl_ctx *c) { return c->prefix_ok ? &c->pc : NULL; }
 
 int ctx_seq_fork(pl_ctx *c, int32_t parent, int32_t *child)
 {

@@ -41,7 +41,7 @@ static void info_copy_str(char *dst, size_t cap, const char *s, size_t len)
 static int info_get_str(const gguf_file *f, const char *key, char *dst, size_t cap)
 {
     gguf_str s;
-    if (!gguf_kv_find(f, key)) return 0;
+    if (!gguf_meta_find(f, key)) return 0;
     int rc = gguf_get_str(f, key, &s);
     if (rc) return rc;
     info_copy_str(dst, cap, s.ptr, (size_t)s.len);
@@ -53,14 +53,14 @@ static int info_arch_u32(const gguf_file *f, const char *arch, const char *name,
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, name);
-    return gguf_kv_find(f, key) ? gguf_get_u32(f, key, out) : 0;
+    return gguf_meta_find(f, key) ? gguf_get_u32(f, key, out) : 0;
 }
 
 static int info_arch_f32(const gguf_file *f, const char *arch, const char *name, float *out)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, name);
-    return gguf_kv_find(f, key) ? gguf_get_f32(f, key, out) : 0;
+    return gguf_meta_find(f, key) ? gguf_get_f32(f, key, out) : 0;
 }
 
 static int info_hparams(const gguf_file *f, pl_file_info *o)
@@ -90,7 +90,7 @@ static int info_hparams(const gguf_file *f, pl_file_info *o)
 static int info_tokenizer(const gguf_file *f, pl_file_info *o)
 {
     int rc = info_get_str(f, "tokenizer.ggml.model", o->tokenizer, sizeof o->tokenizer);
-    if (rc || o->vocab_size || !gguf_kv_find(f, "tokenizer.ggml.tokens")) return rc;
+    if (rc || o->vocab_size || !gguf_meta_find(f, "tokenizer.ggml.tokens")) return rc;
     const gguf_value *toks;
     if ((rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks))) return rc;
     o->vocab_size = toks->v.arr.n > UINT32_MAX ? UINT32_MAX : (uint32_t)toks->v.arr.n;
@@ -142,7 +142,7 @@ int pl_file_inspect(const char *path, pl_file_info *out)
     info_copy_str(o->path, sizeof o->path, path, strlen(path));
     o->gguf_version = gguf_version(f);
     o->file_bytes = gguf_file_size(f);
-    o->n_kv = gguf_kv_count(f);
+    o->n_kv = gguf_meta_count(f);
     o->n_tensors = gguf_tensor_count(f);
     rc = info_get_str(f, "general.architecture", o->arch, sizeof o->arch);
     rc = rc ? rc : info_get_str(f, "general.name", o->name, sizeof o->name);

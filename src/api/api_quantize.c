@@ -231,8 +231,8 @@ static int quantize_plan(qctx *q)
 
 static int copy_metadata(qctx *q, gguf_writer *w)
 {
-    for (uint64_t i = 0; i < gguf_kv_count(q->in); i++) {
-        const gguf_kv *kv = gguf_kv_at(q->in, i);
+    for (uint64_t i = 0; i < gguf_meta_count(q->in); i++) {
+        const gguf_meta *kv = gguf_meta_at(q->in, i);
         char *key = strndup(kv->key.ptr, (size_t)kv->key.len);
         if (!key) return err_set(PL_ENOMEM, "%s: out of memory", q->in_path);
         int rc = gguf_writer_set_value(w, key, &kv->value);

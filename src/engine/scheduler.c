@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "kv/kv_check.h"
 
 /* prefix_order looks this far into the waiting queue for the best prefix. */
 #define SCHED_PEEK_WINDOW 32

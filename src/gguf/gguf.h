@@ -8,8 +8,8 @@
  *   "m.gguf: offset 24: tensor count 2^62 overflows the file (7331 bytes)".
  *
  * File layout (little-endian):
- *   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv       (v1 used u32 counts: refused)
- *   n_kv x { string key | u32 type | value }
+ *   magic "GGUF" | u32 version | u64 n_tensors | u64 n_meta       (v1 used u32 counts: refused)
+ *   n_meta x { string key | u32 type | value }
  *   n_tensors x { string name | u32 n_dims | n_dims x u64 ne | u32 ggml type | u64 offset }
  *   padding to general.alignment (default 32)
  *   tensor data; each tensor's offset is relative to the data start and
@@ -79,7 +79,7 @@ typedef struct {
     gguf_str key;
     gguf_value value;
     uint64_t file_offset; /* where the key starts, for error messages */
-} gguf_kv;
+} gguf_meta;
 
 typedef struct {
     gguf_str name;
@@ -112,9 +112,9 @@ uint64_t gguf_data_offset(const gguf_file *f); /* absolute offset of the data se
  * buffer for gguf_open_mem): the header is [0, gguf_data_offset()). */
 const uint8_t *gguf_file_bytes(const gguf_file *f);
 
-uint64_t gguf_kv_count(const gguf_file *f);
-const gguf_kv *gguf_kv_at(const gguf_file *f, uint64_t i);
-const gguf_kv *gguf_kv_find(const gguf_file *f, const char *key); /* NULL if absent */
+uint64_t gguf_meta_count(const gguf_file *f);
+const gguf_meta *gguf_meta_at(const gguf_file *f, uint64_t i);
+const gguf_meta *gguf_meta_find(const gguf_file *f, const char *key); /* NULL if absent */
 
 uint64_t gguf_tensor_count(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);

@@ -2,14 +2,14 @@
  *
  * The whole file is checked at open, front to back, by one cursor (parser)
  * that never reads a byte before proving it lies inside the buffer. After a
- * successful open every gguf_kv / gguf_tensor / gguf_value points only into
+ * successful open every gguf_meta / gguf_tensor / gguf_value points only into
  * the buffer or into memory owned by the gguf_file, so accessors need no
  * checks.
  *
  * Invariants after open:
- *   - kvs[0..n_kv) and tensors[0..n_tensors) are in file order;
+ *   - metas[0..n_meta) and tensors[0..n_tensors) are in file order;
  *   - keys and tensor names are non-empty, free of NUL bytes and unique, and
- *     kv_ix / tensor_ix find each of them in O(1);
+ *     meta_ix / tensor_ix find each of them in O(1);
  *   - string arrays have their gguf_str table, nested arrays their value
  *     table, built here (so element i is O(1)); scalar arrays point at their
  *     packed elements; nesting is at most GGUF_MAX_ARRAY_DEPTH;
@@ -74,10 +74,10 @@ struct gguf_file {
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
-    uint64_t n_kv, n_tensors;
-    gguf_kv *kvs;          /* [n_kv] */
+    uint64_t n_meta, n_tensors;
+    gguf_meta *metas;          /* [n_meta] */
     gguf_tensor *tensors;  /* [n_tensors] */
-    name_index kv_ix, tensor_ix;
+    name_index meta_ix, tensor_ix;
     chunk *chunks;
 };
 
@@ -129,7 +129,7 @@ static uint64_t name_hash(const char *s, uint64_t n)
 
 static gguf_str name_at(const gguf_file *f, const name_index *ix, uint64_t i)
 {
-    return ix == &f->kv_ix ? f->kvs[i].key : f->tensors[i].name;
+    return ix == &f->meta_ix ? f->metas[i].key : f->tensors[i].name;
 }
 
 static int index_init(gguf_file *f, name_index *ix, uint64_t n)
@@ -397,7 +397,7 @@ static int parse_value(parser *p, gguf_type t, gguf_value *out)
 
 /* ------------------------------------------------------------- sections */
 
-static int parse_header(parser *p, uint64_t *n_tensors, uint64_t *n_kv)
+static int parse_header(parser *p, uint64_t *n_tensors, uint64_t *n_meta)
 {
     gguf_file *f = p->f;
     if (p->size < 4) return perr(p, 0, "magic: the file has %" PRIu64 " bytes, too short for a GGUF header", p->size);
@@ -415,30 +415,30 @@ static int parse_header(parser *p, uint64_t *n_tensors, uint64_t *n_kv)
                         "little-endian v2 and v3 are supported", v, sw);
         return perr(p, 4, "version: %" PRIu32 " is not supported (only 2 and 3)", v);
     }
-    if ((rc = rd_u64(p, n_tensors, "tensor count")) || (rc = rd_u64(p, n_kv, "kv count"))) return rc;
+    if ((rc = rd_u64(p, n_tensors, "tensor count")) || (rc = rd_u64(p, n_meta, "kv count"))) return rc;
     uint64_t left = p->size - p->pos;
     if (*n_tensors > left / MIN_TENSOR_BYTES)
         return perr(p, 8, "tensor count: %" PRIu64 " tensors cannot fit in the %" PRIu64 " bytes left", *n_tensors,
                     left);
-    if (*n_kv > left / MIN_KV_BYTES)
-        return perr(p, 16, "kv count: %" PRIu64 " pairs cannot fit in the %" PRIu64 " bytes left", *n_kv, left);
+    if (*n_meta > left / MIN_KV_BYTES)
+        return perr(p, 16, "kv count: %" PRIu64 " pairs cannot fit in the %" PRIu64 " bytes left", *n_meta, left);
     return 0;
 }
 
-static int parse_kv(parser *p, uint64_t i)
+static int parse_meta(parser *p, uint64_t i)
 {
     gguf_file *f = p->f;
-    gguf_kv *kv = &f->kvs[i];
+    gguf_meta *kv = &f->metas[i];
     parser_set_ctx(p, "kv", i, NULL);
     kv->file_offset = p->pos;
     int rc = rd_name(p, &kv->key, "key");
     if (rc) return rc;
     parser_set_ctx(p, "kv", i, &kv->key);
-    f->n_kv = i + 1; /* the index reads kvs[0..n_kv) */
-    uint64_t dup = index_add(f, &f->kv_ix, i);
+    f->n_meta = i + 1; /* the index reads metas[0..n_meta) */
+    uint64_t dup = index_add(f, &f->meta_ix, i);
     if (dup != UINT64_MAX)
         return perr(p, kv->file_offset, "key: duplicate of kv[%" PRIu64 "] (offset %" PRIu64 ")", dup,
-                    f->kvs[dup].file_offset);
+                    f->metas[dup].file_offset);
     uint64_t toff = p->pos;
     uint32_t t;
     if ((rc = rd_u32(p, &t, "type"))) return rc;
@@ -450,9 +450,9 @@ static int parse_alignment(parser *p)
 {
     gguf_file *f = p->f;
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    uint64_t i = index_find(f, &f->kv_ix, "general.alignment", strlen("general.alignment"));
+    uint64_t i = index_find(f, &f->meta_ix, "general.alignment", strlen("general.alignment"));
     if (i == UINT64_MAX) return 0;
-    const gguf_kv *kv = &f->kvs[i];
+    const gguf_meta *kv = &f->metas[i];
     parser_set_ctx(p, "kv", i, &kv->key);
     if (kv->value.type != GGUF_TYPE_UINT32)
         return perr(p, kv->file_offset, "value: type %s, general.alignment must be UINT32",
@@ -578,13 +578,13 @@ static int parse_tensors(parser *p, uint64_t n)
 static int parse_file(parser *p)
 {
     gguf_file *f = p->f;
-    uint64_t n_tensors, n_kv;
-    int rc = parse_header(p, &n_tensors, &n_kv);
+    uint64_t n_tensors, n_meta;
+    int rc = parse_header(p, &n_tensors, &n_meta);
     if (rc) return rc;
-    f->kvs = file_alloc(f, n_kv, sizeof *f->kvs);
-    if (!f->kvs || index_init(f, &f->kv_ix, n_kv)) return PL_ENOMEM;
-    for (uint64_t i = 0; i < n_kv; i++)
-        if ((rc = parse_kv(p, i))) return rc;
+    f->metas = file_alloc(f, n_meta, sizeof *f->metas);
+    if (!f->metas || index_init(f, &f->meta_ix, n_meta)) return PL_ENOMEM;
+    for (uint64_t i = 0; i < n_meta; i++)
+        if ((rc = parse_meta(p, i))) return rc;
     if ((rc = parse_alignment(p))) return rc;
     return parse_tensors(p, n_tensors);
 }
@@ -680,21 +680,21 @@ uint32_t gguf_alignment(const gguf_file *f) { return f->alignment; }
 uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
 uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
 const uint8_t *gguf_file_bytes(const gguf_file *f) { return f->base; }
-uint64_t gguf_kv_count(const gguf_file *f) { return f->n_kv; }
+uint64_t gguf_meta_count(const gguf_file *f) { return f->n_meta; }
 uint64_t gguf_tensor_count(const gguf_file *f) { return f->n_tensors; }
 
-const gguf_kv *gguf_kv_at(const gguf_file *f, uint64_t i) { return i < f->n_kv ? &f->kvs[i] : NULL; }
+const gguf_meta *gguf_meta_at(const gguf_file *f, uint64_t i) { return i < f->n_meta ? &f->metas[i] : NULL; }
 
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i)
 {
     return i < f->n_tensors ? &f->tensors[i] : NULL;
 }
 
-const gguf_kv *gguf_kv_find(const gguf_file *f, const char *key)
+const gguf_meta *gguf_meta_find(const gguf_file *f, const char *key)
 {
     if (!key) return NULL;
-    uint64_t i = index_find(f, &f->kv_ix, key, strlen(key));
-    return i == UINT64_MAX ? NULL : &f->kvs[i];
+    uint64_t i = index_find(f, &f->meta_ix, key, strlen(key));
+    return i == UINT64_MAX ? NULL : &f->metas[i];
 }
 
 const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name)

@@ -38,15 +38,15 @@ bool gguf_str_eq(gguf_str s, const char *c)
 
 /* ------------------------------------------------------------- lookups */
 
-static int kv_get(const gguf_file *f, const char *key, const gguf_kv **out)
+static int meta_get(const gguf_file *f, const char *key, const gguf_meta **out)
 {
-    const gguf_kv *kv = gguf_kv_find(f, key);
+    const gguf_meta *kv = gguf_meta_find(f, key);
     if (!kv) return err_set(PL_ENOTFOUND, "%s: key '%s' not found", gguf_path(f), key ? key : "(null)");
     *out = kv;
     return 0;
 }
 
-static int kv_bad(const gguf_file *f, const gguf_kv *kv, const char *key, const char *why)
+static int meta_bad(const gguf_file *f, const gguf_meta *kv, const char *key, const char *why)
 {
     return err_set(PL_EFORMAT, "%s: offset %" PRIu64 ": key '%s': type %s, %s", gguf_path(f), kv->file_offset, key,
                    gguf_type_name(kv->value.type), why);
@@ -64,11 +64,11 @@ static bool type_signed(gguf_type t)
 
 /* An integer value of key within [lo, hi] (lo <= 0 <= hi); hi as u64 so
  * that u64 keys work. Signed values go through *is, unsigned through *us. */
-static int kv_int(const gguf_file *f, const char *key, int64_t lo, uint64_t hi, int64_t *is, uint64_t *us,
+static int meta_int(const gguf_file *f, const char *key, int64_t lo, uint64_t hi, int64_t *is, uint64_t *us,
                   const char *want)
 {
-    const gguf_kv *kv = NULL;
-    int rc = kv_get(f, key, &kv);
+    const gguf_meta *kv = NULL;
+    int rc = meta_get(f, key, &kv);
     if (rc) return rc;
     gguf_type t = kv->value.type;
     char why[96];
@@ -80,7 +80,7 @@ static int kv_int(const gguf_file *f, const char *key, int64_t lo, uint64_t hi, 
             return 0;
         }
         snprintf(why, sizeof why, "value %" PRIu64 " does not fit in %s", v, want);
-        return kv_bad(f, kv, key, why);
+        return meta_bad(f, kv, key, why);
     }
     if (type_signed(t)) {
         int64_t v = kv->value.v.i64;
@@ -90,17 +90,17 @@ static int kv_int(const gguf_file *f, const char *key, int64_t lo, uint64_t hi, 
             return 0;
         }
         snprintf(why, sizeof why, "value %" PRId64 " does not fit in %s", v, want);
-        return kv_bad(f, kv, key, why);
+        return meta_bad(f, kv, key, why);
     }
     snprintf(why, sizeof why, "expected an integer (%s)", want);
-    return kv_bad(f, kv, key, why);
+    return meta_bad(f, kv, key, why);
 }
 
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out)
 {
     int64_t s;
     uint64_t u;
-    int rc = kv_int(f, key, 0, UINT32_MAX, &s, &u, "u32");
+    int rc = meta_int(f, key, 0, UINT32_MAX, &s, &u, "u32");
     if (!rc) *out = (uint32_t)u;
     return rc;
 }
@@ -109,7 +109,7 @@ int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out)
 {
     int64_t s;
     uint64_t u;
-    int rc = kv_int(f, key, 0, UINT64_MAX, &s, &u, "u64");
+    int rc = meta_int(f, key, 0, UINT64_MAX, &s, &u, "u64");
     if (!rc) *out = u;
     return rc;
 }
@@ -118,55 +118,55 @@ int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out)
 {
     int64_t s;
     uint64_t u;
-    int rc = kv_int(f, key, INT32_MIN, INT32_MAX, &s, &u, "i32");
+    int rc = meta_int(f, key, INT32_MIN, INT32_MAX, &s, &u, "i32");
     if (!rc) *out = (int32_t)s;
     return rc;
 }
 
 int gguf_get_f32(const gguf_file *f, const char *key, float *out)
 {
-    const gguf_kv *kv = NULL;
-    int rc = kv_get(f, key, &kv);
+    const gguf_meta *kv = NULL;
+    int rc = meta_get(f, key, &kv);
     if (rc) return rc;
     if (kv->value.type != GGUF_TYPE_FLOAT32 && kv->value.type != GGUF_TYPE_FLOAT64)
-        return kv_bad(f, kv, key, "expected FLOAT32 or FLOAT64");
+        return meta_bad(f, kv, key, "expected FLOAT32 or FLOAT64");
     double d = kv->value.v.f64;
-    if (isfinite(d) && !isfinite((float)d)) return kv_bad(f, kv, key, "value does not fit in f32");
+    if (isfinite(d) && !isfinite((float)d)) return meta_bad(f, kv, key, "value does not fit in f32");
     *out = (float)d;
     return 0;
 }
 
 int gguf_get_bool(const gguf_file *f, const char *key, bool *out)
 {
-    const gguf_kv *kv = NULL;
-    int rc = kv_get(f, key, &kv);
+    const gguf_meta *kv = NULL;
+    int rc = meta_get(f, key, &kv);
     if (rc) return rc;
-    if (kv->value.type != GGUF_TYPE_BOOL) return kv_bad(f, kv, key, "expected BOOL");
+    if (kv->value.type != GGUF_TYPE_BOOL) return meta_bad(f, kv, key, "expected BOOL");
     *out = kv->value.v.u64 != 0;
     return 0;
 }
 
 int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out)
 {
-    const gguf_kv *kv = NULL;
-    int rc = kv_get(f, key, &kv);
+    const gguf_meta *kv = NULL;
+    int rc = meta_get(f, key, &kv);
     if (rc) return rc;
-    if (kv->value.type != GGUF_TYPE_STRING) return kv_bad(f, kv, key, "expected STRING");
+    if (kv->value.type != GGUF_TYPE_STRING) return meta_bad(f, kv, key, "expected STRING");
     *out = kv->value.v.str;
     return 0;
 }
 
 int gguf_get_arr(const gguf_file *f, const char *key, gguf_type elem_type, const gguf_value **out)
 {
-    const gguf_kv *kv = NULL;
-    int rc = kv_get(f, key, &kv);
+    const gguf_meta *kv = NULL;
+    int rc = meta_get(f, key, &kv);
     if (rc) return rc;
-    if (kv->value.type != GGUF_TYPE_ARRAY) return kv_bad(f, kv, key, "expected ARRAY");
+    if (kv->value.type != GGUF_TYPE_ARRAY) return meta_bad(f, kv, key, "expected ARRAY");
     if (elem_type != GGUF_TYPE_COUNT && kv->value.v.arr.elem != elem_type) {
         char why[96];
         snprintf(why, sizeof why, "array of %s, expected an array of %s", gguf_type_name(kv->value.v.arr.elem),
                  gguf_type_name(elem_type));
-        return kv_bad(f, kv, key, why);
+        return meta_bad(f, kv, key, why);
     }
     *out = &kv->value;
     return 0;

@@ -6,7 +6,7 @@
  * reused buffer: memory stays bounded by the largest such tensor).
  *
  * Invariants:
- *   - kvs[] is in insertion order; keys are unique (setting again replaces
+ *   - metas[] is in insertion order; keys are unique (setting again replaces
  *     the value in place); every stored value is valid (types known, scalar
  *     values within their type's range, nesting <= GGUF_MAX_ARRAY_DEPTH);
  *   - tensors[] is in declaration order, names unique and < 64 bytes (ggml's
@@ -15,7 +15,7 @@
  *     strs (one block: the gguf_str table followed by all the bytes), nested
  *     array vals (each element owning its own).
  *
- * Output, as ggml writes it: header | kvs | tensor infos | zero pad to the
+ * Output, as ggml writes it: header | metas | tensor infos | zero pad to the
  * alignment | each tensor's data followed by zero pad to the alignment (the
  * last one too). A file without tensors ends right after the metadata. The file is written under a temporary name in the same
  * directory and renamed into place only when complete.
@@ -39,7 +39,7 @@
 typedef struct {
     char *key;
     gguf_value val;
-} wkv;
+} wmeta;
 
 typedef struct {
     char *name;
@@ -51,8 +51,8 @@ typedef struct {
 } wtensor;
 
 struct gguf_writer {
-    wkv *kvs;          /* [n_kv], capacity cap_kv */
-    uint64_t n_kv, cap_kv;
+    wmeta *metas;          /* [n_meta], capacity cap_meta */
+    uint64_t n_meta, cap_meta;
     wtensor *ts;       /* [n_ts], capacity cap_ts */
     uint64_t n_ts, cap_ts;
 };
@@ -203,12 +203,12 @@ gguf_writer *gguf_writer_new(void)
 void gguf_writer_free(gguf_writer *w)
 {
     if (!w) return;
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        free(w->kvs[i].key);
-        value_free(&w->kvs[i].val);
+    for (uint64_t i = 0; i < w->n_meta; i++) {
+        free(w->metas[i].key);
+        value_free(&w->metas[i].val);
     }
     for (uint64_t i = 0; i < w->n_ts; i++) free(w->ts[i].name);
-    free(w->kvs);
+    free(w->metas);
     free(w->ts);
     free(w);
 }
@@ -226,25 +226,25 @@ static int grow(void **arr, uint64_t *cap, uint64_t n, size_t elem)
 }
 
 /* Stores the owned value v under key (taking it over; freed on failure). */
-static int kv_put(gguf_writer *w, const char *key, gguf_value *v)
+static int meta_put(gguf_writer *w, const char *key, gguf_value *v)
 {
     int rc = 0;
     if (!w || !key || !key[0]) rc = err_set(PL_EINVAL, "gguf writer: NULL writer or empty key");
-    for (uint64_t i = 0; !rc && i < w->n_kv; i++)
-        if (strcmp(w->kvs[i].key, key) == 0) {
-            value_free(&w->kvs[i].val);
-            w->kvs[i].val = *v;
+    for (uint64_t i = 0; !rc && i < w->n_meta; i++)
+        if (strcmp(w->metas[i].key, key) == 0) {
+            value_free(&w->metas[i].val);
+            w->metas[i].val = *v;
             return 0;
         }
     char *k = rc ? NULL : strdup(key);
     if (!rc && !k) rc = err_set(PL_ENOMEM, "gguf writer: out of memory");
-    if (!rc) rc = grow((void **)&w->kvs, &w->cap_kv, w->n_kv, sizeof *w->kvs);
+    if (!rc) rc = grow((void **)&w->metas, &w->cap_meta, w->n_meta, sizeof *w->metas);
     if (rc) {
         free(k);
         value_free(v);
         return err_prefix(rc, "key '%s'", key ? key : "(null)");
     }
-    w->kvs[w->n_kv++] = (wkv){k, *v};
+    w->metas[w->n_meta++] = (wmeta){k, *v};
     return 0;
 }
 
@@ -254,7 +254,7 @@ static int set_scalar(gguf_writer *w, const char *key, gguf_type t, uint64_t u, 
     if (t == GGUF_TYPE_INT32) v.v.i64 = i;
     else if (t == GGUF_TYPE_FLOAT32) v.v.f64 = d;
     else v.v.u64 = u;
-    return kv_put(w, key, &v);
+    return meta_put(w, key, &v);
 }
 
 int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) { return set_scalar(w, key, GGUF_TYPE_UINT32, v, 0, 0); }
@@ -268,7 +268,7 @@ int gguf_writer_set_str(gguf_writer *w, const char *key, const char *s)
     gguf_value v = {.type = GGUF_TYPE_STRING};
     if (!s) return err_set(PL_EINVAL, "gguf writer: key '%s': NULL string", key ? key : "(null)");
     int rc = str_dup(&v.v.str, s, strlen(s));
-    return rc ? rc : kv_put(w, key, &v);
+    return rc ? rc : meta_put(w, key, &v);
 }
 
 int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem, const void *data, uint64_t n)
@@ -278,14 +278,14 @@ int gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem, const v
                        "set_value)", key ? key : "(null)", gguf_type_name(elem));
     gguf_value v = {.type = GGUF_TYPE_ARRAY, .v.arr = {.elem = elem, .n = n}};
     int rc = scalars_dup(&v, elem, data, n);
-    return rc ? rc : kv_put(w, key, &v);
+    return rc ? rc : meta_put(w, key, &v);
 }
 
 int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const gguf_str *strs, uint64_t n)
 {
     gguf_value v = {.type = GGUF_TYPE_ARRAY, .v.arr = {.elem = GGUF_TYPE_STRING, .n = n}};
     int rc = strs_dup(&v, strs, n);
-    return rc ? rc : kv_put(w, key, &v);
+    return rc ? rc : meta_put(w, key, &v);
 }
 
 int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *src)
@@ -297,7 +297,7 @@ int gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *src
         value_free(&v);
         return err_prefix(rc, "key '%s'", key ? key : "(null)");
     }
-    return kv_put(w, key, &v);
+    return meta_put(w, key, &v);
 }
 
 /* ------------------------------------------------------------- tensors */
@@ -428,10 +428,10 @@ static void put_meta(out_file *o, const gguf_writer *w)
     put(o, "GGUF", 4);
     put_u32(o, 3);
     put_u64(o, w->n_ts);
-    put_u64(o, w->n_kv);
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        put_str(o, w->kvs[i].key, strlen(w->kvs[i].key));
-        put_value(o, &w->kvs[i].val);
+    put_u64(o, w->n_meta);
+    for (uint64_t i = 0; i < w->n_meta; i++) {
+        put_str(o, w->metas[i].key, strlen(w->metas[i].key));
+        put_value(o, &w->metas[i].val);
     }
     for (uint64_t i = 0; i < w->n_ts; i++) {
         const wtensor *t = &w->ts[i];
@@ -449,9 +449,9 @@ static int writer_layout(gguf_writer *w, const char *path, bool have_fill, uint3
 {
     *align = GGUF_DEFAULT_ALIGNMENT;
     *fill_max = 0;
-    for (uint64_t i = 0; i < w->n_kv; i++) {
-        if (strcmp(w->kvs[i].key, "general.alignment") != 0) continue;
-        const gguf_value *v = &w->kvs[i].val;
+    for (uint64_t i = 0; i < w->n_meta; i++) {
+        if (strcmp(w->metas[i].key, "general.alignment") != 0) continue;
+        const gguf_value *v = &w->metas[i].val;
         if (v->type != GGUF_TYPE_UINT32 || v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)))
             return err_set(PL_EINVAL, "%s: general.alignment must be a UINT32 nonzero power of two", path);
         *align = (uint32_t)v->v.u64;

@@ -1,12 +1,12 @@
 /* kv_check.c - accounting (kv_stats_get) and the invariant walker
- * (kv_check); see kv_seq.h.
+ * (kv_check); see kv_check.h.
  *
  * Both use pool->scratch (one uint32_t per block, allocated with the pool)
  * so that they can run at any moment without allocating. kv_check packs two
  * things into it: KV_SEEN (the block was met on a list) and, in the low
  * bits, how many table entries name the block.
  */
-#include "kv/kv_seq.h"
+#include "kv/kv_check.h"
 
 #include "base/err.h"
 #include "base/mem.h"

@@ -32,7 +32,7 @@
  *           is evicted only when the free list is empty.
  * Both lists are doubly linked through the block metadata, so that a block
  * leaves the middle of a list in O(1) (prefix-cache revive, static runs).
- * kv_check() (kv_seq.h) walks all of this.
+ * kv_check() (kv_check.h) walks all of this.
  */
 #ifndef PL_KV_POOL_H
 #define PL_KV_POOL_H

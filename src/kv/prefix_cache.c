@@ -1,5 +1,5 @@
 /* prefix_cache.c - keys, the two index tables, lookup with a token-granular
- * tail, registering, eviction callback, pc_check; see prefix_cache.h.
+ * tail, registering, eviction callback, prefix_check; see prefix_cache.h.
  *
  * Both tables use linear probing from a home slot and backward-shift
  * deletion: removing slot i pulls later entries of the same probe run back
@@ -22,11 +22,11 @@
 #include <string.h>
 #include <xxhash.h>
 
-const uint64_t PC_ROOT[2] = {0, 0};
+const uint64_t PREFIX_ROOT[2] = {0, 0};
 
 /* ------------------------------------------------------------- hashing */
 
-static void pc_xxh3(uint64_t out[2], const void *data, size_t len)
+static void prefix_xxh3(uint64_t out[2], const void *data, size_t len)
 {
     XXH128_hash_t h = XXH3_128bits(data, len);
     out[0] = h.low64;
@@ -35,13 +35,13 @@ static void pc_xxh3(uint64_t out[2], const void *data, size_t len)
 
 /* Little-endian on every host, so that keys could later be shared through
  * a disk or Redis tier between machines. */
-static uint8_t *pc_put_u64(uint8_t *p, uint64_t v)
+static uint8_t *prefix_put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
     return p + 8;
 }
 
-static uint8_t *pc_put_u32(uint8_t *p, uint32_t v)
+static uint8_t *prefix_put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
     return p + 4;
@@ -49,37 +49,37 @@ static uint8_t *pc_put_u32(uint8_t *p, uint32_t v)
 
 /* key = hash(salt | parent | tok[0, T)). Uses pc->hbuf (hence no const
  * data, only a const handle: one thread owns the cache). */
-static void pc_key(const prefix_cache *pc, const uint64_t parent[2], const int32_t *tok, uint64_t key[2])
+static void prefix_key(const prefix_cache *pc, const uint64_t parent[2], const int32_t *tok, uint64_t key[2])
 {
     uint8_t *p = pc->hbuf;
-    p = pc_put_u64(p, pc->salt[0]);
-    p = pc_put_u64(p, pc->salt[1]);
-    p = pc_put_u64(p, parent[0]);
-    p = pc_put_u64(p, parent[1]);
-    for (uint32_t i = 0; i < pc->block_size; i++) p = pc_put_u32(p, (uint32_t)tok[i]);
+    p = prefix_put_u64(p, pc->salt[0]);
+    p = prefix_put_u64(p, pc->salt[1]);
+    p = prefix_put_u64(p, parent[0]);
+    p = prefix_put_u64(p, parent[1]);
+    for (uint32_t i = 0; i < pc->block_size; i++) p = prefix_put_u32(p, (uint32_t)tok[i]);
     pc->hash(key, pc->hbuf, (size_t)(p - pc->hbuf));
 }
 
-void pc_salt_make(uint64_t salt[2], const uint64_t model_fp[2], const kv_shape *s)
+void prefix_salt_make(uint64_t salt[2], const uint64_t model_fp[2], const kv_shape *s)
 {
     uint8_t buf[8 + 16 + 5 * 4], *p = buf;
     memcpy(p, "pagellm1", 8); /* bump if the key's byte layout changes */
-    p = pc_put_u64(p + 8, model_fp[0]);
-    p = pc_put_u64(p, model_fp[1]);
-    p = pc_put_u32(p, s->n_layers);
-    p = pc_put_u32(p, s->n_kv_heads);
-    p = pc_put_u32(p, s->head_dim);
-    p = pc_put_u32(p, s->block_size);
-    p = pc_put_u32(p, (uint32_t)s->dtype);
-    pc_xxh3(salt, buf, (size_t)(p - buf));
+    p = prefix_put_u64(p + 8, model_fp[0]);
+    p = prefix_put_u64(p, model_fp[1]);
+    p = prefix_put_u32(p, s->n_layers);
+    p = prefix_put_u32(p, s->n_kv_heads);
+    p = prefix_put_u32(p, s->head_dim);
+    p = prefix_put_u32(p, s->block_size);
+    p = prefix_put_u32(p, (uint32_t)s->dtype);
+    prefix_xxh3(salt, buf, (size_t)(p - buf));
 }
 
 /* --------------------------------------------------------------- tables */
 
-static bool pc_eq(const uint64_t a[2], const uint64_t b[2]) { return a[0] == b[0] && a[1] == b[1]; }
+static bool prefix_eq(const uint64_t a[2], const uint64_t b[2]) { return a[0] == b[0] && a[1] == b[1]; }
 
 /* A finalizer, so that the home slot is spread even under a weak test hash. */
-static uint64_t pc_mix(uint64_t x)
+static uint64_t prefix_mix(uint64_t x)
 {
     x ^= x >> 33;
     x *= UINT64_C(0xff51afd7ed558ccd);
@@ -88,32 +88,32 @@ static uint64_t pc_mix(uint64_t x)
     return x ^ (x >> 33);
 }
 
-static const int32_t *pc_tok(const prefix_cache *pc, uint32_t b) { return pc->tok + (size_t)b * pc->block_size; }
+static const int32_t *prefix_tok(const prefix_cache *pc, uint32_t b) { return pc->tok + (size_t)b * pc->block_size; }
 
-static uint32_t pc_key_home(const prefix_cache *pc, const uint64_t key[2])
+static uint32_t prefix_key_home(const prefix_cache *pc, const uint64_t key[2])
 {
-    return (uint32_t)pc_mix(key[0] ^ pc_mix(key[1])) & pc->keys_mask;
+    return (uint32_t)prefix_mix(key[0] ^ prefix_mix(key[1])) & pc->keys_mask;
 }
 
-static uint32_t pc_kid_home(const prefix_cache *pc, const uint64_t parent[2], int32_t first)
+static uint32_t prefix_kid_home(const prefix_cache *pc, const uint64_t parent[2], int32_t first)
 {
-    return (uint32_t)pc_mix(parent[0] ^ pc_mix(parent[1] ^ (uint32_t)first)) & pc->keys_mask;
+    return (uint32_t)prefix_mix(parent[0] ^ prefix_mix(parent[1] ^ (uint32_t)first)) & pc->keys_mask;
 }
 
 /* Home slot of the entry naming block b in table t (keys or kids). */
-static uint32_t pc_entry_home(const prefix_cache *pc, const int32_t *t, uint32_t b)
+static uint32_t prefix_entry_home(const prefix_cache *pc, const int32_t *t, uint32_t b)
 {
-    if (t == pc->keys) return pc_key_home(pc, pc->pool->blocks[b].hash);
-    return pc_kid_home(pc, pc->parent[b], pc_tok(pc, b)[0]);
+    if (t == pc->keys) return prefix_key_home(pc, pc->pool->blocks[b].hash);
+    return prefix_kid_home(pc, pc->parent[b], prefix_tok(pc, b)[0]);
 }
 
 /* The slot holding key, or the empty slot where it would go; *b = the
  * block there or KV_NONE. */
-static uint32_t pc_keys_find(const prefix_cache *pc, const uint64_t key[2], int32_t *b)
+static uint32_t prefix_keys_find(const prefix_cache *pc, const uint64_t key[2], int32_t *b)
 {
-    for (uint32_t i = pc_key_home(pc, key);; i = (i + 1) & pc->keys_mask) {
+    for (uint32_t i = prefix_key_home(pc, key);; i = (i + 1) & pc->keys_mask) {
         int32_t e = pc->keys[i];
-        if (e == KV_NONE || pc_eq(pc->pool->blocks[e].hash, key)) {
+        if (e == KV_NONE || prefix_eq(pc->pool->blocks[e].hash, key)) {
             *b = e;
             return i;
         }
@@ -122,11 +122,11 @@ static uint32_t pc_keys_find(const prefix_cache *pc, const uint64_t key[2], int3
 
 /* The slot of the kids list (parent, first), or the empty slot where it
  * would go; *head = its first block or KV_NONE. */
-static uint32_t pc_kids_find(const prefix_cache *pc, const uint64_t parent[2], int32_t first, int32_t *head)
+static uint32_t prefix_kids_find(const prefix_cache *pc, const uint64_t parent[2], int32_t first, int32_t *head)
 {
-    for (uint32_t i = pc_kid_home(pc, parent, first);; i = (i + 1) & pc->keys_mask) {
+    for (uint32_t i = prefix_kid_home(pc, parent, first);; i = (i + 1) & pc->keys_mask) {
         int32_t e = pc->kids[i];
-        if (e == KV_NONE || (pc_eq(pc->parent[e], parent) && pc_tok(pc, (uint32_t)e)[0] == first)) {
+        if (e == KV_NONE || (prefix_eq(pc->parent[e], parent) && prefix_tok(pc, (uint32_t)e)[0] == first)) {
             *head = e;
             return i;
         }
@@ -134,11 +134,11 @@ static uint32_t pc_kids_find(const prefix_cache *pc, const uint64_t parent[2], i
 }
 
 /* Empties slot i of table t (backward-shift deletion, see the top). */
-static void pc_slot_remove(prefix_cache *pc, int32_t *t, uint32_t i)
+static void prefix_slot_remove(prefix_cache *pc, int32_t *t, uint32_t i)
 {
     const uint32_t mask = pc->keys_mask;
     for (uint32_t j = (i + 1) & mask; t[j] != KV_NONE; j = (j + 1) & mask) {
-        uint32_t home = pc_entry_home(pc, t, (uint32_t)t[j]);
+        uint32_t home = prefix_entry_home(pc, t, (uint32_t)t[j]);
         /* t[j] may fill the hole iff the hole lies on its path home .. j. */
         if (((j - home) & mask) >= ((j - i) & mask)) {
             t[i] = t[j];
@@ -151,17 +151,17 @@ static void pc_slot_remove(prefix_cache *pc, int32_t *t, uint32_t i)
 /* ----------------------------------------------------------- kids lists */
 
 /* Puts keyed block b at the head of its (parent, first token) list. */
-static void pc_kid_add(prefix_cache *pc, uint32_t b)
+static void prefix_kid_add(prefix_cache *pc, uint32_t b)
 {
     int32_t head;
-    uint32_t i = pc_kids_find(pc, pc->parent[b], pc_tok(pc, b)[0], &head);
+    uint32_t i = prefix_kids_find(pc, pc->parent[b], prefix_tok(pc, b)[0], &head);
     pc->sib_prev[b] = KV_NONE;
     pc->sib_next[b] = head;
     if (head != KV_NONE) pc->sib_prev[head] = (int32_t)b;
     pc->kids[i] = (int32_t)b; /* a new entry, or the list's new head */
 }
 
-static void pc_kid_remove(prefix_cache *pc, uint32_t b)
+static void prefix_kid_remove(prefix_cache *pc, uint32_t b)
 {
     int32_t prev = pc->sib_prev[b], next = pc->sib_next[b];
     if (next != KV_NONE) pc->sib_prev[next] = prev;
@@ -169,10 +169,10 @@ static void pc_kid_remove(prefix_cache *pc, uint32_t b)
         pc->sib_next[prev] = next;
     } else { /* b heads the list: its entry moves to next, or goes */
         int32_t head;
-        uint32_t i = pc_kids_find(pc, pc->parent[b], pc_tok(pc, b)[0], &head);
+        uint32_t i = prefix_kids_find(pc, pc->parent[b], prefix_tok(pc, b)[0], &head);
         assert(head == (int32_t)b);
         if (next != KV_NONE) pc->kids[i] = next;
-        else pc_slot_remove(pc, pc->kids, i);
+        else prefix_slot_remove(pc, pc->kids, i);
     }
     pc->sib_prev[b] = pc->sib_next[b] = KV_NONE;
 }
@@ -181,7 +181,7 @@ static void pc_kid_remove(prefix_cache *pc, uint32_t b)
 
 /* Keys USED block b (key absent, its empty slot given): tokens and parent
  * stored, pool key set, both tables updated. */
-static void pc_block_key(prefix_cache *pc, uint32_t b, uint32_t slot, const uint64_t key[2],
+static void prefix_block_key(prefix_cache *pc, uint32_t b, uint32_t slot, const uint64_t key[2],
                          const uint64_t parent[2], const int32_t *tok)
 {
     assert(pc->keys[slot] == KV_NONE && !(pc->pool->blocks[b].flags & KV_BLOCK_HASHED));
@@ -191,21 +191,21 @@ static void pc_block_key(prefix_cache *pc, uint32_t b, uint32_t slot, const uint
     /* No parent block id: the cache links by parent key (prefix_cache.h). */
     kv_pool_set_hash(pc->pool, b, key, KV_NONE);
     pc->keys[slot] = (int32_t)b;
-    pc_kid_add(pc, b);
+    prefix_kid_add(pc, b);
     pc->st.registered++;
     pc->st.cached_blocks++;
 }
 
 /* The pool's callback: block b is about to lose key hash (still set). */
-static void pc_on_evict(void *user, uint32_t b, const uint64_t hash[2])
+static void prefix_on_evict(void *user, uint32_t b, const uint64_t hash[2])
 {
     prefix_cache *pc = user;
     int32_t e;
-    uint32_t i = pc_keys_find(pc, hash, &e);
+    uint32_t i = prefix_keys_find(pc, hash, &e);
     assert(e == (int32_t)b); /* every pool key is in the table */
     if (e != (int32_t)b) return;
-    pc_slot_remove(pc, pc->keys, i);
-    pc_kid_remove(pc, b);
+    prefix_slot_remove(pc, pc->keys, i);
+    prefix_kid_remove(pc, b);
     /* kv_pool_alloc calls back while the block is still marked CACHED;
      * kv_seq_prepare_write on a USED private block. */
     if (pc->pool->blocks[b].state == KV_BLOCK_CACHED) pc->st.evictions++;
@@ -216,7 +216,7 @@ static void pc_on_evict(void *user, uint32_t b, const uint64_t hash[2])
 
 /* ------------------------------------------------------------ life cycle */
 
-static void pc_arrays_free(prefix_cache *c)
+static void prefix_arrays_free(prefix_cache *c)
 {
     mem_free(c->keys);
     mem_free(c->kids);
@@ -228,7 +228,7 @@ static void pc_arrays_free(prefix_cache *c)
     mem_free(c->mark);
 }
 
-static int pc_arrays_make(prefix_cache *c, uint32_t n, uint32_t t)
+static int prefix_arrays_make(prefix_cache *c, uint32_t n, uint32_t t)
 {
     uint64_t slots = 16, ntok;
     while (slots < 2 * (uint64_t)n) slots <<= 1;
@@ -244,7 +244,7 @@ static int pc_arrays_make(prefix_cache *c, uint32_t n, uint32_t t)
     c->hbuf = mem_calloc(32 + 4 * (size_t)t, 1);
     c->mark = mem_calloc(n, 1);
     if (!c->keys || !c->kids || !c->tok || !c->parent || !c->sib_prev || !c->sib_next || !c->hbuf || !c->mark) {
-        pc_arrays_free(c);
+        prefix_arrays_free(c);
         return err_prefix(PL_ENOMEM, "prefix cache index for %u blocks", n);
     }
     /* All bits set is KV_NONE (-1) in every slot and link. */
@@ -255,57 +255,57 @@ static int pc_arrays_make(prefix_cache *c, uint32_t n, uint32_t t)
     return 0;
 }
 
-int pc_init(prefix_cache *pc, kv_pool *pool, const uint64_t model_fp[2])
+int prefix_init(prefix_cache *pc, kv_pool *pool, const uint64_t model_fp[2])
 {
     if (pool->on_evict) return err_set(PL_EINVAL, "prefix cache: the KV pool already has an evict callback");
     for (uint32_t b = 0; b < pool->n_blocks; b++)
         if (pool->blocks[b].flags & KV_BLOCK_HASHED)
             return err_set(PL_EINVAL, "prefix cache: KV pool block %u is already keyed", b);
     const kv_shape *s = &pool->g.s;
-    prefix_cache c = {.pool = pool, .block_size = s->block_size, .hash = pc_xxh3};
-    int rc = pc_arrays_make(&c, pool->n_blocks, s->block_size);
+    prefix_cache c = {.pool = pool, .block_size = s->block_size, .hash = prefix_xxh3};
+    int rc = prefix_arrays_make(&c, pool->n_blocks, s->block_size);
     if (rc) return rc;
-    pc_salt_make(c.salt, model_fp, s);
+    prefix_salt_make(c.salt, model_fp, s);
     /* A tail copy keeps m tokens of a block: only if a token's elements are
      * separable (rows, or f16 columns; not KIVI's per-channel quantization). */
     const kv_dtype_traits *tr = kv_dtype_get(s->dtype);
     c.partial_ok = tr->fill_dtype == s->dtype && tr->plane[KV_PLANE_K].layout != KV_LAYOUT_CHANNELS &&
                    tr->plane[KV_PLANE_V].layout != KV_LAYOUT_CHANNELS;
     *pc = c;
-    kv_pool_set_evict(pool, pc_on_evict, pc); /* pc must not move from now on */
+    kv_pool_set_evict(pool, prefix_on_evict, pc); /* pc must not move from now on */
     return 0;
 }
 
-void pc_free(prefix_cache *pc)
+void prefix_free(prefix_cache *pc)
 {
     if (!pc || !pc->pool) return;
     if (pc->pool->evict_user == pc) kv_pool_set_evict(pc->pool, NULL, NULL);
-    pc_arrays_free(pc);
+    prefix_arrays_free(pc);
     memset(pc, 0, sizeof *pc);
 }
 
-void pc_cursor_init(pc_cursor *cur) { *cur = (pc_cursor){0, {PC_ROOT[0], PC_ROOT[1]}}; }
+void prefix_cursor_init(prefix_cursor *cur) { *cur = (prefix_cursor){0, {PREFIX_ROOT[0], PREFIX_ROOT[1]}}; }
 
-void pc_cursor_truncate(const prefix_cache *pc, pc_cursor *cur, uint32_t n_tokens)
+void prefix_cursor_truncate(const prefix_cache *pc, prefix_cursor *cur, uint32_t n_tokens)
 {
-    if (cur->n_blocks > n_tokens / pc->block_size) pc_cursor_init(cur);
+    if (cur->n_blocks > n_tokens / pc->block_size) prefix_cursor_init(cur);
 }
 
-void pc_stats_get(const prefix_cache *pc, pc_stats *out) { *out = pc->st; }
+void prefix_stats_get(const prefix_cache *pc, prefix_stats *out) { *out = pc->st; }
 
 /* --------------------------------------------------------------- lookup */
 
 /* The verified block that follows parent with tokens tok[0, T), or
  * KV_NONE; key = its key. A key found with other tokens or another parent
  * is a collision: *collision is set and it is a miss. */
-static int32_t pc_find_verified(const prefix_cache *pc, const uint64_t parent[2], const int32_t *tok,
+static int32_t prefix_find_verified(const prefix_cache *pc, const uint64_t parent[2], const int32_t *tok,
                                 uint64_t key[2], bool *collision)
 {
     int32_t b;
-    pc_key(pc, parent, tok, key);
-    pc_keys_find(pc, key, &b);
+    prefix_key(pc, parent, tok, key);
+    prefix_keys_find(pc, key, &b);
     if (b == KV_NONE) return KV_NONE;
-    if (!pc_eq(pc->parent[b], parent) || memcmp(pc_tok(pc, (uint32_t)b), tok, pc->block_size * sizeof *tok)) {
+    if (!prefix_eq(pc->parent[b], parent) || memcmp(prefix_tok(pc, (uint32_t)b), tok, pc->block_size * sizeof *tok)) {
         *collision = true;
         return KV_NONE;
     }
@@ -313,17 +313,17 @@ static int32_t pc_find_verified(const prefix_cache *pc, const uint64_t parent[2]
 }
 
 /* Full blocks of tokens[0, limit) found along the chain; h = the last
- * one's key (PC_ROOT if none). With seq, each is pushed onto it. */
-static uint32_t pc_walk(const prefix_cache *pc, const int32_t *tokens, uint32_t limit, kv_seq *seq,
+ * one's key (PREFIX_ROOT if none). With seq, each is pushed onto it. */
+static uint32_t prefix_walk(const prefix_cache *pc, const int32_t *tokens, uint32_t limit, kv_seq *seq,
                         uint64_t h[2], bool *collision)
 {
     const uint32_t t = pc->block_size;
     uint32_t k = 0;
-    h[0] = PC_ROOT[0];
-    h[1] = PC_ROOT[1];
+    h[0] = PREFIX_ROOT[0];
+    h[1] = PREFIX_ROOT[1];
     while ((uint64_t)(k + 1) * t <= limit) {
         uint64_t key[2];
-        int32_t b = pc_find_verified(pc, h, tokens + (size_t)k * t, key, collision);
+        int32_t b = prefix_find_verified(pc, h, tokens + (size_t)k * t, key, collision);
         if (b == KV_NONE) break;
         if (seq) {
             int rc = kv_seq_push_block(seq, (uint32_t)b); /* the caller checked mode, boundary, max_ctx */
@@ -340,15 +340,15 @@ static uint32_t pc_walk(const prefix_cache *pc, const int32_t *tokens, uint32_t 
 /* Among the keyed children of parent starting with tok[0], the one sharing
  * the longest prefix with tok[0, rem): *m tokens (0 if none). Ties go to
  * the newest (list head first). */
-static int32_t pc_best_kid(const prefix_cache *pc, const uint64_t parent[2], const int32_t *tok, uint32_t rem,
+static int32_t prefix_best_kid(const prefix_cache *pc, const uint64_t parent[2], const int32_t *tok, uint32_t rem,
                            uint32_t *m)
 {
     int32_t head, best = KV_NONE;
     uint32_t best_m = 0, seen = 0;
-    pc_kids_find(pc, parent, tok[0], &head);
-    for (int32_t b = head; b != KV_NONE && seen < PC_PARTIAL_SCAN_MAX && best_m < rem;
+    prefix_kids_find(pc, parent, tok[0], &head);
+    for (int32_t b = head; b != KV_NONE && seen < PREFIX_PARTIAL_SCAN_MAX && best_m < rem;
          b = pc->sib_next[b], seen++) {
-        const int32_t *s = pc_tok(pc, (uint32_t)b);
+        const int32_t *s = prefix_tok(pc, (uint32_t)b);
         assert(s[0] == tok[0]);
         uint32_t j = 1;
         while (j < rem && s[j] == tok[j]) j++;
@@ -361,27 +361,27 @@ static int32_t pc_best_kid(const prefix_cache *pc, const uint64_t parent[2], con
     return best;
 }
 
-uint32_t pc_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n)
+uint32_t prefix_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n)
 {
     if (n <= 1) return 0;
     const uint32_t t = pc->block_size;
     uint64_t h[2];
     bool collision = false;
-    uint32_t m = 0, done = pc_walk(pc, tokens, n - 1, NULL, h, &collision) * t;
+    uint32_t m = 0, done = prefix_walk(pc, tokens, n - 1, NULL, h, &collision) * t;
     uint32_t rem = n - 1 - done < t ? n - 1 - done : t;
-    if (pc->partial_ok && rem > 0) pc_best_kid(pc, h, tokens + done, rem, &m);
+    if (pc->partial_ok && rem > 0) prefix_best_kid(pc, h, tokens + done, rem, &m);
     return done + m;
 }
 
 /* The token-granular tail: copies the best child's block into a fresh
  * block of seq (at a block boundary) holding its m matching tokens.
  * Returns m, 0 when there is no candidate or no block for the copy. */
-static uint32_t pc_attach_tail(prefix_cache *pc, kv_seq *seq, const uint64_t parent[2], const int32_t *tok,
+static uint32_t prefix_attach_tail(prefix_cache *pc, kv_seq *seq, const uint64_t parent[2], const int32_t *tok,
                                uint32_t rem)
 {
     uint32_t m = 0;
     if (!pc->partial_ok || rem == 0) return 0;
-    int32_t src = pc_best_kid(pc, parent, tok, rem, &m);
+    int32_t src = prefix_best_kid(pc, parent, tok, rem, &m);
     if (src == KV_NONE) return 0;
     kv_pool *pool = pc->pool;
     /* Pinning a CACHED source takes it off the LRU: one more block needed. */
@@ -396,9 +396,9 @@ static uint32_t pc_attach_tail(prefix_cache *pc, kv_seq *seq, const uint64_t par
     return m;
 }
 
-static void pc_count(prefix_cache *pc, uint32_t n, uint32_t k, uint32_t m, bool is_recompute)
+static void prefix_count(prefix_cache *pc, uint32_t n, uint32_t k, uint32_t m, bool is_recompute)
 {
-    pc_stats *st = &pc->st;
+    prefix_stats *st = &pc->st;
     uint32_t hit = k * pc->block_size + m;
     if (is_recompute) {
         st->recompute_lookups++;
@@ -416,8 +416,8 @@ static void pc_count(prefix_cache *pc, uint32_t n, uint32_t k, uint32_t m, bool 
     st->partial_tokens += m;
 }
 
-int pc_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t n, bool is_recompute,
-              pc_cursor *cur, uint32_t *n_hit)
+int prefix_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t n, bool is_recompute,
+              prefix_cursor *cur, uint32_t *n_hit)
 {
     if (seq->pool != pc->pool) return err_set(PL_EINVAL, "prefix cache: the sequence uses another KV pool");
     if (seq->mode != KV_SEQ_PAGED) return err_set(PL_EINVAL, "prefix cache: only paged sequences take cached blocks");
@@ -427,16 +427,16 @@ int pc_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t n, 
     if (n > 0 && !tokens) return err_set(PL_EINVAL, "prefix cache: no tokens");
     const uint32_t t = pc->block_size;
     uint32_t k = 0, m = 0;
-    pc_cursor_init(cur);
+    prefix_cursor_init(cur);
     if (n > 1) { /* at most n - 1: the last token is computed for its logits */
         bool collision = false;
-        k = pc_walk(pc, tokens, n - 1, seq, cur->hash, &collision);
+        k = prefix_walk(pc, tokens, n - 1, seq, cur->hash, &collision);
         cur->n_blocks = k;
         pc->st.collisions += collision;
         uint32_t left = n - 1 - k * t;
-        m = pc_attach_tail(pc, seq, cur->hash, tokens + (size_t)k * t, left < t ? left : t);
+        m = prefix_attach_tail(pc, seq, cur->hash, tokens + (size_t)k * t, left < t ? left : t);
     }
-    pc_count(pc, n, k, m, is_recompute);
+    prefix_count(pc, n, k, m, is_recompute);
     assert(seq->n_tokens == k * t + m);
     *n_hit = seq->n_tokens;
     return 0;
@@ -448,11 +448,11 @@ int pc_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t n, 
  * e instead and releases its own copy, so one block serves both and the
  * prefix stays cached as long as either holds it. A key found with other
  * tokens is a collision: seq's block then stays unkeyed. */
-static void pc_dedupe(prefix_cache *pc, kv_seq *seq, uint32_t i, uint32_t e, const uint64_t parent[2],
+static void prefix_dedupe(prefix_cache *pc, kv_seq *seq, uint32_t i, uint32_t e, const uint64_t parent[2],
                       const int32_t *tok)
 {
     kv_pool *pool = pc->pool;
-    if (!pc_eq(pc->parent[e], parent) || memcmp(pc_tok(pc, e), tok, pc->block_size * sizeof *tok)) {
+    if (!prefix_eq(pc->parent[e], parent) || memcmp(prefix_tok(pc, e), tok, pc->block_size * sizeof *tok)) {
         pc->st.collisions++;
         return;
     }
@@ -467,35 +467,35 @@ static void pc_dedupe(prefix_cache *pc, kv_seq *seq, uint32_t i, uint32_t e, con
     pc->st.deduped++;
 }
 
-uint32_t pc_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, pc_cursor *cur)
+uint32_t prefix_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, prefix_cursor *cur)
 {
-    return pc_register_at(pc, seq, tokens, 0, cur);
+    return prefix_register_at(pc, seq, tokens, 0, cur);
 }
 
-uint32_t pc_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t base, pc_cursor *cur)
+uint32_t prefix_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t base, prefix_cursor *cur)
 {
     assert(seq->pool == pc->pool);
     const uint32_t t = pc->block_size, full = base + seq->n_tokens / t;
     uint32_t added = 0;
     if (seq->mode != KV_SEQ_PAGED) return 0; /* the static baseline stays uncached */
-    if (cur->n_blocks > full) pc_cursor_init(cur); /* truncated without pc_cursor_truncate */
+    if (cur->n_blocks > full) prefix_cursor_init(cur); /* truncated without prefix_cursor_truncate */
     if (cur->n_blocks < base) return 0; /* the chain's next block is gone: nothing can be keyed */
     for (uint32_t i = cur->n_blocks; i < full; i++) {
         const int32_t *tok = tokens + (size_t)(i - base) * t;
         uint32_t b = seq->table[i - base];
         uint64_t key[2];
         int32_t e;
-        pc_key(pc, cur->hash, tok, key);
-        uint32_t slot = pc_keys_find(pc, key, &e);
+        prefix_key(pc, cur->hash, tok, key);
+        uint32_t slot = prefix_keys_find(pc, key, &e);
         if (e == KV_NONE) {
             /* Keyed under another key would mean tokens that are not seq's. */
             assert(!(pc->pool->blocks[b].flags & KV_BLOCK_HASHED));
             if (!(pc->pool->blocks[b].flags & KV_BLOCK_HASHED)) {
-                pc_block_key(pc, b, slot, key, cur->hash, tok);
+                prefix_block_key(pc, b, slot, key, cur->hash, tok);
                 added++;
             }
         } else if (e != (int32_t)b) {
-            pc_dedupe(pc, seq, i - base, (uint32_t)e, cur->hash, tok);
+            prefix_dedupe(pc, seq, i - base, (uint32_t)e, cur->hash, tok);
         }
         cur->hash[0] = key[0];
         cur->hash[1] = key[1];
@@ -506,64 +506,64 @@ uint32_t pc_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, ui
 
 /* ---------------------------------------------------------------- check */
 
-#define PC_BAD(...) err_set(PL_EFORMAT, "pc_check: " __VA_ARGS__)
+#define PREFIX_BAD(...) err_set(PL_EFORMAT, "prefix_check: " __VA_ARGS__)
 
 /* The keys table against the pool; counts its entries into *n_keys and
  * marks them (bit 0 of pc->mark). */
-static int pc_check_keys(const prefix_cache *pc, uint32_t *n_keys)
+static int prefix_check_keys(const prefix_cache *pc, uint32_t *n_keys)
 {
     const kv_pool *pool = pc->pool;
     for (uint32_t i = 0; i <= pc->keys_mask; i++) {
         int32_t e = pc->keys[i], f;
         if (e == KV_NONE) continue;
-        if (e < 0 || (uint32_t)e >= pool->n_blocks) return PC_BAD("keys slot %u: block %d out of range", i, e);
-        if (pc->mark[e] & 1) return PC_BAD("block %d is in the keys table twice", e);
+        if (e < 0 || (uint32_t)e >= pool->n_blocks) return PREFIX_BAD("keys slot %u: block %d out of range", i, e);
+        if (pc->mark[e] & 1) return PREFIX_BAD("block %d is in the keys table twice", e);
         pc->mark[e] |= 1;
         (*n_keys)++;
         const kv_block *k = &pool->blocks[e];
-        if (!(k->flags & KV_BLOCK_HASHED)) return PC_BAD("block %d is in the keys table but not keyed in the pool", e);
-        if (k->state == KV_BLOCK_FREE) return PC_BAD("block %d is keyed but FREE", e);
-        if (pc_keys_find(pc, k->hash, &f) != i || f != e)
-            return PC_BAD("block %d (slot %u) is not found from its home slot, or its key is not unique", e, i);
+        if (!(k->flags & KV_BLOCK_HASHED)) return PREFIX_BAD("block %d is in the keys table but not keyed in the pool", e);
+        if (k->state == KV_BLOCK_FREE) return PREFIX_BAD("block %d is keyed but FREE", e);
+        if (prefix_keys_find(pc, k->hash, &f) != i || f != e)
+            return PREFIX_BAD("block %d (slot %u) is not found from its home slot, or its key is not unique", e, i);
         uint64_t key[2];
-        pc_key(pc, pc->parent[e], pc_tok(pc, (uint32_t)e), key);
-        if (!pc_eq(key, k->hash)) return PC_BAD("block %d: the key does not recompute from its parent and tokens", e);
+        prefix_key(pc, pc->parent[e], prefix_tok(pc, (uint32_t)e), key);
+        if (!prefix_eq(key, k->hash)) return PREFIX_BAD("block %d: the key does not recompute from its parent and tokens", e);
     }
     for (uint32_t b = 0; b < pool->n_blocks; b++)
         if ((pool->blocks[b].flags & KV_BLOCK_HASHED) && !(pc->mark[b] & 1))
-            return PC_BAD("block %u is keyed in the pool but not in the keys table", b);
+            return PREFIX_BAD("block %u is keyed in the pool but not in the keys table", b);
     if (*n_keys != pc->st.cached_blocks)
-        return PC_BAD("%u keyed blocks, stats say %u", *n_keys, pc->st.cached_blocks);
+        return PREFIX_BAD("%u keyed blocks, stats say %u", *n_keys, pc->st.cached_blocks);
     return 0;
 }
 
 /* One kids list, from the head in slot i; counts its members into *n. */
-static int pc_check_kid_list(const prefix_cache *pc, uint32_t i, uint32_t *n)
+static int prefix_check_kid_list(const prefix_cache *pc, uint32_t i, uint32_t *n)
 {
     int32_t h = pc->kids[i], f, prev = KV_NONE;
-    if (h < 0 || (uint32_t)h >= pc->pool->n_blocks) return PC_BAD("kids slot %u: block %d out of range", i, h);
-    if (pc_kids_find(pc, pc->parent[h], pc_tok(pc, (uint32_t)h)[0], &f) != i || f != h)
-        return PC_BAD("kids list of block %d (slot %u) is not found from its home slot, or is not unique", h, i);
+    if (h < 0 || (uint32_t)h >= pc->pool->n_blocks) return PREFIX_BAD("kids slot %u: block %d out of range", i, h);
+    if (prefix_kids_find(pc, pc->parent[h], prefix_tok(pc, (uint32_t)h)[0], &f) != i || f != h)
+        return PREFIX_BAD("kids list of block %d (slot %u) is not found from its home slot, or is not unique", h, i);
     for (int32_t b = h; b != KV_NONE; prev = b, b = pc->sib_next[b], (*n)++) {
-        if (b < 0 || (uint32_t)b >= pc->pool->n_blocks) return PC_BAD("kids list %u: link %d out of range", i, b);
-        if (!(pc->mark[b] & 1)) return PC_BAD("block %d is on a kids list but not keyed", b);
-        if (pc->mark[b] & 2) return PC_BAD("block %d is met twice on the kids lists", b);
+        if (b < 0 || (uint32_t)b >= pc->pool->n_blocks) return PREFIX_BAD("kids list %u: link %d out of range", i, b);
+        if (!(pc->mark[b] & 1)) return PREFIX_BAD("block %d is on a kids list but not keyed", b);
+        if (pc->mark[b] & 2) return PREFIX_BAD("block %d is met twice on the kids lists", b);
         pc->mark[b] |= 2;
-        if (pc->sib_prev[b] != prev) return PC_BAD("block %d: sib_prev %d, expected %d", b, pc->sib_prev[b], prev);
-        if (!pc_eq(pc->parent[b], pc->parent[h]) || pc_tok(pc, (uint32_t)b)[0] != pc_tok(pc, (uint32_t)h)[0])
-            return PC_BAD("block %d is on the kids list of block %d but has another parent or first token", b, h);
+        if (pc->sib_prev[b] != prev) return PREFIX_BAD("block %d: sib_prev %d, expected %d", b, pc->sib_prev[b], prev);
+        if (!prefix_eq(pc->parent[b], pc->parent[h]) || prefix_tok(pc, (uint32_t)b)[0] != prefix_tok(pc, (uint32_t)h)[0])
+            return PREFIX_BAD("block %d is on the kids list of block %d but has another parent or first token", b, h);
     }
     return 0;
 }
 
-int pc_check(const prefix_cache *pc)
+int prefix_check(const prefix_cache *pc)
 {
     uint32_t n_keys = 0, n_kids = 0;
     memset(pc->mark, 0, pc->pool->n_blocks);
-    int rc = pc_check_keys(pc, &n_keys);
+    int rc = prefix_check_keys(pc, &n_keys);
     for (uint32_t i = 0; !rc && i <= pc->keys_mask; i++)
-        if (pc->kids[i] != KV_NONE) rc = pc_check_kid_list(pc, i, &n_kids);
+        if (pc->kids[i] != KV_NONE) rc = prefix_check_kid_list(pc, i, &n_kids);
     if (rc) return rc;
-    if (n_kids != n_keys) return PC_BAD("%u keyed blocks but %u on kids lists", n_keys, n_kids);
+    if (n_kids != n_keys) return PREFIX_BAD("%u keyed blocks but %u on kids lists", n_keys, n_kids);
     return 0;
 }

@@ -11,7 +11,7 @@
  *   | salt (16 B) | parent key (16 B) | token ids (T x 4 B, little endian) |
  *
  * where the parent key is the key of the block before it in the sequence
- * (PC_ROOT = {0, 0} for the first block), so a key names the whole token
+ * (PREFIX_ROOT = {0, 0} for the first block), so a key names the whole token
  * prefix up to the block's end, not only its own T tokens (chained, as in
  * vLLM and LMCache). The salt is XXH3-128 of the caller's model fingerprint
  * and the pool's shape (layers, KV heads, head dim, block size, KV dtype):
@@ -30,13 +30,13 @@
  *          sib_prev/sib_next (the token-granular tail match below)
  * Each keyed block's token ids and parent key are kept in arrays allocated
  * with the cache ([n_blocks][T] int32 and [n_blocks][2] uint64), so that a
- * hit is verified against the tokens and nothing allocates after pc_init.
+ * hit is verified against the tokens and nothing allocates after prefix_init.
  * The cache links blocks by parent KEY, never by parent block id: a key is
  * content, so a link cannot dangle when the parent block is evicted, and a
  * child whose parent was evicted is found again once the parent's content
  * is registered again. (kv_block.parent is therefore left KV_NONE.)
  *
- * Lookup (pc_attach). Walks the chain from the root: computes the next
+ * Lookup (prefix_attach). Walks the chain from the root: computes the next
  * block's key from the prompt, finds it, verifies that the block's stored
  * tokens and parent key equal the prompt's (a hash collision is a miss,
  * counted), pushes the block onto the sequence (kv_seq_push_block, which
@@ -51,7 +51,7 @@
  * the source; without one the tail match is skipped (not an error). It is
  * made only for dtypes whose planes are token rows (a block quantized per
  * channel cannot be cut at a token). The candidates are one kids list,
- * scanned up to PC_PARTIAL_SCAN_MAX blocks.
+ * scanned up to PREFIX_PARTIAL_SCAN_MAX blocks.
  *
  * What verification proves: a hit block's own tokens and its parent KEY
  * equal the prompt's; its ancestors were verified the same way one step
@@ -59,8 +59,8 @@
  * 2^-128 per pair) would go unseen; catching it would need the whole
  * prefix stored per block.
  *
- * Registering (pc_register). After each forward step the caller registers
- * the sequence's newly full blocks. A per-sequence pc_cursor remembers how
+ * Registering (prefix_register). After each forward step the caller registers
+ * the sequence's newly full blocks. A per-sequence prefix_cursor remembers how
  * many leading blocks are done and the last one's key, so the call costs
  * O(new blocks). Keys stay unique: when a block's key is already cached
  * (two sequences computed the same prefix independently) and the stored
@@ -76,7 +76,7 @@
  * invalidation). A shared keyed block that a sequence copies on write keeps
  * its key: its content did not change, only the writer's copy does.
  *
- * Invariants (pc_check): a block is in the keys table iff it is keyed in
+ * Invariants (prefix_check): a block is in the keys table iff it is keyed in
  * the pool (KV_BLOCK_HASHED), under its pool key, once; the key recomputes
  * from the stored parent key and tokens; every keyed block is on exactly
  * one kids list, the one of its (parent key, first token); keys are unique;
@@ -96,12 +96,12 @@
 
 /* Candidates looked at by one tail match, at most (a bound on the worst
  * case: thousands of cached blocks under one parent and first token). */
-#define PC_PARTIAL_SCAN_MAX 1024
+#define PREFIX_PARTIAL_SCAN_MAX 1024
 
-/* Counters, exact. Tokens recomputed after a preemption (pc_attach with
+/* Counters, exact. Tokens recomputed after a preemption (prefix_attach with
  * is_recompute) are counted only in the recompute_* fields. */
 typedef struct {
-    uint64_t lookups;          /* pc_attach calls (not recomputes) */
+    uint64_t lookups;          /* prefix_attach calls (not recomputes) */
     uint64_t lookups_hit;      /* ... that served at least one token */
     uint64_t query_tokens;     /* prompt tokens looked up (n of each call) */
     uint64_t hit_tokens;       /* tokens served: full blocks + tail copies */
@@ -116,26 +116,26 @@ typedef struct {
     uint64_t evictions;        /* CACHED keyed blocks taken for reuse */
     uint64_t invalidations;    /* private keyed blocks rewritten */
     uint32_t cached_blocks;    /* keyed blocks now (in use or CACHED) */
-} pc_stats;
+} prefix_stats;
 
 /* out = 128-bit hash of data[0, len). */
-typedef void (*pc_hash_fn)(uint64_t out[2], const void *data, size_t len);
+typedef void (*prefix_hash_fn)(uint64_t out[2], const void *data, size_t len);
 
-/* Where pc_register resumes in one sequence: its leading n_blocks full
- * blocks are done, the last of them has key hash (PC_ROOT if none). The
- * caller keeps one beside each sequence: set by pc_attach (or
- * pc_cursor_init for a sequence made without it), copied on fork, passed
- * to pc_cursor_truncate when the sequence is truncated. */
+/* Where prefix_register resumes in one sequence: its leading n_blocks full
+ * blocks are done, the last of them has key hash (PREFIX_ROOT if none). The
+ * caller keeps one beside each sequence: set by prefix_attach (or
+ * prefix_cursor_init for a sequence made without it), copied on fork, passed
+ * to prefix_cursor_truncate when the sequence is truncated. */
 typedef struct {
     uint32_t n_blocks;
     uint64_t hash[2];
-} pc_cursor;
+} prefix_cursor;
 
 typedef struct prefix_cache {
     kv_pool *pool;
     uint32_t block_size;          /* T, the pool's */
     uint64_t salt[2];
-    pc_hash_fn hash;              /* XXH3-128; tests plant collisions with a weaker one */
+    prefix_hash_fn hash;              /* XXH3-128; tests plant collisions with a weaker one */
     bool partial_ok;              /* the dtype stores token rows: tail copies allowed */
     int32_t *keys;                /* [keys_mask + 1] block id or KV_NONE */
     int32_t *kids;                /* [keys_mask + 1] head block id or KV_NONE */
@@ -144,39 +144,39 @@ typedef struct prefix_cache {
     uint64_t (*parent)[2];        /* [n_blocks] parent key of each keyed block */
     int32_t *sib_prev, *sib_next; /* [n_blocks] kids-list links; KV_NONE at the ends */
     uint8_t *hbuf;                /* [32 + 4 T] the bytes hashed for one key */
-    uint8_t *mark;                /* [n_blocks] pc_check's scratch */
-    pc_stats st;
+    uint8_t *mark;                /* [n_blocks] prefix_check's scratch */
+    prefix_stats st;
 } prefix_cache;
 
-extern const uint64_t PC_ROOT[2];
+extern const uint64_t PREFIX_ROOT[2];
 
 /* salt = XXH3-128 of (a version tag, model_fp, shape's layers, KV heads,
  * head dim, block size, dtype). model_fp names the weights (e.g. a hash of
  * the GGUF file); any 16 bytes the caller keeps stable. */
-void pc_salt_make(uint64_t salt[2], const uint64_t model_fp[2], const kv_shape *shape);
+void prefix_salt_make(uint64_t salt[2], const uint64_t model_fp[2], const kv_shape *shape);
 
 /* A cache over pool (which must have no keyed block and no evict callback:
  * PL_EINVAL), salted with model_fp and the pool's shape. Installs the
  * pool's evict callback with pc as its argument: *pc must not move until
- * pc_free. PL_ENOMEM / PL_ERANGE; *pc untouched on failure. */
-int pc_init(prefix_cache *pc, kv_pool *pool, const uint64_t model_fp[2]);
+ * prefix_free. PL_ENOMEM / PL_ERANGE; *pc untouched on failure. */
+int prefix_init(prefix_cache *pc, kv_pool *pool, const uint64_t model_fp[2]);
 
 /* Removes the callback and frees the index. The pool keeps its CACHED
  * blocks (evicted silently later), so a new cache cannot be made on it. */
-void pc_free(prefix_cache *pc);
+void prefix_free(prefix_cache *pc);
 
 /* Gives the EMPTY paged sequence seq the longest cached prefix of
  * tokens[0, n): full blocks, then a tail copy (see the top). *n_hit = the
  * tokens seq now holds (<= n - 1; 0 when n <= 1). *cur is set for
- * pc_register. is_recompute: seq is a preempted request being rebuilt;
+ * prefix_register. is_recompute: seq is a preempted request being rebuilt;
  * counted apart, never as hits. PL_EINVAL (seq not empty, not paged, not
  * on this pool), PL_ERANGE (n > max_ctx); nothing changes then. */
-int pc_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t n, bool is_recompute,
-              pc_cursor *cur, uint32_t *n_hit);
+int prefix_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t n, bool is_recompute,
+              prefix_cursor *cur, uint32_t *n_hit);
 
-/* What pc_attach would serve of tokens[0, n) if blocks were available for
+/* What prefix_attach would serve of tokens[0, n) if blocks were available for
  * a tail copy; changes nothing, counts nothing (for scheduling). */
-uint32_t pc_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n);
+uint32_t prefix_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n);
 
 /* Keys every full block of seq from cur->n_blocks on: tokens[0,
  * seq->n_tokens) are seq's token ids, whose K/V have been WRITTEN (call it
@@ -185,27 +185,27 @@ uint32_t pc_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n)
  * cached one (see the top), so call it between steps, not while a forward
  * pass reads the table. Returns the blocks newly keyed. Cannot fail. A
  * no-op for static sequences (the baseline is measured without reuse). */
-uint32_t pc_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, pc_cursor *cur);
+uint32_t prefix_register(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, prefix_cursor *cur);
 
-/* pc_register for a sequence whose first `base` blocks were dropped from the
+/* prefix_register for a sequence whose first `base` blocks were dropped from the
  * front of its table (sliding-window attention: positions stay absolute):
  * seq->table[0] and tokens[0] are those of block `base`. Blocks are keyed
  * by their absolute chain as before; when the cursor is behind base (its
  * next block is gone) nothing more can be keyed and it returns 0. */
-uint32_t pc_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t base, pc_cursor *cur);
+uint32_t prefix_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t base, prefix_cursor *cur);
 
 /* A cursor at the start of a sequence (nothing registered yet). */
-void pc_cursor_init(pc_cursor *cur);
+void prefix_cursor_init(prefix_cursor *cur);
 
 /* To call when a sequence is truncated to n_tokens: if blocks the cursor
- * covers are gone, it restarts from the root (the next pc_register
+ * covers are gone, it restarts from the root (the next prefix_register
  * re-walks the kept blocks: keyed ones are recognised, O(blocks) hashing). */
-void pc_cursor_truncate(const prefix_cache *pc, pc_cursor *cur, uint32_t n_tokens);
+void prefix_cursor_truncate(const prefix_cache *pc, prefix_cursor *cur, uint32_t n_tokens);
 
-void pc_stats_get(const prefix_cache *pc, pc_stats *out);
+void prefix_stats_get(const prefix_cache *pc, prefix_stats *out);
 
 /* Walks every invariant above against the pool. 0, or PL_EFORMAT with the
  * first violation in the error text. O(n_blocks x T). For tests. */
-int pc_check(const prefix_cache *pc);
+int prefix_check(const prefix_cache *pc);
 
 #endif

@@ -201,8 +201,8 @@ static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
     rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks);
     if (rc) { gguf_close(f); return err_prefix(rc, "synth: vocab %s", path); }
     *n_vocab = (uint32_t)toks->v.arr.n;
-    for (uint64_t i = 0; i < gguf_kv_count(f) && !rc; i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; i < gguf_meta_count(f) && !rc; i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
         if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10) != 0) continue;
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);

@@ -62,7 +62,7 @@ static int optional_array(const gguf_file *f, const char *key, gguf_type elem_a,
                           const gguf_value **out)
 {
     *out = NULL;
-    const gguf_kv *kv = gguf_kv_find(f, key);
+    const gguf_meta *kv = gguf_meta_find(f, key);
     if (!kv) return 0;
     const gguf_value *val = &kv->value;
     if (val->type != GGUF_TYPE_ARRAY || (val->v.arr.elem != elem_a && val->v.arr.elem != elem_b))
@@ -173,7 +173,7 @@ static int merge_sid(tok_vocab *v, gguf_str s, size_t *used, int32_t *sid)
 static int load_merges(const gguf_file *f, tok_vocab *v)
 {
     const gguf_value *arr;
-    if (!gguf_kv_find(f, KEY_MERGES)) return key_err(f, PL_ENOTFOUND, KEY_MERGES, "missing (a gpt2 tokenizer needs it)");
+    if (!gguf_meta_find(f, KEY_MERGES)) return key_err(f, PL_ENOTFOUND, KEY_MERGES, "missing (a gpt2 tokenizer needs it)");
     int rc = gguf_get_arr(f, KEY_MERGES, GGUF_TYPE_STRING, &arr);
     if (rc) return rc;
     uint64_t n = arr->v.arr.n, extra = 0;
@@ -197,7 +197,7 @@ static int load_merges(const gguf_file *f, tok_vocab *v)
 /* The integer value of key, of any integer type. */
 static int id_value(const gguf_file *f, const char *key, int64_t *out)
 {
-    const gguf_kv *kv = gguf_kv_find(f, key);
+    const gguf_meta *kv = gguf_meta_find(f, key);
     gguf_type t = kv->value.type;
     if (t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 || t == GGUF_TYPE_INT64) {
         *out = kv->value.v.i64;
@@ -215,7 +215,7 @@ static int id_value(const gguf_file *f, const char *key, int64_t *out)
 static int load_id(const gguf_file *f, tok_vocab *v, const char *key, int32_t *id)
 {
     if (*id >= v->n_tokens) *id = -1; /* a default the vocabulary cannot hold */
-    if (!gguf_kv_find(f, key)) return 0;
+    if (!gguf_meta_find(f, key)) return 0;
     int64_t val = 0;
     int rc = id_value(f, key, &val);
     if (rc) return rc;
@@ -254,13 +254,13 @@ static int load_ids(const gguf_file *f, tok_vocab *v)
 
 static int load_bool(const gguf_file *f, const char *key, bool *b)
 {
-    return gguf_kv_find(f, key) ? gguf_get_bool(f, key, b) : 0;
+    return gguf_meta_find(f, key) ? gguf_get_bool(f, key, b) : 0;
 }
 
 static int optional_str(const gguf_file *f, const char *key, gguf_str *s)
 {
     *s = (gguf_str){NULL, 0};
-    return gguf_kv_find(f, key) ? gguf_get_str(f, key, s) : 0;
+    return gguf_meta_find(f, key) ? gguf_get_str(f, key, s) : 0;
 }
 
 /* Defaults by model and pre-tokenizer, then the file's flags. */

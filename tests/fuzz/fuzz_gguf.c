@@ -69,11 +69,11 @@ static unsigned walk_file(const gguf_file *f, const uint8_t *lo, const uint8_t *
 {
     unsigned sum = 0;
     char name[1024];
-    for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; i < gguf_meta_count(f); i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
         sum += walk_value(&kv->value, 0);
         cstr(name, sizeof name, kv->key);
-        if (kv->key.len < sizeof name && gguf_kv_find(f, name) != kv) fail("gguf_kv_find misses a key");
+        if (kv->key.len < sizeof name && gguf_meta_find(f, name) != kv) fail("gguf_meta_find misses a key");
     }
     for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -112,9 +112,9 @@ static bool value_same(const gguf_value *a, const gguf_value *b)
 
 static void check_same(const gguf_file *a, const gguf_file *b)
 {
-    if (gguf_kv_count(a) != gguf_kv_count(b) || gguf_tensor_count(a) != gguf_tensor_count(b)) fail("counts differ");
-    for (uint64_t i = 0; i < gguf_kv_count(a); i++) {
-        const gguf_kv *x = gguf_kv_at(a, i), *y = gguf_kv_at(b, i);
+    if (gguf_meta_count(a) != gguf_meta_count(b) || gguf_tensor_count(a) != gguf_tensor_count(b)) fail("counts differ");
+    for (uint64_t i = 0; i < gguf_meta_count(a); i++) {
+        const gguf_meta *x = gguf_meta_at(a, i), *y = gguf_meta_at(b, i);
         if (x->key.len != y->key.len || memcmp(x->key.ptr, y->key.ptr, x->key.len)) fail("key differs");
         if (!value_same(&x->value, &y->value)) fail("value differs");
     }
@@ -133,8 +133,8 @@ static void round_trip(const gguf_file *f, const char *path)
     gguf_writer *w = gguf_writer_new();
     char name[1024];
     int rc = w ? 0 : PL_ENOMEM;
-    for (uint64_t i = 0; !rc && i < gguf_kv_count(f); i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
+    for (uint64_t i = 0; !rc && i < gguf_meta_count(f); i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
         if (kv->key.len >= sizeof name) rc = 1;
         cstr(name, sizeof name, kv->key);
         if (!rc) rc = gguf_writer_set_value(w, name, &kv->value);
@@ -228,9 +228,9 @@ static int seed_meta_of(const char *dir, const char *src)
     if (gguf_open(&f, src) != 0) return 1;
     gguf_writer *w = gguf_writer_new();
     int rc = !w;
-    for (uint64_t i = 0; !rc && i < gguf_kv_count(f); i++) {
-        const gguf_value *v = &gguf_kv_at(f, i)->value;
-        cstr(key, sizeof key, gguf_kv_at(f, i)->key);
+    for (uint64_t i = 0; !rc && i < gguf_meta_count(f); i++) {
+        const gguf_value *v = &gguf_meta_at(f, i)->value;
+        cstr(key, sizeof key, gguf_meta_at(f, i)->key);
         /* keep arrays short: the fuzzer mutates structure, not volume */
         gguf_value cut = *v;
         if (cut.type == GGUF_TYPE_ARRAY && cut.v.arr.n > 16) cut.v.arr.n = 16;
