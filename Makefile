@@ -7,7 +7,8 @@
 #   build/pagellm              cli/*.c and the `pagellm bench` commands in
 #                              bench/*.c (include/ and server/ headers only)
 #   build/bench/bench_*        one micro-benchmark per bench/micro/*.c
-#                              (sees src/: white-box, like the tests)
+#                              (sees src/ and the tests' data makers in
+#                              tests/*.h: white-box, like the tests)
 #   build/tests/test_*         one binary per tests/test_*.c (white-box)
 #
 # CI=true turns warnings into errors. `make asan` builds the same tree with
@@ -32,6 +33,7 @@ OBJ     := $(SRC:%.c=$(BUILD)/obj/%.o)
 SRVOBJ  := $(SRVSRC:%.c=$(BUILD)/obj/%.o)
 CLIOBJ  := $(CLISRC:%.c=$(BUILD)/obj/%.o)
 MICROBIN:= $(MICROSRC:bench/micro/%.c=$(BUILD)/bench/%)
+MICROINC:= -Isrc -Iinclude -Itests
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 LIBPL   := $(BUILD)/libpagellm.a
 LIBSRV  := $(BUILD)/libpagellm_server.a
@@ -78,7 +80,7 @@ $(BUILD)/tests/%: tests/%.c tests/test.h tests/kern_variants.h $(LIBSRV) $(LIBPL
 
 $(BUILD)/bench/%: bench/micro/%.c $(LIBPL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Iinclude -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
+	$(CC) $(CFLAGS) $(MICROINC) -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
 
 -include $(OBJ:.o=.d) $(SRVOBJ:.o=.d) $(CLIOBJ:.o=.d) $(MICROBIN:=.d)
 

@@ -1,12 +1,9 @@
 /* test_attention.c - paged attention (kernels/attention.h): the AVX2 and
  * AVX-512 variants against the reference, and the row-independence invariant.
  *
- * Data: a fake KV plane pool (K and V planes per block, several KV heads per
- * row) whose block table is a shuffled permutation of the physical blocks,
- * filled with random rows of each KV row type (F32, F16, BF16, Q8_0, Q4_0,
- * and the OFP8 rows E4M3 with a power-of-two scale per block, plane and
- * head in the plane tail, and E5M2, encoded with kv/kv_codec.h).
- * Keys are scaled so that softmaxes range from flat to peaked.
+ * Data: tests/fake_kv.h's pool (K and V planes per block, several KV heads
+ * a row, a shuffled block table) in every KV row type: F32, F16, BF16,
+ * Q8_0, Q4_0, the OFP8 rows E4M3 and E5M2, and the pool's f16 layout.
  *
  * Tolerance (SIMD vs reference), on each output element, relative to
  * max |v| of the row's values:
@@ -24,15 +21,15 @@
  * is what makes prefill chunking, batching and threads invisible in the
  * tokens.
  *
- * `test_attention bench` prints per-call times instead of testing.
+ * The timings of these kernels are bench/micro/bench_attn_calls.c and
+ * bench_attn_decode.c.
  */
 #include "test.h"
+#include "fake_kv.h"
+#include "rng.h"
 
 #include <stdint.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "base/mem.h"
 #include "kernels/attention.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/attention_walk.h"
@@ -40,146 +37,6 @@
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
 #include "tensor/dtype.h"
-#include "tensor/half.h"
-#include "tensor/quant.h"
-
-/* ------------------------------------------------------------ random data */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
-
-static uint32_t rng_u32(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-static float rng_sym(void) { return 2.0f * (float)(rng_u32() & 0xFFFFFF) / 16777216.0f - 1.0f; }
-static float rng_gauss(void) { return rng_sym() + rng_sym() + rng_sym(); }
-
-/* ------------------------------------------------------------ a fake pool */
-
-typedef struct {
-    uint8_t *data;
-    uint32_t *table;
-    attn_kv kv;
-    int n_kv, n_ctx;
-} fake_kv;
-
-/* F16C: the kv pool's f16 layout, the K plane stored in columns
- * (attn_kv.k_cols) and the V plane's rows grouped by head (head_bytes =
- * block_size x row_bytes); a test-only name, made from the F16 rows. */
-#define F16C 0x20000u
-static const uint32_t kv_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3, ATTN_KV_FP8_E5M2, F16C};
-#define N_TYPES ((int)(sizeof kv_types / sizeof kv_types[0]))
-static const char *kv_type_name(uint32_t t)
-{
-    return t == DT_F32 ? "f32" : t == DT_F16 ? "f16" : t == DT_BF16 ? "bf16" : t == DT_Q8_0 ? "q8_0"
-         : t == DT_Q4_0 ? "q4_0" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : t == F16C ? "f16 pool" : "e5m2";
-}
-
-/* The element type of a test type (F16C's is F16). */
-static uint32_t elem_type(uint32_t t) { return t == F16C ? DT_F16 : t; }
-
-static bool is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E4M3 || t == ATTN_KV_FP8_E5M2; }
-
-static size_t head_row_bytes(uint32_t t, int hd) { return is_fp8(t) ? (size_t)hd : dtype_row_bytes(elem_type(t), (uint64_t)hd); }
-
-/* s: the e4m3 scale of the row's head (elements are stored as x / s) */
-static void encode_row(uint32_t t, const float *src, uint8_t *dst, int n, float s)
-{
-    if (t == ATTN_KV_FP8_E4M3) for (int i = 0; i < n; i++) dst[i] = kv_e4m3_from_f32(src[i] / s);
-    else if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < n; i++) dst[i] = kv_e5m2_from_f32(src[i]);
-    else if (t == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n); /* as the cache does */
-    else quant_quantize_row(t, src, dst, n);
-}
-
-static void decode_row(uint32_t t, const uint8_t *src, float *dst, int n, float s)
-{
-    if (t == ATTN_KV_FP8_E4M3) for (int i = 0; i < n; i++) dst[i] = kv_e4m3_to_f32(src[i]) * s;
-    else if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < n; i++) dst[i] = kv_e5m2_to_f32(src[i]);
-    else quant_dequant_row(t, src, dst, n);
-}
-
-/* n_ctx tokens of n_kv heads in blocks of bs tokens, physical blocks
- * shuffled (and one spare block more than needed, so ids are not dense). */
-static int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
-{
-    const uint32_t t = elem_type(t_test);
-    rng_seed(seed);
-    const size_t head_bytes = head_row_bytes(t, hd), row_bytes = head_bytes * (size_t)n_kv;
-    /* a plane: bs rows, then (e4m3) one f32 scale per head, as the codec lays it out */
-    const size_t rows_bytes = row_bytes * (size_t)bs, plane = rows_bytes + 4 * (size_t)n_kv;
-    const size_t block_bytes = 2 * plane + 16;
-    const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
-    f->data = mem_alloc_huge((size_t)n_phys * block_bytes); /* as the pool (2 MiB pages) */
-    f->table = malloc(sizeof(uint32_t) * (size_t)n_phys);
-    float *tmp = malloc(sizeof(float) * (size_t)hd);
-    if (!f->data || !f->table || !tmp) return -1;
-    for (int i = 0; i < n_phys; i++) f->table[i] = (uint32_t)i;
-    for (int i = n_phys - 1; i > 0; i--) {
-        int k = (int)(rng_u32() % (uint32_t)(i + 1));
-        uint32_t x = f->table[i];
-        f->table[i] = f->table[k];
-        f->table[k] = x;
-    }
-    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
-                      rows_bytes, false};
-    for (int b = 0; b < n_phys; b++) /* scales 2^-4 .. 2^-1 (|x| / s stays within e4m3's range) */
-        for (int pv = 0; pv < 2; pv++)
-            for (int g = 0; g < n_kv; g++) {
-                const float sc = ldexpf(1.0f, -1 - (int)(rng_u32() % 4));
-                memcpy(f->data + (size_t)b * block_bytes + (size_t)pv * plane + rows_bytes + 4 * (size_t)g, &sc, 4);
-            }
-    for (int j = 0; j < n_ctx; j++)
-        for (int g = 0; g < n_kv; g++)
-            for (int plane_v = 0; plane_v < 2; plane_v++) {
-                /* keys of varied norm: some rows dominate some softmaxes */
-                const float amp = plane_v ? 1.0f : 0.3f + 2.0f * (float)(rng_u32() % 8) / 8.0f;
-                for (int i = 0; i < hd; i++) tmp[i] = amp * rng_gauss();
-                uint8_t *blk = f->data + (size_t)f->table[j / bs] * block_bytes + (plane_v ? plane : 0);
-                float sc;
-                memcpy(&sc, blk + rows_bytes + 4 * (size_t)g, 4);
-                encode_row(t, tmp, blk + (size_t)(j % bs) * row_bytes + (size_t)g * head_bytes, hd, sc);
-            }
-    free(tmp);
-    f->n_kv = n_kv;
-    f->n_ctx = n_ctx;
-    if (t_test == F16C) { /* the pool's f16 layout (kv_dtype.h); each block's K plane from rows [slot][channel] to columns [channel][slot] */
-        const size_t C = (size_t)n_kv * (size_t)hd;
-        uint16_t *rows = malloc(rows_bytes);
-        if (!rows) return -1;
-        for (int b = 0; b < n_phys; b++) {
-            uint16_t *k = (uint16_t *)(f->data + (size_t)b * block_bytes);
-            memcpy(rows, k, rows_bytes);
-            for (size_t c = 0; c < C; c++)
-                for (int j = 0; j < bs; j++) k[c * (size_t)bs + (size_t)j] = rows[(size_t)j * C + c];
-        }
-        { /* each block's V plane from rows [slot][head][dim] to head runs [head][slot][dim] */
-            for (int b = 0; b < n_phys; b++) {
-                uint8_t *v = f->data + (size_t)b * block_bytes + plane;
-                memcpy(rows, v, rows_bytes);
-                for (int g = 0; g < n_kv; g++)
-                    for (int j = 0; j < bs; j++)
-                        memcpy(v + ((size_t)g * bs + j) * head_bytes, (uint8_t *)rows + (size_t)j * row_bytes + (size_t)g * head_bytes, head_bytes);
-            }
-            f->kv.row_bytes = head_bytes;
-            f->kv.head_bytes = head_bytes * bs;
-        }
-        free(rows);
-        f->kv.k_cols = true;
-    }
-    return 0;
-}
-
-static void fake_kv_free(fake_kv *f)
-{
-    free(f->data);
-    free(f->table);
-}
 
 /* max |v| over the V rows of head g, positions < n (the tolerance's scale) */
 static float max_abs_v(const fake_kv *f, int g, int n)
@@ -190,15 +47,16 @@ static float max_abs_v(const fake_kv *f, int g, int n)
         const uint8_t *blk = f->kv.v_base + (size_t)f->kv.blocks[j / f->kv.block_size] * f->kv.block_bytes;
         float sc;
         memcpy(&sc, blk + f->kv.scale_off + 4 * (size_t)g, 4);
-        decode_row(f->kv.kv_type, blk + (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes,
-                   tmp, hd, sc);
+        fake_kv_decode_row(f->kv.kv_type,
+                           blk + (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes, tmp,
+                           hd, sc);
         for (int i = 0; i < hd; i++) m = fabsf(tmp[i]) > m ? fabsf(tmp[i]) : m;
     }
     free(tmp);
     return m;
 }
 
-static bool type_fits(uint32_t t, int hd) { return head_row_bytes(t, hd) != 0; }
+static bool type_fits(uint32_t t, int hd) { return fake_kv_head_bytes(t, hd) != 0; }
 
 /* -------------------------------------------------------------- the tests */
 
@@ -210,11 +68,11 @@ static void simd_vs_reference(attn_fn simd)
     static const int hds[] = {8, 64, 128}, reps[] = {1, 2, 4, 8}, bss[] = {1, 16, 32};
     static const int ctxs[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 255, 257, 1000, 2047, 2100};
     const int n_ctxs = (int)(sizeof ctxs / sizeof ctxs[0]);
-    double worst[N_TYPES] = {0};
+    double worst[FAKE_KV_N_TYPES] = {0};
     int calls = 0;
-    for (int ti = 0; ti < N_TYPES; ti++)
+    for (int ti = 0; ti < FAKE_KV_N_TYPES; ti++)
         for (int hi = 0; hi < 3; hi++) {
-            const uint32_t t = kv_types[ti];
+            const uint32_t t = fake_kv_types[ti];
             const int hd = hds[hi];
             if (!type_fits(t, hd)) continue;
             for (int bi = 0; bi < 3; bi++) {
@@ -241,7 +99,7 @@ static void simd_vs_reference(attn_fn simd)
                         attn_paged_ref(&f.kv, rr, rep, scale, scratch, sf);
                         simd(&f.kv, rs, rep, scale, scratch, sf);
                         const double vmax = max_abs_v(&f, g, n);
-                        const double tol = (elem_type(t) == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
+                        const double tol = (fake_kv_elem_type(t) == DT_F16 ? 1.0 / 1024 : 1e-5) * vmax;
                         double md = 0;
                         for (int i = 0; i < rep * hd; i++) md = fmax(md, fabs((double)o_ref[i] - o_simd[i]));
                         worst[ti] = fmax(worst[ti], md / vmax);
@@ -251,7 +109,7 @@ static void simd_vs_reference(attn_fn simd)
                         free(o_ref);
                         free(o_simd);
                         CHECK_MSG(md <= tol, "%s hd %d rep %d n_ctx %d bs %d: max diff %.3g > tol %.3g",
-                                  kv_type_name(t), hd, rep, n, bss[bi], md, tol);
+                                  fake_kv_type_name(t), hd, rep, n, bss[bi], md, tol);
                     }
                 }
                 fake_kv_free(&f);
@@ -264,7 +122,7 @@ static void simd_vs_reference(attn_fn simd)
 
 TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
 {
-    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+F16C"); return; }
+    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2+FMA+FAKE_KV_F16C"); return; }
     simd_vs_reference(attn_paged_avx2);
 }
 
@@ -332,9 +190,9 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     static const int hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
     char why[256];
-    for (int ti = 0; ti < N_TYPES; ti++)
+    for (int ti = 0; ti < FAKE_KV_N_TYPES; ti++)
         for (int hi = 0; hi < 3; hi++) {
-            const uint32_t t = kv_types[ti];
+            const uint32_t t = fake_kv_types[ti];
             if (!type_fits(t, hds[hi])) continue;
             for (int bi = 0; bi < 3; bi++) {
                 fake_kv f;
@@ -345,7 +203,7 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                     if (ok && attn_avx2_available())
                         ok = rows_independent(attn_paged_avx2, &f, n_g, rep, base, n_tok, why, sizeof why);
                     if (!ok) fake_kv_free(&f);
-                    CHECK_MSG(ok, "%s hd %d bs %d heads %d rep %d: %s", kv_type_name(t), hds[hi], bss[bi], n_g, rep, why);
+                    CHECK_MSG(ok, "%s hd %d bs %d heads %d rep %d: %s", fake_kv_type_name(t), hds[hi], bss[bi], n_g, rep, why);
                 }
                 fake_kv_free(&f);
             }
@@ -359,7 +217,7 @@ TEST(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
-    static const uint32_t types[] = {DT_F16, DT_Q8_0, DT_Q4_0, F16C};
+    static const uint32_t types[] = {DT_F16, DT_Q8_0, DT_Q4_0, FAKE_KV_F16C};
     static const int hds[] = {8, 64, 72, 128}, bss[] = {1, 16, 32};
     char why[256];
     for (int ti = 0; ti < 4; ti++)
@@ -372,7 +230,7 @@ TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                     const int n_g = indep_shapes[s].n_g, rep = indep_shapes[s].rep;
                     const int ok = rows_independent(attn_paged_avx512, &f, n_g, rep, indep_shapes[s].base,
                                                     indep_shapes[s].n_tok, why, sizeof why);
-                    CHECK_MSG(ok, "%s hd %d bs %d heads %d rep %d: %s", kv_type_name(types[ti]), hds[hi], bss[bi], n_g,
+                    CHECK_MSG(ok, "%s hd %d bs %d heads %d rep %d: %s", fake_kv_type_name(types[ti]), hds[hi], bss[bi], n_g,
                               rep, why);
                 }
                 fake_kv_free(&f);
@@ -392,7 +250,7 @@ TEST(f16_pool_layout_reads_the_same_keys_and_values_as_rows)
     for (int bi = 0; bi < 5; bi++) {
         fake_kv fr, fc;
         CHECK(fake_kv_make(&fr, DT_F16, 64, 3, 800, bss[bi], 4242u + bi) == 0);
-        CHECK(fake_kv_make(&fc, F16C, 64, 3, 800, bss[bi], 4242u + bi) == 0);
+        CHECK(fake_kv_make(&fc, FAKE_KV_F16C, 64, 3, 800, bss[bi], 4242u + bi) == 0);
         CHECK(fc.kv.k_cols && !fr.kv.k_cols && fc.kv.head_bytes == (size_t)bss[bi] * fc.kv.row_bytes && fr.kv.row_bytes == 3 * fr.kv.head_bytes);
         for (int ci = 0; ci < 6; ci++) {
             const int n = ctxs[ci];
@@ -448,7 +306,7 @@ TEST(avx512_q8_0_q4_0_scores_are_the_references)
 TEST(fp8_every_code_reads_as_the_codec_decodes_it)
 {
     for (int ti = 5; ti < 7; ti++) { /* e4m3, e5m2 */
-        const uint32_t t = kv_types[ti];
+        const uint32_t t = fake_kv_types[ti];
         fake_kv f;
         CHECK(fake_kv_make(&f, t, 256, 1, 1, 16, 3) == 0);
         uint8_t *vrow = (uint8_t *)f.kv.v_base + (size_t)f.table[0] * f.kv.block_bytes;
@@ -471,7 +329,7 @@ TEST(fp8_every_code_reads_as_the_codec_decodes_it)
                 if (isnan(want[i]) ? !isnan(o[v][i]) : o[v][i] != want[i]) bad = i;
         free(scratch);
         fake_kv_free(&f);
-        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, codec %g", kv_type_name(t), bad < 0 ? 0 : bad,
+        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, codec %g", fake_kv_type_name(t), bad < 0 ? 0 : bad,
                   bad < 0 ? 0.0 : o[0][bad], bad < 0 ? 0.0 : o[1][bad], bad < 0 ? 0.0 : want[bad]);
     }
 }
@@ -570,131 +428,8 @@ TEST(scratch_sizing)
     for (int n = 1; n < 5000; n += 997) CHECK(attn_scratch_floats(n, 64) >= (size_t)attn_rows_max(n) * (size_t)n);
 }
 
-/* ----------------------------------------------------------------- bench */
-
-static double now_s(void)
+int main(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* CPU time: robust to a loaded machine */
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void bench(void)
-{
-    const int hd = 64, n = 2048;
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        fake_kv f;
-        if (fake_kv_make(&f, kv_types[ti], hd, 1, n, 16, 9) != 0) return;
-        const size_t sf = attn_scratch_floats(n, hd);
-        float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * 16 * hd), *o = malloc(sizeof(float) * 16 * hd);
-        for (int i = 0; i < 16 * hd; i++) q[i] = rng_gauss();
-        attn_row rows[16];
-        for (int v = 0; v < 16; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n - 15 + v, 0, 0};
-        double t0 = now_s();
-        attn_paged_ref(&f.kv, rows, 1, 0.125f, scratch, sf);
-        double t_ref = now_s() - t0;
-        const int reps = 50;
-        t0 = now_s();
-        for (int i = 0; i < reps; i++) attn_paged_avx2(&f.kv, rows, 1, 0.125f, scratch, sf);
-        double t_one = (now_s() - t0) / reps;
-        t0 = now_s();
-        for (int i = 0; i < reps; i++) attn_paged_avx2(&f.kv, rows, 16, 0.125f, scratch, sf);
-        double t_16 = (now_s() - t0) / reps / 16;
-        printf("%-5s hd %d n_ctx %d: ref %.1f us/row, avx2 %.1f us/row alone, %.1f us/row in 16s\n",
-               kv_type_name(kv_types[ti]), hd, n, t_ref * 1e6, t_one * 1e6, t_16 * 1e6);
-        free(scratch);
-        free(q);
-        free(o);
-        fake_kv_free(&f);
-    }
-}
-
-/* Reads `bytes` (at most EVICT_MAX), so that no cache of that size holds
- * the next call's K and V. */
-enum { EVICT_MAX = 1024 << 20 };
-static void evict_caches(size_t bytes)
-{
-    static volatile uint8_t *buf;
-    if (!buf) buf = calloc(EVICT_MAX, 1);
-    if (!buf) return;
-    bytes = bytes < EVICT_MAX ? bytes : EVICT_MAX;
-    unsigned x = 0;
-    for (size_t i = 0; i < bytes; i += 64) x += buf[i];
-    buf[0] = (uint8_t)x;
-}
-
-/* Twice the last-level cache (sysconf), at least 64 MiB: an Emerald Rapids
- * VM reports 260 MiB of L3, where 64 MiB left a token's K and V cached. */
-static size_t evict_llc_bytes(void)
-{
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    const size_t two = l3 > 0 ? 2 * (size_t)l3 : 0;
-    return two > ((size_t)64 << 20) ? two : (size_t)64 << 20;
-}
-
-/* The decode call of a GQA model as forward.c makes it at depth n: one
- * token, 2 KV heads x rep query heads (TinyLlama: 4 KV heads, rep 8, two
- * threads take 2 heads each), all rows at n_ctx = n. */
-static void bench_decode(int L, int reps, int only, int n_kv, int rep, int R)
-{
-    /* NCTX=n: another depth; BS=b: blocks of b keys (session 18, cold, 2,048 keys: 32 as 16, 64 slower) */
-    const int hd = 64, n = getenv("NCTX") ? atoi(getenv("NCTX")) : 2048, bs_env = getenv("BS") ? atoi(getenv("BS")) : 16;
-    const int bs = bs_env > 0 && bs_env <= 256 ? bs_env : 16;
-    if (n <= 0) return;
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        if (only >= 0 && ti != only) continue;
-        fake_kv f[32];
-        for (int l = 0; l < L; l++)
-            if (fake_kv_make(&f[l], kv_types[ti], hd, n_kv, n, bs, 9 + l) != 0) return;
-        const size_t sf = attn_scratch_floats(n, hd);
-        float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * hd), *o = malloc(sizeof(float) * R * hd);
-        for (int i = 0; i < R * hd; i++) q[i] = rng_gauss();
-        attn_row rows[ATTN_ROWS_CAP];
-        for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * hd, o + v * hd, n, v / rep, 0};
-        /* AVX2, then AVX-512 (0 when absent): each layer's call after a
-         * read of 64 MiB (not timed), as in the engine, where a token's
-         * weights stream through the caches between two layers' attention */
-        double t[2] = {0, 0};
-        for (int v = 0; v < 2; v++) {
-            if (v == 1 && !attn_avx512_available()) break;
-            /* before each token the last-level cache, before each layer 8 MiB (L2), as a token's weights do
-             * in the engine (~600 MB a token, ~27 MB a layer at TinyLlama q4_0); NOEVICT=1: warm caches */
-            const bool evict = !getenv("NOEVICT");
-            /* MINT=1: the fastest call x layers instead of the mean (a
-             * compute-bound kernel's figure on a noisy shared host) */
-            const bool best = getenv("MINT") != NULL;
-            for (int i = 0; i < reps; i++)
-                for (int l = 0; l < L; l++) {
-                    if (evict) evict_caches(l == 0 ? evict_llc_bytes() : (size_t)8 << 20);
-                    const double t0 = now_s();
-                    (v ? attn_paged_avx512 : attn_paged_avx2)(&f[l].kv, rows, R, 0.125f, scratch, sf);
-                    const double dt = now_s() - t0;
-                    if (!best) t[v] += dt;
-                    else if (t[v] == 0 || dt * reps * L < t[v]) t[v] = dt * reps * L; /* the best call x L, as a token */
-                }
-        }
-        printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): avx2 %.3f, avx512 %.3f ms/token/thread\n",
-               kv_type_name(kv_types[ti]), hd, n, L, R, rep, t[0] / reps * 1e3, t[1] / reps * 1e3);
-        free(scratch);
-        free(q);
-        free(o);
-        for (int l = 0; l < L; l++) fake_kv_free(&f[l]);
-    }
-}
-
-int main(int argc, char **argv)
-{
-    if (argc > 1 && strcmp(argv[1], "bench") == 0) {
-        if (attn_avx2_available()) bench();
-        /* layers 22: their K/V (46 MB at f16) do not fit any cache */
-        if (attn_avx2_available()) bench_decode(22, 10, -1, 4, 8, 16);
-        return 0;
-    }
-    if (argc > 7 && strcmp(argv[1], "bench-decode") == 0) { /* layers reps type-index n_kv rep rows */
-        if (attn_avx2_available())
-            bench_decode(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]));
-        return 0;
-    }
     RUN(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);

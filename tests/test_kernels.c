@@ -17,20 +17,17 @@
  * - When the llama.cpp peer is built (tests/peer.sh), our dots vs ggml's own
  *   vec_dot on the same bytes (the oracle: logits must agree with llama.cpp).
  *
- * `test_kernels bench` prints matmul throughput instead of testing.
+ * Operands: tests/mm_data.h (shared with the matmul micro-benchmarks,
+ * bench/micro/bench_matmul*.c, which time these kernels).
  */
 #include "test.h"
 #include "kern_variants.h"
+#include "mm_data.h"
+#include "rng.h"
 
 #include <dlfcn.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-#include <sys/mman.h>
 #include <stdint.h>
-#include <time.h>
 
-#include "base/mem.h"
 #include "base/threadpool.h"
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"
@@ -38,88 +35,6 @@
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
-
-/* ------------------------------------------------------------ random data */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
-
-static uint32_t rng_u32(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-static float rng_unit(void) { return (float)(rng_u32() & 0xFFFFFF) / 16777216.0f; } /* [0,1) */
-static float rng_sym(void) { return 2.0f * rng_unit() - 1.0f; }                       /* [-1,1) */
-static float rng_gauss(void) { return rng_sym() + rng_sym() + rng_sym(); }
-
-static void rng_bytes(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rng_u32();
-}
-
-/* A random f16 scale with magnitude in [lo, hi), random sign if signed_. */
-static uint16_t rng_scale(float lo, float hi, int signed_)
-{
-    float v = lo + (hi - lo) * rng_unit();
-    if (signed_ && (rng_u32() & 1)) v = -v;
-    return f32_to_f16(v);
-}
-
-/* n_out random rows of type t (any bit pattern the format allows, with
- * finite scales). */
-static uint8_t *make_weights(uint32_t t, int n_out, int n_in)
-{
-    const size_t row = dtype_row_bytes(t, (uint64_t)n_in), bytes = row * (size_t)n_out;
-    uint8_t *w = malloc(bytes ? bytes : 1);
-    rng_bytes(w, bytes);
-    const int64_t n = (int64_t)n_in * n_out;
-    switch (t) {
-    case DT_F32:
-        for (int64_t i = 0; i < n; i++) ((float *)w)[i] = rng_gauss();
-        break;
-    case DT_F16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = f32_to_f16(rng_gauss());
-        break;
-    case DT_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)w)[i] = f32_to_bf16(rng_gauss());
-        break;
-    case DT_Q8_0:
-        for (int64_t b = 0; b < n / QK8_0; b++) ((block_q8_0 *)w)[b].d = rng_scale(1e-3f, 2e-2f, 1);
-        break;
-    case DT_Q4_0:
-        for (int64_t b = 0; b < n / QK4_0; b++) ((block_q4_0 *)w)[b].d = rng_scale(1e-3f, 2e-2f, 1);
-        break;
-    case DT_Q4_K:
-        for (int64_t b = 0; b < n / QK_K; b++) {
-            ((block_q4_K *)w)[b].d = rng_scale(1e-4f, 2e-3f, 0);
-            ((block_q4_K *)w)[b].dmin = rng_scale(1e-4f, 2e-3f, 0);
-        }
-        break;
-    case DT_Q6_K:
-        for (int64_t b = 0; b < n / QK_K; b++) ((block_q6_K *)w)[b].d = rng_scale(1e-4f, 2e-3f, 1);
-        break;
-    }
-    return w;
-}
-
-/* m rows of activations: gaussian, row scales from 1e-2 to 1e2, and row 3
- * zero over its first 256 elements (an all-zero quantization block). */
-static float *make_acts(int m, int n_in)
-{
-    float *x = malloc(sizeof(float) * (size_t)m * (size_t)n_in);
-    for (int i = 0; i < m; i++) {
-        const float scale = powf(10.0f, (float)(i % 5 - 2));
-        for (int k = 0; k < n_in; k++) x[(size_t)i * n_in + k] = rng_gauss() * scale;
-        if (i == 3)
-            for (int k = 0; k < n_in && k < 256; k++) x[(size_t)i * n_in + k] = 0.0f;
-    }
-    return x;
-}
 
 /* ------------------------------------------------------------ test cases */
 
@@ -142,9 +57,9 @@ static void case_make(mm_case *c, uint32_t wtype, int m, int n_in, int n_out, ui
     c->wtype = wtype;
     c->dt = kern_dot_type(wtype);
     c->m = m, c->n_in = n_in, c->n_out = n_out;
-    c->w = make_weights(wtype, n_out, n_in);
+    c->w = mm_weights_make(wtype, n_out, n_in);
     c->w_row = dtype_row_bytes(wtype, (uint64_t)n_in);
-    c->x = make_acts(m, n_in);
+    c->x = mm_acts_make(m, n_in);
     c->x_row = dtype_row_bytes((uint32_t)c->dt, (uint64_t)n_in);
     c->xa = malloc(c->x_row * (size_t)m);
     c->wd = malloc(sizeof(float) * (size_t)n_out * (size_t)n_in);
@@ -273,11 +188,11 @@ TEST(dispatch_picks_best_variant_and_env_caps_it)
 }
 
 /* The decode stream's prefetch distance (kern_impl.h): none on x86 AMD
- * before Zen 5, 16 KiB from Zen 5 on (every tile; session 16 had it for
- * the packed Q4_0 tile only), else KERN_PF_STREAM_BYTES, PAGELLM_PREFETCH
- * over it; the vendor is read here from /proc/cpuinfo, not CPUID as
- * kern_init does. A distance changes no value: the f16, bf16, q6_K and
- * packed q4_0 decode rows are the same bits with and without it. */
+ * before Zen 5, 16 KiB from Zen 5 on (every tile), else
+ * KERN_PF_STREAM_BYTES, PAGELLM_PREFETCH over it; the vendor is read here
+ * from /proc/cpuinfo, not CPUID as kern_init does. A distance changes no
+ * value: the f16, bf16, q6_K and packed q4_0 decode rows are the same bits
+ * with and without it. */
 TEST(stream_prefetch_follows_cpu_and_env)
 {
     const int family = amd_family(), amd = family > 0;
@@ -298,8 +213,8 @@ TEST(stream_prefetch_follows_cpu_and_env)
     const int n_in = 2048, n_out = 64;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t t = types[ti];
-        uint8_t *w = make_weights(t, n_out, n_in);
-        float *x = make_acts(1, n_in), *y[2];
+        uint8_t *w = mm_weights_make(t, n_out, n_in);
+        float *x = mm_acts_make(1, n_in), *y[2];
         const bool packable = (t == DT_Q4_0 || ti == 4) && kern_pack_supports(t, n_in);
         const size_t pb = packable ? kern_pack_bytes(t, n_in, n_out) : 0;
         uint8_t *packed = packable ? aligned_alloc(64, (pb + 63) / 64 * 64) : NULL;
@@ -384,12 +299,12 @@ TEST(simd_dots_match_ref)
     }
 }
 
-/* The AVX-512 F32/F16 GEMM tiles (16 lanes since session 13, another
- * order than AVX2's 8: simd_dots_match_ref checks them against the
- * reference) keep kern_impl.h's invariant: an element is the same bits on
- * every tile shape, tails included (n = 33, 259), as from the 1 x 1 tile;
- * and the F16 tile's own activation form (kern_gemm.xconv) holds the
- * values of conv[DT_F16], bit for bit. */
+/* The AVX-512 F32/F16 GEMM tiles (16 lanes, another order than AVX2's 8:
+ * simd_dots_match_ref checks them against the reference) keep kern_impl.h's
+ * invariant: an element is the same bits on every tile shape, tails
+ * included (n = 33, 259), as from the 1 x 1 tile; and the F16 tile's own
+ * activation form (kern_gemm.xconv) holds the values of conv[DT_F16], bit
+ * for bit. */
 TEST(avx512_float_gemm_tile_invariant)
 {
     const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
@@ -746,7 +661,7 @@ TEST(pack_round_trip)
             const uint32_t t = types[ti];
             const int n_in = shapes[si][0], n_out = shapes[si][1], nb = n_in / 32, ng = (n_out + 7) / 8;
             rng_seed(7000 + (uint64_t)(ti * 8 + si));
-            uint8_t *w = make_weights(t, n_out, n_in);
+            uint8_t *w = mm_weights_make(t, n_out, n_in);
             const size_t wr = dtype_row_bytes(t, (uint64_t)n_in), bytes = kern_pack_bytes(t, n_in, n_out);
             CHECK(bytes >= (size_t)ng * 8 * wr && bytes % 64 == 0 && bytes < (size_t)ng * 8 * wr + (size_t)ng * 64);
             uint8_t *p = aligned_alloc(64, bytes);
@@ -901,7 +816,7 @@ TEST(pack_f16_round_trip)
     for (int si = 0; si < 4; si++) {
         const int n_in = shapes[si][0], n_out = shapes[si][1], ng = (n_out + 15) / 16;
         rng_seed(7100 + (uint64_t)si);
-        uint16_t *w = (uint16_t *)make_weights(DT_F16, n_out, n_in);
+        uint16_t *w = (uint16_t *)mm_weights_make(DT_F16, n_out, n_in);
         const size_t bytes = kern_pack_bytes(DT_F16, n_in, n_out);
         CHECK(bytes == (size_t)ng * 16 * (size_t)n_in * 2 && kern_pack_group_bytes(DT_F16, n_in) == bytes / (size_t)ng);
         uint16_t *p = aligned_alloc(64, bytes);
@@ -1331,332 +1246,8 @@ TEST(dots_match_llama_cpp)
     }
 }
 
-/* -------------------------------------------------------------- bench */
-
-static double now_s(void)
+int main(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* One kern_matmul_mats call of m rows by an n_out x n_in matrix, packed or
- * as ggml rows: the fastest of many runs (other processes on a shared
- * machine only ever slow a run down). */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void bench_one(uint32_t t, int m, int n_in, int n_out, bool packed, threadpool *tp)
-{
-    rng_seed(1);
-    uint8_t *w = make_weights(t, n_out, n_in);
-    float *x = make_acts(m, n_in), *y = malloc(sizeof(float) * (size_t)m * n_out);
-    void *wp = NULL;
-    if (packed) {
-        wp = aligned_alloc(1 << 21, (kern_pack_bytes(t, n_in, n_out) + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1));
-        if (getenv("BENCH_THP")) madvise(wp, kern_pack_bytes(t, n_in, n_out), MADV_HUGEPAGE);
-        kern_pack(wp, w, t, n_in, n_out);
-    }
-    const kern_mat mat = {packed ? NULL : w, wp, t, n_in, n_out}, *mp = &mat;
-    kern_matmul_mats(1, &y, x, &mp, m, tp); /* warm up */
-    double best = 1e30, best_cpu = 1e30;
-    const double t0 = now_s();
-    for (int it = 0; it < 5 || now_s() - t0 < 1.0; it++) {
-        const double a = now_s(), ac = cpu_s();
-        kern_matmul_mats(1, &y, x, &mp, m, tp);
-        const double b = now_s() - a, bc = cpu_s() - ac;
-        best = b < best ? b : best;
-        best_cpu = bc < best_cpu ? bc : best_cpu;
-    }
-    const double bytes = (double)dtype_row_bytes(t, (uint64_t)n_in) * n_out;
-    printf("%-5s %-4s %-6s m=%-3d %dx%d threads=%d: %8.1f us (caller cpu %8.1f us)  %7.1f GFLOP/s  %6.1f GB/s of weights\n",
-           kern_variant(), dtype_get(t)->name, packed ? "packed" : "rows", m, n_out, n_in, tp_size(tp), best * 1e6,
-           best_cpu * 1e6, 2.0 * m * n_in * n_out / best * 1e-9, bytes / best * 1e-9);
-    free(w);
-    free(wp);
-    free(x);
-    free(y);
-}
-
-/* `test_kernels bench-stream TYPE N_IN N_OUT COUNT [M [THREADS]]`: COUNT
- * distinct n_out x n_in matrices (packed where kern_pack_supports it, ggml rows with BENCH_ROWS=1; huge pages asked
- * for), one kern_matmul call each in turn, 2 threads by default: what a decode step does to
- * memory (weights far larger than L3, a short call per matrix). The
- * one-matrix bench above repeats a single matrix, whose calls start warm.
- *
- * This machine's bandwidth swings 2x within seconds (neighbours on the
- * host), so a GB/s figure alone compares nothing. Each pass is paired with
- * reads of the same bytes just before it (each thread one half, AVX2
- * loads: `pagellm bench speed`'s probe), one with plain loads and one with
- * the lines 8 KiB ahead prefetched into L2 (the faster on Emerald Rapids,
- * as fast on Zen 4: bench_speed.c), the faster of the two the probe; the
- * median of the pairs' ratios is the kernel's efficiency against the
- * roofline's bandwidth. */
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-    int pf; /* prefetch distance, bytes into L2; 0 = plain loads */
-    uint64_t sum[2];
-} stream_probe;
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) static void stream_probe_job(void *arg, int ith, int nth)
-{
-    stream_probe *s = arg;
-    const size_t per = s->n / (size_t)nth / 128 * 128;
-    const uint8_t *p = s->p + per * (size_t)ith;
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i < per; i += 128) {
-        if (s->pf) {
-            _mm_prefetch((const char *)p + i + s->pf, _MM_HINT_T1);
-            _mm_prefetch((const char *)p + i + s->pf + 64, _MM_HINT_T1);
-        }
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    uint64_t v[4];
-    _mm256_storeu_si256((__m256i *)v, _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-    if (ith < 2) s->sum[ith] = v[0] + v[1] + v[2] + v[3]; /* kept, so that the loads stay */
-}
-#else
-static void stream_probe_job(void *arg, int ith, int nth)
-{
-    stream_probe *s = arg;
-    const size_t per = s->n / (size_t)nth / 128 * 128;
-    const uint64_t *p = (const uint64_t *)(s->p + per * (size_t)ith);
-    uint64_t sum = 0;
-    for (size_t i = 0; i < per / 8; i++) sum += p[i];
-    if (ith < 2) s->sum[ith] = sum;
-}
-#endif
-
-/* Seconds of the faster probe read of sp's bytes: plain loads, then with
- * the prefetch (see stream_probe). */
-static double stream_probe_seconds(threadpool *tp, stream_probe *sp)
-{
-    double best = 0;
-    for (int k = 0; k < 2; k++) {
-        sp->pf = k ? 8192 : 0;
-        const double a = now_s();
-        tp_run(tp, stream_probe_job, sp);
-        const double t = now_s() - a;
-        best = k == 0 || t < best ? t : best;
-    }
-    return best;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void bench_stream(char **argv, int argc)
-{
-    const int ti = dtype_from_name(argv[2]);
-    const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q4_0;
-    const int n_in = atoi(argv[3]), n_out = atoi(argv[4]), count = atoi(argv[5]);
-    const int m = argc > 6 ? atoi(argv[6]) : 1, nth = argc > 7 ? atoi(argv[7]) : 2;
-    if (n_in <= 0 || n_out <= 0 || count <= 0 || count > 4096 || m <= 0 || m > 64 || nth <= 0 || nth > 64) {
-        fprintf(stderr, "bench-stream: bad shape\n");
-        return;
-    }
-    threadpool *tp2 = tp_new(nth);
-    kern_init(0);
-    rng_seed(1);
-    uint8_t *w = make_weights(t, n_out, n_in);
-    const bool packable = kern_pack_supports(t, n_in) && !getenv("BENCH_ROWS"); /* BENCH_ROWS=1: ggml rows */
-    const size_t pb = packable ? kern_pack_bytes(t, n_in, n_out) : dtype_row_bytes(t, (uint64_t)n_in) * n_out;
-    const size_t stride = (pb + (1 << 21) - 1) & ~(size_t)((1 << 21) - 1);
-    uint8_t *all = aligned_alloc(1 << 21, stride * (size_t)count);
-    madvise(all, stride * (size_t)count, MADV_HUGEPAGE);
-    memset(all, 0, stride * (size_t)count);
-    kern_mat *mats = calloc((size_t)count, sizeof *mats);
-    for (int i = 0; i < count; i++) {
-        uint8_t *d = all + stride * (size_t)i;
-        if (packable) kern_pack(d, w, t, n_in, n_out);
-        else memcpy(d, w, pb);
-        mats[i] = (kern_mat){packable ? NULL : d, packable ? d : NULL, t, n_in, n_out};
-    }
-    float *x = make_acts(m, n_in), *y = malloc(sizeof(float) * (size_t)m * n_out);
-    enum { REPS = 15 };
-    double gk[REPS], gp[REPS], ratio[REPS];
-    stream_probe sp = {all, stride * (size_t)count, 0, {0, 0}};
-    for (int r = -1; r < REPS; r++) {
-        const double tprobe = stream_probe_seconds(tp2, &sp);
-        double a = now_s();
-        for (int i = 0; i < count; i++) {
-            const kern_mat *mp = &mats[i];
-            kern_matmul_mats(1, &y, x, &mp, m, tp2);
-        }
-        const double tk = now_s() - a;
-        if (r < 0) continue;
-        gk[r] = (double)pb * count / tk * 1e-9;
-        gp[r] = (double)sp.n / tprobe * 1e-9;
-        ratio[r] = gk[r] / gp[r];
-    }
-    qsort(gk, REPS, sizeof(double), cmp_double);
-    qsort(gp, REPS, sizeof(double), cmp_double);
-    qsort(ratio, REPS, sizeof(double), cmp_double);
-    printf("%s %s stream m=%d %d x %dx%d (%.0f MiB) %d threads: kernel %.1f GB/s, probe %.1f GB/s (medians of %d); "
-           "kernel/probe median %.3f (quartiles %.3f-%.3f)\n",
-           kern_variant(), dtype_get(t)->name, m, count, n_out, n_in, (double)pb * count / 1048576.0, nth, gk[REPS / 2],
-           gp[REPS / 2], REPS, ratio[REPS / 2], ratio[REPS / 4], ratio[3 * REPS / 4]);
-    free(w), free(all), free(mats), free(x), free(y);
-    tp_free(tp2);
-}
-
-/* `test_kernels bench-layers TYPE LAYERS [DIM FFN KV_DIM [THREADS]]`: the
- * matrices of LAYERS llama layers (TinyLlama's shape by default), packed
- * on huge pages, multiplied in a decode step's order (q|k|v fused, wo,
- * gate|up fused, down) with m = 1, each pass after a plain read of the
- * same bytes. Prints the step's ratio to the probe and each kind's time
- * and GB/s: where bench-stream times one shape alone, this shows how the
- * shapes fare in the order decode runs them (a matrix after another). */
-static void bench_layers(char **argv, int argc)
-{
-    const int ti = dtype_from_name(argv[2]);
-    const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q4_0;
-    const int L = atoi(argv[3]), dim = argc > 4 ? atoi(argv[4]) : 2048, ffn = argc > 5 ? atoi(argv[5]) : 5632;
-    const int kvd = argc > 6 ? atoi(argv[6]) : 256, nth = argc > 7 ? atoi(argv[7]) : 2;
-    if ((t != DT_Q8_0 && t != DT_Q4_0) || L <= 0 || L > 256 || dim <= 0 || ffn <= 0 || kvd <= 0 || dim % 32 ||
-        ffn % 32 || nth <= 0 || nth > 64) {
-        fprintf(stderr, "bench-layers: bad arguments\n");
-        return;
-    }
-    enum { NK = 7 }; /* q k v o g u d */
-    const int n_in[NK] = {dim, dim, dim, dim, dim, dim, ffn}, n_out[NK] = {dim, kvd, kvd, dim, ffn, ffn, dim};
-    threadpool *tp = tp_new(nth);
-    kern_init(0);
-    rng_seed(1);
-    size_t pb[NK], per_layer = 0;
-    uint8_t *src[NK];
-    for (int k = 0; k < NK; k++) {
-        pb[k] = (kern_pack_bytes(t, n_in[k], n_out[k]) + 63) & ~(size_t)63;
-        per_layer += pb[k];
-        src[k] = make_weights(t, n_out[k], n_in[k]);
-    }
-    const size_t total = per_layer * (size_t)L;
-    uint8_t *all = mem_alloc_huge(total); /* as the packed weights: 2 MiB pages */
-    if (!all) {
-        fprintf(stderr, "bench-layers: out of memory\n");
-        return;
-    }
-    kern_mat *mats = calloc((size_t)L * NK, sizeof *mats);
-    for (int l = 0; l < L; l++) {
-        size_t off = per_layer * (size_t)l;
-        for (int k = 0; k < NK; k++) {
-            kern_pack(all + off, src[k], t, n_in[k], n_out[k]);
-            mats[l * NK + k] = (kern_mat){NULL, all + off, t, n_in[k], n_out[k]};
-            off += pb[k];
-        }
-    }
-    float *x = make_acts(1, ffn > dim ? ffn : dim), *y[3];
-    for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * (size_t)(ffn > dim ? ffn : dim));
-    enum { REPS = 9, KINDS = 4 };
-    static const char *const kind[KINDS] = {"qkv", "wo", "gate+up", "down"};
-    const size_t kb[KINDS] = {pb[0] + pb[1] + pb[2], pb[3], pb[4] + pb[5], pb[6]};
-    double tk[KINDS][REPS], ratio[REPS], gp[REPS];
-    stream_probe sp = {all, total, 0, {0, 0}};
-    for (int r = -1; r < REPS; r++) {
-        const double tprobe = stream_probe_seconds(tp, &sp);
-        double a;
-        double acc[KINDS] = {0};
-        const double t0 = now_s();
-        for (int l = 0; l < L; l++) {
-            const kern_mat *m3[3] = {&mats[l * NK], &mats[l * NK + 1], &mats[l * NK + 2]};
-            a = now_s();
-            kern_matmul_mats(3, y, x, m3, 1, tp);
-            double b = now_s();
-            acc[0] += b - a;
-            const kern_mat *mo = &mats[l * NK + 3];
-            kern_matmul_mats(1, y, x, &mo, 1, tp);
-            a = now_s();
-            acc[1] += a - b;
-            const kern_mat *m2[2] = {&mats[l * NK + 4], &mats[l * NK + 5]};
-            kern_matmul_mats(2, y, x, m2, 1, tp);
-            b = now_s();
-            acc[2] += b - a;
-            const kern_mat *md = &mats[l * NK + 6];
-            kern_matmul_mats(1, y, x, &md, 1, tp);
-            acc[3] += now_s() - b;
-        }
-        const double step = now_s() - t0;
-        if (r < 0) continue;
-        for (int k = 0; k < KINDS; k++) tk[k][r] = acc[k];
-        gp[r] = (double)total / tprobe * 1e-9;
-        ratio[r] = (double)total / step * 1e-9 / gp[r];
-    }
-    qsort(gp, REPS, sizeof(double), cmp_double);
-    qsort(ratio, REPS, sizeof(double), cmp_double);
-    printf("%s %s layers %d x (dim %d, ffn %d, kv %d), %.0f MiB, %d threads: probe %.1f GB/s, step/probe %.3f (quartiles "
-           "%.3f-%.3f)\n",
-           kern_variant(), dtype_get(t)->name, L, dim, ffn, kvd, (double)total / 1048576.0, nth, gp[REPS / 2], ratio[REPS / 2],
-           ratio[REPS / 4], ratio[3 * REPS / 4]);
-    for (int k = 0; k < KINDS; k++) {
-        qsort(tk[k], REPS, sizeof(double), cmp_double);
-        printf("  %-8s %7.3f ms a step  %6.1f GB/s\n", kind[k], tk[k][REPS / 2] * 1e3,
-               (double)kb[k] * L / tk[k][REPS / 2] * 1e-9);
-    }
-    for (int k = 0; k < NK; k++) free(src[k]);
-    for (int i = 0; i < 3; i++) free(y[i]);
-    mem_free(all);
-    free(mats), free(x);
-    tp_free(tp);
-}
-
-/* `test_kernels bench [TYPE M N_IN N_OUT]`: the default set, or one shape
- * (TYPE any weight type by name, e.g. q6_K, bf16; packed and not for
- * q4_0 and q8_0; 1 and 2 threads). */
-static void bench(int argc, char **argv)
-{
-    threadpool *tp2 = tp_new(2);
-    kern_init(0);
-    if (argc >= 6) {
-        const int ti = dtype_from_name(argv[2]);
-        const uint32_t t = ti >= 0 ? (uint32_t)ti : DT_Q8_0;
-        const int np = kern_pack_supports(t, atoi(argv[4])) ? 2 : 1; /* packed too where the layout pays */
-        const int m = atoi(argv[3]), n_in = atoi(argv[4]), n_out = atoi(argv[5]);
-        for (int th = 0; th < 2; th++)
-            for (int p = 0; p < np; p++) bench_one(t, m, n_in, n_out, p, th ? tp2 : NULL);
-        tp_free(tp2);
-        return;
-    }
-    static const uint32_t types[] = {DT_Q4_0, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_F16, DT_BF16, DT_F32};
-    for (int k = 0; k < 7; k++)
-        for (int mi = 0; mi < 2; mi++)
-            for (int th = 0; th < 2; th++) bench_one(types[k], mi ? 64 : 1, 2048, 2048, false, th ? tp2 : NULL);
-    for (int k = 0; k < 2; k++)
-        for (int mi = 0; mi < 2; mi++)
-            for (int th = 0; th < 2; th++) bench_one(types[k], mi ? 64 : 1, 2048, 2048, true, th ? tp2 : NULL);
-    /* weights larger than L3: the DRAM-bound decode case */
-    for (int th = 0; th < 2; th++)
-        for (int p = 0; p < 2; p++) bench_one(DT_Q4_0, 1, 8192, 8192, p, th ? tp2 : NULL);
-    kern_init(1);
-    for (int k = 0; k < 4; k++) bench_one(types[k], 1, 2048, 2048, false, NULL);
-    tp_free(tp2);
-}
-
-int main(int argc, char **argv)
-{
-    if (argc > 1 && strcmp(argv[1], "bench") == 0) {
-        bench(argc, argv);
-        return 0;
-    }
-    if (argc > 3 && strcmp(argv[1], "bench-layers") == 0) {
-        bench_layers(argv, argc);
-        return 0;
-    }
-    if (argc > 5 && strcmp(argv[1], "bench-stream") == 0) {
-        bench_stream(argv, argc);
-        return 0;
-    }
     kern_init(0);
     printf("# kernel variant: %s\n", kern_variant());
     RUN(dispatch_picks_best_variant_and_env_caps_it);

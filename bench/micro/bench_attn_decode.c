@@ -1,0 +1,200 @@
+/* bench_attn_decode.c - the decode attention call of a GQA model, as
+ * forward.c makes it for one thread, with the caches as the engine leaves
+ * them: one token's ROWS query heads over N_KV KV heads of REP heads each,
+ * all at the same depth, layer after layer.
+ *
+ *   bench_attn_decode L REPS TYPE N_KV REP ROWS
+ *
+ * L layers (1..64), each its own fake_kv pool (tests/fake_kv.h, the
+ * attention tests' own: head dim 64, shuffled blocks); REPS tokens; TYPE
+ * the KV row type: all (or -1), an index 0..7 or a name of f32 f16 bf16
+ * q8_0 q4_0 e4m3 e5m2 f16_pool (the pool's own f16 layout); ROWS rows a
+ * call, row v on KV head v / REP (so ROWS <= N_KV x REP). TinyLlama's
+ * call on one of two threads: 22 L, 4 N_KV, 8 REP, 16 ROWS.
+ *
+ * Before each token's first layer a read of twice the last-level cache
+ * (at least 64 MiB), before every other layer 8 MiB (L2), not timed: a
+ * token's weights stream through the caches between two layers' attention.
+ * The read buffer is written first, so that its pages are real ones (reads
+ * of untouched pages all hit the one zero page and evict nothing).
+ * Env: NCTX=n the depth (default 2,048 keys), BS=b keys a block (default
+ * 16), NOEVICT=1 warm caches (no reads), MINT=1 the fastest call x L
+ * instead of the mean (a compute-bound kernel's figure on a noisy host).
+ * Times are the calling thread's CPU time.
+ *
+ * One line a type:
+ *   decode TYPE hd 64 n_ctx N, L layers x ROWS rows (GQA REP): avx2 MS, avx512 MS ms/token/thread
+ * ms a token (L calls) for the AVX2 and the AVX-512 variant (0.000 where
+ * the CPU has no AVX-512). x86-64 with AVX2+FMA+F16C.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_kv.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "micro.h"
+#include "rng.h"
+
+static const char *const prog = "bench_attn_decode";
+
+enum { HD = 64, L2_EVICT = 8 << 20 };
+
+typedef struct {
+    int L, reps, only, n_kv, rep, rows; /* only: a fake_kv_types index, -1 for all */
+    int n_ctx, bs;
+    bool evict, best;
+} decode_args;
+
+/* The index in fake_kv_types of TYPE s: all or -1 (-1), 0..7, or a name
+ * as fake_kv_type_name prints it, '_' for ' '; -1 after naming it. */
+static int decode_arg_type(const char *s, int *only)
+{
+    if (!strcmp(s, "all") || !strcmp(s, "-1")) return *only = -1, 0;
+    char *end;
+    const long i = strtol(s, &end, 10);
+    if (end != s && !*end && i >= 0 && i < FAKE_KV_N_TYPES) return *only = (int)i, 0;
+    for (int k = 0; k < FAKE_KV_N_TYPES; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "%s", fake_kv_type_name(fake_kv_types[k]));
+        for (char *c = name; *c; c++) *c = *c == ' ' ? '_' : *c;
+        if (!strcmp(s, name)) return *only = k, 0;
+    }
+    fprintf(stderr, "%s: TYPE: '%s' is not all, -1..%d or one of f32 f16 bf16 q8_0 q4_0 e4m3 e5m2 f16_pool\n", prog, s,
+            FAKE_KV_N_TYPES - 1);
+    return -1;
+}
+
+/* An environment knob: *out = its whole number in lo..hi, or dflt when
+ * unset; -1 after naming it. */
+static int decode_env_int(const char *name, long lo, long hi, int dflt, int *out)
+{
+    const char *v = getenv(name);
+    *out = dflt;
+    return v ? micro_arg_int(prog, name, v, lo, hi, out) : 0;
+}
+
+/* Fills a from argv and the environment; 0, 1 for --help, -1 after naming
+ * the bad argument. */
+static int decode_args_parse(decode_args *a, int argc, char **argv)
+{
+    static const char *const names[] = {"L", "REPS", "TYPE", "N_KV", "REP", "ROWS"};
+    const int ac = micro_args_count(prog, "L REPS TYPE N_KV REP ROWS", argc, argv, names, 6, 6);
+    if (ac) return ac;
+    if (micro_arg_int(prog, "L", argv[1], 1, 64, &a->L) || micro_arg_int(prog, "REPS", argv[2], 1, 100000, &a->reps) ||
+        decode_arg_type(argv[3], &a->only) || micro_arg_int(prog, "N_KV", argv[4], 1, ATTN_ROWS_CAP, &a->n_kv) ||
+        micro_arg_int(prog, "REP", argv[5], 1, ATTN_ROWS_CAP, &a->rep) ||
+        micro_arg_int(prog, "ROWS", argv[6], 1, ATTN_ROWS_CAP, &a->rows) ||
+        decode_env_int("NCTX", 1, 1 << 20, 2048, &a->n_ctx) || decode_env_int("BS", 1, 256, 16, &a->bs))
+        return -1;
+    if (a->rows > a->n_kv * a->rep) {
+        fprintf(stderr, "%s: ROWS: %d rows need %d KV heads of REP %d, N_KV is %d\n", prog, a->rows,
+                (a->rows + a->rep - 1) / a->rep, a->rep, a->n_kv);
+        return -1;
+    }
+    if (a->rows > attn_rows_max(a->n_ctx)) {
+        fprintf(stderr, "%s: ROWS: %d rows over %d keys (NCTX) exceed the kernel's %d a call\n", prog, a->rows,
+                a->n_ctx, attn_rows_max(a->n_ctx));
+        return -1;
+    }
+    a->evict = !getenv("NOEVICT");
+    a->best = getenv("MINT") != NULL;
+    /* f32 rows, K and V, every layer */
+    return micro_arg_bytes(prog, "L x N_KV x NCTX", 2.0 * 4 * HD * a->n_kv * ((double)a->n_ctx + 2 * a->bs) * a->L);
+}
+
+/* A buffer of n bytes, written: reading it evicts n bytes of cache. */
+typedef struct {
+    uint8_t *buf;
+    size_t n;
+} evictor;
+
+static int evictor_init(evictor *e)
+{
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const size_t two = l3 > 0 ? 2 * (size_t)l3 : 0, floor = (size_t)64 << 20, cap = (size_t)1 << 30;
+    e->n = two > floor ? (two < cap ? two : cap) : floor;
+    e->buf = malloc(e->n);
+    if (!e->buf) return -1;
+    memset(e->buf, 1, e->n);
+    return 0;
+}
+
+/* Reads bytes (at most e->n) of the buffer, a line at a time. */
+static void evictor_read(evictor *e, size_t bytes)
+{
+    bytes = bytes < e->n ? bytes : e->n;
+    unsigned x = 0;
+    for (size_t i = 0; i < bytes; i += 64) x += ((volatile uint8_t *)e->buf)[i];
+    e->buf[0] = (uint8_t)(x | 1);
+}
+
+/* ms a token of variant v (0 AVX2, 1 AVX-512) over the L pools f. */
+static double decode_time(const decode_args *a, int v, const fake_kv *f, const attn_row *rows, float *scratch,
+                          size_t sf, evictor *e)
+{
+    double t = 0;
+    for (int i = 0; i < a->reps; i++)
+        for (int l = 0; l < a->L; l++) {
+            if (a->evict) evictor_read(e, l == 0 ? e->n : (size_t)L2_EVICT);
+            const double t0 = micro_cpu_s();
+            (v ? attn_paged_avx512 : attn_paged_avx2)(&f[l].kv, rows, a->rows, 0.125f, scratch, sf);
+            const double dt = micro_cpu_s() - t0;
+            if (!a->best) t += dt;
+            else if (t == 0 || dt * a->reps * a->L < t) t = dt * a->reps * a->L; /* the best call x L, as a token */
+        }
+    return t / a->reps * 1e3;
+}
+
+/* Times type index ti and prints its line; 0, or -1 when out of memory. */
+static int decode_type(const decode_args *a, int ti, evictor *e)
+{
+    const int n = a->n_ctx, R = a->rows;
+    fake_kv *f = calloc((size_t)a->L, sizeof *f);
+    const size_t sf = attn_scratch_floats(n, HD);
+    float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * HD), *o = malloc(sizeof(float) * R * HD);
+    int made = 0;
+    bool ok = f && scratch && q && o;
+    while (ok && made < a->L)
+        if (fake_kv_make(&f[made], fake_kv_types[ti], HD, a->n_kv, n, a->bs, 9 + (uint64_t)made) == 0) made++;
+        else ok = false;
+    if (ok) {
+        for (int i = 0; i < R * HD; i++) q[i] = rng_gauss();
+        attn_row rows[ATTN_ROWS_CAP];
+        for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * HD, o + v * HD, n, v / a->rep, 0};
+        const double t2 = decode_time(a, 0, f, rows, scratch, sf, e);
+        const double t512 = attn_avx512_available() ? decode_time(a, 1, f, rows, scratch, sf, e) : 0;
+        printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): avx2 %.3f, avx512 %.3f ms/token/thread\n",
+               fake_kv_type_name(fake_kv_types[ti]), HD, n, a->L, R, a->rep, t2, t512);
+        fflush(stdout);
+    }
+    for (int l = 0; l < made; l++) fake_kv_free(&f[l]);
+    free(f), free(scratch), free(q), free(o);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    decode_args a;
+    const int pr = decode_args_parse(&a, argc, argv);
+    if (pr) return pr > 0 ? 0 : 2;
+    if (!attn_avx2_available()) {
+        fprintf(stderr, "%s: this CPU lacks AVX2+FMA+F16C, which the timed variants need\n", prog);
+        return 1;
+    }
+    kern_init(0);
+    evictor e = {NULL, 0};
+    if (a.evict && evictor_init(&e)) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
+    int rc = 0;
+    for (int ti = 0; ti < FAKE_KV_N_TYPES && !rc; ti++)
+        if (a.only < 0 || ti == a.only) rc = decode_type(&a, ti, &e);
+    if (rc) fprintf(stderr, "%s: out of memory\n", prog);
+    free(e.buf);
+    return rc ? 1 : 0;
+}
