@@ -36,7 +36,7 @@ mkdir -p "$out/obj" "$out/obj-dotprod"
 
 # Compiles $1 with the remaining flags into $2 unless $2 is newer than the
 # source and every header of src/ and tests/ (coarse, but always safe).
-newest_header=$(ls -t src/*/*.h tests/test.h | head -n 1)
+newest_header=$(ls -t src/*/*.h tests/*.h | head -n 1)
 compile() {
   local f=$1 o=$2; shift 2
   if [ "$o" -nt "$f" ] && [ "$o" -nt "$newest_header" ] && [ "$o" -nt "$0" ]; then return 0; fi
@@ -63,7 +63,8 @@ for cfg in "neon:cortex-a53:$(obj_of src/kernels/kern_neon.c)" "neon-dotprod:max
   for o in "${objs[@]}"; do [[ $o == */src_kernels_kern_neon.o ]] || lib+=("$o"); done
   for t in "${tests[@]}"; do
     bin=$out/$name-$t
-    if ! { [ "$bin" -nt "tests/$t.c" ] && [ -z "$(find "${lib[@]}" "$kn" -newer "$bin")" ]; }; then
+    if ! { [ "$bin" -nt "tests/$t.c" ] && [ "$bin" -nt "$newest_header" ] &&
+           [ -z "$(find "${lib[@]}" "$kn" -newer "$bin")" ]; }; then
       # dlopen (test_kernels' llama.cpp oracle, x86-only, skipped here)
       # warns when linked statically: filtered
       if ! "$CC" "${flags[@]}" -static -o "$bin" "tests/$t.c" "${lib[@]}" "$kn" -lm -lpthread \

@@ -33,7 +33,7 @@ flags=(-std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -Isrc -Iinclude -Ite
 [ "${CI:-}" = true ] && flags+=(-Werror)
 # SIMDe runs its 256-bit halves natively when the host has AVX2
 grep -qw avx2 /proc/cpuinfo && flags+=(-mavx2 -mfma -mf16c)
-newest_header=$(ls -t src/*/*.h tests/test.h | head -n 1)
+newest_header=$(ls -t src/*/*.h tests/*.h | head -n 1)
 objs=()
 for f in src/kernels/*avx512*.c; do
   o=$out/$(basename "${f%.c}").o
@@ -48,7 +48,8 @@ done
 rc=0
 for t in "${tests[@]}"; do
   bin=$out/$t
-  if ! { [ "$bin" -nt "tests/$t.c" ] && [ "$bin" -nt "$lib" ] && [ -z "$(find "${objs[@]}" -newer "$bin")" ]; }; then
+  if ! { [ "$bin" -nt "tests/$t.c" ] && [ "$bin" -nt "$lib" ] && [ "$bin" -nt "$newest_header" ] &&
+         [ -z "$(find "${objs[@]}" -newer "$bin")" ]; }; then
     # the test's own flags, without the AVX2 ones (they would change the
     # reference kernels' code, which stay as in the library)
     if ! "$CC" -std=c11 -O2 -g -D_GNU_SOURCE -pthread -Isrc -Iinclude -Itests -o "$bin" "tests/$t.c" "${objs[@]}" "$lib" \
