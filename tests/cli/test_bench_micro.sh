@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_bench_micro.sh - the kernel micro-benchmarks in bench/micro/ work (not
+# how fast): make builds each; each refuses a missing, extra or bad argument
+# (environment knobs too) with exit 2 and a message naming it; a tiny case
+# prints the documented columns. The attention ones need AVX2 (x86-64).
+source "$(dirname "$0")/lib.sh"
+
+D=$BUILD/bench
+for p in bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode; do
+  check "${p}_built" [ -x "$D/$p" ]
+done
+
+# bench_matmul [TYPE M N_IN N_OUT]
+B=$D/bench_matmul
+if [ -x "$B" ]; then
+  expect_exit matmul_type 2 "TYPE.*q9" -- "$B" q9 1 64 16
+  expect_exit matmul_missing 2 "N_IN missing" -- "$B" f32 1
+  expect_exit matmul_m 2 "M: 'x'" -- "$B" f32 x 64 16
+  expect_exit matmul_blocks 2 "N_IN: 100 is not a multiple" -- "$B" q4_0 1 100 16
+  expect_exit matmul_extra 2 "unexpected argument 'more'" -- "$B" f32 1 64 16 more
+  expect_exit matmul_memory 2 "N_IN x N_OUT" -- "$B" f32 1 1048576 1048576
+  check matmul_help "$B" --help
+  # f32 has no packed layout: rows on 1 and 2 threads
+  timeout 60 "$B" f32 2 64 16 >"$T/mm.txt" 2>"$T/mm.err"
+  check matmul_exit [ $? -eq 0 ]
+  re='^[a-z0-9-]+ +f32 +rows +m=2 +16x64 threads=[12]: +[0-9.]+ us \(caller cpu +[0-9.]+ us\) +[0-9.]+ GFLOP/s +[0-9.]+ GB/s of weights$'
+  check matmul_rows [ "$(grep -Ec "$re" "$T/mm.txt")" -eq 2 ]
+  check matmul_quiet [ ! -s "$T/mm.err" ]
+fi
+
+# bench_matmul_stream TYPE N_IN N_OUT COUNT [M [THREADS]]
+B=$D/bench_matmul_stream
+if [ -x "$B" ]; then
+  expect_exit stream_missing 2 "COUNT missing" -- "$B" q4_0 256 64
+  expect_exit stream_type 2 "TYPE.*q8_k" -- "$B" q8_k 256 64 2
+  expect_exit stream_count 2 "COUNT: '0'" -- "$B" q4_0 256 64 0
+  expect_exit stream_m 2 "M: '65'" -- "$B" q4_0 256 64 2 65
+  expect_exit stream_threads 2 "THREADS: '0'" -- "$B" q4_0 256 64 2 1 0
+  expect_exit stream_blocks 2 "N_IN: 250" -- "$B" q4_0 250 64 2
+  timeout 60 "$B" q4_0 256 64 2 1 1 >"$T/st.txt" 2>"$T/st.err"
+  check stream_exit [ $? -eq 0 ]
+  re='^[a-z0-9-]+ q4_0 stream m=1 2 x 64x256 \([0-9]+ MiB\) 1 threads: kernel [0-9.]+ GB/s, probe [0-9.]+ GB/s \(medians of 15\); kernel/probe median [0-9.]+ \(quartiles [0-9.]+-[0-9.]+\)$'
+  check stream_line [ "$(grep -Ec "$re" "$T/st.txt")" -eq 1 ]
+  check stream_quiet [ ! -s "$T/st.err" ]
+fi
+
+# bench_matmul_layers TYPE LAYERS [DIM FFN KV_DIM [THREADS]]
+B=$D/bench_matmul_layers
+if [ -x "$B" ]; then
+  expect_exit layers_type 2 "TYPE: 'f16'" -- "$B" f16 1
+  expect_exit layers_layers 2 "LAYERS: '0'" -- "$B" q4_0 0
+  expect_exit layers_ffn_missing 2 "FFN missing" -- "$B" q4_0 1 64
+  expect_exit layers_dim 2 "DIM: 100 is not a multiple" -- "$B" q4_0 1 100 128 32
+  expect_exit layers_kv 2 "KV_DIM: 'x'" -- "$B" q4_0 1 64 128 x
+  timeout 60 "$B" q8_0 2 64 128 32 1 >"$T/ly.txt" 2>"$T/ly.err"
+  check layers_exit [ $? -eq 0 ]
+  check layers_head grep -Eq '^[a-z0-9-]+ q8_0 layers 2 x \(dim 64, ffn 128, kv 32\), [0-9]+ MiB, 1 threads: probe [0-9.]+ GB/s, step/probe [0-9.]+ \(quartiles [0-9.]+-[0-9.]+\)$' "$T/ly.txt"
+  check layers_kinds [ "$(grep -E '^  (qkv|wo|gate\+up|down) +[0-9.]+ ms a step +[0-9.]+ GB/s$' "$T/ly.txt" | awk '{print $1}' | tr '\n' ' ')" = "qkv wo gate+up down " ]
+  check layers_quiet [ ! -s "$T/ly.err" ]
+fi
+
+if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+  skip bench_attn "the attention benches time the AVX2 variant"
+  exit 0
+fi
+
+# bench_attn_calls (no arguments)
+B=$D/bench_attn_calls
+if [ -x "$B" ]; then
+  expect_exit attn_calls_extra 2 "unexpected argument 'x'" -- "$B" x
+  timeout 60 "$B" >"$T/ac.txt" 2>"$T/ac.err"
+  check attn_calls_exit [ $? -eq 0 ]
+  re=' hd 64 n_ctx 2048: ref [0-9.]+ us/row, avx2 [0-9.]+ us/row alone, [0-9.]+ us/row in 16s$'
+  check attn_calls_types [ "$(grep -E "$re" "$T/ac.txt" | sed -E 's/ +hd 64.*//' | tr '\n' ',')" = "f32,f16,bf16,q8_0,q4_0,e4m3,e5m2,f16 pool," ]
+  check attn_calls_quiet [ ! -s "$T/ac.err" ]
+fi
+
+# bench_attn_decode L REPS TYPE N_KV REP ROWS, env NCTX BS NOEVICT MINT
+B=$D/bench_attn_decode
+if [ -x "$B" ]; then
+  expect_exit attn_decode_missing 2 "ROWS missing" -- "$B" 1 1 f16 2 2
+  expect_exit attn_decode_layers 2 "L: '0'" -- "$B" 0 1 f16 2 2 4
+  expect_exit attn_decode_type 2 "TYPE: 'q9'" -- "$B" 1 1 q9 2 2 4
+  expect_exit attn_decode_type_index 2 "TYPE: '8'" -- "$B" 1 1 8 2 2 4
+  expect_exit attn_decode_rows 2 "ROWS: 5 rows need" -- "$B" 1 1 f16 2 2 5
+  expect_exit attn_decode_nctx 2 "NCTX: 'x'" -- env NCTX=x "$B" 1 1 f16 2 2 4
+  expect_exit attn_decode_bs 2 "BS: '0'" -- env BS=0 "$B" 1 1 f16 2 2 4
+  re='^decode (f16|f16 pool) +hd 64 n_ctx 100, 2 layers x 4 rows \(GQA 2\): avx2 [0-9.]+, avx512 [0-9.]+ ms/token/thread$'
+  NCTX=100 BS=8 timeout 60 "$B" 2 2 f16 2 2 4 >"$T/ad.txt" 2>"$T/ad.err"
+  check attn_decode_exit [ $? -eq 0 ]
+  NCTX=100 NOEVICT=1 MINT=1 timeout 60 "$B" 2 2 7 2 2 4 >>"$T/ad.txt" 2>>"$T/ad.err"
+  check attn_decode_index_exit [ $? -eq 0 ]
+  NCTX=100 NOEVICT=1 timeout 60 "$B" 2 1 -1 2 2 4 >"$T/all.txt" 2>>"$T/ad.err"
+  check attn_decode_lines [ "$(grep -Ec "$re" "$T/ad.txt")" -eq 2 ]
+  check attn_decode_all [ "$(grep -c '^decode ' "$T/all.txt")" -eq 8 ]
+  check attn_decode_quiet [ ! -s "$T/ad.err" ]
+fi
