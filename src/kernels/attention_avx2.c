@@ -671,7 +671,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
      * values to head runs, a call with a row per head prefetched nothing:
      * its sweep is bandwidth-bound and, on 4 KiB pages, the prefetches only
      * added work: 830 keys, 6 heads, cache in RAM, 240 -> 263 us. Now they
-     * help every type: test_attention bench-decode, 6 heads x 1 row, 576
+     * help every type: bench_attn_decode, 6 heads x 1 row, 576
      * keys, 12 layers, cache cold, ms a token a thread, AVX2 / AVX-512:
      * f16 pool 1.46-1.76 -> 1.21-1.44 / 1.12-1.22 -> 0.80-0.98, f16 rows
      * 2.2-2.8 -> 1.6-2.0 / 2.1-2.9 -> 1.5-2.3, q8_0 2.8-2.9 -> 1.2-1.3 /

@@ -45,7 +45,7 @@
  * columns: the group 8 KiB ahead, a line every 2 dims of the scores;
  * head-major V (the pool's f16 values): attention_walk.h's vline_pf, each
  * block's run of the call's heads as one line range, a line per key of
- * the V tiles (session 17, Zen 5, bench-decode TinyLlama shape, 22 layers
+ * the V tiles (session 17, Zen 5, bench_attn_decode TinyLlama shape, 22 layers
  * x 16 rows x 2,048 keys, cache cold: the V pass 2.7-2.8 -> 1.9-2.1 M TSC
  * ticks a token; in cache, 1 layer x 1,024 keys: 0.051 -> 0.042).
  *
@@ -99,7 +99,7 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
 /* acc + k x *q (q broadcast). From intrinsics GCC loads the broadcast
  * once (vbroadcastss) for the FMAs that share it. ATTN_EMBED_BCAST=1
  * instead embeds it in each FMA's memory operand (vfmadd231ps m32{1to16}):
- * a uop less per FMA, measured ahead in 8 of 12 bench-decode runs of an
+ * a uop less per FMA, measured ahead in 8 of 12 bench_attn_decode runs of an
  * earlier session, but on Emerald Rapids (session 15) an FMA with an
  * embedded broadcast issues at about half the rate: a loop of 2 f16
  * conversions + 16 FMAs from L1 ran 2.0-2.2 G FMA/s embedded against
@@ -173,7 +173,7 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
 /* Key groups a scores_cols call takes for nr rows: up to 16 accumulators
  * (of the 32 zmm registers; AVX2's rule, attention_walk.h, stops at 8 of
  * 16), so that a call's loop and prefetch issue serve more FMAs (8 rows x
- * 2 groups against 8 x 1: bench-decode TinyLlama shape, 8 alternating
+ * 2 groups against 8 x 1: bench_attn_decode TinyLlama shape, 8 alternating
  * rounds, 2048 keys warm 3.20 -> 3.09 ms a token a thread, 576 cold 1.42
  * -> 1.18). */
 #ifndef COLS512_ACC
@@ -216,7 +216,7 @@ static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, 
  * block, 4 groups a step; each segment's rows in chunks of up to 8. */
 #ifndef ATTN_COLS_AHEAD
 #define ATTN_COLS_AHEAD 4 /* groups prefetched ahead (>= 4): 8 KiB of a head of 64 dims at bs 16 (4, 8, 12 and
-                              ATTN_PF_BYTES 16 KiB measured equal: bench-decode cold, 576 and 2,048 keys) */
+                              ATTN_PF_BYTES 16 KiB measured equal: bench_attn_decode cold, 576 and 2,048 keys) */
 #endif
 static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int *sg_r0, const int *sg_n, int n_sg,
                               int nmax, const float *const *qr, float *sc, size_t ncp, __m512 vscale, float *qt)
@@ -471,7 +471,7 @@ VT_RC(vtile_rc_q4, VK_Q4_0)
 /* All of the head's dims for rr rows over n keys, in passes of 16
  * accumulators: 4 vectors (64 dims) for up to 4 rows, 2 (32 dims) for 5-8
  * (8 rows convert each V vector once for 8 rows rather than twice for 4;
- * bench-decode TinyLlama shape, session 15: warm 0.120 -> 0.116 ms a
+ * bench_attn_decode TinyLlama shape, session 15: warm 0.120 -> 0.116 ms a
  * layer); pb/take: prefetches issued per pass. */
 K5I int vdims_width(int rr) { return rr > 4 ? 32 : 64; }
 
@@ -521,7 +521,7 @@ static K5 void vrows(int kind, int nr, bool first, float *const *o, const float 
  * time, the exp pass waits on its two double chains and the max pass on
  * one max chain; R rows give R times the independent work, and the f16
  * rounding rides on the last pass instead of a pass of its own
- * (bench-decode TinyLlama shape, 16 rows x 1,024 keys in cache, 5
+ * (bench_attn_decode TinyLlama shape, 16 rows x 1,024 keys in cache, 5
  * alternating runs: the softmax stage 18-23 -> 14-15 k TSC ticks a call).
  * Row results do not depend on R (row independence). */
 K5AI void softmax_group(int R, float *const *x, int n, bool f16)

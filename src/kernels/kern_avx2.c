@@ -236,7 +236,7 @@ static FDOT_AVX2(dot_bf16_avx2, FK_BF16, 1024, false)
 /* For the AVX-512 table (kern_impl.h): the same tiles with the CPU's
  * stream prefetch, kern_pf_stream bytes ahead into L2. On Zen 4 none (the
  * prefetch only takes the stream from the L2 hardware prefetcher, as for
- * the packed q4_0/q8_0 tile at m = 1): `test_kernels bench-stream f16 2048
+ * the packed q4_0/q8_0 tile at m = 1): `bench_matmul_stream f16 2048
  * 5632 40 1 2` (kernel / a plain read, medians of 15, 3 alternating rounds,
  * session 12): none 0.99/0.99/1.00, 8 KiB ahead into L2 0.91/0.91/0.91,
  * 16 KiB 0.89/0.88/0.89; 5632 x 2048 and 2048 x 32000 alike (0.98-0.99 vs

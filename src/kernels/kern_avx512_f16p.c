@@ -19,7 +19,7 @@
  *   NX = 1: 1 (decode: one rising weight stream per thread, as the dot
  *   tiles of ggml rows read; its one FMA chain takes 32 bytes a 4-cycle
  *   latency, ~26 GB/s a thread, more than DRAM gives one. 8 groups side
- *   by side, 8 streams: `test_kernels bench-stream f16 2048 5632 60 1 2`
+ *   by side, 8 streams: `bench_matmul_stream f16 2048 5632 60 1 2`
  *   0.90-0.91 of the probe against 0.92-0.93, TinyLlama f16 tg128 86/90%
  *   of the roofline against 90/94%; 4 groups 0.85-0.91 against
  *   0.91-0.96; alternating runs. The AVX2 tile is the other way round),

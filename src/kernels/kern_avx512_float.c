@@ -124,7 +124,7 @@ K5BI void bdot_tile(int NX, int U, int pfd, int n, float *s, size_t ss, const ui
     for (; i + 16 * U <= n; i += 16 * U) {
         /* the CPU's stream prefetch (kern_pf_stream), as the F32/F16 tiles
          * (kern_avx2.c): on Zen 4 none (with the row 1 KiB ahead into L1,
-         * `bench-stream bf16 2048 5632 20 1 2` read 0.73 vs 0.85 of a plain
+         * `bench_matmul_stream bf16 2048 5632 20 1 2` read 0.73 vs 0.85 of a plain
          * read during a bandwidth jump, and 31.1 vs 34.9 GB/s outside one) */
         if (pfd) {
             const char *at = (const char *)w + 2 * (size_t)i + pfd;
@@ -217,7 +217,7 @@ static K5_BF16 void gemm_bf16_x512(int n, float *y, size_t ys, const void *w, si
  * (16 lanes had not gained on Zen 4, which runs a zmm operation as two
  * halves). On Emerald Rapids, whose two FMA ports take zmm whole (a
  * microbenchmark: 73-80 G zmm FMA/s a core against 39-41 G ymm), the
- * 8-lane tile read 60 GFLOP/s (`test_kernels bench f16 64 2048 2048`, one
+ * 8-lane tile read 60 GFLOP/s (`bench_matmul f16 64 2048 2048`, one
  * thread), 16 lanes 67, and 16 lanes with the activations as f32 (no
  * vcvtph2ps for them: each is 2 uops on the FMA ports) 73-78; TinyLlama
  * f16 pp512 (2 alternating runs each) 39.3/53.7 -> 64.2/60.6 tok/s, 8

@@ -41,7 +41,7 @@
  * (kern_pf_stream, kern_impl.h), and where that is none (AMD before Zen 5) go without
  * one for rows of 2048 elements and more: on Zen 4 it only
  * took the stream from the L2 hardware prefetcher (shorter rows keep it:
- * dot_q6_K_x512). `test_kernels bench-stream q6_K 2048 32000 4 1 2`
+ * dot_q6_K_x512). `bench_matmul_stream q6_K 2048 32000 4 1 2`
  * (the output matrix of our q4_0 files), 3 alternating rounds, session 12:
  * 48.6-50.7 vs 42.4-44.4 GB/s (0.77-0.80 vs 0.66-0.75 of a plain read,
  * the host at 57-68 GB/s), one thread 0.75 vs 0.67; Q4_K 38.7-39.5 vs
@@ -326,7 +326,7 @@ KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
  * engine output matmul took 0.513 ms a token without the prefetch against
  * 0.475 with it (PAGELLM_FWD_PROFILE, 5 alternating runs, medians), while
  * 2048-element rows gain without it. On Emerald Rapids (session 13),
- * `bench-stream q6_K 2048 32000 8 1 2`, 2 rounds: the stream's 4 or 8 KiB
+ * `bench_matmul_stream q6_K 2048 32000 8 1 2`, 2 rounds: the stream's 4 or 8 KiB
  * into L2 0.79-0.83 of the probe, the GEMM's 2 KiB into L1 0.75-0.77,
  * 1 KiB into L1 0.66. */
 #ifndef KQ_DOT_PF_BELOW

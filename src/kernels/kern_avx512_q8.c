@@ -42,7 +42,7 @@
  * rows in pairs from one 64-byte load, vshufi64x2 + vpshufd per vector,
  * weights broadcast to both halves: 910 vs 589 us). On Emerald Rapids
  * (session 15) two weight groups per zmm against one broadcast activation
- * (q8p_tile2) did: `test_kernels bench q4_0 M 2048 5632`, 2 threads, m = 8
+ * (q8p_tile2) did: `bench_matmul q4_0 M 2048 5632`, 2 threads, m = 8
  * 416-458 -> 294-297 us, m = 64 3517-3700 -> 2569-2644 us; Q8_0 m = 8
  * 383 -> 321-325, m = 64 3049 -> 2342 us; TinyLlama q4_0 prefill pass of
  * 512 tokens 3.56 -> 2.74 s. Tried and slower (single thread,
@@ -190,13 +190,13 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * 16 KiB on Zen 5, 8 KiB into L2 elsewhere), 8
  * KiB ahead into L2 for more rows. On Emerald Rapids (session 13) m = 1
  * without it read 0.65-0.69 of a plain read, with 4-16 KiB into L2
- * 0.91-1.02 (`bench-stream q4_0 2048 5632 60 1 2`); on Zen 4 the reverse,
+ * 0.91-1.02 (`bench_matmul_stream q4_0 2048 5632 60 1 2`); on Zen 4 the reverse,
  * as follows. With the scales interleaved with the quants (kern_pack.c) a group
  * is read at rising addresses and, at m = 1, Zen 4's hardware prefetcher
  * keeps up alone: software prefetches on top cost queue slots. From m = 2
  * on, a group takes longer to compute and the hardware prefetcher alone
- * falls behind. Paired against the plain read loop (`test_kernels
- * bench-stream q4_0 2048 11264 22 [m]`: 22 distinct matrices, 272 MiB,
+ * falls behind. Paired against the plain read loop (`bench_matmul_stream
+ * q4_0 2048 11264 22 [m]`: 22 distinct matrices, 272 MiB,
  * GB/s as a ratio of the read loop's just before; session 8):
  *   m = 1: 8 KiB into L2 0.895/0.886/0.856, none 0.911/0.915/0.829 (three
  *          rounds), 4 KiB 0.884/0.862/0.824, 16 KiB 0.870/0.841/0.844; in
@@ -208,7 +208,7 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * With the first layout (scales apart) 8 KiB into L2 had been the best at
  * m = 1 (0.82 of the read loop). Distances (bytes ahead; 0 = none) and hint
  * stay overridable for other machines. */
-/* Q4_0 16 KiB (session 15, Emerald Rapids, `bench-stream q4_0 2048 5632 60
+/* Q4_0 16 KiB (session 15, Emerald Rapids, `bench_matmul_stream q4_0 2048 5632 60
  * M 2`, kernel / probe with 8 -> 16 KiB: m = 2 0.69 -> 0.83-0.85, m = 4
  * 0.63 -> 0.79, m = 8 0.50-0.51 -> 0.62; 32 and 64 KiB as 16): a Q4_0
  * block is half a Q8_0 one, so 16 KiB is as many blocks ahead as Q8_0's
@@ -401,7 +401,7 @@ K5I void q8p_tile2(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, cons
 /* The packed GEMM over up to two groups (kern_packed.gw = 2): a pair in
  * one q8p_tile2 sweep when nx >= Q8P_PAIR_MIN_NX; a lone group, or m = 1,
  * by q8p_tile: one weight stream at a time, as the F16 tile found best for
- * decode (the pair at m = 1: `bench-stream q4_0 2048 5632 60 1 2` 0.74-0.80
+ * decode (the pair at m = 1: `bench_matmul_stream q4_0 2048 5632 60 1 2` 0.74-0.80
  * of the probe against 0.88-0.89, three alternating rounds). */
 #ifndef Q8P_PAIR_MIN_NX
 #define Q8P_PAIR_MIN_NX 2

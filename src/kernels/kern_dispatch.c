@@ -119,7 +119,7 @@ void kern_init(int force_ref)
     /* The AVX-512 Q8_0/Q4_0 GEMM's pair tile (two weight groups in 512-bit
      * lanes, kern_avx512_q8.c) doubles the products per vpdpbusd where the
      * pipes are 512 bits wide (Emerald Rapids: prefill 1.3x; Zen 5,
-     * `test_kernels bench q4_0 M 2048 5632`, 2 threads: m = 8 321-341 ->
+     * `bench_matmul q4_0 M 2048 5632`, 2 threads: m = 8 321-341 ->
      * 195-198 us, m = 64 2616-2710 -> 1481-1526 us; Q8_0 alike). Zen 4
      * runs a zmm operation as two halves, where its 8-row ymm tile was
      * measured best: it keeps that (one group a call). */

@@ -251,22 +251,22 @@ void kern_f16_lut_init(void);
  * the instructions:
  * - Zen 4: the L2 prefetcher follows each thread's rising stream alone and
  *   a software prefetch takes the stream from it (sessions 8 and 12:
- *   `test_kernels bench-stream f16 2048 5632 40 1 2` 0.99 of a plain read
+ *   `bench_matmul_stream f16 2048 5632 40 1 2` 0.99 of a plain read
  *   without, 0.91 with 8 KiB into L2; packed q4_0 0.91 vs 0.89);
  * - Intel (Emerald Rapids, session 13): the same tiles read 0.65-0.72 of a
  *   plain read without and 0.96-1.0 with the lines 4-16 KiB ahead into L2
  *   (figures at the tiles, kern_avx512_q8.c and kern_avx512_float.c);
  * - Zen 5 (session 16, family 0x1A): the packed Q4_0 tile at m = 1 wants
- *   it (`test_kernels bench-layers q4_0 22`, TinyLlama's decode step of 22
+ *   it (`bench_matmul_layers q4_0 22`, TinyLlama's decode step of 22
  *   layers: 0.81-0.83 of the probe without, 0.88-0.90 with 16 KiB, three
- *   alternating rounds; `bench-stream q4_0 2048 5632 60 1 2` 0.83 vs
- *   0.88-0.93); Q8_0 does not (bench-layers 0.84-0.86 without, 0.84-0.94
- *   at 8 or 16 KiB; bench-stream 0.95-0.97 without, 0.84-0.91 at 8 KiB)
+ *   alternating rounds; `bench_matmul_stream q4_0 2048 5632 60 1 2` 0.83 vs
+ *   0.88-0.93); Q8_0 does not (bench_matmul_layers 0.84-0.86 without, 0.84-0.94
+ *   at 8 or 16 KiB; bench_matmul_stream 0.95-0.97 without, 0.84-0.91 at 8 KiB)
  *   nor F16 (0.78-0.79 without, 0.80-0.82 at 8-16 KiB): the Q4_0 tile does
  *   twice the work a byte, so its loads run further behind the hardware
  *   prefetcher. (Session 16 gave the Q4_0 tile a distance of its own.)
  *   Session 18 (same host, busier hour: the probe 31-54 GB/s) measured
- *   the other tiles again in the engine, where bench-layers' back-to-back
+ *   the other tiles again in the engine, where bench_matmul_layers' back-to-back
  *   matrices are not what a token does: `pagellm bench speed --models
  *   tinyllama-1.1b:q8_0 --tests tg128 --reps 1 --no-peer` with
  *   PAGELLM_PREFETCH unset / 16384, 7 alternating rounds: 28.7 vs 33.6

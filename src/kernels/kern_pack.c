@@ -46,7 +46,7 @@
  * work over 512 MiB, 2 threads, read at 0.43 of a plain read loop's
  * bandwidth with the scales apart, 0.98 with them interleaved (both
  * without software prefetch; /tmp experiments of session 8, paired runs);
- * `test_kernels bench-stream` measures the real tiles the same way.
+ * `bench_matmul_stream` measures the real tiles the same way.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"

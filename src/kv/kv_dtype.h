@@ -60,7 +60,7 @@
  * its keys are. Without GQA each value row serves one query row and the
  * weighted sum is bound by how fast the reads come in: a head's slice of
  * every token row (128 B a 1.5 KiB row, 110M shape) came in at ~8 GB/s a
- * core, a run per head faster (test_attention bench-decode, 6 heads x 1
+ * core, a run per head faster (bench_attn_decode, 6 heads x 1
  * row a thread, 576 keys, cache cold: 1.32-1.36 -> 0.98-1.00 ms a token a
  * thread); under GQA (compute-bound) it measured the same.
  *

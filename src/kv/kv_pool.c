@@ -56,7 +56,7 @@ int kv_geom_init(kv_geom *g, const kv_shape *shape)
      * KV heads 0-1 rows fell into the same few L1 sets and DRAM channels as
      * each other and as the output rows: a decode token's attention at depth
      * 2000 took 415 us a layer for the thread reading heads 0-1 and 220 us
-     * for heads 2-3 (cache cold: `test_attention bench-decode` with
+     * for heads 2-3 (cache cold: `bench_attn_decode` with
      * 4 KiB-aligned blocks, 7.8 vs 4.7 ms a token). One line more a block:
      * 205-230 us for both; one line a plane did as well but costs 44 lines a
      * block. At most 127 bytes a block (0.02% of TinyLlama's 352 KiB). */
