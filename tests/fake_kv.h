@@ -12,7 +12,8 @@
  * so that softmaxes range from flat to peaked.
  *
  *   block: [K plane: bs rows x n_kv heads | n_kv f32 scales]
- *          [V plane: the same] [16 bytes]
+ *          [V plane: the same] [16 bytes, so that blocks do not all
+ *                               start on a cache line]
  *
  * Draws from rng.h's stream (fake_kv_make seeds it). Header-only; -Itests
  * finds it.
@@ -34,9 +35,9 @@
 #include "tensor/quant.h"
 
 typedef struct {
-    uint8_t *data;
-    uint32_t *table;
-    attn_kv kv;
+    uint8_t *data;   /* the blocks (mem_alloc_huge) */
+    uint32_t *table; /* [logical block] -> physical block */
+    attn_kv kv;      /* what the kernels read */
     int n_kv, n_ctx;
 } fake_kv;
 

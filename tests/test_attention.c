@@ -21,8 +21,8 @@
  * is what makes prefill chunking, batching and threads invisible in the
  * tokens.
  *
- * The timings of these kernels are bench/micro/bench_attn_calls.c and
- * bench_attn_decode.c.
+ * bench/micro/bench_attn_calls.c and bench_attn_decode.c time these
+ * kernels on the same data.
  */
 #include "test.h"
 #include "fake_kv.h"

@@ -101,7 +101,10 @@ int main(int argc, char **argv)
     const char *usage = "[TYPE M N_IN N_OUT]";
     const int ac = micro_args_count(prog, usage, argc, argv, names, 0, 4);
     if (ac) return ac > 0 ? 0 : 2;
-    if (argc > 1 && argc < 5) return micro_arg_missing(prog, usage, names[argc - 1]), 2;
+    if (argc > 1 && argc < 5) { /* all four or none */
+        micro_arg_missing(prog, usage, names[argc - 1]);
+        return 2;
+    }
     uint32_t t = DT_Q8_0;
     int m = 0, n_in = 0, n_out = 0;
     if (argc == 5 && (micro_arg_wtype(prog, "TYPE", argv[1], &t) || micro_arg_int(prog, "M", argv[2], 1, 4096, &m) ||
