@@ -6,6 +6,14 @@
 source "$(dirname "$0")/lib.sh"
 
 D=$BUILD/bench
+# tiny NAME CMD...: runs CMD (at most 60 s) with its output in $T/NAME.txt;
+# NAME_exit and NAME_quiet: it exits 0 with nothing on stderr.
+tiny() {
+  local name=$1 rc; shift
+  timeout 60 "$@" >"$T/$name.txt" 2>"$T/$name.err"; rc=$?
+  check "${name}_exit" [ "$rc" -eq 0 ]
+  check "${name}_quiet" [ ! -s "$T/$name.err" ]
+}
 for p in bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode; do
   check "${p}_built" [ -x "$D/$p" ]
 done
@@ -21,11 +29,9 @@ if [ -x "$B" ]; then
   expect_exit matmul_memory 2 "N_IN x N_OUT" -- "$B" f32 1 1048576 1048576
   check matmul_help "$B" --help
   # f32 has no packed layout: rows on 1 and 2 threads
-  timeout 60 "$B" f32 2 64 16 >"$T/mm.txt" 2>"$T/mm.err"
-  check matmul_exit [ $? -eq 0 ]
+  tiny matmul "$B" f32 2 64 16
   re='^[a-z0-9-]+ +f32 +rows +m=2 +16x64 threads=[12]: +[0-9.]+ us \(caller cpu +[0-9.]+ us\) +[0-9.]+ GFLOP/s +[0-9.]+ GB/s of weights$'
-  check matmul_rows [ "$(grep -Ec "$re" "$T/mm.txt")" -eq 2 ]
-  check matmul_quiet [ ! -s "$T/mm.err" ]
+  check matmul_rows [ "$(grep -Ec "$re" "$T/matmul.txt")" -eq 2 ]
 fi
 
 # bench_matmul_stream TYPE N_IN N_OUT COUNT [M [THREADS]]
@@ -37,11 +43,9 @@ if [ -x "$B" ]; then
   expect_exit stream_m 2 "M: '65'" -- "$B" q4_0 256 64 2 65
   expect_exit stream_threads 2 "THREADS: '0'" -- "$B" q4_0 256 64 2 1 0
   expect_exit stream_blocks 2 "N_IN: 250" -- "$B" q4_0 250 64 2
-  timeout 60 "$B" q4_0 256 64 2 1 1 >"$T/st.txt" 2>"$T/st.err"
-  check stream_exit [ $? -eq 0 ]
+  tiny stream "$B" q4_0 256 64 2 1 1
   re='^[a-z0-9-]+ q4_0 stream m=1 2 x 64x256 \([0-9]+ MiB\) 1 threads: kernel [0-9.]+ GB/s, probe [0-9.]+ GB/s \(medians of 15\); kernel/probe median [0-9.]+ \(quartiles [0-9.]+-[0-9.]+\)$'
-  check stream_line [ "$(grep -Ec "$re" "$T/st.txt")" -eq 1 ]
-  check stream_quiet [ ! -s "$T/st.err" ]
+  check stream_line [ "$(grep -Ec "$re" "$T/stream.txt")" -eq 1 ]
 fi
 
 # bench_matmul_layers TYPE LAYERS [DIM FFN KV_DIM [THREADS]]
@@ -52,11 +56,9 @@ if [ -x "$B" ]; then
   expect_exit layers_ffn_missing 2 "FFN missing" -- "$B" q4_0 1 64
   expect_exit layers_dim 2 "DIM: 100 is not a multiple" -- "$B" q4_0 1 100 128 32
   expect_exit layers_kv 2 "KV_DIM: 'x'" -- "$B" q4_0 1 64 128 x
-  timeout 60 "$B" q8_0 2 64 128 32 1 >"$T/ly.txt" 2>"$T/ly.err"
-  check layers_exit [ $? -eq 0 ]
-  check layers_head grep -Eq '^[a-z0-9-]+ q8_0 layers 2 x \(dim 64, ffn 128, kv 32\), [0-9]+ MiB, 1 threads: probe [0-9.]+ GB/s, step/probe [0-9.]+ \(quartiles [0-9.]+-[0-9.]+\)$' "$T/ly.txt"
-  check layers_kinds [ "$(grep -E '^  (qkv|wo|gate\+up|down) +[0-9.]+ ms a step +[0-9.]+ GB/s$' "$T/ly.txt" | awk '{print $1}' | tr '\n' ' ')" = "qkv wo gate+up down " ]
-  check layers_quiet [ ! -s "$T/ly.err" ]
+  tiny layers "$B" q8_0 2 64 128 32 1
+  check layers_head grep -Eq '^[a-z0-9-]+ q8_0 layers 2 x \(dim 64, ffn 128, kv 32\), [0-9]+ MiB, 1 threads: probe [0-9.]+ GB/s, step/probe [0-9.]+ \(quartiles [0-9.]+-[0-9.]+\)$' "$T/layers.txt"
+  check layers_kinds [ "$(grep -E '^  (qkv|wo|gate\+up|down) +[0-9.]+ ms a step +[0-9.]+ GB/s$' "$T/layers.txt" | awk '{print $1}' | tr '\n' ' ')" = "qkv wo gate+up down " ]
 fi
 
 if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
@@ -68,11 +70,9 @@ fi
 B=$D/bench_attn_calls
 if [ -x "$B" ]; then
   expect_exit attn_calls_extra 2 "unexpected argument 'x'" -- "$B" x
-  timeout 60 "$B" >"$T/ac.txt" 2>"$T/ac.err"
-  check attn_calls_exit [ $? -eq 0 ]
+  tiny attn_calls "$B"
   re=' hd 64 n_ctx 2048: ref [0-9.]+ us/row, avx2 [0-9.]+ us/row alone, [0-9.]+ us/row in 16s$'
-  check attn_calls_types [ "$(grep -E "$re" "$T/ac.txt" | sed -E 's/ +hd 64.*//' | tr '\n' ',')" = "f32,f16,bf16,q8_0,q4_0,e4m3,e5m2,f16 pool," ]
-  check attn_calls_quiet [ ! -s "$T/ac.err" ]
+  check attn_calls_types [ "$(grep -E "$re" "$T/attn_calls.txt" | sed -E 's/ +hd 64.*//' | tr '\n' ',')" = "f32,f16,bf16,q8_0,q4_0,e4m3,e5m2,f16 pool," ]
 fi
 
 # bench_attn_decode L REPS TYPE N_KV REP ROWS, env NCTX BS NOEVICT MINT
@@ -86,12 +86,10 @@ if [ -x "$B" ]; then
   expect_exit attn_decode_nctx 2 "NCTX: 'x'" -- env NCTX=x "$B" 1 1 f16 2 2 4
   expect_exit attn_decode_bs 2 "BS: '0'" -- env BS=0 "$B" 1 1 f16 2 2 4
   re='^decode (f16|f16 pool) +hd 64 n_ctx 100, 2 layers x 4 rows \(GQA 2\): avx2 [0-9.]+, avx512 [0-9.]+ ms/token/thread$'
-  NCTX=100 BS=8 timeout 60 "$B" 2 2 f16 2 2 4 >"$T/ad.txt" 2>"$T/ad.err"
-  check attn_decode_exit [ $? -eq 0 ]
-  NCTX=100 NOEVICT=1 MINT=1 timeout 60 "$B" 2 2 7 2 2 4 >>"$T/ad.txt" 2>>"$T/ad.err"
-  check attn_decode_index_exit [ $? -eq 0 ]
-  NCTX=100 NOEVICT=1 timeout 60 "$B" 2 1 -1 2 2 4 >"$T/all.txt" 2>>"$T/ad.err"
-  check attn_decode_lines [ "$(grep -Ec "$re" "$T/ad.txt")" -eq 2 ]
-  check attn_decode_all [ "$(grep -c '^decode ' "$T/all.txt")" -eq 8 ]
-  check attn_decode_quiet [ ! -s "$T/ad.err" ]
+  tiny attn_decode env NCTX=100 BS=8 "$B" 2 2 f16 2 2 4
+  check attn_decode_line [ "$(grep -Ec "$re" "$T/attn_decode.txt")" -eq 1 ]
+  tiny attn_decode_index env NCTX=100 NOEVICT=1 MINT=1 "$B" 2 2 7 2 2 4
+  check attn_decode_index_line [ "$(grep -Ec "$re" "$T/attn_decode_index.txt")" -eq 1 ]
+  tiny attn_decode_all env NCTX=100 NOEVICT=1 "$B" 2 1 -1 2 2 4
+  check attn_decode_all_lines [ "$(grep -c '^decode ' "$T/attn_decode_all.txt")" -eq 8 ]
 fi
