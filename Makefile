@@ -1,5 +1,5 @@
 # pagellm build. `make run` and `make test` install missing Debian packages,
-# build, then run the main job or every test. See README.md.
+# build, then generate text or run every test. See README.md.
 #
 #   build/libpagellm.a         every src/<module>/*.c (the engine)
 #   build/libpagellm_server.a  server/*.c: HTTP, OpenAI API, SSE, metrics
@@ -38,9 +38,9 @@ TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 LIBPL   := $(BUILD)/libpagellm.a
 LIBSRV  := $(BUILD)/libpagellm_server.a
 
-MODEL   ?= $(or $(PAGELLM_MODEL),$(BUILD)/models/tiny.gguf)
+MODEL   ?= $(PAGELLM_MODEL)
 
-.PHONY: all deps run test asan fuzz bench clean peer cross-arm64 test-arm64
+.PHONY: all deps run model test asan fuzz bench clean peer cross-arm64 test-arm64
 
 all: $(BUILD)/pagellm $(TESTBIN) $(MICROBIN)
 
@@ -91,11 +91,24 @@ $(BUILD)/models/tiny.gguf: $(BUILD)/pagellm
 peer:
 	@bash tests/peer.sh
 
+# `make run` generates from PAGELLM_MODEL (or MODEL); else from
+# models/stories260K.gguf, which `make model` fetches (a copy from
+# SHARED_MODELS, else a download from MODEL_URL, checked by sha256); else
+# from the random synthetic build/models/tiny.gguf, saying so in one line.
+# scripts/model.sh has the rules.
 PROMPT  ?= Once upon a time
+MODELS_DIR    ?= models
+SHARED_MODELS ?= ../shared/models
+MODEL_ENV = BUILD=$(BUILD) MODELS_DIR=$(MODELS_DIR) SHARED_MODELS=$(SHARED_MODELS) \
+            $(if $(MODEL_URL),MODEL_URL=$(MODEL_URL)) PAGELLM_MODEL='$(MODEL)'
 run: deps
-	@$(MAKE) --no-print-directory $(BUILD)/pagellm $(if $(PAGELLM_MODEL),,$(BUILD)/models/tiny.gguf)
-	$(BUILD)/pagellm inspect $(MODEL)
-	$(BUILD)/pagellm run -m $(MODEL) -p "$(PROMPT)" -n 64
+	@$(MAKE) --no-print-directory $(BUILD)/pagellm
+	@m=$$($(MODEL_ENV) bash scripts/model.sh choose) && \
+	  $(BUILD)/pagellm inspect "$$m" && \
+	  $(BUILD)/pagellm run -m "$$m" -p "$(PROMPT)" -n 64
+
+model:
+	@$(MODEL_ENV) bash scripts/model.sh fetch
 
 test: deps
 	@$(MAKE) --no-print-directory all

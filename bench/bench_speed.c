@@ -519,12 +519,12 @@ static double bw_probe_pass(const bw_probe *p)
 
 /* The probe's read loop is the faster on this CPU of plain loads and loads
  * with the lines 8 KiB ahead prefetched into L2: on Zen 4 plain loads read
- * as much (the L2 hardware prefetcher streams alone), on Emerald Rapids
- * (session 13) the prefetch read 26-31 vs 22-24 GB/s with 2 threads, and
- * the decode tiles prefetch there too (kern_impl.h), so a probe of plain
- * loads would set a roofline below what the memory gives (the tiles read
- * 1.03-1.10 of it). 4 alternating passes of each, the higher median wins;
- * *gb[2]: the two medians. */
+ * as much (the L2 hardware prefetcher streams alone); on Intel the
+ * prefetch reads more, and the decode tiles prefetch there too
+ * (kern_impl.h), so a probe of plain loads would set a roofline below what
+ * the memory gives (the tiles read more than it: docs/speed.md). 4
+ * alternating passes of each, the higher median wins; *gb[2]: the two
+ * medians. */
 enum { BW_PF_BYTES = 8192 };
 static void bw_probe_calibrate(bw_probe *p, double gb[2])
 {
@@ -819,21 +819,15 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     const double per_gbs[T_COUNT] = {0, 1e9 / (w + kv * (PP_N + TG_N / 2)), 1e9 / (w + kv * (DEPTH_N + TG_N / 2)),
                                      1e9 * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
     /* a: ours, b: the peer's, g: the bandwidth samples of our runs (see
-     * bw_sampler; their mean is the test's bandwidth). This machine's
-     * bandwidth drifts by 10-30% over minutes and jumps from ~32 to 50-60
-     * GB/s for 0.5-2.5 s at a time (neighbours on the host: a 40 s trace of
-     * back-to-back passes), so a probe at the start would misplace the
-     * roofline of a test run ten minutes later, and a few passes beside a
-     * run (the scheme until session 11) landed in or out of a jump by
-     * chance: the same binary read 63% and 100% of the roofline in two
-     * consecutive runs. Samples spread through the run weigh the jumps as
-     * long as they last, as the run's tok/s does.
-     * Each run is paired with its own samples (ra: the run's bandwidth):
-     * until session 18 the roofline took the mean of every run's samples
-     * against the median run's tok/s, so a run inside a jump (fast, and
-     * with high samples) was dropped from the tok/s but not from the
-     * bandwidth, and the jumps here go up (from ~32-40 to 50-60 GB/s): the
-     * share read low by as much as the jump weighed (run_medians). */
+     * bw_sampler; their mean is the run's bandwidth). A shared host's
+     * bandwidth drifts over minutes and jumps for seconds at a time (other
+     * tenants), so a probe at the start, or a few passes beside a run, can
+     * land in or out of a jump by chance; samples spread through the run
+     * weigh the jumps as long as they last, as the run's tok/s does. Each
+     * run is paired with its own samples (ra: the run's bandwidth) and a
+     * row reports medians over runs (run_medians): pooling every run's
+     * samples against the median run's tok/s would count a fast run inside
+     * a jump in the bandwidth but not in the tok/s. docs/speed.md. */
     static double a[T_COUNT][SP_MAX_REPS], b[T_COUNT][SP_MAX_REPS], g[T_COUNT][SP_MAX_SAMPLES];
     static double ra[T_COUNT][SP_MAX_REPS];
     int na[T_COUNT] = {0}, nb[T_COUNT] = {0}, ng[T_COUNT] = {0};

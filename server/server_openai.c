@@ -8,7 +8,7 @@
  * several prompts in one request). Fields it does not know are ignored.
  * null is the same as an absent field.
  *
- * Defaults chosen here (README "pagellm serve"):
+ * Defaults chosen here (docs/server.md):
  * - /v1/completions max_tokens: 16 as OpenAI, cut to what the context holds
  *   when not given; /v1/chat/completions: until end of generation or the
  *   end of the context. A max_tokens given explicitly that does not fit the

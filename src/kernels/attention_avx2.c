@@ -12,8 +12,7 @@
  * tile, as flash-attention and vLLM do). Segments are visited key group by
  * key group, so that a decode call over several KV heads reads each cache
  * row's heads together: one contiguous span instead of one head's column at
- * a time (measured on one core, 12 f16 heads of 64: 2.6 -> 4.7 GB/s with the
- * cache in RAM, 4 -> 16 GB/s with it in L3):
+ * a time (about twice the read rate from RAM: docs/speed.md):
  *
  *   1. scores: keys in groups of 8. f32/f16/bf16/fp8 keys are read in
  *      place and converted in registers: a single row runs its 8 dot
@@ -43,7 +42,7 @@
  * out a row at a time between the keys' work, never in a burst (kv_pfb).
  * Values grouped by head (the pool's f16 values) are prefetched as each
  * block's run of the call's heads instead (vline_pf, attention_walk.h: one
- * line range a block, a line per key of the V tiles; session 17).
+ * line range a block, a line per key of the V tiles).
  *
  * Row independence (attention.h): whatever else shares the call, a row sees
  * the same float values (conversions of f16/bf16/q8_0/q4_0/fp8 to f32 are
@@ -85,8 +84,7 @@ bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() !=
  * F16, BF16, Q8_0) or from a converted f32 tile (then FK_F32). Q8_0 in
  * place converts d x q per 8 elements, the same exact values as a tile:
  * worth it when one row reads the key (no GQA sharing), where the tile's
- * store and reload cost more than the conversion (measured 1.0 -> ms per
- * 2048-key call of 12 heads, f16 0.30). */
+ * store and reload cost more than the conversion. */
 enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2, FK_E4M3_NONAN };
 
 KAI __m256 ld8(int kind, const void *p, int i)
@@ -667,15 +665,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         gmin = rows[r].g < gmin ? rows[r].g : gmin;
         gmax = rows[r].g > gmax ? rows[r].g : gmax;
     }
-    /* Prefetch always. (Until the pool moved to 2 MiB pages and f16
-     * values to head runs, a call with a row per head prefetched nothing:
-     * its sweep is bandwidth-bound and, on 4 KiB pages, the prefetches only
-     * added work: 830 keys, 6 heads, cache in RAM, 240 -> 263 us. Now they
-     * help every type: bench_attn_decode, 6 heads x 1 row, 576
-     * keys, 12 layers, cache cold, ms a token a thread, AVX2 / AVX-512:
-     * f16 pool 1.46-1.76 -> 1.21-1.44 / 1.12-1.22 -> 0.80-0.98, f16 rows
-     * 2.2-2.8 -> 1.6-2.0 / 2.1-2.9 -> 1.5-2.3, q8_0 2.8-2.9 -> 1.2-1.3 /
-     * 1.6-1.8 -> 0.9-1.0, q4_0 1.9-2.2 -> 1.4-1.6 / 1.4-1.5 -> 0.9.) */
+    /* Prefetch always: with the pool on 2 MiB pages and f16 values in head
+     * runs, it helps every cache type, also calls with a row per head,
+     * whose sweep is bandwidth-bound (docs/speed.md). */
     const int pf_n = nmax;
     kv_pf pk = kv_pf_at(kv, kv->k_base, pf_n, gmin, gmax);
     kv_pf pv = kv_pf_at(kv, kv->v_base, pf_n, gmin, gmax);

@@ -12,17 +12,16 @@
  * block the reference's float operations, so the scores are the
  * reference's bits (as the AVX2 variant's, whose maddubs needs the sign
  * trick and a hadd tree per key). Values: d x q in registers (exact).
- * Measured warm, vs AVX2: 0.44-0.53x the time under GQA 4-8, 0.57-0.71x
- * without GQA.
+ * Warm, about half the AVX2 variant's time (docs/speed.md).
  *
  * F16 keys in columns (attn_kv.k_cols, the kv pool's f16 layout,
  * kv_dtype.h): lanes over 16 keys of a block, the scores broadcast FMAs,
  * one chain per (row, key) over the dims in order (scores_cols below), the
  * query rounded to f16 (as ggml) and the keys exact in f32. F16 rows (no
  * longer what the pool stores) go to the AVX2 variant as the other types
- * do. (Session 8 had an f16-rows kernel here, lanes = 4 keys x 4 dims with
- * 4 x 4 transposes and shuffle-add reductions: its scores took ~100 us for
- * 16 rows x 2048 keys in cache against the columns' 47 us; removed.)
+ * do. (An f16-rows kernel here, lanes = 4 keys x 4 dims with 4 x 4
+ * transposes and shuffle-add reductions, took about twice the columns'
+ * time for its scores; it was removed.)
  * The softmax is the avx512 table's (kern_avx512_elem.c: max, vector expf,
  * sum in double) over exactly the row's scores lo..n_ctx-1, the weights
  * rounded to f16 after it (llama.cpp's non-flash path); the V sum is one
@@ -45,9 +44,8 @@
  * columns: the group 8 KiB ahead, a line every 2 dims of the scores;
  * head-major V (the pool's f16 values): attention_walk.h's vline_pf, each
  * block's run of the call's heads as one line range, a line per key of
- * the V tiles (session 17, Zen 5, bench_attn_decode TinyLlama shape, 22 layers
- * x 16 rows x 2,048 keys, cache cold: the V pass 2.7-2.8 -> 1.9-2.1 M TSC
- * ticks a token; in cache, 1 layer x 1,024 keys: 0.051 -> 0.042).
+ * the V tiles, which replaced a per-position walk that cost ~40% of the V
+ * pass (docs/speed.md).
  *
  * The softmax (step 2) is the avx512 table's softmax_avx512 operation for
  * operation, with rows of the same range interleaved (softmax_group).
@@ -93,17 +91,15 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
  * transpose or horizontal sum. Per (row, key) one chain
  *   s = fma(q[hd-1], k[hd-1], ... fma(q[0], k[0], 0)),  then s x scale,
  * the same for any number of rows or key groups in the call (row
- * independence). Measured in cache (16 rows, 2 heads x GQA 8, 2048 keys):
- * 47 us of scores against ~100 us for the row layout's quads. */
+ * independence). In cache, about half the time of the row layout's quads
+ * (docs/speed.md). */
 
 /* acc + k x *q (q broadcast). From intrinsics GCC loads the broadcast
  * once (vbroadcastss) for the FMAs that share it. ATTN_EMBED_BCAST=1
  * instead embeds it in each FMA's memory operand (vfmadd231ps m32{1to16}):
- * a uop less per FMA, measured ahead in 8 of 12 bench_attn_decode runs of an
- * earlier session, but on Emerald Rapids (session 15) an FMA with an
- * embedded broadcast issues at about half the rate: a loop of 2 f16
- * conversions + 16 FMAs from L1 ran 2.0-2.2 G FMA/s embedded against
- * 3.4-3.9 with the broadcasts loaded (/tmp microbench, peak ~5). */
+ * a uop less per FMA, a little ahead on Zen 4, but on Intel (Emerald
+ * Rapids) an FMA with an embedded broadcast issues at about half the rate
+ * of one with the broadcast loaded (docs/speed.md). */
 K5I __m512 fmadd_b32(__m512 acc, __m512 k, const float *q)
 {
 #if defined(PL_AVX512_EMU) || !defined(ATTN_EMBED_BCAST)
@@ -173,9 +169,7 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
 /* Key groups a scores_cols call takes for nr rows: up to 16 accumulators
  * (of the 32 zmm registers; AVX2's rule, attention_walk.h, stops at 8 of
  * 16), so that a call's loop and prefetch issue serve more FMAs (8 rows x
- * 2 groups against 8 x 1: bench_attn_decode TinyLlama shape, 8 alternating
- * rounds, 2048 keys warm 3.20 -> 3.09 ms a token a thread, 576 cold 1.42
- * -> 1.18). */
+ * 2 groups beat 8 x 1, warm and cold: docs/speed.md). */
 #ifndef COLS512_ACC
 #define COLS512_ACC 16
 #endif
@@ -216,7 +210,7 @@ static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, 
  * block, 4 groups a step; each segment's rows in chunks of up to 8. */
 #ifndef ATTN_COLS_AHEAD
 #define ATTN_COLS_AHEAD 4 /* groups prefetched ahead (>= 4): 8 KiB of a head of 64 dims at bs 16 (4, 8, 12 and
-                              ATTN_PF_BYTES 16 KiB measured equal: bench_attn_decode cold, 576 and 2,048 keys) */
+                              ATTN_PF_BYTES 16 KiB measured equal: bench-decode cold, 576 and 2,048 keys) */
 #endif
 static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int *sg_r0, const int *sg_n, int n_sg,
                               int nmax, const float *const *qr, float *sc, size_t ncp, __m512 vscale, float *qt)
@@ -470,9 +464,8 @@ VT_RC(vtile_rc_q4, VK_Q4_0)
 
 /* All of the head's dims for rr rows over n keys, in passes of 16
  * accumulators: 4 vectors (64 dims) for up to 4 rows, 2 (32 dims) for 5-8
- * (8 rows convert each V vector once for 8 rows rather than twice for 4;
- * bench_attn_decode TinyLlama shape, session 15: warm 0.120 -> 0.116 ms a
- * layer); pb/take: prefetches issued per pass. */
+ * (8 rows convert each V vector once for 8 rows rather than twice for 4);
+ * pb/take: prefetches issued per pass. */
 K5I int vdims_width(int rr) { return rr > 4 ? 32 : 64; }
 
 K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
@@ -520,10 +513,9 @@ static K5 void vrows(int kind, int nr, bool first, float *const *o, const float 
  * sum)), then for an f16 cache each weight rounded to f16. One row at a
  * time, the exp pass waits on its two double chains and the max pass on
  * one max chain; R rows give R times the independent work, and the f16
- * rounding rides on the last pass instead of a pass of its own
- * (bench_attn_decode TinyLlama shape, 16 rows x 1,024 keys in cache, 5
- * alternating runs: the softmax stage 18-23 -> 14-15 k TSC ticks a call).
- * Row results do not depend on R (row independence). */
+ * rounding rides on the last pass instead of a pass of its own (about a
+ * quarter off the softmax stage in cache: docs/speed.md). Row results do
+ * not depend on R (row independence). */
 K5AI void softmax_group(int R, float *const *x, int n, bool f16)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);

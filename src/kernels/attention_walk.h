@@ -76,8 +76,7 @@ static inline void cursor_rows(kv_cursor *c, const uint8_t **row, int n)
 #endif
 #ifndef ATTN_PF_BYTES_ALONE
 #define ATTN_PF_BYTES_ALONE 32768 /* ... and with a row per head, where the sweep waits on the reads
-                                     (110M shape, 6 heads a thread, ~1000 keys, engine: attention
-                                     1.40 -> 1.18 ms a token against 8 KiB) */
+                                     (faster than 8 KiB there: docs/speed.md) */
 #endif
 
 /* Keys to prefetch ahead for a call of n_rows rows over KV heads gmin..gmax
@@ -135,11 +134,10 @@ static inline void pf_until(kv_pf *p, int jend)
 /* A batch of rows to prefetch, collected from a kv_pf for one stretch of
  * work (a score group, a V tile) and issued a row or two at a time between
  * its keys or passes. Issued in one burst, a group's 32+ line prefetches
- * outran the L1's miss buffers (about 24 on Zen 3, each held ~200 ns by
- * that machine's DRAM) and every prefetch past them stalled the core until
- * a buffer freed, so the memory time added to the compute instead of
- * hiding under it. Spread out (TinyLlama shape, 2 threads x 16 rows, 560
- * keys, cache cold): 0.80-0.84x the time of the bursts, same bits. */
+ * outran the L1's miss buffers and every prefetch past them stalled the
+ * core until a buffer freed, so the memory time added to the compute
+ * instead of hiding under it; spread out, the same work takes a fifth
+ * less time (docs/speed.md). */
 typedef struct {
     const uint8_t *a[ATTN_VB];
     size_t len;  /* bytes of each row from a[i] (kv_pf's) */

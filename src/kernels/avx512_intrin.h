@@ -16,9 +16,9 @@
  * intrinsics that exist in both builds (tests/avx512.sh compiles it, so a
  * missing one fails `make test`).
  *
- * On Zen 4 (the machine this was written on) 512-bit operations run as two
- * 256-bit halves, so width alone gains little; what AVX-512 brings is new
- * instructions (VNNI's vpdpbusd: u8 x s8 dot of 4 into int32 in one uop,
+ * On Zen 4 512-bit operations run as two 256-bit halves, so width alone
+ * gains little there (Intel and Zen 5 have full-width pipes); what AVX-512
+ * brings on every CPU is new instructions (VNNI's vpdpbusd: u8 x s8 dot of 4 into int32 in one uop,
  * where AVX2 needs maddubs + madd + add; BF16's vdpbf16ps; masked loads
  * and stores for tails; two-source permutes). The kernels use 256-bit
  * (VL) forms where the data is laid out for 8 lanes.

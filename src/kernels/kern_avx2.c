@@ -234,15 +234,9 @@ static FDOT_AVX2(dot_f32_avx2, FK_F32, 1024, false)
 static FDOT_AVX2(dot_f16_avx2, FK_F16, 1024, false)
 static FDOT_AVX2(dot_bf16_avx2, FK_BF16, 1024, false)
 /* For the AVX-512 table (kern_impl.h): the same tiles with the CPU's
- * stream prefetch, kern_pf_stream bytes ahead into L2. On Zen 4 none (the
- * prefetch only takes the stream from the L2 hardware prefetcher, as for
- * the packed q4_0/q8_0 tile at m = 1): `bench_matmul_stream f16 2048
- * 5632 40 1 2` (kernel / a plain read, medians of 15, 3 alternating rounds,
- * session 12): none 0.99/0.99/1.00, 8 KiB ahead into L2 0.91/0.91/0.91,
- * 16 KiB 0.89/0.88/0.89; 5632 x 2048 and 2048 x 32000 alike (0.98-0.99 vs
- * 0.91-0.93); during a bandwidth jump (probe 64 GB/s) 0.90 vs 0.73; one
- * thread 0.90 vs 0.72; F32 with 1 KiB into L1: 0.97/0.99 vs 0.89/0.89.
- * On Emerald Rapids (session 13) the reverse: see kern_avx512_float.c. */
+ * stream prefetch, kern_pf_stream bytes ahead into L2 (none on Zen 4, where
+ * it only takes the stream from the L2 hardware prefetcher; wanted on
+ * Intel and Zen 5). docs/speed.md has the measurements. */
 FDOT_AVX2(kern_dot_f32_avx2_stream, FK_F32, kern_pf_stream, true)
 FDOT_AVX2(kern_dot_f16_avx2_stream, FK_F16, kern_pf_stream, true)
 
@@ -500,10 +494,8 @@ KERN_Q8GEMM_DRIVER(gemm_q4_0_avx2, KA, q8gemm_tile, true)
  * loads, 0.7-0.95x), or nibble-split weights (twice the maddubs). */
 /* Software prefetch (m = 1 streams every byte from DRAM): the group's
  * lines Q8P_PREFETCH bytes ahead (the layout is read at rising addresses,
- * kern_pack.c), into L1. Zen 3's tuning (measured with the first layout,
- * scales apart, where it also had to find the scale stream: one 2048 x
- * 65536 Q4_0 matrix, 2 threads, 26.9 -> 31.2 GB/s, the plain read loop
- * 33.8); 0 = no prefetch. */
+ * kern_pack.c), into L1: Zen 3's best distance (docs/speed.md); 0 = no
+ * prefetch. */
 #ifndef Q8P_PREFETCH
 #define Q8P_PREFETCH 1024
 #endif
@@ -641,10 +633,8 @@ KAI __m128i q4_K_scales_mins(const uint8_t *s12)
  * row after row, so one stream per thread: each block prefetches the lines
  * of the bytes KQ_PF_BYTES further on (into the next rows at a row's end;
  * a prefetch never faults). Decode reads every byte from DRAM, and the
- * tiles' unpacking left the hardware prefetcher behind: one 2048 x 32000
- * matrix at m = 1, 2 threads, medians alternating in one process: Q6_K
- * (the output matrix of our q4_0 and llama.cpp's Q4_K_M files) 16.6 ->
- * 20.5 GB/s, Q4_K 15.4 -> 18.7 GB/s; 2 and 4 KiB within noise. */
+ * tiles' unpacking left the hardware prefetcher behind (Q6_K is the output
+ * matrix of our q4_0 and llama.cpp's Q4_K_M files; docs/speed.md). */
 #define KQ_PF_BYTES 2048
 KAI void kq_prefetch(const void *block, size_t bytes)
 {

@@ -8,10 +8,8 @@
  *
  * Tiles: G groups by NX activation rows in 16 ymm registers, 2 G NX
  * accumulators: NX = 1: G = 4 (8 chains; one group, as the AVX-512 tile
- * reads decode, streamed 0.78 of the probe against 0.92-0.96 on Emerald
- * Rapids: `PAGELLM_KERNELS=avx2 bench_matmul_stream f16 2048 5632
- * 60 1 2`), NX = 2: G = 2, NX = 3, 4: G = 1 (6-8 accumulators, the
- * per-block totals spilled). The tile height is 4,
+ * reads decode, streamed DRAM worse here: docs/speed.md), NX = 2: G = 2,
+ * NX = 3, 4: G = 1 (6-8 accumulators, the per-block totals spilled). The tile height is 4,
  * so kern_matmul sweeps the weights once per 4 activation rows (m = 8:
  * twice, the second time from L2).
  */

@@ -18,25 +18,20 @@
  * and conversions, NX broadcasts, G * NX FMAs. G by NX:
  *   NX = 1: 1 (decode: one rising weight stream per thread, as the dot
  *   tiles of ggml rows read; its one FMA chain takes 32 bytes a 4-cycle
- *   latency, ~26 GB/s a thread, more than DRAM gives one. 8 groups side
- *   by side, 8 streams: `bench_matmul_stream f16 2048 5632 60 1 2`
- *   0.90-0.91 of the probe against 0.92-0.93, TinyLlama f16 tg128 86/90%
- *   of the roofline against 90/94%; 4 groups 0.85-0.91 against
- *   0.91-0.96; alternating runs. The AVX2 tile is the other way round),
+ *   latency, more than DRAM gives a thread; 4 or 8 groups side by side,
+ *   4 or 8 streams, read DRAM no better and the engine slower. The AVX2
+ *   tile is the other way round),
  *   NX = 2..4: 4, NX = 5..8: 2 (8-16 accumulators).
- * Measured on Emerald Rapids (one thread, /tmp microbenchmark of this loop,
- * 5632 x 2048 from L3): m = 8 129-136 GFLOP/s, against ~48 for the 4 x 4
- * dot-layout tile (kern_avx512_float.c) in TinyLlama's 8-sequence decode,
- * which was bound by L2 traffic (the activations of a dot tile are read
- * once per 4 weight rows, here once per 32).
+ * Rows as lanes read an activation once per 16-32 weight rows, where the
+ * 4 x 4 dot-layout tile (kern_avx512_float.c) read it once per 4 and was
+ * bound by L2 traffic: several times its GFLOP/s at m = 8.
  *
  * Every tile prefetches each group's stream once per 64-byte line: at
- * NX = 1 kern_pf_stream bytes ahead (kern_impl.h: the CPU's choice; none on
- * AMD), from NX = 2 on 8 KiB ahead as the packed Q8_0/Q4_0 tile does.
- * The weights come from DRAM with 8 sequences too, and without it the
- * tiles waited on their loads (Emerald Rapids, TinyLlama f16 8 sequences:
- * 50.7 -> 65.1-71.8 tok/s; 4 or 16 KiB ahead within noise of 8). Zen 4
- * is unmeasured for this tile.
+ * NX = 1 kern_pf_stream bytes ahead (kern_impl.h: the CPU's choice), from
+ * NX = 2 on 8 KiB ahead as the packed Q8_0/Q4_0 tile does: the weights
+ * come from DRAM with 8 sequences too, and without it the tiles waited on
+ * their loads. docs/speed.md has the measurements (Emerald Rapids; Zen 4
+ * is unmeasured for this tile).
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"

@@ -1,22 +1,15 @@
 /* kern_avx512_float.c - AVX-512 kernels for F32, F16 and BF16 weights.
  *
- * Filled entries (the rest stay AVX2's). Measured A/B on Zen 4 (EPYC, one
- * thread, 2048 x 2048, fastest of many runs, medians of 4-6 alternated
- * processes): BF16 GEMM m = 64 7585 -> 3150 us, decode m = 1 240 -> 115 us
- * and m = 4 763 -> 310 us in cache, from DRAM (16384 x 2048) equal; F32
- * GEMM m = 64 ~6950 -> ~6300 us, F16 ~5500 -> ~5300 us.
+ * Filled entries (the rest stay AVX2's; docs/speed.md has the A/B
+ * measurements against AVX2):
  * - both tables: the F32 and F16 GEMM tiles, 4 x 4 in AVX-512's 32 vector
  *   registers, 16 lanes per element (fgemm_tile below: another summation
  *   order than AVX2's 8 lanes, within rounding), the F16 tile's activations
  *   handed over as f32 (kern_gemm.xconv) so that it converts only its
- *   weights. Until session 13 these were AVX2's 8-lane sequence bit for
- *   bit: on Zen 4 (512-bit operations as two halves) 16 lanes had not
- *   gained, on Emerald Rapids they do (see fgemm_tile). The F32/F16 decode dots
- *   stay AVX2's (DRAM-bound at decode), with the CPU's stream prefetch
- *   (kern_dot_*_avx2_stream, kern_pf_stream in kern_impl.h: none on Zen 4,
- *   where the hardware prefetcher alone streams 0.99 of a plain read against
- *   0.91 with a prefetch; 16 KiB into L2 on Zen 5, 8 KiB on Emerald Rapids,
- *   see below).
+ *   weights. 16 lanes gain where the FMA ports take zmm whole (Intel, Zen
+ *   5), not on Zen 4. The F32/F16 decode dots stay AVX2's (DRAM-bound at
+ *   decode), with the CPU's stream prefetch (kern_dot_*_avx2_stream,
+ *   kern_pf_stream in kern_impl.h).
  * - "avx512-bf16" (bf16 == true): the BF16 GEMM tiles and decode dots with
  *   vdpbf16ps, which multiplies bf16 pairs and adds them into float lanes
  *   in one instruction, where AVX2 widens both operands (vpmovzxwd + vpslld
@@ -123,9 +116,7 @@ K5BI void bdot_tile(int NX, int U, int pfd, int n, float *s, size_t ss, const ui
     int i = 0;
     for (; i + 16 * U <= n; i += 16 * U) {
         /* the CPU's stream prefetch (kern_pf_stream), as the F32/F16 tiles
-         * (kern_avx2.c): on Zen 4 none (with the row 1 KiB ahead into L1,
-         * `bench_matmul_stream bf16 2048 5632 20 1 2` read 0.73 vs 0.85 of a plain
-         * read during a bandwidth jump, and 31.1 vs 34.9 GB/s outside one) */
+         * (kern_avx2.c; none on Zen 4, where it slowed the stream) */
         if (pfd) {
             const char *at = (const char *)w + 2 * (size_t)i + pfd;
 #pragma GCC unroll 4
@@ -213,20 +204,14 @@ static K5_BF16 void gemm_bf16_x512(int n, float *y, size_t ys, const void *w, si
  * (kern_impl.h's invariant), another order than AVX2's 8 lanes (within
  * rounding: test_kernels). A 4 x 4 tile: 16 accumulators + 4 weight
  * vectors + 1 activation vector of the 32 registers.
- * Until session 13 these tiles kept AVX2's 8-lane sequence bit for bit
- * (16 lanes had not gained on Zen 4, which runs a zmm operation as two
- * halves). On Emerald Rapids, whose two FMA ports take zmm whole (a
- * microbenchmark: 73-80 G zmm FMA/s a core against 39-41 G ymm), the
- * 8-lane tile read 60 GFLOP/s (`bench_matmul f16 64 2048 2048`, one
- * thread), 16 lanes 67, and 16 lanes with the activations as f32 (no
- * vcvtph2ps for them: each is 2 uops on the FMA ports) 73-78; TinyLlama
- * f16 pp512 (2 alternating runs each) 39.3/53.7 -> 64.2/60.6 tok/s, 8
- * sequences 39.9/36.8 -> 47.2/40.5. What bounds it now is the L2: a 4 x 4
- * tile over n = 2048 holds 32 KiB of f32 activations and streams 16 KiB of
- * weights through a 48 KiB L1 (the F32 tile, with no conversions at all,
- * reads 64 GFLOP/s). Since session 14 F16 weights are packed at load and
- * take kern_avx512_f16p.c's tiles (rows as lanes: 119-128 GFLOP/s); this
- * tile is left for F16 rows not packed (PAGELLM_NO_REPACK=1). */
+ * 16 lanes pay where the two FMA ports take zmm whole (Intel, Zen 5; Zen 4
+ * runs a zmm operation as two halves), and handing the F16 tile its
+ * activations as f32 saves a vcvtph2ps (2 uops on the FMA ports) per
+ * vector. What bounds the tile then is the L2: a 4 x 4 tile over n = 2048
+ * holds 32 KiB of f32 activations and streams 16 KiB of weights through a
+ * 48 KiB L1. F16 weights are packed at load and take kern_avx512_f16p.c's
+ * tiles (rows as lanes, faster); this tile is left for F16 rows not packed
+ * (PAGELLM_NO_REPACK=1). docs/speed.md has the measurements. */
 enum { FK_F32, FK_F16 };
 
 K5AI __m512 fload16(int kind, const uint8_t *p, int i, __mmask16 m)

@@ -41,11 +41,7 @@
  * (kern_pf_stream, kern_impl.h), and where that is none (AMD before Zen 5) go without
  * one for rows of 2048 elements and more: on Zen 4 it only
  * took the stream from the L2 hardware prefetcher (shorter rows keep it:
- * dot_q6_K_x512). `bench_matmul_stream q6_K 2048 32000 4 1 2`
- * (the output matrix of our q4_0 files), 3 alternating rounds, session 12:
- * 48.6-50.7 vs 42.4-44.4 GB/s (0.77-0.80 vs 0.66-0.75 of a plain read,
- * the host at 57-68 GB/s), one thread 0.75 vs 0.67; Q4_K 38.7-39.5 vs
- * 36.7-37.7 GB/s.
+ * dot_q6_K_x512). docs/speed.md has the measurements.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
@@ -66,8 +62,7 @@ K5AI float kq_hsum_ps(__m256 v)
 }
 
 /* The GEMM tiles' (and short decode rows') prefetch, as kern_avx2.c: the
- * 2 KiB ahead of each block (measured there before the AVX-512 tiles:
- * Q6_K 16.6 -> 20.5 GB/s and Q4_K 15.4 -> 18.7 GB/s at m = 1, 2 threads). */
+ * 2 KiB ahead of each block (measured there; docs/speed.md). */
 #ifndef KQ_PF_BYTES
 #define KQ_PF_BYTES 2048
 #endif
@@ -244,11 +239,10 @@ K5AI void q6_K_tile(int NX, int nb, float *s, size_t ss, const block_q6_K *w, co
 
 /* Q6_K decode dot tile: the same integer scheme in 256-bit vectors. The
  * 512-bit tile above is faster in cache, but streaming one weight row from
- * DRAM (m = 1: the output matrix at decode) it measured 5-7% slower than
- * AVX2 at engine level, while this one is as fast as AVX2 there (cause not
- * found: prefetch distance, a T1 hint, de-duplicated prefetches and
- * 32-byte weight loads in the 512-bit tile did not change it) and still
- * faster in cache and at m = 4. Per 32-element chunk (h, k) of q6_K_load_y:
+ * DRAM (m = 1: the output matrix at decode) it was slower than AVX2 in the
+ * engine, while this one is as fast as AVX2 there (cause not found;
+ * docs/speed.md lists what was tried) and still faster in cache and at
+ * m = 4. Per 32-element chunk (h, k) of q6_K_load_y:
  * 128-bit lane L is sub-block 8h + 2k + L; packs(d[kk], d[kk+1]) puts per
  * lane L the chunk kk's int32 into int16 0..3 and chunk kk+1's into 4..7.
  * The unsigned q (0..63) of elements 128h + 32k + (0..31), as kern_avx2.c. */
@@ -321,14 +315,11 @@ KERN_KGEMM_DRIVER(gemm_q6_K_x512, K5, q6_K_tile, block_q6_K)
 
 /* The decode dots' prefetch: the CPU's stream prefetch where it has one
  * (kern_pf_stream, kern_impl.h: not on AMD before Zen 5); else only for rows shorter
- * than KQ_DOT_PF_BELOW elements, the GEMM tiles' (see the header): with
- * 768-element rows (the 110M shape's output matrix, 3 blocks a row) Zen 4's
- * engine output matmul took 0.513 ms a token without the prefetch against
- * 0.475 with it (PAGELLM_FWD_PROFILE, 5 alternating runs, medians), while
- * 2048-element rows gain without it. On Emerald Rapids (session 13),
- * `bench_matmul_stream q6_K 2048 32000 8 1 2`, 2 rounds: the stream's 4 or 8 KiB
- * into L2 0.79-0.83 of the probe, the GEMM's 2 KiB into L1 0.75-0.77,
- * 1 KiB into L1 0.66. */
+ * than KQ_DOT_PF_BELOW elements, the GEMM tiles' (see the header): on Zen 4
+ * rows of 768 elements (the 110M shape's output matrix, 3 blocks a row)
+ * were faster with it, rows of 2048 and more without it. Where the CPU has
+ * a stream prefetch, it reads better than the GEMM's 2 KiB into L1
+ * (docs/speed.md). */
 #ifndef KQ_DOT_PF_BELOW
 #define KQ_DOT_PF_BELOW 2048
 #endif

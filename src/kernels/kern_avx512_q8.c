@@ -7,7 +7,7 @@
  * partial sums of 4) in 256-bit (VL) forms, Zen 4 running 512-bit
  * operations as two halves anyway; the packed GEMM at m >= 2 also has a
  * pair tile (q8p_tile2: two groups of 8 rows in 512-bit lanes) for CPUs
- * with full-width pipes (Intel; kern_dispatch.c keeps Zen 4 on the 8-row
+ * with full-width pipes (Intel, Zen 5; kern_dispatch.c keeps Zen 4 on the 8-row
  * tile).
  *
  * Numerics: the integer block sums are exact whatever the order, and every
@@ -31,25 +31,13 @@
  * int32 (|.| <= 128 * 32 * 127, no overflow; no int16 intermediate
  * anywhere, so the AVX2 tiles' saturation bounds do not apply).
  *
- * Speed (Zen 4, vpdpbusd 2 per cycle, latency 4): at m = 8 the packed tile
- * is bound by the multiply pipes, which vpdpbusd shares with the offset's
- * vpdpwssd and the two float multiplies per row and block of the
- * reference's step (removing those, for timing only, saved 8% and 9%); the
- * 64 vpdpbusd of a block (8 x 8 rows) alone would take ~2/3 of the time.
- * On Zen 4, 512-bit forms did not pay: two activation rows per zmm need a
- * shuffle per row pair and vector instead of the embedded broadcast, and
- * every zmm operation takes both halves of a pipe (tried for Q4_0 at m = 8:
- * rows in pairs from one 64-byte load, vshufi64x2 + vpshufd per vector,
- * weights broadcast to both halves: 910 vs 589 us). On Emerald Rapids
- * (session 15) two weight groups per zmm against one broadcast activation
- * (q8p_tile2) did: `bench_matmul q4_0 M 2048 5632`, 2 threads, m = 8
- * 416-458 -> 294-297 us, m = 64 3517-3700 -> 2569-2644 us; Q8_0 m = 8
- * 383 -> 321-325, m = 64 3049 -> 2342 us; TinyLlama q4_0 prefill pass of
- * 512 tokens 3.56 -> 2.74 s. Tried and slower (single thread,
- * 2048 x 5632): the offset term from shifts and adds (+9% time at m = 8),
- * or from one 512-bit madd of 8 rows' kern_xblk per block, then a vpermd
- * per row (+2%, +16% at m = 1), a store and broadcast reloads (+5%, +11% at
- * m = 1), or the same precomputed per 64 blocks (+5%, +7% at m = 4).
+ * Speed: at m = 8 the packed tile is bound by the multiply pipes, which
+ * vpdpbusd shares with the offset's vpdpwssd and the two float multiplies
+ * per row and block of the reference's step. On Zen 4, which runs a zmm
+ * operation as two halves, 512-bit forms did not pay; on CPUs with full
+ * 512-bit pipes two weight groups per zmm against one broadcast activation
+ * (q8p_tile2) do. The other ways tried to form the offset term were slower.
+ * docs/speed.md ("Kernel choices") has the measurements.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
@@ -186,33 +174,16 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
  * variant's px_row: the layout is kern_impl.h's). */
 
 /* Software prefetch: for one activation row the CPU's stream prefetch
- * (kern_pf_stream, kern_impl.h: none on Zen 4,
- * 16 KiB on Zen 5, 8 KiB into L2 elsewhere), 8
- * KiB ahead into L2 for more rows. On Emerald Rapids (session 13) m = 1
- * without it read 0.65-0.69 of a plain read, with 4-16 KiB into L2
- * 0.91-1.02 (`bench_matmul_stream q4_0 2048 5632 60 1 2`); on Zen 4 the reverse,
- * as follows. With the scales interleaved with the quants (kern_pack.c) a group
- * is read at rising addresses and, at m = 1, Zen 4's hardware prefetcher
- * keeps up alone: software prefetches on top cost queue slots. From m = 2
- * on, a group takes longer to compute and the hardware prefetcher alone
- * falls behind. Paired against the plain read loop (`bench_matmul_stream
- * q4_0 2048 11264 22 [m]`: 22 distinct matrices, 272 MiB,
- * GB/s as a ratio of the read loop's just before; session 8):
- *   m = 1: 8 KiB into L2 0.895/0.886/0.856, none 0.911/0.915/0.829 (three
- *          rounds), 4 KiB 0.884/0.862/0.824, 16 KiB 0.870/0.841/0.844; in
- *          the engine (TinyLlama tg128, 7 alternating runs, medians): Q4_0
- *          48.6 (8 KiB) vs 52.6 tok/s (none), Q8_0 27.1 vs 29.7;
- *   m = 2 / 4 / 8: none 0.87 / 0.62 / 0.41, 8 KiB into L2 0.93 / 0.96 / 0.59
- *          (TinyLlama 8 sequences decoded together, Q4_0: 133 tok/s without,
- *          160 with the first layout and 8 KiB).
- * With the first layout (scales apart) 8 KiB into L2 had been the best at
- * m = 1 (0.82 of the read loop). Distances (bytes ahead; 0 = none) and hint
- * stay overridable for other machines. */
-/* Q4_0 16 KiB (session 15, Emerald Rapids, `bench_matmul_stream q4_0 2048 5632 60
- * M 2`, kernel / probe with 8 -> 16 KiB: m = 2 0.69 -> 0.83-0.85, m = 4
- * 0.63 -> 0.79, m = 8 0.50-0.51 -> 0.62; 32 and 64 KiB as 16): a Q4_0
- * block is half a Q8_0 one, so 16 KiB is as many blocks ahead as Q8_0's
- * 8 KiB, for which 16 KiB read no better (m = 8 0.69/0.72 vs 0.67/0.68). */
+ * (kern_pf_stream, kern_impl.h: none on Zen 4, 16 KiB on Zen 5, 8 KiB into
+ * L2 elsewhere). With the scales interleaved with the quants (kern_pack.c)
+ * a group is read at rising addresses, and at m = 1 Zen 4's hardware
+ * prefetcher keeps up alone: software prefetches on top cost queue slots.
+ * From m = 2 on, a group takes longer to compute and the hardware
+ * prefetcher alone falls behind on every CPU measured, so more rows
+ * prefetch Q8P_PREFETCH_* bytes ahead into L2: for Q4_0 16 KiB, as many
+ * blocks ahead as Q8_0's 8 KiB (a Q4_0 block is half the bytes; Q8_0 read
+ * no better at 16). Distances (bytes ahead; 0 = none) and hint stay
+ * overridable for other machines; docs/speed.md has the measurements. */
 #ifndef Q8P_PREFETCH_Q4
 #define Q8P_PREFETCH_Q4 16384
 #endif
@@ -226,9 +197,8 @@ K5I __m256 q8_acc8(bool is_q4, __m256 s, __m256i isum, __m256 dw, float dx)
 /* Independent accumulator chains per activation row and block: vpdpbusd
  * has latency 4 at 2 per cycle, so 8 chains keep it busy; with fewer rows
  * each row's block sum is split over up to 4 chains (added at the block's
- * end: integers, so exact). Measured (2048 x 5632, one thread): 2 chains at
- * 8 rows beat 1 by 5% (Q4_0); at 1 row, 4 beat 2 for Q8_0 (~190 vs 205 us,
- * Q4_0 equal); at 4 rows, 2 beat 4 (Q8_0 ~365 vs 378 us). */
+ * end: integers, so exact). The counts per tile height are the measured
+ * best (docs/speed.md). */
 #define Q8P_CHAINS(NX) ((NX) >= 3 ? 2 : 4)
 
 K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, const kern_px *px)
@@ -311,11 +281,11 @@ K5I void q8p_tile(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const
  * 8-15: the one gb bytes further, nw of the 16 stored), for NX >= 2:
  * q8p_tile's operations lane for lane (the same bits), each vpdpbusd
  * serving 16 weight rows against one broadcast activation dword. On a CPU
- * with full 512-bit pipes (Emerald Rapids: vpdpbusd zmm and ymm both ~1.1
- * a cycle, so twice the products an instruction) the GEMM's multiply
- * pipes do twice the work per uop; the two weight streams cost one insert
- * per vector. (Zen 4 splits a zmm operation in two halves: no gain there,
- * see kern_avx512_fill_q8.) */
+ * with full 512-bit pipes (a zmm vpdpbusd issues as often as a ymm one, so
+ * twice the products an instruction) the GEMM's multiply pipes do twice
+ * the work per uop; the two weight streams cost one insert per vector.
+ * (Zen 4 splits a zmm operation in two halves: no gain there, see
+ * kern_avx512_fill_q8.) */
 K5I void q8p_tile2(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, const uint8_t *wp, size_t gb, const kern_px *px)
 {
     const int CH = Q8P_CHAINS(NX);
@@ -400,9 +370,8 @@ K5I void q8p_tile2(bool is_q4, int NX, int nw, int nb, float *y, size_t ys, cons
 
 /* The packed GEMM over up to two groups (kern_packed.gw = 2): a pair in
  * one q8p_tile2 sweep when nx >= Q8P_PAIR_MIN_NX; a lone group, or m = 1,
- * by q8p_tile: one weight stream at a time, as the F16 tile found best for
- * decode (the pair at m = 1: `bench_matmul_stream q4_0 2048 5632 60 1 2` 0.74-0.80
- * of the probe against 0.88-0.89, three alternating rounds). */
+ * by q8p_tile: one weight stream at a time, which reads DRAM better at
+ * decode than the pair's two (docs/speed.md), as for the F16 tile. */
 #ifndef Q8P_PAIR_MIN_NX
 #define Q8P_PAIR_MIN_NX 2
 #endif

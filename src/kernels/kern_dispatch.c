@@ -118,11 +118,9 @@ void kern_init(int force_ref)
     if (cap >= 2 && avx512) kern_vt_overlay(&kern_vt, avx512);
     /* The AVX-512 Q8_0/Q4_0 GEMM's pair tile (two weight groups in 512-bit
      * lanes, kern_avx512_q8.c) doubles the products per vpdpbusd where the
-     * pipes are 512 bits wide (Emerald Rapids: prefill 1.3x; Zen 5,
-     * `bench_matmul q4_0 M 2048 5632`, 2 threads: m = 8 321-341 ->
-     * 195-198 us, m = 64 2616-2710 -> 1481-1526 us; Q8_0 alike). Zen 4
-     * runs a zmm operation as two halves, where its 8-row ymm tile was
-     * measured best: it keeps that (one group a call). */
+     * pipes are 512 bits wide (Intel, Zen 5; docs/speed.md has the
+     * figures). Zen 4 runs a zmm operation as two halves, where its 8-row
+     * ymm tile was measured best: it keeps that (one group a call). */
     if (cap >= 2 && avx512 && amd && amd < KERN_AMD_ZEN5) kern_vt.packed[DT_Q8_0].gw = kern_vt.packed[DT_Q4_0].gw = 1;
     const kern_vtable *neon = kern_vt_neon(); /* non-NULL on aarch64 only, where NEON is baseline */
     if (cap >= 1 && neon) kern_vt_overlay(&kern_vt, neon);

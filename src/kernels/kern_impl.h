@@ -247,35 +247,13 @@ extern float kern_f16_lut[65536];
 void kern_f16_lut_init(void);
 /* THE DECODE STREAM'S SOFTWARE PREFETCH, per CPU. At decode (m = 1) each
  * weight byte comes from DRAM once, and whether a software prefetch on top
- * of the hardware prefetchers helps the stream depends on the CPU, not on
- * the instructions:
- * - Zen 4: the L2 prefetcher follows each thread's rising stream alone and
- *   a software prefetch takes the stream from it (sessions 8 and 12:
- *   `bench_matmul_stream f16 2048 5632 40 1 2` 0.99 of a plain read
- *   without, 0.91 with 8 KiB into L2; packed q4_0 0.91 vs 0.89);
- * - Intel (Emerald Rapids, session 13): the same tiles read 0.65-0.72 of a
- *   plain read without and 0.96-1.0 with the lines 4-16 KiB ahead into L2
- *   (figures at the tiles, kern_avx512_q8.c and kern_avx512_float.c);
- * - Zen 5 (session 16, family 0x1A): the packed Q4_0 tile at m = 1 wants
- *   it (`bench_matmul_layers q4_0 22`, TinyLlama's decode step of 22
- *   layers: 0.81-0.83 of the probe without, 0.88-0.90 with 16 KiB, three
- *   alternating rounds; `bench_matmul_stream q4_0 2048 5632 60 1 2` 0.83 vs
- *   0.88-0.93); Q8_0 does not (bench_matmul_layers 0.84-0.86 without, 0.84-0.94
- *   at 8 or 16 KiB; bench_matmul_stream 0.95-0.97 without, 0.84-0.91 at 8 KiB)
- *   nor F16 (0.78-0.79 without, 0.80-0.82 at 8-16 KiB): the Q4_0 tile does
- *   twice the work a byte, so its loads run further behind the hardware
- *   prefetcher. (Session 16 gave the Q4_0 tile a distance of its own.)
- *   Session 18 (same host, busier hour: the probe 31-54 GB/s) measured
- *   the other tiles again in the engine, where bench_matmul_layers' back-to-back
- *   matrices are not what a token does: `pagellm bench speed --models
- *   tinyllama-1.1b:q8_0 --tests tg128 --reps 1 --no-peer` with
- *   PAGELLM_PREFETCH unset / 16384, 7 alternating rounds: 28.7 vs 33.6
- *   tok/s median (16 KiB ahead in 7 of 7), 89% vs 96% of the roofline;
- *   8 KiB 4 rounds 93-106%; F16 3 rounds 83-96% vs 97-110%; binaries A/B
- *   3 rounds q8_0 tg128@d2048 26.0-28.9 vs 28.3-29.8 tok/s, q4_0 (its
- *   Q6_K output is the only matrix it changes) 4 rounds equal. So Zen 5
- *   takes 16 KiB for every tile (KERN_PF_STREAM_ZEN5), one distance
- *   again (q4_0 tg128 at 8/16/32 KiB: 4 rounds each, no signal).
+ * of the hardware prefetchers helps that stream depends on the CPU's
+ * prefetchers, not on the instructions: on Zen 4 the L2 prefetcher follows
+ * each thread's rising stream alone and a software prefetch takes the
+ * stream from it; on Intel (Emerald Rapids) the tiles fall well short of
+ * the bandwidth without one; on Zen 5 every tile gains from one 16 KiB
+ * ahead in the engine, where attention and small operations sit between
+ * the matrices. The measurements are in docs/speed.md ("Kernel choices").
  * kern_pf_stream is how far ahead (bytes) the AVX-512 table's decode
  * tiles prefetch their weight row stream (the packed Q8_0/Q4_0 tile at
  * m = 1, the F32/F16/BF16 dots and the K-quant dots), 0 = not at all. The

@@ -554,9 +554,8 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         /* packed GEMMs of several groups a call (gw >= 2: F16 on x86, Q8_0
          * and Q4_0 on AVX-512) at m > 1: chunks of whole pairs of groups,
          * the width of the AVX-512 F16 tile at nx > 4 and of the Q8_0/Q4_0
-         * pair tile, not one pair and a lone group (one weight stream;
-         * TinyLlama f16 8 sequences, 2 alternating runs: 68.7/73.3 ->
-         * 71.1/77.2 tok/s) */
+         * pair tile, not one pair and a lone group (one weight stream a
+         * tile; docs/speed.md) */
         const int pair = m > 1 && p->pk && p->pk->gw >= 2 ? 2 : 1;
         const int nw = p->mode == MM_DOT ? 1 : p->pk ? kern_pack_rows(p->wtype) * pair : p->gemm.nw;
         if (p->n_out <= 0) {

@@ -42,11 +42,9 @@
  * the weights from DRAM, and a tile consumes a group at strictly rising
  * addresses only this way. With the scales in a block of their own at the
  * group's end (the first layout), Zen 4's hardware prefetcher lost the
- * stream at every group: a synthetic loop of the tile's loads and integer
- * work over 512 MiB, 2 threads, read at 0.43 of a plain read loop's
- * bandwidth with the scales apart, 0.98 with them interleaved (both
- * without software prefetch; /tmp experiments of session 8, paired runs);
- * `bench_matmul_stream` measures the real tiles the same way.
+ * stream at every group and the tiles read well under half the bandwidth
+ * (docs/speed.md, "Kernel choices"); build/bench/bench_matmul_stream
+ * measures the real tiles against a plain read of the same bytes.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"
