@@ -579,6 +579,7 @@ TEST(keys_file)
     CHECK_EQ_INT(write_file(path, "# nothing\n   \n", 0644), 0);
     CHECK_EQ_INT(srv_keys_load(&k, path, &loose, err, sizeof err), PL_ERR_INVAL);
     CHECK(loose && strstr(err, "holds no key"));
+    srv_keys_free(&k);
     unlink(path);
     rmdir(dir);
 }
