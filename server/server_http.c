@@ -43,7 +43,6 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "server_guard.h"
 #include "server_metrics.h"

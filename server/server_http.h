@@ -2,8 +2,9 @@
  * bodies, API key, errors, blocking and streaming (SSE) generation, and
  * cancelling a generation whose client went away.
  *
- *   GET  /health                 {"status": "ok"}
- *   GET  /metrics                Prometheus text (server_metrics.h)
+ *   GET  /health                 {"status": "ok"}; 503 (an OpenAI error) while draining
+ *   GET  /metrics                Prometheus text (server_metrics.h); once keys are set it
+ *                                needs an API key or a metrics key, unless metrics_public
  *   GET  /v1/models[/ID]         the one model, named by its file's basename
  *   GET  /v1/kv                  pl_engine_kv_json: every KV block
  *   POST /v1/completions         server_openai.h
@@ -17,7 +18,8 @@
  * descriptor to put into a poll loop, which is what the suspend/resume
  * alternative would need. Many concurrent streams cost one mostly idle
  * thread each (a small stack, see SRV_THREAD_STACK); --max-conns bounds
- * them.
+ * them, and server_guard.h holds each client to its share and each request
+ * to a deadline.
  *
  * A client that goes away is noticed within SRV_POLL_MS (100 ms): the
  * generation loops look at the socket that often (POLLRDHUP), whether
