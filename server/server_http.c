@@ -721,8 +721,9 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
     free(cert), free(key);
     if (!s->d) {
         if (cfg->tls_cert)
-            fprintf(stderr, "pagellm serve: cannot listen with TLS on %s port %d: check --tls-cert %s and --tls-key %s "
-                            "(PEM certificate and its private key)\n", cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
+            fprintf(stderr, "pagellm serve: cannot listen with TLS on %s port %d (the line above says why; a TLS error "
+                            "means --tls-cert %s and --tls-key %s are not a PEM certificate and its private key)\n",
+                    cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
         else
             fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
         srv_guard_free(s->guard);
