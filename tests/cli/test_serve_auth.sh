@@ -106,13 +106,21 @@ if ! openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 
   fail tls_openssl_cert "openssl could not make a certificate"; exit 0
 fi
 expect_exit tls_key_not_pem 1 "cert.pem|TLS" -- timeout 20 "$PAGELLM" serve -m "$M" --port 0 --tls-cert "$T/cert.pem" --tls-key "$T/cert.pem"
-if start tls https --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" --api-key k; then
+if start tls https --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" --api-key k --header-timeout 1; then
   check tls_health test "$(code --cacert "$T/cert.pem" "$URL/health")" = 200
   CODE=$(code --cacert "$T/cert.pem" -H 'Authorization: Bearer k' -H 'Content-Type: application/json' \
     -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' "$URL/v1/completions")
   check tls_completion test "$CODE" = 200 -a "$(jq -r '.usage.completion_tokens' "$T/body")" = 8
   check tls_untrusted_refused test "$(code "$URL/health")" = 000
   check tls_plain_http_refused bash -c "! curl -s --max-time 5 http://127.0.0.1:$PORT/health | grep -q ok"
+  # a client that never starts its handshake is cut at --header-timeout
+  if command -v node >/dev/null; then
+    check tls_silent_handshake_cut timeout 10 node -e '
+      const s = require("net").connect('"$PORT"', "127.0.0.1"), t0 = Date.now();
+      s.on("error", () => {});
+      s.on("close", () => process.exit(Date.now() - t0 < 3000 ? 0 : 1));
+      setTimeout(() => process.exit(1), 5000);'
+  fi
   stop
 else
   fail tls_starts "$(tail -3 "$LOG")"
