@@ -619,7 +619,8 @@ static int sv_server_start(sv_server *s, const sv_opts *o, int *port)
     snprintf(t, sizeof t, "%d", o->threads);
     snprintf(ctx, sizeof ctx, "%d", sv_ctx_tokens(o));
     char *const argv[] = {"/proc/self/exe", "serve", "-m", (char *)o->model, "--host", "127.0.0.1", "--port", p,
-                          "--max-seqs", seqs, "-t", t, "--ctx", ctx, "--temp", "0", "--seed", "0", NULL};
+                          "--max-seqs", seqs, "-t", t, "--ctx", ctx, "--temp", "0", "--seed", "0",
+                          "--max-conns-per-ip", "0", NULL}; /* up to SV_MAX_CLIENTS from loopback */
     if (bench_child_spawn(&s->c, argv, 2) != 0) return -1;
     const double deadline = bench_now() + 120;
     char line[512], last[512] = "";

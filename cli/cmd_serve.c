@@ -5,8 +5,10 @@
  * "listening on http://HOST:PORT" on stderr (tests wait for that line).
  *
  * Shutdown on SIGTERM or SIGINT (exit status 0):
- *   1. stop accepting connections (requests on open ones get 503) and stop
- *      the engine taking requests (pl_engine_shutdown);
+ *   1. new generations get 503 and /health answers 503 (connections are
+ *      still accepted, so that clients and load balancers hear it, and each
+ *      answer closes its connection); the engine stops taking requests
+ *      (pl_engine_shutdown);
  *   2. let running and waiting requests finish, up to --drain-timeout
  *      seconds; a second signal or the timeout cancels them instead;
  *   3. close every connection, free the engine and the model.
@@ -34,16 +36,44 @@ typedef struct {
     double drain_s, gather_ms;
     bool no_prefix_cache, prefix_order;
     uint64_t max_body;
+    const char *api_key, *api_key_file, *metrics_key;
+    srv_keys api_keys, metrics_keys; /* what http.api_keys / metrics_keys point to */
 } serve_opts;
 
 #define SEED_UNSET UINT64_MAX /* --seed not given: each request without a seed gets a random one */
+
+/* The API and metrics keys from --api-key ($PAGELLM_API_KEY),
+ * --api-key-file and --metrics-key. A key that is set but blank is refused:
+ * it would otherwise turn authentication off without a word. Returns 0 or
+ * the exit status (1: the file cannot be read, 2: not a key). */
+static int serve_keys(serve_opts *o)
+{
+    char err[600];
+    const char *env = getenv("PAGELLM_API_KEY");
+    int rc = 0;
+    if (o->api_key) rc = srv_keys_add(&o->api_keys, o->api_key, "--api-key", err, sizeof err);
+    else if (env) rc = srv_keys_add(&o->api_keys, env, "$PAGELLM_API_KEY", err, sizeof err);
+    bool loose = false;
+    if (!rc && o->api_key_file) rc = srv_keys_load(&o->api_keys, o->api_key_file, &loose, err, sizeof err);
+    if (!rc && o->metrics_key) rc = srv_keys_add(&o->metrics_keys, o->metrics_key, "--metrics-key", err, sizeof err);
+    if (rc) {
+        cli_error("serve", "%s", rc == PL_ERR_NOMEM ? "out of memory" : err);
+        return rc == PL_ERR_INVAL ? 2 : 1;
+    }
+    if (loose)
+        fprintf(stderr, "pagellm serve: warning: %s is readable by group or others (chmod 600 it)\n", o->api_key_file);
+    o->http.api_keys = &o->api_keys;
+    o->http.metrics_keys = &o->metrics_keys;
+    return 0;
+}
 
 static int serve_parse(int argc, char **argv, serve_opts *o)
 {
     gen_opts_default(&o->g);
     o->g.max_seqs = 16;
     o->g.seed = SEED_UNSET;
-    o->http = (srv_http_config){"127.0.0.1", 8080, NULL, 0, 512, 600, false};
+    o->http = (srv_http_config){.host = "127.0.0.1", .port = 8080, .max_conns = 512, .max_conns_per_ip = 64,
+                                .timeout_s = 600, .header_timeout_s = 10};
     o->max_queue = 256;
     o->max_body = 8u << 20;
     o->drain_s = 30;
@@ -59,12 +89,19 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     const cli_opt mine[] = {
         {"host", 0, CLI_STR, &o->http.host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
         {"port", 0, CLI_INT, &o->http.port, 0, 65535, "N", "port (default 8080; 0 = any free port, printed)"},
-        {"api-key", 0, CLI_STR, &o->http.api_key, 0, 0, "KEY", "require Authorization: Bearer KEY on /v1/* (also $PAGELLM_API_KEY)"},
+        {"api-key", 0, CLI_STR, &o->api_key, 0, 0, "KEY", "require Authorization: Bearer KEY on /v1/* and /metrics (also $PAGELLM_API_KEY)"},
+        {"api-key-file", 0, CLI_STR, &o->api_key_file, 0, 0, "FILE", "API keys, one per line ('#' comments); with --api-key, either is accepted"},
+        {"metrics-key", 0, CLI_STR, &o->metrics_key, 0, 0, "KEY", "a key that opens /metrics only (a scraper's)"},
+        {"metrics-public", 0, CLI_FLAG, &o->http.metrics_public, 0, 0, NULL, "/metrics without a key even when API keys are set"},
+        {"tls-cert", 0, CLI_STR, &o->http.tls_cert, 0, 0, "FILE", "serve HTTPS with this PEM certificate (chain) ..."},
+        {"tls-key", 0, CLI_STR, &o->http.tls_key, 0, 0, "FILE", "... and this PEM private key"},
         {"max-seqs", 0, CLI_INT, &o->g.max_seqs, 1, 4096, "N", "sequences generated at once (default 16; n of a request must fit)"},
         {"max-queue", 0, CLI_INT, &o->max_queue, 0, 1 << 20, "N", "waiting requests beyond which the server answers 503 (default 256)"},
         {"max-body", 0, CLI_SIZE, &o->max_body, 1, 1e12, "BYTES", "largest request body, e.g. 8M (default 8M; 413 beyond)"},
-        {"max-conns", 0, CLI_INT, &o->http.max_conns, 1, 1 << 16, "N", "concurrent connections, one thread each (default 512)"},
-        {"timeout", 0, CLI_INT, &o->http.timeout_s, 0, 1 << 20, "S", "close connections idle for S seconds (default 600; 0 = never)"},
+        {"max-conns", 0, CLI_INT, &o->http.max_conns, 1, 1 << 16, "N", "concurrent connections, one thread each (default 512; 503 beyond)"},
+        {"max-conns-per-ip", 0, CLI_INT, &o->http.max_conns_per_ip, 0, 1 << 16, "N", "connections from one client address (default 64; 429 beyond; 0 = no limit, e.g. behind a proxy)"},
+        {"header-timeout", 0, CLI_INT, &o->http.header_timeout_s, 0, 1 << 20, "S", "a request's head and body must arrive within S seconds of the connection or of the previous answer, else the connection is closed (default 10; 0 = no deadline)"},
+        {"timeout", 0, CLI_INT, &o->http.timeout_s, 0, 1 << 20, "S", "close connections silent for S seconds (default 600; 0 = never)"},
         {"drain-timeout", 0, CLI_FLOAT, &o->drain_s, 0, 1e6, "S", "on SIGTERM, wait S seconds for running requests, then cancel (default 30)"},
         {"gather-ms", 0, CLI_FLOAT, &o->gather_ms, 0, 1000, "MS", "idle, wait for requests sent together until none came for MS ms (at most 4x), so that they prefill in one step (default 5; 0 = off)"},
         {"default-max-tokens", 0, CLI_INT, &o->completions_max_tokens, 1, 1 << 20, "N", "/v1/completions max_tokens when not given (default 16)"},
@@ -80,10 +117,13 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     if (rc == CLI_HELP) return -1;
     if (rc != CLI_OK) return 2;
     if (!o->g.model) { cli_error("serve", "missing -m MODEL"); return 2; }
-    if (!o->http.api_key) o->http.api_key = getenv("PAGELLM_API_KEY");
-    if (o->http.api_key && !*o->http.api_key) o->http.api_key = NULL;
+    if (!o->http.tls_cert != !o->http.tls_key) { cli_error("serve", "--tls-cert and --tls-key go together"); return 2; }
+    if (o->metrics_key && o->http.metrics_public) {
+        cli_error("serve", "--metrics-key and --metrics-public contradict each other");
+        return 2;
+    }
     o->http.max_body = o->max_body;
-    return 0;
+    return serve_keys(o);
 }
 
 /* The model's name in the API: its file's basename. */
@@ -189,7 +229,8 @@ static int serve_run(const serve_opts *o, const sigset_t *set)
         const char *h = o->http.host;
         fprintf(stderr, "pagellm serve: model %s, context %u tokens, up to %u sequences\n", base_name(o->g.model),
                 ep.ctx.n_ctx, ep.ctx.max_seqs);
-        fprintf(stderr, strchr(h, ':') ? "listening on http://[%s]:%d\n" : "listening on http://%s:%d\n", h, srv_port(s));
+        fprintf(stderr, strchr(h, ':') ? "listening on %s://[%s]:%d\n" : "listening on %s://%s:%d\n",
+                o->http.tls_cert ? "https" : "http", h, srv_port(s));
         int sig = wait_signal(set, -1);
         fprintf(stderr, "pagellm serve: %s received\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
         serve_drain(s, e, set, o->drain_s);
@@ -207,7 +248,11 @@ int cmd_serve(int argc, char **argv)
     serve_opts o;
     memset(&o, 0, sizeof o);
     int rc = serve_parse(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (rc) {
+        srv_keys_free(&o.api_keys);
+        srv_keys_free(&o.metrics_keys);
+        return rc < 0 ? 0 : rc;
+    }
     /* Block the stop signals before any thread starts, so that every
      * thread inherits the mask and only sigtimedwait sees them. */
     sigset_t set;
@@ -218,5 +263,7 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     rc = serve_run(&o, &set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    srv_keys_free(&o.api_keys);
+    srv_keys_free(&o.metrics_keys);
     return rc;
 }

@@ -3,15 +3,26 @@
  *
  * One request's life (all on its connection's thread):
  *
- *   headers   on_request, first call: route, method, API key, Content-Length
- *             (an answer may be queued right here: 404 405 401 413)
+ *   connect   on_connection: the guard's verdict (429/503 for the first
+ *             request past a limit) and the deadline for the request
+ *   headers   on_request, first call: limits, drain, route, method, key,
+ *             framing (Content-Length / Transfer-Encoding), body size (an
+ *             answer may be queued right here: 429 503 404 405 401 400 501 413)
  *   body      further calls: appended to conn.body up to --max-body
  *   dispatch  last call: GET handlers answer at once; a completion is
  *             parsed, submitted, then either waited for (blocking) or
  *             answered with a content-reader response that pulls events
  *             (streaming)
  *   end       on_completed: cancels the engine request unless it ended
- *             normally, frees it and the connection state
+ *             normally, frees it and the request state; the deadline runs
+ *             again for the next request on the connection
+ *
+ * Every answer this file makes is JSON in OpenAI's error shape when it is
+ * an error. libmicrohttpd answers some protocol errors itself, before any
+ * of this runs, with its own fixed bodies and no hook to change them (a
+ * request line or head too large 414/431, an HTTP version other than 1.0
+ * and 1.1 505, a malformed request line, header or chunk 400, a chunk
+ * size too large 413); docs/security.md lists them.
  *
  * Invariant: conn.r, once submitted, is freed only in on_completed, which
  * MHD calls exactly once per request it presented to on_request, after the
@@ -19,6 +30,7 @@
  */
 #include "server_http.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -31,8 +43,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "server_guard.h"
 #include "server_metrics.h"
 #include "server_sse.h"
 
@@ -52,7 +64,7 @@ struct srv {
     char model[256];
     long created;
     int port;
-    MHD_socket quiesced_fd;
+    srv_guard *guard;
     atomic_bool aborting, quiescing, started;
     _Atomic uint64_t responses[SRV_N_CODES];
     _Atomic uint64_t active, disconnects;
@@ -65,6 +77,8 @@ typedef struct {
     int route;
     char what[96];         /* "POST /v1/completions", for the log */
     int status;            /* the status queued, 0 before */
+    bool close;            /* the answer ends the connection (Connection: close) */
+    srv_conn *gc;          /* the connection's guard entry */
     bool too_big;
     srv_buf body;
     srv_gen_req q;
@@ -100,7 +114,9 @@ static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *b
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 429) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (c->close || atomic_load(&c->s->quiescing)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     c->status = status;
@@ -142,19 +158,87 @@ static bool method_ok(int route, const char *method)
     return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 }
 
-/* Authorization: Bearer KEY, compared in constant time. */
-static bool authorized(const srv *s, struct MHD_Connection *conn)
+static bool has_keys(const srv_keys *k) { return k && k->n; }
+
+/* The keys guarding a route: the /v1 routes the API keys; /metrics the metrics keys
+ * and the API keys, unless --metrics-public; the rest is open. */
+static bool authorized(const srv *s, int route, struct MHD_Connection *conn)
 {
-    const char *key = s->cfg.api_key;
-    if (!key) return true;
+    const srv_http_config *cfg = &s->cfg;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
-    while (*h == ' ') h++;
-    size_t n = strlen(key), m = strlen(h);
-    unsigned diff = (unsigned)(n != m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? h[i] : 0);
-    return diff == 0;
+    if (route == R_METRICS) {
+        if (cfg->metrics_public || (!has_keys(cfg->api_keys) && !has_keys(cfg->metrics_keys))) return true;
+        return (has_keys(cfg->api_keys) && srv_keys_match(cfg->api_keys, h)) ||
+               (has_keys(cfg->metrics_keys) && srv_keys_match(cfg->metrics_keys, h));
+    }
+    if (route == R_HEALTH || !has_keys(cfg->api_keys)) return true;
+    return srv_keys_match(cfg->api_keys, h);
+}
+
+/* Message framing (RFC 9112 section 6.3): Content-Length and
+ * Transfer-Encoding together, Content-Lengths that differ, or a transfer
+ * coding other than one "chunked" make the body's end ambiguous - the
+ * ground of request smuggling behind a proxy - so they are refused and the
+ * connection closed. */
+typedef struct {
+    int n_cl, n_te;
+    bool cl_differ;
+    const char *cl, *te;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    framing *f = cls;
+    (void)kind;
+    if (!value) value = "";
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->n_cl++ && strcmp(f->cl, value) != 0) f->cl_differ = true;
+        f->cl = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+        f->te = value;
+    }
+    return MHD_YES;
+}
+
+/* 0, or the status of the answer with *e set (400 invalid framing, 501 a
+ * transfer coding other than chunked). */
+static int framing_check(struct MHD_Connection *conn, srv_error *e)
+{
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_header, &f);
+    if (f.n_te && f.n_cl)
+        srv_error_set(e, 400, "invalid_request_error", NULL, "invalid_framing",
+                      "a request may not have both Content-Length and Transfer-Encoding (RFC 9112 section 6.3)");
+    else if (f.cl_differ)
+        srv_error_set(e, 400, "invalid_request_error", NULL, "invalid_framing",
+                      "the request has Content-Length headers that differ (RFC 9112 section 6.3)");
+    else if (f.n_te > 1 || (f.n_te && strchr(f.te, ',') && strcasestr(f.te, "chunked")))
+        srv_error_set(e, 400, "invalid_request_error", NULL, "invalid_framing",
+                      "only one transfer coding, chunked, is supported (Transfer-Encoding: %.60s)", f.te);
+    else if (f.n_te && strcasecmp(f.te, "chunked") != 0)
+        srv_error_set(e, 501, "invalid_request_error", NULL, "unsupported_transfer_coding",
+                      "the transfer coding '%.60s' is not supported (only chunked)", f.te);
+    else
+        return 0;
+    return e->status;
+}
+
+/* Connections past the guard's limits: answered once, then closed. */
+static bool over_limit(conn_ctx *c, srv_error *e)
+{
+    switch (srv_guard_verdict(c->gc)) {
+    case SRV_CONN_OVER_IP:
+        srv_error_set(e, 429, "rate_limit_error", NULL, "too_many_connections",
+                      "too many connections from your address (at most %u, --max-conns-per-ip); retry later",
+                      c->s->cfg.max_conns_per_ip);
+        return true;
+    case SRV_CONN_OVER_MAX:
+        srv_error_set(e, 503, "server_error", NULL, "server_overloaded",
+                      "the server has too many connections (at most %u, --max-conns); retry later", c->s->cfg.max_conns);
+        return true;
+    default: return false;
+    }
 }
 
 /* The first call: everything that can be refused from the headers alone. */
@@ -162,6 +246,10 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
 {
     srv_error e;
     c->route = route_of(url);
+    if (over_limit(c, &e)) {
+        c->close = true;
+        return reply_error(c, &e, NULL);
+    }
     if (c->route == R_NONE) {
         srv_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s", method, url);
         return reply_error(c, &e, NULL);
@@ -171,9 +259,17 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
                       method, url, route_allow(c->route));
         return reply_error(c, &e, route_allow(c->route));
     }
-    if (strncmp(url, "/v1/", 4) == 0 && !authorized(c->s, c->conn)) {
+    if (!authorized(c->s, c->route, c->conn)) {
         srv_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
                       "missing or incorrect API key (send Authorization: Bearer KEY)");
+        return reply_error(c, &e, NULL);
+    }
+    if (framing_check(c->conn, &e)) {
+        c->close = true;
+        return reply_error(c, &e, NULL);
+    }
+    if (c->route >= R_COMPLETIONS && atomic_load(&c->s->quiescing)) {
+        srv_error_set(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
         return reply_error(c, &e, NULL);
     }
     const char *cl = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -181,6 +277,7 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
         srv_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "the request body of %s bytes exceeds the limit of %llu bytes (--max-body)", cl,
                       (unsigned long long)c->s->cfg.max_body);
+        c->close = true; /* the body is not read */
         return reply_error(c, &e, NULL);
     }
     return MHD_YES;
@@ -212,6 +309,9 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
     for (int i = 0; i < SRV_N_CODES; i++) h.responses[i] = atomic_load(&s->responses[i]);
     h.active = atomic_load(&s->active);
     h.disconnects = atomic_load(&s->disconnects);
+    srv_guard_stats g;
+    srv_guard_stats_get(s->guard, &g);
+    h.conns_open = g.open, h.timeouts = g.timeouts, h.over_ip = g.over_ip, h.over_max = g.over_max;
     return reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_text(&m, &h), NULL);
 }
 
@@ -230,7 +330,13 @@ static enum MHD_Result handle_kv(conn_ctx *c)
 
 static enum MHD_Result handle_health(conn_ctx *c)
 {
-    if (atomic_load(&c->s->quiescing)) return reply_json(c, 503, json_pack("{s:s}", "status", "shutting_down"));
+    if (atomic_load(&c->s->quiescing)) {
+        srv_error e;
+        srv_error_set(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+        json_t *o = srv_error_obj(&e);
+        json_object_set_new(o, "status", json_string("shutting_down")); /* as llama-server's /health says it */
+        return reply_json(c, 503, o);
+    }
     return reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
 }
 
@@ -416,6 +522,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->s = cls;
         c->conn = conn;
         c->t0 = now_s();
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        c->gc = ci ? ci->socket_context : NULL;
         snprintf(c->what, sizeof c->what, "%s %.80s", method, url);
         *con_cls = c;
         return on_headers(c, url, method);
@@ -429,7 +537,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *size = 0;
         return MHD_YES;
     }
-    if (c->status) return MHD_YES; /* answered from the headers */
+    srv_guard_busy(c->s->guard, c->gc); /* the whole request is in */
+    if (c->status) return MHD_YES;      /* answered from the headers */
     return dispatch(c, url);
 }
 
@@ -447,6 +556,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pl_request_free(c->r);
     }
     if (c->active) atomic_fetch_sub(&s->active, 1);
+    srv_guard_idle(s->guard, c->gc); /* the next request on this connection has its own deadline */
     if (s->cfg.verbose) {
         if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
             fprintf(stderr, "pagellm serve: %s %d %.3f s\n", c->what, c->status, now_s() - c->t0);
@@ -459,6 +569,21 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv_buf_free(&c->out);
     free(c);
     *con_cls = NULL;
+}
+
+/* A connection opens or closes (the daemon's threads): its guard entry,
+ * kept in MHD's per-connection socket context. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context, enum MHD_ConnectionNotificationCode code)
+{
+    srv *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = fd ? srv_guard_open(s->guard, ad ? ad->client_addr : NULL, fd->connect_fd) : NULL;
+    } else {
+        srv_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* MHD's own messages: always while starting (a port in use...), then only
@@ -475,6 +600,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ------------------------------------------------------------ lifetime */
+
+#define SRV_PEM_MAX (1 << 20) /* bytes of a certificate or key file */
 
 static struct addrinfo *resolve(const srv_http_config *cfg)
 {
@@ -493,47 +620,130 @@ static struct addrinfo *resolve(const srv_http_config *cfg)
     return ai;
 }
 
-int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_model_ctx *mc, const srv_tokens *tok,
-              const char *model_name)
+static bool is_loopback(const struct sockaddr *sa)
 {
-    srv *s = calloc(1, sizeof *s);
-    struct addrinfo *ai = s ? resolve(cfg) : NULL;
-    if (!ai) { free(s); return 1; }
-    s->cfg = *cfg;
-    s->e = e, s->mc = mc, s->tok = tok;
-    s->created = (long)time(NULL);
-    s->quiesced_fd = MHD_INVALID_SOCKET;
-    snprintf(s->model, sizeof s->model, "%s", model_name);
+    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6) return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* The whole file at path, malloc'd and NUL-terminated; NULL (printed, naming flag and file) on failure. */
+static char *pem_read(const char *flag, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? malloc(SRV_PEM_MAX + 1) : NULL;
+    size_t n = buf ? fread(buf, 1, SRV_PEM_MAX + 1, f) : 0;
+    bool bad = !f || !buf || ferror(f) || n == 0 || n > SRV_PEM_MAX;
+    if (bad)
+        fprintf(stderr, "pagellm serve: cannot read %s %s: %s\n", flag, path,
+                !f || ferror(f) ? strerror(errno) : !buf ? "out of memory" : n == 0 ? "the file is empty" : "larger than 1 MiB");
+    if (f) fclose(f);
+    if (bad) { free(buf); return NULL; }
+    buf[n] = 0;
+    return buf;
+}
+
+/* The connections MHD itself takes beyond --max-conns, so that those past
+ * the limit can still be answered 503 (and those past the per-address
+ * limit 429) before they are closed. */
+static unsigned conn_reserve(unsigned max_conns)
+{
+    unsigned r = max_conns / 8;
+    return r < 4 ? 4 : r > 64 ? 64 : r;
+}
+
+/* MHD_start_daemon with the options of cfg (TLS when pems are given). */
+static struct MHD_Daemon *daemon_start(srv *s, const struct addrinfo *ai, const char *cert, const char *key)
+{
+    const srv_http_config *cfg = &s->cfg;
+    unsigned reserve = conn_reserve(cfg->max_conns);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (cert ? MHD_USE_TLS : 0);
+    /* a pointer option in an array: MHD's header says `value`, its code reads `ptr_value`: both hold it */
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, (intptr_t)cert, (void *)cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, (intptr_t)key, (void *)key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    return MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that it catches everything */
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns + reserve,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conns_per_ip ? cfg->max_conns_per_ip + reserve / 2 : 0u,
                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)SRV_THREAD_STACK,
+                            MHD_OPTION_ARRAY, cert ? tls : tls + 2,
                             MHD_OPTION_END);
+}
+
+/* The TLS files read, or exit status 1 (printed). */
+static int tls_load(const srv_http_config *cfg, char **cert, char **key)
+{
+    *cert = *key = NULL;
+    if (!cfg->tls_cert) return 0;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        fprintf(stderr, "pagellm serve: this libmicrohttpd was built without TLS; --tls-cert cannot be used\n");
+        return 1;
+    }
+    if (!(*cert = pem_read("--tls-cert", cfg->tls_cert)) || !(*key = pem_read("--tls-key", cfg->tls_key))) {
+        free(*cert);
+        *cert = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_model_ctx *mc, const srv_tokens *tok,
+              const char *model_name)
+{
+    char *cert, *key;
+    if (tls_load(cfg, &cert, &key)) return 1;
+    srv *s = calloc(1, sizeof *s);
+    struct addrinfo *ai = s ? resolve(cfg) : NULL;
+    srv_guard_params gp = {cfg->max_conns, cfg->max_conns_per_ip, cfg->header_timeout_s, 0};
+    if (!ai || srv_guard_new(&s->guard, &gp) != 0) {
+        if (ai) fprintf(stderr, "pagellm serve: cannot start the connection guard\n");
+        if (ai) freeaddrinfo(ai);
+        free(s), free(cert), free(key);
+        return 1;
+    }
+    s->cfg = *cfg;
+    s->e = e, s->mc = mc, s->tok = tok;
+    s->created = (long)time(NULL);
+    snprintf(s->model, sizeof s->model, "%s", model_name);
+    bool open_to_all = !is_loopback(ai->ai_addr) && !has_keys(cfg->api_keys);
+    s->d = daemon_start(s, ai, cert, key);
     freeaddrinfo(ai);
+    if (key) memset(key, 0, strlen(key)); /* MHD keeps its own copy */
+    free(cert), free(key);
     if (!s->d) {
-        fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
+        if (cfg->tls_cert)
+            fprintf(stderr, "pagellm serve: cannot listen with TLS on %s port %d (the line above says why; a TLS error "
+                            "means --tls-cert %s and --tls-key %s are not a PEM certificate and its private key)\n",
+                    cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
+        else
+            fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
+        srv_guard_free(s->guard);
         free(s);
         return 1;
     }
     atomic_store(&s->started, true);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
+    if (open_to_all)
+        fprintf(stderr, "pagellm serve: WARNING: listening on %s without an API key: anyone who can reach this "
+                        "address can use the model and read /v1/kv and /metrics (set --api-key or --api-key-file, or "
+                        "listen on 127.0.0.1 behind a proxy that checks clients)\n", cfg->host);
     *out = s;
     return 0;
 }
 
 int srv_port(const srv *s) { return s->port; }
 
-void srv_quiesce(srv *s)
-{
-    atomic_store(&s->quiescing, true);
-    if (s->quiesced_fd == MHD_INVALID_SOCKET) s->quiesced_fd = MHD_quiesce_daemon(s->d);
-}
+void srv_quiesce(srv *s) { atomic_store(&s->quiescing, true); }
 
 uint64_t srv_active(srv *s) { return atomic_load(&s->active); }
 
@@ -544,6 +754,6 @@ void srv_stop(srv *s)
     if (!s) return;
     srv_abort(s);
     MHD_stop_daemon(s->d);
-    if (s->quiesced_fd != MHD_INVALID_SOCKET) close(s->quiesced_fd); /* only after the stop, says MHD */
+    srv_guard_free(s->guard); /* after the daemon: every connection has been closed */
     free(s);
 }

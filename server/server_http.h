@@ -2,8 +2,9 @@
  * bodies, API key, errors, blocking and streaming (SSE) generation, and
  * cancelling a generation whose client went away.
  *
- *   GET  /health                 {"status": "ok"}
- *   GET  /metrics                Prometheus text (server_metrics.h)
+ *   GET  /health                 {"status": "ok"}; 503 (an OpenAI error) while draining
+ *   GET  /metrics                Prometheus text (server_metrics.h); once keys are set it
+ *                                needs an API key or a metrics key, unless metrics_public
  *   GET  /v1/models[/ID]         the one model, named by its file's basename
  *   GET  /v1/kv                  pl_engine_kv_json: every KV block
  *   POST /v1/completions         server_openai.h
@@ -17,7 +18,8 @@
  * descriptor to put into a poll loop, which is what the suspend/resume
  * alternative would need. Many concurrent streams cost one mostly idle
  * thread each (a small stack, see SRV_THREAD_STACK); --max-conns bounds
- * them.
+ * them, and server_guard.h holds each client to its share and each request
+ * to a deadline.
  *
  * A client that goes away is noticed within SRV_POLL_MS (100 ms): the
  * generation loops look at the socket that often (POLLRDHUP), whether
@@ -31,17 +33,23 @@
 #include <stdint.h>
 
 #include "pagellm.h"
+#include "server_keys.h"
 #include "server_openai.h"
 #include "server_tokens.h"
 
 typedef struct {
-    const char *host;      /* numeric address or name to bind ("127.0.0.1") */
-    int port;              /* 0: any free port */
-    const char *api_key;   /* NULL: no authentication */
-    uint64_t max_body;     /* request body bytes (413 beyond) */
-    unsigned max_conns;    /* concurrent connections */
-    unsigned timeout_s;    /* idle keep-alive connections are closed after this (0: never) */
-    bool verbose;          /* one log line per request on stderr */
+    const char *host;          /* numeric address or name to bind ("127.0.0.1") */
+    int port;                  /* 0: any free port */
+    const srv_keys *api_keys;  /* keys for the /v1 routes; NULL or empty: no authentication */
+    const srv_keys *metrics_keys; /* keys for /metrics besides the API keys (NULL: none) */
+    bool metrics_public;       /* /metrics without a key even when keys are set */
+    uint64_t max_body;         /* request body bytes (413 beyond) */
+    unsigned max_conns;        /* connections served at once (503 beyond) */
+    unsigned max_conns_per_ip; /* connections of one client address (429 beyond; 0: no limit) */
+    unsigned timeout_s;        /* a connection silent this long is closed (0: never) */
+    unsigned header_timeout_s; /* to receive a request's head and body (0: no deadline) */
+    const char *tls_cert, *tls_key; /* PEM files: HTTPS (both or neither) */
+    bool verbose;              /* one log line per request on stderr */
 } srv_http_config;
 
 typedef struct srv srv;
@@ -52,7 +60,9 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
               const char *model_name);
 /* The bound port (the chosen one when cfg->port was 0). */
 int srv_port(const srv *s);
-/* Stops accepting connections; open ones go on (shutdown, step 1). */
+/* Starts draining (shutdown, step 1): connections are still accepted, but
+ * new generations get 503, /health answers 503 and every answer closes its
+ * connection; running requests go on. */
 void srv_quiesce(srv *s);
 /* Generations being served now. */
 uint64_t srv_active(srv *s);

@@ -9,7 +9,7 @@
 
 #include "server_openai.h"
 
-const int srv_http_codes[SRV_N_CODES] = {200, 400, 401, 404, 405, 413, 500, 503, 0};
+const int srv_http_codes[SRV_N_CODES] = {200, 400, 401, 404, 405, 413, 429, 500, 501, 503, 0};
 
 int srv_http_code_index(int status)
 {
@@ -118,6 +118,13 @@ static void http_metrics(srv_buf *b, int *rc, const srv_http_stats *h)
           (double)h->active);
     counter(b, rc, "pagellm_http_client_disconnects_total", "Generations cancelled because the client went away.",
             h->disconnects);
+    gauge(b, rc, "pagellm_http_connections", "Open HTTP connections.", (double)h->conns_open);
+    counter(b, rc, "pagellm_http_request_timeouts_total",
+            "Connections closed because a request's head and body did not arrive within --header-timeout.", h->timeouts);
+    counter(b, rc, "pagellm_http_connections_over_ip_limit_total",
+            "Connections answered 429 and closed: past --max-conns-per-ip.", h->over_ip);
+    counter(b, rc, "pagellm_http_connections_over_limit_total",
+            "Connections answered 503 and closed: past --max-conns.", h->over_max);
 }
 
 char *srv_metrics_text(const pl_engine_metrics *m, const srv_http_stats *h)

@@ -18,14 +18,17 @@
 #include "pagellm.h"
 
 /* HTTP statuses the server answers with, in a fixed order. */
-#define SRV_N_CODES 9
-extern const int srv_http_codes[SRV_N_CODES]; /* 200 400 401 404 405 413 500 503 other(0) */
+#define SRV_N_CODES 11
+extern const int srv_http_codes[SRV_N_CODES]; /* 200 400 401 404 405 413 429 500 501 503 other(0) */
 int srv_http_code_index(int status);
 
 typedef struct {
     uint64_t responses[SRV_N_CODES]; /* answers by status (srv_http_codes order) */
     uint64_t active;                 /* generation requests the server is serving now */
     uint64_t disconnects;            /* generations cancelled because the client went away */
+    uint64_t conns_open;             /* connections now */
+    uint64_t timeouts;               /* connections cut at their request deadline */
+    uint64_t over_ip, over_max;      /* connections refused: per-address limit, --max-conns */
 } srv_http_stats;
 
 /* The exposition text, malloc'd (NULL when out of memory). */

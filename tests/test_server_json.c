@@ -2,6 +2,9 @@
  * parsing and validation, response and SSE chunk JSON, token strings for
  * logprobs, and the /metrics text.
  *
+ * Also the bearer keys (server_keys.h) and the connection guard
+ * (server_guard.h: limits, and the request deadline on a socketpair).
+ *
  * Those layers live in server/ (libpagellm_server.a, which sees only
  * include/pagellm.h). They depend on jansson and the public API only, never
  * on libmicrohttpd or the engine thread, so they are tested here in
@@ -11,9 +14,16 @@
  * chat template fallback); skips when it is absent.
  */
 #include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "server_guard.h"
+#include "server_keys.h"
 #include "server_metrics.h"
 #include "server_openai.h"
 #include "server_sse.h"
@@ -106,6 +116,32 @@ TEST(completion_request_defaults)
     CHECK_EQ_INT(parse(SRV_COMPLETIONS, "{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}", &q, &e), 200);
     CHECK_EQ_INT(q.n_prompt, 30);
     CHECK_EQ_INT(q.p.max_tokens, 2);  /* n_ctx 32 in these tests */
+    srv_gen_req_free(&q);
+}
+
+/* The context rule, as OpenAI's: prompt + an explicit max_tokens past the
+ * context is a 400 context_length_exceeded naming max_tokens; a prompt that
+ * leaves no room names the prompt; a default max_tokens is cut to fit. */
+TEST(context_length_rule)
+{
+    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[1,2,3,4,5,6,7,8,9,10],\"max_tokens\":23}", "max_tokens",
+                  "maximum context length is 32 tokens. However, you requested 33 tokens"));
+    srv_gen_req q;
+    srv_error e;
+    CHECK_EQ_INT(parse(SRV_COMPLETIONS, "{\"prompt\":[1,2,3,4,5,6,7,8,9,10],\"max_tokens\":22}", &q, &e), 200);
+    CHECK_EQ_INT(q.p.max_tokens, 22);
+    srv_gen_req_free(&q);
+    CHECK_EQ_INT(parse(SRV_COMPLETIONS, "{\"prompt\":[1,2,3,4,5,6,7,8,9,10],\"max_tokens\":23}", &q, &e), 400);
+    CHECK_STR(e.code, "context_length_exceeded");
+    CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_completion_tokens\":1000}",
+                  "max_tokens", "maximum context length"));
+    char big[256] = "{\"prompt\":[";
+    for (int i = 0; i < 32; i++) strcat(big, i ? ",7" : "7");
+    strcat(big, "]}");
+    CHECK(rejects(SRV_COMPLETIONS, big, "prompt", "maximum context length is 32 tokens"));
+    /* chat without max_tokens: until the end of the context */
+    CHECK_EQ_INT(parse(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", &q, &e), 200);
+    CHECK_EQ_INT((size_t)q.p.max_tokens + q.n_prompt, 32);
     srv_gen_req_free(&q);
 }
 
@@ -485,10 +521,154 @@ TEST(metrics_text)
     free(s);
 }
 
+/* ------------------------------------------------------------- keys */
+
+static int write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    fclose(f);
+    return chmod(path, mode);
+}
+
+TEST(keys_checked)
+{
+    srv_keys k = {0};
+    char err[600];
+    CHECK_EQ_INT(srv_keys_add(&k, "", "--api-key", err, sizeof err), PL_ERR_INVAL);
+    CHECK(strstr(err, "--api-key is empty"));
+    CHECK_EQ_INT(srv_keys_add(&k, "  ", "--api-key", err, sizeof err), PL_ERR_INVAL);
+    CHECK_EQ_INT(srv_keys_add(&k, "ab cd", "--api-key", err, sizeof err), PL_ERR_INVAL);
+    CHECK_EQ_INT(srv_keys_add(&k, "caf\xc3\xa9", "--api-key", err, sizeof err), PL_ERR_INVAL);
+    CHECK_EQ_INT(k.n, 0);
+    CHECK_EQ_INT(srv_keys_add(&k, "sk-1", "--api-key", err, sizeof err), 0);
+    CHECK_EQ_INT(srv_keys_add(&k, "sk-22", "--api-key", err, sizeof err), 0);
+    CHECK(srv_keys_match(&k, "Bearer sk-1"));
+    CHECK(srv_keys_match(&k, "bearer  sk-22"));
+    CHECK(!srv_keys_match(&k, "Bearer sk-2"));
+    CHECK(!srv_keys_match(&k, "Bearer sk-222"));
+    CHECK(!srv_keys_match(&k, "Bearer "));
+    CHECK(!srv_keys_match(&k, "Basic sk-1"));
+    CHECK(!srv_keys_match(&k, NULL));
+    srv_keys_free(&k);
+    CHECK(!srv_keys_match(&k, "Bearer sk-1")); /* an empty set matches nothing */
+}
+
+TEST(keys_file)
+{
+    char dir[] = "/tmp/pagellm-keys.XXXXXX", path[64];
+    CHECK(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/keys", dir);
+    srv_keys k = {0};
+    char err[600];
+    bool loose;
+    CHECK_EQ_INT(srv_keys_load(&k, path, &loose, err, sizeof err), PL_ERR_IO);
+    CHECK(strstr(err, path));
+    CHECK_EQ_INT(write_file(path, "# team keys\n\n  key-a \r\nkey-b\n", 0600), 0);
+    CHECK_EQ_INT(srv_keys_load(&k, path, &loose, err, sizeof err), 0);
+    CHECK(!loose);
+    CHECK_EQ_INT(k.n, 2);
+    CHECK(srv_keys_match(&k, "Bearer key-a") && srv_keys_match(&k, "Bearer key-b"));
+    CHECK(!srv_keys_match(&k, "Bearer # team keys"));
+    srv_keys_free(&k);
+    CHECK_EQ_INT(write_file(path, "key-a\nkey b\n", 0644), 0);
+    CHECK_EQ_INT(srv_keys_load(&k, path, &loose, err, sizeof err), PL_ERR_INVAL);
+    CHECK(strstr(err, "line 2"));
+    CHECK_EQ_INT(k.n, 0); /* unchanged on failure */
+    CHECK_EQ_INT(write_file(path, "# nothing\n   \n", 0644), 0);
+    CHECK_EQ_INT(srv_keys_load(&k, path, &loose, err, sizeof err), PL_ERR_INVAL);
+    CHECK(loose && strstr(err, "holds no key"));
+    srv_keys_free(&k);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* ------------------------------------------------------------ guard */
+
+static struct sockaddr_in ipv4(uint32_t host_order)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(host_order);
+    return a;
+}
+
+TEST(guard_limits)
+{
+    srv_guard *g;
+    srv_guard_params p = {.max_conns = 4, .per_ip = 2, .deadline_s = 0};
+    CHECK_EQ_INT(srv_guard_new(&g, &p), 0);
+    struct sockaddr_in a = ipv4(0x7f000001), b = ipv4(0x7f000002);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6};
+    a6.sin6_addr.s6_addr[10] = a6.sin6_addr.s6_addr[11] = 0xff;
+    a6.sin6_addr.s6_addr[12] = 127, a6.sin6_addr.s6_addr[15] = 1; /* ::ffff:127.0.0.1 is a */
+    srv_conn *c1 = srv_guard_open(g, (struct sockaddr *)&a, -1);
+    srv_conn *c2 = srv_guard_open(g, (struct sockaddr *)&a6, -1);
+    srv_conn *c3 = srv_guard_open(g, (struct sockaddr *)&a, -1);
+    CHECK(srv_guard_verdict(c1) == SRV_CONN_OK && srv_guard_verdict(c2) == SRV_CONN_OK);
+    CHECK(srv_guard_verdict(c3) == SRV_CONN_OVER_IP);
+    srv_conn *c4 = srv_guard_open(g, (struct sockaddr *)&b, -1);
+    CHECK(srv_guard_verdict(c4) == SRV_CONN_OK);
+    srv_conn *c5 = srv_guard_open(g, (struct sockaddr *)&b, -1); /* 4 open: past max_conns first */
+    CHECK(srv_guard_verdict(c5) == SRV_CONN_OVER_MAX);
+    srv_guard_close(g, c1);
+    srv_guard_close(g, c5);
+    srv_conn *c6 = srv_guard_open(g, (struct sockaddr *)&a, -1); /* a has c2 and c3 open */
+    CHECK(srv_guard_verdict(c6) == SRV_CONN_OVER_IP);
+    srv_guard_stats st;
+    srv_guard_stats_get(g, &st);
+    CHECK_EQ_INT(st.open, 4);
+    CHECK_EQ_INT(st.over_ip, 2);
+    CHECK_EQ_INT(st.over_max, 1);
+    srv_guard_close(g, c2), srv_guard_close(g, c3), srv_guard_close(g, c4), srv_guard_close(g, c6);
+    CHECK(srv_guard_verdict(NULL) == SRV_CONN_OVER_MAX);
+    srv_guard_free(g);
+}
+
+/* True when the peer of fd sees its connection shut down within ms. */
+static bool peer_sees_eof(int fd, int ms)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    char ch;
+    return poll(&pf, 1, ms) == 1 && read(fd, &ch, 1) == 0;
+}
+
+TEST(guard_deadline)
+{
+    srv_guard *g;
+    srv_guard_params p = {.max_conns = 8, .per_ip = 0, .deadline_s = 0.3, .tick_ms = 20};
+    CHECK_EQ_INT(srv_guard_new(&g, &p), 0);
+    int busy[2], slow[2];
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, busy), 0);
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, slow), 0);
+    srv_conn *cb = srv_guard_open(g, NULL, busy[0]);
+    srv_conn *cs = srv_guard_open(g, NULL, slow[0]);
+    srv_guard_busy(g, cb);                   /* its request is in: no deadline */
+    for (int i = 0; i < 3; i++) {            /* bytes that trickle in change nothing */
+        CHECK_EQ_INT(write(slow[1], "a", 1), 1);
+        usleep(50000);
+    }
+    CHECK(peer_sees_eof(slow[1], 1000));
+    CHECK(!peer_sees_eof(busy[1], 500));
+    srv_guard_idle(g, cb);                   /* answered; the next request has 0.3 s */
+    CHECK(peer_sees_eof(busy[1], 1000));
+    srv_guard_stats st;
+    srv_guard_stats_get(g, &st);
+    CHECK_EQ_INT(st.timeouts, 2);
+    srv_guard_close(g, cb);
+    srv_guard_close(g, cs);
+    srv_guard_free(g);
+    for (int i = 0; i < 2; i++) close(busy[i]), close(slow[i]);
+}
+
 int main(void)
 {
+    RUN(keys_checked);
+    RUN(keys_file);
+    RUN(guard_limits);
+    RUN(guard_deadline);
     FILE *f = fopen(MODEL, "rb");
-    if (!f) { test_skip("server_json", MODEL " not found"); return 0; }
+    if (!f) { test_skip("server_json", MODEL " not found"); return test_summary(); }
     fclose(f);
     pl_file_info info;
     if (pl_model_load(&model, MODEL) != 0 || pl_file_inspect(MODEL, &info) != 0) {
@@ -505,6 +685,7 @@ int main(void)
     RUN(error_body_shape);
     RUN(token_strings);
     RUN(completion_request_defaults);
+    RUN(context_length_rule);
     RUN(completion_request_fields);
     RUN(completion_request_rejects);
     RUN(chat_request);

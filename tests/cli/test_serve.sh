@@ -70,7 +70,7 @@ expect_error() {
 
 # kv_used: blocks_used from /v1/kv.
 kv_used() { curl -s --max-time 10 "${auth[@]}" "$URL/v1/kv" | jq -r '.blocks_used'; }
-metric() { curl -s --max-time 10 "$URL/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+metric() { curl -s --max-time 10 "${auth[@]}" "$URL/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
 
 # ------------------------------------------------------------ usage errors
 expect_exit serve_usage_no_model 2 "missing -m" -- "$PAGELLM" serve --port 0
@@ -175,7 +175,7 @@ req POST /v1/completions "" "${auth[@]}" -H 'Content-Type: application/json' -H 
 check serve_413_chunked test "$CODE" = 413
 
 # --------------------------------------------------------- metrics and kv
-curl -s --max-time 10 "$URL/metrics" >"$T/metrics"
+curl -s --max-time 10 "${auth[@]}" "$URL/metrics" >"$T/metrics"
 for m in pagellm_kv_blocks_total pagellm_kv_blocks_used pagellm_kv_blocks_cached pagellm_kv_usage_ratio \
          pagellm_prefix_cache_query_tokens_total pagellm_prefix_cache_hit_tokens_total pagellm_preemptions_total \
          pagellm_requests_running pagellm_requests_waiting pagellm_generation_tokens_total \

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# test_serve_guard.sh - `pagellm serve` against hostile clients on loopback
+# (raw sockets from tests/serve/hostile.mjs): a deadline for a request's
+# head and body however slowly its bytes come (slowloris), the per-address
+# connection limit (429) and --max-conns (503 with Retry-After, never a
+# reset), conflicting Content-Length / Transfer-Encoding (400 and close),
+# JSON error bodies, and /health answering 503 during a drain while a
+# running stream finishes. Every loop is bounded; about 20 s.
+source "$(dirname "$0")/lib.sh"
+
+M=$SHARED/models/stories260K.gguf
+H=tests/serve/hostile.mjs
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+if [ ! -f "$M" ]; then skip serve_guard "$M not found"; exit 0; fi
+for c in node curl jq; do command -v $c >/dev/null || { skip serve_guard "$c not installed"; exit 0; }; done
+
+start() { # NAME ARGS...: sets SPID PORT URL LOG
+  LOG=$T/$1.log; shift
+  serve_start "$LOG" "$M" "$@"
+  PIDS+=("$SPID")
+  URL=http://127.0.0.1:$PORT
+  [ -n "$PORT" ]
+}
+jqok() { jq -e "$@" >/dev/null 2>&1; }
+# an OpenAI error object with this status and code in the JSON line of hostile.mjs
+is_error() { jq -e --argjson s "$1" --arg c "$2" '.status == $s and (.body | fromjson | .error | .message and .type and has("param") and .code == $c)' >/dev/null 2>&1; }
+raw() { timeout 20 node "$H" raw "$PORT" "$@"; }
+
+# ------------------------------------------------ usage of the new flags
+expect_exit guard_usage_header_timeout 2 "--header-timeout" -- timeout 20 "$PAGELLM" serve -m "$M" --header-timeout -1
+
+if ! start main --header-timeout 2 --max-conns 6 --max-conns-per-ip 3; then
+  fail guard_starts "no 'listening on' line: $(tail -5 "$LOG")"; exit 0
+fi
+
+# ------------------------------------------------------------- slowloris
+# a header byte every 300 ms: the head deadline (2 s) closes them anyway
+OUT=$(timeout 20 node "$H" slow "$PORT" 3 8 'GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ')
+if jq -e '.closed == 3 and .max_s <= 4.5' <<<"$OUT" >/dev/null; then pass guard_slow_head_closed
+else fail guard_slow_head_closed "$OUT"; fi
+# a body that trickles in is held to the same deadline
+OUT=$(timeout 20 node "$H" slow "$PORT" 2 8 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"prompt":"')
+if jq -e '.closed == 2 and .max_s <= 4.5' <<<"$OUT" >/dev/null; then pass guard_slow_body_closed
+else fail guard_slow_body_closed "$OUT"; fi
+check guard_alive_after_slowloris test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$URL/health")" = 200
+
+# ------------------------------------------------------ connection limits
+GET='GET /health HTTP/1.1\r\nHost: x\r\n\r\n'
+# 3 idle sockets from 127.0.0.1 (--max-conns-per-ip 3): the 4th from it gets 429, others pass
+OUT=$(timeout 20 node "$H" hold "$PORT" 3 "$GET" 127.0.0.1 127.0.0.1)
+if is_error 429 too_many_connections <<<"$OUT" && jqok '.headers["retry-after"] and .headers.connection == "close"' <<<"$OUT"
+then pass guard_per_ip_429; else fail guard_per_ip_429 "${OUT:0:400}"; fi
+OUT=$(timeout 20 node "$H" hold "$PORT" 3 "$GET" 127.0.0.2 127.0.0.1)
+check guard_per_ip_other_address jqok '.status == 200' <<<"$OUT"
+# 6 idle sockets from 6 addresses (--max-conns 6): the 7th gets a JSON 503 with Retry-After
+OUT=$(timeout 20 node "$H" hold "$PORT" 6 "$GET" 127.0.0.9 127.0.0.3 127.0.0.4 127.0.0.5 127.0.0.6 127.0.0.7 127.0.0.8)
+if is_error 503 server_overloaded <<<"$OUT" && jqok '.headers["retry-after"]' <<<"$OUT"
+then pass guard_max_conns_503; else fail guard_max_conns_503 "${OUT:0:400}"; fi
+for _ in $(seq 1 30); do [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/health")" = 200 ] && break; sleep 0.1; done
+check guard_alive_after_limits test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/health")" = 200
+
+# ------------------------------------ message framing (RFC 9112 section 6.3)
+P='POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+B='{"prompt":"Hi","max_tokens":1}'
+OUT=$(raw "${P}Content-Length: 30\r\nContent-Length: 5\r\n\r\n$B")
+if is_error 400 invalid_framing <<<"$OUT" && jqok '.headers.connection == "close"' <<<"$OUT"
+then pass guard_two_content_lengths; else fail guard_two_content_lengths "${OUT:0:400}"; fi
+OUT=$(raw "${P}Content-Length: 30\r\nTransfer-Encoding: chunked\r\n\r\n1e\r\n$B\r\n0\r\n\r\n")
+if is_error 400 invalid_framing <<<"$OUT" && jqok '.headers.connection == "close"' <<<"$OUT"
+then pass guard_content_length_and_chunked; else fail guard_content_length_and_chunked "${OUT:0:400}"; fi
+OUT=$(raw "${P}Transfer-Encoding: gzip, chunked\r\n\r\n1e\r\n$B\r\n0\r\n\r\n")
+check guard_unknown_transfer_coding is_error 400 invalid_framing <<<"$OUT"
+OUT=$(raw "${P}Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n1e\r\n$B\r\n0\r\n\r\n")
+check guard_two_transfer_encodings is_error 400 invalid_framing <<<"$OUT"
+# the same length twice is one length (RFC 9110 section 8.6)
+OUT=$(raw "${P}Content-Length: 30\r\nContent-Length: 30\r\nConnection: close\r\n\r\n$B")
+check guard_same_content_length_twice jqok '.status == 200' <<<"$OUT"
+
+# ------------------------------------------------------- JSON everywhere
+OUT=$(raw 'GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+check guard_404_json is_error 404 not_found <<<"$OUT"
+
+# ---------------------------------------------- drain: /health says 503
+kill -TERM "$SPID"; for _ in $(seq 1 100); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+if start drain --max-seqs 2 --drain-timeout 30; then
+  curl -sN --max-time 60 "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":1800,"ignore_eos":true,"stream":true}' >"$T/drain.sse" &
+  CPID=$!
+  for _ in $(seq 1 50); do [ -s "$T/drain.sse" ] && break; sleep 0.1; done
+  kill -TERM "$SPID"
+  for _ in $(seq 1 50); do grep -q "SIGTERM received" "$LOG" && break; sleep 0.05; done
+  CODE=$(curl -s -o "$T/h.json" -w '%{http_code}' --max-time 3 "$URL/health")
+  if [ "$CODE" = 503 ] && jqok '.error.code == "shutting_down" and .error.type and .error.message and (.error | has("param"))' "$T/h.json"
+  then pass guard_drain_health_503; else fail guard_drain_health_503 "status $CODE: $(head -c 300 "$T/h.json")"; fi
+  CODE=$(curl -s -o "$T/c.json" -w '%{http_code}' --max-time 3 "$URL/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Hi"}')
+  check guard_drain_completion_503 test "$CODE" = 503
+  wait "$CPID"
+  check guard_drain_stream_finishes test "$(grep -v '^$' "$T/drain.sse" | tail -1)" = "data: [DONE]"
+  for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+  wait "$SPID"; RC=$?
+  check guard_drain_exit_0 test "$RC" = 0
+else
+  fail guard_drain_starts "$(tail -3 "$LOG")"
+fi
+if grep -q Sanitizer "$T"/*.log; then fail guard_sanitizer "$(grep -h -m3 -A5 Sanitizer "$T"/*.log)"; fi
+exit 0
