@@ -3,10 +3,11 @@
  *
  * KV block accounting: the plan keeps `held`, the blocks its items will
  * take, and never lets held exceed kv_pool_available() (free + evictable
- * cached blocks). sched_blocks_for() mirrors kv_seq_append's count: new
- * table entries plus one copy per shared block written into. Two forks
- * sharing one partly filled block both count a copy although the second
- * writer finds it private: an overestimate, never an underestimate.
+ * cached blocks). Each item's count is kv's own (kv_seq_append_cost: new
+ * table entries plus one copy per shared block written into), taken before
+ * any item runs: two forks sharing one partly filled block both count a
+ * copy although the second writer finds it private, an overestimate, never
+ * an underestimate.
  */
 #include "engine/scheduler.h"
 
@@ -142,26 +143,12 @@ static const kv_seq *sched_kv(const sched *s, const sched_seq *q)
     return kv;
 }
 
-/* Blocks kv_seq_append(kv, n) would take now (see the file header). */
-static uint32_t sched_blocks_for(const kv_seq *kv, uint32_t n)
-{
-    if (n == 0) return 0;
-    const uint32_t t = kv->pool->g.s.block_size;
-    const uint64_t end_tok = (uint64_t)kv->n_tokens + n;
-    uint32_t need = 0;
-    if (kv->mode == KV_SEQ_PAGED) need = (uint32_t)((end_tok + t - 1) / t) - kv->n_blocks;
-    uint32_t first = kv->n_tokens / t, end = (uint32_t)((end_tok - 1) / t) + 1;
-    uint32_t have = end < kv->n_blocks ? end : kv->n_blocks;
-    for (uint32_t i = first; i < have; i++) need += kv->pool->blocks[kv->table[i]].refcount > 1;
-    return need;
-}
-
 /* Blocks appending n tokens to ctx sequence id (kv) takes: with a KV
  * window, the drop that makes room is counted (net of what it frees). */
 static uint32_t sched_need(const sched *s, int32_t id, const kv_seq *kv, uint32_t n)
 {
     int64_t w = ctx_seq_window_blocks(s->ctx, id, n);
-    return w >= 0 ? (uint32_t)w : sched_blocks_for(kv, n);
+    return w >= 0 ? (uint32_t)w : kv_seq_append_cost(kv, n);
 }
 
 /* The most tokens (<= want) sequence id can append with `avail` blocks;

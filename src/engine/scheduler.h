@@ -24,7 +24,7 @@
  *      slots. An admitted sequence first takes its cached prefix
  *      (ctx_seq_attach_prefix).
  * The plan never asks the pool for more blocks than it has (the count
- * mirrors kv_seq_append's, conservatively for shared blocks), so ctx_step
+ * is kv_seq_append_cost, conservatively for shared blocks), so ctx_step
  * fails with PL_EFULL only if that count is wrong; the engine then
  * preempts (sched_preempt_newest) and plans again.
  *
