@@ -1037,7 +1037,70 @@ static int r_step(kv_pool *pool)
     return 0;
 }
 
-static void random_run(uint64_t seed, int steps)
+/* ------------------------------------------------- append cost, randomized */
+
+static unsigned long c_checks, c_full, c_cow, c_static, c_range, c_front, c_neg;
+
+/* n in 1..12 that fits max_ctx after `kept` tokens, or 0 if none does. */
+static uint32_t c_count(const kv_seq *s, uint32_t kept)
+{
+    uint32_t room = s->max_ctx - kept;
+    return room ? 1 + rnd(room < 12 ? room : 12) : 0;
+}
+
+/* One probe of a random live sequence: an append, or a window's drop
+ * (kv_seq_drop_range or kv_seq_drop_front) and then an append. The cost
+ * kv_seq says beforehand must be what the pool's available count loses,
+ * and must exceed what was available exactly when the pair fails. */
+static int c_probe(kv_pool *pool)
+{
+    int i = r_pick(true);
+    if (i < 0) return 0;
+    kv_seq *s = &R[i].s;
+    uint32_t *x = R[i].expect, n = 0, kept = s->n_tokens;
+    const uint32_t kind = rnd(3), held = (s->n_tokens + 3) / 4, avail = kv_pool_available(pool);
+    int64_t cost;
+    int rc = 0;
+    if (kind == 0) {
+        if (!(n = c_count(s, kept))) return 0;
+        const uint32_t b = kept / 4;
+        c_cow += b < s->n_blocks && (kept % 4 || s->mode == KV_SEQ_STATIC) && pool->blocks[s->table[b]].refcount > 1;
+        cost = kv_seq_append_cost(s, n);
+    } else if (kind == 1) {
+        if (held == 0) return 0;
+        const uint32_t first = rnd(held), k = 1 + rnd(held - first);
+        const uint32_t end = (first + k) * 4 < kept ? (first + k) * 4 : kept;
+        kept -= end - first * 4;
+        n = c_count(s, kept);
+        cost = kv_seq_drop_range_append_cost(s, first, k, n);
+        rc = kv_seq_drop_range(s, first, k);
+        if (!rc) memmove(&x[first * 4], &x[end], (s->n_tokens - first * 4) * sizeof *x);
+        c_range++;
+    } else {
+        if (held == 0 || s->n_tokens < 4) return 0;
+        const uint32_t k = 1 + rnd(s->n_tokens / 4);
+        kept -= k * 4;
+        n = c_count(s, kept);
+        cost = kv_seq_drop_front_append_cost(s, k, n);
+        rc = kv_seq_drop_front(s, k);
+        if (!rc) memmove(x, &x[k * 4], kept * sizeof *x);
+        c_front++;
+    }
+    if (!rc && n) rc = kv_seq_append(s, n);
+    c_checks++;
+    c_static += s->mode == KV_SEQ_STATIC;
+    c_neg += cost < 0;
+    if (rc == PL_EFULL) {
+        c_full++;
+        return cost > (int64_t)avail ? 0 : -200;
+    }
+    if (rc) return rc;
+    if (s->n_tokens != kept + n) return -201;
+    for (uint32_t p = kept; p < kept + n; p++) row_fill(s, p, x[p] = r_value());
+    return (int64_t)avail - (int64_t)kv_pool_available(pool) == cost ? 0 : -202;
+}
+
+static void random_run(uint64_t seed, int steps, int (*probe)(kv_pool *))
 {
     kv_pool pool;
     kv_seq *live[R_SEQS];
@@ -1049,6 +1112,8 @@ static void random_run(uint64_t seed, int steps)
     for (int step = 0; step < steps; step++) {
         int rc = r_step(&pool);
         CHECK_MSG(rc == 0, "seed %llu step %d: op status %d: %s", (unsigned long long)seed, step, rc, err_msg());
+        rc = probe && rnd(2) ? probe(&pool) : 0;
+        CHECK_MSG(rc == 0, "seed %llu step %d: probe status %d: %s", (unsigned long long)seed, step, rc, err_msg());
         int n = r_live(live);
         CHECK_MSG(kv_check(&pool, live, (size_t)n) == 0, "seed %llu step %d: %s", (unsigned long long)seed, step,
                   err_msg());
@@ -1067,7 +1132,7 @@ TEST(randomized_ops_keep_invariants)
 {
     r_full = r_cow = r_evict = r_revive = r_fork = r_static = r_drop = r_drop_cow = 0;
     for (uint64_t seed = 1; seed <= 4; seed++) {
-        random_run(seed * 0x9E3779B97F4A7C15ull, 5000);
+        random_run(seed * 0x9E3779B97F4A7C15ull, 5000, NULL);
         if (test_failed_now) return;
     }
     /* The run must have gone through every hard path, or it proves little. */
@@ -1075,6 +1140,20 @@ TEST(randomized_ops_keep_invariants)
                   r_drop > 100 && r_drop_cow > 20,
               "full %lu cow %lu evict %lu revive %lu fork %lu static %lu drop %lu drop_cow %lu", r_full, r_cow,
               r_evict, r_revive, r_fork, r_static, r_drop, r_drop_cow);
+}
+
+TEST(randomized_append_cost_matches_pool)
+{
+    c_checks = c_full = c_cow = c_static = c_range = c_front = c_neg = 0;
+    for (uint64_t seed = 11; seed <= 14; seed++) {
+        random_run(seed * 0x9E3779B97F4A7C15ull, 4000, c_probe);
+        if (test_failed_now) return;
+    }
+    INFO("append cost: %lu probes, %lu full, %lu shared tails, %lu static, %lu drop_range, %lu drop_front, %lu "
+         "negative", c_checks, c_full, c_cow, c_static, c_range, c_front, c_neg);
+    CHECK_MSG(c_full > 50 && c_cow > 50 && c_static > 200 && c_range > 500 && c_front > 500 && c_neg > 50,
+              "too few hard paths: full %lu cow %lu static %lu range %lu front %lu negative %lu", c_full, c_cow,
+              c_static, c_range, c_front, c_neg);
 }
 
 int main(void)
@@ -1111,5 +1190,6 @@ int main(void)
     RUN(seq_drop_range_full_leaves_state_unchanged);
     RUN(static_drop_range_keeps_blocks);
     RUN(randomized_ops_keep_invariants);
+    RUN(randomized_append_cost_matches_pool);
     return test_summary();
 }

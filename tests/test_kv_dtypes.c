@@ -15,7 +15,7 @@
  * on the difference; the measured figures are printed as INFO lines. */
 #include "test.h"
 
-#include "api/ctx_internal.h"
+#include "runtime/runtime.h"
 #include "gen_util.h"
 #include "kv/kv_check.h"
 #include "kv/kv_codec.h"
@@ -177,7 +177,7 @@ static int greedy_ids(const char *path, const pl_ctx_params *cp, id_list *out)
     return rc;
 }
 
-/* Two sequences in the same forward passes (ctx_step): prompt A and a
+/* Two sequences in the same forward passes (rt_step): prompt A and a
  * shifted prompt B prefilled together, then decoded together; A's tokens. */
 static int greedy_batched_with_another(const char *path, const pl_ctx_params *cp, id_list *out)
 {
@@ -196,15 +196,15 @@ static int greedy_batched_with_another(const char *path, const pl_ctx_params *cp
     if (!rc) rc = pl_seq_new(c, &a);
     if (!rc) rc = pl_seq_new(c, &b);
     if (!rc) {
-        ctx_item it[2] = {{a, ids, (uint32_t)n, la}, {b, ids + 3, (uint32_t)n - 3, lb}};
-        rc = ctx_step(c, it, 2);
+        rt_item it[2] = {{a, ids, (uint32_t)n, la}, {b, ids + 3, (uint32_t)n - 3, lb}};
+        rc = rt_step(c, it, 2);
     }
     out->n = 0;
     for (int i = 0; !rc && i < 80; i++) {
         int32_t ta = argmax(la, nv), tb = argmax(lb, nv);
         out->ids[out->n++] = ta;
-        ctx_item it[2] = {{b, &tb, 1, lb}, {a, &ta, 1, la}};
-        if (i + 1 < 80) rc = ctx_step(c, it, 2);
+        rt_item it[2] = {{b, &tb, 1, lb}, {a, &ta, 1, la}};
+        if (i + 1 < 80) rc = rt_step(c, it, 2);
     }
     pl_ctx_free(c);
     free(la);
@@ -350,7 +350,7 @@ TEST(kivi_fork_copies_the_stage)
         CHECK(solo_greedy(c, ids, n, l, NULL, nv, 40, &ref) == 0);
         CHECK(pl_seq_new(c, &parent) == 0);
         CHECK(pl_seq_append(c, parent, ids, n, lp) == 0);
-        CHECK(ctx_seq_fork(c, parent, &child) == 0);
+        CHECK(rt_seq_fork(c, parent, &child) == 0);
         memcpy(l, lp, sizeof(float) * nv);
         /* the parent moves on first (other tokens, across a block edge): its
          * stage is rewritten, the child's must not be */
@@ -363,8 +363,8 @@ TEST(kivi_fork_copies_the_stage)
         pl_kv_stats st;
         pl_ctx_kv_stats(c, &st);
         CHECK(st.blocks_used > 0);
-        kv_seq *live[2] = {(kv_seq *)ctx_seq_kv(c, parent), (kv_seq *)ctx_seq_kv(c, child)};
-        CHECK_MSG(kv_check(ctx_pool(c), live, 2) == 0, "%s", pl_last_error());
+        kv_seq *live[2] = {(kv_seq *)rt_seq_kv(c, parent), (kv_seq *)rt_seq_kv(c, child)};
+        CHECK_MSG(kv_check(rt_ctx_pool(c), live, 2) == 0, "%s", pl_last_error());
         free(l);
         free(lp);
         pl_ctx_free(c);
@@ -486,7 +486,7 @@ TEST(prefix_cache_hits_with_codec_dtypes_give_the_cold_tokens)
         id_list cold, warm;
         CHECK(pl_ctx_new(&c, m, &cp) == 0);
         CHECK(solo_greedy(c, ids, n, l, NULL, nv, 40, &cold) == 0);
-        const prefix_cache *pc = ctx_prefix_cache(c);
+        const prefix_cache *pc = rt_ctx_prefix_cache(c);
         CHECK(pc);
         const uint64_t hits0 = pc->st.block_hits;
         CHECK(pl_seq_new(c, &seq) == 0);

@@ -1,5 +1,5 @@
 /* test_swa.c - sliding-window attention (pl_ctx_params.swa; kernels'
- * attn_row.lo, forward's fwd_seq.window/pos0, api_generate's front drop).
+ * attn_row.lo, forward's fwd_seq.window/pos0, rt_window.c's front drop).
  *
  * Kernel: rows with a lower bound lo against an explicit computation in
  * double; the same rows with the blocks before lo removed from the table
@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "api/ctx_internal.h"
+#include "runtime/runtime.h"
 #include "gen_util.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -234,9 +234,9 @@ static int decode(pl_ctx *c, int32_t seq, int n, int salt, float *out, uint32_t 
         const int32_t t = tok(i, salt);
         rc = pl_seq_append(c, seq, &t, 1, l);
         if (!rc && out) memcpy(out + (size_t)i * nv, l, sizeof(float) * nv);
-        const kv_seq *kv = ctx_seq_kv(c, seq);
+        const kv_seq *kv = rt_seq_kv(c, seq);
         kv_seq *live[1] = {(kv_seq *)kv};
-        if (!rc && kv_check(ctx_pool(c), live, 1) != 0) rc = -100;
+        if (!rc && kv_check(rt_ctx_pool(c), live, 1) != 0) rc = -100;
         if (!rc && max_blocks && kv->n_blocks > *max_blocks) *max_blocks = kv->n_blocks;
     }
     free(l);
@@ -371,7 +371,7 @@ TEST(prefix_cache_hits_from_an_swa_sequence_are_valid)
     CHECK(pl_seq_new(c, &s1) == 0 && decode(c, s1, N, 4, NULL, NULL) == 0);
     CHECK(pl_seq_new(c, &s2) == 0 && pl_seq_append(c, s2, ids, N, a) == 0);
     {
-        const prefix_cache *pc = ctx_prefix_cache(c);
+        const prefix_cache *pc = rt_ctx_prefix_cache(c);
         prefix_stats st;
         prefix_stats_get(pc, &st);
         /* every full block, also those published after the first's drops (its first drop is at 55) */

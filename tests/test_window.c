@@ -1,12 +1,12 @@
 /* test_window.c - the KV sliding window with attention sinks through the
- * context API (pl_ctx_params.kv_window / kv_sinks, src/api/api_generate.c)
+ * context API (pl_ctx_params.kv_window / kv_sinks, src/runtime/rt_window.c)
  * on stories260K: runs far past n_ctx and the train context, keeps the sink
  * blocks and the newest tokens, changes nothing while the window is not
  * reached, stops using the prefix cache once shifted, keeps kv_check's
  * invariants, and refuses bad parameters naming the flag. */
 #include "test.h"
 
-#include "api/ctx_internal.h"
+#include "runtime/runtime.h"
 #include "base/err.h"
 #include "kv/kv_check.h"
 #include "kv/prefix_cache.h"
@@ -38,11 +38,11 @@ static int check_pool(pl_ctx *c)
 {
     kv_seq *live[8];
     size_t n = 0;
-    for (uint32_t i = 0; i < ctx_max_seqs(c) && n < 8; i++) {
-        const kv_seq *k = ctx_seq_kv(c, (int32_t)i);
+    for (uint32_t i = 0; i < rt_ctx_params(c)->max_seqs && n < 8; i++) {
+        const kv_seq *k = rt_seq_kv(c, (int32_t)i);
         if (k) live[n++] = (kv_seq *)k;
     }
-    return kv_check(ctx_pool(c), live, n);
+    return kv_check(rt_ctx_pool(c), live, n);
 }
 
 /* Greedy generation of n tokens after prompt; all tokens fed go to fed[]. */
@@ -86,7 +86,7 @@ TEST(runs_far_past_the_context_keeping_sinks_and_the_newest_tokens)
     const int32_t *kept = pl_seq_tokens(c, seq);
     for (uint32_t i = 0; i < 16; i++) CHECK_EQ_INT(kept[i], fed[i]);              /* the sinks */
     for (uint32_t i = 16; i < len; i++) CHECK_EQ_INT(kept[i], fed[gone + i]);     /* the newest */
-    const kv_seq *kv = ctx_seq_kv(c, seq);
+    const kv_seq *kv = rt_seq_kv(c, seq);
     CHECK_EQ_INT(kv->n_tokens, len);
     /* the text did not collapse into one repeated token */
     int distinct = 0;
@@ -107,15 +107,15 @@ TEST(sink_block_is_pinned_and_never_rewritten)
     int n_fed;
     CHECK(pl_seq_new(c, &seq) == 0);
     CHECK(greedy(c, seq, prompt, 21, 20, fed, &n_fed) == 0);
-    const kv_seq *kv = ctx_seq_kv(c, seq);
+    const kv_seq *kv = rt_seq_kv(c, seq);
     const uint32_t b0 = kv->table[0];
-    const kv_pool *pool = ctx_pool(c);
+    const kv_pool *pool = rt_ctx_pool(c);
     uint8_t *copy = malloc(pool->g.block_bytes);
     memcpy(copy, kv_block_data(pool, b0), pool->g.block_bytes);
     int32_t more[600];
     CHECK(greedy(c, seq, fed + n_fed - 1, 1, 300, more, &n_fed) == 0);
     CHECK(pl_seq_n_dropped(c, seq) > 200);
-    CHECK_EQ_INT(ctx_seq_kv(c, seq)->table[0], b0);
+    CHECK_EQ_INT(rt_seq_kv(c, seq)->table[0], b0);
     CHECK(memcmp(copy, kv_block_data(pool, b0), pool->g.block_bytes) == 0);
     free(copy);
     pl_ctx_free(c);
@@ -166,7 +166,7 @@ TEST(append_all_streams_a_long_text_and_a_fork_continues_alike)
     CHECK_MSG(pl_seq_append_all(c, seq, text, 700, l) == 0, "%s", pl_last_error());
     for (size_t i = 0; i < 700 * (size_t)nv; i++) CHECK(isfinite(l[i]));
     CHECK_EQ_INT(pl_seq_len(c, seq) + pl_seq_n_dropped(c, seq), 700);
-    CHECK(ctx_seq_fork(c, seq, &kid) == 0);
+    CHECK(rt_seq_fork(c, seq, &kid) == 0);
     CHECK_EQ_INT(pl_seq_n_dropped(c, kid), pl_seq_n_dropped(c, seq));
     for (int i = 0; i < 40; i++) { /* the parent and the fork drop and re-rotate copies of shared blocks */
         int32_t t = prompt[i % 21];
@@ -187,7 +187,7 @@ TEST(a_shifted_sequence_stops_publishing_prefix_blocks)
     params(&cp, 64, 4);
     pl_ctx *c = NULL;
     CHECK(pl_ctx_new(&c, M, &cp) == 0);
-    const prefix_cache *pc = ctx_prefix_cache(c);
+    const prefix_cache *pc = rt_ctx_prefix_cache(c);
     CHECK(pc != NULL);
     int32_t seq, fed[400];
     int n_fed;

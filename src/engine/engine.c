@@ -4,7 +4,7 @@
  *
  * One iteration of the engine thread:
  *   take submissions and kv_json jobs (mu) -> serve jobs -> queue the new
- *   requests -> drop cancelled/failed sequences -> plan + ctx_step (retry
+ *   requests -> drop cancelled/failed sequences -> plan + rt_step (retry
  *   after preemption on PL_EFULL) -> sample -> publish metrics -> deliver
  *   events.
  * With nothing running or waiting it sleeps on cv; submit, kv_json,
@@ -52,7 +52,7 @@ static double eng_cpu_now(void)
 static void eng_fail_too_big(pl_engine *e, sched_seq *q, double now)
 {
     char msg[200];
-    const kv_pool *pool = ctx_pool(e->ctx);
+    const kv_pool *pool = rt_ctx_pool(e->ctx);
     snprintf(msg, sizeof msg,
              "needs more KV cache than the whole pool: %u tokens do not fit %u blocks of %u tokens", sched_total(q),
              pool->n_blocks, pool->g.s.block_size);
@@ -60,7 +60,7 @@ static void eng_fail_too_big(pl_engine *e, sched_seq *q, double now)
     eng_sweep(e, now);
 }
 
-/* ctx_step failed for another reason than a full pool: the batch's
+/* rt_step failed for another reason than a full pool: the batch's
  * requests fail with its message. */
 static void eng_fail_batch(pl_engine *e, int rc, double now)
 {
@@ -81,7 +81,7 @@ static bool eng_run_step(pl_engine *e)
         if (big) { eng_fail_too_big(e, big, eng_now()); continue; }
         if (n == 0) return false;
         if (e->prof) t1 = eng_cpu_now(), e->pf.plan += t1 - t0;
-        int rc = ctx_step(e->ctx, s->items, n);
+        int rc = rt_step(e->ctx, s->items, n);
         if (e->prof) t0 = eng_cpu_now(), e->pf.forward += t0 - t1;
         if (rc == 0) break;
         if (rc != PL_EFULL) { eng_fail_batch(e, rc, eng_now()); return true; }
@@ -244,8 +244,8 @@ static int eng_params_check(const pl_engine_params *p)
     if (p->ctx.no_kv_cache) return err_set(PL_EUNSUPPORTED, "engine: no_kv_cache is a single-sequence baseline");
     if (p->max_batch_tokens == 0 || p->max_batch_tokens > 65536)
         return err_set(PL_EINVAL, "engine: max_batch_tokens %u out of range 1..65536", p->max_batch_tokens);
-    if (p->ctx.max_seqs == 0 || p->ctx.max_seqs > CTX_STEP_MAX_ITEMS)
-        return err_set(PL_EINVAL, "engine: max_seqs %u out of range 1..%d", p->ctx.max_seqs, CTX_STEP_MAX_ITEMS);
+    if (p->ctx.max_seqs == 0 || p->ctx.max_seqs > RT_STEP_MAX_ITEMS)
+        return err_set(PL_EINVAL, "engine: max_seqs %u out of range 1..%d", p->ctx.max_seqs, RT_STEP_MAX_ITEMS);
     if (p->max_batch_tokens < p->ctx.max_seqs)
         return err_set(PL_EINVAL, "engine: max_batch_tokens %u < max_seqs %u: every running sequence needs a token per step",
                        p->max_batch_tokens, p->ctx.max_seqs);

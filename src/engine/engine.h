@@ -7,7 +7,7 @@
  *   callers ──submit──> subq ─┐  (mu)            ┌──> request mu: events
  *   callers ──kv_json─> jobs ─┤                  │
  *   shutdown/free ──> flags ──┘                  │
- *                         engine thread: intake, sweep, plan, ctx_step,
+ *                         engine thread: intake, sweep, plan, rt_step,
  *                         sample, publish (mmu), deliver ┘
  *
  * Only the engine thread touches ctx, sc, m and the outbox. Lock order:
@@ -42,7 +42,7 @@ typedef struct {
  * share of the pass only. */
 typedef struct {
     double plan;     /* sched_plan (and preemption retries) */
-    double forward;  /* ctx_step: the batched forward pass */
+    double forward;  /* rt_step: the batched forward pass */
     double emit;     /* sampling, logprobs, detokenizing, stop strings, events */
     double publish;  /* metrics snapshot (KV stats) */
     double deliver;  /* events handed to their requests (waking readers) */

@@ -82,7 +82,7 @@ static json_t *eng_json_seqs(pl_engine *e, json_t **owners)
     const sched *s = &e->sc;
     for (uint32_t i = 0; arr && i < s->n_running; i++) {
         const sched_seq *q = s->running[i];
-        const kv_seq *kv = ctx_seq_kv(e->ctx, q->seq);
+        const kv_seq *kv = rt_seq_kv(e->ctx, q->seq);
         json_t *o = json_object(), *bl = json_array();
         jset_int(o, "seq", q->seq);
         jset_int(o, "request", (long long)q->r->id);
@@ -125,7 +125,7 @@ static json_t *eng_json_blocks(const kv_pool *pool, json_t **owners)
 
 char *eng_kv_json(pl_engine *e)
 {
-    kv_pool *pool = ctx_pool(e->ctx);
+    kv_pool *pool = rt_ctx_pool(e->ctx);
     pl_kv_stats st;
     pl_ctx_kv_stats(e->ctx, &st);
     json_t **owners = calloc(pool->n_blocks, sizeof *owners);

@@ -3,10 +3,12 @@
  *
  * KV block accounting: the plan keeps `held`, the blocks its items will
  * take, and never lets held exceed kv_pool_available() (free + evictable
- * cached blocks). sched_blocks_for() mirrors kv_seq_append's count: new
- * table entries plus one copy per shared block written into. Two forks
- * sharing one partly filled block both count a copy although the second
- * writer finds it private: an overestimate, never an underestimate.
+ * cached blocks). Each item's count is the runtime's (rt_seq_append_cost:
+ * kv's own count of new table entries plus one copy per shared block
+ * written into, and a window's drop net of what it frees), taken before
+ * any item runs: two forks sharing one partly filled block both count a
+ * copy although the second writer finds it private, an overestimate, never
+ * an underestimate.
  */
 #include "engine/scheduler.h"
 
@@ -25,8 +27,8 @@ int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_voca
 {
     memset(s, 0, sizeof *s);
     s->ctx = ctx;
-    s->pool = ctx_pool(ctx);
-    s->max_seqs = ctx_max_seqs(ctx);
+    s->pool = rt_ctx_pool(ctx);
+    s->max_seqs = rt_ctx_params(ctx)->max_seqs;
     s->budget = p->max_batch_tokens;
     s->prefix_order = p->prefix_order;
     s->prefix_cache = p->prefix_cache;
@@ -126,7 +128,7 @@ void sched_remove(sched *s, sched_seq *q)
 {
     if (q->seq >= 0) {
         running_remove(s, q);
-        pl_seq_free(s->ctx, q->seq);
+        rt_seq_free(s->ctx, q->seq);
     } else {
         wait_unlink(s, q);
     }
@@ -135,50 +137,35 @@ void sched_remove(sched *s, sched_seq *q)
 
 /* ------------------------------------------------------- block counting */
 
-static const kv_seq *sched_kv(const sched *s, const sched_seq *q)
+/* q (running) holds the KV of its n_done tokens. */
+static inline bool sched_holds(const sched *s, const sched_seq *q)
 {
-    const kv_seq *kv = ctx_seq_kv(s->ctx, q->seq);
-    assert(kv && kv->n_tokens + ctx_seq_dropped(s->ctx, q->seq) == q->n_done);
-    return kv;
+    const kv_seq *kv = rt_seq_kv(s->ctx, q->seq);
+    return kv && kv->n_tokens + rt_seq_dropped(s->ctx, q->seq) == q->n_done;
 }
 
-/* Blocks kv_seq_append(kv, n) would take now (see the file header). */
-static uint32_t sched_blocks_for(const kv_seq *kv, uint32_t n)
+/* Blocks appending n tokens to ctx sequence id takes (rt_seq_append_cost:
+ * kv's count, with a window's drop net of what it frees). */
+static uint32_t sched_need(const sched *s, int32_t id, uint32_t n)
 {
-    if (n == 0) return 0;
-    const uint32_t t = kv->pool->g.s.block_size;
-    const uint64_t end_tok = (uint64_t)kv->n_tokens + n;
-    uint32_t need = 0;
-    if (kv->mode == KV_SEQ_PAGED) need = (uint32_t)((end_tok + t - 1) / t) - kv->n_blocks;
-    uint32_t first = kv->n_tokens / t, end = (uint32_t)((end_tok - 1) / t) + 1;
-    uint32_t have = end < kv->n_blocks ? end : kv->n_blocks;
-    for (uint32_t i = first; i < have; i++) need += kv->pool->blocks[kv->table[i]].refcount > 1;
-    return need;
-}
-
-/* Blocks appending n tokens to ctx sequence id (kv) takes: with a KV
- * window, the drop that makes room is counted (net of what it frees). */
-static uint32_t sched_need(const sched *s, int32_t id, const kv_seq *kv, uint32_t n)
-{
-    int64_t w = ctx_seq_window_blocks(s->ctx, id, n);
-    return w >= 0 ? (uint32_t)w : sched_blocks_for(kv, n);
+    return rt_seq_append_cost(s->ctx, id, n);
 }
 
 /* The most tokens (<= want) sequence id can append with `avail` blocks;
- * with a window also at most what one step may carry (ctx_seq_max_chunk).
+ * with a window also at most what one step may carry (rt_seq_max_chunk).
  * (With a window the count need not grow with n; the search still returns
  * a count that fits.) */
-static uint32_t sched_fit(const sched *s, int32_t id, const kv_seq *kv, uint32_t want, uint32_t avail)
+static uint32_t sched_fit(const sched *s, int32_t id, uint32_t want, uint32_t avail)
 {
-    if (ctx_window(s->ctx)) {
-        uint32_t cap = ctx_seq_max_chunk(s->ctx, id);
+    if (rt_ctx_slides(s->ctx)) {
+        uint32_t cap = rt_seq_max_chunk(s->ctx, id);
         want = want < cap ? want : cap;
     }
-    if (sched_need(s, id, kv, want) <= avail) return want;
+    if (sched_need(s, id, want) <= avail) return want;
     uint32_t lo = 0, hi = want; /* fits(lo), !fits(hi) */
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (sched_need(s, id, kv, mid) <= avail) lo = mid;
+        if (sched_need(s, id, mid) <= avail) lo = mid;
         else hi = mid;
     }
     return lo;
@@ -202,7 +189,7 @@ static void sched_preempt(sched *s, sched_seq *q)
 {
     assert(q->seq >= 0);
     running_remove(s, q);
-    pl_seq_free(s->ctx, q->seq);
+    rt_seq_free(s->ctx, q->seq);
     q->seq = -1;
     q->n_done = 0;
     q->peek = -1;
@@ -226,8 +213,8 @@ static void sched_take(sched *s, sched_seq *q, uint32_t n)
     const bool last = q->n_done + n == sched_total(q);
     q->chunk = n;
     s->planned[i] = q;
-    s->items[i] = (ctx_item){q->seq, q->r->comp[q->comp_lo].toks + q->n_done, n,
-                             last ? s->logits + (size_t)i * s->n_vocab : NULL};
+    s->items[i] = (rt_item){q->seq, q->r->comp[q->comp_lo].toks + q->n_done, n,
+                            last ? s->logits + (size_t)i * s->n_vocab : NULL};
 }
 
 static bool sched_is_decode(const sched_seq *q)
@@ -243,14 +230,15 @@ static bool sched_plan_decodes(sched *s, uint32_t *budget, uint32_t *held, sched
     for (uint32_t i = 0; i < s->n_running && *budget > 0; i++) {
         sched_seq *q = s->running[i];
         if (!sched_is_decode(q)) continue;
-        uint32_t need = sched_need(s, q->seq, sched_kv(s, q), 1);
+        assert(sched_holds(s, q));
+        uint32_t need = sched_need(s, q->seq, 1);
         bool dropped = false;
         while (need > sched_avail(s, *held) && !dropped) {
             if (s->n_running == 1) { *too_big = q; return false; }
             sched_seq *victim = s->running[s->n_running - 1];
             dropped = victim == q;
             sched_preempt(s, victim);
-            if (!dropped) need = sched_need(s, q->seq, sched_kv(s, q), 1); /* a victim may have shared q's block */
+            if (!dropped) need = sched_need(s, q->seq, 1); /* a victim may have shared q's block */
         }
         if (dropped) break; /* q was the newest: nothing after it */
         sched_take(s, q, 1);
@@ -267,10 +255,10 @@ static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
         sched_seq *q = s->running[i];
         if (sched_is_decode(q)) continue;
         uint32_t rem = sched_total(q) - q->n_done, want = rem < *budget ? rem : *budget;
-        const kv_seq *kv = sched_kv(s, q);
-        uint32_t n = sched_fit(s, q->seq, kv, want, sched_avail(s, *held));
+        assert(sched_holds(s, q));
+        uint32_t n = sched_fit(s, q->seq, want, sched_avail(s, *held));
         if (n == 0) continue;
-        *held += sched_need(s, q->seq, kv, n);
+        *held += sched_need(s, q->seq, n);
         sched_take(s, q, n);
         *budget -= n;
     }
@@ -280,7 +268,7 @@ static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
 static int32_t sched_peek(sched *s, sched_seq *q)
 {
     if (q->peek_at == s->n_plans && q->peek >= 0) return q->peek;
-    int32_t k = (int32_t)ctx_prefix_peek(s->ctx, q->r->comp[q->comp_lo].toks, sched_total(q));
+    int32_t k = (int32_t)rt_prefix_peek(s->ctx, q->r->comp[q->comp_lo].toks, sched_total(q));
     q->peek = k;
     q->peek_at = s->n_plans;
     return k;
@@ -330,22 +318,21 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
         sched_seq *q = sched_pick(s);
         if (s->slots_used + (uint32_t)q->n_comp > s->max_seqs) break;
         int32_t id;
-        if (pl_seq_new(s->ctx, &id) != 0) { /* static layout: no room to reserve n_ctx */
+        if (rt_seq_new(s->ctx, &id) != 0) { /* static layout: no room to reserve n_ctx */
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
-        int h = s->prefix_cache ? ctx_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
+        int h = s->prefix_cache ? rt_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
-        const kv_seq *kv = ctx_seq_kv(s->ctx, id);
         uint32_t rem = sched_total(q) - hit, want = rem < *budget ? rem : *budget;
-        uint32_t n = sched_fit(s, id, kv, want, sched_avail(s, *held));
+        uint32_t n = sched_fit(s, id, want, sched_avail(s, *held));
         if (n == 0) {
-            pl_seq_free(s->ctx, id);
+            rt_seq_free(s->ctx, id);
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
         sched_admit(s, q, id, hit);
-        *held += sched_need(s, id, kv, n);
+        *held += sched_need(s, id, n);
         sched_take(s, q, n);
         *budget -= n;
     }
@@ -376,7 +363,7 @@ void sched_commit(sched *s)
         sched_seq *q = s->planned[i];
         q->n_done += q->chunk;
         q->chunk = 0;
-        assert(pl_seq_len(s->ctx, q->seq) + ctx_seq_dropped(s->ctx, q->seq) == q->n_done);
+        assert(rt_seq_len(s->ctx, q->seq) + rt_seq_dropped(s->ctx, q->seq) == q->n_done);
     }
 }
 
@@ -393,7 +380,7 @@ int sched_fork(sched *s, sched_seq *q, sched_seq **kids)
     for (int32_t i = 1; i < q->n_comp; i++) {
         sched_seq *k = mem_calloc(1, sizeof *k);
         int32_t id;
-        if (!k || ctx_seq_fork(s->ctx, q->seq, &id) != 0) { free(k); break; }
+        if (!k || rt_seq_fork(s->ctx, q->seq, &id) != 0) { free(k); break; }
         *k = (sched_seq){.r = q->r, .comp_lo = q->comp_lo + i, .n_comp = 1, .seq = id, .n_done = q->n_done,
                          .order = q->order, .peek = -1};
         running_insert(s, at + (uint32_t)made, k);
@@ -421,10 +408,10 @@ static int sched_check_running(const sched *s, kv_seq **live)
     uint32_t slots = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const sched_seq *q = s->running[i];
-        const kv_seq *kv = ctx_seq_kv(s->ctx, q->seq);
+        const kv_seq *kv = rt_seq_kv(s->ctx, q->seq);
         if (!kv) return SCHED_BAD("running %u: ctx sequence %d is not live", i, q->seq);
-        const uint64_t gone = ctx_seq_dropped(s->ctx, q->seq); /* KV window: tokens dropped */
-        if (kv->n_tokens + gone != q->n_done || pl_seq_len(s->ctx, q->seq) + gone != q->n_done)
+        const uint64_t gone = rt_seq_dropped(s->ctx, q->seq); /* KV window: tokens dropped */
+        if (kv->n_tokens + gone != q->n_done || rt_seq_len(s->ctx, q->seq) + gone != q->n_done)
             return SCHED_BAD("running %u: holds %u tokens (+%llu dropped), n_done %u", i, kv->n_tokens,
                              (unsigned long long)gone, q->n_done);
         if (q->n_done >= sched_total(q)) return SCHED_BAD("running %u: nothing left to run", i);

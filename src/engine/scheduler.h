@@ -22,9 +22,9 @@
  *      blocks allow (none in a step that preempted): a slot per completion
  *      is reserved at admission, so the fork after prefill always finds
  *      slots. An admitted sequence first takes its cached prefix
- *      (ctx_seq_attach_prefix).
+ *      (rt_seq_attach_prefix).
  * The plan never asks the pool for more blocks than it has (the count
- * mirrors kv_seq_append's, conservatively for shared blocks), so ctx_step
+ * is rt_seq_append_cost, conservatively for shared blocks), so rt_step
  * fails with PL_EFULL only if that count is wrong; the engine then
  * preempts (sched_preempt_newest) and plans again.
  *
@@ -42,7 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "api/ctx_internal.h"
+#include "runtime/runtime.h"
 #include "engine/request.h"
 #include "pagellm.h"
 
@@ -77,7 +77,7 @@ typedef struct {
     uint64_t next_order, n_plans;
     bool preempted_now;       /* a preemption happened in this engine step: admit nothing */
     /* the planned step: items[i] runs planned[i]; logits rows [max_seqs][n_vocab] */
-    ctx_item *items;
+    rt_item *items;
     sched_seq **planned;
     int n_items;
     float *logits;
@@ -109,7 +109,7 @@ void sched_step_begin(sched *s);
  * *too_big to it (the engine fails its request and plans again). */
 int sched_plan(sched *s, sched_seq **too_big);
 
-/* After ctx_step succeeded: the planned tokens are in the KV. */
+/* After rt_step succeeded: the planned tokens are in the KV. */
 void sched_commit(sched *s);
 
 /* Preempts the newest running sequence; false if at most one runs. */

@@ -145,18 +145,51 @@ int kv_seq_push_block(kv_seq *seq, uint32_t b)
     return 0;
 }
 
+/* Blocks kv_seq_append(n) takes from the table the sequence has after
+ * dropping logical blocks [first, first + k) (k = 0: the table as it is),
+ * holding n_tok tokens then: new entries (PAGED) plus a copy of every shared
+ * entry the new positions fall in (PAGED: the partly filled last block, a
+ * fork's tail; STATIC: any, since its table covers max_ctx). Entries
+ * [first, private_end) are private by then (kv_seq_drop_range rewrites the
+ * blocks that move down). A drop rotates [first, n_blocks) left by k: PAGED
+ * keeps n_blocks - k entries, STATIC keeps the dropped ids at the end, so
+ * entry i >= first is old entry first + (i - first + k) mod (n_blocks - first)
+ * for both. Saturates at UINT32_MAX. */
+static uint32_t kv_seq_append_need(const kv_seq *seq, uint32_t first, uint32_t k, uint32_t n_tok,
+                                   uint32_t private_end, uint32_t n)
+{
+    if (n == 0) return 0;
+    const uint32_t t = seq->pool->g.s.block_size;
+    const uint32_t nb = seq->mode == KV_SEQ_PAGED ? seq->n_blocks - k : seq->n_blocks;
+    const uint64_t end_tok = (uint64_t)n_tok + n;
+    uint64_t need = seq->mode == KV_SEQ_PAGED ? (end_tok + t - 1) / t - nb : 0;
+    const uint64_t w_end = (end_tok - 1) / t + 1;
+    const uint32_t have = w_end < nb ? (uint32_t)w_end : nb;
+    for (uint32_t i = n_tok / t; i < have; i++) {
+        if (i >= first && i < private_end) continue;
+        const uint32_t j = i < first || k == 0 ? i : first + (i - first + k) % (seq->n_blocks - first);
+        need += kv_seq_shared(seq, j);
+    }
+    return need < UINT32_MAX ? (uint32_t)need : UINT32_MAX;
+}
+
+uint32_t kv_seq_append_cost(const kv_seq *seq, uint32_t n)
+{
+    return kv_seq_append_need(seq, 0, 0, seq->n_tokens, 0, n);
+}
+
 int kv_seq_append(kv_seq *seq, uint32_t n)
 {
-    uint32_t need = 0, t = seq->pool->g.s.block_size, first = seq->n_tokens / t, copies = 0;
+    uint32_t need = 0, t = seq->pool->g.s.block_size, first = seq->n_tokens / t;
     int rc = kv_seq_room(seq, n, &need);
     if (rc || n == 0) return rc;
+    const uint32_t cost = kv_seq_append_cost(seq, n); /* need + the copies below */
+    if (cost > kv_pool_available(seq->pool)) return kv_seq_full(seq, cost);
     /* Blocks the new positions fall in that the table already has: in a
      * paged sequence only the partly filled last one; in a static one all
      * of them (after a truncate they may be shared with a fork). */
-    uint32_t end = (uint32_t)(((uint64_t)seq->n_tokens + n - 1) / t) + 1;
-    uint32_t have = end < seq->n_blocks ? end : seq->n_blocks;
-    for (uint32_t i = first; i < have; i++) copies += kv_seq_shared(seq, i);
-    if (need + copies > kv_pool_available(seq->pool)) return kv_seq_full(seq, need + copies);
+    const uint32_t end = (uint32_t)(((uint64_t)seq->n_tokens + n - 1) / t) + 1;
+    const uint32_t have = end < seq->n_blocks ? end : seq->n_blocks;
     kv_seq_take(seq, need);
     seq->n_tokens += n;
     for (uint32_t i = first; i < have; i++) kv_seq_make_private(seq, i);
@@ -217,16 +250,40 @@ int64_t kv_seq_drop_balance(const kv_seq *seq, uint32_t first, uint32_t n)
     return (int64_t)copies - (int64_t)freed;
 }
 
+/* Tokens left after kv_seq_drop_range(seq, first, n). */
+static uint32_t kv_seq_drop_kept(const kv_seq *seq, uint32_t first, uint32_t n)
+{
+    const uint32_t t = seq->pool->g.s.block_size;
+    const uint32_t end_tok = (first + n) * t < seq->n_tokens ? (first + n) * t : seq->n_tokens;
+    return seq->n_tokens - (end_tok - first * t);
+}
+
+int64_t kv_seq_drop_range_append_cost(const kv_seq *seq, uint32_t first, uint32_t k, uint32_t n)
+{
+    const uint32_t held = kv_seq_blocks_for(seq, seq->n_tokens);
+    assert(k >= 1 && first <= held && k <= held - first);
+    const uint32_t need = kv_seq_append_need(seq, first, k, kv_seq_drop_kept(seq, first, k), held - k, n);
+    return kv_seq_drop_balance(seq, first, k) + need;
+}
+
+int64_t kv_seq_drop_front_append_cost(const kv_seq *seq, uint32_t k, uint32_t n)
+{
+    const uint32_t t = seq->pool->g.s.block_size;
+    assert((uint64_t)k * t <= seq->n_tokens);
+    int64_t freed = 0;
+    for (uint32_t i = 0; seq->mode == KV_SEQ_PAGED && i < k; i++) freed += !kv_seq_shared(seq, i);
+    return (int64_t)kv_seq_append_need(seq, 0, k, seq->n_tokens - k * t, 0, n) - freed;
+}
+
 int kv_seq_drop_range(kv_seq *seq, uint32_t first, uint32_t n)
 {
-    const uint32_t t = seq->pool->g.s.block_size, held = kv_seq_blocks_for(seq, seq->n_tokens);
+    const uint32_t held = kv_seq_blocks_for(seq, seq->n_tokens);
     if (n == 0 || first > held || n > held - first)
         return err_set(PL_EINVAL, "KV sequence: drop of blocks [%u, %u) but %u hold tokens", first, first + n, held);
     uint32_t copies, freed;
     kv_seq_drop_count(seq, first, n, &copies, &freed);
     if (copies > kv_pool_available(seq->pool) + freed) return kv_seq_full(seq, copies);
-    const uint32_t end_tok = (first + n) * t < seq->n_tokens ? (first + n) * t : seq->n_tokens;
-    const uint32_t dropped = end_tok - first * t;
+    const uint32_t dropped = seq->n_tokens - kv_seq_drop_kept(seq, first, n);
     uint32_t *gone = seq->table + first;
     if (seq->mode == KV_SEQ_PAGED) {
         /* last first, as kv_seq_free: a chain's tail is evicted before its head */

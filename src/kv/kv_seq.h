@@ -78,6 +78,15 @@ int kv_seq_push_block(kv_seq *seq, uint32_t b);
  * (PL_EFULL counts the new blocks and the copies together). */
 int kv_seq_append(kv_seq *seq, uint32_t n);
 
+/* Blocks kv_seq_append(seq, n) takes from the pool now (it fails with
+ * PL_EFULL exactly when this exceeds kv_pool_available): PAGED, the new
+ * table entries; both modes, a copy of every shared block the new
+ * positions fall in (a fork's partly filled tail; in a STATIC table any
+ * block a fork shares after a truncate or a drop). 0 for n == 0. Counts
+ * blocks only: past max_ctx the append fails with PL_ERANGE whatever the
+ * count. For schedulers that plan a step before taking anything. */
+uint32_t kv_seq_append_cost(const kv_seq *seq, uint32_t n);
+
 /* child = a new sequence sharing all of parent's blocks (refcount+1), same
  * n_tokens, mode and max_ctx. A STATIC child shares the blocks that hold
  * tokens and takes fresh blocks for the rest. *child untouched on failure. */
@@ -118,6 +127,15 @@ int kv_seq_drop_front(kv_seq *seq, uint32_t n);
  * it gives back (negative when it frees more than it copies); the range
  * must be valid. For schedulers that count blocks before a step. */
 int64_t kv_seq_drop_balance(const kv_seq *seq, uint32_t first, uint32_t n);
+
+/* Blocks a window's drop followed by kv_seq_append(seq, n) takes from the
+ * pool, net of those the drop gives back (negative when it frees more):
+ * kv_seq_drop_range(seq, first, k), whose range must be valid (k >= 1), or
+ * kv_seq_drop_front(seq, k), k x T <= n_tokens. The pair succeeds exactly
+ * when this is <= kv_pool_available (then the pool's available count falls
+ * by it). */
+int64_t kv_seq_drop_range_append_cost(const kv_seq *seq, uint32_t first, uint32_t k, uint32_t n);
+int64_t kv_seq_drop_front_append_cost(const kv_seq *seq, uint32_t k, uint32_t n);
 
 /* Block id holding pos (< n_tokens, asserted). */
 static inline uint32_t kv_seq_block(const kv_seq *seq, uint32_t pos)

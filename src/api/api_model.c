@@ -1,0 +1,76 @@
+/* api_model.c - pl_model: a GGUF model (src/model) with its tokenizer and
+ * chat template, as the public header hands it out. */
+#include "pagellm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_impl.h"
+#include "base/err.h"
+#include "base/mem.h"
+#include "tensor/dtype.h"
+#include "tokenizer/tokenizer.h"
+
+struct pl_model {
+    model *m;
+    pl_vocab *vocab;
+    char *chat_template; /* NUL-terminated copy, or NULL */
+};
+
+int pl_model_load(pl_model **out, const char *path)
+{
+    if (!out || !path) return err_set(PL_EINVAL, "pl_model_load: NULL argument");
+    pl_model *pm = mem_calloc(1, sizeof *pm);
+    if (!pm) return PL_ENOMEM;
+    int rc = model_open(&pm->m, path);
+    if (!rc) rc = tok_vocab_load(&pm->vocab, pm->m->file); /* the open file: no second mmap */
+    if (!rc && (uint32_t)pl_vocab_size(pm->vocab) > pm->m->cfg.n_vocab)
+        rc = err_set(PL_EFORMAT, "%s: tokenizer has %d tokens but the model's vocabulary is %u",
+                     path, pl_vocab_size(pm->vocab), pm->m->cfg.n_vocab);
+    gguf_str t;
+    if (!rc && gguf_get_str(pm->m->file, "tokenizer.chat_template", &t) == 0) {
+        pm->chat_template = strndup(t.ptr, t.len);
+        if (!pm->chat_template) rc = err_set(PL_ENOMEM, "out of memory");
+    }
+    if (rc) {
+        pl_model_free(pm);
+        return rc;
+    }
+    *out = pm;
+    return 0;
+}
+
+void pl_model_free(pl_model *pm)
+{
+    if (!pm) return;
+    if (pm->vocab) pl_vocab_free(pm->vocab);
+    if (pm->m) model_close(pm->m);
+    free(pm->chat_template);
+    free(pm);
+}
+
+const pl_vocab *pl_model_vocab(const pl_model *pm) { return pm->vocab; }
+uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
+uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
+uint32_t pl_model_sliding_window(const pl_model *pm) { return pm->m->cfg.sliding_window; }
+const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }
+
+static uint64_t weight_bytes(const weight *w)
+{
+    return w->data ? dtype_row_bytes(w->type, w->n_in) * w->n_out : 0;
+}
+
+uint64_t pl_model_decode_bytes(const pl_model *pm)
+{
+    const model *m = pm->m;
+    uint64_t b = weight_bytes(&m->w.output_norm) + weight_bytes(&m->w.output);
+    for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
+        const layer_weights *w = &m->w.layers[l];
+        const weight *all[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->bq, &w->bk, &w->bv,
+                               &w->q_norm, &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up, &w->w_down};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b += weight_bytes(all[i]);
+    }
+    return b;
+}
+
+const model *api_model_get(const pl_model *pm) { return pm->m; }

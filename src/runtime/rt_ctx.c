@@ -1,0 +1,137 @@
+/* rt_ctx.c - a context's life: the KV pool (sized once, at creation), the
+ * prefix cache over it, the sequence slots and the batch scratch; and the
+ * accounting of what it holds.
+ *
+ * The pool holds kv_mem bytes of blocks, or by default room for max_seqs
+ * sequences of n_ctx tokens. Nothing is allocated after rt_ctx_new but a
+ * sequence's history, table and stage (rt_seq_new / rt_seq_fork).
+ */
+#include "runtime/rt_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "kernels/kernels.h"
+#include "model/kv_shift.h"
+
+/* The settings rt_ctx_new relies on (runtime.h's rt_params). */
+static inline bool params_ok(const rt_params *p)
+{
+    const uint64_t T = p->block_size;
+    if (!p->n_ctx || !p->max_seqs || p->max_seqs > RT_STEP_MAX_ITEMS || !p->max_batch || !T || p->n_threads < 1)
+        return false;
+    if (p->kv_window && (p->kv_window < 2 * T || rt_window_limit(p) > p->n_ctx || p->no_kv_cache || p->swa))
+        return false;
+    if (p->swa && (p->n_ctx <= p->swa || (!p->swa_keep_blocks && !p->no_kv_cache && p->n_ctx < p->swa + T)))
+        return false;
+    return !p->kv_sinks || p->kv_window;
+}
+
+static int pool_make(rt_ctx *c)
+{
+    const model_config *mc = &c->m->cfg;
+    kv_shape sh = {mc->n_layers, mc->n_kv_heads, mc->head_dim, c->p.block_size, c->p.dtype};
+    kv_geom g;
+    int rc = kv_geom_init(&g, &sh);
+    if (rc) return rc;
+    uint64_t per_seq = (c->p.n_ctx + c->p.block_size - 1) / c->p.block_size;
+    uint64_t n_blocks = c->p.kv_mem ? kv_geom_blocks_for_bytes(&g, c->p.kv_mem) : per_seq * c->p.max_seqs;
+    if (n_blocks == 0)
+        return err_set(PL_EINVAL, "kv_mem %llu bytes holds no KV block (%llu bytes each)",
+                       (unsigned long long)c->p.kv_mem, (unsigned long long)g.block_bytes);
+    if (n_blocks > UINT32_MAX / 2)
+        return err_set(PL_EINVAL, "KV pool of %llu blocks is too large", (unsigned long long)n_blocks);
+    rc = kv_pool_init(&c->pool, &sh, (uint32_t)n_blocks);
+    if (!rc) c->pool_ok = true;
+    return rc;
+}
+
+/* The batch scratch: token ids, positions, sequence of each row, logits rows. */
+static int scratch_make(rt_ctx *c)
+{
+    const rt_params *p = &c->p;
+    const uint32_t rows = p->max_seqs < p->max_batch ? p->max_seqs : p->max_batch;
+    c->seqs = mem_calloc(p->max_seqs, sizeof *c->seqs);
+    c->b_tok = mem_calloc(p->max_batch, sizeof *c->b_tok);
+    c->b_pos = mem_calloc(p->max_batch, sizeof *c->b_pos);
+    c->b_seq = mem_calloc(p->max_batch, sizeof *c->b_seq);
+    c->b_lidx = mem_calloc(p->max_seqs > p->max_batch ? p->max_seqs : p->max_batch, sizeof *c->b_lidx);
+    c->b_fseq = mem_calloc(p->max_seqs, sizeof *c->b_fseq);
+    c->b_logits = mem_calloc((size_t)rows * c->m->cfg.n_vocab, sizeof *c->b_logits);
+    if (!c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits)
+        return err_set(PL_ENOMEM, "out of memory creating a context");
+    return 0;
+}
+
+int rt_ctx_new(rt_ctx **out, const model *m, const rt_params *p)
+{
+    assert(params_ok(p));
+    rt_ctx *c = mem_calloc(1, sizeof *c);
+    if (!c) return PL_ENOMEM;
+    c->m = m;
+    c->p = *p;
+    kern_init(0);
+    c->tp = tp_new(p->n_threads);
+    int rc = c->tp ? scratch_make(c) : err_set(PL_ENOMEM, "out of memory creating a context");
+    if (!rc) rc = pool_make(c);
+    if (!rc && !p->no_kv_cache && p->layout == KV_SEQ_PAGED) {
+        rc = prefix_init(&c->pc, &c->pool, m->fingerprint);
+        c->prefix_ok = rc == 0;
+    }
+    if (!rc) rc = fwd_state_new(&c->fs, m, (int)p->max_batch, (int)p->n_ctx, &c->pool.g, c->tp);
+    if (!rc && p->kv_window) {
+        c->shift_scratch = mem_calloc(kv_shift_scratch_floats(&c->pool), sizeof(float));
+        if (!c->shift_scratch) rc = err_set(PL_ENOMEM, "out of memory for the window's shift scratch");
+    }
+    if (rc) {
+        rt_ctx_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void rt_ctx_free(rt_ctx *c)
+{
+    if (!c) return;
+    for (uint32_t i = 0; c->seqs && i < c->p.max_seqs; i++)
+        if (c->seqs[i].alive) rt_seq_free(c, (int32_t)i);
+    fwd_state_free(c->fs);
+    if (c->prefix_ok) prefix_free(&c->pc);
+    if (c->pool_ok) kv_pool_free(&c->pool);
+    tp_free(c->tp);
+    free(c->seqs);
+    free(c->b_tok);
+    free(c->b_pos);
+    free(c->b_seq);
+    free(c->b_lidx);
+    free(c->b_fseq);
+    free(c->b_logits);
+    free(c->shift_scratch);
+    free(c);
+}
+
+const rt_params *rt_ctx_params(const rt_ctx *c) { return &c->p; }
+uint32_t rt_ctx_n_vocab(const rt_ctx *c) { return c->m->cfg.n_vocab; }
+
+bool rt_ctx_slides(const rt_ctx *c)
+{
+    return c->p.kv_window || (c->p.swa && !c->p.swa_keep_blocks && !c->p.no_kv_cache);
+}
+
+kv_pool *rt_ctx_pool(rt_ctx *c) { return &c->pool; }
+
+void rt_ctx_kv_stats(rt_ctx *c, rt_kv_stats *out)
+{
+    kv_seq *live[RT_STEP_MAX_ITEMS];
+    size_t n = 0;
+    for (uint32_t i = 0; i < c->p.max_seqs && n < RT_STEP_MAX_ITEMS; i++)
+        if (c->seqs[i].alive) live[n++] = &c->seqs[i].kv;
+    kv_stats_get(&c->pool, live, n, &out->kv);
+    const kv_shape *sh = &c->pool.g.s;
+    out->stage_bytes_per_seq =
+        kv_dtype_stage_bytes(sh->dtype, sh->n_layers, sh->n_kv_heads, sh->head_dim, sh->block_size);
+    out->stage_bytes = out->stage_bytes_per_seq * n;
+}
