@@ -17,7 +17,7 @@
  * sink_blocks = ceil(kv_sinks / T) (sinks are pinned in whole blocks). An
  * append that would pass the limit first drops the fewest whole blocks
  * right after the sinks (kv_seq_drop_range), re-rotates the keys of the
- * blocks that moved down by the tokens dropped (model/kv_shift.h), and
+ * blocks that moved down by the tokens dropped (kv/kv_shift.h), and
  * drops the same tokens from the history; new tokens then continue at
  * position = tokens kept, so the forward pass sees ordinary positions.
  * Appends longer than what fits run in pieces: up to the limit, then one
@@ -70,7 +70,7 @@
 #include "kv/kv_check.h"
 #include "kv/kv_seq.h"
 #include "kv/prefix_cache.h"
-#include "model/kv_shift.h"
+#include "kv/kv_shift.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
@@ -171,6 +171,7 @@ struct pl_ctx {
     fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
     float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
     float *shift_scratch;           /* window: kv_shift_scratch_floats(pool) */
+    kv_rope rope;                   /* window: the model's RoPE, for kv_shift */
     uint32_t swa;                   /* sliding-window attention in force (file header), 0 = none */
 };
 
@@ -313,6 +314,7 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     if (!rc) rc = fwd_state_new(&c->fs, pm->m, (int)c->p.max_batch, (int)c->p.n_ctx, &c->pool.g, c->tp);
     if (!rc && c->p.kv_window) {
         c->shift_scratch = mem_calloc(kv_shift_scratch_floats(&c->pool), sizeof(float));
+        c->rope = model_kv_rope(pm->m);
         if (!c->shift_scratch) rc = err_set(PL_ENOMEM, "out of memory for the window's shift scratch");
     }
     if (rc) { pl_ctx_free(c); return rc; }
@@ -596,13 +598,13 @@ static int seq_window_room(pl_ctx *c, ctx_seq *s, uint32_t n)
      * a staged sequence's partly filled block is in its stage, and so may be the last full one's rows */
     for (uint32_t i = sb; i < held - k; i++) {
         const uint32_t rows = (i + 1) * t <= s->kv.n_tokens ? t : s->kv.n_tokens - i * t;
-        if (!s->stage.rows || rows == t) kv_shift_block(c->pm->m, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
+        if (!s->stage.rows || rows == t) kv_shift_block(&c->rope, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
     }
     if (s->stage.rows && s->stage_end > from) {
         if (s->stage_end <= end) s->stage_end = from; /* its block was dropped */
         else {
             s->stage_end -= gone;
-            kv_shift_stage(c->pm->m, &s->stage, (s->stage_end - 1) % t + 1, gone, c->shift_scratch);
+            kv_shift_stage(&c->rope, &c->pool, &s->stage, (s->stage_end - 1) % t + 1, gone, c->shift_scratch);
         }
     }
     memmove(s->tokens + from, s->tokens + end, (size_t)(s->n_tokens - end) * sizeof *s->tokens);

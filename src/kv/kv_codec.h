@@ -155,7 +155,7 @@
  *             history), or kv_codec_unseal that block (lossy).
  *   prefix    hits are whole blocks, which are sealed; the tail copy is
  *             off for staged dtypes (prefix_cache.c: fill_dtype != dtype).
- *   window    re-rotated keys (model/kv_shift.c): row dtypes rewrite rows;
+ *   window    re-rotated keys (kv_shift.c): row dtypes rewrite rows;
  *             a sealed fp8_e4m3 block is re-encoded whole
  *             (kv_codec_reseal_plane), its partly filled block is rotated in
  *             the stage. KIVI is refused (per-channel keys).
@@ -239,7 +239,7 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
 
 /* fp8_e4m3: re-encodes layer's plane p of the sealed block b from T rows
  * of kv_dim floats ([T][kv_dim]), scales chosen afresh as a seal does; for
- * re-rotated keys (model/kv_shift.c). b must be private to the writer. */
+ * re-rotated keys (kv_shift.c). b must be private to the writer. */
 void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows);
 
 /* Staged dtypes: row (kv_dim floats) into the stage's slot, in f16 (saturated). */

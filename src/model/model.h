@@ -19,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_shift.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -74,6 +75,10 @@ bool model_kv_dtype_ok(const model *m, kv_dtype t);
 /* The same as an error: 0, or PL_EUNSUPPORTED with a text naming
  * --kv-dtype and why. */
 int model_kv_dtype_check(const model *m, kv_dtype t);
+
+/* The model's RoPE, for re-rotating cached keys (kv/kv_shift.h); it points
+ * into m's weights (frequency factors). */
+kv_rope model_kv_rope(const model *m);
 
 /* Runs the batch; logits gets n_logits rows of n_vocab floats. */
 int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits);
