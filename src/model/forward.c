@@ -244,33 +244,6 @@ static uint32_t kv_row_type(kv_dtype t)
     }
 }
 
-int model_kv_dtype_check(const model *m, kv_dtype t)
-{
-    const model_config *c = &m->cfg;
-    if (kv_is_codec(t)) {
-        /* fp8 fits any shape; KIVI needs kv_dim % 32 == 0 (its value groups) */
-        if (kv_dtype_check(t, c->n_kv_heads, c->head_dim) != 0)
-            return err_prefix(PL_EUNSUPPORTED, "--kv-dtype %s cannot hold this model's KV", kv_dtype_name(t));
-        return 0;
-    }
-    const uint32_t rt = kv_row_type(t);
-    if (rt == DT_COUNT) return err_set(PL_EUNSUPPORTED, "--kv-dtype %s: not supported by the forward pass", kv_dtype_name(t));
-    if (dtype_row_bytes(rt, c->head_dim) == 0)
-        return err_set(PL_EUNSUPPORTED,
-                       "--kv-dtype %s: this model's head dim %u is not a multiple of %u (%s quantizes each KV "
-                       "head in groups of %u)", kv_dtype_name(t), c->head_dim, dtype_get(rt)->blck_size,
-                       kv_dtype_name(t), dtype_get(rt)->blck_size);
-    return 0;
-}
-
-bool model_kv_dtype_ok(const model *m, kv_dtype t)
-{
-    const model_config *c = &m->cfg;
-    if (kv_is_codec(t)) return kv_dtype_row_bytes(t, KV_PLANE_V, (uint64_t)c->n_kv_heads * c->head_dim) != 0;
-    const uint32_t rt = kv_row_type(t);
-    return rt != DT_COUNT && dtype_row_bytes(rt, c->head_dim) != 0;
-}
-
 static kern_mat mat_of(const weight *w)
 {
     return (kern_mat){w->packed ? NULL : w->data, w->packed, w->type, (int)w->n_in, (int)w->n_out};

@@ -68,12 +68,8 @@ typedef struct fwd_state fwd_state;
 int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, const kv_geom *kvg, threadpool *tp);
 void fwd_state_free(fwd_state *s);
 
-/* True if the forward pass can store KV in dtype t for this model
- * (ggml's q8_0/q4_0 rows need head_dim % 32 == 0, KIVI kv_dim % 32 == 0). */
-bool model_kv_dtype_ok(const model *m, kv_dtype t);
-
-/* The same as an error: 0, or PL_EUNSUPPORTED with a text naming
- * --kv-dtype and why. */
+/* kv_dtype_check_heads for this model's KV heads: 0, or PL_EUNSUPPORTED
+ * with a text naming --kv-dtype and why. */
 int model_kv_dtype_check(const model *m, kv_dtype t);
 
 /* The model's RoPE, for re-rotating cached keys (kv/kv_shift.h); it points
