@@ -414,7 +414,7 @@ typedef struct {
  * absolute position of slot 0 (a kv_window's drops compact positions: 0). */
 static fwd_seq seq_fwd(const pl_ctx *c, const ctx_seq *s, kv_stage *stage)
 {
-    return (fwd_seq){s->kv.table, s->kv.n_blocks, stage, c->swa ? (uint32_t)s->n_dropped : 0, c->swa};
+    return (fwd_seq){{s->kv.table, s->kv.n_blocks, stage}, c->swa ? (uint32_t)s->n_dropped : 0, c->swa};
 }
 
 static int step_core(pl_ctx *c, const core_item *it, int n_items)
