@@ -10,6 +10,7 @@
 #include "pagellm.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_seq.h"
+#include "tensor/dtype.h"
 
 #include <stdint.h>
 
@@ -141,6 +142,27 @@ TEST(dtype_check_grouping)
     CHECK(strstr(err_msg(), "q4_0") && strstr(err_msg(), "24") && strstr(err_msg(), "32"));
     CHECK_EQ_INT(kv_dtype_check(KV_F16, 4, 6), 0);
     CHECK_EQ_INT(kv_dtype_check(KV_F16, 0, 6), PL_EINVAL);
+}
+
+/* The writer's and the view's rule: ggml row types per head (q8_0 needs
+ * head_dim % 32 even where kv_dim % 32 == 0), the codec's kv_dim rule. */
+TEST(dtype_check_heads)
+{
+    CHECK_EQ_INT(kv_dtype_head_type(KV_Q8_0), DT_Q8_0);
+    CHECK_EQ_INT(kv_dtype_head_type(KV_F16), DT_F16);
+    CHECK_EQ_INT(kv_dtype_head_type(KV_FP8_E5M2), DT_COUNT);
+    CHECK_EQ_INT(kv_dtype_head_type(KV_INT4), DT_COUNT);
+    CHECK_EQ_INT(kv_dtype_check_heads(KV_Q8_0, 4, 8), PL_EUNSUPPORTED);
+    CHECK(strstr(err_msg(), "--kv-dtype q8_0") && strstr(err_msg(), "head dim 8"));
+    CHECK(!kv_dtype_heads_ok(KV_Q8_0, 4, 8) && kv_dtype_heads_ok(KV_Q8_0, 1, 32));
+    CHECK_EQ_INT(kv_dtype_check_heads(KV_Q4_0, 2, 64), 0);
+    CHECK_EQ_INT(kv_dtype_check_heads(KV_F32, 3, 5), 0);
+    CHECK_EQ_INT(kv_dtype_check_heads(KV_FP8_E4M3, 3, 5), 0);
+    CHECK(kv_dtype_heads_ok(KV_FP8_E5M2, 3, 5));
+    CHECK_EQ_INT(kv_dtype_check_heads(KV_INT4, 4, 8), 0); /* kv_dim 32 */
+    CHECK_EQ_INT(kv_dtype_check_heads(KV_INT2, 3, 8), PL_EUNSUPPORTED);
+    CHECK(strstr(err_msg(), "--kv-dtype kivi2") && strstr(err_msg(), "24"));
+    CHECK(!kv_dtype_heads_ok(KV_INT2, 3, 8) && kv_dtype_heads_ok(KV_INT2, 4, 8));
 }
 
 TEST(dtype_names_round_trip)
@@ -1161,6 +1183,7 @@ int main(void)
     RUN(dtype_bytes_per_token_llama70b);
     RUN(dtype_plane_and_tail);
     RUN(dtype_check_grouping);
+    RUN(dtype_check_heads);
     RUN(dtype_names_round_trip);
     RUN(public_kv_size_of);
     RUN(geom_layout_and_padding);

@@ -801,7 +801,7 @@ TEST(accounting_matches_kv_dtype_and_kvcalc)
 
 /* ------------------------------------------------ a sequence, forked */
 
-/* The way forward.c is meant to use the codec: reserve + prepare_write,
+/* The codec used token by token: reserve + prepare_write,
  * kv_codec_put per token and layer, reads through kv_codec_ref_seq; a fork
  * mid-block copies the stage, and each side then sees its own tokens. */
 TEST(forked_sequence_keeps_its_own_staged_rows)

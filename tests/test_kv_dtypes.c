@@ -236,7 +236,7 @@ static double forced_diff(pl_model *m, pl_kv_dtype dt, uint32_t mb, const int32_
 }
 
 /* Tokens do not depend on how the work is cut. The forward pass reads a
- * row's own KIVI block in f16 whatever the chunking (forward.c), so every
+ * row's own KIVI block in f16 whatever the chunking (kv_writer.h), so every
  * variant computes the same values up to the matmul's summation order,
  * which differs between batch shapes (~3e-6, test_generate.c). That is
  * enough for fp8 and kivi4 to keep every token. kivi2 (3 levels per step)

@@ -1,5 +1,5 @@
 /* test_kv_shift.c - re-rotation of cached keys after a window drop
- * (src/model/kv_shift.h): a key computed at position p and rotated by
+ * (src/kv/kv_shift.h): a key computed at position p and rotated by
  * -delta must equal the key computed at p - delta, within float rounding
  * for an f32 cache and within the dtype's rounding for the others; values
  * and the rows past n_rows must not change. */
@@ -9,8 +9,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
 #include "kv/kv_pool.h"
-#include "model/kv_shift.h"
-#include "model/model.h"
+#include "kv/kv_shift.h"
 #include "tensor/half.h"
 
 #include <stdint.h>
@@ -40,13 +39,10 @@ static void check_case(const shift_case *k, uint32_t p0, uint32_t delta, uint32_
     const kv_shape sh = {L, H, D, T, k->dt};
     kv_pool pool;
     CHECK_EQ_INT(kv_pool_init(&pool, &sh, 2), 0);
-    model m;
-    memset(&m, 0, sizeof m);
-    m.cfg = (model_config){.n_layers = L, .n_kv_heads = H, .n_heads = H, .head_dim = D, .rope_dim = k->rope_dim,
-                           .rope_base = 10000.0f, .rope_scale = k->scale, .rope_neox = k->neox};
+    kv_rope rope = {.rope_dim = k->rope_dim, .neox = k->neox, .base = 10000.0f, .scale = k->scale};
     float ff[64];
     for (uint32_t i = 0; i < k->rope_dim / 2; i++) ff[i] = 1.0f + (float)i * 0.25f;
-    if (k->freqs) m.w.rope_freqs.data = ff;
+    if (k->freqs) rope.freqs = ff;
     float raw[2][4][64], want[2][4][64], v0[2][4][64], row[64];
     float *scratch = malloc(kv_shift_scratch_floats(&pool) * sizeof(float));
     CHECK(scratch != NULL);
@@ -79,7 +75,7 @@ static void check_case(const shift_case *k, uint32_t p0, uint32_t delta, uint32_
                 kv_codec_dequant(&r, KV_PLANE_K, h, t, 1, before_k[l][t] + h * D, tmp);
             }
     }
-    kv_shift_block(&m, &pool, 1, n_rows, delta, scratch);
+    kv_shift_block(&rope, &pool, 1, n_rows, delta, scratch);
     for (uint32_t l = 0; l < L; l++) {
         kv_block_ref r = kv_codec_ref(&pool, 1, l);
         for (uint32_t t = 0; t < T; t++)
@@ -168,10 +164,7 @@ TEST(stage_shift_equals_rope_at_new_position)
     kv_stage st;
     CHECK_EQ_INT(kv_stage_init(&st, &pool.g), 0);
     CHECK(st.rows != NULL);
-    model m;
-    memset(&m, 0, sizeof m);
-    m.cfg = (model_config){.n_layers = L, .n_kv_heads = H, .n_heads = H, .head_dim = D, .rope_dim = D,
-                           .rope_base = 10000.0f, .rope_scale = 1.0f};
+    const kv_rope rope = {.rope_dim = D, .neox = false, .base = 10000.0f, .scale = 1.0f};
     float want[2][4][16], row[16], v[16], scratch[16];
     uint16_t before[2][2][4][16];
     for (uint32_t l = 0; l < L; l++)
@@ -184,7 +177,7 @@ TEST(stage_shift_equals_rope_at_new_position)
             kv_codec_stage_row(&st, l, KV_PLANE_V, t, v);
             for (int p = 0; p < 2; p++) memcpy(before[l][p][t], kv_stage_plane(&st, l, (kv_plane)p) + t * kvd, 32);
         }
-    kv_shift_stage(&m, &st, n, delta, scratch);
+    kv_shift_stage(&rope, &pool, &st, n, delta, scratch);
     double worst = 0;
     for (uint32_t l = 0; l < L; l++)
         for (uint32_t t = 0; t < T; t++) {

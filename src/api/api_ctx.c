@@ -14,7 +14,7 @@
 
 #include "api/api_impl.h"
 #include "base/err.h"
-#include "model/kv_shift.h"
+#include "kv/kv_shift.h"
 #include "runtime/runtime.h"
 
 void pl_ctx_params_default(pl_ctx_params *p)

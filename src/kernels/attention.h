@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 /* A block reader supplied by the caller, for KV encodings that are not
- * rows (KIVI's per-channel keys: model/forward.c implements it with kv/kv_codec.h,
+ * rows (KIVI's per-channel keys: kv/kv_view.c implements it with kv/kv_codec.h,
  * which kernels/ may not include). Token j of the sequence is slot
  * j % block_size of logical block j / block_size. Both functions cover the
  * tokens [blk x block_size, blk x block_size + n) of KV head g, n <= block

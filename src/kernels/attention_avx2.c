@@ -138,7 +138,7 @@ KAI int e4m3_kind(const void *const *r, int n, int hd)
 
 /* One head row of the cache to f32, exactly (q8_0/q4_0: d * q is exact in
  * float, as in quant_dequant_row). hd is a multiple of 8 (and of 32 for the
- * quantized types, which model_kv_dtype_ok guarantees). */
+ * quantized types, which kv_dtype_check_heads guarantees). */
 KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
 {
     if (t == DT_F16) {

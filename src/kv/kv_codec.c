@@ -495,7 +495,7 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
     case KV_F16: quant_f16_quantize_row(row, (uint16_t *)dst, n); break;
     case KV_BF16: quant_bf16_quantize_row(row, (uint16_t *)dst, n); break;
     case KV_Q8_0: quant_q8_0_quantize_row(row, (block_q8_0 *)dst, n); break;
-    /* ggml's reference rounding, as llama.cpp's cache (and forward.c) do */
+    /* ggml's reference rounding, as llama.cpp's cache (and kv_writer.c) do */
     case KV_Q4_0: quant_q4_0_quantize_row_ref(row, (block_q4_0 *)dst, n); break;
     case KV_FP8_E5M2:
         for (int64_t i = 0; i < n; i++) dst[i] = kv_e5m2_from_f32(row[i]);

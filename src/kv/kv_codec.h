@@ -1,5 +1,5 @@
 /* kv_codec.h - encoding and decoding of the KV cache, for every KV dtype:
- * the write side that the forward pass calls once per token and layer, and
+ * the write side that kv_writer.c calls per token (or block) and layer, and
  * the read side that attention calls block by block (dequantizing on the
  * fly; the cache is never expanded). kv_dtype.h says how many bytes each
  * dtype takes; this file says what the bytes mean.
@@ -102,7 +102,7 @@
  *
  * Order of writes (all dtypes): a block's slots are written in increasing
  * order; a write at slot j assumes slots [0, j) hold this block's rows
- * (in the stage for staged dtypes), and slots after j are don't-care. The forward pass writes positions in
+ * (in the stage for staged dtypes), and slots after j are don't-care. kv_writer.c writes positions in
  * order, so this holds; copy-on-write and the prefix cache's tail copy copy
  * whole blocks, scales included.
  *
@@ -133,29 +133,29 @@
  *             pool's geometry when it is made (no bytes unless the dtype is
  *             staged), kv_stage_copy(child, parent) after kv_seq_fork,
  *             kv_stage_free with it.
- *   forward   (model/forward.c, which keeps ggml's own row code for f32 ..
+ *   writer    (kv_writer.c, which keeps ggml's own row code for f32 ..
  *             q4_0) unstaged: kv_codec_put(pool, NULL, table[pos / T],
  *             layer, pos % T, k_row, v_row) per token, in position order,
  *             after kv_seq_append made the blocks private. Staged: a token
  *             reads its own block in f16 (the residual window, as token-by-
  *             token decoding sees it), so that a batch gives the same values
- *             however it is chunked; the pass rounds the batch rows with
+ *             however it is chunked; the writer rounds the batch rows with
  *             kv_codec_f16_row, seals each block the batch fills with
  *             kv_codec_seal_rows from [stage rows | batch rows], and writes
- *             the stage only after attention (forward.c's header).
+ *             the stage only after attention (kv_writer.h's three steps).
  *   attention for each logical block of a sequence: kv_codec_ref (a sealed
  *             or row block), or a KV_F16 ref over the stage or the batch
  *             rows (own block, staged), then kv_codec_k_dot for the scores
  *             and kv_codec_v_axpy for the output. kernels/ may not include
- *             kv/, so the model layer hands these to the kernel as an
- *             attn_reader (kernels/attention.h).
+ *             kv/, so kv_view.c hands these to the kernel as an attn_reader
+ *             (kernels/attention.h).
  *   truncate  into a sealed block of a staged dtype (n % T != 0 and block
  *             n / T was full): recompute tokens [n / T x T, n) from the block
- *             boundary (exact: api_generate.c does this, from the token
+ *             boundary (exact: src/runtime/rt_stage.c does this, from the token
  *             history), or kv_codec_unseal that block (lossy).
  *   prefix    hits are whole blocks, which are sealed; the tail copy is
  *             off for staged dtypes (prefix_cache.c: fill_dtype != dtype).
- *   window    re-rotated keys (model/kv_shift.c): row dtypes rewrite rows;
+ *   window    re-rotated keys (kv_shift.c): row dtypes rewrite rows;
  *             a sealed fp8_e4m3 block is re-encoded whole
  *             (kv_codec_reseal_plane), its partly filled block is rotated in
  *             the stage. KIVI is refused (per-channel keys).
@@ -239,7 +239,7 @@ void kv_codec_write_row(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, u
 
 /* fp8_e4m3: re-encodes layer's plane p of the sealed block b from T rows
  * of kv_dim floats ([T][kv_dim]), scales chosen afresh as a seal does; for
- * re-rotated keys (model/kv_shift.c). b must be private to the writer. */
+ * re-rotated keys (kv_shift.c). b must be private to the writer. */
 void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows);
 
 /* Staged dtypes: row (kv_dim floats) into the stage's slot, in f16 (saturated). */
@@ -255,11 +255,11 @@ void kv_codec_f16_row(const float *row, uint16_t *dst, uint64_t n);
 void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st);
 
 /* The same from T f16 rows of kv_dim each laid out like a stage plane
- * ([T][kv_dim], rounded by kv_codec_f16_row): for a forward pass that
- * fills and seals a block within one batch (model/forward.c). */
+ * ([T][kv_dim], rounded by kv_codec_f16_row): for a batch that fills
+ * and seals a block at once (kv_writer.c). */
 void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *k_rows, const uint16_t *v_rows);
 
-/* The one call the forward pass needs: stores one token's K and V rows
+/* One token's write: stores its K and V rows
  * (kv_dim floats each) of layer at slot of block b. Unstaged dtypes encode
  * into the pool (st may be NULL); staged ones write the stage and seal
  * layer of b when slot is the block's last. */

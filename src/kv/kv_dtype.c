@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "tensor/dtype.h"
 
 #include <assert.h>
 #include <stddef.h>
@@ -99,6 +100,44 @@ int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
                            kv_traits[t].name, n_kv_heads, head_dim, (unsigned long long)kv_dim, pt->group);
     }
     return 0;
+}
+
+uint32_t kv_dtype_head_type(kv_dtype t)
+{
+    switch (t) {
+    case KV_F32: return DT_F32;
+    case KV_F16: return DT_F16;
+    case KV_BF16: return DT_BF16;
+    case KV_Q8_0: return DT_Q8_0;
+    case KV_Q4_0: return DT_Q4_0;
+    default: return DT_COUNT;
+    }
+}
+
+int kv_dtype_check_heads(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
+{
+    const uint32_t rt = kv_dtype_head_type(t);
+    if (rt == DT_COUNT && (unsigned)t < KV_DTYPE_COUNT) {
+        /* fp8 fits any shape; KIVI needs kv_dim % 32 == 0 (its value groups) */
+        if (kv_dtype_check(t, n_kv_heads, head_dim) != 0)
+            return err_prefix(PL_EUNSUPPORTED, "--kv-dtype %s cannot hold this model's KV", kv_dtype_name(t));
+        return 0;
+    }
+    if (rt == DT_COUNT) return err_set(PL_EUNSUPPORTED, "--kv-dtype %s: not supported by the forward pass", kv_dtype_name(t));
+    if (dtype_row_bytes(rt, head_dim) == 0)
+        return err_set(PL_EUNSUPPORTED,
+                       "--kv-dtype %s: this model's head dim %u is not a multiple of %u (%s quantizes each KV "
+                       "head in groups of %u)", kv_dtype_name(t), head_dim, dtype_get(rt)->blck_size,
+                       kv_dtype_name(t), dtype_get(rt)->blck_size);
+    return 0;
+}
+
+bool kv_dtype_heads_ok(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim)
+{
+    const uint32_t rt = kv_dtype_head_type(t);
+    if (rt == DT_COUNT && (unsigned)t < KV_DTYPE_COUNT)
+        return kv_dtype_row_bytes(t, KV_PLANE_V, (uint64_t)n_kv_heads * head_dim) != 0;
+    return rt != DT_COUNT && dtype_row_bytes(rt, head_dim) != 0;
 }
 
 uint64_t kv_dtype_row_bytes(kv_dtype t, kv_plane p, uint64_t kv_dim)

@@ -137,6 +137,23 @@ int kv_dtype_from_name(const char *name, kv_dtype *out);
  * multiple of 32"). Dimensions must be >= 1. */
 int kv_dtype_check(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
 
+/* The ggml type (tensor/dtype.h DT_*) in which t stores one KV head's row
+ * of a token, for the dtypes whose rows the attention kernel reads as ggml
+ * rows (f32 f16 bf16 q8_0 q4_0); DT_COUNT for kv_codec's own encodings
+ * (fp8, KIVI). */
+uint32_t kv_dtype_head_type(kv_dtype t);
+
+/* 0 if the cache writer and attention's view (kv_writer.h, kv_view.h) can
+ * use t for n_kv_heads heads of head_dim: kv_dtype_check's rule for
+ * kv_codec's encodings (KIVI: kv_dim % 32 == 0), and for ggml rows a
+ * head_dim that is a multiple of the type's group (q8_0/q4_0: 32, each
+ * head is its own row). Else PL_EUNSUPPORTED with a text naming --kv-dtype
+ * and why. */
+int kv_dtype_check_heads(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
+
+/* The same as a yes or no, setting no error text. */
+bool kv_dtype_heads_ok(kv_dtype t, uint32_t n_kv_heads, uint32_t head_dim);
+
 /* True if blocks of t are written in f16 into a per-sequence staging block
  * and quantized when full (KIVI, fp8_e4m3). */
 static inline bool kv_dtype_staged(kv_dtype t) { return kv_dtype_get(t)->fill_dtype != t; }

@@ -4,7 +4,7 @@
  *   xn = rmsnorm(x) * attn_norm
  *   q, k, v = xn Wq, xn Wk, xn Wv (+ biases: qwen2; per-head norms: qwen3)
  *   rope(q, k) at each token's position (its cache slot + its seq's pos0)
- *   K, V rows -> the KV cache (encoded in its dtype) at (seq, slot)
+ *   K, V rows -> the KV cache at (seq, slot), through kv/kv_writer.h
  *   att = softmax(q K^T / sqrt(hd)) V over slots 0..slot of the token's seq
  *         (with a sliding window W: slot - W + 1..slot, attn_row.lo)
  *   x += att Wo
@@ -19,31 +19,12 @@
  * Every buffer is sized in fwd_state_new for max_tokens, max_ctx and the KV
  * geometry: the pass itself allocates nothing.
  *
- * KV dtypes. f32/f16/bf16/q8_0/q4_0 are stored as ggml rows per head and
- * read by the attention kernel directly (bit for bit what llama.cpp
- * computes). fp8_e4m3/fp8_e5m2/kivi4/kivi2 go through kv/kv_codec.h: rows
- * are written with kv_codec_write_row (staged ones into the sequence's
- * stage, sealed into the pool when a block is full); fp8_e5m2 rows are read
- * by the attention kernel in place (ATTN_KV_FP8_E5M2), the staged dtypes
- * (KIVI, fp8_e4m3) through an attn_reader (kv_reader_* below) that decodes
- * one block at a time, never the cache.
- *
- * Staged dtypes (KIVI, fp8_e4m3) and batches. A token at position p attends to the
- * blocks before its own as stored (sealed, quantized) and to its own block
- * p / T in f16, positions up to p: the "residual" window of KIVI, and what
- * one-token-at-a-time decoding sees (the write of a block's last slot
- * seals it, but the stage still holds its f16 rows). For a batch to give
- * every row that same view, whatever the chunking, a layer runs as:
- *   1. kv_store: the batch's K/V rows rounded to f16 (s->kh, s->vh); every
- *      block the batch fills is sealed from [stage rows before the batch |
- *      batch rows] assembled in s->seal; the stage is not touched yet.
- *   2. attention: a row's own block is read from the stage (positions
- *      before the batch, still intact) and s->kh/vh (positions in it);
- *      earlier blocks from the pool.
- *   3. kv_commit: the batch rows of each sequence's last block go into its
- *      stage, which then holds exactly what token-by-token writes leave.
- * This needs each sequence's batch tokens to be adjacent in the batch and
- * at consecutive positions (model.h).
+ * The cache is kv/'s: kv_writer_store takes each layer's K and V rows
+ * (any KV dtype; kv_writer.h has the dtypes' write steps), kv_view_init
+ * gives the attention kernel its view of one sequence's cache in one
+ * layer, and kv_writer_commit closes the layer after attention. The batch
+ * as the cache sees it (each token's sequence and slot, each sequence's
+ * block table) is fwd_batch's, copied into s->kvb once per pass.
  *
  * PAGELLM_FWD_PROFILE=1: wall and calling-thread CPU time of each phase of
  * the pass (fwd_prof below), printed on stderr by fwd_state_free, per token
@@ -63,7 +44,8 @@
 #include "base/mem.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
-#include "kv/kv_codec.h"
+#include "kv/kv_view.h"
+#include "kv/kv_writer.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -101,15 +83,11 @@ struct fwd_state {
     float *x, *xn, *q, *k, *v, *att, *g, *u; /* [max_tokens][width] */
     float *rope_cs;                           /* [max_tokens][rope_dim] each token's kern_rope_table */
     float *attn_scratch;                      /* [threads][attn_scratch_stride] */
-    size_t attn_scratch_stride;               /* attn_scratch_floats(max_ctx, head_dim), rounded to 16 */
+    size_t attn_scratch_stride;               /* kv_view_scratch_floats(kvg, max_ctx), rounded to 16 */
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
-    kv_geom kvg;                              /* the KV pool's geometry */
-    bool codec;                               /* the dtype goes through kv_codec (not ggml rows) */
-    /* staged dtypes (KIVI, fp8_e4m3) only, see the top: */
-    uint16_t *kh, *vh;                        /* [max_tokens][kv_dim] the batch's rows in f16 */
-    uint16_t *seal;                           /* [2][block_size][kv_dim] one block's rows, K then V */
-    /* per sequence of the batch (n_seqs <= max_tokens): first batch token and position */
-    int32_t *seq_t0, *seq_from, *seq_n;
+    kv_writer *kvw;                           /* writes the layers' K/V rows into the pool */
+    kv_batch_seq *kv_seqs;                    /* [max_tokens] the pass's sequences, as kv sees them */
+    kv_batch kvb;                             /* the pass's batch, as kv sees it */
 };
 
 /* Charges the time since the last mark to phase ph. */
@@ -166,18 +144,9 @@ void fwd_state_free(fwd_state *s)
     free(s->prof);
     float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
-    mem_free(s->kh);
-    mem_free(s->vh);
-    mem_free(s->seal);
-    free(s->seq_t0);
-    free(s->seq_from);
-    free(s->seq_n);
+    kv_writer_free(s->kvw);
+    free(s->kv_seqs);
     free(s);
-}
-
-static bool kv_is_codec(kv_dtype t)
-{
-    return t == KV_FP8_E4M3 || t == KV_FP8_E5M2 || t == KV_INT4 || t == KV_INT2;
 }
 
 int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, const kv_geom *kvg, threadpool *tp)
@@ -203,72 +172,18 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->rope_cs = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
     s->attn_rows = attn_rows_max(max_ctx);
-    s->kvg = *kvg;
-    s->codec = kv_is_codec(kvg->s.dtype);
-    size_t sf = attn_scratch_floats(max_ctx, (int)c->head_dim);
-    if (s->codec) {
-        const size_t rf = attn_scratch_floats_reader(
-            max_ctx, kv_codec_scratch_floats(c->head_dim, kvg->s.block_size, ATTN_ROWS_CAP));
-        sf = rf > sf ? rf : sf;
-    }
-    s->attn_scratch_stride = (sf + 15) & ~(size_t)15;
+    assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads && kvg->s.n_layers == c->n_layers);
+    s->attn_scratch_stride = (kv_view_scratch_floats(kvg, max_ctx) + 15) & ~(size_t)15;
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
-    bool staged_ok = true;
-    if (kv_dtype_staged(kvg->s.dtype)) {
-        s->kh = mem_alloc_aligned(T * kvd * sizeof(uint16_t), 64);
-        s->vh = mem_alloc_aligned(T * kvd * sizeof(uint16_t), 64);
-        s->seal = mem_alloc_aligned(2 * (size_t)kvg->s.block_size * kvd * sizeof(uint16_t), 64);
-        s->seq_t0 = calloc(T, sizeof(int32_t));
-        s->seq_from = calloc(T, sizeof(int32_t));
-        s->seq_n = calloc(T, sizeof(int32_t));
-        staged_ok = s->kh && s->vh && s->seal && s->seq_t0 && s->seq_from && s->seq_n;
-    }
-    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch || !staged_ok) {
+    s->kv_seqs = calloc(T, sizeof *s->kv_seqs);
+    const int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch ||
+        !s->kv_seqs || wrc) {
         fwd_state_free(s);
         return PL_ENOMEM;
     }
     *out = s;
     return 0;
-}
-
-/* The ggml row type a KV dtype is stored in (per head). */
-static uint32_t kv_row_type(kv_dtype t)
-{
-    switch (t) {
-    case KV_F32: return DT_F32;
-    case KV_F16: return DT_F16;
-    case KV_BF16: return DT_BF16;
-    case KV_Q8_0: return DT_Q8_0;
-    case KV_Q4_0: return DT_Q4_0;
-    default: return DT_COUNT;
-    }
-}
-
-int model_kv_dtype_check(const model *m, kv_dtype t)
-{
-    const model_config *c = &m->cfg;
-    if (kv_is_codec(t)) {
-        /* fp8 fits any shape; KIVI needs kv_dim % 32 == 0 (its value groups) */
-        if (kv_dtype_check(t, c->n_kv_heads, c->head_dim) != 0)
-            return err_prefix(PL_EUNSUPPORTED, "--kv-dtype %s cannot hold this model's KV", kv_dtype_name(t));
-        return 0;
-    }
-    const uint32_t rt = kv_row_type(t);
-    if (rt == DT_COUNT) return err_set(PL_EUNSUPPORTED, "--kv-dtype %s: not supported by the forward pass", kv_dtype_name(t));
-    if (dtype_row_bytes(rt, c->head_dim) == 0)
-        return err_set(PL_EUNSUPPORTED,
-                       "--kv-dtype %s: this model's head dim %u is not a multiple of %u (%s quantizes each KV "
-                       "head in groups of %u)", kv_dtype_name(t), c->head_dim, dtype_get(rt)->blck_size,
-                       kv_dtype_name(t), dtype_get(rt)->blck_size);
-    return 0;
-}
-
-bool model_kv_dtype_ok(const model *m, kv_dtype t)
-{
-    const model_config *c = &m->cfg;
-    if (kv_is_codec(t)) return kv_dtype_row_bytes(t, KV_PLANE_V, (uint64_t)c->n_kv_heads * c->head_dim) != 0;
-    const uint32_t rt = kv_row_type(t);
-    return rt != DT_COUNT && dtype_row_bytes(rt, c->head_dim) != 0;
 }
 
 static kern_mat mat_of(const weight *w)
@@ -332,117 +247,6 @@ static void embed(const model *m, fwd_state *s, const fwd_batch *b)
     }
 }
 
-/* Encodes one head's K or V row in the cache's row type (f16, the default
- * cache, through the kernels' bit-exact vector conversion). q4_0 uses ggml's
- * reference rounding (what llama.cpp's cache does), not the searching
- * weight quantizer, which is slower and would store different values. */
-static void kv_encode(uint32_t rt, const float *src, uint8_t *dst, int n)
-{
-    if (rt == DT_Q4_0) quant_q4_0_quantize_row_ref(src, (block_q4_0 *)dst, n);
-    else if (rt == DT_F16) kern_f32_to_f16_row((uint16_t *)dst, src, n); /* half.h's bits, F16C where there is */
-    else quant_quantize_row(rt, src, dst, n);
-}
-
-/* Staged dtypes, step 1 (see the top): the batch's rows in f16, and every
- * block the batch fills sealed from [its stage rows | batch rows]. */
-static void kv_store_staged(fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l)
-{
-    const uint64_t C = s->kvg.kv_dim;
-    const uint32_t T = s->kvg.s.block_size;
-    for (int t = 0; t < b->n_tokens; t++) {
-        kv_codec_f16_row(s->k + (size_t)t * C, s->kh + (size_t)t * C, C);
-        kv_codec_f16_row(s->v + (size_t)t * C, s->vh + (size_t)t * C, C);
-    }
-    uint16_t *sk = s->seal, *sv = s->seal + (size_t)T * C;
-    for (int i = 0; i < b->n_seqs; i++) {
-        const fwd_seq *sq = &b->seqs[i];
-        const uint32_t from = (uint32_t)s->seq_from[i], end = from + (uint32_t)s->seq_n[i];
-        const size_t t0 = (size_t)s->seq_t0[i];
-        for (uint32_t blk = from / T; (blk + 1) * T <= end; blk++) {
-            const uint32_t b0 = blk * T, a = from > b0 ? from - b0 : 0; /* slots [0, a) are in the stage */
-            assert(blk < sq->n_blocks && (a == 0 || sq->stage));
-            if (a) {
-                memcpy(sk, kv_stage_plane(sq->stage, l, KV_PLANE_K), (size_t)a * C * sizeof(uint16_t));
-                memcpy(sv, kv_stage_plane(sq->stage, l, KV_PLANE_V), (size_t)a * C * sizeof(uint16_t));
-            }
-            const size_t bt = t0 + (b0 + a - from); /* batch row of slot a */
-            memcpy(sk + (size_t)a * C, s->kh + bt * C, (size_t)(T - a) * C * sizeof(uint16_t));
-            memcpy(sv + (size_t)a * C, s->vh + bt * C, (size_t)(T - a) * C * sizeof(uint16_t));
-            kv_codec_seal_rows(kv, sq->blocks[blk], l, sk, sv);
-        }
-    }
-}
-
-/* Staged dtypes, step 3: each sequence's stage takes the batch rows of its
- * last block (after attention, which read the rows the stage held). */
-static void kv_commit_staged(fwd_state *s, const fwd_batch *b, uint32_t l)
-{
-    const uint64_t C = s->kvg.kv_dim;
-    const uint32_t T = s->kvg.s.block_size;
-    for (int i = 0; i < b->n_seqs; i++) {
-        const fwd_seq *sq = &b->seqs[i];
-        if (s->seq_n[i] == 0) continue;
-        const uint32_t from = (uint32_t)s->seq_from[i], end = from + (uint32_t)s->seq_n[i];
-        const uint32_t b0 = (end - 1) / T * T, p0 = from > b0 ? from : b0;
-        const size_t bt = (size_t)s->seq_t0[i] + (p0 - from);
-        memcpy(kv_stage_plane(sq->stage, l, KV_PLANE_K) + (size_t)(p0 - b0) * C, s->kh + bt * C,
-               (size_t)(end - p0) * C * sizeof(uint16_t));
-        memcpy(kv_stage_plane(sq->stage, l, KV_PLANE_V) + (size_t)(p0 - b0) * C, s->vh + bt * C,
-               (size_t)(end - p0) * C * sizeof(uint16_t));
-    }
-}
-
-/* Writes the batch's K and V rows of layer l into the cache. */
-static void kv_store(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l)
-{
-    if (s->codec) {
-        if (kv_dtype_staged(s->kvg.s.dtype)) {
-            kv_store_staged(s, kv, b, l);
-            return;
-        }
-        const uint64_t C = s->kvg.kv_dim;
-        const uint32_t T = s->kvg.s.block_size;
-        for (int t = 0; t < b->n_tokens; t++) { /* in position order per sequence (e4m3 scales) */
-            const fwd_seq *sq = &b->seqs[b->seq[t]];
-            const uint32_t p = (uint32_t)b->pos[t];
-            assert(p / T < sq->n_blocks);
-            kv_codec_put(kv, NULL, sq->blocks[p / T], l, p % T, s->k + (size_t)t * C, s->v + (size_t)t * C);
-        }
-        return;
-    }
-    const model_config *c = &m->cfg;
-    const uint32_t rt = kv_row_type(kv->g.s.dtype), bs = kv->g.s.block_size;
-    const uint64_t head_bytes = dtype_row_bytes(rt, c->head_dim);
-    const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
-    for (int t = 0; t < b->n_tokens; t++) {
-        const fwd_seq *sq = &b->seqs[b->seq[t]];
-        const uint32_t p = (uint32_t)b->pos[t];
-        assert(p / bs < sq->n_blocks);
-        const uint32_t blk = sq->blocks[p / bs];
-        if (kv_plane_heads(kv, KV_PLANE_V)) { /* f16 values grouped by head (kv_dtype.h): head h's run of bs rows */
-            uint8_t *vp = kv_block_v(kv, blk, l) + (p % bs) * head_bytes;
-            for (uint32_t h = 0; h < c->n_kv_heads; h++)
-                kv_encode(rt, s->v + t * kvd + h * c->head_dim, vp + (uint64_t)h * bs * head_bytes, (int)c->head_dim);
-        } else {
-            uint8_t *vr = kv_block_v(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_V);
-            for (uint32_t h = 0; h < c->n_kv_heads; h++)
-                kv_encode(rt, s->v + t * kvd + h * c->head_dim, vr + h * head_bytes, (int)c->head_dim);
-        }
-        if (kv_plane_cols(kv, KV_PLANE_K)) { /* f16 keys in columns (kv_dtype.h): element e at stride bs */
-            uint16_t *col = (uint16_t *)kv_block_k(kv, blk, l) + p % bs, half[256];
-            for (size_t e0 = 0; e0 < kvd; e0 += 256) {
-                const size_t n = kvd - e0 < 256 ? kvd - e0 : 256;
-                kern_f32_to_f16_row(half, s->k + t * kvd + e0, (int)n);
-                for (size_t e = 0; e < n; e++) col[(e0 + e) * bs] = half[e];
-            }
-            continue;
-        }
-        uint8_t *kr = kv_block_k(kv, blk, l) + (p % bs) * kv_row_stride(kv, KV_PLANE_K);
-        for (uint32_t h = 0; h < c->n_kv_heads; h++)
-            kv_encode(rt, s->k + t * kvd + h * c->head_dim, kr + h * head_bytes, (int)c->head_dim);
-    }
-}
-
 typedef struct {
     const model *m;
     fwd_state *s;
@@ -450,80 +254,6 @@ typedef struct {
     const fwd_batch *b;
     uint32_t layer;
 } attn_job;
-
-/* ------------------------------------------------- the kv_codec reader */
-
-/* What the reader needs of one sequence in one layer. */
-typedef struct {
-    const kv_pool *pool;
-    const fwd_seq *sq;
-    uint32_t layer;
-    /* staged dtypes: positions >= from are batch rows, row 0 at kh/vh */
-    uint32_t from;
-    const uint16_t *kh, *vh;
-} kv_reader_ctx;
-
-/* The f16 rows [first, first + n) of a staged sequence's own block blk, as
- * one or two refs: the stage for positions before the batch, the batch rows
- * from there. Returns the count; part[i] covers slots [s0[i], s0[i] + n[i]). */
-static int own_parts(const kv_reader_ctx *c, uint32_t blk, uint32_t n, kv_block_ref part[2], uint32_t s0[2],
-                     uint32_t cnt[2])
-{
-    const kv_geom *g = &c->pool->g;
-    const uint32_t T = g->s.block_size, b0 = blk * T, a = c->from > b0 ? c->from - b0 : 0;
-    int k = 0;
-    if (a) { /* a < n: a row of this block sits at a position >= from */
-        part[k] = kv_codec_ref_stage(c->pool, c->sq->stage, c->layer);
-        s0[k] = 0;
-        cnt[k++] = a < n ? a : n;
-    }
-    if (n > a) {
-        const size_t off = (size_t)(b0 + a - c->from) * g->kv_dim;
-        part[k] = (kv_block_ref){
-            .dtype = KV_F16,
-            .plane = {(const uint8_t *)(c->kh + off), (const uint8_t *)(c->vh + off)},
-            .row_bytes = {g->kv_dim * 2, g->kv_dim * 2},
-            .block_size = T,
-            .n_kv_heads = g->s.n_kv_heads,
-            .head_dim = g->s.head_dim,
-        };
-        s0[k] = a;
-        cnt[k++] = n - a;
-    }
-    return k;
-}
-
-static void kv_reader_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q,
-                            int n_q, float *scores, size_t ld, float *scratch)
-{
-    const kv_reader_ctx *c = ctx;
-    if (own && c->kh) {
-        kv_block_ref part[2];
-        uint32_t s0[2], cnt[2];
-        const int k = own_parts(c, blk, n, part, s0, cnt);
-        for (int i = 0; i < k; i++) kv_codec_k_dot(&part[i], (uint32_t)g, 0, cnt[i], q, n_q, scores + s0[i], ld, scratch);
-        return;
-    }
-    assert(blk < c->sq->n_blocks);
-    const kv_block_ref r = kv_codec_ref(c->pool, c->sq->blocks[blk], c->layer);
-    kv_codec_k_dot(&r, (uint32_t)g, 0, n, q, n_q, scores, ld, scratch);
-}
-
-static void kv_reader_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw,
-                             int n_q, float *const *acc, float *scratch)
-{
-    const kv_reader_ctx *c = ctx;
-    if (own && c->kh) {
-        kv_block_ref part[2];
-        uint32_t s0[2], cnt[2];
-        const int k = own_parts(c, blk, n, part, s0, cnt);
-        for (int i = 0; i < k; i++) kv_codec_v_axpy(&part[i], (uint32_t)g, 0, cnt[i], w + s0[i], ldw, n_q, acc, scratch);
-        return;
-    }
-    assert(blk < c->sq->n_blocks);
-    const kv_block_ref r = kv_codec_ref(c->pool, c->sq->blocks[blk], c->layer);
-    kv_codec_v_axpy(&r, (uint32_t)g, 0, n, w, ldw, n_q, acc, scratch);
-}
 
 /* The attention work of a batch is cut into calls ("tiles") of up to
  * `tile` query vectors of one sequence: a run of consecutive batch tokens of
@@ -602,8 +332,6 @@ static void attn_worker(void *arg, int ith, int nth)
     const model_config *c = &j->m->cfg;
     const fwd_batch *b = j->b;
     const int n_heads = (int)c->n_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
-    const uint32_t rt = kv_row_type(j->kv->g.s.dtype);
-    const bool staged = kv_dtype_staged(j->kv->g.s.dtype);
     const size_t qd = (size_t)n_heads * hd;
     float *scratch = j->s->attn_scratch + (size_t)ith * j->s->attn_scratch_stride;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -624,48 +352,8 @@ static void attn_worker(void *arg, int ith, int nth)
         if (owner > nth - 1) owner = nth - 1;
         if (owner < ith) continue;
         if (owner > ith) break; /* tiles are handed out in plan order */
-        const fwd_seq *sq = &b->seqs[b->seq[it.t0]];
-        kv_reader_ctx rc = {j->kv, sq, j->layer, 0, NULL, NULL};
-        if (staged) {
-            const int i = b->seq[it.t0];
-            const size_t off = (size_t)j->s->seq_t0[i] * j->kv->g.kv_dim;
-            rc.from = (uint32_t)j->s->seq_from[i];
-            rc.kh = j->s->kh + off;
-            rc.vh = j->s->vh + off;
-        }
-        const attn_reader rd = {kv_reader_k_dot, kv_reader_v_axpy, &rc,
-                                kv_codec_scratch_floats((uint32_t)hd, j->kv->g.s.block_size, ATTN_ROWS_CAP)};
-        /* Unstaged fp8 rows (e5m2) are plain rows of bytes: the kernel
-         * reads them in place (8 keys at a time, converted in registers).
-         * Staged dtypes (KIVI, and fp8_e4m3 since its block being filled
-         * lives in the sequence's f16 stage) go through the codec's reader,
-         * which reads the own block from the stage. The kernel's in-place
-         * e4m3 path (scales in each plane's tail) stays tested in
-         * test_attention for a hybrid reader: sealed blocks in place, the
-         * own block from the stage -- not wired yet. */
-        const kv_dtype dt = j->kv->g.s.dtype;
-        const bool fp8 = (dt == KV_FP8_E4M3 || dt == KV_FP8_E5M2) && !staged;
-        const bool rows_ok = !j->s->codec || fp8;
-        assert(!fp8 || kv_row_stride(j->kv, KV_PLANE_K) == kv_row_stride(j->kv, KV_PLANE_V));
-        /* the V geometry: rows (a row holds every head), or f16 rows grouped
-         * by head (a block holds each head's run of bs rows: slot stride a
-         * head's row, head stride bs of them) */
-        const bool v_heads = rows_ok && kv_plane_heads(j->kv, KV_PLANE_V);
-        const size_t head_row = fp8 ? (size_t)hd : rows_ok ? dtype_row_bytes(rt, (uint64_t)hd) : 0;
-        const attn_kv akv = {
-            .reader = rows_ok ? NULL : &rd,
-            .blocks = sq->blocks,
-            .k_base = kv_block_k(j->kv, 0, j->layer),
-            .v_base = kv_block_v(j->kv, 0, j->layer),
-            .block_bytes = j->kv->g.block_bytes,
-            .block_size = j->kv->g.s.block_size,
-            .row_bytes = v_heads ? head_row : rows_ok ? kv_row_stride(j->kv, KV_PLANE_V) : 0,
-            .head_bytes = v_heads ? head_row * j->kv->g.s.block_size : head_row,
-            .kv_type = fp8 ? (dt == KV_FP8_E4M3 ? ATTN_KV_FP8_E4M3 : ATTN_KV_FP8_E5M2) : rt,
-            .head_dim = hd,
-            .scale_off = fp8 ? kv_row_stride(j->kv, KV_PLANE_K) * j->kv->g.s.block_size : 0,
-            .k_cols = rows_ok && kv_plane_cols(j->kv, KV_PLANE_K),
-        };
+        kv_view view; /* this sequence's cache in this layer, as the kernel reads it */
+        kv_view_init(&view, j->kv, j->s->kvw, &j->s->kvb, b->seq[it.t0], j->layer);
         attn_row rows[ATTN_ROWS_CAP];
         for (int v = 0; v < it.nv; v++) {
             int g, dt, h;
@@ -674,7 +362,7 @@ static void attn_worker(void *arg, int ith, int nth)
             const size_t off = (size_t)t * qd + (size_t)h * hd;
             rows[v] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t)};
         }
-        attn_paged(&akv, rows, it.nv, scale, scratch, j->s->attn_scratch_stride);
+        attn_paged(&view.kv, rows, it.nv, scale, scratch, j->s->attn_scratch_stride);
     }
 }
 
@@ -701,11 +389,11 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
         kern_rope_apply(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
     }
     fp_mark(s, FP_ROPE);
-    kv_store(m, s, kv, b, l);
+    kv_writer_store(s->kvw, kv, &s->kvb, l, s->k, s->v);
     fp_mark(s, FP_KV_STORE);
     attn_job job = {m, s, kv, b, l};
     tp_run(s->tp, attn_worker, &job);
-    if (s->kh) kv_commit_staged(s, b, l);
+    kv_writer_commit(s->kvw, &s->kvb, l);
     fp_mark(s, FP_ATTN);
     matmul(s->xn, s->att, &w->wo, T, s);
     fp_mark(s, FP_WO);
@@ -731,24 +419,11 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     const model_config *c = &m->cfg;
     assert(b->n_tokens > 0 && b->n_tokens <= s->max_tokens);
     assert(b->n_logits >= 0 && b->n_logits <= b->n_tokens);
-    assert(kv->g.s.dtype == s->kvg.s.dtype && kv->g.s.block_size == s->kvg.s.block_size);
     for (int t = 0; t < b->n_tokens; t++) assert(b->pos[t] < s->max_ctx);
-    if (s->kh) { /* staged: each sequence's run (adjacent tokens, consecutive positions) */
-        assert(b->n_seqs <= s->max_tokens);
-        for (int i = 0; i < b->n_seqs; i++) s->seq_n[i] = 0;
-        for (int t = 0; t < b->n_tokens; t++) {
-            const int i = b->seq[t];
-            if (s->seq_n[i]++ == 0) {
-                s->seq_t0[i] = t;
-                s->seq_from[i] = b->pos[t];
-            }
-            assert(t - s->seq_t0[i] == s->seq_n[i] - 1 && b->pos[t] == s->seq_from[i] + s->seq_n[i] - 1);
-            assert(b->seqs[i].stage);
-        }
-        for (int i = 0; i < b->n_seqs; i++)
-            if (s->seq_n[i] == 0) /* a sequence without tokens: nothing to store or commit */
-                s->seq_from[i] = 0;
-    }
+    assert(b->n_seqs <= s->max_tokens);
+    for (int i = 0; i < b->n_seqs; i++) s->kv_seqs[i] = b->seqs[i].kv;
+    s->kvb = (kv_batch){b->n_tokens, b->pos, b->seq, s->kv_seqs, b->n_seqs};
+    kv_writer_begin(s->kvw, &s->kvb);
     fp_begin(s, b->n_tokens);
     embed(m, s, b);
     /* RoPE's cos/sin per token, once for all layers and heads */

@@ -1,4 +1,5 @@
-/* model.c - opening a model file: config, weights, fingerprint. */
+/* model.c - opening a model file: config, weights, fingerprint; and the
+ * model's shape as kv/ takes it (KV dtype rule, RoPE for re-rotation). */
 #include "model/model.h"
 
 #include <stdlib.h>
@@ -38,4 +39,15 @@ void model_close(model *m)
     model_weights_free(&m->w);
     gguf_close(m->file);
     free(m);
+}
+
+int model_kv_dtype_check(const model *m, kv_dtype t)
+{
+    return kv_dtype_check_heads(t, m->cfg.n_kv_heads, m->cfg.head_dim);
+}
+
+kv_rope model_kv_rope(const model *m)
+{
+    const model_config *c = &m->cfg;
+    return (kv_rope){c->rope_dim, c->rope_neox, c->rope_base, c->rope_scale, m->w.rope_freqs.data};
 }

@@ -17,8 +17,9 @@
 
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
-#include "kv/kv_codec.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_shift.h"
+#include "kv/kv_writer.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -33,12 +34,8 @@ int model_open(model **out, const char *path);
 void model_close(model *m);
 
 typedef struct {
-    const uint32_t *blocks; /* the sequence's block table */
-    uint32_t n_blocks;      /* covers every position written in this batch */
-    kv_stage *stage;        /* staged KV dtypes (KIVI): the sequence's stage, holding the f16 rows
-                               of positions [from / T x T, from) where from is its first position in
-                               the batch; the pass leaves it holding its last block's rows. NULL for
-                               the other dtypes. */
+    kv_batch_seq kv;        /* its block table (covering every position written in this batch) and,
+                               for the dtypes that need one, its stage (kv/kv_writer.h) */
     uint32_t pos0;          /* absolute position of cache slot 0 (tokens freed from the front by a
                                sliding window); RoPE uses slot + pos0, everything else the slot */
     uint32_t window;        /* sliding-window attention: the token at slot p attends to slots
@@ -46,7 +43,8 @@ typedef struct {
 } fwd_seq;
 
 /* A sequence's tokens in a batch are at consecutive positions, in order;
- * with a staged KV dtype they must also be adjacent in the batch. */
+ * with a staged KV dtype they must also be adjacent in the batch
+ * (kv_writer.h). n_seqs <= the fwd_state's max_tokens. */
 typedef struct {
     int n_tokens;
     const int32_t *tokens;  /* [n_tokens] */
@@ -67,13 +65,13 @@ typedef struct fwd_state fwd_state;
 int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, const kv_geom *kvg, threadpool *tp);
 void fwd_state_free(fwd_state *s);
 
-/* True if the forward pass can store KV in dtype t for this model
- * (ggml's q8_0/q4_0 rows need head_dim % 32 == 0, KIVI kv_dim % 32 == 0). */
-bool model_kv_dtype_ok(const model *m, kv_dtype t);
-
-/* The same as an error: 0, or PL_EUNSUPPORTED with a text naming
- * --kv-dtype and why. */
+/* kv_dtype_check_heads for this model's KV heads: 0, or PL_EUNSUPPORTED
+ * with a text naming --kv-dtype and why. */
 int model_kv_dtype_check(const model *m, kv_dtype t);
+
+/* The model's RoPE, for re-rotating cached keys (kv/kv_shift.h); it points
+ * into m's weights (frequency factors). */
+kv_rope model_kv_rope(const model *m);
 
 /* Runs the batch; logits gets n_logits rows of n_vocab floats. */
 int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits);

@@ -14,7 +14,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "kernels/kernels.h"
-#include "model/kv_shift.h"
+#include "kv/kv_shift.h"
 
 /* The settings rt_ctx_new relies on (runtime.h's rt_params). */
 static inline bool params_ok(const rt_params *p)
@@ -83,6 +83,7 @@ int rt_ctx_new(rt_ctx **out, const model *m, const rt_params *p)
     if (!rc) rc = fwd_state_new(&c->fs, m, (int)p->max_batch, (int)p->n_ctx, &c->pool.g, c->tp);
     if (!rc && p->kv_window) {
         c->shift_scratch = mem_calloc(kv_shift_scratch_floats(&c->pool), sizeof(float));
+        c->rope = model_kv_rope(m);
         if (!c->shift_scratch) rc = err_set(PL_ENOMEM, "out of memory for the window's shift scratch");
     }
     if (rc) {

@@ -14,6 +14,7 @@
 
 #include "base/threadpool.h"
 #include "kv/kv_codec.h"
+#include "kv/kv_shift.h"
 #include "runtime/runtime.h"
 
 typedef struct {
@@ -44,6 +45,7 @@ struct pl_ctx {
     fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
     float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
     float *shift_scratch;           /* kv_window: kv_shift_scratch_floats(pool) */
+    kv_rope rope;                   /* kv_window: the model's RoPE, for kv_shift */
 };
 
 /* The live sequence id, or NULL. */

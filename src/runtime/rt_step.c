@@ -21,7 +21,7 @@
  * compact positions: 0). */
 fwd_seq rt_seq_fwd(const rt_ctx *c, const rt_seq *s, kv_stage *stage)
 {
-    return (fwd_seq){s->kv.table, s->kv.n_blocks, stage, c->p.swa ? (uint32_t)s->n_dropped : 0, c->p.swa};
+    return (fwd_seq){{s->kv.table, s->kv.n_blocks, stage}, c->p.swa ? (uint32_t)s->n_dropped : 0, c->p.swa};
 }
 
 /* Fills the batch scratch from the items; returns the rows that want logits. */

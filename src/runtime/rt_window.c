@@ -8,7 +8,7 @@
  * pinned in whole blocks). An append that would pass the limit first drops
  * the fewest whole blocks right after the sinks (kv_seq_drop_range),
  * re-rotates the keys of the blocks that moved down by the tokens dropped
- * (model/kv_shift.h), and drops the same tokens from the history; new
+ * (kv/kv_shift.h), and drops the same tokens from the history; new
  * tokens then continue at position = tokens kept, so the forward pass sees
  * ordinary positions. Appends longer than what fits run in pieces: up to
  * the limit, then one block (T tokens) per drop, so every token attends to
@@ -43,7 +43,7 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "model/kv_shift.h"
+#include "kv/kv_shift.h"
 
 uint32_t rt_window_sink_blocks(const rt_params *p) { return (p->kv_sinks + p->block_size - 1) / p->block_size; }
 uint32_t rt_window_limit(const rt_params *p) { return rt_window_sink_blocks(p) * p->block_size + p->kv_window; }
@@ -101,7 +101,7 @@ static void win_shift(rt_ctx *c, rt_seq *s, uint32_t sb, uint32_t end_block, uin
     const uint32_t t = c->p.block_size;
     for (uint32_t i = sb; i < end_block; i++) {
         const uint32_t rows = (i + 1) * t <= s->kv.n_tokens ? t : s->kv.n_tokens - i * t;
-        if (!s->stage.rows || rows == t) kv_shift_block(c->m, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
+        if (!s->stage.rows || rows == t) kv_shift_block(&c->rope, &c->pool, s->kv.table[i], rows, gone, c->shift_scratch);
     }
 }
 
@@ -123,7 +123,7 @@ int rt_win_room(rt_ctx *c, rt_seq *s, uint32_t n)
         if (s->stage_end <= end) s->stage_end = from; /* its block was dropped */
         else {
             s->stage_end -= gone;
-            kv_shift_stage(c->m, &s->stage, (s->stage_end - 1) % t + 1, gone, c->shift_scratch);
+            kv_shift_stage(&c->rope, &c->pool, &s->stage, (s->stage_end - 1) % t + 1, gone, c->shift_scratch);
         }
     }
     memmove(s->tokens + from, s->tokens + end, (size_t)(s->n_tokens - end) * sizeof *s->tokens);

@@ -7,7 +7,7 @@
  * The partly filled last block of a staged sequence lives in its stage and
  * is rotated there (kv_shift_stage).
  */
-#include "model/kv_shift.h"
+#include "kv/kv_shift.h"
 
 #include <assert.h>
 
@@ -27,43 +27,42 @@ size_t kv_shift_scratch_floats(const kv_pool *pool)
            kv_codec_scratch_floats(pool->g.s.head_dim, pool->g.s.block_size, 1);
 }
 
-void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch)
+void kv_shift_block(const kv_rope *r, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch)
 {
-    const model_config *c = &m->cfg;
     const kv_geom *g = &pool->g;
     const bool staged = kv_dtype_staged(g->s.dtype);
     assert(kv_shift_supported(g->s.dtype) && n_rows <= g->s.block_size && (!staged || n_rows == g->s.block_size));
-    assert(g->s.head_dim == c->head_dim && g->s.n_kv_heads == c->n_kv_heads && g->s.n_layers == c->n_layers);
+    assert(r->rope_dim <= g->s.head_dim);
     if (n_rows == 0 || delta == 0) return;
-    const uint32_t D = c->head_dim, H = c->n_kv_heads;
+    const uint32_t D = g->s.head_dim, H = g->s.n_kv_heads;
     float *rows = scratch, *tmp = scratch + (size_t)g->s.block_size * g->kv_dim;
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        const kv_block_ref r = kv_codec_ref(pool, b, l);
+    for (uint32_t l = 0; l < g->s.n_layers; l++) {
+        const kv_block_ref ref = kv_codec_ref(pool, b, l);
         for (uint32_t t = 0; t < n_rows; t++)
             for (uint32_t h = 0; h < H; h++)
-                kv_codec_dequant(&r, KV_PLANE_K, h, t, 1, rows + (size_t)t * g->kv_dim + (size_t)h * D, tmp);
+                kv_codec_dequant(&ref, KV_PLANE_K, h, t, 1, rows + (size_t)t * g->kv_dim + (size_t)h * D, tmp);
         for (uint32_t t = 0; t < n_rows; t++) {
             float *row = rows + (size_t)t * g->kv_dim;
-            kern_rope(row, (int)H, (int)D, (int)c->rope_dim, -(int)delta, c->rope_base, c->rope_scale, c->rope_neox,
-                      m->w.rope_freqs.data);
+            kern_rope(row, (int)H, (int)D, (int)r->rope_dim, -(int)delta, r->base, r->scale, r->neox, r->freqs);
             if (!staged) kv_codec_write_row(pool, b, l, KV_PLANE_K, t, row);
         }
         if (staged) kv_codec_reseal_plane(pool, b, l, KV_PLANE_K, rows); /* a sealed block: whole, scales anew */
     }
 }
 
-void kv_shift_stage(const model *m, kv_stage *st, uint32_t n_rows, uint32_t delta, float *scratch)
+void kv_shift_stage(const kv_rope *r, const kv_pool *pool, kv_stage *st, uint32_t n_rows, uint32_t delta,
+                    float *scratch)
 {
-    const model_config *c = &m->cfg;
-    assert(st->rows && n_rows <= st->block_size && st->kv_dim == (uint64_t)c->n_kv_heads * c->head_dim);
+    const kv_geom *g = &pool->g;
+    assert(st->rows && n_rows <= st->block_size && st->kv_dim == g->kv_dim && r->rope_dim <= g->s.head_dim);
     if (n_rows == 0 || delta == 0) return;
     for (uint32_t l = 0; l < st->n_layers; l++) {
         uint16_t *k = kv_stage_plane(st, l, KV_PLANE_K);
         for (uint32_t t = 0; t < n_rows; t++) {
             uint16_t *h = k + (size_t)t * st->kv_dim;
             for (uint64_t i = 0; i < st->kv_dim; i++) scratch[i] = f16_to_f32(h[i]);
-            kern_rope(scratch, (int)c->n_kv_heads, (int)c->head_dim, (int)c->rope_dim, -(int)delta, c->rope_base,
-                      c->rope_scale, c->rope_neox, m->w.rope_freqs.data);
+            kern_rope(scratch, (int)g->s.n_kv_heads, (int)g->s.head_dim, (int)r->rope_dim, -(int)delta, r->base,
+                      r->scale, r->neox, r->freqs);
             kv_codec_f16_row(scratch, h, st->kv_dim);
         }
     }

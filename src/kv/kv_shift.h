@@ -17,8 +17,9 @@
  * i.e. it is sliding-window attention over whole blocks.
  *
  * Numerics: each kept key row is decoded (kv_codec_dequant), rotated in f32
- * by kern_rope with the model's rope_dim / NeoX order / base / linear scale
- * / frequency factors, and encoded again (kv_codec_write_row). For an f32
+ * by kern_rope with the model's RoPE (kv_rope: rope_dim, NeoX order, base,
+ * linear scale, frequency factors; kv knows no model, the caller fills it
+ * once from the model's config), and encoded again (kv_codec_write_row). For an f32
  * cache this is exact up to float rounding (the angles delta x theta_i are
  * rounded as kern_rope rounds them); f16, bf16, q8_0, q4_0 and fp8 re-round
  * the key once per shift it takes part in (a key may be shifted many times
@@ -30,8 +31,8 @@
  * (kv_shift_stage; one f16 rounding). KIVI dtypes quantize keys per channel
  * over a block: shifting them is refused (kv_shift_supported) for now.
  */
-#ifndef PL_MODEL_KV_SHIFT_H
-#define PL_MODEL_KV_SHIFT_H
+#ifndef PL_KV_KV_SHIFT_H
+#define PL_KV_KV_SHIFT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,7 +40,16 @@
 
 #include "kv/kv_codec.h"
 #include "kv/kv_pool.h"
-#include "model/model.h"
+
+/* The RoPE the cached keys were rotated with: kern_rope's arguments, apart
+ * from the rows, their heads and the position. */
+typedef struct {
+    uint32_t rope_dim;  /* rotated dims of each head, from dim 0 (even, <= head_dim) */
+    bool neox;          /* NeoX order: pairs (i, i + rope_dim/2); else adjacent pairs (2i, 2i+1) */
+    float base;         /* theta_i = pos x scale x base^(-2i/rope_dim) (x freqs[i]) */
+    float scale;        /* linear position scale */
+    const float *freqs; /* [rope_dim/2] frequency factors, or NULL; read while shifting */
+} kv_rope;
 
 /* True if keys of dtype t can be re-rotated in place (row-major keys). */
 bool kv_shift_supported(kv_dtype t);
@@ -51,12 +61,14 @@ size_t kv_shift_scratch_floats(const kv_pool *pool);
  * KV head, by RoPE at position -delta (delta >= 0: the rows moved delta
  * positions down). b must be private to the caller (kv_seq_drop_range made
  * it so); the dtype must be kv_shift_supported (asserted). */
-void kv_shift_block(const model *m, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch);
+void kv_shift_block(const kv_rope *r, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch);
 
 /* Staged dtypes (fp8_e4m3): a block of those holds keys only once sealed
  * (full: kv_shift_block with n_rows = block_size); the partly filled block
  * lives in the sequence's stage: this rotates its key rows [0, n_rows) of
- * every layer by RoPE at -delta, in f16. scratch: kv_dim floats. */
-void kv_shift_stage(const model *m, kv_stage *st, uint32_t n_rows, uint32_t delta, float *scratch);
+ * every layer by RoPE at -delta, in f16. pool gives the heads (the stage
+ * is the sequence's of that pool). scratch: kv_dim floats. */
+void kv_shift_stage(const kv_rope *r, const kv_pool *pool, kv_stage *st, uint32_t n_rows, uint32_t delta,
+                    float *scratch);
 
 #endif
