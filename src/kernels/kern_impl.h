@@ -39,8 +39,11 @@
  *   F32          F32        none (x used as is)
  *   F16          F16        f32 -> f16, round to nearest even
  *   BF16         BF16       f32 -> bf16, round to nearest even
- *   Q8_0, Q4_0   Q8_0       ggml's quantize_row_q8_0_ref (roundf)
- *   Q4_K, Q6_K   Q8_K       ggml's quantize_row_q8_K_ref (nearest even)
+ *   Q8_0, Q4_0,  Q8_0       ggml's quantize_row_q8_0_ref (roundf)
+ *   Q5_0, IQ4_NL
+ *   Q4_1, Q5_1   Q8_1       ggml's quantize_row_q8_1_ref (roundf)
+ *   the K-quants Q8_K       ggml's quantize_row_q8_K_ref (nearest even)
+ *   IQ4_XS, TQ*
  *
  * Every conversion in every variant produces the same bytes as the
  * reference (quant_quantize_row for Q8_0/Q8_K, half.h for f16/bf16), so that
@@ -234,6 +237,19 @@ const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
 
 /* The reference variant (complete). */
 extern const kern_vtable kern_vt_ref;
+/* kern_ref_quants.c: the reference tiles of the other block formats and
+ * the Q8_1 conversion, which kern_vt_ref lists. */
+void kern_gemm_q4_1_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q5_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q5_1_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_iq4_nl_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q2_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q3_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q5_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_iq4_xs_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_tq1_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_tq2_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_conv_q8_1_ref(void *dst, const float *src, int n);
 
 /* The AVX2+FMA+F16C variant, or NULL when not compiled for x86. Only valid to
  * call through when kern_cpu_has_avx2() is true. Getting the table also
