@@ -309,6 +309,22 @@ extern int kern_pf_stream;
  * best): the AVX-512 table lists them, x86 only. */
 void kern_dot_f32_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
 void kern_dot_f16_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+/* kern_avx2_quants.c: the AVX2 table's GEMM and decode dot tiles of the
+ * other block formats (x86 only). */
+#define KERN_AVX2Q_DECL(T)                                                                             \
+    void kern_gemm_##T##_avx2(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
+                              size_t xs, int nx);                                                       \
+    void kern_dot_##T##_avx2(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+KERN_AVX2Q_DECL(q4_1)
+KERN_AVX2Q_DECL(q5_0)
+KERN_AVX2Q_DECL(q5_1)
+KERN_AVX2Q_DECL(iq4_nl)
+KERN_AVX2Q_DECL(q2_K)
+KERN_AVX2Q_DECL(q3_K)
+KERN_AVX2Q_DECL(q5_K)
+KERN_AVX2Q_DECL(iq4_xs)
+KERN_AVX2Q_DECL(tq2_0)
+#undef KERN_AVX2Q_DECL
 /* kern_avx2_f16p.c: the AVX2 table's packed F16 GEMM (kern_packed). */
 void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                          const kern_px *px, int nx);
