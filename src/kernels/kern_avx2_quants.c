@@ -30,6 +30,10 @@
 #include "tensor/blocks.h"
 #include "tensor/half.h"
 
+/* f16 scales by kern_f16_lut (filled by kern_vt_avx2(), before any call):
+ * a load, where the portable conversion costs more than a block's work. */
+#define H2F(h) kern_f16_lut[(h)]
+
 #define KA __attribute__((target("avx2,fma,f16c")))
 #define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
@@ -93,7 +97,7 @@ static KA float dot1_q5_0_avx2(int n, const block_q5_0 *w, const block_q8_0 *x)
         const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(w[b].qs), bits32_x10(w[b].qh)), off);
         const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
         const __m256i s = _mm256_madd_epi16(dot_s8_pairs(q, y), _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(x[b].d)), _mm256_cvtepi32_ps(s), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[b].d) * H2F(x[b].d)), _mm256_cvtepi32_ps(s), acc);
     }
     return hsum_f32(acc);
 }
@@ -106,7 +110,7 @@ static KA float dot1_iq4_nl_avx2(int n, const block_iq4_nl *w, const block_q8_0 
         const __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
         const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
         const __m256i s = _mm256_madd_epi16(dot_s8_pairs(q, y), _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(x[b].d)), _mm256_cvtepi32_ps(s), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(w[b].d) * H2F(x[b].d)), _mm256_cvtepi32_ps(s), acc);
     }
     return hsum_f32(acc);
 }
@@ -123,8 +127,8 @@ KAI float dot1_qx_1_avx2(int n, const uint8_t *w, size_t bs, size_t qh_at, size_
         if (qh_at) q = _mm256_or_si256(q, bits32_x10(w + qh_at));
         const __m256i y = _mm256_loadu_si256((const __m256i *)x[b].qs);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(d) * f16_to_f32(x[b].d)), _mm256_cvtepi32_ps(s), acc);
-        ms += f16_to_f32(m) * f16_to_f32(x[b].s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(H2F(d) * H2F(x[b].d)), _mm256_cvtepi32_ps(s), acc);
+        ms += H2F(m) * H2F(x[b].s);
     }
     return hsum_f32(acc) + ms;
 }
@@ -152,8 +156,10 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
         __m256i isum = _mm256_setzero_si256();
         int msum = 0;
         for (int j = 0; j < 16; j++) msum += (w[b].scales[j] >> 4) * x[b].bsums[j];
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * h));
+            #pragma GCC unroll 8
             for (int k = 0; k < 4; k++) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qb, 2 * k), m3);
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(x[b].qs + 128 * h + 32 * k));
@@ -162,7 +168,7 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
             }
         }
-        s += x[b].d * f16_to_f32(w[b].d) * (float)hsum_i32(isum) - x[b].d * f16_to_f32(w[b].dmin) * (float)msum;
+        s += x[b].d * H2F(w[b].d) * (float)hsum_i32(isum) - x[b].d * H2F(w[b].dmin) * (float)msum;
     }
     return s;
 }
@@ -174,8 +180,10 @@ static KA float dot1_q3_K_avx2(int n, const block_q3_K *w, const block_q8_K *x)
     for (int b = 0; b < n / QK_K; b++) {
         __m256i isum = _mm256_setzero_si256();
         const __m256i hm = _mm256_loadu_si256((const __m256i *)w[b].hmask);
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * h));
+            #pragma GCC unroll 8
             for (int k = 0; k < 4; k++) {
                 const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + k)));
                 const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
@@ -187,7 +195,7 @@ static KA float dot1_q3_K_avx2(int n, const block_q3_K *w, const block_q8_K *x)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(dot_s8_pairs(q, y), sc));
             }
         }
-        s += f16_to_f32(w[b].d) * x[b].d * (float)hsum_i32(isum);
+        s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
     }
     return s;
 }
@@ -200,8 +208,10 @@ static KA float dot1_q5_K_avx2(int n, const block_q5_K *w, const block_q8_K *x)
         __m256i isum = _mm256_setzero_si256();
         int msum = 0;
         const __m256i qh = _mm256_loadu_si256((const __m256i *)w[b].qh);
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; g++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * g));
+            #pragma GCC unroll 8
             for (int u = 0; u < 2; u++) {
                 const int j = 2 * g + u;
                 uint8_t sc, m;
@@ -213,8 +223,8 @@ static KA float dot1_q5_K_avx2(int n, const block_q5_K *w, const block_q8_K *x)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), _mm256_set1_epi16(sc)));
             }
         }
-        s += f16_to_f32(w[b].d) * x[b].d * (float)hsum_i32(isum);
-        s -= f16_to_f32(w[b].dmin) * x[b].d * (float)msum;
+        s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
+        s -= H2F(w[b].dmin) * x[b].d * (float)msum;
     }
     return s;
 }
@@ -225,13 +235,14 @@ static KA float dot1_iq4_xs_avx2(int n, const block_iq4_xs *w, const block_q8_K 
     const __m256i tab = iq4_table();
     for (int b = 0; b < n / QK_K; b++) {
         __m256i isum = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs + 16 * j));
             const __m256i y = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * j));
             const __m256i sc = _mm256_set1_epi16((short)(block_iq4_xs_scale(j, &w[b]) - 32));
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(dot_s8_pairs(q, y), sc));
         }
-        s += f16_to_f32(w[b].d) * x[b].d * (float)hsum_i32(isum);
+        s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
     }
     return s;
 }
@@ -245,15 +256,17 @@ static KA float dot1_tq2_0_avx2(int n, const block_tq2_0 *w, const block_q8_K *x
         __m256i isum = _mm256_setzero_si256();
         int ysum = 0;
         for (int j = 0; j < 16; j++) ysum += x[b].bsums[j];
+        #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * h));
+            #pragma GCC unroll 8
             for (int k = 0; k < 4; k++) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qb, 2 * k), m3);
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(x[b].qs + 128 * h + 32 * k));
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones));
             }
         }
-        s += (float)(hsum_i32(isum) - ysum) * (f16_to_f32(w[b].d) * x[b].d);
+        s += (float)(hsum_i32(isum) - ysum) * (H2F(w[b].d) * x[b].d);
     }
     return s;
 }
