@@ -19,6 +19,9 @@
  *
  * Signed levels use the sign trick: maddubs(|q|, sign(y, q)); |q| <= 127
  * and |y| <= 127 keep every int16 pair sum exact (2 * 127 * 127 < 32768).
+ * Q3_K's levels go in unsigned (q + 4, 0..7) and 4 * sum sc * bsums comes
+ * off once per super-block. Sub-block scales reach the madd as one permute
+ * per pair of sub-blocks (scales_pair), not per-element broadcasts.
  */
 #include "kernels/kern_impl.h"
 
@@ -145,17 +148,32 @@ static KA float dot1_q5_1_avx2(int n, const block_q5_1 *w, const block_q8_1 *x)
 
 /* ------------------------------------------------ 256-element blocks */
 
-/* int16 scales: sub-block a in the low 128-bit lane, b in the high one. */
-KAI __m256i scales_pair(int a, int b) { return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a)); }
+/* 16 int16 sub-block scales s16 as two vectors of int32 lanes each holding
+ * one scale twice: lo = s0..s3, s8..s11; hi = s4..s7, s12..s15. */
+KAI void scales_dup(__m256i s16, __m256i *lo, __m256i *hi)
+{
+    *lo = _mm256_unpacklo_epi16(s16, s16);
+    *hi = _mm256_unpackhi_epi16(s16, s16);
+}
+
+/* int16 scales for 32 elements of sub-blocks j (even) and j + 1: scale j
+ * in the low 128-bit lane, j + 1 in the high one (one permute). */
+KAI __m256i scales_pair(__m256i lo, __m256i hi, int j)
+{
+    const int i0 = j % 4 + 4 * (j / 8);
+    return _mm256_permutevar8x32_epi32((j % 8) < 4 ? lo : hi, _mm256_setr_epi32(i0, i0, i0, i0, i0 + 1, i0 + 1, i0 + 1, i0 + 1));
+}
 
 static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
 {
     float s = 0.0f;
     const __m256i m3 = _mm256_set1_epi8(3);
     for (int b = 0; b < n / QK_K; b++) {
-        __m256i isum = _mm256_setzero_si256();
-        int msum = 0;
-        for (int j = 0; j < 16; j++) msum += (w[b].scales[j] >> 4) * x[b].bsums[j];
+        __m256i isum = _mm256_setzero_si256(), slo, shi;
+        const __m256i sb = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
+        scales_dup(_mm256_and_si256(sb, _mm256_set1_epi16(0xF)), &slo, &shi);
+        const __m256i mins = _mm256_srli_epi16(sb, 4);
+        const int msum = hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)x[b].bsums)));
         #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * h));
@@ -163,8 +181,7 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
             for (int k = 0; k < 4; k++) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qb, 2 * k), m3);
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(x[b].qs + 128 * h + 32 * k));
-                const int j = 8 * h + 2 * k;
-                const __m256i sc = scales_pair(w[b].scales[j] & 0xF, w[b].scales[j + 1] & 0xF);
+                const __m256i sc = scales_pair(slo, shi, 8 * h + 2 * k);
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
             }
         }
@@ -173,12 +190,32 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
     return s;
 }
 
+/* Q3_K's 16 six-bit scales minus 32 as int16 (block_q3_K_scale's layout,
+ * four at a time in 32-bit words). */
+KAI __m256i q3_K_scales16(const uint8_t *sc)
+{
+    uint32_t a0, a1, hi, s[4];
+    memcpy(&a0, sc, 4), memcpy(&a1, sc + 4, 4), memcpy(&hi, sc + 8, 4);
+    const uint32_t m4 = 0x0F0F0F0F, m2 = 0x03030303;
+    s[0] = (a0 & m4) | ((hi & m2) << 4);
+    s[1] = (a1 & m4) | (((hi >> 2) & m2) << 4);
+    s[2] = ((a0 >> 4) & m4) | (((hi >> 4) & m2) << 4);
+    s[3] = ((a1 >> 4) & m4) | (((hi >> 6) & m2) << 4);
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
+    return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
+}
+
 static KA float dot1_q3_K_avx2(int n, const block_q3_K *w, const block_q8_K *x)
 {
     float s = 0.0f;
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     for (int b = 0; b < n / QK_K; b++) {
-        __m256i isum = _mm256_setzero_si256();
+        __m256i isum = _mm256_setzero_si256(), slo, shi;
+        const __m256i s16 = q3_K_scales16(w[b].scales);
+        scales_dup(s16, &slo, &shi);
+        /* the levels go in as q + 4: take 4 * sum_j sc_j * (sum of y over j) off */
+        const __m256i off = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)x[b].bsums));
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));
         const __m256i hm = _mm256_loadu_si256((const __m256i *)w[b].hmask);
         #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
@@ -188,11 +225,10 @@ static KA float dot1_q3_K_avx2(int n, const block_q3_K *w, const block_q8_K *x)
                 const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + k)));
                 const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
                 const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qb, 2 * k), m3);
-                const __m256i q = _mm256_sub_epi8(lo, _mm256_andnot_si256(set, four));
+                const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(set, four)); /* q + 4, 0..7 */
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(x[b].qs + 128 * h + 32 * k));
-                const int j = 8 * h + 2 * k;
-                const __m256i sc = scales_pair(block_q3_K_scale(j, w[b].scales) - 32, block_q3_K_scale(j + 1, w[b].scales) - 32);
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(dot_s8_pairs(q, y), sc));
+                const __m256i sc = scales_pair(slo, shi, 8 * h + 2 * k);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
             }
         }
         s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
