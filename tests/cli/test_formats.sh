@@ -81,6 +81,18 @@ for t in q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6
   else fail "stories_${t}_tokens" "$why"; fi
 done
 
+# --- files written by pagellm's own quantizers load in llama.cpp and
+# generate the same tokens (the tiny shape's rows of 128 and 384 take the
+# 32-element formats)
+for t in q4_1 q5_0 q5_1 iq4_nl; do
+  f=$T/syn-$t.gguf
+  if ! "$PAGELLM" synth --shape tiny --seed 1 --type $t -o "$f" >/dev/null 2>"$T/err"; then
+    fail "synth_${t}_writes" "$(tail -c 300 "$T/err")"; continue
+  fi
+  if why=$(tokens_agree "$f"); then pass "synth_${t}_llama_cpp_loads"; [ -n "$why" ] && echo "INFO synth $t: $why"
+  else fail "synth_${t}_llama_cpp_loads" "$why"; fi
+done
+
 # --- the 256-element formats on a 110m-shape model (one mix: q3_K, q4_K,
 # q5_K and q6_K tensors; one chunk of 128, 63 scored tokens)
 if "$PAGELLM" synth --shape 110m --seed 1 --type f16 -o "$T/m-f16.gguf" >/dev/null 2>&1 &&
