@@ -1,5 +1,6 @@
 /* kern_avx512_quants.c - AVX-512 (VNNI) kernels of the block formats
- * beside Q8_0/Q4_0/Q4_K/Q6_K: Q5_K against Q8_K, GEMM tile and decode dot.
+ * beside Q8_0/Q4_0/Q4_K/Q6_K: Q5_K and IQ4_XS against Q8_K, GEMM tiles and
+ * decode dots.
  * The other new formats keep their AVX2 tiles (kern_avx2_quants.c), which
  * the AVX-512 tables inherit.
  *
@@ -104,6 +105,52 @@ K5AI void q5_K_tile(int NX, int nb, float *s, size_t ss, const block_q5_K *w, co
     for (int r = 0; r < NX; r++) s[r * ss] = q5k_hsum_ps(acc[r]);
 }
 
+/* IQ4_XS: per pair of sub-blocks (2p, 2p+1) one zmm of 64 table values
+ * (128-bit lanes: low nibbles of sub-block 2p, its high nibbles, then
+ * 2p+1's), signed, so the AVX2 sign trick with maddubs (|q| <= 127,
+ * |y| <= 127: exact int16 pairs) and vpdpwssd with the two sub-block
+ * scales (one per 256-bit half). */
+K5AI void iq4_xs_tile(int NX, int nb, float *s, size_t ss, const block_iq4_xs *w, const uint8_t *x, size_t xs)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_setr_epi64x(0, 0, 4, 4)),
+                                           _mm256_setr_epi64x(0, 0, 4, 4), 1); /* per 64-bit: shift 0 or 4 */
+    __m256 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_iq4_xs *wb = &w[b];
+        __m512i q[4], sc[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(wb->qs + 32 * p)));
+            const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(wb->qs + 32 * p + 16)));
+            const __m512i d = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+            q[p] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srlv_epi64(d, nib), m4));
+            sc[p] = q5k_halves_epi16((short)(block_iq4_xs_scale(2 * p, wb) - 32), (short)(block_iq4_xs_scale(2 * p + 1, wb) - 32));
+        }
+        const __m256 dw = _mm256_broadcast_ss(&kern_f16_lut[wb->d]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const __m512i y = _mm512_loadu_si512((const void *)(xb->qs + 64 * p));
+                const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_cmplt_epi8_mask(q[p], zero), zero, y);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(_mm512_abs_epi8(q[p]), sy), sc[p]);
+            }
+            const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(i8), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = q5k_hsum_ps(acc[r]);
+}
+
+KERN_KGEMM_DRIVER(gemm_iq4_xs_x512, K5, iq4_xs_tile, block_iq4_xs)
+KERN_KDOT_DRIVER(dot_iq4_xs_x512, K5, iq4_xs_tile, block_iq4_xs)
 KERN_KGEMM_DRIVER(gemm_q5_K_x512, K5, q5_K_tile, block_q5_K)
 KERN_KDOT_DRIVER(dot_q5_K_x512, K5, q5_K_tile, block_q5_K)
 
@@ -111,6 +158,8 @@ void kern_avx512_fill_quants(kern_vtable *t)
 {
     t->gemm[DT_Q5_K] = (kern_gemm){gemm_q5_K_x512, 1, 4, NULL, 0};
     t->dot[DT_Q5_K] = dot_q5_K_x512;
+    t->gemm[DT_IQ4_XS] = (kern_gemm){gemm_iq4_xs_x512, 1, 4, NULL, 0};
+    t->dot[DT_IQ4_XS] = dot_iq4_xs_x512;
 }
 
 #else

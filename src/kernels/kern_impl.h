@@ -347,7 +347,7 @@ void kern_avx512_fill_kquant(kern_vtable *t);
 void kern_avx512_fill_float(kern_vtable *t, bool bf16);
 void kern_avx512_fill_elem(kern_vtable *t);
 void kern_avx512_fill_f16p(kern_vtable *t);
-void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K */
+void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4_XS */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product
