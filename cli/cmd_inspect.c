@@ -82,6 +82,13 @@ static void inspect_compute(inspect_report *r)
 
 /* ---------------------------------------------------------------- text */
 
+/* Bits per weight of bytes over elements (0 for none): a format's storage
+ * cost with its scales, e.g. q4_K 4.5, q5_0 5.5, q6_K 6.5625. */
+static double inspect_bpw(unsigned long long bytes, unsigned long long elements)
+{
+    return elements ? 8.0 * (double)bytes / (double)elements : 0.0;
+}
+
 static void inspect_print_model(const pl_file_info *in)
 {
     char h[32];
@@ -100,12 +107,14 @@ static void inspect_print_model(const pl_file_info *in)
                in->sliding_window, in->sliding_window);
     else
         printf("  sliding window none (full causal attention)\n");
-    printf("\nweights: %llu bytes (%s), %llu elements\n", (unsigned long long)in->weights_bytes,
-           cli_human_bytes((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements);
-    printf("  %-8s %8s %14s %14s\n", "type", "tensors", "elements", "bytes");
+    printf("\nweights: %llu bytes (%s), %llu elements, %.3f bits per weight\n", (unsigned long long)in->weights_bytes,
+           cli_human_bytes((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements,
+           inspect_bpw(in->weights_bytes, in->weights_elements));
+    printf("  %-8s %8s %14s %14s %8s\n", "type", "tensors", "elements", "bytes", "bpw");
     for (int i = 0; i < in->n_types; i++)
-        printf("  %-8s %8llu %14llu %14llu\n", in->types[i].type, (unsigned long long)in->types[i].count,
-               (unsigned long long)in->types[i].elements, (unsigned long long)in->types[i].bytes);
+        printf("  %-8s %8llu %14llu %14llu %8.3f\n", in->types[i].type, (unsigned long long)in->types[i].count,
+               (unsigned long long)in->types[i].elements, (unsigned long long)in->types[i].bytes,
+               inspect_bpw(in->types[i].bytes, in->types[i].elements));
 }
 
 static void inspect_print_kv(const inspect_report *r)
@@ -190,12 +199,14 @@ static json_t *inspect_json_model(const pl_file_info *in)
     json_object_set_new(o, "tokenizer", inspect_json_str(in->tokenizer));
     json_object_set_new(o, "weights_bytes", json_integer((json_int_t)in->weights_bytes));
     json_object_set_new(o, "weights_elements", json_integer((json_int_t)in->weights_elements));
+    json_object_set_new(o, "weights_bpw", json_real(inspect_bpw(in->weights_bytes, in->weights_elements)));
     json_t *types = json_array();
     for (int i = 0; i < in->n_types; i++)
-        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I}", "type", in->types[i].type, "count",
+        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I, s:f}", "type", in->types[i].type, "count",
                                                (json_int_t)in->types[i].count, "elements",
                                                (json_int_t)in->types[i].elements, "bytes",
-                                               (json_int_t)in->types[i].bytes));
+                                               (json_int_t)in->types[i].bytes, "bpw",
+                                               inspect_bpw(in->types[i].bytes, in->types[i].elements)));
     json_object_set_new(o, "types", types);
     return o;
 }

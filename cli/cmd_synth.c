@@ -17,7 +17,7 @@ int cmd_synth(int argc, char **argv)
         {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
         {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
-        {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_K, q6_K"},
+        {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
         {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default), qwen2 (q/k/v biases), qwen3 (q/k norms)"},
         {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
@@ -37,10 +37,11 @@ int cmd_synth(int argc, char **argv)
     for (const char *const *s = pl_synth_shapes(); *s; s++) known |= strcmp(*s, shape) == 0;
     if (!known) { cli_error("synth", "unknown --shape '%s' (see --list)", shape); return 2; }
     if (!out) { cli_error("synth", "missing -o OUT.gguf"); return 2; }
-    static const char *const types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q6_K", NULL};
+    static const char *const types[] = {"f32",  "f16",  "bf16", "q8_0",   "q4_0",   "q4_1",  "q5_0",  "q5_1",  "q2_K",
+                                        "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0", NULL};
     int type_ok = 0;
     for (int i = 0; types[i]; i++) type_ok |= strcasecmp(types[i], type) == 0;
-    if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", type); return 2; }
+    if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0)", type); return 2; }
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
         cli_error("synth", "bad value '%s' for --arch (llama, qwen2, qwen3)", arch);
         return 2;

@@ -54,6 +54,29 @@ static inline uint8_t *mm_weights_make(uint32_t t, int n_out, int n_in)
     case DT_Q6_K:
         for (int64_t b = 0; b < n / QK_K; b++) ((block_q6_K *)w)[b].d = rng_scale(1e-4f, 2e-3f, 1);
         break;
+    default: { /* the other block formats: d (and m, dmin) at their places */
+        const size_t bs = dtype_get(t)->type_size, nb = bytes / bs;
+        const int k = dtype_get(t)->blck_size == QK_K;
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *blk = w + b * bs;
+            uint16_t *d = NULL, *m = NULL;
+            switch (t) {
+            case DT_Q4_1: d = &((block_q4_1 *)blk)->d, m = &((block_q4_1 *)blk)->m; break;
+            case DT_Q5_1: d = &((block_q5_1 *)blk)->d, m = &((block_q5_1 *)blk)->m; break;
+            case DT_Q5_0: d = &((block_q5_0 *)blk)->d; break;
+            case DT_IQ4_NL: d = &((block_iq4_nl *)blk)->d; break;
+            case DT_Q2_K: d = &((block_q2_K *)blk)->d, m = &((block_q2_K *)blk)->dmin; break;
+            case DT_Q3_K: d = &((block_q3_K *)blk)->d; break;
+            case DT_Q5_K: d = &((block_q5_K *)blk)->d, m = &((block_q5_K *)blk)->dmin; break;
+            case DT_IQ4_XS: d = &((block_iq4_xs *)blk)->d; break;
+            case DT_TQ1_0: d = &((block_tq1_0 *)blk)->d; break;
+            case DT_TQ2_0: d = &((block_tq2_0 *)blk)->d; break;
+            }
+            if (d) *d = k ? rng_scale(1e-4f, 2e-3f, t == DT_Q3_K || t == DT_IQ4_XS) : rng_scale(1e-3f, 2e-2f, 1);
+            if (m) *m = k ? rng_scale(1e-4f, 2e-3f, 0) : rng_scale(1e-3f, 2e-1f, 1);
+        }
+        break;
+    }
     }
     return w;
 }

@@ -97,11 +97,31 @@ static void case_free(mm_case *c)
     free(c->xd);
 }
 
-/* Exact-ish dot of dequantized values, and the error scale sum |w*x|. */
+/* Exact-ish dot of dequantized values, and the error scale sum |w*x|.
+ * Q8_1 activations (of Q4_1/Q5_1): a block's min term is m * s, with s the
+ * block's stored f16 d*sum(q) (what ggml multiplies), not the sum of the
+ * dequantized values. */
 static double case_naive(const mm_case *c, int i, int j, double *mag)
 {
     const float *w = c->wd + (size_t)j * c->n_in, *x = c->xd + (size_t)i * c->n_in;
     double s = 0.0, a = 0.0;
+    if (c->dt == DT_Q8_1) {
+        const block_q8_1 *xb = (const block_q8_1 *)(c->xa + (size_t)i * c->x_row);
+        const uint8_t *wr = c->w + (size_t)j * c->w_row;
+        const size_t bs = dtype_get(c->wtype)->type_size;
+        for (int b = 0; b < c->n_in / 32; b++) {
+            uint16_t mh;
+            memcpy(&mh, wr + (size_t)b * bs + 2, 2); /* Q4_1 and Q5_1: m follows d */
+            const double m = f16_to_f32(mh);
+            for (int k = 32 * b; k < 32 * b + 32; k++) {
+                s += ((double)w[k] - m) * x[k];
+                a += fabs((double)w[k] * x[k]);
+            }
+            s += m * f16_to_f32(xb[b].s);
+        }
+        *mag = a;
+        return s;
+    }
     for (int k = 0; k < c->n_in; k++) {
         s += (double)w[k] * x[k];
         a += fabs((double)w[k] * x[k]);
@@ -110,7 +130,9 @@ static double case_naive(const mm_case *c, int i, int j, double *mag)
     return s;
 }
 
-static const uint32_t mm_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K};
+static const uint32_t mm_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0,   DT_Q4_K,   DT_Q6_K,  DT_Q4_1,
+                                    DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q5_K, DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0,
+                                    DT_TQ2_0};
 #define N_MM_TYPES (int)(sizeof mm_types / sizeof mm_types[0])
 
 /* Tolerances, as a fraction of sum |w*x| (the natural scale of rounding
@@ -969,7 +991,9 @@ TEST(matmul_reserve_and_supports)
 {
     CHECK(kern_matmul_supports(DT_Q4_K));
     CHECK(kern_matmul_supports(DT_BF16));
-    CHECK(!kern_matmul_supports(DT_Q5_K));
+    CHECK(kern_matmul_supports(DT_Q5_K) && kern_matmul_supports(DT_IQ4_XS) && kern_matmul_supports(DT_TQ1_0));
+    CHECK(!kern_matmul_supports(DT_IQ2_XXS));
+    CHECK(!kern_matmul_supports(DT_Q8_1));
     CHECK(!kern_matmul_supports(DT_Q8_K));
     CHECK_EQ_INT(kern_matmul_reserve(16, 4096), 0);
     kern_scratch_free();
@@ -1220,6 +1244,8 @@ TEST(dots_match_llama_cpp)
     kern_init(0);
     const kern_vtable *vts[2] = {&kern_vt_ref, kern_active()};
     for (int ti = 1; ti < N_MM_TYPES; ti++) { /* F32's ggml dot is plain; the rest matter */
+        CHECK_MSG(get((int)mm_types[ti])->vec_dot_type == kern_dot_type(mm_types[ti]), "%s: ggml multiplies it with %d, we with %d",
+                  dtype_get(mm_types[ti])->name, get((int)mm_types[ti])->vec_dot_type, kern_dot_type(mm_types[ti]));
         mm_case c;
         case_make(&c, mm_types[ti], KERN_NX_MAX, 4096, 8, 4000 + (uint64_t)ti);
         for (int v = 0; v < 2; v++)

@@ -89,6 +89,10 @@ static uint8_t gq[NMAX * 4], gq2[NMAX * 4];
 static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
+/* The formats beside the first ones (blocks.h): every list of types below
+ * covers them too. */
+#define NEW_TYPES DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_1, DT_Q2_K, DT_Q3_K, DT_Q5_K, DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0
+
 /* quantize then dequantize n floats through type; returns rel rms error. */
 static double roundtrip_err(uint32_t type, const float *x, float *y, int64_t n)
 {
@@ -119,14 +123,34 @@ TEST(block_sizes_match_dtype_table)
     CHECK_EQ_INT(offsetof(block_q6_K, scales), 192);
     CHECK_EQ_INT(offsetof(block_q6_K, d), 208);
     CHECK_EQ_INT(offsetof(block_q8_K, bsums), 260);
+    /* the other formats */
+    const struct { uint32_t t; size_t size; } more[] = {
+        {DT_Q4_1, sizeof(block_q4_1)}, {DT_Q5_0, sizeof(block_q5_0)}, {DT_Q5_1, sizeof(block_q5_1)},
+        {DT_Q8_1, sizeof(block_q8_1)}, {DT_Q2_K, sizeof(block_q2_K)}, {DT_Q3_K, sizeof(block_q3_K)},
+        {DT_Q5_K, sizeof(block_q5_K)}, {DT_IQ4_NL, sizeof(block_iq4_nl)}, {DT_IQ4_XS, sizeof(block_iq4_xs)},
+        {DT_TQ1_0, sizeof(block_tq1_0)}, {DT_TQ2_0, sizeof(block_tq2_0)},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        CHECK_MSG(more[i].size == dtype_get(more[i].t)->type_size, "%s: struct %zu B, table %u B",
+                  dtype_get(more[i].t)->name, more[i].size, dtype_get(more[i].t)->type_size);
+    CHECK_EQ_INT(offsetof(block_q5_1, qh), 4);
+    CHECK_EQ_INT(offsetof(block_q2_K, d), 80);
+    CHECK_EQ_INT(offsetof(block_q3_K, scales), 96);
+    CHECK_EQ_INT(offsetof(block_q5_K, qh), 16);
+    CHECK_EQ_INT(offsetof(block_q5_K, qs), 48);
+    CHECK_EQ_INT(offsetof(block_iq4_xs, qs), 8);
+    CHECK_EQ_INT(offsetof(block_tq1_0, qh), 48);
+    CHECK_EQ_INT(offsetof(block_tq2_0, d), 64);
 }
 
 TEST(supported_types)
 {
-    const uint32_t yes[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K};
+    const uint32_t yes[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K,
+                            DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_1, DT_Q2_K, DT_Q3_K, DT_Q5_K,
+                            DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) CHECK(quant_supported(yes[i]));
-    CHECK(!quant_supported(DT_Q5_0));
-    CHECK(!quant_supported(DT_Q4_1));
+    CHECK(!quant_supported(DT_IQ2_XXS));
+    CHECK(!quant_supported(DT_MXFP4));
     CHECK(!quant_supported(DT_I32));
     CHECK(!quant_supported(12345));
 }
@@ -457,7 +481,7 @@ TEST(q8_K_quantize_known)
 
 TEST(zero_rows_decode_to_zero)
 {
-    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K};
+    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K, NEW_TYPES};
     float x[512] = {0}, y[512];
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (int i = 0; i < 512; i++) y[i] = 1;
@@ -470,16 +494,19 @@ TEST(zero_rows_decode_to_zero)
  * degenerate branches of the scale searches. */
 TEST(degenerate_rows)
 {
-    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K};
+    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K, NEW_TYPES};
     float x[256], y[256];
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (int i = 0; i < 256; i++) x[i] = 0.75f;
-        CHECK_MSG(roundtrip_err(types[t], x, y, 256) < 0.01, "constant row, type %u", types[t]);
+        /* the table formats have no zero level: the other 31 elements of a
+         * one-hot block decode to d (3/127 here) */
+        const double tol = types[t] == DT_IQ4_NL || types[t] == DT_IQ4_XS ? 0.05 : 0.01;
+        CHECK_MSG(roundtrip_err(types[t], x, y, 256) < tol, "constant row, type %u", types[t]);
         for (int i = 0; i < 256; i++) x[i] = -0.75f;
-        CHECK_MSG(roundtrip_err(types[t], x, y, 256) < 0.01, "negative constant, type %u", types[t]);
+        CHECK_MSG(roundtrip_err(types[t], x, y, 256) < tol, "negative constant, type %u", types[t]);
         memset(x, 0, sizeof x);
         x[77] = -3.0f;
-        CHECK_MSG(roundtrip_err(types[t], x, y, 256) < 0.01, "one-hot row, type %u", types[t]);
+        CHECK_MSG(roundtrip_err(types[t], x, y, 256) < tol, "one-hot row, type %u", types[t]);
     }
 }
 
@@ -489,7 +516,7 @@ TEST(degenerate_rows)
 TEST(nonfinite_inputs_stay_in_their_block)
 {
     rng_seed(1);
-    const uint32_t types[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K};
+    const uint32_t types[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K, NEW_TYPES};
     const float bad[] = {NAN, INFINITY, -INFINITY, 1e38f, -3e38f};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
@@ -501,7 +528,8 @@ TEST(nonfinite_inputs_stay_in_their_block)
             quant_dequant_row(types[t], gq, y, 512);
             /* the second 256 elements are whole blocks of every type */
             const double e = rel_rms_err(x + 256, y + 256, 256);
-            CHECK_MSG(e < 0.2, "%s with %g: the clean half has error %g", dtype_get(types[t])->name, bad[b], e);
+            const double bound = types[t] == DT_TQ1_0 || types[t] == DT_TQ2_0 ? 0.9 : types[t] == DT_Q2_K ? 0.5 : 0.2;
+            CHECK_MSG(e < bound, "%s with %g: the clean half has error %g", dtype_get(types[t])->name, bad[b], e);
             if (types[t] != DT_Q4_0) continue;
             quant_q4_0_quantize_row_ref(x, (block_q4_0 *)gq, 512);
             quant_dequant_row(DT_Q4_0, gq, y, 512);
@@ -522,6 +550,9 @@ TEST(random_roundtrip_error_bounds)
     const struct { uint32_t type; double max; } b[] = {
         {DT_F32, 0.0}, {DT_F16, 1e-3}, {DT_BF16, 0.01}, {DT_Q8_0, 0.01}, {DT_Q8_K, 0.01},
         {DT_Q4_0, 0.12}, {DT_Q4_K, 0.08}, {DT_Q6_K, 0.02},
+        {DT_Q4_1, 0.10}, {DT_Q5_0, 0.06}, {DT_Q5_1, 0.05}, {DT_Q8_1, 0.01}, {DT_Q2_K, 0.35},
+        {DT_Q3_K, 0.18}, {DT_Q5_K, 0.04}, {DT_IQ4_NL, 0.10}, {DT_IQ4_XS, 0.10},
+        {DT_TQ1_0, 0.85}, {DT_TQ2_0, 0.85},
     };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
         const double e = roundtrip_err(b[i].type, x, y, n);
@@ -661,6 +692,18 @@ static bool oracle_load(void)
     ORACLE_BIND(oracle.qref[DT_Q4_K], h, "quantize_row_q4_K_ref");
     ORACLE_BIND(oracle.qref[DT_Q6_K], h, "quantize_row_q6_K_ref");
     ORACLE_BIND(oracle.qref[DT_Q8_K], h, "quantize_row_q8_K_ref");
+    ORACLE_BIND(oracle.qref[DT_Q8_1], h, "quantize_row_q8_1_ref");
+    static const struct { uint32_t t; const char *name; } more[] = {
+        {DT_Q4_1, "q4_1"}, {DT_Q5_0, "q5_0"}, {DT_Q5_1, "q5_1"}, {DT_Q2_K, "q2_K"}, {DT_Q3_K, "q3_K"},
+        {DT_Q5_K, "q5_K"}, {DT_IQ4_NL, "iq4_nl"}, {DT_IQ4_XS, "iq4_xs"}, {DT_TQ1_0, "tq1_0"}, {DT_TQ2_0, "tq2_0"},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "dequantize_row_%s", more[i].name);
+        ORACLE_BIND(oracle.deq[more[i].t], h, name);
+        snprintf(name, sizeof name, "quantize_row_%s_ref", more[i].name);
+        ORACLE_BIND(oracle.qref[more[i].t], h, name);
+    }
     ORACLE_BIND(oracle.fp16_to_fp32, h, "ggml_fp16_to_fp32");
     ORACLE_BIND(oracle.fp32_to_fp16, h, "ggml_fp32_to_fp16");
     ORACLE_BIND(oracle.bf16_to_fp32, h, "ggml_bf16_to_fp32");
@@ -674,6 +717,26 @@ static uint16_t random_scale16(void)
 {
     const uint16_t exp = (uint16_t)(3 + rng_next() % 16);
     return (uint16_t)(((rng_next() & 1) << 15) | (exp << 10) | (rng_next() & 0x3FF));
+}
+
+/* The f16 scale fields of a block of one of NEW_TYPES at blk: their count
+ * (1 or 2), pointers to them in sc[]. */
+static int block_scales16(uint32_t t, uint8_t *blk, uint16_t **sc)
+{
+    switch (t) {
+    case DT_Q4_1: sc[0] = &((block_q4_1 *)blk)->d, sc[1] = &((block_q4_1 *)blk)->m; return 2;
+    case DT_Q5_0: sc[0] = &((block_q5_0 *)blk)->d; return 1;
+    case DT_Q5_1: sc[0] = &((block_q5_1 *)blk)->d, sc[1] = &((block_q5_1 *)blk)->m; return 2;
+    case DT_Q8_1: sc[0] = &((block_q8_1 *)blk)->d, sc[1] = &((block_q8_1 *)blk)->s; return 2;
+    case DT_Q2_K: sc[0] = &((block_q2_K *)blk)->d, sc[1] = &((block_q2_K *)blk)->dmin; return 2;
+    case DT_Q3_K: sc[0] = &((block_q3_K *)blk)->d; return 1;
+    case DT_Q5_K: sc[0] = &((block_q5_K *)blk)->d, sc[1] = &((block_q5_K *)blk)->dmin; return 2;
+    case DT_IQ4_NL: sc[0] = &((block_iq4_nl *)blk)->d; return 1;
+    case DT_IQ4_XS: sc[0] = &((block_iq4_xs *)blk)->d; return 1;
+    case DT_TQ1_0: sc[0] = &((block_tq1_0 *)blk)->d; return 1;
+    case DT_TQ2_0: sc[0] = &((block_tq2_0 *)blk)->d; return 1;
+    default: return 0;
+    }
 }
 
 /* Random blocks of type t (n elements): random bytes, finite scales. */
@@ -694,6 +757,12 @@ static void *random_blocks(uint32_t t, int64_t n)
             break;
         case DT_Q6_K: ((block_q6_K *)p)[b].d = random_scale16(); break;
         case DT_Q8_K: ((block_q8_K *)p)[b].d = rng_gauss() * 0.01f; break;
+        default: {
+            /* the f16 scales of the other formats: every one finite */
+            uint16_t *sc[2];
+            const int k = block_scales16(t, p + (size_t)b * dtype_get(t)->type_size, sc);
+            for (int i = 0; i < k; i++) *sc[i] = random_scale16();
+        }
         }
     }
     return p;
@@ -702,7 +771,8 @@ static void *random_blocks(uint32_t t, int64_t n)
 TEST(oracle_dequant)
 {
     rng_seed(7);
-    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K};
+    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K, DT_Q4_1, DT_Q5_0, DT_Q5_1,
+                              DT_Q2_K, DT_Q3_K, DT_Q5_K, DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
     const int64_t n = 256 * 32;
     float *a = gx, *b = gy;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -714,6 +784,45 @@ TEST(oracle_dequant)
             if (f32_bits(a[i]) != f32_bits(b[i])) bad = i;
         CHECK_MSG(bad < 0, "%s: element %lld is %.9g, ggml says %.9g", dtype_get(types[t])->name,
                   (long long)bad, a[bad < 0 ? 0 : bad], b[bad < 0 ? 0 : bad]);
+    }
+}
+
+/* Extreme blocks of every new format, bit for bit against ggml: all-zero
+ * bytes; every quant bit set with the largest finite scales (65504) of
+ * either sign; every quant bit set or clear with the smallest subnormal
+ * scales; alternating bytes. Then the IQ4 level table read back from
+ * ggml through blocks of d = 1 holding the indices 0..15. */
+TEST(oracle_dequant_extremes)
+{
+    const uint32_t types[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q5_K,
+                              DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
+    static const struct { uint8_t fill; uint16_t scale; } kinds[] = {
+        {0x00, 0x0000}, {0xFF, 0x7BFF}, {0xFF, 0xFBFF}, {0x00, 0x7BFF}, {0xFF, 0x0001},
+        {0x55, 0x3C00}, {0xAA, 0xBC00}, {0x0F, 0x7BFF}, {0xF0, 0xFBFF},
+    };
+    const int64_t n = 256;
+    float *a = gx, *b = gy;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const size_t bytes = dtype_row_bytes(types[t], (uint64_t)n), bs = dtype_get(types[t])->type_size;
+            memset(gq, kinds[k].fill, bytes);
+            for (size_t o = 0; o < bytes; o += bs) {
+                uint16_t *sc[2];
+                const int ns = block_scales16(types[t], gq + o, sc);
+                for (int i = 0; i < ns; i++) *sc[i] = kinds[k].scale;
+            }
+            quant_dequant_row(types[t], gq, a, n);
+            oracle.deq[types[t]](gq, b, n);
+            for (int64_t i = 0; i < n; i++)
+                CHECK_MSG(f32_bits(a[i]) == f32_bits(b[i]), "%s extreme %zu: element %lld is %.9g, ggml %.9g",
+                          dtype_get(types[t])->name, k, (long long)i, a[i], b[i]);
+        }
+    block_iq4_nl blk = {.d = 0x3C00};
+    for (int j = 0; j < 16; j++) blk.qs[j] = (uint8_t)(j | (15 - j) << 4);
+    oracle.deq[DT_IQ4_NL](&blk, a, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK_EQ_INT(a[j], quant_iq4nl_values[j]);
+        CHECK_EQ_INT(a[16 + j], quant_iq4nl_values[15 - j]);
     }
 }
 
@@ -750,8 +859,8 @@ TEST(oracle_q8_quantize_bit_exact)
     fill_weights(x, n);
     /* some exact .5 products to exercise the tie rules */
     for (int64_t i = 0; i < n; i += 97) x[i] = (float)(i % 64) * 0.5f - 16.0f;
-    const uint32_t types[] = {DT_Q8_0, DT_Q8_K, DT_Q4_0};
-    for (size_t t = 0; t < 3; t++) {
+    const uint32_t types[] = {DT_Q8_0, DT_Q8_K, DT_Q4_0, DT_Q8_1};
+    for (size_t t = 0; t < 4; t++) {
         const size_t bytes = dtype_row_bytes(types[t], (uint64_t)n);
         if (types[t] == DT_Q4_0) quant_q4_0_quantize_row_ref(x, (block_q4_0 *)gq, n); /* the fast one */
         else quant_quantize_row(types[t], x, gq, n);
@@ -768,8 +877,9 @@ TEST(oracle_weight_quantizers_not_worse)
     const int64_t n = NMAX;
     float *x = gx, *y = gy;
     fill_weights(x, n);
-    const uint32_t types[] = {DT_Q4_0, DT_Q4_K, DT_Q6_K};
-    for (size_t t = 0; t < 3; t++) {
+    const uint32_t types[] = {DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K,
+                              DT_Q5_K, DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         oracle.qref[types[t]](x, gq2, n);
         quant_dequant_row(types[t], gq2, y, n);
         const double e_ggml = rel_rms_err(x, y, n);
@@ -1079,12 +1189,12 @@ TEST(quantize_errors_name_file_and_tensor)
 {
     rng_seed(12);
     const char *in = qpath("bad.gguf"), *out = qpath("bad-out.gguf");
-    /* a weight in a type pagellm cannot read (q5_0) */
-    CHECK(syn_write(in, true, "blk.3.attn_k.weight", DT_Q5_0) == 0);
+    /* a weight in a type pagellm cannot read (iq2_xxs) */
+    CHECK(syn_write(in, true, "blk.3.attn_k.weight", DT_IQ2_XXS) == 0);
     int rc = pl_quantize(in, out, "q8_0");
     CHECK_EQ_INT(rc, PL_EUNSUPPORTED);
     CHECK_MSG(strstr(pl_last_error(), in) && strstr(pl_last_error(), "blk.3.attn_k.weight")
-              && strstr(pl_last_error(), "q5_0"), "message: %s", pl_last_error());
+              && strstr(pl_last_error(), "iq2_xxs"), "message: %s", pl_last_error());
     CHECK(access(out, F_OK) != 0); /* nothing written */
     /* but it may stay what it is when the target is its own type: f32 keeps
      * it only if it is not a weight matrix, so f16 fails the same way */
@@ -1137,6 +1247,7 @@ int main(void)
     RUN(weight_quantizers_stable_on_own_output);
     if (oracle_load()) {
         RUN(oracle_dequant);
+        RUN(oracle_dequant_extremes);
         RUN(oracle_half_conversions);
         RUN(oracle_q8_quantize_bit_exact);
         RUN(oracle_weight_quantizers_not_worse);

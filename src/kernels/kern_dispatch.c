@@ -148,9 +148,19 @@ int kern_dot_type(uint32_t wtype)
     case DT_F16: return DT_F16;
     case DT_BF16: return DT_BF16;
     case DT_Q8_0:
-    case DT_Q4_0: return DT_Q8_0;
+    case DT_Q4_0:
+    case DT_Q5_0:
+    case DT_IQ4_NL: return DT_Q8_0;
+    case DT_Q4_1:
+    case DT_Q5_1: return DT_Q8_1;
+    case DT_Q2_K:
+    case DT_Q3_K:
     case DT_Q4_K:
-    case DT_Q6_K: return DT_Q8_K;
+    case DT_Q5_K:
+    case DT_Q6_K:
+    case DT_IQ4_XS:
+    case DT_TQ1_0:
+    case DT_TQ2_0: return DT_Q8_K;
     default: return -1;
     }
 }

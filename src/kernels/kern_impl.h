@@ -39,8 +39,11 @@
  *   F32          F32        none (x used as is)
  *   F16          F16        f32 -> f16, round to nearest even
  *   BF16         BF16       f32 -> bf16, round to nearest even
- *   Q8_0, Q4_0   Q8_0       ggml's quantize_row_q8_0_ref (roundf)
- *   Q4_K, Q6_K   Q8_K       ggml's quantize_row_q8_K_ref (nearest even)
+ *   Q8_0, Q4_0,  Q8_0       ggml's quantize_row_q8_0_ref (roundf)
+ *   Q5_0, IQ4_NL
+ *   Q4_1, Q5_1   Q8_1       ggml's quantize_row_q8_1_ref (roundf)
+ *   the K-quants Q8_K       ggml's quantize_row_q8_K_ref (nearest even)
+ *   IQ4_XS, TQ*
  *
  * Every conversion in every variant produces the same bytes as the
  * reference (quant_quantize_row for Q8_0/Q8_K, half.h for f16/bf16), so that
@@ -234,6 +237,19 @@ const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
 
 /* The reference variant (complete). */
 extern const kern_vtable kern_vt_ref;
+/* kern_ref_quants.c: the reference tiles of the other block formats and
+ * the Q8_1 conversion, which kern_vt_ref lists. */
+void kern_gemm_q4_1_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q5_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q5_1_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_iq4_nl_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q2_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q3_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_q5_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_iq4_xs_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_tq1_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_gemm_tq2_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+void kern_conv_q8_1_ref(void *dst, const float *src, int n);
 
 /* The AVX2+FMA+F16C variant, or NULL when not compiled for x86. Only valid to
  * call through when kern_cpu_has_avx2() is true. Getting the table also
@@ -271,6 +287,22 @@ extern int kern_pf_stream;
  * best): the AVX-512 table lists them, x86 only. */
 void kern_dot_f32_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
 void kern_dot_f16_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+/* kern_avx2_quants.c: the AVX2 table's GEMM and decode dot tiles of the
+ * other block formats (x86 only). */
+#define KERN_AVX2Q_DECL(T)                                                                             \
+    void kern_gemm_##T##_avx2(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
+                              size_t xs, int nx);                                                       \
+    void kern_dot_##T##_avx2(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+KERN_AVX2Q_DECL(q4_1)
+KERN_AVX2Q_DECL(q5_0)
+KERN_AVX2Q_DECL(q5_1)
+KERN_AVX2Q_DECL(iq4_nl)
+KERN_AVX2Q_DECL(q2_K)
+KERN_AVX2Q_DECL(q3_K)
+KERN_AVX2Q_DECL(q5_K)
+KERN_AVX2Q_DECL(iq4_xs)
+KERN_AVX2Q_DECL(tq2_0)
+#undef KERN_AVX2Q_DECL
 /* kern_avx2_f16p.c: the AVX2 table's packed F16 GEMM (kern_packed). */
 void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                          const kern_px *px, int nx);
@@ -293,6 +325,7 @@ void kern_avx512_fill_kquant(kern_vtable *t);
 void kern_avx512_fill_float(kern_vtable *t, bool bf16);
 void kern_avx512_fill_elem(kern_vtable *t);
 void kern_avx512_fill_f16p(kern_vtable *t);
+void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4_XS */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product

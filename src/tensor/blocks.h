@@ -28,6 +28,45 @@
  *   low 4 bits  = ql[64*h + l + 32*(k&1)] >> (4*(k>>1)) & 15
  *   high 2 bits = qh[32*h + l] >> (2*k) & 3
  * and its scale is scales[e / 16].
+ *
+ * The other weight formats (element j of a 32-block: nibble lo of qs[j]
+ * for j < 16, hi of qs[j-16] otherwise, as Q4_0):
+ *
+ *   Q4_1 (32, 20 B):  d:f16 m:f16 | qs[16]            x = d*q + m, q 0..15
+ *   Q5_0 (32, 22 B):  d:f16 | qh[4] | qs[16]          x = d*(q-16), q 0..31,
+ *         bit 4 of q(j) = bit j of qh (a little-endian uint32)
+ *   Q5_1 (32, 24 B):  d:f16 m:f16 | qh[4] | qs[16]    x = d*q + m
+ *   Q8_1 (32, 36 B):  d:f16 s:f16 | qs[32]:i8         x = d*q, s = d*sum(q)
+ *         (activations of Q4_1/Q5_1: s carries the m term of the dot)
+ *   IQ4_NL (32, 18 B): d:f16 | qs[16]                 x = d*kvalues_iq4nl[q]
+ *
+ *   Q2_K (256, 84 B): scales[16] (lo nibble scale, hi nibble min) |
+ *         qs[64] | d:f16 dmin:f16;  16 sub-blocks of 16:
+ *         x = d*sc*q - dmin*m, q 0..3
+ *   Q3_K (256, 110 B): hmask[32] | qs[64] | scales[12] | d:f16;
+ *         16 sub-blocks of 16: x = d*(sc-32)*(q - 4*!hbit), q 0..3, sc 6-bit
+ *   Q5_K (256, 176 B): d:f16 dmin:f16 | scales[12] (as Q4_K) | qh[32] |
+ *         qs[128]; 8 sub-blocks of 32: x = d*sc*q - dmin*m, q 0..31
+ *   IQ4_XS (256, 136 B): d:f16 | scales_h:u16 | scales_l[4] | qs[128];
+ *         8 sub-blocks of 32: x = d*(ls-32)*kvalues_iq4nl[q], ls 6-bit
+ *         (lo 4 bits: nibble j&1 of scales_l[j/2]; hi 2: scales_h >> 2j)
+ *   TQ1_0 (256, 54 B): qs[48] | qh[4] | d:f16   x = d*(t-1), t 0..2,
+ *         5 (qs) or 4 (qh) base-3 digits a byte (below)
+ *   TQ2_0 (256, 66 B): qs[64] | d:f16           x = d*(q-1), q 0..3
+ *
+ * Q2_K/Q3_K 2-bit q of element e = 128*h + 32*k + l (l 0..31):
+ *   q = qs[32*h + l] >> (2*k) & 3, sub-block e / 16; Q3_K's hbit of e is
+ *   hmask[l] >> (4*h + k) & 1. Q3_K's 6-bit scale j (0..15):
+ *   lo 4 bits = scales[j % 8] >> (4*(j/8)) & 15,
+ *   hi 2 bits = scales[8 + j % 4] >> (2*(j/4)) & 3.
+ * Q5_K element e = 64*g + 32*u + l (sub-block 2g+u): lo 4 bits as Q4_K's
+ *   qs, bit 4 = qh[l] >> (2*g + u) & 1.
+ * TQ2_0 element e = 128*h + 32*k + l: q = qs[32*h + l] >> (2*k) & 3.
+ * TQ1_0: a byte b holds the digits t_0..t_{n-1} (t_0 most significant) as
+ *   b = ceil(256 * v * 3^(5-n) / 243), v = sum t_i 3^(n-1-i); digit i is
+ *   (uint8_t)(b * 3^i) * 3 >> 8. Elements: qs[0..32) digits 0..4 give
+ *   e = 32*i + l; qs[32..48) give 160 + 16*i + l; qh[0..4) digits 0..3
+ *   give 240 + 4*i + l.
  */
 #ifndef PL_TENSOR_BLOCKS_H
 #define PL_TENSOR_BLOCKS_H
@@ -37,6 +76,11 @@
 
 #define QK8_0 32
 #define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_1 32
+#define QK4_NL 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -86,5 +130,102 @@ typedef struct {
     int16_t bsums[QK_K / 16];
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
+
+typedef struct {
+    uint16_t d;
+    uint16_t s;
+    int8_t qs[QK8_1];
+} block_q8_1;
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    uint16_t d;
+    uint16_t dmin;
+} block_q2_K;
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
+
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
+
+/* Q3_K's 6-bit scale j (0..15), 0..63 (the value is this minus 32). */
+static inline int block_q3_K_scale(int j, const uint8_t *scales)
+{
+    return ((scales[j % 8] >> (4 * (j / 8))) & 15) | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
+typedef struct {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
+
+/* IQ4_XS's 6-bit scale of sub-block j (0..7), 0..63 (the value is this minus 32). */
+static inline int block_iq4_xs_scale(int j, const block_iq4_xs *b)
+{
+    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b->scales_h >> (2 * j)) & 3) << 4);
+}
+
+typedef struct {
+    uint8_t qs[48];
+    uint8_t qh[4];
+    uint16_t d;
+} block_tq1_0;
+static_assert(sizeof(block_tq1_0) == 54, "block_tq1_0 size");
+
+typedef struct {
+    uint8_t qs[QK_K / 4];
+    uint16_t d;
+} block_tq2_0;
+static_assert(sizeof(block_tq2_0) == 66, "block_tq2_0 size");
+
+/* The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl, recovered by
+ * dequantizing crafted blocks; test_tensor checks them against ggml). */
+extern const int8_t quant_iq4nl_values[16];
 
 #endif

@@ -46,6 +46,8 @@ typedef enum {
     DT_F64 = 28,
     DT_IQ1_M = 29,
     DT_BF16 = 30,
+    DT_TQ1_0 = 34,
+    DT_TQ2_0 = 35,
     DT_MXFP4 = 39,
     DT_COUNT = 40, /* one past the largest id */
 } dtype;

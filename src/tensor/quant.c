@@ -1,6 +1,7 @@
 /* quant.c - row (de)quantization for F32, F16, BF16, Q8_0 and Q4_0, and the
- * type dispatch of quant.h. The K-quants (Q4_K, Q6_K, Q8_K) live in
- * quant_k.c.
+ * type dispatch of quant.h. The K-quants live in quant_k.c (Q4_K, Q6_K,
+ * Q8_K) and quant_k_ext.c (Q2_K, Q3_K, Q5_K); Q4_1, Q5_0, Q5_1, Q8_1 in
+ * quant_legacy.c; IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 in quant_iq.c.
  *
  * Dequantizers repeat ggml's reference float operations in the same order
  * (e.g. Q4_0: (float)(q - 8) * d), so results are bit-identical with ggml;
@@ -185,7 +186,9 @@ bool quant_supported(uint32_t type)
 {
     switch (type) {
     case DT_F32: case DT_F16: case DT_BF16: case DT_Q8_0: case DT_Q4_0:
-    case DT_Q4_K: case DT_Q6_K: case DT_Q8_K:
+    case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: case DT_Q8_1:
+    case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_Q8_K:
+    case DT_IQ4_NL: case DT_IQ4_XS: case DT_TQ1_0: case DT_TQ2_0:
         return true;
     default:
         return false;
@@ -203,6 +206,17 @@ void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
     case DT_Q4_K: quant_q4_K_dequant_row(src, dst, n); break;
     case DT_Q6_K: quant_q6_K_dequant_row(src, dst, n); break;
     case DT_Q8_K: quant_q8_K_dequant_row(src, dst, n); break;
+    case DT_Q4_1: quant_q4_1_dequant_row(src, dst, n); break;
+    case DT_Q5_0: quant_q5_0_dequant_row(src, dst, n); break;
+    case DT_Q5_1: quant_q5_1_dequant_row(src, dst, n); break;
+    case DT_Q8_1: quant_q8_1_dequant_row(src, dst, n); break;
+    case DT_Q2_K: quant_q2_K_dequant_row(src, dst, n); break;
+    case DT_Q3_K: quant_q3_K_dequant_row(src, dst, n); break;
+    case DT_Q5_K: quant_q5_K_dequant_row(src, dst, n); break;
+    case DT_IQ4_NL: quant_iq4_nl_dequant_row(src, dst, n); break;
+    case DT_IQ4_XS: quant_iq4_xs_dequant_row(src, dst, n); break;
+    case DT_TQ1_0: quant_tq1_0_dequant_row(src, dst, n); break;
+    case DT_TQ2_0: quant_tq2_0_dequant_row(src, dst, n); break;
     default: assert(!"quant_dequant_row: unsupported type"); break;
     }
 }
@@ -218,6 +232,17 @@ void quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
     case DT_Q4_K: quant_q4_K_quantize_row(src, dst, n); break;
     case DT_Q6_K: quant_q6_K_quantize_row(src, dst, n); break;
     case DT_Q8_K: quant_q8_K_quantize_row(src, dst, n); break;
+    case DT_Q4_1: quant_q4_1_quantize_row(src, dst, n); break;
+    case DT_Q5_0: quant_q5_0_quantize_row(src, dst, n); break;
+    case DT_Q5_1: quant_q5_1_quantize_row(src, dst, n); break;
+    case DT_Q8_1: quant_q8_1_quantize_row(src, dst, n); break;
+    case DT_Q2_K: quant_q2_K_quantize_row(src, dst, n); break;
+    case DT_Q3_K: quant_q3_K_quantize_row(src, dst, n); break;
+    case DT_Q5_K: quant_q5_K_quantize_row(src, dst, n); break;
+    case DT_IQ4_NL: quant_iq4_nl_quantize_row(src, dst, n); break;
+    case DT_IQ4_XS: quant_iq4_xs_quantize_row(src, dst, n); break;
+    case DT_TQ1_0: quant_tq1_0_quantize_row(src, dst, n); break;
+    case DT_TQ2_0: quant_tq2_0_quantize_row(src, dst, n); break;
     default: assert(!"quant_quantize_row: unsupported type"); break;
     }
 }

@@ -1,7 +1,9 @@
 /* quant.h - reference (de)quantization of rows in the ggml block formats.
  *
- * Supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, and Q8_K (the
- * activation format that K-quant dot products use). A row of n elements must
+ * Supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, and the activation
+ * formats the dot products use: Q8_0, Q8_1 (with Q4_1/Q5_1) and Q8_K (the
+ * 256-element formats). A row of n elements must
  * have n a multiple of the type's block size (see dtype.h).
  *
  * Dequantization is exactly ggml's reference: the same float operations in
@@ -10,7 +12,7 @@
  * (the activation formats) it follows ggml's rounding so that dot products
  * see the same integers llama.cpp sees.
  *
- * The weight quantizers (Q4_0, Q4_K, Q6_K) search for scales that lower the
+ * The weight quantizers (all but Q8_0, Q8_1 and Q8_K) search for scales that lower the
  * squared error; they are deterministic but not byte-identical to ggml's
  * (nothing requires that: a file only has to decode the same everywhere).
  * Non-finite inputs give unspecified (but memory-safe) blocks.
@@ -61,6 +63,32 @@ void quant_q6_K_dequant_row(const block_q6_K *src, float *dst, int64_t n);
 void quant_q6_K_quantize_row(const float *src, block_q6_K *dst, int64_t n);  /* scale search */
 void quant_q8_K_dequant_row(const block_q8_K *src, float *dst, int64_t n);
 void quant_q8_K_quantize_row(const float *src, block_q8_K *dst, int64_t n);  /* = ggml ref */
+
+/* quant_legacy.c */
+void quant_q4_1_dequant_row(const block_q4_1 *src, float *dst, int64_t n);
+void quant_q4_1_quantize_row(const float *src, block_q4_1 *dst, int64_t n);  /* scale/min fit */
+void quant_q5_0_dequant_row(const block_q5_0 *src, float *dst, int64_t n);
+void quant_q5_0_quantize_row(const float *src, block_q5_0 *dst, int64_t n);  /* scale fit */
+void quant_q5_1_dequant_row(const block_q5_1 *src, float *dst, int64_t n);
+void quant_q5_1_quantize_row(const float *src, block_q5_1 *dst, int64_t n);  /* scale/min fit */
+void quant_q8_1_dequant_row(const block_q8_1 *src, float *dst, int64_t n);
+void quant_q8_1_quantize_row(const float *src, block_q8_1 *dst, int64_t n);  /* = ggml ref */
+/* quant_k_ext.c */
+void quant_q2_K_dequant_row(const block_q2_K *src, float *dst, int64_t n);
+void quant_q2_K_quantize_row(const float *src, block_q2_K *dst, int64_t n);
+void quant_q3_K_dequant_row(const block_q3_K *src, float *dst, int64_t n);
+void quant_q3_K_quantize_row(const float *src, block_q3_K *dst, int64_t n);
+void quant_q5_K_dequant_row(const block_q5_K *src, float *dst, int64_t n);
+void quant_q5_K_quantize_row(const float *src, block_q5_K *dst, int64_t n);
+/* quant_iq.c */
+void quant_iq4_nl_dequant_row(const block_iq4_nl *src, float *dst, int64_t n);
+void quant_iq4_nl_quantize_row(const float *src, block_iq4_nl *dst, int64_t n);
+void quant_iq4_xs_dequant_row(const block_iq4_xs *src, float *dst, int64_t n);
+void quant_iq4_xs_quantize_row(const float *src, block_iq4_xs *dst, int64_t n);
+void quant_tq1_0_dequant_row(const block_tq1_0 *src, float *dst, int64_t n);
+void quant_tq1_0_quantize_row(const float *src, block_tq1_0 *dst, int64_t n);
+void quant_tq2_0_dequant_row(const block_tq2_0 *src, float *dst, int64_t n);
+void quant_tq2_0_quantize_row(const float *src, block_tq2_0 *dst, int64_t n);
 
 /* Round to the nearest integer, ties to even, as ggml's nearest_int(): adding
  * 1.5*2^23 leaves the rounded value in the low mantissa bits. Valid for

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "tensor/half.h"
+#include "tensor/quant_fit.h"
 
 /* Below this magnitude a group is treated as all zeros (as ggml does), so
  * that 1/scale never overflows. */
@@ -115,7 +116,7 @@ static void k_assign(const float *x, const float *w, int n, int nmax, float isca
  * at the best min found so far, refitting scale and min by least squares for
  * each; finally alternates re-assignment and refit while the error falls.
  * Returns scale; *neg_min = -min (>= 0). */
-static float k_fit_scale_min(const float *x, const float *w, int n, int nmax, float *neg_min)
+float quant_fit_scale_min(const float *x, const float *w, int n, int nmax, float *neg_min)
 {
     float lo = x[0], hi = x[0];
     lsq_sums s = {0, 0, 0, 0, 0, 0};
@@ -232,7 +233,7 @@ static void q4_K_block_quantize(const float *x, block_q4_K *y)
         for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
         const float rms = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[32 * j + l] = rms + fabsf(xs[l]);
-        scale[j] = k_fit_scale_min(xs, w + 32 * j, 32, 15, &neg_min[j]);
+        scale[j] = quant_fit_scale_min(xs, w + 32 * j, 32, 15, &neg_min[j]);
         if (!(scale[j] >= 0)) scale[j] = 0; /* NaN input */
     }
     q4_K_scales_encode(y, x, w, scale, neg_min, L);
@@ -278,7 +279,7 @@ void quant_q6_K_dequant_row(const block_q6_K *src, float *dst, int64_t n)
  * (error)^2 (large elements matter most, as in ggml's Q6_K). The grids put
  * the element of largest magnitude at -(nmax + 0.1k), k = -9..9; each gets
  * its least-squares scale. Returns scale (sign included). */
-static float k_fit_scale_sym(const float *x, int n, int nmax)
+float quant_fit_scale_sym(const float *x, int n, int nmax)
 {
     float amax = 0, max = 0;
     for (int i = 0; i < n; i++)
@@ -353,7 +354,7 @@ static void q6_K_block_quantize(const float *x, block_q6_K *y)
     uint8_t L[QK_K];
     float scale[16], max_scale = 0, max_abs = 0;
     for (int s = 0; s < 16; s++) {
-        scale[s] = k_fit_scale_sym(x + 16 * s, 16, 32);
+        scale[s] = quant_fit_scale_sym(x + 16 * s, 16, 32);
         if (fabsf(scale[s]) > max_abs) { max_abs = fabsf(scale[s]); max_scale = scale[s]; }
     }
     if (!(max_abs >= K_GROUP_EPS)) {

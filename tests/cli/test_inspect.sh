@@ -86,6 +86,8 @@ else
   is inspect_stories_ctx_train "$T/s.json" .ctx_train 2048
   # All 48 tensors are f32: weights = 4 bytes x 292800 elements.
   is inspect_stories_weights_bytes "$T/s.json" .weights_bytes $((4 * 292800))
+  is inspect_stories_bpw "$T/s.json" .weights_bpw 32
+  is inspect_stories_type_bpw "$T/s.json" ".types[0].bpw" 32
   is inspect_stories_type_f32 "$T/s.json" '.types[0].type' f32
   is inspect_stories_type_count "$T/s.json" '.types[0].count' 48
   # 2 x 5 layers x 4 KV heads x 8 x 2 bytes = 640.

@@ -1,0 +1,169 @@
+/* kern_avx512_quants.c - AVX-512 (VNNI) kernels of the block formats
+ * beside Q8_0/Q4_0/Q4_K/Q6_K: Q5_K and IQ4_XS against Q8_K, GEMM tiles and
+ * decode dots.
+ * The other new formats keep their AVX2 tiles (kern_avx2_quants.c), which
+ * the AVX-512 tables inherit.
+ *
+ * Q5_K is Q4_K with a fifth bit per weight, so its tile is Q4_K's
+ * (kern_avx512_kquant.c, whose header has the reasoning): 64 weights a zmm
+ * as unsigned bytes (0..31; vpdpbusd sums of 4 stay below 4 * 31 * 127 <
+ * 2^15, so packs to int16 is exact), the sub-block scales applied by
+ * vpdpwssd after vpermw, the mins from the activation's bsums. qh[l] holds
+ * bit 2k of element 64k + l and bit 2k + 1 of element 64k + 32 + l: one
+ * broadcast of qh shifted per 256-bit half (srlv) gives both.
+ *
+ * Numerics: the reference's exact integer sum per super-block, spread over
+ * 8 lanes; float accumulation in 8 lanes across super-blocks, one
+ * horizontal sum (within rounding of the reference). One code path per
+ * element whatever nx (kern_impl.h's invariants).
+ */
+#include "kernels/kern_impl.h"
+#include "kernels/avx512_intrin.h"
+
+#ifdef PL_HAVE_AVX512_CODE
+
+#include <string.h>
+
+#include "tensor/blocks.h"
+
+K5AI float q5k_hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* int16 vector: lo in the low 256 bits, hi in the high 256 bits. */
+K5AI __m512i q5k_halves_epi16(short lo, short hi)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+}
+
+/* The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block as 16 bytes
+ * sc[0..7] m[0..7] (blocks.h's packing). */
+K5AI __m128i q5k_scales_mins(const uint8_t *s12)
+{
+    uint32_t a, b, c;
+    memcpy(&a, s12, 4), memcpy(&b, s12 + 4, 4), memcpy(&c, s12 + 8, 4);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint32_t sc03 = a & lo6, m03 = b & lo6;
+    const uint32_t sc47 = (c & lo4) | (((a >> 6) & lo2) << 4);
+    const uint32_t m47 = ((c >> 4) & lo4) | (((b >> 6) & lo2) << 4);
+    return _mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47);
+}
+
+/* One Q5_K weight row against NX Q8_K rows (x as bytes, xs apart). q[k]:
+ * elements 64k..64k+63, sub-block 2k in the low 256 bits, 2k+1 in the
+ * high ones; packs(d[2p], d[2p+1]) and the vpermw controls as Q4_K's. */
+K5AI void q5_K_tile(int NX, int nb, float *s, size_t ss, const block_q5_K *w, const uint8_t *x, size_t xs)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m1 = _mm512_set1_epi8(1);
+    const __m512i nib = q5k_halves_epi16(0, 4);
+    __m512i pick[2];
+    for (int p = 0; p < 2; p++) {
+        short v[32];
+        for (int i = 0; i < 32; i++) v[i] = (short)(4 * p + 2 * (i % 8 >= 4) + i / 16);
+        pick[p] = _mm512_loadu_si512((const void *)v);
+    }
+    __m256 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_q5_K *wb = &w[b];
+        const __m128i sm = q5k_scales_mins(wb->scales);
+        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+        const __m128i mn8 = _mm_unpackhi_epi64(sm, sm);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8)); /* m[j/2] for bsum j */
+        const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)wb->qh));
+        __m512i q[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i qb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qs + 32 * k)));
+            const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hb, q5k_halves_epi16((short)(2 * k), (short)(2 * k + 1))), m1);
+            q[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(qb, nib), m4), _mm512_slli_epi16(hi, 4));
+        }
+        const __m512i scv0 = _mm512_permutexvar_epi16(pick[0], sc16), scv1 = _mm512_permutexvar_epi16(pick[1], sc16);
+        const __m256 dw = _mm256_broadcast_ss(&kern_f16_lut[wb->d]), dm = _mm256_broadcast_ss(&kern_f16_lut[wb->dmin]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            __m512i d[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                d[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[k], _mm512_loadu_si512((const void *)(xb->qs + 64 * k)));
+            __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d[0], d[1]), scv0);
+            isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(d[2], d[3]), scv1);
+            const __m256 xd = _mm256_broadcast_ss(&xb->d);
+            const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+            const __m256i ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins16);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(i8), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, xd), _mm256_cvtepi32_ps(ms), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = q5k_hsum_ps(acc[r]);
+}
+
+/* IQ4_XS: per pair of sub-blocks (2p, 2p+1) one zmm of 64 table values
+ * (128-bit lanes: low nibbles of sub-block 2p, its high nibbles, then
+ * 2p+1's), signed, so the AVX2 sign trick with maddubs (|q| <= 127,
+ * |y| <= 127: exact int16 pairs) and vpdpwssd with the two sub-block
+ * scales (one per 256-bit half). */
+K5AI void iq4_xs_tile(int NX, int nb, float *s, size_t ss, const block_iq4_xs *w, const uint8_t *x, size_t xs)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_setr_epi64x(0, 0, 4, 4)),
+                                           _mm256_setr_epi64x(0, 0, 4, 4), 1); /* per 64-bit: shift 0 or 4 */
+    __m256 acc[KERN_NX_MAX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_iq4_xs *wb = &w[b];
+        __m512i q[4], sc[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(wb->qs + 32 * p)));
+            const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(wb->qs + 32 * p + 16)));
+            const __m512i d = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+            q[p] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srlv_epi64(d, nib), m4));
+            sc[p] = q5k_halves_epi16((short)(block_iq4_xs_scale(2 * p, wb) - 32), (short)(block_iq4_xs_scale(2 * p + 1, wb) - 32));
+        }
+        const __m256 dw = _mm256_broadcast_ss(&kern_f16_lut[wb->d]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) {
+            const block_q8_K *xb = (const block_q8_K *)(x + r * xs) + b;
+            __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const __m512i y = _mm512_loadu_si512((const void *)(xb->qs + 64 * p));
+                const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_cmplt_epi8_mask(q[p], zero), zero, y);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(_mm512_abs_epi8(q[p]), sy), sc[p]);
+            }
+            const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(&xb->d)), _mm256_cvtepi32_ps(i8), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; r++) s[r * ss] = q5k_hsum_ps(acc[r]);
+}
+
+KERN_KGEMM_DRIVER(gemm_iq4_xs_x512, K5, iq4_xs_tile, block_iq4_xs)
+KERN_KDOT_DRIVER(dot_iq4_xs_x512, K5, iq4_xs_tile, block_iq4_xs)
+KERN_KGEMM_DRIVER(gemm_q5_K_x512, K5, q5_K_tile, block_q5_K)
+KERN_KDOT_DRIVER(dot_q5_K_x512, K5, q5_K_tile, block_q5_K)
+
+void kern_avx512_fill_quants(kern_vtable *t)
+{
+    t->gemm[DT_Q5_K] = (kern_gemm){gemm_q5_K_x512, 1, 4, NULL, 0};
+    t->dot[DT_Q5_K] = dot_q5_K_x512;
+    t->gemm[DT_IQ4_XS] = (kern_gemm){gemm_iq4_xs_x512, 1, 4, NULL, 0};
+    t->dot[DT_IQ4_XS] = dot_iq4_xs_x512;
+}
+
+#else
+
+void kern_avx512_fill_quants(kern_vtable *t) { (void)t; }
+
+#endif
