@@ -74,15 +74,15 @@ $(LIBSRV): $(SRVOBJ)
 $(BUILD)/pagellm: $(CLIOBJ) $(LIBSRV) $(LIBPL)
 	$(CC) $(CFLAGS) -o $@ $(CLIOBJ) $(LIBSRV) $(LIBPL) $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h tests/kern_variants.h $(LIBSRV) $(LIBPL)
+$(BUILD)/tests/%: tests/%.c $(LIBSRV) $(LIBPL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Iinclude -Iserver -Itests -o $@ $< $(LIBSRV) $(LIBPL) $(LIBS)
+	$(CC) $(CFLAGS) -Isrc -Iinclude -Iserver -Itests -MMD -MP -o $@ $< $(LIBSRV) $(LIBPL) $(LIBS)
 
 $(BUILD)/bench/%: bench/micro/%.c $(LIBPL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MICROINC) -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
 
--include $(OBJ:.o=.d) $(SRVOBJ:.o=.d) $(CLIOBJ:.o=.d) $(MICROBIN:=.d)
+-include $(OBJ:.o=.d) $(SRVOBJ:.o=.d) $(CLIOBJ:.o=.d) $(MICROBIN:=.d) $(TESTBIN:=.d)
 
 $(BUILD)/models/tiny.gguf: $(BUILD)/pagellm
 	@mkdir -p $(dir $@)

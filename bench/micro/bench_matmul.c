@@ -4,8 +4,10 @@
  *
  *   bench_matmul                      the default set (below), ~45 s
  *   bench_matmul TYPE M N_IN N_OUT    one shape: TYPE any weight type
- *                                     kern_matmul takes (f32 f16 bf16 q8_0
- *                                     q4_0 q4_K q6_K), as ggml rows and,
+ *                                     kern_matmul takes (f32 f16 bf16, the
+ *                                     Q, K and IQ4 block formats by their
+ *                                     ggml names: q4_0 q5_K iq4_xs...), as
+ *                                     ggml rows and,
  *                                     where kern_pack_supports it, packed;
  *                                     on 1 and 2 threads
  *

@@ -5,8 +5,8 @@
  *
  *   bench_matmul_stream TYPE N_IN N_OUT COUNT [M [THREADS]]
  *
- * TYPE: any weight type kern_matmul takes (f32 f16 bf16 q8_0 q4_0 q4_K
- * q6_K); packed where kern_pack_supports it, as ggml rows with
+ * TYPE: any weight type kern_matmul takes, by its ggml name (f32 f16 bf16
+ * q4_0 q5_K iq4_xs...); packed where kern_pack_supports it, as ggml rows with
  * BENCH_ROWS=1. The matrices sit on huge pages (asked for), one 2 MiB-
  * aligned run each. M rows of activations (default 1, at most 64), THREADS
  * threads (default 2, at most 64). bench_matmul repeats one matrix, whose

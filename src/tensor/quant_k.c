@@ -149,8 +149,7 @@ float quant_fit_scale_min(const float *x, const float *w, int n, int nmax, float
     return best_scale;
 }
 
-/* Packs sub-block j's 6-bit scale and min (layout in blocks.h). */
-static void q4_K_scale_min_put(uint8_t *scales, int j, int sc, int m)
+void quant_k_scale_min_put(uint8_t *scales, int j, int sc, int m)
 {
     if (j < 4) {
         scales[j] = (uint8_t)((scales[j] & 0xC0) | sc);
@@ -217,7 +216,7 @@ static void q4_K_scales_encode(block_q4_K *y, const float *x, const float *w, co
         int ls = clamp_int(quant_round_nearest(inv_scale * scale[j]), 0, 63);
         int lm = clamp_int(quant_round_nearest(inv_min * neg_min[j]), 0, 63);
         q4_K_codes_refine(x + 32 * j, w + 32 * j, d, dmin, &ls, &lm, L + 32 * j);
-        q4_K_scale_min_put(y->scales, j, ls, lm);
+        quant_k_scale_min_put(y->scales, j, ls, lm);
     }
 }
 

@@ -244,19 +244,6 @@ void quant_q5_K_dequant_row(const block_q5_K *src, float *dst, int64_t n)
     }
 }
 
-/* Packs sub-block j's 6-bit scale and min into Q4_K's scales[12] (blocks.h). */
-static void k_scale_min_put(uint8_t *scales, int j, int sc, int m)
-{
-    if (j < 4) {
-        scales[j] = (uint8_t)((scales[j] & 0xC0) | sc);
-        scales[j + 4] = (uint8_t)((scales[j + 4] & 0xC0) | m);
-    } else {
-        scales[j + 4] = (uint8_t)((sc & 0xF) | ((m & 0xF) << 4));
-        scales[j - 4] = (uint8_t)((scales[j - 4] & 0x3F) | ((sc >> 4) << 6));
-        scales[j] = (uint8_t)((scales[j] & 0x3F) | ((m >> 4) << 6));
-    }
-}
-
 void quant_q5_K_quantize_row(const float *src, block_q5_K *dst, int64_t n)
 {
     assert(n % QK_K == 0);
@@ -267,7 +254,7 @@ void quant_q5_K_quantize_row(const float *src, block_q5_K *dst, int64_t n)
         affine_super_fit(src + b * QK_K, 8, 32, 31, 63, &y->d, &y->dmin, sc, m, L);
         memset(y->scales, 0, sizeof y->scales);
         memset(y->qh, 0, sizeof y->qh);
-        for (int j = 0; j < 8; j++) k_scale_min_put(y->scales, j, sc[j], m[j]);
+        for (int j = 0; j < 8; j++) quant_k_scale_min_put(y->scales, j, sc[j], m[j]);
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++) {
                 const uint8_t a = L[64 * g + l], c = L[64 * g + 32 + l];
