@@ -1,8 +1,8 @@
 /* cmd_quantize.c - `pagellm quantize IN OUT TYPE`: re-encode a GGUF model's
- * weights (f32, f16, bf16, q8_0, q4_0, q4_k_m) through pl_quantize, then
- * summarise the new file (sizes, tensors per type) through pl_file_inspect.
- * Which tensors get which type is described in src/api/api_quantize.c and
- * printed by --help.
+ * weights under one of llama.cpp's presets (pl_quantize_types()) through
+ * pl_quantize, then summarise the new file (sizes, tensors per type)
+ * through pl_file_inspect. Which tensors get which type is described in
+ * src/model/quant_mix.c and, briefly, by --help.
  *
  * Exit: 0 ok, 1 the input cannot be read or the output cannot be written
  * (the message carries pl_last_error()), 2 usage (missing arguments, unknown
@@ -20,27 +20,35 @@
 
 #define QUANTIZE "quantize"
 
-/* The mixes pl_quantize knows; checked here so that a typo is a usage error
- * (exit 2) before any file is touched. */
-static const char *const quantize_types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", NULL};
-
 static const char quantize_usage[] =
     "IN.gguf OUT.gguf TYPE\n\n"
-    "Re-encodes the weight matrices of IN to TYPE and writes OUT (metadata copied,\n"
-    "general.file_type set to llama.cpp's value for TYPE). TYPE is one of:\n"
-    "  f32, f16, bf16   plain float weights\n"
-    "  q8_0, q4_0       32-element blocks (q4_0 keeps the output projection in q6_K)\n"
-    "  q4_k_m           llama.cpp's Q4_K_M mix: q4_K, with q6_K for the output\n"
-    "                   projection and for attn_v / ffn_down in the first and last\n"
-    "                   eighth of the layers and every third layer between\n"
-    "Norms and other 1-D tensors are copied unchanged. A row whose length the\n"
-    "type's block does not divide falls back: q4_K / q6_K -> q8_0 -> f16.";
+    "Re-encodes the weight matrices of IN under llama.cpp's preset TYPE and writes\n"
+    "OUT (metadata copied, general.file_type set to llama.cpp's value for TYPE):\n"
+    "  f32, f16, bf16                  plain float weights\n"
+    "  q4_0 q4_1 q5_0 q5_1 q8_0        32-element blocks\n"
+    "  q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k\n"
+    "                                  256-element k-quant mixes\n"
+    "  iq4_nl iq4_xs tq1_0 tq2_0       non-linear and ternary formats\n"
+    "Each tensor gets the type llama.cpp's quantizer picks for it: the output\n"
+    "projection in q6_K (q8_0 for q8_0), more bits for attn_v / ffn_down in the\n"
+    "layers the _m / _l / _s mixes name, and for a row the block does not divide,\n"
+    "llama.cpp's fallback (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K ->\n"
+    "q4_0, iq4_xs -> iq4_nl, then f16). Norms and other 1-D tensors are copied.";
 
 static bool quantize_type_known(const char *t)
 {
-    for (const char *const *p = quantize_types; *p; p++)
+    for (const char *const *p = pl_quantize_types(); *p; p++)
         if (strcasecmp(*p, t) == 0) return true;
     return false;
+}
+
+/* "f32, f16, ..., tq2_0" for the usage error. */
+static void quantize_types_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (const char *const *p = pl_quantize_types(); *p && n < cap; p++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", *p);
 }
 
 static const char *quantize_human(double bytes, char *buf, size_t cap)
@@ -95,7 +103,9 @@ int cmd_quantize(int argc, char **argv)
         return 2;
     }
     if (!quantize_type_known(pos[2])) {
-        cli_error(QUANTIZE, "unknown type '%s' (expected f32, f16, bf16, q8_0, q4_0 or q4_k_m)", pos[2]);
+        char list[512];
+        quantize_types_list(list, sizeof list);
+        cli_error(QUANTIZE, "unknown type '%s' (expected one of %s)", pos[2], list);
         return 2;
     }
     const uint64_t in_bytes = quantize_input_bytes(pos[0]);

@@ -14,7 +14,7 @@ int cmd_synth(int argc, char **argv)
     int swa = 0;
     bool list = false;
     const cli_opt opts[] = {
-        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
+        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | tiny256 | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
         {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
