@@ -258,9 +258,9 @@ static int inspect_tensors(const char *path, json_t *o)
         if (o) {
             json_t *ne = json_array();
             for (uint32_t d = 0; d < t->n_dims && d < 4; d++) json_array_append_new(ne, json_integer((json_int_t)t->ne[d]));
-            json_array_append_new(arr, json_pack("{s:o, s:s, s:o, s:I, s:I}", "name", inspect_json_str(t->name), "type",
+            json_array_append_new(arr, json_pack("{s:o, s:s, s:o, s:I, s:I, s:i}", "name", inspect_json_str(t->name), "type",
                                                  t->type, "ne", ne, "offset", (json_int_t)t->offset, "bytes",
-                                                 (json_int_t)t->bytes));
+                                                 (json_int_t)t->bytes, "shard", (int)t->shard));
             continue;
         }
         char shape[64];

@@ -21,7 +21,7 @@
 #define QUANTIZE "quantize"
 
 static const char quantize_usage[] =
-    "IN.gguf OUT.gguf TYPE\n\n"
+    "IN.gguf OUT.gguf TYPE [--split N]\n\n"
     "Re-encodes the weight matrices of IN under llama.cpp's preset TYPE and writes\n"
     "OUT (metadata copied, general.file_type set to llama.cpp's value for TYPE):\n"
     "  f32, f16, bf16                  plain float weights\n"
@@ -92,7 +92,11 @@ static uint64_t quantize_input_bytes(const char *in)
 
 int cmd_quantize(int argc, char **argv)
 {
-    const cli_opt opts[] = {{0}};
+    int split = 0;
+    const cli_opt opts[] = {
+        {"split", 0, CLI_INT, &split, 1, 99999, "N", "write N shards OUT-00001-of-0000N.gguf ... (llama.cpp's split files)"},
+        {0},
+    };
     const char *pos[3];
     int npos = 0;
     int rc = cli_parse(QUANTIZE, quantize_usage, opts, argc, argv, pos, 3, &npos);
@@ -111,11 +115,16 @@ int cmd_quantize(int argc, char **argv)
     const uint64_t in_bytes = quantize_input_bytes(pos[0]);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (pl_quantize(pos[0], pos[1], pos[2]) != 0) {
+    if (pl_quantize_split(pos[0], pos[1], pos[2], split > 1 ? (uint32_t)split : 1) != 0) {
         cli_error(QUANTIZE, "%s", pl_last_error());
         return 1;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    quantize_report(in_bytes, pos[1], pos[2], (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    char first[4096];
+    const size_t len = strlen(pos[1]);
+    const int stem = (int)(len > 5 && strcmp(pos[1] + len - 5, ".gguf") == 0 ? len - 5 : len);
+    snprintf(first, sizeof first, "%.*s-00001-of-%05d.gguf", stem, pos[1], split);
+    quantize_report(in_bytes, split > 1 ? first : pos[1], pos[2],
+                    (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return 0;
 }

@@ -111,8 +111,9 @@ typedef struct {
     char type[16];          /* ggml type name */
     uint32_t n_dims;
     uint64_t ne[4];         /* ne[0] = row length; unused dims are 1 */
-    uint64_t offset;        /* absolute file offset of the data */
+    uint64_t offset;        /* absolute file offset of the data (in its shard) */
     uint64_t bytes;
+    uint32_t shard;         /* 0, or the 0-based shard holding it in a split model */
 } pl_tensor_info;
 
 /* The tensors of a GGUF file in file order; *out is the caller's to free(). */
@@ -132,6 +133,9 @@ typedef struct {
 
 /* Writes a deterministic synthetic llama-family GGUF. */
 int pl_synth(const pl_synth_params *p);
+/* The same model as n_split shards OUT-00001-of-0000N.gguf ... (llama.cpp's
+ * gguf-split naming; out_path's ".gguf" is dropped for the prefix). */
+int pl_synth_split(const pl_synth_params *p, uint32_t n_split);
 /* Names of the built-in shapes, NULL-terminated. */
 const char *const *pl_synth_shapes(void);
 
@@ -139,6 +143,9 @@ const char *const *pl_synth_shapes(void);
  * "q4_k_m", "iq4_xs": see pl_quantize_types()) with llama.cpp's per-tensor
  * mix; 1-D tensors (norms) keep their type. Metadata is copied. */
 int pl_quantize(const char *in_path, const char *out_path, const char *type);
+/* The same, written as n_split shards OUT-00001-of-0000N.gguf ... (llama.cpp's
+ * gguf-split naming; out_path's ".gguf" is dropped for the prefix). */
+int pl_quantize_split(const char *in_path, const char *out_path, const char *type, uint32_t n_split);
 /* The presets pl_quantize knows, NULL-terminated. */
 const char *const *pl_quantize_types(void);
 

@@ -16,7 +16,9 @@
  * the largest output tensor (plus one row per thread) whatever the model's
  * size; converted source tensors are dropped from the resident set. The
  * writer writes to a temporary name and renames: a failure leaves no partial
- * file, and OUT may even be IN.
+ * file, and OUT may even be IN. The input may be a split model (all its
+ * shards are read; split.* keys are not copied), and the output may be
+ * split too (pl_quantize_split).
  */
 #include "pagellm.h"
 
@@ -148,6 +150,7 @@ static int copy_metadata(qctx *q, gguf_writer *w)
 {
     for (uint64_t i = 0; i < gguf_meta_count(q->in); i++) {
         const gguf_meta *kv = gguf_meta_at(q->in, i);
+        if (kv->key.len > 6 && memcmp(kv->key.ptr, "split.", 6) == 0) continue; /* one file out */
         char *key = strndup(kv->key.ptr, (size_t)kv->key.len);
         if (!key) return err_set(PL_ENOMEM, "%s: out of memory", q->in_path);
         int rc = gguf_writer_set_value(w, key, &kv->value);
@@ -266,11 +269,27 @@ const char *const *pl_quantize_types(void)
 
 int pl_quantize(const char *in_path, const char *out_path, const char *type)
 {
+    return pl_quantize_split(in_path, out_path, type, 1);
+}
+
+/* OUT.gguf's prefix for shards OUT-0000i-of-0000N.gguf. */
+static int quantize_write_split(gguf_writer *w, const char *out, uint32_t n, qctx *q)
+{
+    const size_t len = strlen(out);
+    char *prefix = strndup(out, len > 5 && strcmp(out + len - 5, ".gguf") == 0 ? len - 5 : len);
+    if (!prefix) return err_set(PL_ENOMEM, "%s: out of memory", out);
+    int rc = gguf_writer_write_split(w, prefix, n, fill_tensor, q);
+    free(prefix);
+    return rc;
+}
+
+int pl_quantize_split(const char *in_path, const char *out_path, const char *type, uint32_t n_split)
+{
     if (!in_path || !out_path || !type) return err_set(PL_EINVAL, "pl_quantize: NULL argument");
     const quant_preset *mix = quant_preset_find(type);
     if (!mix) return err_set(PL_EINVAL, "unknown quantization type '%s' (see pl_quantize_types())", type);
     qctx q = {.in_path = in_path, .mix = mix, .n_threads = 1};
-    int rc = gguf_open(&q.in, in_path);
+    int rc = gguf_open_model(&q.in, in_path);
     if (rc) return rc;
     gguf_writer *w = NULL;
     rc = quantize_plan(&q);
@@ -278,7 +297,8 @@ int pl_quantize(const char *in_path, const char *out_path, const char *type)
     if (!rc && !(w = gguf_writer_new())) rc = PL_ENOMEM;
     if (!rc) rc = copy_metadata(&q, w);
     if (!rc) rc = declare_tensors(&q, w);
-    if (!rc) rc = gguf_writer_write(w, out_path, fill_tensor, &q);
+    if (!rc && n_split > 1) rc = quantize_write_split(w, out_path, n_split, &q);
+    else if (!rc) rc = gguf_writer_write(w, out_path, fill_tensor, &q);
     gguf_writer_free(w);
     qctx_free(&q);
     return rc;

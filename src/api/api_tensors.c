@@ -1,6 +1,7 @@
 /* api_tensors.c - pl_file_tensors: the tensor directory of a GGUF file
  * (name, type, shape, place), for `pagellm inspect --tensors` and for
- * comparing two files' per-tensor mixes.
+ * comparing two files' per-tensor mixes. A split model lists the
+ * tensors of all its shards.
  *
  * Names are copied as pl_file_info's strings are: truncated at a UTF-8
  * boundary to fit, control characters shown as '?'.
@@ -28,7 +29,7 @@ int pl_file_tensors(const char *path, pl_tensor_info **out, uint64_t *n_out)
 {
     if (!path || !out || !n_out) return err_set(PL_EINVAL, "pl_file_tensors: NULL argument");
     gguf_file *f;
-    int rc = gguf_open(&f, path);
+    int rc = gguf_open_model(&f, path);
     if (rc) return rc;
     const uint64_t n = gguf_tensor_count(f);
     pl_tensor_info *ts = calloc(n ? (size_t)n : 1, sizeof *ts);
@@ -43,7 +44,8 @@ int pl_file_tensors(const char *path, pl_tensor_info **out, uint64_t *n_out)
         snprintf(ts[i].type, sizeof ts[i].type, "%s", tr && tr->name ? tr->name : "unknown");
         ts[i].n_dims = t->n_dims;
         for (int d = 0; d < 4; d++) ts[i].ne[d] = d < GGUF_MAX_DIMS ? t->ne[d] : 1;
-        ts[i].offset = gguf_data_offset(f) + t->offset;
+        ts[i].offset = gguf_tensor_file_offset(f, t);
+        ts[i].shard = t->shard;
         ts[i].bytes = t->nbytes;
     }
     gguf_close(f);
