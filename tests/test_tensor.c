@@ -34,6 +34,7 @@
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
+#include "model/quant_mix.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -1194,6 +1195,45 @@ TEST(quantize_mix_rules)
     unlink(out);
 }
 
+/* quant_mix_types visits tensors in llama.cpp's order (layer number, then
+ * name), whatever the file order: with 12 layers listed backwards, q3_k_m's
+ * "first two attn_v" are still blk.0 and blk.1, and q4_k_m's use_more_bits
+ * layers (0, 3, 6, 9, 10, 11 of 12) are counted from blk.0, not from
+ * blk.10 as a plain string sort would put it. An MoE mix needs the layer in
+ * the name. */
+TEST(quant_mix_counts_in_llama_cpp_order)
+{
+    quant_mix_tensor ts[24];
+    char names[24][32];
+    for (int i = 0; i < 12; i++) {
+        const int l = 11 - i;
+        snprintf(names[2 * i], sizeof names[0], "blk.%d.attn_v.weight", l);
+        snprintf(names[2 * i + 1], sizeof names[0], "blk.%d.ffn_down.weight", l);
+        ts[2 * i] = (quant_mix_tensor){names[2 * i], DT_F16, 2, {256, 64, 1, 1}};
+        ts[2 * i + 1] = (quant_mix_tensor){names[2 * i + 1], DT_F16, 2, {256, 256, 1, 1}};
+    }
+    const quant_model m = {"llama", 12, 8, 8, 0};
+    uint32_t out[24];
+    CHECK(quant_mix_types(quant_preset_find("q3_k_m"), &m, ts, 24, out) == 0);
+    for (int i = 0; i < 12; i++) {
+        const int l = 11 - i;
+        CHECK_MSG(out[2 * i] == (uint32_t)(l < 2 ? DT_Q5_K : DT_Q4_K), "q3_k_m %s: %s", names[2 * i],
+                  dtype_get(out[2 * i])->name);
+    }
+    CHECK(quant_mix_types(quant_preset_find("Q4_K_M"), &m, ts, 24, out) == 0);
+    for (int i = 0; i < 12; i++) {
+        const int l = 11 - i;
+        const bool more = l == 0 || l == 3 || l == 6 || l == 9 || l == 10 || l == 11;
+        CHECK_MSG(out[2 * i] == (uint32_t)(more ? DT_Q6_K : DT_Q4_K), "q4_k_m %s", names[2 * i]);
+        CHECK_MSG(out[2 * i + 1] == (uint32_t)(more ? DT_Q6_K : DT_Q4_K), "q4_k_m %s", names[2 * i + 1]);
+    }
+    const quant_model moe = {"llama", 12, 8, 8, 8};
+    ts[3].name = "ffn_down_without_layer.weight";
+    CHECK(quant_mix_types(quant_preset_find("q4_k_m"), &moe, ts, 24, out) == PL_EINVAL);
+    CHECK_MSG(strstr(err_msg(), "ffn_down_without_layer.weight"), "%s", err_msg());
+    CHECK(quant_preset_find("q3_k_xl") == NULL);
+}
+
 TEST(quantize_errors_name_file_and_tensor)
 {
     rng_seed(12);
@@ -1266,6 +1306,7 @@ int main(void)
     if (access(STORIES, R_OK) == 0) RUN(quantize_stories_every_type);
     else test_skip("quantize_stories_every_type", STORIES " not found");
     RUN(quantize_mix_rules);
+    RUN(quant_mix_counts_in_llama_cpp_order);
     RUN(quantize_errors_name_file_and_tensor);
     if (qdir[0]) {
         const char *files[] = {"stories.gguf", "syn.gguf", "syn-out.gguf", "bad.gguf", "bad-out.gguf"};
