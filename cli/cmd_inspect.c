@@ -242,18 +242,51 @@ static void inspect_json_kv(const inspect_report *r, json_t *o)
     }
 }
 
+/* --tensors: one line (or JSON object) per tensor, in file order. */
+static int inspect_tensors(const char *path, json_t *o)
+{
+    pl_tensor_info *ts = NULL;
+    uint64_t n = 0;
+    if (pl_file_tensors(path, &ts, &n) != 0) {
+        cli_error(INSPECT, "%s", pl_last_error());
+        return 1;
+    }
+    json_t *arr = o ? json_array() : NULL;
+    if (!o) printf("\ntensors:\n  %-40s %-8s %-24s %12s\n", "name", "type", "shape", "bytes");
+    for (uint64_t i = 0; i < n; i++) {
+        const pl_tensor_info *t = &ts[i];
+        if (o) {
+            json_t *ne = json_array();
+            for (uint32_t d = 0; d < t->n_dims && d < 4; d++) json_array_append_new(ne, json_integer((json_int_t)t->ne[d]));
+            json_array_append_new(arr, json_pack("{s:o, s:s, s:o, s:I, s:I, s:i}", "name", inspect_json_str(t->name), "type",
+                                                 t->type, "ne", ne, "offset", (json_int_t)t->offset, "bytes",
+                                                 (json_int_t)t->bytes, "shard", (int)t->shard));
+            continue;
+        }
+        char shape[64];
+        int k = 0;
+        for (uint32_t d = 0; d < t->n_dims && d < 4; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%llu", d ? " x " : "", (unsigned long long)t->ne[d]);
+        printf("  %-40s %-8s %-24s %12llu\n", t->name, t->type, shape, (unsigned long long)t->bytes);
+    }
+    if (o) json_object_set_new(o, "tensors", arr);
+    free(ts);
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     static inspect_report r; /* the file info is a few KB; the command runs once */
-    bool json = false;
+    bool json = false, tensors = false;
     int block = 16;
     const cli_opt opts[] = {
         {"json", 0, CLI_FLAG, &json, 0, 0, NULL, "print JSON"},
+        {"tensors", 0, CLI_FLAG, &tensors, 0, 0, NULL, "also list every tensor: name, type, shape, bytes"},
         {"block-size", 0, CLI_INT, &block, 1, 1000000, "B", "tokens per KV block (default 16)"},
         {0},
     };
     const char *pos[1];
-    int npos = 0, rc = cli_parse(INSPECT, "MODEL.gguf [--json] [--block-size B]", opts, argc, argv, pos, 1, &npos);
+    int npos = 0, rc = cli_parse(INSPECT, "MODEL.gguf [--json] [--tensors] [--block-size B]", opts, argc, argv, pos, 1, &npos);
     if (rc == CLI_HELP) return 0;
     if (rc != CLI_OK) return 2;
     if (npos != 1) { cli_error(INSPECT, "a MODEL.gguf path is required (see --help)"); return 2; }
@@ -267,6 +300,7 @@ int cmd_inspect(int argc, char **argv)
     if (json) {
         json_t *o = inspect_json_model(&r.info);
         inspect_json_kv(&r, o);
+        if (tensors && inspect_tensors(pos[0], o) != 0) { json_decref(o); return 1; }
         json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
         fputc('\n', stdout);
         json_decref(o);
@@ -276,5 +310,5 @@ int cmd_inspect(int argc, char **argv)
     inspect_print_kv(&r);
     inspect_print_table(&r);
     inspect_print_gqa(&r);
-    return 0;
+    return tensors ? inspect_tensors(pos[0], NULL) : 0;
 }

@@ -1,8 +1,8 @@
 /* cmd_quantize.c - `pagellm quantize IN OUT TYPE`: re-encode a GGUF model's
- * weights (f32, f16, bf16, q8_0, q4_0, q4_k_m) through pl_quantize, then
- * summarise the new file (sizes, tensors per type) through pl_file_inspect.
- * Which tensors get which type is described in src/api/api_quantize.c and
- * printed by --help.
+ * weights under one of llama.cpp's presets (pl_quantize_types()) through
+ * pl_quantize, then summarise the new file (sizes, tensors per type)
+ * through pl_file_inspect. Which tensors get which type is described in
+ * src/model/quant_mix.c and, briefly, by --help.
  *
  * Exit: 0 ok, 1 the input cannot be read or the output cannot be written
  * (the message carries pl_last_error()), 2 usage (missing arguments, unknown
@@ -20,27 +20,35 @@
 
 #define QUANTIZE "quantize"
 
-/* The mixes pl_quantize knows; checked here so that a typo is a usage error
- * (exit 2) before any file is touched. */
-static const char *const quantize_types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", NULL};
-
 static const char quantize_usage[] =
-    "IN.gguf OUT.gguf TYPE\n\n"
-    "Re-encodes the weight matrices of IN to TYPE and writes OUT (metadata copied,\n"
-    "general.file_type set to llama.cpp's value for TYPE). TYPE is one of:\n"
-    "  f32, f16, bf16   plain float weights\n"
-    "  q8_0, q4_0       32-element blocks (q4_0 keeps the output projection in q6_K)\n"
-    "  q4_k_m           llama.cpp's Q4_K_M mix: q4_K, with q6_K for the output\n"
-    "                   projection and for attn_v / ffn_down in the first and last\n"
-    "                   eighth of the layers and every third layer between\n"
-    "Norms and other 1-D tensors are copied unchanged. A row whose length the\n"
-    "type's block does not divide falls back: q4_K / q6_K -> q8_0 -> f16.";
+    "IN.gguf OUT.gguf TYPE [--split N]\n\n"
+    "Re-encodes the weight matrices of IN under llama.cpp's preset TYPE and writes\n"
+    "OUT (metadata copied, general.file_type set to llama.cpp's value for TYPE):\n"
+    "  f32, f16, bf16                  plain float weights\n"
+    "  q4_0 q4_1 q5_0 q5_1 q8_0        32-element blocks\n"
+    "  q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k\n"
+    "                                  256-element k-quant mixes\n"
+    "  iq4_nl iq4_xs tq1_0 tq2_0       non-linear and ternary formats\n"
+    "Each tensor gets the type llama.cpp's quantizer picks for it: the output\n"
+    "projection in q6_K (q8_0 for q8_0), more bits for attn_v / ffn_down in the\n"
+    "layers the _m / _l / _s mixes name, and for a row the block does not divide,\n"
+    "llama.cpp's fallback (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K ->\n"
+    "q4_0, iq4_xs -> iq4_nl, then f16). Norms and other 1-D tensors are copied.";
 
 static bool quantize_type_known(const char *t)
 {
-    for (const char *const *p = quantize_types; *p; p++)
+    for (const char *const *p = pl_quantize_types(); *p; p++)
         if (strcasecmp(*p, t) == 0) return true;
     return false;
+}
+
+/* "f32, f16, ..., tq2_0" for the usage error. */
+static void quantize_types_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (const char *const *p = pl_quantize_types(); *p && n < cap; p++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", *p);
 }
 
 static const char *quantize_human(double bytes, char *buf, size_t cap)
@@ -84,7 +92,11 @@ static uint64_t quantize_input_bytes(const char *in)
 
 int cmd_quantize(int argc, char **argv)
 {
-    const cli_opt opts[] = {{0}};
+    int split = 0;
+    const cli_opt opts[] = {
+        {"split", 0, CLI_INT, &split, 1, 99999, "N", "write N shards OUT-00001-of-0000N.gguf ... (llama.cpp's split files)"},
+        {0},
+    };
     const char *pos[3];
     int npos = 0;
     int rc = cli_parse(QUANTIZE, quantize_usage, opts, argc, argv, pos, 3, &npos);
@@ -95,17 +107,24 @@ int cmd_quantize(int argc, char **argv)
         return 2;
     }
     if (!quantize_type_known(pos[2])) {
-        cli_error(QUANTIZE, "unknown type '%s' (expected f32, f16, bf16, q8_0, q4_0 or q4_k_m)", pos[2]);
+        char list[512];
+        quantize_types_list(list, sizeof list);
+        cli_error(QUANTIZE, "unknown type '%s' (expected one of %s)", pos[2], list);
         return 2;
     }
     const uint64_t in_bytes = quantize_input_bytes(pos[0]);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (pl_quantize(pos[0], pos[1], pos[2]) != 0) {
+    if (pl_quantize_split(pos[0], pos[1], pos[2], split > 1 ? (uint32_t)split : 1) != 0) {
         cli_error(QUANTIZE, "%s", pl_last_error());
         return 1;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    quantize_report(in_bytes, pos[1], pos[2], (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    char first[4096];
+    const size_t len = strlen(pos[1]);
+    const int stem = (int)(len > 5 && strcmp(pos[1] + len - 5, ".gguf") == 0 ? len - 5 : len);
+    snprintf(first, sizeof first, "%.*s-00001-of-%05d.gguf", stem, pos[1], split);
+    quantize_report(in_bytes, split > 1 ? first : pos[1], pos[2],
+                    (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return 0;
 }

@@ -11,16 +11,17 @@ int cmd_synth(int argc, char **argv)
 {
     const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = "llama";
     uint64_t seed = 1;
-    int swa = 0;
+    int swa = 0, split = 0;
     bool list = false;
     const cli_opt opts[] = {
-        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
+        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | tiny256 | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
         {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
         {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default), qwen2 (q/k/v biases), qwen3 (q/k norms)"},
         {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
+        {"split", 0, CLI_INT, &split, 1, 99999, "N", "write N shards OUT-00001-of-0000N.gguf ... (llama.cpp's split files)"},
         {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
         {0},
     };
@@ -47,7 +48,7 @@ int cmd_synth(int argc, char **argv)
         return 2;
     }
     pl_synth_params p = {shape, seed, vocab, type, out, arch, (uint32_t)swa};
-    if (pl_synth(&p) != 0) {
+    if (pl_synth_split(&p, split > 1 ? (uint32_t)split : 1) != 0) {
         cli_error("synth", "%s", pl_last_error());
         return 1;
     }

@@ -106,10 +106,23 @@ typedef struct {
 /* Reads and validates a GGUF file and summarises it. */
 int pl_file_inspect(const char *path, pl_file_info *out);
 
+typedef struct {
+    char name[128];         /* tensor name (truncated, control characters as '?') */
+    char type[16];          /* ggml type name */
+    uint32_t n_dims;
+    uint64_t ne[4];         /* ne[0] = row length; unused dims are 1 */
+    uint64_t offset;        /* absolute file offset of the data (in its shard) */
+    uint64_t bytes;
+    uint32_t shard;         /* 0, or the 0-based shard holding it in a split model */
+} pl_tensor_info;
+
+/* The tensors of a GGUF file in file order; *out is the caller's to free(). */
+int pl_file_tensors(const char *path, pl_tensor_info **out, uint64_t *n);
+
 /* ------------------------------------------------------ model generation */
 
 typedef struct {
-    const char *shape;      /* "tiny", "110m", "tinyllama-1.1b", "llama3.2-1b" */
+    const char *shape;      /* "tiny", "tiny256", "110m", "tinyllama-1.1b", "llama3.2-1b" */
     uint64_t seed;
     const char *vocab_path; /* a GGUF with a tokenizer, or NULL for the built-in byte vocab */
     const char *type;       /* weight type name: "f32" (default), "f16", "q8_0", ... */
@@ -120,12 +133,21 @@ typedef struct {
 
 /* Writes a deterministic synthetic llama-family GGUF. */
 int pl_synth(const pl_synth_params *p);
+/* The same model as n_split shards OUT-00001-of-0000N.gguf ... (llama.cpp's
+ * gguf-split naming; out_path's ".gguf" is dropped for the prefix). */
+int pl_synth_split(const pl_synth_params *p, uint32_t n_split);
 /* Names of the built-in shapes, NULL-terminated. */
 const char *const *pl_synth_shapes(void);
 
-/* Re-encodes in_path's weights to type ("f16", "bf16", "q8_0", "q4_0",
- * "q4_k_m"); 1-D tensors (norms) stay f32. Metadata is copied. */
+/* Re-encodes in_path's weights under the preset type ("f16", "q8_0",
+ * "q4_k_m", "iq4_xs": see pl_quantize_types()) with llama.cpp's per-tensor
+ * mix; 1-D tensors (norms) keep their type. Metadata is copied. */
 int pl_quantize(const char *in_path, const char *out_path, const char *type);
+/* The same, written as n_split shards OUT-00001-of-0000N.gguf ... (llama.cpp's
+ * gguf-split naming; out_path's ".gguf" is dropped for the prefix). */
+int pl_quantize_split(const char *in_path, const char *out_path, const char *type, uint32_t n_split);
+/* The presets pl_quantize knows, NULL-terminated. */
+const char *const *pl_quantize_types(void);
 
 /* ------------------------------------------------------------- tokenizer */
 

@@ -34,6 +34,7 @@
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
+#include "model/quant_mix.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -972,8 +973,12 @@ static double type_err_bound(uint32_t t)
 
 static uint32_t file_type_of(const char *type)
 {
+    /* llama.cpp's include/llama.h values */
     static const struct { const char *n; uint32_t ft; } t[] = {
-        {"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 7}, {"q4_k_m", 15}, {"bf16", 32}};
+        {"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q4_1", 3}, {"q8_0", 7}, {"q5_0", 8}, {"q5_1", 9},
+        {"q2_k", 10}, {"q3_k_s", 11}, {"q3_k_m", 12}, {"q3_k_l", 13}, {"q4_k_s", 14}, {"q4_k_m", 15},
+        {"q5_k_s", 16}, {"q5_k_m", 17}, {"q6_k", 18}, {"iq4_nl", 25}, {"iq4_xs", 30}, {"bf16", 32},
+        {"tq1_0", 36}, {"tq2_0", 37}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(t[i].n, type) == 0) return t[i].ft;
     return 9999;
@@ -1035,16 +1040,21 @@ done:
     return why[0] ? why : NULL;
 }
 
-/* stories260K: dim 64, ffn 172: every weight row is 64 or 172 long, so the
- * K-quants fall back to q8_0 and the 172-long rows (ffn_down) to f16. */
+/* stories260K: dim 64, ffn 172: every weight row is 64 or 172 long, so
+ * q4_K falls back to q5_0 (llama.cpp's choice) and the 172-long rows
+ * (ffn_down) to f16; q6_K (the output projection, q4_k_m's attn_v bumps)
+ * falls back to q8_0. */
 static const char *stories_target;
 
 static uint32_t stories_want(const gguf_tensor *src, const char *name)
 {
-    const uint32_t t = (uint32_t)dtype_from_name(strcmp(stories_target, "q4_k_m") == 0 ? "q8_0" : stories_target);
+    const uint32_t t = (uint32_t)dtype_from_name(strcmp(stories_target, "q4_k_m") == 0 ? "q5_0" : stories_target);
     if (src->n_dims < 2) return src->type;
     if (dtype_get(t)->blck_size > 1 && src->ne[0] % 32) return DT_F16;
-    if (t == DT_Q4_0 && strcmp(name, "output.weight") == 0) return DT_Q8_0; /* q6_K, which falls back */
+    if (dtype_get(t)->blck_size > 1 && strcmp(name, "output.weight") == 0) return DT_Q8_0;
+    /* q4_k_m's q6_K for attn_v in layers 2 and 4 of 5 (use_more_bits) */
+    if (strcmp(stories_target, "q4_k_m") == 0 && (strstr(name, "blk.2.attn_v") || strstr(name, "blk.4.attn_v")))
+        return DT_Q8_0;
     return t;
 }
 
@@ -1140,7 +1150,7 @@ static uint32_t syn_want_q4_k_m(const gguf_tensor *src, const char *name)
     static const int more[] = {0, 1, 4, 7, 10, 13, 14, 15};
     if (src->n_dims < 2 || strstr(name, "ffn_gate_inp") || src->type == DT_I32) return src->type;
     if (strcmp(name, "output.weight") == 0 || (syn_tied && strcmp(name, "token_embd.weight") == 0)) return DT_Q6_K;
-    if (strstr(name, "ffn_up")) return DT_Q8_0;   /* 96 % 256: q4_K -> q8_0 */
+    if (strstr(name, "ffn_up")) return DT_Q5_0;   /* 96 % 256: q4_K -> q5_0 */
     if (strstr(name, "ffn_gate")) return DT_F16;  /* 100 % 32: -> f16 */
     if (strstr(name, "attn_v") || strstr(name, "ffn_down")) {
         int layer = atoi(name + 4);
@@ -1185,6 +1195,45 @@ TEST(quantize_mix_rules)
     unlink(out);
 }
 
+/* quant_mix_types visits tensors in llama.cpp's order (layer number, then
+ * name), whatever the file order: with 12 layers listed backwards, q3_k_m's
+ * "first two attn_v" are still blk.0 and blk.1, and q4_k_m's use_more_bits
+ * layers (0, 3, 6, 9, 10, 11 of 12) are counted from blk.0, not from
+ * blk.10 as a plain string sort would put it. An MoE mix needs the layer in
+ * the name. */
+TEST(quant_mix_counts_in_llama_cpp_order)
+{
+    quant_mix_tensor ts[24];
+    char names[24][32];
+    for (int i = 0; i < 12; i++) {
+        const int l = 11 - i;
+        snprintf(names[2 * i], sizeof names[0], "blk.%d.attn_v.weight", l);
+        snprintf(names[2 * i + 1], sizeof names[0], "blk.%d.ffn_down.weight", l);
+        ts[2 * i] = (quant_mix_tensor){names[2 * i], DT_F16, 2, {256, 64, 1, 1}};
+        ts[2 * i + 1] = (quant_mix_tensor){names[2 * i + 1], DT_F16, 2, {256, 256, 1, 1}};
+    }
+    const quant_model m = {"llama", 12, 8, 8, 0};
+    uint32_t out[24];
+    CHECK(quant_mix_types(quant_preset_find("q3_k_m"), &m, ts, 24, out) == 0);
+    for (int i = 0; i < 12; i++) {
+        const int l = 11 - i;
+        CHECK_MSG(out[2 * i] == (uint32_t)(l < 2 ? DT_Q5_K : DT_Q4_K), "q3_k_m %s: %s", names[2 * i],
+                  dtype_get(out[2 * i])->name);
+    }
+    CHECK(quant_mix_types(quant_preset_find("Q4_K_M"), &m, ts, 24, out) == 0);
+    for (int i = 0; i < 12; i++) {
+        const int l = 11 - i;
+        const bool more = l == 0 || l == 3 || l == 6 || l == 9 || l == 10 || l == 11;
+        CHECK_MSG(out[2 * i] == (uint32_t)(more ? DT_Q6_K : DT_Q4_K), "q4_k_m %s", names[2 * i]);
+        CHECK_MSG(out[2 * i + 1] == (uint32_t)(more ? DT_Q6_K : DT_Q4_K), "q4_k_m %s", names[2 * i + 1]);
+    }
+    const quant_model moe = {"llama", 12, 8, 8, 8};
+    ts[3].name = "ffn_down_without_layer.weight";
+    CHECK(quant_mix_types(quant_preset_find("q4_k_m"), &moe, ts, 24, out) == PL_EINVAL);
+    CHECK_MSG(strstr(err_msg(), "ffn_down_without_layer.weight"), "%s", err_msg());
+    CHECK(quant_preset_find("q3_k_xl") == NULL);
+}
+
 TEST(quantize_errors_name_file_and_tensor)
 {
     rng_seed(12);
@@ -1200,8 +1249,8 @@ TEST(quantize_errors_name_file_and_tensor)
      * it only if it is not a weight matrix, so f16 fails the same way */
     CHECK(pl_quantize(in, out, "f16") == PL_EUNSUPPORTED);
     /* unknown type: named */
-    CHECK(pl_quantize(in, out, "q3_k_s") == PL_EINVAL);
-    CHECK_MSG(strstr(pl_last_error(), "q3_k_s"), "message: %s", pl_last_error());
+    CHECK(pl_quantize(in, out, "q3_k_xl") == PL_EINVAL);
+    CHECK_MSG(strstr(pl_last_error(), "q3_k_xl"), "message: %s", pl_last_error());
     /* missing input: named */
     CHECK(pl_quantize(qpath("nope.gguf"), out, "q8_0") != 0);
     CHECK_MSG(strstr(pl_last_error(), "nope.gguf"), "message: %s", pl_last_error());
@@ -1257,6 +1306,7 @@ int main(void)
     if (access(STORIES, R_OK) == 0) RUN(quantize_stories_every_type);
     else test_skip("quantize_stories_every_type", STORIES " not found");
     RUN(quantize_mix_rules);
+    RUN(quant_mix_counts_in_llama_cpp_order);
     RUN(quantize_errors_name_file_and_tensor);
     if (qdir[0]) {
         const char *files[] = {"stories.gguf", "syn.gguf", "syn-out.gguf", "bad.gguf", "bad-out.gguf"};

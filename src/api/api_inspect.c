@@ -132,7 +132,7 @@ int pl_file_inspect(const char *path, pl_file_info *out)
 {
     if (!path || !out) return err_set(PL_EINVAL, "pl_file_inspect: NULL argument");
     gguf_file *f;
-    int rc = gguf_open(&f, path);
+    int rc = gguf_open_model(&f, path); /* a split model: all its shards */
     if (rc) return rc;
     pl_file_info *o = calloc(1, sizeof *o); /* ~2 KB: keep it off small stacks */
     if (!o) {
@@ -141,7 +141,7 @@ int pl_file_inspect(const char *path, pl_file_info *out)
     }
     info_copy_str(o->path, sizeof o->path, path, strlen(path));
     o->gguf_version = gguf_version(f);
-    o->file_bytes = gguf_file_size(f);
+    for (uint32_t i = 0; i < gguf_shard_count(f); i++) o->file_bytes += gguf_file_size(gguf_shard(f, i));
     o->n_kv = gguf_meta_count(f);
     o->n_tensors = gguf_tensor_count(f);
     rc = info_get_str(f, "general.architecture", o->arch, sizeof o->arch);

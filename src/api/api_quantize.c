@@ -1,35 +1,13 @@
-/* api_quantize.c - pl_quantize: re-encode a GGUF model's weights to another
- * type (f32, f16, bf16, q8_0, q4_0, q4_k_m), as llama.cpp's llama-quantize.
+/* api_quantize.c - pl_quantize: re-encode a GGUF model's weights under one
+ * of llama.cpp's presets (f32, f16, bf16, q8_0, q4_0 ... q4_k_m, iq4_xs),
+ * as llama.cpp's llama-quantize.
  *
  * The input is mapped read-only; every metadata pair is copied, except that
- * general.file_type becomes llama.cpp's LLAMA_FTYPE of the chosen mix (so
- * that llama.cpp names it) and general.quantization_version is 2.
- * Tensors keep their order, names and shapes. Which tensors change, and to
- * what (the same rules as llama.cpp's llama_tensor_get_type, simplified):
- *
- *   - only weight matrices: >= 2 dims (ignoring trailing 1s, as ggml_n_dims
- *     does), name ending in "weight", not a norm ("_norm.weight"), not an
- *     MoE router (ffn_gate_inp), not a positional or token-type embedding,
- *     not integer-typed; everything else (norms, 1-D biases, rope tables)
- *     is copied byte for byte;
- *   - f32 / f16 / bf16 / q8_0 / q4_0: every weight matrix gets that type,
- *     except that for q4_0 the output projection (output.weight, or
- *     token_embd.weight when it doubles as the output) gets q6_K, as
- *     llama.cpp does for every quantized mix but q8_0;
- *   - q4_k_m (LLAMA_FTYPE_MOSTLY_Q4_K_M): q4_K everywhere, and q6_K for the
- *     output projection and for attn_v (attn_qkv, attn_kv_b) and ffn_down in
- *     the layers that llama.cpp's use_more_bits(i, n) picks: the first and
- *     last eighth of the n layers, and every third layer between:
- *         i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2
- *     (the layer i comes from the "blk.<i>." prefix, n = highest i + 1).
- *     llama.cpp's special cases for Falcon, 70B and 8-expert models are not
- *     reproduced.
- *   - fallback when a row length is not a multiple of the type's block:
- *     q4_K and q6_K -> q8_0 (llama.cpp picks q5_0 for q4_K, a type pagellm
- *     does not compute with; q8_0 keeps quality where llama.cpp keeps size,
- *     and such odd tensors are small), then q8_0 / q4_0 -> f16 (as
- *     llama.cpp). f32 / f16 / bf16 have no block, so never fall back.
- *   - a tensor already in its target type is copied, not re-quantized.
+ * general.file_type becomes llama.cpp's LLAMA_FTYPE of the preset (so that
+ * llama.cpp names it) and general.quantization_version is 2. Tensors keep
+ * their order, names and shapes; which tensor gets which type is
+ * src/model/quant_mix.c's (llama.cpp's per-tensor rules and fallbacks). A
+ * tensor already in its target type is copied, not re-quantized.
  *
  * Any input type that quant_dequant_row() reads can be re-encoded; others
  * fail before anything is written, naming the file and tensor. The output
@@ -38,7 +16,9 @@
  * the largest output tensor (plus one row per thread) whatever the model's
  * size; converted source tensors are dropped from the resident set. The
  * writer writes to a temporary name and renames: a failure leaves no partial
- * file, and OUT may even be IN.
+ * file, and OUT may even be IN. The input may be a split model (all its
+ * shards are read; split.* keys are not copied), and the output may be
+ * split too (pl_quantize_split).
  */
 #include "pagellm.h"
 
@@ -54,36 +34,11 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
+#include "model/quant_mix.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
-/* llama.cpp's llama_ftype values (include/llama.h), stored in general.file_type. */
-enum {
-    FTYPE_ALL_F32 = 0,
-    FTYPE_MOSTLY_F16 = 1,
-    FTYPE_MOSTLY_Q4_0 = 2,
-    FTYPE_MOSTLY_Q8_0 = 7,
-    FTYPE_MOSTLY_Q4_K_M = 15,
-    FTYPE_MOSTLY_BF16 = 32,
-};
-
 #define QUANT_VERSION 2 /* ggml's GGML_QNT_VERSION: the current block layouts */
-
-typedef struct {
-    const char *name;  /* as the user types it */
-    uint32_t type;     /* the default tensor type of the mix */
-    uint32_t ftype;
-    bool k_mix;        /* q4_k_m's per-tensor choices */
-} quant_mix;
-
-static const quant_mix mixes[] = {
-    {"f32", DT_F32, FTYPE_ALL_F32, false},
-    {"f16", DT_F16, FTYPE_MOSTLY_F16, false},
-    {"bf16", DT_BF16, FTYPE_MOSTLY_BF16, false},
-    {"q8_0", DT_Q8_0, FTYPE_MOSTLY_Q8_0, false},
-    {"q4_0", DT_Q4_0, FTYPE_MOSTLY_Q4_0, false},
-    {"q4_k_m", DT_Q4_K, FTYPE_MOSTLY_Q4_K_M, true},
-};
 
 /* One output tensor. */
 typedef struct {
@@ -95,11 +50,9 @@ typedef struct {
 typedef struct {
     const char *in_path;
     gguf_file *in;
-    const quant_mix *mix;
+    const quant_preset *mix;
     qtensor *ts;
     uint64_t n_ts;
-    int n_layers;           /* highest blk.<i> + 1 */
-    bool has_output;        /* output.weight exists (else token_embd is the output) */
     threadpool *tp;
     int n_threads;
     uint64_t max_row_elems; /* over tensors that are converted */
@@ -111,92 +64,42 @@ typedef struct {
 
 /* ------------------------------------------------------- type selection */
 
-static bool name_ends_with(const char *s, const char *suffix)
+/* A metadata u32 "<arch>.<key>", or 0 if absent or not an integer. */
+static uint32_t arch_u32(const gguf_file *f, const char *arch, const char *key)
 {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+    char full[160];
+    uint32_t v = 0;
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (gguf_get_u32(f, full, &v) != 0) v = 0;
+    return v;
 }
 
-/* Layer of a "blk.<i>.*" tensor, or -1. */
-static int tensor_layer(const char *name)
+/* The hyper-parameters the mix rules read (0 where absent). */
+static void model_info(const qctx *q, char *arch, size_t cap, quant_model *m)
 {
-    if (strncmp(name, "blk.", 4) != 0) return -1;
-    const char *p = name + 4;
-    long v = 0;
-    if (*p < '0' || *p > '9') return -1;
-    while (*p >= '0' && *p <= '9' && v < 1000000) v = v * 10 + (*p++ - '0');
-    return *p == '.' ? (int)v : -1;
-}
-
-static bool type_is_integer(uint32_t t)
-{
-    return t == DT_I8 || t == DT_I16 || t == DT_I32 || t == DT_I64;
-}
-
-/* Dimensions as ggml_n_dims counts them: trailing 1s do not count, so a
- * [4096, 1] norm stored as 2-D is still a vector. */
-static uint32_t tensor_rank(const gguf_tensor *t)
-{
-    uint32_t r = 1;
-    for (uint32_t d = 1; d < GGUF_MAX_DIMS; d++)
-        if (t->ne[d] > 1) r = d + 1;
-    return r;
-}
-
-/* llama.cpp's tensor_allows_quantization, for the tensors llama-style
- * models have. */
-static bool tensor_is_weight_matrix(const qtensor *t)
-{
-    const char *n = t->name;
-    return tensor_rank(t->src) >= 2 && !type_is_integer(t->src->type) && name_ends_with(n, "weight")
-           && !strstr(n, "_norm.weight") && !strstr(n, "ffn_gate_inp.weight")
-           && strcmp(n, "position_embd.weight") != 0 && strcmp(n, "token_types.weight") != 0;
-}
-
-static bool use_more_bits(int i, int n)
-{
-    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-}
-
-/* The type the mix wants for weight matrix t, before any fallback. */
-static uint32_t tensor_type_wanted(const qctx *q, const qtensor *t)
-{
-    const quant_mix *mix = q->mix;
-    const uint32_t base = mix->type;
-    const bool quantized = dtype_get(base)->blck_size > 1;
-    const bool is_output = strcmp(t->name, "output.weight") == 0
-                           || (!q->has_output && strcmp(t->name, "token_embd.weight") == 0);
-    if (is_output && quantized && base != DT_Q8_0)
-        return t->src->ne[0] % QK_K == 0 ? DT_Q6_K : DT_Q8_0;
-    if (!mix->k_mix) return base;
-    const bool attn_v = strstr(t->name, "attn_v.weight") || strstr(t->name, "attn_qkv.weight")
-                        || strstr(t->name, "attn_kv_b.weight");
-    if (attn_v || strstr(t->name, "ffn_down")) {
-        const int layer = tensor_layer(t->name);
-        if (layer >= 0 && use_more_bits(layer, q->n_layers)) return DT_Q6_K;
+    gguf_str s = {0};
+    arch[0] = 0;
+    if (gguf_get_str(q->in, "general.architecture", &s) == 0 && s.len < cap) {
+        memcpy(arch, s.ptr, (size_t)s.len);
+        arch[s.len] = 0;
     }
-    return base;
+    err_clear(); /* absent keys are not errors here */
+    m->arch = arch;
+    m->n_layer = arch_u32(q->in, arch, "block_count");
+    m->n_head = arch_u32(q->in, arch, "attention.head_count");
+    m->n_head_kv = arch_u32(q->in, arch, "attention.head_count_kv");
+    m->n_expert = arch_u32(q->in, arch, "expert_count");
+    err_clear();
 }
 
-/* Falls back to a type whose block divides the row length ne0. */
-static uint32_t tensor_type_fallback(uint32_t type, uint64_t ne0)
+/* Rows of the tensors that change type must be readable here. */
+static int tensor_check(qctx *q, const qtensor *t)
 {
-    if ((type == DT_Q4_K || type == DT_Q6_K) && ne0 % QK_K != 0) type = DT_Q8_0;
-    if ((type == DT_Q8_0 || type == DT_Q4_0) && ne0 % QK8_0 != 0) type = DT_F16;
-    return type;
-}
-
-static int tensor_plan(qctx *q, qtensor *t)
-{
-    t->type = t->src->type;
-    if (!tensor_is_weight_matrix(t)) return 0;
-    t->type = tensor_type_fallback(tensor_type_wanted(q, t), t->src->ne[0]);
     if (t->type == t->src->type) return 0;
-    if (!quant_supported(t->src->type)) {
-        const dtype_traits *tr = dtype_get(t->src->type);
-        return err_set(PL_EUNSUPPORTED,
-                       "%s: tensor '%s': type %s cannot be re-encoded (pagellm reads f32, f16, bf16, q8_0, "
-                       "q4_0, q4_K, q6_K)", q->in_path, t->name, tr ? tr->name : "?");
+    if (!quant_supported(t->src->type) || !quant_supported(t->type)) {
+        const dtype_traits *a = dtype_get(t->src->type), *b = dtype_get(t->type);
+        return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s cannot be re-encoded as %s", q->in_path,
+                       t->name, a ? a->name : "?", b ? b->name : "?");
     }
     const uint64_t in_row = dtype_row_bytes(t->src->type, t->src->ne[0]);
     if (t->src->ne[0] > q->max_row_elems) q->max_row_elems = t->src->ne[0];
@@ -204,27 +107,41 @@ static int tensor_plan(qctx *q, qtensor *t)
     return 0;
 }
 
-/* Copies names, finds the layer count and whether output.weight exists,
- * then picks every tensor's type. */
+/* Copies names, asks quant_mix for every tensor's type, checks that the
+ * changed ones can be converted. */
 static int quantize_plan(qctx *q)
 {
     q->n_ts = gguf_tensor_count(q->in);
     q->ts = mem_calloc(q->n_ts ? q->n_ts : 1, sizeof *q->ts);
-    if (!q->ts) return PL_ENOMEM;
-    for (uint64_t i = 0; i < q->n_ts; i++) {
+    quant_mix_tensor *mt = mem_calloc(q->n_ts ? q->n_ts : 1, sizeof *mt);
+    uint32_t *types = mem_calloc(q->n_ts ? q->n_ts : 1, sizeof *types);
+    int rc = q->ts && mt && types ? 0 : PL_ENOMEM;
+    uint32_t max_layer = 0;
+    for (uint64_t i = 0; !rc && i < q->n_ts; i++) {
         qtensor *t = &q->ts[i];
         t->src = gguf_tensor_at(q->in, i);
         t->name = strndup(t->src->name.ptr, (size_t)t->src->name.len);
-        if (!t->name) return err_set(PL_ENOMEM, "%s: out of memory", q->in_path);
-        const int layer = tensor_layer(t->name);
-        if (layer + 1 > q->n_layers) q->n_layers = layer + 1;
-        if (strcmp(t->name, "output.weight") == 0) q->has_output = true;
+        if (!t->name) { rc = err_set(PL_ENOMEM, "%s: out of memory", q->in_path); break; }
+        mt[i] = (quant_mix_tensor){t->name, t->src->type, t->src->n_dims, {0}};
+        for (uint32_t d = 0; d < 4; d++) mt[i].ne[d] = d < GGUF_MAX_DIMS ? t->src->ne[d] : 1;
+        unsigned layer;
+        if (sscanf(t->name, "blk.%u.", &layer) == 1 && layer < 100000 && layer + 1 > max_layer) max_layer = layer + 1;
     }
-    for (uint64_t i = 0; i < q->n_ts; i++) {
-        int rc = tensor_plan(q, &q->ts[i]);
-        if (rc) return rc;
+    char arch[64];
+    quant_model m;
+    if (!rc) {
+        model_info(q, arch, sizeof arch, &m);
+        if (m.n_layer == 0) m.n_layer = max_layer;
+        rc = quant_mix_types(q->mix, &m, mt, (size_t)q->n_ts, types);
+        if (rc) err_prefix(rc, "%s", q->in_path);
     }
-    return 0;
+    for (uint64_t i = 0; !rc && i < q->n_ts; i++) {
+        q->ts[i].type = types[i];
+        rc = tensor_check(q, &q->ts[i]);
+    }
+    free(mt);
+    free(types);
+    return rc;
 }
 
 /* ------------------------------------------------------------- writing */
@@ -233,6 +150,7 @@ static int copy_metadata(qctx *q, gguf_writer *w)
 {
     for (uint64_t i = 0; i < gguf_meta_count(q->in); i++) {
         const gguf_meta *kv = gguf_meta_at(q->in, i);
+        if (kv->key.len > 6 && memcmp(kv->key.ptr, "split.", 6) == 0) continue; /* one file out */
         char *key = strndup(kv->key.ptr, (size_t)kv->key.len);
         if (!key) return err_set(PL_ENOMEM, "%s: out of memory", q->in_path);
         int rc = gguf_writer_set_value(w, key, &kv->value);
@@ -344,22 +262,34 @@ static void qctx_free(qctx *q)
     gguf_close(q->in);
 }
 
-static const quant_mix *mix_find(const char *name)
+const char *const *pl_quantize_types(void)
 {
-    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
-        if (strcasecmp(mixes[i].name, name) == 0) return &mixes[i];
-    return NULL;
+    return quant_preset_names();
 }
 
 int pl_quantize(const char *in_path, const char *out_path, const char *type)
 {
+    return pl_quantize_split(in_path, out_path, type, 1);
+}
+
+/* OUT.gguf's prefix for shards OUT-0000i-of-0000N.gguf. */
+static int quantize_write_split(gguf_writer *w, const char *out, uint32_t n, qctx *q)
+{
+    const size_t len = strlen(out);
+    char *prefix = strndup(out, len > 5 && strcmp(out + len - 5, ".gguf") == 0 ? len - 5 : len);
+    if (!prefix) return err_set(PL_ENOMEM, "%s: out of memory", out);
+    int rc = gguf_writer_write_split(w, prefix, n, fill_tensor, q);
+    free(prefix);
+    return rc;
+}
+
+int pl_quantize_split(const char *in_path, const char *out_path, const char *type, uint32_t n_split)
+{
     if (!in_path || !out_path || !type) return err_set(PL_EINVAL, "pl_quantize: NULL argument");
-    const quant_mix *mix = mix_find(type);
-    if (!mix)
-        return err_set(PL_EINVAL, "unknown quantization type '%s' (expected f32, f16, bf16, q8_0, q4_0 or q4_k_m)",
-                       type);
+    const quant_preset *mix = quant_preset_find(type);
+    if (!mix) return err_set(PL_EINVAL, "unknown quantization type '%s' (see pl_quantize_types())", type);
     qctx q = {.in_path = in_path, .mix = mix, .n_threads = 1};
-    int rc = gguf_open(&q.in, in_path);
+    int rc = gguf_open_model(&q.in, in_path);
     if (rc) return rc;
     gguf_writer *w = NULL;
     rc = quantize_plan(&q);
@@ -367,7 +297,8 @@ int pl_quantize(const char *in_path, const char *out_path, const char *type)
     if (!rc && !(w = gguf_writer_new())) rc = PL_ENOMEM;
     if (!rc) rc = copy_metadata(&q, w);
     if (!rc) rc = declare_tensors(&q, w);
-    if (!rc) rc = gguf_writer_write(w, out_path, fill_tensor, &q);
+    if (!rc && n_split > 1) rc = quantize_write_split(w, out_path, n_split, &q);
+    else if (!rc) rc = gguf_writer_write(w, out_path, fill_tensor, &q);
     gguf_writer_free(w);
     qctx_free(&q);
     return rc;

@@ -89,6 +89,7 @@ typedef struct {
     uint64_t offset;            /* relative to the data section */
     uint64_t nbytes;            /* exact data size */
     const void *data;           /* into the mapping */
+    uint32_t shard;             /* 0: this file; i: the i-th joined shard (gguf_shard) */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
@@ -119,6 +120,26 @@ const gguf_meta *gguf_meta_find(const gguf_file *f, const char *key); /* NULL if
 uint64_t gguf_tensor_count(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
 const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name); /* NULL if absent */
+
+/* ------------------------------------------------------- split models */
+/* A model split by llama.cpp's gguf-split is PREFIX-00001-of-0000N.gguf ...
+ * PREFIX-0000N-of-0000N.gguf, each holding split.no (0-based), split.count
+ * and split.tensors.count; the first holds the metadata. gguf_open_model
+ * opens the first, finds the others by that rule, validates each (count,
+ * index, no tensor twice, the total) and joins their tensors into the
+ * first's directory: gguf_tensor_count/at/find then see the whole model,
+ * each tensor's data still in its own shard's mapping (zero-copy). A file
+ * without split.count (or with 1) opens as gguf_open does. */
+int gguf_open_model(gguf_file **out, const char *path);
+
+/* Adds shard's tensors to f's directory; on success f owns shard (closed
+ * with f). Fails, changing nothing, if a name is already in f. */
+int gguf_join_shard(gguf_file *f, gguf_file *shard);
+uint32_t gguf_shard_count(const gguf_file *f);                 /* 1 + joined shards */
+const gguf_file *gguf_shard(const gguf_file *f, uint32_t i);   /* 0: f itself */
+/* The file that holds t's data, and the absolute offset there. */
+const char *gguf_tensor_path(const gguf_file *f, const gguf_tensor *t);
+uint64_t gguf_tensor_file_offset(const gguf_file *f, const gguf_tensor *t);
 
 /* Typed lookups. Return 0 and set *out; PL_ENOTFOUND (error text set) if the
  * key is absent; PL_EFORMAT if the value has the wrong type or does not fit
@@ -182,5 +203,12 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
  * time, so memory stays bounded by the largest tensor). Writes to a temporary
  * name and renames, so a failed write leaves no partial file. */
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user);
+
+/* Writes the same model as n_split shards PREFIX-0000i-of-0000N.gguf (as
+ * llama.cpp's gguf-split): the tensors in order, cut into n_split runs of
+ * about equal bytes (each at least one tensor); the first shard holds all
+ * metadata, every shard split.no, split.count and split.tensors.count.
+ * n_split must be 1..min(tensors, 99999). On failure no shard is left. */
+int gguf_writer_write_split(gguf_writer *w, const char *prefix, uint32_t n_split, gguf_fill_fn fill, void *user);
 
 #endif

@@ -79,6 +79,8 @@ struct gguf_file {
     gguf_tensor *tensors;  /* [n_tensors] */
     name_index meta_ix, tensor_ix;
     chunk *chunks;
+    gguf_file **shards;   /* [n_shards] joined shards 2..N of a split model (owned) */
+    uint32_t n_shards;
 };
 
 /* The cursor. ctx names the item being parsed ("kv[3] 'general.name'") and
@@ -663,6 +665,8 @@ int gguf_open(gguf_file **out, const char *path)
 void gguf_close(gguf_file *f)
 {
     if (!f) return;
+    for (uint32_t i = 0; i < f->n_shards; i++) gguf_close(f->shards[i]);
+    free(f->shards);
     for (chunk *c = f->chunks, *next; c; c = next) {
         next = c->next;
         free(c);
@@ -702,4 +706,66 @@ const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name)
     if (!name) return NULL;
     uint64_t i = index_find(f, &f->tensor_ix, name, strlen(name));
     return i == UINT64_MAX ? NULL : &f->tensors[i];
+}
+
+/* ------------------------------------------------------------- shards */
+
+/* The directory grows into a new table (chunks are never reallocated),
+ * then the name index is rebuilt over all tensors; a name already present
+ * fails the join and leaves f as it was. */
+int gguf_join_shard(gguf_file *f, gguf_file *shard)
+{
+    if (f->n_shards >= UINT16_MAX || shard->n_shards)
+        return err_set(PL_EINVAL, "%s: cannot join %s as a shard", f->path, shard->path);
+    const uint64_t n = f->n_tensors + shard->n_tensors;
+    gguf_tensor *ts = file_alloc(f, n ? n : 1, sizeof *ts);
+    gguf_file **sh = realloc(f->shards, (f->n_shards + 1) * sizeof *sh);
+    if (!ts || !sh) return err_set(PL_ENOMEM, "%s: out of memory joining %s", f->path, shard->path);
+    f->shards = sh;
+    if (f->n_tensors) memcpy(ts, f->tensors, (size_t)f->n_tensors * sizeof *ts);
+    for (uint64_t i = 0; i < shard->n_tensors; i++) {
+        ts[f->n_tensors + i] = shard->tensors[i];
+        ts[f->n_tensors + i].shard = f->n_shards + 1;
+    }
+    gguf_tensor *old_ts = f->tensors;
+    const name_index old_ix = f->tensor_ix;
+    f->tensors = ts;
+    if (index_init(f, &f->tensor_ix, n) != 0) {
+        f->tensors = old_ts;
+        f->tensor_ix = old_ix;
+        return err_set(PL_ENOMEM, "%s: out of memory joining %s", f->path, shard->path);
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const uint64_t dup = index_add(f, &f->tensor_ix, i);
+        if (dup == UINT64_MAX) continue;
+        const gguf_tensor *t = &ts[i];
+        int rc = err_set(PL_EFORMAT, "%s: tensor '%.*s' (offset %" PRIu64 ") is also in %s", shard->path,
+                         (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr,
+                         shard->data_offset + t->offset, gguf_tensor_path(f, &ts[dup]));
+        f->tensors = old_ts;
+        f->tensor_ix = old_ix;
+        return rc;
+    }
+    f->n_tensors = n;
+    f->shards[f->n_shards++] = shard;
+    return 0;
+}
+
+uint32_t gguf_shard_count(const gguf_file *f) { return 1 + f->n_shards; }
+
+const gguf_file *gguf_shard(const gguf_file *f, uint32_t i)
+{
+    return i == 0 ? f : i <= f->n_shards ? f->shards[i - 1] : NULL;
+}
+
+const char *gguf_tensor_path(const gguf_file *f, const gguf_tensor *t)
+{
+    const gguf_file *s = gguf_shard(f, t->shard);
+    return s ? s->path : f->path;
+}
+
+uint64_t gguf_tensor_file_offset(const gguf_file *f, const gguf_tensor *t)
+{
+    const gguf_file *s = gguf_shard(f, t->shard);
+    return (s ? s->data_offset : f->data_offset) + t->offset;
 }

@@ -531,3 +531,79 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     free(tmp);
     return rc;
 }
+
+/* ------------------------------------------------------------- split */
+
+/* fill for shard writers: their tensor j is the whole model's base + j. */
+typedef struct {
+    gguf_fill_fn fill;
+    void *user;
+    uint64_t base;
+} shard_fill;
+
+static int shard_fill_fn(void *user, uint64_t idx, void *dst, uint64_t nbytes)
+{
+    const shard_fill *s = user;
+    return s->fill(s->user, s->base + idx, dst, nbytes);
+}
+
+/* The writer of shard i holding tensors [t0, t1). */
+static int shard_writer(const gguf_writer *w, uint32_t i, uint32_t n_split, uint64_t t0, uint64_t t1,
+                        gguf_writer **out)
+{
+    gguf_writer *s = gguf_writer_new();
+    int rc = s ? 0 : PL_ENOMEM;
+    for (uint64_t k = 0; !rc && i == 0 && k < w->n_meta; k++) {
+        if (strncmp(w->metas[k].key, "split.", 6) == 0) continue; /* set below */
+        rc = gguf_writer_set_value(s, w->metas[k].key, &w->metas[k].val);
+    }
+    for (uint64_t k = 0; !rc && i > 0 && k < w->n_meta; k++) /* the data layout must match */
+        if (strcmp(w->metas[k].key, "general.alignment") == 0) rc = gguf_writer_set_value(s, w->metas[k].key, &w->metas[k].val);
+    if (!rc) rc = set_scalar(s, "split.no", GGUF_TYPE_UINT16, i, 0, 0);
+    if (!rc) rc = set_scalar(s, "split.count", GGUF_TYPE_UINT16, n_split, 0, 0);
+    if (!rc) rc = gguf_writer_set_i32(s, "split.tensors.count", (int32_t)w->n_ts);
+    for (uint64_t k = t0; !rc && k < t1; k++) {
+        const wtensor *t = &w->ts[k];
+        int idx = gguf_writer_add_tensor(s, t->name, t->type, t->n_dims, t->ne, t->data);
+        if (idx < 0) rc = idx;
+    }
+    if (rc) gguf_writer_free(s);
+    else *out = s;
+    return rc;
+}
+
+int gguf_writer_write_split(gguf_writer *w, const char *prefix, uint32_t n_split, gguf_fill_fn fill, void *user)
+{
+    if (!w || !prefix) return err_set(PL_EINVAL, "gguf_writer_write_split: NULL writer or prefix");
+    if (n_split == 0 || n_split > 99999 || n_split > w->n_ts || w->n_ts > INT32_MAX)
+        return err_set(PL_EINVAL, "%s: cannot split %" PRIu64 " tensors into %u shards", prefix, w->n_ts, n_split);
+    uint64_t total = 0, done = 0, t0 = 0;
+    for (uint64_t k = 0; k < w->n_ts; k++) total += w->ts[k].nbytes;
+    const size_t cap = strlen(prefix) + 32;
+    char *path = malloc(cap);
+    if (!path) return err_set(PL_ENOMEM, "%s: out of memory", prefix);
+    int rc = 0;
+    uint32_t written = 0;
+    for (uint32_t i = 0; !rc && i < n_split; i++) {
+        /* shard i ends where the bytes pass (i + 1) / n of the total, leaving
+         * at least one tensor for each later shard */
+        uint64_t t1 = t0 + 1;
+        done += w->ts[t0].nbytes;
+        while (t1 < w->n_ts - (n_split - 1 - i) && (i + 1 == n_split || done + w->ts[t1].nbytes <= total / n_split * (i + 1)))
+            done += w->ts[t1++].nbytes;
+        gguf_writer *s = NULL;
+        rc = shard_writer(w, i, n_split, t0, t1, &s);
+        shard_fill sf = {fill, user, t0};
+        snprintf(path, cap, "%s-%05u-of-%05u.gguf", prefix, i + 1, n_split);
+        if (!rc) rc = gguf_writer_write(s, path, fill ? shard_fill_fn : NULL, &sf);
+        gguf_writer_free(s);
+        if (!rc) written++;
+        t0 = t1;
+    }
+    for (uint32_t i = 0; rc && i < written; i++) { /* no partial set */
+        snprintf(path, cap, "%s-%05u-of-%05u.gguf", prefix, i + 1, n_split);
+        unlink(path);
+    }
+    free(path);
+    return rc;
+}

@@ -1,8 +1,9 @@
 /* kern_avx512_quants.c - AVX-512 (VNNI) kernels of the block formats
  * beside Q8_0/Q4_0/Q4_K/Q6_K: Q5_K and IQ4_XS against Q8_K, GEMM tiles and
  * decode dots.
- * The other new formats keep their AVX2 tiles (kern_avx2_quants.c), which
- * the AVX-512 tables inherit.
+ * Q4_1, Q5_0, Q5_1 and IQ4_NL have theirs in kern_avx512_legacy.c; Q2_K,
+ * Q3_K and TQ2_0 keep their AVX2 tiles (kern_avx2_quants.c), which the
+ * AVX-512 tables inherit.
  *
  * Q5_K is Q4_K with a fifth bit per weight, so its tile is Q4_K's
  * (kern_avx512_kquant.c, whose header has the reasoning): 64 weights a zmm
@@ -160,10 +161,11 @@ void kern_avx512_fill_quants(kern_vtable *t)
     t->dot[DT_Q5_K] = dot_q5_K_x512;
     t->gemm[DT_IQ4_XS] = (kern_gemm){gemm_iq4_xs_x512, 1, 4, NULL, 0};
     t->dot[DT_IQ4_XS] = dot_iq4_xs_x512;
+    kern_avx512_fill_legacy(t);
 }
 
 #else
 
-void kern_avx512_fill_quants(kern_vtable *t) { (void)t; }
+void kern_avx512_fill_quants(kern_vtable *t) { kern_avx512_fill_legacy(t); }
 
 #endif

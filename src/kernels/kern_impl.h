@@ -326,6 +326,7 @@ void kern_avx512_fill_float(kern_vtable *t, bool bf16);
 void kern_avx512_fill_elem(kern_vtable *t);
 void kern_avx512_fill_f16p(kern_vtable *t);
 void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4_XS */
+void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_0, Q5_1, IQ4_NL */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product

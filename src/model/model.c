@@ -12,7 +12,7 @@ int model_open(model **out, const char *path)
 {
     model *m = mem_calloc(1, sizeof *m);
     if (!m) return PL_ENOMEM;
-    int rc = gguf_open(&m->file, path);
+    int rc = gguf_open_model(&m->file, path); /* all shards of a split model */
     if (!rc) rc = model_config_read(m->file, &m->cfg);
     if (!rc) rc = model_weights_bind(m->file, &m->cfg, &m->w);
     /* gguf_open maps the file read-only, so the packed tensors' pages can
@@ -25,8 +25,12 @@ int model_open(model **out, const char *path)
     }
     /* The fingerprint names these weights in prefix-cache keys: the header
      * (metadata and tensor directory) and the file size identify a file
-     * without reading gigabytes of weights. */
+     * without reading gigabytes of weights; a split model chains its shards. */
     XXH128_hash_t h = XXH3_128bits_withSeed(gguf_file_bytes(m->file), gguf_data_offset(m->file), gguf_file_size(m->file));
+    for (uint32_t i = 1; i < gguf_shard_count(m->file); i++) {
+        const gguf_file *s = gguf_shard(m->file, i);
+        h = XXH3_128bits_withSeed(gguf_file_bytes(s), gguf_data_offset(s), gguf_file_size(s) ^ h.low64 ^ h.high64);
+    }
     m->fingerprint[0] = h.low64;
     m->fingerprint[1] = h.high64;
     *out = m;

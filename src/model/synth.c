@@ -38,6 +38,7 @@ typedef struct {
 
 static const synth_shape shapes[] = {
     {"tiny", 128, 4, 4, 2, 384, 512, 2048, 10000.0f},
+    {"tiny256", 256, 12, 8, 2, 512, 512, 2048, 10000.0f}, /* rows fit 256-element super-blocks */
     {"110m", 768, 12, 12, 12, 2048, 32000, 4096, 10000.0f},
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 4096, 10000.0f},
     {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f},
@@ -224,7 +225,23 @@ static int synth_check_type(const synth_shape *s, uint32_t n_vocab, int type)
     return 0;
 }
 
+/* OUT.gguf as n shards OUT-0000i-of-0000n.gguf (llama.cpp's naming). */
+static int synth_write_split(gguf_writer *w, const char *out, uint32_t n, synth_fill_ctx *fc)
+{
+    const size_t len = strlen(out);
+    char *prefix = strndup(out, len > 5 && strcmp(out + len - 5, ".gguf") == 0 ? len - 5 : len);
+    if (!prefix) return err_set(PL_ENOMEM, "synth: out of memory");
+    int rc = gguf_writer_write_split(w, prefix, n, synth_fill, fc);
+    free(prefix);
+    return rc;
+}
+
 int pl_synth(const pl_synth_params *p)
+{
+    return pl_synth_split(p, 1);
+}
+
+int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
 {
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
     if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
@@ -247,7 +264,8 @@ int pl_synth(const pl_synth_params *p)
         int idx = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL);
         if (idx < 0) rc = idx;
     }
-    if (!rc) rc = gguf_writer_write(w, p->out_path, synth_fill, &fc);
+    if (!rc && n_split > 1) rc = synth_write_split(w, p->out_path, n_split, &fc);
+    else if (!rc) rc = gguf_writer_write(w, p->out_path, synth_fill, &fc);
     free(fc.row);
     free(t);
     gguf_writer_free(w);

@@ -2,7 +2,7 @@
 # test_quantize.sh - `pagellm quantize IN OUT TYPE` end to end.
 #
 # Quantizes stories260K (dim 64, ffn 172: no row is a multiple of 256, and
-# ffn_down's 172-long rows not even of 32, so the fallbacks q4_K -> q8_0 ->
+# ffn_down's 172-long rows not even of 32, so the fallbacks q4_K -> q5_0 ->
 # f16 are exercised) to every type; checks the tensor mix the command
 # reports; and, if the llama.cpp peer is built, that llama.cpp loads each
 # output and generates, with the float conversions giving exactly the
@@ -25,7 +25,7 @@ declare -A MIX=(
   [bf16]="37 bf16|11 f32"
   [q8_0]="32 q8_0|5 f16|11 f32"
   [q4_0]="31 q4_0|1 q8_0|5 f16|11 f32"
-  [q4_k_m]="32 q8_0|5 f16|11 f32"
+  [q4_k_m]="29 q5_0|3 q8_0|5 f16|11 f32"
 )
 
 if [ ! -f "$MODEL" ]; then

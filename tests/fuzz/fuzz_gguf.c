@@ -6,7 +6,9 @@
  * "offset N:" message. An accepted file is walked completely (every KV, every
  * array element, first and last byte of every tensor, every lookup), then
  * rewritten through the writer and reopened: the copy must hold the same KVs
- * and tensors. Any broken property aborts, which libFuzzer reports as a crash.
+ * and tensors; with two tensors or more it is also written as a two-shard
+ * split set and opened as one model (gguf_open_model), which must hold the
+ * same. Any broken property aborts, which libFuzzer reports as a crash.
  *
  * Built with -DFUZZ_SEEDGEN instead, this file is a plain program that writes
  * a seed corpus: small writer-made files covering every value type, nested
@@ -126,6 +128,39 @@ static void check_same(const gguf_file *a, const gguf_file *b)
     }
 }
 
+/* Writes w as two shards next to path and opens them as one model: every
+ * tensor of f (by name, same bytes) and every key of f but split.* are
+ * there. */
+static void split_round_trip(const gguf_file *f, gguf_writer *w, const char *path)
+{
+    char prefix[96], first[128], name[1024];
+    snprintf(prefix, sizeof prefix, "%s-split", path);
+    snprintf(first, sizeof first, "%s-00001-of-00002.gguf", prefix);
+    if (gguf_writer_write_split(w, prefix, 2, NULL, NULL) != 0) fail("split write failed");
+    gguf_file *g = NULL;
+    if (gguf_open_model(&g, first) != 0) fail("the reader refused the writer's split set");
+    if (gguf_tensor_count(g) != gguf_tensor_count(f)) fail("split: tensor count differs");
+    for (uint64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *x = gguf_tensor_at(f, i);
+        cstr(name, sizeof name, x->name);
+        const gguf_tensor *y = gguf_tensor_find(g, name);
+        if (!y || x->type != y->type || x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes))
+            fail("split: tensor differs");
+    }
+    for (uint64_t i = 0; i < gguf_meta_count(f); i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
+        if (kv->key.len >= sizeof name) continue;
+        cstr(name, sizeof name, kv->key);
+        if (strncmp(name, "split.", 6) == 0) continue;
+        const gguf_meta *o = gguf_meta_find(g, name);
+        if (!o || !value_same(&kv->value, &o->value)) fail("split: key differs");
+    }
+    gguf_close(g);
+    unlink(first);
+    snprintf(first, sizeof first, "%s-00002-of-00002.gguf", prefix);
+    unlink(first);
+}
+
 /* Rewrites an accepted file and checks the copy. The writer refuses what
  * llama.cpp would (tensor names of 64+ bytes): then there is nothing to do. */
 static void round_trip(const gguf_file *f, const char *path)
@@ -148,6 +183,7 @@ static void round_trip(const gguf_file *f, const char *path)
             fail("the writer refused a tensor the reader accepted");
     }
     if (!rc && gguf_writer_write(w, path, NULL, NULL) != 0) fail("write failed");
+    if (!rc && gguf_tensor_count(f) >= 2) split_round_trip(f, w, path);
     gguf_writer_free(w);
     if (rc) return;
     gguf_file *g = NULL;
