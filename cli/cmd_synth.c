@@ -9,7 +9,7 @@
 
 int cmd_synth(int argc, char **argv)
 {
-    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = "llama";
+    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = NULL;
     uint64_t seed = 1;
     int swa = 0;
     bool list = false;
@@ -19,7 +19,7 @@ int cmd_synth(int argc, char **argv)
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
-        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default), qwen2 (q/k/v biases), qwen3 (q/k norms), mixtral, qwen2moe, qwen3moe (experts)"},
+        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default; qwen3moe for the qwen3moe-3b shape), qwen2 (q/k/v biases), qwen3 (q/k norms), mixtral, qwen2moe, qwen3moe (experts)"},
         {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
         {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
         {0},
@@ -44,7 +44,7 @@ int cmd_synth(int argc, char **argv)
     if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0)", type); return 2; }
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe"};
     bool arch_ok = false;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) arch_ok |= strcmp(arch, archs[i]) == 0;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) arch_ok |= !arch || strcmp(arch, archs[i]) == 0;
     if (!arch_ok) {
         cli_error("synth", "bad value '%s' for --arch (llama, qwen2, qwen3, mixtral, qwen2moe, qwen3moe)", arch);
         return 2;

@@ -165,11 +165,13 @@ uint64_t moe_layer_expert_bytes(const moe_layer *m, uint32_t n_expert)
     return b;
 }
 
-uint64_t moe_layer_active_bytes(const moe_layer *m, const moe_config *c)
+uint64_t moe_step_bytes(const moe_layer *m, const moe_config *c, uint32_t n_tokens)
 {
-    return weight_bytes(&m->gate_inp) + moe_layer_expert_bytes(m, c->n_expert) / c->n_expert * c->n_used
-           + weight_bytes(&m->sh_gate_inp) + weight_bytes(&m->sh_gate) + weight_bytes(&m->sh_up)
-           + weight_bytes(&m->sh_down);
+    const double E = c->n_expert, k = c->n_used;
+    const double touched = n_tokens <= 1 ? k : E * (1.0 - pow(1.0 - k / E, (double)n_tokens));
+    const double per_expert = (double)moe_layer_expert_bytes(m, c->n_expert) / E;
+    return weight_bytes(&m->gate_inp) + (uint64_t)(touched * per_expert + 0.5) + weight_bytes(&m->sh_gate_inp)
+           + weight_bytes(&m->sh_gate) + weight_bytes(&m->sh_up) + weight_bytes(&m->sh_down);
 }
 
 /* ------------------------------------------------------------ router */

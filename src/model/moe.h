@@ -61,9 +61,11 @@ void moe_layer_free(moe_layer *m);
  * their count when out is NULL. */
 int moe_layer_matrices(moe_layer *m, uint32_t n_expert, weight **out);
 
-/* Bytes one token's pass through the layer reads: the router, k experts
- * of average size and the shared expert (the decode roofline). */
-uint64_t moe_layer_active_bytes(const moe_layer *m, const moe_config *c);
+/* Bytes a decode step of n_tokens tokens reads of the layer: the router,
+ * the shared expert, and the experts expected to be chosen by at least one
+ * token if each token chose k of E at random, E (1 - (1 - k/E)^n) of
+ * average size (k for one token): the decode roofline's bytes. */
+uint64_t moe_step_bytes(const moe_layer *m, const moe_config *c, uint32_t n_tokens);
 /* Bytes of all experts of the layer together. */
 uint64_t moe_layer_expert_bytes(const moe_layer *m, uint32_t n_expert);
 

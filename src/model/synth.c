@@ -309,7 +309,8 @@ int pl_synth(const pl_synth_params *p)
 {
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
     if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
-    const char *arch = p->arch ? p->arch : "llama";
+    /* a MoE shape is a qwen3moe model unless another architecture is asked for */
+    const char *arch = p->arch ? p->arch : strncmp(s->name, "qwen3moe", 8) == 0 ? "qwen3moe" : "llama";
     synth_moe moe;
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !synth_moe_of(arch, s->name, &moe))
         return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3, mixtral, qwen2moe, qwen3moe)",
