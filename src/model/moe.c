@@ -283,6 +283,16 @@ static void matmul_n(int n, float *y0, float *y1, const float *x, const weight *
     kern_matmul_mats(n, ys, x, ap, m, tp);
 }
 
+/* y = x . w^T in calls of at most 4 rows: kern_matmul's decode path, whose
+ * rows do not depend on the batch around them, also for the matrices that
+ * are not packed (the f32 router and shared gate). A routing decision is a
+ * discontinuity, so a token's routing must not change with its batch. */
+static void matmul_rows4(float *y, const float *x, const weight *w, int T, threadpool *tp)
+{
+    for (int t = 0; t < T; t += 4)
+        matmul_n(1, y + (size_t)t * w->n_out, NULL, x + (size_t)t * w->n_in, w, NULL, T - t < 4 ? T - t : 4, tp);
+}
+
 /* Groups the (token, rank) pairs by expert and gathers the rows. */
 static void group_rows(moe_state *s, const model_config *c, const float *xn, int T)
 {
@@ -322,7 +332,7 @@ static void run_shared(moe_state *s, const model_config *c, const moe_layer *w, 
     matmul_n(2, s->sg, s->su, xn, &w->sh_gate, &w->sh_up, T, tp);
     for (int t = 0; t < T; t++) kern_swiglu(s->sg + t * F, s->su + t * F, (int)F);
     matmul_n(1, s->sd, NULL, s->sg, &w->sh_down, NULL, T, tp);
-    matmul_n(1, s->sl, NULL, xn, &w->sh_gate_inp, NULL, T, tp);
+    matmul_rows4(s->sl, xn, &w->sh_gate_inp, T, tp);
 }
 
 void moe_ffn(moe_state *s, const model_config *c, const moe_layer *w, const float *xn, float *out, int T,
@@ -330,7 +340,7 @@ void moe_ffn(moe_state *s, const model_config *c, const moe_layer *w, const floa
 {
     const int E = (int)c->moe.n_expert, k = (int)c->moe.n_used, D = (int)c->dim;
     assert(s && T > 0 && T <= s->max_tokens);
-    matmul_n(1, s->logits, NULL, xn, &w->gate_inp, NULL, T, tp);
+    matmul_rows4(s->logits, xn, &w->gate_inp, T, tp);
     for (int t = 0; t < T; t++)
         moe_route(s->logits + (size_t)t * E, E, k, c->moe.norm_topk, s->sel + t * k, s->wts + t * k);
     group_rows(s, c, xn, T);
