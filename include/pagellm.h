@@ -189,10 +189,12 @@ uint32_t pl_model_n_ctx_train(const pl_model *m);
 uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
-/* Bytes of weights one decode step reads: every layer's tensors, the final
- * norm and the output matrix, in their stored types (the token embedding
- * lends one row per token and is not counted, unless it doubles as the
- * output). Divided into memory bandwidth: the decode speed limit. */
+/* Bytes of weights one decode step reads: every layer's tensors (of a
+ * mixture-of-experts layer the router, the shared expert and the k experts
+ * a token chooses, of average size), the final norm and the output matrix,
+ * in their stored types (the token embedding lends one row per token and
+ * is not counted, unless it doubles as the output). Divided into memory
+ * bandwidth: the decode speed limit. */
 uint64_t pl_model_decode_bytes(const pl_model *m);
 /* The same for a step of n_tokens decode tokens of different sequences: of
  * a mixture-of-experts layer, the experts such a step is expected to read
