@@ -121,11 +121,13 @@ asan: deps
 	@$(MAKE) --no-print-directory peer
 	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh
 
-# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, then the tokenizer
+# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
+# then the model's config and tensor binding (it links the kernels from LIBPL)
 FUZZ_SECONDS ?= 60
-fuzz: deps
+fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) tokenizer
+	@FUZZ_LIBPL=$(LIBPL) bash tests/fuzz/run.sh $(FUZZ_SECONDS) model
 
 bench: deps
 	@$(MAKE) --no-print-directory all

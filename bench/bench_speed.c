@@ -43,7 +43,8 @@
  * seconds at a time (bench_model), and so its own roofline and share of
  * it (tok/s / roofline); a test reports the medians over its runs of the
  * three (run_medians). Bytes per step = the weights a step
- * reads (pl_model_decode_bytes: all layers + final norm + output matrix)
+ * reads (pl_model_decode_bytes: all layers + final norm + output matrix;
+ * of a MoE layer the chosen experts: pl_model_step_bytes)
  * + f16 KV of every sequence at its mean context length in the test;
  * roofline tok/s = bandwidth x sequences / bytes per step. pp512 is compute
  * bound: no roofline.
@@ -815,9 +816,10 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
     pl_kv_size kvs = {0};
     pl_kv_size_of(&ks, PL_KV_F16, &kvs);
     const double w = (double)pl_model_decode_bytes(us.m), kv = kvs.bytes_per_token;
+    const double w8 = (double)pl_model_step_bytes(us.m, X8_B); /* MoE: the experts 8 tokens choose */
     /* tok/s per GB/s of bandwidth: sequences / bytes per step */
     const double per_gbs[T_COUNT] = {0, 1e9 / (w + kv * (PP_N + TG_N / 2)), 1e9 / (w + kv * (DEPTH_N + TG_N / 2)),
-                                     1e9 * X8_B / (w + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
+                                     1e9 * X8_B / (w8 + X8_B * kv * (X8_PROMPT + TG_N / 2)), 0};
     /* a: ours, b: the peer's, g: the bandwidth samples of our runs (see
      * bw_sampler; their mean is the run's bandwidth). A shared host's
      * bandwidth drifts over minutes and jumps for seconds at a time (other

@@ -107,6 +107,10 @@ static void inspect_print_model(const pl_file_info *in)
                in->sliding_window, in->sliding_window);
     else
         printf("  sliding window none (full causal attention)\n");
+    if (in->n_expert)
+        printf("  experts %u, %u per token: %llu of %llu weights active per token (%.1f%%)\n", in->n_expert,
+               in->n_expert_used, (unsigned long long)in->active_elements, (unsigned long long)in->weights_elements,
+               in->weights_elements ? 100.0 * (double)in->active_elements / (double)in->weights_elements : 0.0);
     printf("\nweights: %llu bytes (%s), %llu elements, %.3f bits per weight\n", (unsigned long long)in->weights_bytes,
            cli_human_bytes((double)in->weights_bytes, h, sizeof h), (unsigned long long)in->weights_elements,
            inspect_bpw(in->weights_bytes, in->weights_elements));
@@ -193,6 +197,9 @@ static json_t *inspect_json_model(const pl_file_info *in)
     json_object_set_new(o, "vocab_size", json_integer(in->vocab_size));
     json_object_set_new(o, "ctx_train", json_integer(in->ctx_train));
     json_object_set_new(o, "sliding_window", json_integer(in->sliding_window));
+    json_object_set_new(o, "n_expert", json_integer(in->n_expert));
+    json_object_set_new(o, "n_expert_used", json_integer(in->n_expert_used));
+    json_object_set_new(o, "active_elements", json_integer((json_int_t)in->active_elements));
     json_object_set_new(o, "rope_dim", json_integer(in->rope_dim));
     json_object_set_new(o, "rope_base", inspect_json_f32(in->rope_base));
     json_object_set_new(o, "norm_eps", inspect_json_f32(in->norm_eps));

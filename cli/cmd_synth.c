@@ -9,17 +9,17 @@
 
 int cmd_synth(int argc, char **argv)
 {
-    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = "llama";
+    const char *shape = "tiny", *out = NULL, *vocab = NULL, *type = "f32", *arch = NULL;
     uint64_t seed = 1;
     int swa = 0, split = 0;
     bool list = false;
     const cli_opt opts[] = {
-        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | tiny256 | 110m | tinyllama-1.1b | llama3.2-1b (default tiny)"},
+        {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | tiny256 | 110m | tinyllama-1.1b | llama3.2-1b | qwen3moe-3b (default tiny)"},
         {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
-        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default), qwen2 (q/k/v biases), qwen3 (q/k norms)"},
+        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default; qwen3moe for the qwen3moe-3b shape), qwen2 (q/k/v biases), qwen3 (q/k norms), mixtral, qwen2moe, qwen3moe (experts)"},
         {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
         {"split", 0, CLI_INT, &split, 1, 99999, "N", "write N shards OUT-00001-of-0000N.gguf ... (llama.cpp's split files)"},
         {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
@@ -43,8 +43,11 @@ int cmd_synth(int argc, char **argv)
     int type_ok = 0;
     for (int i = 0; types[i]; i++) type_ok |= strcasecmp(types[i], type) == 0;
     if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0)", type); return 2; }
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
-        cli_error("synth", "bad value '%s' for --arch (llama, qwen2, qwen3)", arch);
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe"};
+    bool arch_ok = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) arch_ok |= !arch || strcmp(arch, archs[i]) == 0;
+    if (!arch_ok) {
+        cli_error("synth", "bad value '%s' for --arch (llama, qwen2, qwen3, mixtral, qwen2moe, qwen3moe)", arch);
         return 2;
     }
     pl_synth_params p = {shape, seed, vocab, type, out, arch, (uint32_t)swa};

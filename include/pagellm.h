@@ -101,6 +101,10 @@ typedef struct {
     uint64_t weights_elements;
     int n_types;
     pl_type_summary types[PL_MAX_TYPES];
+    /* mixture of experts (0 when dense): <arch>.expert_count, expert_used_count */
+    uint32_t n_expert, n_expert_used;
+    uint64_t active_elements; /* weights a token's pass uses: all but the unchosen experts' share of the
+                                 *_exps tensors (= weights_elements for a dense model) */
 } pl_file_info;
 
 /* Reads and validates a GGUF file and summarises it. */
@@ -122,12 +126,14 @@ int pl_file_tensors(const char *path, pl_tensor_info **out, uint64_t *n);
 /* ------------------------------------------------------ model generation */
 
 typedef struct {
-    const char *shape;      /* "tiny", "tiny256", "110m", "tinyllama-1.1b", "llama3.2-1b" */
+    const char *shape;      /* "tiny", "tiny256", "110m", "tinyllama-1.1b", "llama3.2-1b", "qwen3moe-3b" */
     uint64_t seed;
     const char *vocab_path; /* a GGUF with a tokenizer, or NULL for the built-in byte vocab */
     const char *type;       /* weight type name: "f32" (default), "f16", "q8_0", ... */
     const char *out_path;
-    const char *arch;       /* "llama" (default), "qwen2" (q/k/v biases), "qwen3" (q/k norms) */
+    const char *arch;       /* "llama" (default; NULL: qwen3moe for the qwen3moe-3b shape), "qwen2" (q/k/v
+                               biases), "qwen3" (q/k norms); mixture of experts: "mixtral", "qwen2moe",
+                               "qwen3moe" */
     uint32_t sliding_window; /* written as <arch>.attention.sliding_window if > 0 (Mistral's key) */
 } pl_synth_params;
 
@@ -205,11 +211,19 @@ uint32_t pl_model_n_ctx_train(const pl_model *m);
 uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
-/* Bytes of weights one decode step reads: every layer's tensors, the final
- * norm and the output matrix, in their stored types (the token embedding
- * lends one row per token and is not counted, unless it doubles as the
- * output). Divided into memory bandwidth: the decode speed limit. */
+/* Bytes of weights one decode step reads: every layer's tensors (of a
+ * mixture-of-experts layer the router, the shared expert and the k experts
+ * a token chooses, of average size), the final norm and the output matrix,
+ * in their stored types (the token embedding lends one row per token and
+ * is not counted, unless it doubles as the output). Divided into memory
+ * bandwidth: the decode speed limit. */
 uint64_t pl_model_decode_bytes(const pl_model *m);
+/* The same for a step of n_tokens decode tokens of different sequences: of
+ * a mixture-of-experts layer, the experts such a step is expected to read
+ * if each token's k of E experts were chosen at random, E x (1 - (1 -
+ * k/E)^n) (k for one token). A dense model's weights are read once per
+ * step whatever n. */
+uint64_t pl_model_step_bytes(const pl_model *m, uint32_t n_tokens);
 
 typedef enum {
     PL_KV_PAGED = 0,  /* blocks taken as a sequence grows (the engine's way) */

@@ -84,6 +84,8 @@ static int info_hparams(const gguf_file *f, pl_file_info *o)
     rc = rc ? rc : info_arch_f32(f, a, "attention.layer_norm_rms_epsilon", &o->norm_eps);
     rc = rc ? rc : info_arch_u32(f, a, "vocab_size", &o->vocab_size);
     rc = rc ? rc : info_arch_u32(f, a, "attention.sliding_window", &o->sliding_window);
+    rc = rc ? rc : info_arch_u32(f, a, "expert_count", &o->n_expert);
+    rc = rc ? rc : info_arch_u32(f, a, "expert_used_count", &o->n_expert_used);
     return rc;
 }
 
@@ -103,6 +105,16 @@ static int info_type_cmp(const void *a, const void *b)
     return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : strcmp(x->type, y->type);
 }
 
+/* Elements of t a token's pass uses: of a routed expert tensor
+ * (blk.N.ffn_*_exps.*, [.., .., n_expert]) the chosen experts' share. */
+static uint64_t info_active_elements(const pl_file_info *o, const gguf_tensor *t, uint64_t elems)
+{
+    const bool exps = t->name.len > 5 && memmem(t->name.ptr, t->name.len, "_exps.", 6) != NULL;
+    if (!exps || o->n_expert == 0 || o->n_expert_used > o->n_expert || t->n_dims < 3 || t->ne[2] != o->n_expert)
+        return elems;
+    return elems / o->n_expert * o->n_expert_used;
+}
+
 /* Tensor counts and bytes per ggml type, biggest first. */
 static void info_tensors(const gguf_file *f, pl_file_info *o)
 {
@@ -115,6 +127,7 @@ static void info_tensors(const gguf_file *f, pl_file_info *o)
         for (uint32_t d = 0; d < t->n_dims; d++) elems *= t->ne[d]; /* the reader checked for overflow */
         o->weights_bytes += t->nbytes;
         o->weights_elements += elems;
+        o->active_elements += info_active_elements(o, t, elems);
         int k = 0;
         while (k < o->n_types && strcmp(o->types[k].type, name) != 0) k++;
         if (k == o->n_types) {

@@ -8,6 +8,7 @@
 #include "api/api_impl.h"
 #include "base/err.h"
 #include "base/mem.h"
+#include "model/moe.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 
@@ -60,7 +61,9 @@ static uint64_t weight_bytes(const weight *w)
     return w->data ? dtype_row_bytes(w->type, w->n_in) * w->n_out : 0;
 }
 
-uint64_t pl_model_decode_bytes(const pl_model *pm)
+uint64_t pl_model_decode_bytes(const pl_model *pm) { return pl_model_step_bytes(pm, 1); }
+
+uint64_t pl_model_step_bytes(const pl_model *pm, uint32_t n_tokens)
 {
     const model *m = pm->m;
     uint64_t b = weight_bytes(&m->w.output_norm) + weight_bytes(&m->w.output);
@@ -69,6 +72,7 @@ uint64_t pl_model_decode_bytes(const pl_model *pm)
         const weight *all[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->bq, &w->bk, &w->bv,
                                &w->q_norm, &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up, &w->w_down};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b += weight_bytes(all[i]);
+        if (w->moe) b += moe_step_bytes(w->moe, &m->cfg.moe, n_tokens);
     }
     return b;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "model/moe.h"
 
 static int get_u32(const gguf_file *f, const char *arch, const char *name, uint32_t *out, bool required)
 {
@@ -34,6 +35,7 @@ static int arch_parse(const gguf_file *f, model_config *c)
     static const struct { const char *name; model_arch arch; bool neox; } known[] = {
         {"llama", ARCH_LLAMA, false}, {"mistral", ARCH_MISTRAL, false},
         {"qwen2", ARCH_QWEN2, true}, {"qwen3", ARCH_QWEN3, true},
+        {"qwen2moe", ARCH_QWEN2MOE, true}, {"qwen3moe", ARCH_QWEN3MOE, true},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (!gguf_str_eq(a, known[i].name)) continue;
@@ -43,7 +45,7 @@ static int arch_parse(const gguf_file *f, model_config *c)
         return 0;
     }
     return err_set(PL_EUNSUPPORTED, "%s: general.architecture: unsupported architecture '%.*s' "
-                   "(supported: llama, mistral, qwen2, qwen3)", gguf_path(f), (int)(a.len > 64 ? 64 : a.len), a.ptr);
+                   "(supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe)", gguf_path(f), (int)(a.len > 64 ? 64 : a.len), a.ptr);
 }
 
 static int vocab_size(const gguf_file *f, model_config *c)
@@ -117,6 +119,7 @@ int model_config_read(const gguf_file *f, model_config *out)
         return err_set(PL_EUNSUPPORTED, "%s: %s.rope.scaling.type: '%.*s' not supported", gguf_path(f), a, (int)(st.len > 32 ? 32 : st.len), st.ptr);
     if (linear > 0) c.rope_scale = 1.0f / linear;
     rc = config_check(f, &c);
+    if (!rc) rc = moe_config_read(f, &c);
     if (rc) return rc;
     *out = c;
     return 0;

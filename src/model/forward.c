@@ -9,6 +9,7 @@
  *         (with a sliding window W: slot - W + 1..slot, attn_row.lo)
  *   x += att Wo
  *   xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
+ *     (or, in a mixture-of-experts layer, x += moe_ffn(xn): model/moe.h)
  * then logits = rmsnorm(x) * output_norm  Wout  for the rows asked for.
  * Each "x += ...; xn = rmsnorm(x) * norm" pair (after Wo, and after Wd
  * with the next layer's attn_norm) is one kern_add_rmsnorm pass, bit for
@@ -46,6 +47,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_view.h"
 #include "kv/kv_writer.h"
+#include "model/moe.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -88,6 +90,7 @@ struct fwd_state {
     kv_writer *kvw;                           /* writes the layers' K/V rows into the pool */
     kv_batch_seq *kv_seqs;                    /* [max_tokens] the pass's sequences, as kv sees them */
     kv_batch kvb;                             /* the pass's batch, as kv sees it */
+    moe_state *moe;                           /* mixture-of-experts scratch, NULL for a dense FFN */
 };
 
 /* Charges the time since the last mark to phase ph. */
@@ -145,6 +148,7 @@ void fwd_state_free(fwd_state *s)
     float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     kv_writer_free(s->kvw);
+    moe_state_free(s->moe);
     free(s->kv_seqs);
     free(s);
 }
@@ -176,7 +180,8 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->attn_scratch_stride = (kv_view_scratch_floats(kvg, max_ctx) + 15) & ~(size_t)15;
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
     s->kv_seqs = calloc(T, sizeof *s->kv_seqs);
-    const int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
+    int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
+    if (!wrc) wrc = moe_state_new(&s->moe, c, max_tokens);
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch ||
         !s->kv_seqs || wrc) {
         fwd_state_free(s);
@@ -399,15 +404,20 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_WO);
     add_rmsnorm_rows(s->x, s->xn, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_RESID_NORM);
-    matmul3(s->g, s->u, NULL, s->xn, &w->w_gate, &w->w_up, NULL, T, s);
-    fp_mark(s, FP_GATE_UP);
-    /* per row: over the flattened batch, where a row's tail falls (SIMD
-     * body or scalar tail) would depend on T, and the two expf differ */
-    for (int t = 0; t < T; t++)
-        kern_swiglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
-    fp_mark(s, FP_SWIGLU);
-    matmul(s->xn, s->g, &w->w_down, T, s);
-    fp_mark(s, FP_DOWN);
+    if (w->moe) {
+        moe_ffn(s->moe, c, w->moe, s->xn, s->xn, T, s->tp);
+        fp_mark(s, FP_DOWN);
+    } else {
+        matmul3(s->g, s->u, NULL, s->xn, &w->w_gate, &w->w_up, NULL, T, s);
+        fp_mark(s, FP_GATE_UP);
+        /* per row: over the flattened batch, where a row's tail falls (SIMD
+         * body or scalar tail) would depend on T, and the two expf differ */
+        for (int t = 0; t < T; t++)
+            kern_swiglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
+        fp_mark(s, FP_SWIGLU);
+        matmul(s->xn, s->g, &w->w_down, T, s);
+        fp_mark(s, FP_DOWN);
+    }
     if (next_norm) add_rmsnorm_rows(s->x, s->xn, next_norm, T, (int)c->dim, c->norm_eps);
     else
         for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];

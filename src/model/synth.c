@@ -15,6 +15,11 @@
  * rope order) and qwen3 (adds per-head RMSNorm weights on q and k, NeoX), so
  * that each code path of the forward pass can be compared with llama.cpp.
  * Bias and q/k-norm values are drawn around 0 and 1 respectively.
+ *
+ * Mixture of experts: mixtral (general.architecture llama with experts),
+ * qwen2moe (qwen2 attention, a shared expert with its sigmoid gate) and
+ * qwen3moe (qwen3 attention, renormalised top-k) replace each layer's FFN
+ * with a router and 3-D expert tensors (synth_moe below; model/moe.h).
  */
 #include "pagellm.h"
 
@@ -42,7 +47,37 @@ static const synth_shape shapes[] = {
     {"110m", 768, 12, 12, 12, 2048, 32000, 4096, 10000.0f},
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 4096, 10000.0f},
     {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f},
+    {"qwen3moe-3b", 1024, 24, 16, 4, 3072, 151936, 4096, 1000000.0f},
 };
+
+/* The experts of a MoE architecture at a shape. Mixtral's are 8 of
+ * feed_forward_length rows, top-2, at every shape (llama.cpp sizes a llama
+ * expert by feed_forward_length). The Qwen MoEs at "tiny" have 8 experts
+ * of 128 rows, top-4; at the other shapes 64 of 512 rows, top-8:
+ * qwen3moe-3b has ~2.8B weights, ~0.5B of them read per token. */
+typedef struct {
+    const char *file_arch; /* general.architecture */
+    uint32_t n_expert, n_used, ffn_exp, ffn_shexp; /* ffn_exp 0: the shape's ffn */
+} synth_moe;
+
+static bool synth_moe_of(const char *arch, const char *shape, synth_moe *m)
+{
+    const bool tiny = strcmp(shape, "tiny") == 0;
+    if (strcmp(arch, "mixtral") == 0) {
+        *m = (synth_moe){"llama", 8, 2, 0, 0};
+        return true;
+    }
+    if (strcmp(arch, "qwen2moe") == 0) *m = (synth_moe){"qwen2moe", 8, 4, 128, 256};
+    else if (strcmp(arch, "qwen3moe") == 0) *m = (synth_moe){"qwen3moe", 8, 4, 128, 0};
+    else return false;
+    if (!tiny) {
+        m->n_expert = 64;
+        m->n_used = 8;
+        m->ffn_exp = 512;
+        m->ffn_shexp = m->ffn_shexp ? 2048 : 0;
+    }
+    return true;
+}
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 const char *const *pl_synth_shapes(void)
@@ -55,7 +90,7 @@ const char *const *pl_synth_shapes(void)
 /* One tensor to write: its dims, the std of its values (0 = all ones). */
 typedef struct {
     char name[64];
-    uint64_t ne[2];
+    uint64_t ne[3];
     uint32_t n_dims, type;
     float std;   /* 0: all ones */
     float mean;  /* added to every value (1 for q/k norm weights) */
@@ -94,7 +129,7 @@ static int synth_fill(void *user, uint64_t idx, void *dst, uint64_t nbytes)
     st[1] = splitmix64(&sm);
     const float a = t->std * sqrtf(3.0f); /* uniform [-a, a] has std a/sqrt(3) */
     const uint64_t row_bytes = dtype_row_bytes(t->type, t->ne[0]);
-    for (uint64_t r = 0; r < t->ne[1]; r++) {
+    for (uint64_t r = 0; r < t->ne[1] * t->ne[2]; r++) {
         for (uint64_t j = 0; j < t->ne[0]; j++) {
             if (t->std == 0) { c->row[j] = 1.0f; continue; }
             double u = (double)(rng_next(st) >> 11) * 0x1.0p-53; /* [0, 1) */
@@ -120,16 +155,46 @@ static void tensor_add(synth_tensor *t, int *n, const char *name, uint64_t ne0, 
     snprintf(x->name, sizeof x->name, "%s", name);
     x->ne[0] = ne0;
     x->ne[1] = ne1;
+    x->ne[2] = 1;
     x->n_dims = ne1 > 1 ? 2 : 1;
     x->type = ne1 > 1 ? type : DT_F32; /* norms stay f32, as llama.cpp keeps them */
     x->std = std;
     x->mean = 0;
 }
 
+/* A layer's MoE FFN: router, the 3-D expert tensors, the shared expert. */
+static void moe_tensors_plan(const synth_shape *s, const synth_moe *m, uint32_t l, uint32_t type, synth_tensor *t,
+                             int *n)
+{
+    const uint32_t fe = m->ffn_exp ? m->ffn_exp : s->ffn;
+    const float sd = 1.0f / sqrtf((float)s->dim), sf = 1.0f / sqrtf((float)fe);
+    char nm[64];
+#define T(suffix, ne0, ne1, std) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), tensor_add(t, n, nm, ne0, ne1, type, std))
+    T("ffn_gate_inp.weight", s->dim, m->n_expert, sd);
+    t[*n - 1].type = DT_F32; /* the router stays f32, as llama.cpp keeps it */
+    T("ffn_gate_exps.weight", s->dim, fe, sd);
+    t[*n - 1].ne[2] = m->n_expert;
+    T("ffn_up_exps.weight", s->dim, fe, sd);
+    t[*n - 1].ne[2] = m->n_expert;
+    T("ffn_down_exps.weight", fe, s->dim, sf);
+    t[*n - 1].ne[2] = m->n_expert;
+    for (int i = 1; i <= 3; i++) t[*n - i].n_dims = 3;
+    if (m->ffn_shexp) {
+        T("ffn_gate_inp_shexp.weight", s->dim, 1, sd);
+        T("ffn_gate_shexp.weight", s->dim, m->ffn_shexp, sd);
+        T("ffn_up_shexp.weight", s->dim, m->ffn_shexp, sd);
+        T("ffn_down_shexp.weight", m->ffn_shexp, s->dim, 1.0f / sqrtf((float)m->ffn_shexp));
+    }
+#undef T
+}
+
 /* Lays out the tensor list in llama.cpp's names and order. */
 static int tensors_plan(const synth_shape *s, const char *arch, uint32_t n_vocab, uint32_t type, synth_tensor *t)
 {
-    const bool biases = strcmp(arch, "qwen2") == 0, qk_norm = strcmp(arch, "qwen3") == 0;
+    synth_moe moe;
+    const bool is_moe = synth_moe_of(arch, s->name, &moe);
+    const bool biases = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen2moe") == 0;
+    const bool qk_norm = strcmp(arch, "qwen3") == 0 || strcmp(arch, "qwen3moe") == 0;
     int n = 0;
     const uint32_t hd = s->dim / s->heads, kv = hd * s->kv_heads;
     const float sd = 1.0f / sqrtf((float)s->dim), sf = 1.0f / sqrtf((float)s->ffn);
@@ -154,6 +219,10 @@ static int tensors_plan(const synth_shape *s, const char *arch, uint32_t n_vocab
         }
         T("attn_output.weight", s->dim, s->dim, sd);
         T("ffn_norm.weight", s->dim, 1, 0);
+        if (is_moe) {
+            moe_tensors_plan(s, &moe, l, type, t, &n);
+            continue;
+        }
         T("ffn_gate.weight", s->dim, s->ffn, sd);
         T("ffn_up.weight", s->dim, s->ffn, sd);
         T("ffn_down.weight", s->ffn, s->dim, sf);
@@ -168,6 +237,9 @@ static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch
                           uint64_t seed, uint32_t sliding_window)
 {
     char key[96];
+    synth_moe moe;
+    const bool is_moe = synth_moe_of(arch, s->name, &moe);
+    if (is_moe) arch = moe.file_arch;
 #define K(name) (snprintf(key, sizeof key, "%s." name, arch), key)
     char name[96];
     snprintf(name, sizeof name, "pagellm-synth-%s-seed%llu", s->name, (unsigned long long)seed);
@@ -188,6 +260,11 @@ static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch
     if (!rc) rc = gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
     if (!rc) rc = gguf_writer_set_u32(w, K("vocab_size"), n_vocab);
     if (!rc && sliding_window) rc = gguf_writer_set_u32(w, K("attention.sliding_window"), sliding_window);
+    if (!rc && is_moe) rc = gguf_writer_set_u32(w, K("expert_count"), moe.n_expert);
+    if (!rc && is_moe) rc = gguf_writer_set_u32(w, K("expert_used_count"), moe.n_used);
+    if (!rc && is_moe && moe.ffn_exp) rc = gguf_writer_set_u32(w, K("expert_feed_forward_length"), moe.ffn_exp);
+    if (!rc && is_moe && moe.ffn_shexp)
+        rc = gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), moe.ffn_shexp);
 #undef K
     return rc;
 }
@@ -213,7 +290,7 @@ static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
     return rc;
 }
 
-static int synth_check_type(const synth_shape *s, uint32_t n_vocab, int type)
+static int synth_check_type(const synth_shape *s, const char *arch, uint32_t n_vocab, int type)
 {
     if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)
         return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
@@ -221,6 +298,10 @@ static int synth_check_type(const synth_shape *s, uint32_t n_vocab, int type)
     if (s->dim % tr->blck_size || s->ffn % tr->blck_size)
         return err_set(PL_EINVAL, "synth: --type %s: shape %s has rows (dim %u, ffn %u) not a multiple of %u",
                        tr->name, s->name, s->dim, s->ffn, tr->blck_size);
+    synth_moe m;
+    if (synth_moe_of(arch, s->name, &m) && (m.ffn_exp % tr->blck_size || m.ffn_shexp % tr->blck_size))
+        return err_set(PL_EINVAL, "synth: --type %s: the experts' rows (%u, shared %u) are not a multiple of %u",
+                       tr->name, m.ffn_exp, m.ffn_shexp, tr->blck_size);
     (void)n_vocab;
     return 0;
 }
@@ -245,18 +326,21 @@ int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
 {
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
     if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
-    const char *arch = p->arch ? p->arch : "llama";
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
-        return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
+    /* a MoE shape is a qwen3moe model unless another architecture is asked for */
+    const char *arch = p->arch ? p->arch : strncmp(s->name, "qwen3moe", 8) == 0 ? "qwen3moe" : "llama";
+    synth_moe moe;
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !synth_moe_of(arch, s->name, &moe))
+        return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3, mixtral, qwen2moe, qwen3moe)",
+                       arch);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     int type = dtype_from_name(p->type ? p->type : "f32");
     gguf_writer *w = gguf_writer_new();
     if (!w) return PL_ENOMEM;
     uint32_t n_vocab = s->vocab;
     int rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
-    if (!rc) rc = synth_check_type(s, n_vocab, type);
+    if (!rc) rc = synth_check_type(s, arch, n_vocab, type);
     if (!rc) rc = metadata_write(w, s, arch, n_vocab, (uint32_t)type, p->seed, p->sliding_window);
-    synth_tensor *t = mem_calloc(s->layers * 12 + 3, sizeof *t);
+    synth_tensor *t = mem_calloc(s->layers * 20 + 3, sizeof *t);
     synth_fill_ctx fc = {p->seed, t, mem_calloc(s->ffn > s->dim ? s->ffn : s->dim, sizeof(float))};
     if (!t || !fc.row) rc = PL_ENOMEM;
     int n = rc ? 0 : tensors_plan(s, arch, n_vocab, (uint32_t)type, t);

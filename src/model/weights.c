@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "kernels/kernels.h"
+#include "model/moe.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -45,7 +46,8 @@ static int bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_
 static int bind_layer(const gguf_file *f, const model_config *c, uint32_t l, layer_weights *lw)
 {
     const uint64_t d = c->dim, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
-    const bool bias = c->arch == ARCH_QWEN2, qk_norm = c->arch == ARCH_QWEN3;
+    const bool bias = c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN2MOE;
+    const bool qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE, moe = c->moe.n_expert > 0;
     char n[96];
     int rc = 0;
 #define B(suffix, in, out, opt, dst) \
@@ -61,10 +63,11 @@ static int bind_layer(const gguf_file *f, const model_config *c, uint32_t l, lay
     B("attn_q_norm.weight", c->head_dim, 0, !qk_norm, &lw->q_norm);
     B("attn_k_norm.weight", c->head_dim, 0, !qk_norm, &lw->k_norm);
     B("ffn_norm.weight", d, 0, false, &lw->ffn_norm);
-    B("ffn_gate.weight", d, c->ffn_dim, false, &lw->w_gate);
-    B("ffn_up.weight", d, c->ffn_dim, false, &lw->w_up);
-    B("ffn_down.weight", c->ffn_dim, d, false, &lw->w_down);
+    B("ffn_gate.weight", d, c->ffn_dim, moe, &lw->w_gate);
+    B("ffn_up.weight", d, c->ffn_dim, moe, &lw->w_up);
+    B("ffn_down.weight", c->ffn_dim, d, moe, &lw->w_down);
 #undef B
+    if (!rc && moe) rc = moe_layer_bind(f, c, l, &lw->moe);
     return rc;
 }
 
@@ -80,23 +83,37 @@ int model_weights_bind(const gguf_file *f, const model_config *c, model_weights 
     if (rc) return rc;
     w.layers = mem_calloc(c->n_layers, sizeof *w.layers);
     if (!w.layers) return PL_ENOMEM;
+    w.n_layers = c->n_layers;
+    w.n_expert = c->moe.n_expert;
     for (uint32_t l = 0; l < c->n_layers && !rc; l++) rc = bind_layer(f, c, l, &w.layers[l]);
-    if (rc) { free(w.layers); return rc; }
+    if (rc) {
+        for (uint32_t l = 0; l < c->n_layers; l++) moe_layer_free(w.layers[l].moe);
+        free(w.layers);
+        return rc;
+    }
     *out = w;
     return 0;
 }
 
-/* The matrices the forward pass multiplies, in memory order of a layer. */
-static int matmul_weights(model_weights *w, uint32_t n_layers, weight **out)
+int model_weight_bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_out, bool optional, weight *w)
+{
+    return bind(f, name, n_in, n_out, optional, w);
+}
+
+/* The matrices the forward pass multiplies, in memory order of a layer
+ * (out NULL: only their count). */
+static int matmul_weights(model_weights *w, uint32_t n_layers, uint32_t n_expert, weight **out)
 {
     int n = 0;
     for (uint32_t l = 0; l < n_layers; l++) {
         layer_weights *lw = &w->layers[l];
         weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) out[n++] = ws[i];
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++, n++)
+            if (out) out[n] = ws[i];
+        if (lw->moe) n += moe_layer_matrices(lw->moe, n_expert, out ? out + n : NULL);
     }
-    out[n++] = &w->output;
-    return n;
+    if (out) out[n] = &w->output;
+    return n + 1;
 }
 
 static bool repack_wanted(const weight *w)
@@ -173,9 +190,9 @@ int model_weights_repack(model_weights *w, uint32_t n_layers, bool release_src)
 {
     const char *env = getenv("PAGELLM_NO_REPACK");
     if (env && env[0] && strcmp(env, "0") != 0) return 0;
-    weight **ws = malloc(((size_t)n_layers * 7 + 1) * sizeof *ws);
+    weight **ws = malloc((size_t)matmul_weights(w, n_layers, w->n_expert, NULL) * sizeof *ws);
     if (!ws) return 0;
-    const int n = matmul_weights(w, n_layers, ws);
+    const int n = matmul_weights(w, n_layers, w->n_expert, ws);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += region_bytes(ws[i]);
     if (total == 0) {
@@ -248,6 +265,7 @@ int model_weights_repack(model_weights *w, uint32_t n_layers, bool release_src)
 
 void model_weights_free(model_weights *w)
 {
+    for (uint32_t l = 0; w->layers && l < w->n_layers; l++) moe_layer_free(w->layers[l].moe);
     free(w->layers);
     w->layers = NULL;
     if (w->pack_mem) munmap(w->pack_mem, w->pack_len);

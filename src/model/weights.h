@@ -41,6 +41,7 @@ typedef struct {
     weight ffn_norm;          /* [dim] */
     weight w_gate, w_up;      /* [dim -> ffn] */
     weight w_down;            /* [ffn -> dim] */
+    struct moe_layer *moe;    /* mixture-of-experts FFN (model/moe.h) in place of w_gate/w_up/w_down, or NULL */
 } layer_weights;
 
 typedef struct {
@@ -49,6 +50,8 @@ typedef struct {
     weight output;            /* [dim -> n_vocab]; = tok_embd when tied */
     weight rope_freqs;        /* [rope_dim/2] optional */
     layer_weights *layers;    /* [n_layers] */
+    uint32_t n_layers;        /* of layers */
+    uint32_t n_expert;        /* experts per MoE layer (config's moe.n_expert), 0 = dense */
     void *pack_mem;           /* the packed or copied matmul matrices (anonymous mapping), or NULL */
     size_t pack_len;          /* its length in bytes */
 } model_weights;
@@ -56,6 +59,9 @@ typedef struct {
 /* Binds every tensor the config needs; errors name the tensor and the
  * expected and found shape or type. */
 int model_weights_bind(const gguf_file *f, const model_config *c, model_weights *w);
+/* One tensor of dims [n_in] (n_out 0: an f32 vector) or [n_in, n_out];
+ * optional: absent leaves w zeroed. Errors as model_weights_bind's. */
+int model_weight_bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_out, bool optional, weight *w);
 /* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0, F16) and copies
  * the other quantized matmul weights into one anonymous region, unless the
  * environment sets PAGELLM_NO_REPACK=1 or the region cannot be had (then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh [SECONDS] [TARGET] - build a fuzz target with clang's libFuzzer +
 # ASan/UBSan, make its seed corpus, and fuzz for SECONDS (default 60).
-# TARGET: gguf (default; the GGUF reader and writer) or tokenizer (text ->
-# ids -> text over stories260K and ../shared/models/vocab/*.gguf).
+# TARGET: gguf (default; the GGUF reader and writer), tokenizer (text ->
+# ids -> text over stories260K and ../shared/models/vocab/*.gguf) or model
+# (hyper-parameters and tensor binding, mixture-of-experts layers run).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -104,8 +105,37 @@ exec "$OUT/fuzz_tokenizer" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/tokenizer.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+model)
+# The kernels come uninstrumented from the engine's library (make builds
+# it): instrumenting their SIMD variants takes clang many minutes, and the
+# fuzzed code is the reading, binding and routing around them.
+LIBPL=${FUZZ_LIBPL:-build/libpagellm.a}
+[ -f "$LIBPL" ] || { echo "run.sh: $LIBPL not built (make)" >&2; exit 2; }
+SRC="$(ls src/base/*.c src/tensor/*.c src/gguf/*.c) src/model/config.c src/model/weights.c src/model/moe.c"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_model.c "$LIBPL" -o "$OUT/fuzz_model" -lm -lpthread || exit 2
+# shellcheck disable=SC2086
+$CLANG $FLAGS -DFUZZ_SEEDGEN $SRC tests/fuzz/fuzz_model.c "$LIBPL" -o "$OUT/seedgen-model" -lm -lpthread || exit 2
+"$OUT/seedgen-model" "$CORPUS" || exit 2
+cat >"$OUT/model.dict" <<'DICT'
+"expert_count"
+"expert_used_count"
+"expert_feed_forward_length"
+"expert_shared_feed_forward_length"
+"_exps.weight"
+"qwen2moe"
+"qwen3moe"
+"llama"
+"\x04\x00\x00\x00"
+"\x00\x04\x00\x00"
+DICT
+
+exec "$OUT/fuzz_model" -max_total_time="$SECS" -max_len=262144 -timeout=10 \
+  -rss_limit_mb=2048 -dict="$OUT/model.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model)" >&2
 exit 2
 ;;
 esac
