@@ -114,8 +114,14 @@ typedef struct {
     const char *vocab_path; /* a GGUF with a tokenizer, or NULL for the built-in byte vocab */
     const char *type;       /* weight type name: "f32" (default), "f16", "q8_0", ... */
     const char *out_path;
-    const char *arch;       /* "llama" (default), "qwen2" (q/k/v biases), "qwen3" (q/k norms) */
-    uint32_t sliding_window; /* written as <arch>.attention.sliding_window if > 0 (Mistral's key) */
+    const char *arch;       /* "llama" (default), "qwen2" (q/k/v biases), "qwen3" (q/k norms),
+                               "gemma", "gemma2", "gemma3", "phi3" */
+    uint32_t sliding_window; /* written as <arch>.attention.sliding_window if > 0 (Mistral's key;
+                                gemma2/3: their local layers' window, default 32) */
+    const char *rope_scaling; /* NULL, "linear", "yarn" (rope.scaling.type and factor) or
+                                 "longrope" (phi3: factor tensors, attn_factor) */
+    float rope_factor;        /* linear/yarn factor (default 4) */
+    uint32_t rope_orig_ctx;   /* rope.scaling.original_context_length (default context / 4) */
 } pl_synth_params;
 
 /* Writes a deterministic synthetic llama-family GGUF. */
