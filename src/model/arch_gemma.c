@@ -73,7 +73,10 @@ int arch_gemma_config(const gguf_file *f, model_config *c)
         c->final_softcap = 30.0f;
         rc = opt_f32(f, a, "attn_logit_softcapping", &c->attn_softcap);
         if (!rc) rc = opt_f32(f, a, "final_logit_softcapping", &c->final_softcap);
-        if (!rc) rc = local_layers(f, c, window ? window : 4096, 2);
+        uint32_t w2 = 4096; /* gemma2's default; a 0 in the file is refused, not defaulted */
+        const int found = rc ? 0 : opt_u32(f, a, "attention.sliding_window", &w2);
+        if (found < 0) rc = found;
+        if (!rc) rc = local_layers(f, c, w2, 2);
         if (!rc) rc = opt_f32(f, a, "rope.freq_base_swa", &c->rope_base_local);
         c->q_scale = gemma_q_scale(c, 46);
         return rc;
