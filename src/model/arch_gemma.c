@@ -78,6 +78,7 @@ int arch_gemma_config(const gguf_file *f, model_config *c)
         if (found < 0) rc = found;
         if (!rc) rc = local_layers(f, c, w2, 2);
         if (!rc) rc = opt_f32(f, a, "rope.freq_base_swa", &c->rope_base_local);
+        if (!rc && !(c->rope_base_local > 0)) rc = err_set(PL_EFORMAT, "%s: %s.rope.freq_base_swa: 0", gguf_path(f), a);
         c->q_scale = gemma_q_scale(c, 46);
         return rc;
     }
@@ -88,6 +89,7 @@ int arch_gemma_config(const gguf_file *f, model_config *c)
         c->rope_base_local = 10000.0f;
         c->rope_scale_local = 1.0f;
         if (!rc) rc = opt_f32(f, a, "rope.freq_base_swa", &c->rope_base_local);
+        if (!rc && !(c->rope_base_local > 0)) rc = err_set(PL_EFORMAT, "%s: %s.rope.freq_base_swa: 0", gguf_path(f), a);
     }
     c->q_scale = gemma_q_scale(c, 62);
     return rc;

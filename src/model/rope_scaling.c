@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "kernels/kernels.h"
 
 static int key_f32(const gguf_file *f, const char *arch, const char *name, float *out)
 {
@@ -86,10 +85,6 @@ bool rope_spec_plain(const rope_spec *r) { return r->ext_factor == 0.0f && r->ms
 
 void rope_spec_table(const rope_spec *r, float *cs, int pos)
 {
-    if (rope_spec_plain(r)) {
-        kern_rope_table(cs, (int)r->rope_dim, pos, r->base, r->freq_scale, r->ff);
-        return;
-    }
     const int half = (int)r->rope_dim / 2;
     const float theta_scale = powf(r->base, -2.0f / (float)r->rope_dim);
     float theta = (float)pos;

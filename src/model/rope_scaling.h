@@ -14,7 +14,7 @@
  *   cos = cosf(theta) x m, sin = sinf(theta) x m,  m = attn_factor
  *         (YaRN: x (1 + 0.1 ln(1/freq_scale)))
  * When m is 1 and there is no YaRN ramp, this is kern_rope_table's table,
- * bit for bit, and that kernel computes it.
+ * bit for bit (the same float operations; tested).
  */
 #ifndef PL_MODEL_ROPE_SCALING_H
 #define PL_MODEL_ROPE_SCALING_H
