@@ -101,6 +101,9 @@ typedef struct {
     uint64_t weights_elements;
     int n_types;
     pl_type_summary types[PL_MAX_TYPES];
+    uint32_t local_window;   /* gemma2/3: the window of their local layers (a mask; all layers
+                                keep their KV), 0 if none; sliding_window is then 0 */
+    uint32_t local_layers;   /* how many of the n_layers are local */
 } pl_file_info;
 
 /* Reads and validates a GGUF file and summarises it. */
