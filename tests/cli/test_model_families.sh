@@ -41,7 +41,7 @@ same_as_peer() { # name model [run flags...]
 }
 
 if have_peer; then
-  # 8 prompt + 40 generated tokens: past gemma2/3's window of 32
+  # 19 prompt + 40 generated tokens: past gemma2/3's window of 32
   for a in gemma gemma2 gemma3 phi3; do
     same_as_peer "${a}_greedy_as_llama_cpp" "$T/$a.gguf"
   done
