@@ -67,6 +67,10 @@ static int swa_check(const model_config *c, pl_ctx_params *p, uint32_t *swa)
     *swa = 0;
     if (p->swa != PL_SWA_AUTO && p->swa != PL_SWA_ON && p->swa != PL_SWA_OFF)
         return err_set(PL_EINVAL, "swa (--swa) %d: expected auto, on or off", p->swa);
+    if (p->swa == PL_SWA_ON && w == 0 && c->local_window)
+        return err_set(PL_EINVAL, "--swa on: %s's window %u holds for its local layers only, as a mask over the "
+                       "full cache (its global layers need every position); it applies without --swa",
+                       c->arch_name, c->local_window);
     if (p->swa == PL_SWA_ON && w == 0)
         return err_set(PL_EINVAL, "--swa on: the model declares no sliding window (%s.attention.sliding_window)",
                        c->arch_name);

@@ -86,3 +86,5 @@ expect_exit synth_bad_rope_scaling 2 "bad value 'ntk' for --rope-scaling" -- \
   "$PAGELLM" synth --rope-scaling ntk -o "$T/x.gguf"
 j=$("$PAGELLM" inspect "$T/gemma2.gguf" --json 2>/dev/null)
 check inspect_gemma2_local_layers jq -e '.arch == "gemma2" and .local_window == 32 and .local_layers == 2 and .sliding_window == 0' <<<"$j"
+expect_exit swa_on_names_the_local_layers 1 '--swa on: gemma2.s window 32 holds for its local layers only' -- \
+  "$PAGELLM" run -m "$T/gemma2.gguf" -p hi --swa on
