@@ -198,8 +198,12 @@ static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch
 static int arch_metadata_write(gguf_writer *w, const synth_shape *s, const char *arch, uint32_t n_vocab,
                                uint32_t type, const pl_synth_params *p)
 {
+    /* llama.cpp gives a vocab whose general.name holds "phi3" the strip
+     * attributes of Phi-3's "</s>", which the built-in vocab lacks: the
+     * phi3-mini shape is named "phi 3-mini" there */
     char name[96];
-    snprintf(name, sizeof name, "pagellm-synth-%s-seed%llu", s->name, (unsigned long long)p->seed);
+    snprintf(name, sizeof name, "pagellm-synth-%s%s-seed%llu", strncmp(s->name, "phi3", 4) ? "" : "phi 3",
+             strncmp(s->name, "phi3", 4) ? s->name : s->name + 4, (unsigned long long)p->seed);
     uint32_t ftype = type == DT_F32 ? 0 : type == DT_F16 ? 1 : type == DT_Q4_0 ? 2
                    : type == DT_Q8_0 ? 7 : type == DT_BF16 ? 32 : type == DT_Q4_K ? 15 : 0;
     int rc = gguf_writer_set_str(w, "general.architecture", arch);
