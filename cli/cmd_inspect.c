@@ -105,6 +105,9 @@ static void inspect_print_model(const pl_file_info *in)
         printf("  sliding window %u: applied by default (each token attends to the last %u positions, KV blocks "
                "before them freed; --swa off for full attention, as llama.cpp does for llama-arch models)\n",
                in->sliding_window, in->sliding_window);
+    else if (in->local_window)
+        printf("  local layers   %u of %u attend over the last %u positions (a mask: every layer keeps its KV)\n",
+               in->local_layers, in->n_layers, in->local_window);
     else
         printf("  sliding window none (full causal attention)\n");
     if (in->n_expert)
@@ -200,6 +203,8 @@ static json_t *inspect_json_model(const pl_file_info *in)
     json_object_set_new(o, "n_expert", json_integer(in->n_expert));
     json_object_set_new(o, "n_expert_used", json_integer(in->n_expert_used));
     json_object_set_new(o, "active_elements", json_integer((json_int_t)in->active_elements));
+    json_object_set_new(o, "local_window", json_integer(in->local_window));
+    json_object_set_new(o, "local_layers", json_integer(in->local_layers));
     json_object_set_new(o, "rope_dim", json_integer(in->rope_dim));
     json_object_set_new(o, "rope_base", inspect_json_f32(in->rope_base));
     json_object_set_new(o, "norm_eps", inspect_json_f32(in->norm_eps));

@@ -105,6 +105,9 @@ typedef struct {
     uint32_t n_expert, n_expert_used;
     uint64_t active_elements; /* weights a token's pass uses: all but the unchosen experts' share of the
                                  *_exps tensors (= weights_elements for a dense model) */
+    uint32_t local_window;   /* gemma2/3: the window of their local layers (a mask; all layers
+                                keep their KV), 0 if none; sliding_window is then 0 */
+    uint32_t local_layers;   /* how many of the n_layers are local */
 } pl_file_info;
 
 /* Reads and validates a GGUF file and summarises it. */
@@ -132,9 +135,14 @@ typedef struct {
     const char *type;       /* weight type name: "f32" (default), "f16", "q8_0", ... */
     const char *out_path;
     const char *arch;       /* "llama" (default; NULL: qwen3moe for the qwen3moe-3b shape), "qwen2" (q/k/v
-                               biases), "qwen3" (q/k norms); mixture of experts: "mixtral", "qwen2moe",
-                               "qwen3moe" */
-    uint32_t sliding_window; /* written as <arch>.attention.sliding_window if > 0 (Mistral's key) */
+                               biases), "qwen3" (q/k norms), "gemma", "gemma2", "gemma3", "phi3"; mixture
+                               of experts: "mixtral", "qwen2moe", "qwen3moe" */
+    uint32_t sliding_window; /* written as <arch>.attention.sliding_window if > 0 (Mistral's key;
+                                gemma2/3: their local layers' window, default 32) */
+    const char *rope_scaling; /* NULL, "linear", "yarn" (rope.scaling.type and factor) or
+                                 "longrope" (phi3: factor tensors, attn_factor) */
+    float rope_factor;        /* linear/yarn factor (default 4) */
+    uint32_t rope_orig_ctx;   /* rope.scaling.original_context_length (default context / 4) */
 } pl_synth_params;
 
 /* Writes a deterministic synthetic llama-family GGUF. */

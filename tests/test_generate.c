@@ -199,7 +199,7 @@ static int synth_110m(const char *type, char *path, size_t n)
     snprintf(f32, sizeof f32, "%s/synth-110m-f32.gguf", dir);
     snprintf(path, n, "%s/synth-110m-%s.gguf", dir, type);
     if (!file_exists(f32)) {
-        pl_synth_params sp = {"110m", 1, NULL, "f32", f32, "llama", 0};
+        pl_synth_params sp = {.shape = "110m", .seed = 1, .type = "f32", .out_path = f32, .arch = "llama"};
         if (pl_synth(&sp) != 0) return -1;
     }
     if (strcmp(type, "f32") == 0 || file_exists(path)) return 0;

@@ -39,7 +39,7 @@ static const char *tiny_path(void)
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/synth-tiny-f32.gguf", dir);
     if (!file_exists(path)) {
-        pl_synth_params sp = {"tiny", 1, NULL, "f32", path, "llama", 0};
+        pl_synth_params sp = {.shape = "tiny", .seed = 1, .type = "f32", .out_path = path, .arch = "llama"};
         if (pl_synth(&sp) != 0) return NULL;
     }
     return path;

@@ -67,6 +67,10 @@ static int swa_check(const model_config *c, pl_ctx_params *p, uint32_t *swa)
     *swa = 0;
     if (p->swa != PL_SWA_AUTO && p->swa != PL_SWA_ON && p->swa != PL_SWA_OFF)
         return err_set(PL_EINVAL, "swa (--swa) %d: expected auto, on or off", p->swa);
+    if (p->swa == PL_SWA_ON && w == 0 && c->local_window)
+        return err_set(PL_EINVAL, "--swa on: %s's window %u holds for its local layers only, as a mask over the "
+                       "full cache (its global layers need every position); it applies without --swa",
+                       c->arch_name, c->local_window);
     if (p->swa == PL_SWA_ON && w == 0)
         return err_set(PL_EINVAL, "--swa on: the model declares no sliding window (%s.attention.sliding_window)",
                        c->arch_name);
@@ -96,6 +100,9 @@ static int params_resolve(const model *m, pl_ctx_params *p, rt_params *out)
     uint32_t swa;
     int rc = swa_check(c, p, &swa);
     if (rc) return rc;
+    if (p->kv_window && !model_rope_shiftable(m))
+        return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported for this %s model: its RoPE (YaRN, "
+                       "LongRoPE or a second base for local layers) cannot re-rotate kept keys yet", c->arch_name);
     if (p->kv_window > 1u << 20 || p->kv_sinks > 1u << 20)
         return err_set(PL_EINVAL, "kv_window (--kv-window) %u / kv_sinks (--kv-sinks) %u too large (at most %u)",
                        p->kv_window, p->kv_sinks, 1u << 20);

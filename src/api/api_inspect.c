@@ -21,6 +21,7 @@
 
 #include "base/err.h"
 #include "gguf/gguf.h"
+#include "model/config.h"
 #include "tensor/dtype.h"
 
 #include <stdio.h>
@@ -87,6 +88,17 @@ static int info_hparams(const gguf_file *f, pl_file_info *o)
     rc = rc ? rc : info_arch_u32(f, a, "expert_count", &o->n_expert);
     rc = rc ? rc : info_arch_u32(f, a, "expert_used_count", &o->n_expert_used);
     return rc;
+}
+
+/* What the model config makes of the window (gemma2/3: local layers,
+ * phi3: none, as llama.cpp); a file it refuses is summarised as it is. */
+static void info_layers(const gguf_file *f, pl_file_info *o)
+{
+    model_config c;
+    if (model_config_read(f, &c) != 0) return;
+    o->sliding_window = c.sliding_window;
+    o->local_window = c.local_window;
+    for (uint32_t l = 0; l < c.n_layers; l++) o->local_layers += model_config_layer_local(&c, l);
 }
 
 static int info_tokenizer(const gguf_file *f, pl_file_info *o)
@@ -160,6 +172,7 @@ int pl_file_inspect(const char *path, pl_file_info *out)
     rc = info_get_str(f, "general.architecture", o->arch, sizeof o->arch);
     rc = rc ? rc : info_get_str(f, "general.name", o->name, sizeof o->name);
     if (!rc && o->arch[0]) rc = info_hparams(f, o);
+    if (!rc && o->arch[0]) info_layers(f, o);
     rc = rc ? rc : info_tokenizer(f, o);
     if (!rc) info_tensors(f, o);
     if (!rc) *out = *o;

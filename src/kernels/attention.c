@@ -143,6 +143,7 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
             for (int i = 0; i < hd; i++) kcol[i] = c[(size_t)i * kv->block_size];
         }
         scores[j] = dot_key(kv, k, q, qh, tmp) * scale;
+        attn_softcap(scores + j, 1, kv->softcap);
         if (scores[j] > mx) mx = scores[j];
     }
     double sum = 0;
@@ -245,6 +246,7 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
             const int lo = rows[r].lo, lo0 = lo / (int)T * (int)T;
             float *x = sc + (size_t)r * ncp;
             for (int j = lo; j < rows[r].n_ctx; j++) x[j] *= scale;
+            attn_softcap(x + lo, rows[r].n_ctx - lo, kv->softcap);
             kern_softmax(x + lo, rows[r].n_ctx - lo);
             for (int j = lo0; j < lo; j++) x[j] = 0;
             memset(rows[r].out, 0, sizeof(float) * (size_t)hd);

@@ -109,6 +109,9 @@ typedef struct {
                                        per-head f32 scales, from the plane's start */
     bool k_cols;                    /* F16 only: the K plane is stored in columns (below);
                                        row_bytes and head_bytes then describe V alone */
+    float softcap;                  /* > 0: each score s (after x scale) becomes
+                                       softcap x tanhf(s x (1 / softcap)) before the softmax,
+                                       as llama.cpp caps gemma2's logits; 0: none */
 } attn_kv;
 
 /* K in columns (attn_kv.k_cols, kv_type DT_F16): a block's K plane holds,

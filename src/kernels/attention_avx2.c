@@ -758,6 +758,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
          * operations as without the keys before lo), which then weigh 0 */
         const int lo = rows[r].lo;
         assert(lo >= 0 && lo < rows[r].n_ctx);
+        attn_softcap(s + lo, rows[r].n_ctx - lo, kv->softcap);
         vt2->softmax(s + lo, rows[r].n_ctx - lo);
         for (int j = 0; j < lo; j++) s[j] = 0;
         if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->v_base, rows[r].g, s, rows[r].n_ctx);

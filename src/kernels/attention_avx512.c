@@ -567,8 +567,10 @@ K5AI void softmax_group(int R, float *const *x, int n, bool f16)
 /* Step 2 of a call: each row's softmax over its own scores lo..n_ctx-1
  * (the keys before lo weigh 0), the weights rounded to f16 for an f16
  * cache; rows with the same range (a decode call's) 4 at a time. */
-static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16)
+static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap)
 {
+    for (int r = 0; r < n_rows && softcap > 0; r++)
+        attn_softcap(sc + (size_t)r * ncp + rows[r].lo, rows[r].n_ctx - rows[r].lo, softcap);
     for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
         const int lo = rows[r0].lo, n = rows[r0].n_ctx;
         for (r1 = r0 + 1; r1 < n_rows && r1 < r0 + 4 && rows[r1].lo == lo && rows[r1].n_ctx == n; r1++) {}
@@ -709,7 +711,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     }
 
     /* 2. softmax */
-    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16);
+    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap);
     /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
     kv_cursor vc = cursor_at(kv, kv->v_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {

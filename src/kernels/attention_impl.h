@@ -46,6 +46,15 @@ static inline size_t attn_layout_floats(size_t R, size_t n, size_t hd)
     return R * (hdp + ncp) + (8 + ATTN_VB) * hdp;
 }
 
+/* Logit soft-capping (attn_kv.softcap) of scores x[0..n), in ggml's
+ * operations: x x (1/cap), tanhf, x cap. */
+static inline void attn_softcap(float *x, int n, float cap)
+{
+    if (!(cap > 0)) return;
+    const float inv = 1.0f / cap;
+    for (int j = 0; j < n; j++) x[j] = tanhf(x[j] * inv) * cap;
+}
+
 static inline bool attn_is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E4M3 || t == ATTN_KV_FP8_E5M2; }
 
 /* An OFP8 byte as f32, before any scale (kv_codec.h's encoding). E4M3 by the

@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "model/moe.h"
+#include "model/arch_gemma.h"
 
 static int get_u32(const gguf_file *f, const char *arch, const char *name, uint32_t *out, bool required)
 {
@@ -36,6 +37,8 @@ static int arch_parse(const gguf_file *f, model_config *c)
         {"llama", ARCH_LLAMA, false}, {"mistral", ARCH_MISTRAL, false},
         {"qwen2", ARCH_QWEN2, true}, {"qwen3", ARCH_QWEN3, true},
         {"qwen2moe", ARCH_QWEN2MOE, true}, {"qwen3moe", ARCH_QWEN3MOE, true},
+        {"gemma", ARCH_GEMMA, true}, {"gemma2", ARCH_GEMMA2, true}, {"gemma3", ARCH_GEMMA3, true},
+        {"phi3", ARCH_PHI3, true},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (!gguf_str_eq(a, known[i].name)) continue;
@@ -45,7 +48,7 @@ static int arch_parse(const gguf_file *f, model_config *c)
         return 0;
     }
     return err_set(PL_EUNSUPPORTED, "%s: general.architecture: unsupported architecture '%.*s' "
-                   "(supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe)", gguf_path(f), (int)(a.len > 64 ? 64 : a.len), a.ptr);
+                   "(supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, qwen2moe, qwen3moe)", gguf_path(f), (int)(a.len > 64 ? 64 : a.len), a.ptr);
 }
 
 static int vocab_size(const gguf_file *f, model_config *c)
@@ -104,23 +107,28 @@ int model_config_read(const gguf_file *f, model_config *out)
     c.rope_dim = c.head_dim;
     if (!rc) rc = get_u32(f, a, "rope.dimension_count", &c.rope_dim, false);
     if (!rc) rc = get_f32(f, a, "rope.freq_base", &c.rope_base);
-    if (!rc) rc = get_f32(f, a, "rope.scaling.factor", &linear);
+    if (!rc) rc = rope_scaling_read(f, a, c.ctx_train, &c.rope_scaling);
+    linear = c.rope_scaling.factor;
+    if (!rc && linear == 0) rc = get_f32(f, a, "rope.scale_linear", &linear); /* the older key */
     if (!rc) rc = get_f32(f, a, "attention.layer_norm_rms_epsilon", &c.norm_eps);
     if (!rc) rc = get_u32(f, a, "attention.sliding_window", &c.sliding_window, false);
     if (!rc) rc = vocab_size(f, &c);
     if (rc) return rc;
-    /* rope.scaling.type "linear" divides positions by the factor; other
-     * scaling types (yarn, llama3) are not supported yet and are refused
-     * rather than silently computed wrong. */
-    gguf_str st;
-    char key[96];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    if (gguf_get_str(f, key, &st) == 0 && !gguf_str_eq(st, "none") && !gguf_str_eq(st, "linear"))
-        return err_set(PL_EUNSUPPORTED, "%s: %s.rope.scaling.type: '%.*s' not supported", gguf_path(f), a, (int)(st.len > 32 ? 32 : st.len), st.ptr);
-    if (linear > 0) c.rope_scale = 1.0f / linear;
-    rc = config_check(f, &c);
+    /* the factor divides positions (linear, yarn, longrope), as llama.cpp;
+     * type none never scales */
+    if (linear > 0 && c.rope_scaling.type != ROPE_SCALING_NONE) c.rope_scale = 1.0f / linear;
+    c.rope_base_local = c.rope_base;
+    c.rope_scale_local = c.rope_scale;
+    rc = arch_gemma_config(f, &c);
+    if (!rc) rc = config_check(f, &c);
     if (!rc) rc = moe_config_read(f, &c);
     if (rc) return rc;
     *out = c;
     return 0;
+}
+
+bool model_config_layer_local(const model_config *c, uint32_t l)
+{
+    if (!c->local_window) return false;
+    return c->local_pattern == 0 || l % c->local_pattern < c->local_pattern - 1;
 }

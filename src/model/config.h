@@ -7,6 +7,7 @@
  *   qwen3   (per-head RMSNorm on q and k)                rope NeoX order
  *   qwen2moe, qwen3moe: qwen2 / qwen3 attention with a mixture-of-experts
  *   FFN; llama with <arch>.expert_count > 0 is Mixtral (model/moe.h)
+ *   gemma, gemma2, gemma3, phi3: see arch_gemma.h        rope NeoX order
  * Keys are "<arch>.<name>", e.g. "llama.block_count". Every value is checked
  * (non-zero, divisibility, bounds) and an error names the key.
  */
@@ -17,9 +18,10 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
+#include "model/rope_scaling.h"
 
 typedef enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2, ARCH_QWEN3,
-    ARCH_QWEN2MOE, ARCH_QWEN3MOE } model_arch;
+    ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3 } model_arch;
 
 /* Mixture of experts (n_expert == 0: a dense FFN); model/moe.h. */
 typedef struct {
@@ -44,9 +46,25 @@ typedef struct {
     float rope_base, rope_scale; /* theta = pos * rope_scale * base^(-2i/rope_dim) */
     bool rope_neox;
     float norm_eps;
-    uint32_t sliding_window; /* 0 = none */
+    uint32_t sliding_window; /* 0 = none; a window on every layer, which the runtime may
+                                apply by dropping blocks (mistral) */
+    rope_scaling rope_scaling; /* rope.scaling.*: type, factor, attn_factor, original ctx */
+    /* gemma family (arch_gemma.c); zero for the others */
+    float embd_scale;        /* embeddings x this (sqrtf(dim)), 0 = none */
+    float q_scale;           /* q x this after RoPE, attention scale 1 (0: scale 1/sqrt(hd)
+                                in the attention) */
+    float attn_softcap;      /* attention logit soft-capping, 0 = none */
+    float final_softcap;     /* output logit soft-capping, 0 = none */
+    bool gelu;               /* GeGLU (tanh gelu, ggml's f16 table) instead of SwiGLU */
+    bool post_norms;         /* post_attention_norm and post_ffw_norm on each layer */
+    uint32_t local_window;   /* local layers' sliding window (attention mask), 0 = none */
+    uint32_t local_pattern;  /* layer l is local iff l % pattern < pattern - 1 (0: all) */
+    float rope_base_local, rope_scale_local; /* local layers' RoPE */
     moe_config moe;
 } model_config;
+
+/* True if layer l attends over cfg->local_window only (gemma2/3). */
+bool model_config_layer_local(const model_config *c, uint32_t l);
 
 /* Reads cfg from f; n_vocab comes from <arch>.vocab_size or the tokenizer. */
 int model_config_read(const gguf_file *f, model_config *cfg);

@@ -48,6 +48,8 @@
 #include "kv/kv_view.h"
 #include "kv/kv_writer.h"
 #include "model/moe.h"
+#include "model/arch_gemma.h"
+#include "model/rope_scaling.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -83,7 +85,9 @@ struct fwd_state {
     fwd_prof *prof;                           /* PAGELLM_FWD_PROFILE, else NULL */
     threadpool *tp;
     float *x, *xn, *q, *k, *v, *att, *g, *u; /* [max_tokens][width] */
-    float *rope_cs;                           /* [max_tokens][rope_dim] each token's kern_rope_table */
+    float *rope_cs;                           /* [max_tokens][rope_dim] each token's RoPE table (rope[0]) */
+    float *rope_cs_local;                     /* the same for local layers (rope[1]), or NULL */
+    rope_spec rope[2];                        /* global layers', local layers' RoPE */
     float *attn_scratch;                      /* [threads][attn_scratch_stride] */
     size_t attn_scratch_stride;               /* kv_view_scratch_floats(kvg, max_ctx), rounded to 16 */
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
@@ -145,7 +149,7 @@ void fwd_state_free(fwd_state *s)
     if (!s) return;
     if (s->prof) fp_print(s->prof);
     free(s->prof);
-    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->attn_scratch};
+    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->rope_cs_local, s->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     kv_writer_free(s->kvw);
     moe_state_free(s->moe);
@@ -175,6 +179,14 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->g = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->rope_cs = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
+    if (c->local_window) s->rope_cs_local = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
+    /* LongRoPE: the long factors when the context exceeds the original
+     * one, as llama.cpp chooses them by its context per sequence */
+    const float *ff = m->w.rope_freqs.data;
+    if (!ff) ff = (uint32_t)max_ctx > c->rope_scaling.ctx_orig && m->w.rope_long.data ? m->w.rope_long.data
+                                                                                  : m->w.rope_short.data;
+    s->rope[0] = rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base, c->rope_scale, c->rope_scale, ff);
+    s->rope[1] = rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base_local, c->rope_scale_local, c->rope_scale, ff);
     s->attn_rows = attn_rows_max(max_ctx);
     assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads && kvg->s.n_layers == c->n_layers);
     s->attn_scratch_stride = (kv_view_scratch_floats(kvg, max_ctx) + 15) & ~(size_t)15;
@@ -183,7 +195,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
     if (!wrc) wrc = moe_state_new(&s->moe, c, max_tokens);
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch ||
-        !s->kv_seqs || wrc) {
+        !s->kv_seqs || wrc || (c->local_window && !s->rope_cs_local)) {
         fwd_state_free(s);
         return PL_ENOMEM;
     }
@@ -249,6 +261,8 @@ static void embed(const model *m, fwd_state *s, const fwd_batch *b)
         assert(b->tokens[t] >= 0 && (uint32_t)b->tokens[t] < m->cfg.n_vocab);
         quant_dequant_row(e->type, (const uint8_t *)e->data + (uint64_t)b->tokens[t] * rb,
                           s->x + (size_t)t * m->cfg.dim, (int64_t)m->cfg.dim);
+        if (m->cfg.embd_scale > 0) /* gemma */
+            for (uint32_t i = 0; i < m->cfg.dim; i++) s->x[(size_t)t * m->cfg.dim + i] *= m->cfg.embd_scale;
     }
 }
 
@@ -312,21 +326,22 @@ static void attn_plan_begin(attn_tile *it) { *it = (attn_tile){0, 0, 0, 0}; }
  * kv_idx > q_idx - W); slots are positions minus the same pos0, so the
  * bound is the same in slots. */
 static inline int attn_ctx(const fwd_batch *b, int t) { return b->pos[t] + 1; }
-static inline int attn_lo(const fwd_batch *b, int t)
+static inline int attn_lo(const fwd_batch *b, int t, uint32_t layer_window)
 {
-    const uint32_t w = b->seqs[b->seq[t]].window;
+    uint32_t w = b->seqs[b->seq[t]].window;
+    if (layer_window && (!w || layer_window < w)) w = layer_window; /* gemma's local layers */
     return w && (uint32_t)b->pos[t] + 1 > w ? (int)((uint32_t)b->pos[t] + 1 - w) : 0;
 }
 
 /* Cost of a tile: sum over its rows of n_ctx + a per-row overhead (query
  * conversion, softmax set-up, output), in "key" units. */
-static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it)
+static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, uint32_t lw)
 {
     int64_t c = 0;
     for (int v = it->v0; v < it->v0 + it->nv; v++) {
         int g, dt, h;
         attn_vector(v, it->t1 - it->t0, rep, &g, &dt, &h);
-        c += attn_ctx(b, it->t0 + dt) - attn_lo(b, it->t0 + dt) + 16;
+        c += attn_ctx(b, it->t0 + dt) - attn_lo(b, it->t0 + dt, lw) + 16;
     }
     return c;
 }
@@ -339,7 +354,9 @@ static void attn_worker(void *arg, int ith, int nth)
     const int n_heads = (int)c->n_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
     const size_t qd = (size_t)n_heads * hd;
     float *scratch = j->s->attn_scratch + (size_t)ith * j->s->attn_scratch_stride;
-    const float scale = 1.0f / sqrtf((float)hd);
+    /* q is pre-scaled where llama.cpp scales it (gemma, phi3: attention scale 1) */
+    const float scale = c->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd);
+    const uint32_t lw = model_config_layer_local(c, j->layer) ? c->local_window : 0;
     /* Tiles as large as the scratch allows (each K/V row fetched serves
      * more rows), but small enough that every thread gets work when the
      * batch is small (one decode token: its heads are shared out). */
@@ -348,10 +365,10 @@ static void attn_worker(void *arg, int ith, int nth)
     attn_tile it;
     int64_t total = 0, done = 0;
     attn_plan_begin(&it);
-    while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it);
+    while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it, lw);
     attn_plan_begin(&it);
     while (attn_plan_next(b, n_heads, tile, &it)) {
-        const int64_t cost = attn_tile_cost(b, rep, &it);
+        const int64_t cost = attn_tile_cost(b, rep, &it, lw);
         int64_t owner = (done + cost / 2) * nth / total;
         done += cost;
         if (owner > nth - 1) owner = nth - 1;
@@ -359,13 +376,14 @@ static void attn_worker(void *arg, int ith, int nth)
         if (owner > ith) break; /* tiles are handed out in plan order */
         kv_view view; /* this sequence's cache in this layer, as the kernel reads it */
         kv_view_init(&view, j->kv, j->s->kvw, &j->s->kvb, b->seq[it.t0], j->layer);
+        view.kv.softcap = c->attn_softcap;
         attn_row rows[ATTN_ROWS_CAP];
         for (int v = 0; v < it.nv; v++) {
             int g, dt, h;
             attn_vector(it.v0 + v, it.t1 - it.t0, rep, &g, &dt, &h);
             const int t = it.t0 + dt;
             const size_t off = (size_t)t * qd + (size_t)h * hd;
-            rows[v] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t)};
+            rows[v] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t, lw)};
         }
         attn_paged(&view.kv, rows, it.nv, scale, scratch, j->s->attn_scratch_stride);
     }
@@ -388,11 +406,14 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     head_norm(s->q, &w->q_norm, T, (int)c->n_heads, hd, c->norm_eps);
     head_norm(s->k, &w->k_norm, T, (int)c->n_kv_heads, hd, c->norm_eps);
     fp_mark(s, FP_QKV);
+    const float *tab = model_config_layer_local(c, l) ? s->rope_cs_local : s->rope_cs;
     for (int t = 0; t < T; t++) { /* with the tables model_forward made for this pass */
-        const float *cs = s->rope_cs + (size_t)t * c->rope_dim;
+        const float *cs = tab + (size_t)t * c->rope_dim;
         kern_rope_apply(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
         kern_rope_apply(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
     }
+    if (c->q_scale > 0)
+        for (size_t i = 0; i < (size_t)T * qd; i++) s->q[i] *= c->q_scale;
     fp_mark(s, FP_ROPE);
     kv_writer_store(s->kvw, kv, &s->kvb, l, s->k, s->v);
     fp_mark(s, FP_KV_STORE);
@@ -402,6 +423,7 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_ATTN);
     matmul(s->xn, s->att, &w->wo, T, s);
     fp_mark(s, FP_WO);
+    if (w->post_attn_norm.data) rmsnorm_rows(s->xn, s->xn, &w->post_attn_norm, T, (int)c->dim, c->norm_eps);
     add_rmsnorm_rows(s->x, s->xn, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_RESID_NORM);
     if (w->moe) {
@@ -413,11 +435,13 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
         /* per row: over the flattened batch, where a row's tail falls (SIMD
          * body or scalar tail) would depend on T, and the two expf differ */
         for (int t = 0; t < T; t++)
-            kern_swiglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
+            if (c->gelu) gemma_geglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
+            else kern_swiglu(s->g + (size_t)t * c->ffn_dim, s->u + (size_t)t * c->ffn_dim, (int)c->ffn_dim);
         fp_mark(s, FP_SWIGLU);
         matmul(s->xn, s->g, &w->w_down, T, s);
         fp_mark(s, FP_DOWN);
     }
+    if (w->post_ffn_norm.data) rmsnorm_rows(s->xn, s->xn, &w->post_ffn_norm, T, (int)c->dim, c->norm_eps);
     if (next_norm) add_rmsnorm_rows(s->x, s->xn, next_norm, T, (int)c->dim, c->norm_eps);
     else
         for (size_t i = 0; i < (size_t)T * c->dim; i++) s->x[i] += s->xn[i];
@@ -437,10 +461,11 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     fp_begin(s, b->n_tokens);
     embed(m, s, b);
     /* RoPE's cos/sin per token, once for all layers and heads */
-    for (int t = 0; t < b->n_tokens; t++)
-        kern_rope_table(s->rope_cs + (size_t)t * c->rope_dim, (int)c->rope_dim,
-                        (int)((uint32_t)b->pos[t] + b->seqs[b->seq[t]].pos0), c->rope_base,
-                        c->rope_scale, m->w.rope_freqs.data);
+    for (int t = 0; t < b->n_tokens; t++) {
+        const int p = (int)((uint32_t)b->pos[t] + b->seqs[b->seq[t]].pos0);
+        rope_spec_table(&s->rope[0], s->rope_cs + (size_t)t * c->rope_dim, p);
+        if (s->rope_cs_local) rope_spec_table(&s->rope[1], s->rope_cs_local + (size_t)t * c->rope_dim, p);
+    }
     fp_mark(s, FP_EMBED);
     rmsnorm_rows(s->xn, s->x, &m->w.layers[0].attn_norm, b->n_tokens, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_ATTN_NORM);
@@ -456,6 +481,7 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
                      (int)c->dim, c->norm_eps);
     fp_mark(s, FP_OUT_NORM);
     matmul(logits, s->xn, &m->w.output, b->n_logits, s);
+    if (c->final_softcap > 0) gemma_softcap(logits, (size_t)b->n_logits * c->n_vocab, c->final_softcap);
     fp_mark(s, FP_LOGITS);
     fp_end(s);
     return 0;

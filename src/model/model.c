@@ -55,3 +55,11 @@ kv_rope model_kv_rope(const model *m)
     const model_config *c = &m->cfg;
     return (kv_rope){c->rope_dim, c->rope_neox, c->rope_base, c->rope_scale, m->w.rope_freqs.data};
 }
+
+bool model_rope_shiftable(const model *m)
+{
+    const model_config *c = &m->cfg;
+    return c->rope_scaling.type != ROPE_SCALING_YARN && c->rope_scaling.attn_factor == 1.0f && !m->w.rope_long.data &&
+           !m->w.rope_short.data && (!c->local_window || (c->rope_base_local == c->rope_base &&
+                                                           c->rope_scale_local == c->rope_scale));
+}

@@ -73,6 +73,11 @@ int model_kv_dtype_check(const model *m, kv_dtype t);
  * into m's weights (frequency factors). */
 kv_rope model_kv_rope(const model *m);
 
+/* True when model_kv_rope describes every layer's RoPE, so that kept keys
+ * can be re-rotated (kv_window): one base and scale for all layers, no
+ * YaRN or attention factor, no LongRoPE factors. */
+bool model_rope_shiftable(const model *m);
+
 /* Runs the batch; logits gets n_logits rows of n_vocab floats. */
 int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits);
 

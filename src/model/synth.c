@@ -31,6 +31,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "gguf/gguf.h"
+#include "model/synth_arch.h"
 #include "model/synth_vocab.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
@@ -48,6 +49,8 @@ static const synth_shape shapes[] = {
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 4096, 10000.0f},
     {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f},
     {"qwen3moe-3b", 1024, 24, 16, 4, 3072, 151936, 4096, 1000000.0f},
+    {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 32768, 10000.0f}, /* head dim 256: synth_arch.c */
+    {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f},
 };
 
 /* The experts of a MoE architecture at a shape. Mixtral's are 8 of
@@ -269,6 +272,40 @@ static int metadata_write(gguf_writer *w, const synth_shape *s, const char *arch
     return rc;
 }
 
+/* general.* keys, then synth_arch.c's (gemma family, phi3) */
+static int arch_metadata_write(gguf_writer *w, const synth_shape *s, const char *arch, uint32_t n_vocab,
+                               uint32_t type, const pl_synth_params *p)
+{
+    /* llama.cpp gives a vocab whose general.name holds "phi3" the strip
+     * attributes of Phi-3's "</s>", which the built-in vocab lacks: the
+     * phi3-mini shape is named "phi 3-mini" there */
+    char name[96];
+    snprintf(name, sizeof name, "pagellm-synth-%s%s-seed%llu", strncmp(s->name, "phi3", 4) ? "" : "phi 3",
+             strncmp(s->name, "phi3", 4) ? s->name : s->name + 4, (unsigned long long)p->seed);
+    uint32_t ftype = type == DT_F32 ? 0 : type == DT_F16 ? 1 : type == DT_Q4_0 ? 2
+                   : type == DT_Q8_0 ? 7 : type == DT_BF16 ? 32 : type == DT_Q4_K ? 15 : 0;
+    int rc = gguf_writer_set_str(w, "general.architecture", arch);
+    if (!rc) rc = gguf_writer_set_str(w, "general.name", name);
+    if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", ftype);
+    const synth_arch_shape as = {s->name, s->dim, s->layers, s->heads, s->kv_heads,
+                                 synth_arch_head_dim(s->name, s->dim, s->heads), s->ffn, s->vocab, s->ctx, s->rope_base};
+    if (!rc) rc = synth_arch_meta(w, arch, &as, n_vocab, p);
+    return rc;
+}
+
+typedef struct {
+    synth_tensor *t;
+    int n;
+    uint32_t type;
+} plan_ctx;
+
+static void plan_add(void *ctx, const char *name, uint64_t ne0, uint64_t ne1, float std, float mean)
+{
+    plan_ctx *c = ctx;
+    tensor_add(c->t, &c->n, name, ne0, ne1, c->type, std);
+    c->t[c->n - 1].mean = mean;
+}
+
 /* Copies every tokenizer.* key of a vocab GGUF; returns its token count. */
 static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
 {
@@ -328,10 +365,11 @@ int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
     if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
     /* a MoE shape is a qwen3moe model unless another architecture is asked for */
     const char *arch = p->arch ? p->arch : strncmp(s->name, "qwen3moe", 8) == 0 ? "qwen3moe" : "llama";
+    const bool own = synth_arch_handles(arch); /* gemma family, phi3: synth_arch.c */
     synth_moe moe;
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !synth_moe_of(arch, s->name, &moe))
-        return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3, mixtral, qwen2moe, qwen3moe)",
-                       arch);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !own && !synth_moe_of(arch, s->name, &moe))
+        return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, "
+                       "mixtral, qwen2moe, qwen3moe)", arch);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     int type = dtype_from_name(p->type ? p->type : "f32");
     gguf_writer *w = gguf_writer_new();
@@ -339,11 +377,22 @@ int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
     uint32_t n_vocab = s->vocab;
     int rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
     if (!rc) rc = synth_check_type(s, arch, n_vocab, type);
-    if (!rc) rc = metadata_write(w, s, arch, n_vocab, (uint32_t)type, p->seed, p->sliding_window);
-    synth_tensor *t = mem_calloc(s->layers * 20 + 3, sizeof *t);
-    synth_fill_ctx fc = {p->seed, t, mem_calloc(s->ffn > s->dim ? s->ffn : s->dim, sizeof(float))};
+    if (!rc && own) rc = arch_metadata_write(w, s, arch, n_vocab, (uint32_t)type, p);
+    if (!rc && !own) rc = metadata_write(w, s, arch, n_vocab, (uint32_t)type, p->seed, p->sliding_window);
+    if (!rc && !own) rc = synth_rope_meta(w, arch, s->ctx, p);
+    synth_tensor *t = mem_calloc(s->layers * 20 + 5, sizeof *t);
+    /* a row is at most ffn, dim, or heads x head dim (<= 256: attn_output of synth_arch.c's shapes) long */
+    const size_t row_max = (s->ffn > s->dim ? s->ffn : s->dim) + (size_t)s->heads * 256;
+    synth_fill_ctx fc = {p->seed, t, mem_calloc(row_max, sizeof(float))};
     if (!t || !fc.row) rc = PL_ENOMEM;
-    int n = rc ? 0 : tensors_plan(s, arch, n_vocab, (uint32_t)type, t);
+    int n = rc || own ? 0 : tensors_plan(s, arch, n_vocab, (uint32_t)type, t);
+    if (!rc && own) {
+        plan_ctx pc = {t, 0, (uint32_t)type};
+        const synth_arch_shape as = {s->name, s->dim, s->layers, s->heads, s->kv_heads,
+                                     synth_arch_head_dim(s->name, s->dim, s->heads), s->ffn, s->vocab, s->ctx, s->rope_base};
+        synth_arch_plan(arch, &as, n_vocab, p, plan_add, &pc);
+        n = pc.n;
+    }
     for (int i = 0; i < n && !rc; i++) {
         int idx = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL);
         if (idx < 0) rc = idx;

@@ -43,28 +43,69 @@ static int bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_
     return 0;
 }
 
+/* Rows [r0, r0 + n) of a bound matrix, as a matrix of its own (the parts
+ * of a fused tensor: every output row is the same dot product either way). */
+static weight rows_of(const weight *w, uint64_t r0, uint64_t n)
+{
+    weight p = *w;
+    p.data = (const uint8_t *)w->data + r0 * dtype_row_bytes(w->type, w->n_in);
+    p.n_out = n;
+    return p;
+}
+
+/* phi3: fused attn_qkv (or separate q, k, v) and the fused ffn_up of
+ * gate rows then up rows (llama.cpp's ggml_swiglu of the halves). */
+static int bind_phi3(const gguf_file *f, const model_config *c, uint32_t l, layer_weights *lw)
+{
+    const uint64_t d = c->dim, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
+    char n[96];
+    weight fused;
+    snprintf(n, sizeof n, "blk.%u.attn_qkv.weight", l);
+    int rc = bind(f, n, d, q + 2 * kv, true, &fused);
+    if (!rc && fused.data) {
+        lw->wq = rows_of(&fused, 0, q);
+        lw->wk = rows_of(&fused, q, kv);
+        lw->wv = rows_of(&fused, q + kv, kv);
+    }
+    snprintf(n, sizeof n, "blk.%u.ffn_up.weight", l);
+    if (!rc) rc = bind(f, n, d, 2 * (uint64_t)c->ffn_dim, false, &fused);
+    if (!rc) {
+        lw->w_gate = rows_of(&fused, 0, c->ffn_dim);
+        lw->w_up = rows_of(&fused, c->ffn_dim, c->ffn_dim);
+    }
+    return rc;
+}
+
 static int bind_layer(const gguf_file *f, const model_config *c, uint32_t l, layer_weights *lw)
 {
     const uint64_t d = c->dim, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
     const bool bias = c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN2MOE;
-    const bool qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE, moe = c->moe.n_expert > 0;
+    const bool qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE || c->arch == ARCH_GEMMA3;
+    const bool phi3 = c->arch == ARCH_PHI3, moe = c->moe.n_expert > 0;
     char n[96];
-    int rc = 0;
+    int rc = phi3 ? bind_phi3(f, c, l, lw) : 0;
+    const bool sep_qkv = !lw->wq.data, sep_ffn = !lw->w_up.data;
 #define B(suffix, in, out, opt, dst) \
     if (!rc) { snprintf(n, sizeof n, "blk.%u." suffix, l); rc = bind(f, n, in, out, opt, dst); }
     B("attn_norm.weight", d, 0, false, &lw->attn_norm);
-    B("attn_q.weight", d, q, false, &lw->wq);
-    B("attn_k.weight", d, kv, false, &lw->wk);
-    B("attn_v.weight", d, kv, false, &lw->wv);
+    if (sep_qkv) {
+        B("attn_q.weight", d, q, false, &lw->wq);
+        B("attn_k.weight", d, kv, false, &lw->wk);
+        B("attn_v.weight", d, kv, false, &lw->wv);
+    }
     B("attn_output.weight", q, d, false, &lw->wo);
     B("attn_q.bias", q, 0, !bias, &lw->bq);
     B("attn_k.bias", kv, 0, !bias, &lw->bk);
     B("attn_v.bias", kv, 0, !bias, &lw->bv);
     B("attn_q_norm.weight", c->head_dim, 0, !qk_norm, &lw->q_norm);
     B("attn_k_norm.weight", c->head_dim, 0, !qk_norm, &lw->k_norm);
+    B("post_attention_norm.weight", d, 0, !c->post_norms, &lw->post_attn_norm);
     B("ffn_norm.weight", d, 0, false, &lw->ffn_norm);
-    B("ffn_gate.weight", d, c->ffn_dim, moe, &lw->w_gate);
-    B("ffn_up.weight", d, c->ffn_dim, moe, &lw->w_up);
+    B("post_ffw_norm.weight", d, 0, !c->post_norms, &lw->post_ffn_norm);
+    if (sep_ffn) {
+        B("ffn_gate.weight", d, c->ffn_dim, moe, &lw->w_gate);
+        B("ffn_up.weight", d, c->ffn_dim, moe, &lw->w_up);
+    }
     B("ffn_down.weight", c->ffn_dim, d, moe, &lw->w_down);
 #undef B
     if (!rc && moe) rc = moe_layer_bind(f, c, l, &lw->moe);
@@ -77,9 +118,14 @@ int model_weights_bind(const gguf_file *f, const model_config *c, model_weights 
     memset(&w, 0, sizeof w);
     int rc = bind(f, "token_embd.weight", c->dim, c->n_vocab, false, &w.tok_embd);
     if (!rc) rc = bind(f, "output_norm.weight", c->dim, 0, false, &w.output_norm);
-    if (!rc) rc = bind(f, "output.weight", c->dim, c->n_vocab, true, &w.output);
+    /* gemma and gemma2 always tie the output to the embeddings (llama.cpp
+     * reads no output.weight for them) */
+    const bool tied = c->arch == ARCH_GEMMA || c->arch == ARCH_GEMMA2;
+    if (!rc && !tied) rc = bind(f, "output.weight", c->dim, c->n_vocab, true, &w.output);
     if (!rc && !w.output.data) w.output = w.tok_embd; /* tied embeddings */
     if (!rc) rc = bind(f, "rope_freqs.weight", c->rope_dim / 2, 0, true, &w.rope_freqs);
+    if (!rc) rc = bind(f, "rope_factors_long.weight", c->rope_dim / 2, 0, true, &w.rope_long);
+    if (!rc) rc = bind(f, "rope_factors_short.weight", c->rope_dim / 2, 0, true, &w.rope_short);
     if (rc) return rc;
     w.layers = mem_calloc(c->n_layers, sizeof *w.layers);
     if (!w.layers) return PL_ENOMEM;

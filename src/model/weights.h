@@ -35,11 +35,14 @@ typedef struct {
 
 typedef struct {
     weight attn_norm;         /* [dim] */
-    weight wq, wk, wv, wo;    /* [dim -> n_heads*hd], [dim -> kv], [dim -> kv], [n_heads*hd -> dim] */
+    weight wq, wk, wv, wo;    /* [dim -> n_heads*hd], [dim -> kv], [dim -> kv], [n_heads*hd -> dim];
+                                 phi3: wq, wk, wv are row ranges of its fused attn_qkv */
     weight bq, bk, bv;        /* qwen2 biases (optional) */
     weight q_norm, k_norm;    /* qwen3 per-head norms [hd] (optional) */
+    weight post_attn_norm;    /* gemma2/3: [dim] on the attention output (optional) */
     weight ffn_norm;          /* [dim] */
-    weight w_gate, w_up;      /* [dim -> ffn] */
+    weight post_ffn_norm;     /* gemma2/3: [dim] on the FFN output (optional) */
+    weight w_gate, w_up;      /* [dim -> ffn]; phi3: the two halves of its fused ffn_up */
     weight w_down;            /* [ffn -> dim] */
     struct moe_layer *moe;    /* mixture-of-experts FFN (model/moe.h) in place of w_gate/w_up/w_down, or NULL */
 } layer_weights;
@@ -49,6 +52,7 @@ typedef struct {
     weight output_norm;       /* [dim] */
     weight output;            /* [dim -> n_vocab]; = tok_embd when tied */
     weight rope_freqs;        /* [rope_dim/2] optional */
+    weight rope_long, rope_short; /* phi3 LongRoPE factors [rope_dim/2] (optional) */
     layer_weights *layers;    /* [n_layers] */
     uint32_t n_layers;        /* of layers */
     uint32_t n_expert;        /* experts per MoE layer (config's moe.n_expert), 0 = dense */

@@ -8,7 +8,10 @@
  * rewritten through the writer and reopened: the copy must hold the same KVs
  * and tensors; with two tensors or more it is also written as a two-shard
  * split set and opened as one model (gguf_open_model), which must hold the
- * same. Any broken property aborts, which libFuzzer reports as a crash.
+ * same. The model config is read from it too (model_config_read): a
+ * refusal must say what, an accepted config must hold its invariants and
+ * give finite RoPE tables. Any broken property aborts, which libFuzzer
+ * reports as a crash.
  *
  * Built with -DFUZZ_SEEDGEN instead, this file is a plain program that writes
  * a seed corpus: small writer-made files covering every value type, nested
@@ -17,6 +20,7 @@
  *
  *   tests/fuzz/run.sh SECONDS   builds both and runs the fuzzer
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +29,8 @@
 
 #include "base/err.h"
 #include "gguf/gguf.h"
+#include "model/config.h"
+#include "model/rope_scaling.h"
 #include "tensor/dtype.h"
 
 /* ------------------------------------------------------------ checks */
@@ -193,6 +199,29 @@ static void round_trip(const gguf_file *f, const char *path)
     unlink(path);
 }
 
+/* The config of an accepted file: refused with a message, or consistent. */
+static void check_config(const gguf_file *f)
+{
+    model_config c;
+    if (model_config_read(f, &c) != 0) {
+        if (!err_msg()[0]) fail("config refused without a message");
+        return;
+    }
+    if (c.n_heads % c.n_kv_heads || c.rope_dim > c.head_dim || c.rope_dim % 2 || !(c.rope_base > 0) ||
+        !(c.rope_scale > 0) || !(c.rope_base_local > 0) || !(c.rope_scale_local > 0) || c.attn_softcap < 0 ||
+        c.final_softcap < 0 || (c.local_window == 0 && model_config_layer_local(&c, 0)))
+        fail("accepted config breaks an invariant");
+    float cs[1024];
+    const rope_spec specs[2] = {
+        rope_spec_make(&c.rope_scaling, c.rope_dim, c.rope_base, c.rope_scale, c.rope_scale, NULL),
+        rope_spec_make(&c.rope_scaling, c.rope_dim, c.rope_base_local, c.rope_scale_local, c.rope_scale, NULL)};
+    for (int k = 0; k < 2; k++) {
+        rope_spec_table(&specs[k], cs, 4095);
+        for (uint32_t i = 0; i < c.rope_dim; i++)
+            if (!isfinite(cs[i])) fail("accepted config gives a RoPE table that is not finite");
+    }
+}
+
 #ifndef FUZZ_SEEDGEN
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -209,6 +238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     volatile unsigned sink = walk_file(f, data, data + size);
     (void)sink;
+    check_config(f);
     round_trip(f, path);
     gguf_close(f);
     return 0;
