@@ -27,7 +27,7 @@ SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 case "$TARGET" in
 gguf)
 SRC="src/base/err.c src/base/mem.c src/tensor/dtype.c $(ls src/gguf/*.c)"
-MODEL_SRC="src/model/config.c src/model/arch_gemma.c src/model/rope_scaling.c" # the config read from metadata
+MODEL_SRC="src/model/config.c src/model/moe_config.c src/model/arch_gemma.c src/model/rope_scaling.c" # the config read from metadata
 # shellcheck disable=SC2086
 $CLANG $FLAGS $SAN $SRC $MODEL_SRC tests/fuzz/fuzz_gguf.c -o "$OUT/fuzz_gguf" -lm || exit 2
 # shellcheck disable=SC2086
