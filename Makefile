@@ -139,11 +139,14 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Iinclude -Itests -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
 
-# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, then the tokenizer
+# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
+# the server's request JSON, the command-line flags
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) tokenizer
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) openai
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) cli
 
 bench: deps
 	@$(MAKE) --no-print-directory all
