@@ -23,6 +23,12 @@ ifeq ($(CI),true)
 CFLAGS  += -Werror
 endif
 LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
+# FAULTS=1 (make faults): our allocation and file-read calls pass through
+# src/base/fault.c, where PAGELLM_FAULT can make the Nth one fail
+ifeq ($(FAULTS),1)
+CFLAGS  += -DPL_FAULTS
+LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap,-Wl,--wrap=$(f))
+endif
 
 SRC     := $(sort $(wildcard src/*/*.c))
 SRVSRC  := $(sort $(wildcard server/*.c))
@@ -40,7 +46,7 @@ LIBSRV  := $(BUILD)/libpagellm_server.a
 
 MODEL   ?= $(PAGELLM_MODEL)
 
-.PHONY: all deps run model test asan fuzz bench clean peer cross-arm64 test-arm64
+.PHONY: all deps run model test asan faults fuzz bench clean peer cross-arm64 test-arm64
 
 all: $(BUILD)/pagellm $(TESTBIN) $(MICROBIN)
 
@@ -113,6 +119,7 @@ model:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory peer
+	@$(MAKE) --no-print-directory faults
 	@BUILD=$(BUILD) bash tests/run.sh
 
 asan: deps
@@ -121,13 +128,27 @@ asan: deps
 	@$(MAKE) --no-print-directory peer
 	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh
 
+# The fault-injection build (ASan + UBSan + FAULTS=1) in build-faults/: the
+# program and the C harness that tests/cli/test_faults.sh sweeps.
+FAULTS_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+faults:
+	@$(MAKE) --no-print-directory BUILD=build-faults OPT=-O1 FAULTS=1 SAN="$(FAULTS_SAN)" \
+	  build-faults/pagellm build-faults/faults/fault_sweep
+
+$(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Iinclude -Itests -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
+
 # each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
-# then the model's config and tensor binding (it links the kernels from LIBPL)
+# the model's config and tensor binding (it links the kernels from LIBPL),
+# the server's request JSON, the command-line flags
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) tokenizer
 	@FUZZ_LIBPL=$(LIBPL) bash tests/fuzz/run.sh $(FUZZ_SECONDS) model
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) openai
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) cli
 
 bench: deps
 	@$(MAKE) --no-print-directory all
@@ -153,4 +174,4 @@ test-arm64:
 	@BUILD=$(BUILD) CROSS_ARM64=$(CROSS_ARM64) bash tests/arm64.sh
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-faults

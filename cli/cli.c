@@ -60,7 +60,7 @@ static int parse_size(const char *s, uint64_t *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno || v < 0) return -1;
+    if (end == s || errno || !(v >= 0)) return -1; /* !(>=): NaN too, whose cast below is undefined */
     double mul = 1;
     if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
     else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;

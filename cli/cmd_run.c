@@ -104,7 +104,11 @@ static int run_generate(const run_opts *o, pl_model *m, pl_ctx *c, const char *p
     pl_sampler_params sp;
     gen_opts_sampler_params(&o->g, &sp);
     float *logits = malloc(sizeof(float) * pl_model_n_vocab(m));
-    int rc = logits ? 0 : -3;
+    if (!logits) {
+        cli_error("run", "out of memory for the logits");
+        return 1;
+    }
+    int rc = 0;
     if (!rc) rc = pl_tokenize(v, prompt, plen, !o->no_bos && pl_vocab_add_bos(v), o->special, &ids, &n_ids);
     if (!rc && n_ids == 0) { cli_error("run", "the prompt is empty (no tokens)"); free(logits); return 2; }
     if (!rc && !pl_ctx_unbounded(c) && n_ids >= pl_ctx_n_ctx(c)) {
@@ -124,7 +128,7 @@ static int run_generate(const run_opts *o, pl_model *m, pl_ctx *c, const char *p
         if (o->json) print_json(c, seq, ids, n_ids, t_prefill, &r);
         else print_report(c, (int)n_ids, t_prefill, &r);
         gen_result_free(&r);
-    } else {
+    } else if (rc < 0) { /* > 0: generate said why */
         cli_error("run", "%s", pl_last_error());
     }
     pl_sampler_free(s);

@@ -1,5 +1,6 @@
 /* generate.c - the shared decode loop; see generate.h. */
 #include "generate.h"
+#include "cli.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,12 @@ int generate(pl_ctx *c, const pl_model *m, int32_t seq, pl_sampler *s, float *lo
     pl_stop *st = pl_stop_new(cfg->stops, (size_t)cfg->n_stops);
     char piece[1024], buf[4096];
     int rc = 0;
-    if (!r.ids || !d || !st) rc = -3;
+    if (!r.ids) {
+        cli_error("generate", "out of memory for %d token ids", cfg->max_tokens);
+        rc = 1; /* said here: not the library's error */
+    } else if (!d || !st) {
+        rc = -3;
+    }
     r.stop_reason = "length";
     double t0 = now_seconds();
     while (!rc && r.n_ids < cfg->max_tokens) {

@@ -25,8 +25,8 @@ typedef struct {
 } gen_result;
 
 /* Generates from seq, whose last appended token produced logits (n_vocab
- * floats, overwritten as the loop runs). Returns 0 or a negative error
- * (message in pl_last_error()). */
+ * floats, overwritten as the loop runs). Returns 0, a negative error
+ * (message in pl_last_error()), or 1 when it printed the error itself. */
 int generate(pl_ctx *c, const pl_model *m, int32_t seq, pl_sampler *s, float *logits, const gen_config *cfg,
              gen_result *out);
 void gen_result_free(gen_result *r);

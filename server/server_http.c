@@ -80,6 +80,9 @@ typedef struct {
     bool close;            /* the answer ends the connection (Connection: close) */
     srv_conn *gc;          /* the connection's guard entry */
     bool too_big;
+    bool oom;              /* out of memory: the body could not be stored (answered with
+                            * reply_oom), or a stream's event (ended by an error frame) */
+    size_t oom_pos;        /* bytes of that error frame sent */
     srv_buf body;
     srv_gen_req q;
     pl_request *r;         /* submitted request, or NULL */
@@ -94,6 +97,9 @@ typedef struct {
     double t0, last_out;
 } conn_ctx;
 
+/* The con_cls of a request whose conn_ctx could not be allocated. */
+static conn_ctx oom_ctx;
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -105,10 +111,36 @@ static double now_s(void)
 
 static void count(srv *s, int status) { atomic_fetch_add(&s->responses[srv_http_code_index(status)], 1); }
 
-/* Queues body (malloc'd; owned from here on) as the answer. */
+/* The answer when the server has no memory to make another: a constant
+ * body that needs no allocation of ours (a 503, so clients retry). */
+static const char OOM_BODY[] = "{\"error\":{\"message\":\"the server is out of memory; retry later\","
+                               "\"type\":\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}";
+
+static enum MHD_Result reply_oom_conn(srv *s, struct MHD_Connection *conn)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof OOM_BODY - 1, (void *)OOM_BODY, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(conn, 503, r);
+    MHD_destroy_response(r);
+    count(s, 503);
+    return ret;
+}
+
+static enum MHD_Result reply_oom(conn_ctx *c)
+{
+    c->status = 503;
+    return reply_oom_conn(c->s, c->conn);
+}
+
+/* Queues body (malloc'd; owned from here on) as the answer; NULL (making
+ * it ran out of memory) answers reply_oom's. */
 static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *body, const char *allow)
 {
-    if (!body) return MHD_NO;
+    if (!body) return reply_oom(c);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
@@ -227,6 +259,10 @@ static int framing_check(struct MHD_Connection *conn, srv_error *e)
 /* Connections past the guard's limits: answered once, then closed. */
 static bool over_limit(conn_ctx *c, srv_error *e)
 {
+    if (!c->gc) { /* the guard had no memory for this connection's entry */
+        srv_out_of_memory(e);
+        return true;
+    }
     switch (srv_guard_verdict(c->gc)) {
     case SRV_CONN_OVER_IP:
         srv_error_set(e, 429, "rate_limit_error", NULL, "too_many_connections",
@@ -398,18 +434,20 @@ static enum MHD_Result run_blocking(conn_ctx *c, const char *id)
 }
 
 /* Waits for events and formats them into c->out (at least one byte unless
- * the stream ended). -1: stop the stream (client gone, out of memory). */
+ * the stream ended). -1: stop the stream (client gone); SSE_OOM: no memory
+ * to format an event (c->out holds whole frames only). */
+#define SSE_OOM (-2)
 static int sse_pump(conn_ctx *c)
 {
     pl_event ev;
     int rc = pl_request_next(c->r, &ev, SRV_POLL_MS);
     while (rc == 1) {
-        if (srv_sse_event(&c->sse, &ev, &c->out)) return -1;
+        if (srv_sse_event(&c->sse, &ev, &c->out)) return SSE_OOM;
         if (c->out.len >= SRV_SSE_BATCH) break;
         rc = pl_request_next(c->r, &ev, 0); /* gather what is ready into one write */
     }
     if (rc == 2 || rc < 0) {
-        if (srv_sse_finish(&c->sse, &c->out)) return -1;
+        if (srv_sse_finish(&c->sse, &c->out)) return SSE_OOM;
         c->ended = true;
     }
     if (!c->ended && watch_due(c)) return -1;
@@ -417,9 +455,23 @@ static int sse_pump(conn_ctx *c)
     if (c->out.len) { c->last_out = t; return 0; }
     if (t - c->last_out >= SRV_KEEPALIVE_S) {
         c->last_out = t;
-        return srv_sse_comment(&c->out, "keep-alive") ? -1 : 0;
+        return srv_sse_comment(&c->out, "keep-alive") ? SSE_OOM : 0;
     }
     return 0;
+}
+
+/* The stream's last frame after SSE_OOM: the error, from constant bytes. */
+static const char OOM_FRAME_HEAD[] = "data: ", OOM_FRAME_TAIL[] = "\n\n";
+
+static ssize_t sse_oom_frame(conn_ctx *c, char *buf, size_t max)
+{
+    const size_t a = sizeof OOM_FRAME_HEAD - 1, b = sizeof OOM_BODY - 1, t = sizeof OOM_FRAME_TAIL - 1;
+    size_t n = 0;
+    while (n < max && c->oom_pos < a + b + t) {
+        size_t i = c->oom_pos++;
+        buf[n++] = i < a ? OOM_FRAME_HEAD[i] : i < a + b ? OOM_BODY[i - a] : OOM_FRAME_TAIL[i - a - b];
+    }
+    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
 /* MHD's content reader for a stream: blocks (this connection's thread)
@@ -429,10 +481,18 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     conn_ctx *c = cls;
     (void)pos;
     while (c->out_pos == c->out.len) {
+        if (c->oom) return sse_oom_frame(c, buf, max);
         if (c->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         c->out.len = 0;
         c->out_pos = 0;
-        if (sse_pump(c) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int rc = sse_pump(c);
+        if (rc == SSE_OOM) {
+            /* the frames made so far, then the error; the request ends here */
+            pl_request_cancel(c->r);
+            c->oom = c->ended = true;
+        } else if (rc < 0) {
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
     }
     size_t n = c->out.len - c->out_pos;
     if (n > max) n = max;
@@ -503,6 +563,7 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url)
     case R_KV: return handle_kv(c);
     default: break;
     }
+    if (c->oom) return reply_oom(c);
     if (c->too_big) {
         srv_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "the request body exceeds the limit of %llu bytes (--max-body)",
@@ -517,8 +578,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     (void)version;
     conn_ctx *c = *con_cls;
+    if (c == &oom_ctx) { /* answered already; what is left of the body is dropped */
+        *size = 0;
+        return MHD_YES;
+    }
     if (!c) {
-        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        if (!(c = calloc(1, sizeof *c))) {
+            *con_cls = &oom_ctx;
+            return reply_oom_conn(cls, conn);
+        }
         c->s = cls;
         c->conn = conn;
         c->t0 = now_s();
@@ -532,7 +600,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* body bytes; after an early answer, or past the limit, they are dropped */
         if (!c->status && !c->too_big) {
             if (c->body.len + *size > c->s->cfg.max_body) c->too_big = true, srv_buf_free(&c->body);
-            else if (srv_buf_add(&c->body, data, *size)) return MHD_NO;
+            else if (!c->oom && srv_buf_add(&c->body, data, *size)) c->oom = true, srv_buf_free(&c->body);
         }
         *size = 0;
         return MHD_YES;
@@ -547,7 +615,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     srv *s = cls;
     conn_ctx *c = *con_cls;
     (void)conn;
-    if (!c) return;
+    if (c == &oom_ctx) *con_cls = NULL;
+    if (!c || c == &oom_ctx) return;
     if (c->r) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
             pl_request_cancel(c->r); /* its blocks are freed at the engine's next step */
@@ -702,10 +771,11 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
     char *cert, *key;
     if (tls_load(cfg, &cert, &key)) return 1;
     srv *s = calloc(1, sizeof *s);
+    if (!s) fprintf(stderr, "pagellm serve: out of memory\n");
     struct addrinfo *ai = s ? resolve(cfg) : NULL;
     srv_guard_params gp = {cfg->max_conns, cfg->max_conns_per_ip, cfg->header_timeout_s, 0};
     if (!ai || srv_guard_new(&s->guard, &gp) != 0) {
-        if (ai) fprintf(stderr, "pagellm serve: cannot start the connection guard\n");
+        if (ai) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
         if (ai) freeaddrinfo(ai);
         free(s), free(cert), free(key);
         return 1;

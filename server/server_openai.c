@@ -75,6 +75,12 @@ void srv_error_set(srv_error *e, int status, const char *type, const char *param
     va_end(ap);
 }
 
+int srv_out_of_memory(srv_error *e)
+{
+    srv_error_set(e, 503, "server_error", NULL, "out_of_memory", "the server is out of memory; retry later");
+    return -1;
+}
+
 int srv_bad_request(srv_error *e, const char *param, const char *code, const char *fmt, ...)
 {
     va_list ap;
@@ -249,7 +255,7 @@ static int parse_stops(json_t *o, srv_gen_req *q, srv_error *e)
         if (len >= PL_MAX_STOP_LEN)
             return srv_bad_request(e, "stop", NULL, "a stop string has %zu bytes; at most %d are allowed", len, PL_MAX_STOP_LEN - 1);
         if (memchr(json_string_value(s), 0, len)) return srv_bad_request(e, "stop", NULL, "stop strings must not contain NUL");
-        if (!(q->stops[q->n_stops] = strdup(json_string_value(s)))) return srv_bad_request(e, NULL, NULL, "out of memory");
+        if (!(q->stops[q->n_stops] = strdup(json_string_value(s)))) return srv_out_of_memory(e);
         q->n_stops++;
     }
     return 0;
@@ -282,7 +288,7 @@ static int parse_common(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_
 static int set_prompt(srv_gen_req *q, const int32_t *ids, size_t n, srv_error *e)
 {
     q->prompt = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!q->prompt) return srv_bad_request(e, NULL, NULL, "out of memory");
+    if (!q->prompt) return srv_out_of_memory(e);
     if (n) memcpy(q->prompt, ids, sizeof(int32_t) * n);
     q->n_prompt = n;
     return 0;
@@ -293,8 +299,9 @@ static int tokenize_text(const srv_model_ctx *mc, const char *text, size_t len, 
 {
     int32_t *ids = NULL;
     size_t n = 0;
-    if (pl_tokenize(mc->vocab, text, len, pl_vocab_add_bos(mc->vocab), special, &ids, &n) != 0)
-        return srv_bad_request(e, param, NULL, "cannot tokenize '%s': %s", param, pl_last_error());
+    int trc = pl_tokenize(mc->vocab, text, len, pl_vocab_add_bos(mc->vocab), special, &ids, &n);
+    if (trc == PL_ERR_NOMEM) return srv_out_of_memory(e);
+    if (trc != 0) return srv_bad_request(e, param, NULL, "cannot tokenize '%s': %s", param, pl_last_error());
     int rc = set_prompt(q, ids, n, e);
     pl_free(ids);
     return rc;
@@ -305,7 +312,7 @@ static int prompt_ids(const srv_model_ctx *mc, json_t *a, srv_gen_req *q, srv_er
 {
     size_t n = json_array_size(a);
     int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!ids) return srv_bad_request(e, NULL, NULL, "out of memory");
+    if (!ids) return srv_out_of_memory(e);
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(a, i);
         json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
@@ -388,7 +395,7 @@ static int message_content(json_t *c, size_t i, chat_msgs *cm, srv_error *e)
         }
         if ((k && srv_buf_str(&b, "\n")) || srv_buf_add(&b, json_string_value(text), json_string_length(text))) {
             srv_buf_free(&b);
-            return srv_bad_request(e, NULL, NULL, "out of memory");
+            return srv_out_of_memory(e);
         }
     }
     cm->owned[i] = b.p ? b.p : strdup("");
@@ -417,7 +424,7 @@ static int parse_messages(json_t *o, chat_msgs *cm, srv_error *e)
     cm->msgs = calloc(n, sizeof *cm->msgs);
     cm->owned = calloc(n, sizeof *cm->owned);
     cm->n = n;
-    if (!cm->msgs || !cm->owned) return srv_bad_request(e, NULL, NULL, "out of memory");
+    if (!cm->msgs || !cm->owned) return srv_out_of_memory(e);
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(a, i);
         if (!json_is_object(m)) return srv_bad_request(e, "messages", NULL, "messages[%zu] must be an object, got %s", i, json_kind(m));
@@ -441,8 +448,9 @@ static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q,
     chat_msgs cm = {0};
     char *text = NULL;
     int rc = parse_messages(o, &cm, e);
-    if (!rc && pl_chat_render(mc->model, cm.msgs, cm.n, true, &text, NULL) != 0)
-        rc = srv_bad_request(e, "messages", NULL, "cannot render the messages: %s", pl_last_error());
+    int rrc = rc ? 0 : pl_chat_render(mc->model, cm.msgs, cm.n, true, &text, NULL);
+    if (rrc == PL_ERR_NOMEM) rc = srv_out_of_memory(e);
+    else if (rrc) rc = srv_bad_request(e, "messages", NULL, "cannot render the messages: %s", pl_last_error());
     if (!rc) rc = tokenize_text(mc, text, strlen(text), true, "messages", q, e);
     if (!rc && q->n_prompt == 0) rc = srv_bad_request(e, "messages", NULL, "the messages render to an empty prompt");
     pl_free(text);

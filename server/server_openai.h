@@ -57,6 +57,8 @@ void srv_error_set(srv_error *e, int status, const char *type, const char *param
 /* Shorthand for a 400 invalid_request_error. Returns -1 (for `return`). */
 int srv_bad_request(srv_error *e, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* A 503 out_of_memory (the server's fault, not the request's). Returns -1. */
+int srv_out_of_memory(srv_error *e);
 /* The error object as JSON, malloc'd. */
 char *srv_error_json(const srv_error *e);
 json_t *srv_error_obj(const srv_error *e);
@@ -89,7 +91,8 @@ typedef struct {
 } srv_gen_req;
 
 /* Parses and validates a request body for kind; renders chat messages with
- * the model's template and tokenizes. 0, or -1 with *err set (status 400). */
+ * the model's template and tokenizes. 0, or -1 with *err set (status 400;
+ * 503 out_of_memory when the server ran out of memory). */
 int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, size_t len, srv_gen_req *out,
                       srv_error *err);
 void srv_gen_req_free(srv_gen_req *r);

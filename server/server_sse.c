@@ -16,16 +16,19 @@ void srv_sse_init(srv_sse *s, const srv_gen_req *q, const srv_tokens *tok, const
     s->model = model;
 }
 
-/* Appends "data: <json>\n\n" and releases o. */
+/* Appends "data: <json>\n\n" and releases o; on failure nothing of the
+ * frame stays in out (what is there is whole frames only). */
 static int frame(srv_buf *out, json_t *o)
 {
     if (!o) return PL_ERR_NOMEM;
     char *j = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!j) return PL_ERR_NOMEM;
+    const size_t len0 = out->len;
     int rc = srv_buf_str(out, "data: ");
     if (!rc) rc = srv_buf_str(out, j);
     if (!rc) rc = srv_buf_str(out, "\n\n");
+    if (rc && out->p) out->p[out->len = len0] = 0;
     free(j);
     return rc;
 }

@@ -38,8 +38,9 @@ int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_voca
     s->items = mem_calloc(s->max_seqs, sizeof *s->items);
     s->logits = mem_calloc((size_t)s->max_seqs * n_vocab, sizeof *s->logits);
     if (!s->running || !s->planned || !s->items || !s->logits) {
+        const uint32_t n = s->max_seqs; /* sched_free clears s */
         sched_free(s);
-        return err_set(PL_ENOMEM, "scheduler: out of memory for %u sequences", s->max_seqs);
+        return err_set(PL_ENOMEM, "scheduler: out of memory for %u sequences", n);
     }
     return 0;
 }
@@ -318,7 +319,9 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
         sched_seq *q = sched_pick(s);
         if (s->slots_used + (uint32_t)q->n_comp > s->max_seqs) break;
         int32_t id;
-        if (rt_seq_new(s->ctx, &id) != 0) { /* static layout: no room to reserve n_ctx */
+        int rc = rt_seq_new(s->ctx, &id);
+        if (rc == PL_ENOMEM) { s->admit_rc = rc; *too_big = q; return false; }
+        if (rc != 0) { /* static layout: no room to reserve n_ctx */
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
@@ -342,6 +345,7 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
 int sched_plan(sched *s, sched_seq **too_big)
 {
     *too_big = NULL;
+    s->admit_rc = 0;
     for (;;) {
         s->n_items = 0;
         s->n_plans++;

@@ -76,6 +76,8 @@ typedef struct {
     uint32_t n_waiting;
     uint64_t next_order, n_plans;
     bool preempted_now;       /* a preemption happened in this engine step: admit nothing */
+    int admit_rc;             /* sched_plan's *too_big could not start for this error (out of
+                               * memory: err_msg() says where), not for the pool's size; 0 else */
     /* the planned step: items[i] runs planned[i]; logits rows [max_seqs][n_vocab] */
     rt_item *items;
     sched_seq **planned;

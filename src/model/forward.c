@@ -191,13 +191,13 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads && kvg->s.n_layers == c->n_layers);
     s->attn_scratch_stride = (kv_view_scratch_floats(kvg, max_ctx) + 15) & ~(size_t)15;
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
-    s->kv_seqs = calloc(T, sizeof *s->kv_seqs);
+    s->kv_seqs = mem_calloc(T, sizeof *s->kv_seqs);
     int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
     if (!wrc) wrc = moe_state_new(&s->moe, c, max_tokens);
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch ||
         !s->kv_seqs || wrc || (c->local_window && !s->rope_cs_local)) {
         fwd_state_free(s);
-        return PL_ENOMEM;
+        return err_set(PL_ENOMEM, "out of memory for the forward pass's scratch (%d tokens a pass)", max_tokens);
     }
     *out = s;
     return 0;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/mem.h"
 
 struct pl_stop {
@@ -29,7 +30,11 @@ pl_stop *pl_stop_new(const char *const *stops, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (!stops[i] || !stops[i][0]) continue; /* an empty stop string would stop at once */
         s->stops[s->n] = strdup(stops[i]);
-        if (!s->stops[s->n]) { pl_stop_free(s); return NULL; }
+        if (!s->stops[s->n]) {
+            err_set(PL_ENOMEM, "out of memory for a stop string");
+            pl_stop_free(s);
+            return NULL;
+        }
         size_t l = strlen(stops[i]);
         if (l > s->max_len) s->max_len = l;
         s->n++;

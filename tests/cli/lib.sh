@@ -67,6 +67,7 @@ run_fuzzer() {
 serve_start() {
   local log=$1 model=$2
   shift 2
+  : >"$log" # emptied here: the server's own redirect may come after the first look below
   "$PAGELLM" serve -m "$model" --host 127.0.0.1 --port 0 "$@" 2>"$log" &
   SPID=$!
   PORT=""

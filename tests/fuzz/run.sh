@@ -2,8 +2,10 @@
 # run.sh [SECONDS] [TARGET] - build a fuzz target with clang's libFuzzer +
 # ASan/UBSan, make its seed corpus, and fuzz for SECONDS (default 60).
 # TARGET: gguf (default; the GGUF reader and writer), tokenizer (text ->
-# ids -> text over stories260K and ../shared/models/vocab/*.gguf) or model
-# (hyper-parameters and tensor binding, mixture-of-experts layers run).
+# ids -> text over stories260K and ../shared/models/vocab/*.gguf), model
+# (hyper-parameters and tensor binding, mixture-of-experts layers run),
+# openai (the server's request JSON -> generation parameters) or cli (flag
+# parsing: numbers, sizes like 512M, strings).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -135,8 +137,89 @@ exec "$OUT/fuzz_model" -max_total_time="$SECS" -max_len=262144 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/model.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+openai)
+# The request parser over the uninstrumented engine of $BUILD (only the
+# server's JSON code is instrumented: that is what is fuzzed, and the engine
+# builds once, by make).
+LIBPL=${BUILD:-build}/libpagellm.a
+make -s --no-print-directory BUILD="${BUILD:-build}" "$LIBPL" || exit 2
+# shellcheck disable=SC2086
+$CLANG $FLAGS -Iserver $SAN tests/fuzz/fuzz_openai.c server/server_openai.c server/server_tokens.c \
+  "$LIBPL" -o "$OUT/fuzz_openai" -lpcre2-8 -lxxhash -ljansson -lm -lpthread || exit 2
+export FUZZ_OPENAI_MODEL=$SHARED/stories260K.gguf
+[ -f "$FUZZ_OPENAI_MODEL" ] || { echo "run.sh: $FUZZ_OPENAI_MODEL not found" >&2; exit 2; }
+# Seeds: byte 0 selects endpoint and context (fuzz_openai.c), then a body.
+seed() { { printf "\\x$1"; printf '%s' "$2"; } >"$CORPUS/seed-$1-$(printf '%s' "$2" | cksum | cut -d' ' -f1)"; }
+seed 08 '{"prompt":"Once upon a time","max_tokens":8}'
+seed 0c '{"prompt":["The cat","The dog"],"max_tokens":4,"n":2,"stop":["\n","."],"logprobs":3,"echo":false}'
+seed 08 '{"prompt":[1,2,3,400],"max_tokens":16,"temperature":0.5,"top_p":0.9,"seed":7,"stream":true,"stream_options":{"include_usage":true}}'
+seed 09 '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_completion_tokens":5}'
+seed 0d '{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"logprobs":true,"top_logprobs":2,"n":3}'
+seed 0b '{"messages":[{"role":"assistant","content":null},{"role":"user","content":"x"}],"response_format":{"type":"text"},"stop":"z"}'
+seed 00 '{"prompt":"a long prompt for a tiny context","max_tokens":100}'
+cat >"$OUT/openai.dict" <<'DICT'
+"\"prompt\""
+"\"messages\""
+"\"role\""
+"\"content\""
+"\"user\""
+"\"assistant\""
+"\"system\""
+"\"max_tokens\""
+"\"max_completion_tokens\""
+"\"stream\""
+"\"stop\""
+"\"n\""
+"\"logprobs\""
+"\"top_logprobs\""
+"\"temperature\""
+"\"seed\""
+"\"type\""
+"\"text\""
+"\"response_format\""
+"\"stream_options\""
+"\"include_usage\""
+"null"
+"true"
+"1e999"
+"-1"
+"\\u0000"
+"\\ud800"
+DICT
+exec "$OUT/fuzz_openai" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -dict="$OUT/openai.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
+cli)
+# shellcheck disable=SC2086
+$CLANG $FLAGS -Icli $SAN tests/fuzz/fuzz_cli.c cli/cli.c -o "$OUT/fuzz_cli" -lm || exit 2
+# Seeds: argument vectors, NUL-separated (fuzz_cli.c).
+printf -- '--ctx\0512\0--kv-mem=512M\0--temp\0000.7\0pos' >"$CORPUS/seed-1"
+printf -- '-c\0001\0-t\0-4\0--seed\00018446744073709551615\0--stop\0a\0--stop=b' >"$CORPUS/seed-2"
+printf -- '--max-body\0001.5GiB\0--flag\0--\0--ctx\0-m\0f.gguf' >"$CORPUS/seed-3"
+printf -- '--kv-mem\0001e400\0--temp=nan' >"$CORPUS/seed-4"
+cat >"$OUT/cli.dict" <<'DICT'
+"nan"
+"inf"
+"1e999"
+"0x"
+"K"
+"M"
+"GiB"
+"--ctx="
+"--kv-mem"
+"--max-body="
+"--temp"
+"--stop"
+"--"
+"-c"
+DICT
+# -close_fd_mask=1: --help's page to stdout is noise; errors stay on stderr
+exec "$OUT/fuzz_cli" -max_total_time="$SECS" -max_len=512 -timeout=10 -close_fd_mask=1 \
+  -rss_limit_mb=2048 -dict="$OUT/cli.dict" -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli)" >&2
 exit 2
 ;;
 esac
