@@ -8,13 +8,21 @@
  * the thread has exited):
  *   {"block_size":16, "blocks_total":N, "blocks_used":.., "blocks_cached":..,
  *    "blocks_free":.., "block_bytes":.., "tokens":.., "utilisation":..,
+ *    "kv_dtype":"f16", "n_layers":.., "n_kv_heads":.., "head_dim":..,
+ *    "bytes_per_token":.., "pool_bytes":..,
+ *    "bytes_allocated":.., "bytes_live":.., "bytes_wasted":..,
+ *    "running":.., "waiting":.., "steps":.., "preemptions":..,
+ *    "evictions":.., "prefix_hit_tokens":.., "prefix_query_tokens":..,
  *    "sequences":[{"seq":3, "request":12, "index":0, "completions":1,
  *                  "tokens":40, "state":"decode", "blocks":[7,2,9]}, ...],
  *    "blocks":[{"id":0, "state":"used", "refcount":2, "cached":true,
  *               "owners":[{"seq":3, "request":12}, ...]}, ...]}
  * state is the pool's: "free", "used" (held by sequences) or "cached"
  * (held by none, kept for prefix hits); cached says the block carries a
- * prefix-cache key (a used block can be cached too).
+ * prefix-cache key (a used block can be cached too). The counters
+ * (steps, preemptions, evictions: cached blocks taken for reuse, prefix
+ * tokens) only grow, so a poller sees what happened between two looks;
+ * the web page flashes evictions and preemptions from them.
  */
 #include <jansson.h>
 #include <math.h>
@@ -123,6 +131,20 @@ static json_t *eng_json_blocks(const kv_pool *pool, json_t **owners)
     return arr;
 }
 
+/* The scheduler's and prefix cache's running totals (see the top). */
+static void eng_json_counters(pl_engine *e, json_t *root)
+{
+    const sched *s = &e->sc;
+    const prefix_cache *pc = rt_ctx_prefix_cache(e->ctx);
+    jset_int(root, "running", s->n_running);
+    jset_int(root, "waiting", s->n_waiting);
+    jset_int(root, "steps", (long long)e->m.steps);
+    jset_int(root, "preemptions", (long long)s->st.preemptions);
+    jset_int(root, "evictions", pc ? (long long)pc->st.evictions : 0);
+    jset_int(root, "prefix_hit_tokens", (long long)s->st.prefix_hit_tokens);
+    jset_int(root, "prefix_query_tokens", (long long)s->st.prefix_query_tokens);
+}
+
 char *eng_kv_json(pl_engine *e)
 {
     kv_pool *pool = rt_ctx_pool(e->ctx);
@@ -143,6 +165,16 @@ char *eng_kv_json(pl_engine *e)
     jset_int(root, "block_bytes", (long long)st.block_bytes);
     jset_int(root, "tokens", (long long)st.tokens);
     json_object_set_new(root, "utilisation", json_real(st.utilisation));
+    json_object_set_new(root, "kv_dtype", json_string(kv_dtype_name(pool->g.s.dtype)));
+    jset_int(root, "n_layers", pool->g.s.n_layers);
+    jset_int(root, "n_kv_heads", pool->g.s.n_kv_heads);
+    jset_int(root, "head_dim", pool->g.s.head_dim);
+    json_object_set_new(root, "bytes_per_token", json_real(st.bytes_per_token));
+    jset_int(root, "pool_bytes", (long long)st.pool_bytes);
+    jset_int(root, "bytes_allocated", (long long)st.bytes_allocated);
+    jset_int(root, "bytes_live", (long long)st.bytes_live);
+    jset_int(root, "bytes_wasted", (long long)st.bytes_wasted);
+    eng_json_counters(e, root);
     json_object_set_new(root, "sequences", eng_json_seqs(e, owners));
     json_object_set_new(root, "blocks", eng_json_blocks(pool, owners));
     for (uint32_t b = 0; b < pool->n_blocks; b++) json_decref(owners[b]);
