@@ -319,7 +319,17 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 
 static enum MHD_Result handle_kv(conn_ctx *c)
 {
-    char *j = pl_engine_kv_json(c->s->e);
+    /* ?compact=1: the blocks as per-block strings (pl_engine_kv_json_ex), what the web page polls */
+    const char *cv = MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, "compact");
+    unsigned flags = 0;
+    if (cv && (strcmp(cv, "1") == 0 || strcmp(cv, "true") == 0)) flags = PL_KV_JSON_COMPACT;
+    else if (cv && strcmp(cv, "0") != 0 && strcmp(cv, "false") != 0) {
+        srv_error e;
+        srv_error_set(&e, 400, "invalid_request_error", "compact", "invalid_value",
+                      "compact must be 1, true, 0 or false (got '%.40s')", cv);
+        return reply_error(c, &e, NULL);
+    }
+    char *j = pl_engine_kv_json_ex(c->s->e, flags);
     if (!j) {
         srv_error e;
         srv_error_set(&e, 500, "server_error", NULL, NULL, "cannot snapshot the KV cache: %s", pl_last_error());

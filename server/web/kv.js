@@ -1,7 +1,8 @@
-// kv.js - the KV panel, from GET /v1/kv polled while the page is visible:
-// one cell per pool block (data-block-id, data-state, owners and refcount
-// in its title), each running sequence's block table in logical order,
-// evictions and preemptions flashing, and the memory formula.
+// kv.js - the KV panel, from GET /v1/kv?compact=1 polled while the page is
+// visible: one cell per pool block (data-block-id, data-state; owners and
+// refcount on hover), each running sequence's block table in logical order,
+// evictions and preemptions flashing, and the memory formula. The compact
+// form (one letter per block) keeps a poll of a 100k-block pool near 400 KB.
 import { get } from "./api.js";
 
 export const KV_POLL_MS = 400; // 2.5 Hz: one JSON snapshot per poll, built by the engine thread
@@ -22,13 +23,44 @@ function flash(el) {
   el.classList.add("flash");
 }
 
+const STATES = { f: "free", u: "used", c: "cached" };
+
+// The compact snapshot as one object per block, owners from the sequences.
+function unpack(kv) {
+  const n = kv.block_states.length;
+  const blocks = new Array(n);
+  for (let i = 0; i < n; i++)
+    blocks[i] = { id: i, state: STATES[kv.block_states[i]] || "?", refcount: kv.block_refcounts[i],
+                  cached: kv.block_keyed[i] === "1", owners: [] };
+  for (const q of kv.sequences)
+    for (const b of q.blocks) if (blocks[b]) blocks[b].owners.push({ seq: q.seq, request: q.request });
+  kv.blocks = blocks;
+  return kv;
+}
+
 function ownersText(b) {
   if (!b.owners.length) return "no owner";
   return b.owners.map((o) => "seq " + o.seq + " (request " + o.request + ")").join(", ");
 }
 
+function cellTitle(b) {
+  return "block " + b.id + ": " + b.state + ", refcount " + b.refcount + (b.cached ? ", prefix-cached" : "") +
+         (b.refcount > 1 ? ", shared" : "") + "\n" + ownersText(b);
+}
+
+// Titles are made when the pointer reaches a cell, from the newest snapshot.
+function hoverTitles(grid) {
+  grid.addEventListener("mouseover", (ev) => {
+    const id = ev.target.dataset && ev.target.dataset.blockId;
+    const b = id !== undefined && prev && prev.blocks[Number(id)];
+    if (b) ev.target.title = cellTitle(b);
+  });
+}
+
 function drawGrid(kv) {
   const grid = $("kv-grid");
+  if (!grid.dataset.hover) { hoverTitles(grid); grid.dataset.hover = "1"; }
+  grid.classList.toggle("dense", kv.blocks.length > 4096);
   if (grid.children.length !== kv.blocks.length) {
     const cells = kv.blocks.map((b) => {
       const c = document.createElement("span");
@@ -47,8 +79,6 @@ function drawGrid(kv) {
       c.className = cls;
       c.dataset.state = b.state;
     }
-    c.title = "block " + b.id + ": " + b.state + ", refcount " + b.refcount + (b.cached ? ", prefix-cached" : "") +
-              (shared ? ", shared" : "") + "\n" + ownersText(b);
     // a cached block taken for another use lost its key: evicted
     const was = prev && prev.blocks[i];
     if (evicted && was && was.state === "cached" && was.cached && !b.cached) flash(c);
@@ -131,8 +161,9 @@ function drawEvents(kv) {
 }
 
 export async function pollKV() {
-  const kv = await get("/v1/kv");
-  if (!kv || !Array.isArray(kv.blocks)) return;
+  const raw = await get("/v1/kv?compact=1");
+  if (!raw || typeof raw.block_states !== "string" || !Array.isArray(raw.block_refcounts) || !Array.isArray(raw.sequences)) return;
+  const kv = unpack(raw);
   drawGrid(kv);
   drawSeqs(kv);
   drawFormula(kv);

@@ -12,7 +12,8 @@ WEB_NPM_DIR=${WEB_NPM_DIR:-/tmp/pagellm-web-npm}
 CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 KEY=web-test-key
 SPID=""
-cleanup() { [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null; rm -rf "$T"; }
+PPID2=""
+cleanup() { for p in $SPID $PPID2; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 
 if [ ! -f "$M" ]; then skip web "$M not found"; exit 0; fi
@@ -45,6 +46,12 @@ curl -s -H "Authorization: Bearer $KEY" "$URL/v1/kv" >"$T/kv.json"
 check web_kv_formula_fields jq -e '.kv_dtype == "f16" and .n_layers > 0 and .bytes_per_token == 2 * .n_layers * .n_kv_heads * .head_dim * 2
   and (.evictions | type) == "number" and (.preemptions | type) == "number" and (.blocks | length) == .blocks_total' "$T/kv.json"
 
+curl -s -H "Authorization: Bearer $KEY" "$URL/v1/kv?compact=1" >"$T/kvc.json"
+check web_kv_compact jq -e '(.block_states | length) == .blocks_total and (.block_keyed | length) == .blocks_total
+  and (.block_refcounts | length) == .blocks_total and (has("blocks") | not) and (.block_states | test("^[fuc]*$"))' "$T/kvc.json"
+code=$(curl -s -o "$T/b" -w '%{http_code}' -H "Authorization: Bearer $KEY" "$URL/v1/kv?compact=maybe")
+check web_kv_compact_bad_value test "$code" = 400 -a "$(jq -r .error.param "$T/b")" = compact
+
 # ------------------------------------------------------ in a browser
 if [ -z "$CHROMIUM" ]; then skip web_browser "chromium not installed (scripts/deps.sh installs it)"; exit 0; fi
 npm_ready() {
@@ -54,10 +61,16 @@ npm_ready() {
   (cd "$WEB_NPM_DIR" && PUPPETEER_SKIP_DOWNLOAD=1 timeout 300 npm install --no-audit --no-fund --loglevel=error >"$T/npm.log" 2>&1)
 }
 if ! npm_ready; then skip web_browser "npm could not install puppeteer-core: $(tail -3 "$T/npm.log" 2>/dev/null)"; exit 0; fi
+# a second server with a pool of 63 blocks: evictions and preemptions
+MAIN_PID=$SPID MAIN_PORT=$PORT
+serve_start "$T/pressure.log" "$M" --api-key "$KEY" --threads 1 --max-seqs 8 --kv-mem 640K
+PPID2=$SPID PURL=http://127.0.0.1:$PORT SPID=$MAIN_PID PORT=$MAIN_PORT
 mkdir -p "$BUILD/web"
-jq -n --arg u "$URL" --arg k "$KEY" --arg c "$CHROMIUM" --arg o "$(cd "$BUILD/web" && pwd)" --arg nm "$WEB_NPM_DIR/node_modules" \
-  '{url: $u, key: $k, chromium: $c, outDir: $o, nodeModules: $nm}' >"$T/web.json"
+jq -n --arg u "$URL" --arg pu "$PURL" --arg k "$KEY" --arg c "$CHROMIUM" --arg o "$(cd "$BUILD/web" && pwd)" --arg nm "$WEB_NPM_DIR/node_modules" \
+  '{url: $u, pressureUrl: $pu, key: $k, chromium: $c, outDir: $o, nodeModules: $nm}' >"$T/web.json"
 timeout 120 node tests/web/page.mjs "$T/web.json" || true
 check web_screenshots test -s "$BUILD/web/desktop.png" -a -s "$BUILD/web/phone.png"
 kill -TERM "$SPID"; wait "$SPID"; rc=$?; SPID=""
 check web_server_exits_cleanly test "$rc" = 0
+kill -TERM "$PPID2"; wait "$PPID2"; rc=$?; PPID2=""
+check web_pressure_server_exits_cleanly test "$rc" = 0

@@ -4,8 +4,10 @@
 //
 //   node tests/web/page.mjs CONFIG.json
 //
-// CONFIG: {url, key, chromium, outDir, nodeModules}. The server has an API
-// key; the page gets it the way a person gives it (typed into the key box).
+// CONFIG: {url, pressureUrl, key, chromium, outDir, nodeModules}. The
+// servers have an API key; the page gets it the way a person gives it (typed
+// into the key box). pressureUrl is a server with a pool of a few blocks,
+// where requests evict cached blocks and preempt sequences.
 // Prints one "PASS name" / "FAIL name: why" line per check; screenshots go
 // to outDir.
 import { readFileSync } from "node:fs";
@@ -27,17 +29,18 @@ async function check(name, fn) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const auth = { Authorization: "Bearer " + cfg.key };
-async function kv() { return (await fetch(cfg.url + "/v1/kv", { headers: auth })).json(); }
+async function kv(url) { return (await fetch((url || cfg.url) + "/v1/kv", { headers: auth })).json(); }
 
 // What the page shows: every cell's id and state, in DOM order.
 const cells = (page) => page.$$eval("[data-block-id]", (els) => els.map((e) => [Number(e.dataset.blockId), e.dataset.state]));
 
 // Waits until the page's cells equal the server's states (the page polls at
 // 2.5 Hz); returns null or why not. Call when the engine is idle.
-async function cellsMatch(page) {
+const cellsMatch = (page) => cellsMatchAt(page, cfg.url);
+async function cellsMatchAt(page, url) {
   let why = "no comparison made";
   for (let i = 0; i < 20; i++) {
-    const want = await kv(), got = await cells(page);
+    const want = await kv(url), got = await cells(page);
     if (got.length !== want.blocks.length || got.length !== want.blocks_total)
       why = `page has ${got.length} cells, /v1/kv ${want.blocks.length} blocks of ${want.blocks_total}`;
     else {
@@ -187,6 +190,50 @@ try {
     });
     if (name === "phone") await page.screenshot({ path: cfg.outDir + "/phone.png", fullPage: true });
   }
+
+  // pressure: evictions and preemptions are counted and flash on the page
+  const p2 = await browser.newPage();
+  p2.on("console", (m) => { if (m.type() === "error") errors.push("console (pressure): " + m.text()); });
+  p2.on("pageerror", (e) => errors.push("page error (pressure): " + e.message));
+  await p2.setViewport({ width: 1280, height: 800 });
+  await p2.evaluateOnNewDocument((k) => localStorage.setItem("pagellm.apiKey", k), cfg.key);
+  await p2.goto(cfg.pressureUrl + "/", { waitUntil: "domcontentloaded" });
+  const pkv = async () => (await fetch(cfg.pressureUrl + "/v1/kv?compact=1", { headers: auth })).json();
+  const total = (await pkv()).blocks_total;
+  await p2.waitForFunction((n) => document.querySelectorAll("[data-block-id]").length === n, { timeout: 10000 }, total);
+  await p2.evaluate(() => {
+    window.__flashes = 0;
+    const flashing = (n) => n.classList && n.classList.contains("flash");
+    new MutationObserver((ms) => {
+      for (const m of ms) window.__flashes += flashing(m.target) + [...m.addedNodes].filter(flashing).length;
+    })
+      .observe(document.getElementById("kv-events"), { subtree: true, childList: true, attributes: true });
+  });
+  const complete = (prompt, n, max) => fetch(cfg.pressureUrl + "/v1/completions", {
+    method: "POST", headers: { ...auth, "Content-Type": "application/json" },
+    body: JSON.stringify({ prompt, n, max_tokens: max, ignore_eos: true, temperature: 1 }) }).then((r) => r.json());
+  for (const p of ["Once upon a time there was a cat", "The dog ran to the park and played", "Lily and Ben went to the sea"])
+    await complete(p, 1, 200);
+  await sleep(600); // the page sees the cached blocks before they are taken
+  await complete("Once upon a time, there was a little girl named Lily. She loved to play.", 4, 400);
+  await check("web_pressure_counters", async () => {
+    const want = await pkv();
+    if (!(want.evictions > 0 && want.preemptions > 0)) return `the pressure made no eviction or preemption: ${JSON.stringify(want).slice(0, 200)}`;
+    const text = `evictions ${want.evictions}`, text2 = `preemptions ${want.preemptions}`;
+    try {
+      await p2.waitForFunction((a, b) => { const t = document.getElementById("kv-events").textContent; return t.includes(a) && t.includes(b); },
+                               { timeout: 5000 }, text, text2);
+    } catch (e) {
+      return `page shows "${await p2.$eval("#kv-events", (e) => e.textContent)}", server ${text}, ${text2}`;
+    }
+    return null;
+  });
+  await check("web_pressure_flashes", async () => {
+    const n = await p2.evaluate(() => window.__flashes);
+    return n > 0 ? null : "no eviction or preemption flashed";
+  });
+  await check("web_pressure_cells_match", () => cellsMatchAt(p2, cfg.pressureUrl));
+  await p2.close();
 
   await check("web_no_console_errors", async () => (errors.length ? errors.slice(0, 3).join(" | ") : null));
 } finally {
