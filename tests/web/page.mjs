@@ -102,6 +102,28 @@ try {
       ? null : `formula text: ${t.slice(0, 200)}`;
   });
 
+  // model text is only ever text: markup in it is shown, never parsed
+  await check("web_markdown_is_safe", async () => {
+    const r = await page.evaluate(async () => {
+      const { renderMarkdown } = await import("/web/md.js");
+      const el = document.createElement("div");
+      const evil = '<img src=x onerror="window.__pwned=1"> **bold** `<b>code</b>` <script>window.__pwned=2</script>\n' +
+                   '```html\n<iframe src="javascript:alert(1)"></iframe>\n```\n# Title <i>x</i>\n- item *em*\n1. one';
+      renderMarkdown(el, evil);
+      document.body.appendChild(el);
+      await new Promise((res) => setTimeout(res, 50));
+      const tags = [...el.querySelectorAll("*")].map((e) => e.tagName.toLowerCase());
+      el.remove();
+      return { tags, text: el.textContent, pwned: window.__pwned };
+    });
+    const allowed = new Set(["p", "strong", "em", "code", "pre", "h3", "ul", "ol", "li", "br"]);
+    const bad = r.tags.filter((t) => !allowed.has(t));
+    if (bad.length || r.pwned) return `elements ${bad.join(",")} made, pwned=${r.pwned}`;
+    for (const want of ["strong", "code", "pre", "h3", "ul", "ol", "em"])
+      if (!r.tags.includes(want)) return `no <${want}> in ${r.tags.join(",")}`;
+    return r.text.includes('<img src=x onerror="window.__pwned=1">') && r.text.includes("<iframe") ? null : `text lost: ${r.text.slice(0, 120)}`;
+  });
+
   // first turn: a long system prompt so that whole blocks are reused next turn
   await page.click("details.settings summary");
   await page.type("#system", "You are a storyteller. You tell short, happy stories about children, animals and parks.");
