@@ -20,6 +20,7 @@ const srv_web_asset *srv_web_find(const char *url)
 
 struct MHD_Response *srv_web_response(const srv_web_asset *a)
 {
+    if (!a) return NULL;
     /* the bytes live in the binary: MHD neither copies nor frees them */
     struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
     if (!r) return NULL;
