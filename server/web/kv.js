@@ -9,6 +9,11 @@ export const KV_POLL_MS = 400; // 2.5 Hz: one JSON snapshot per poll, built by t
 
 const $ = (id) => document.getElementById(id);
 let prev = null; // the previous snapshot
+// "request:seq" -> ids of the blocks that sequence got from the prefix cache:
+// those that already held a prefix-cache key in the snapshot before the
+// sequence was first seen (cached, or used by a sequence ending just then),
+// kept while it runs
+const hits = new Map();
 
 export function fmtBytes(b) {
   const u = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -85,7 +90,21 @@ function drawGrid(kv) {
   });
 }
 
+function noteHits(kv) {
+  const live = new Set();
+  for (const q of kv.sequences) {
+    const key = q.request + ":" + q.seq;
+    live.add(key);
+    if (hits.has(key)) continue;
+    const got = new Set();
+    if (prev) for (const b of q.blocks) if (prev.blocks[b] && prev.blocks[b].cached) got.add(b);
+    hits.set(key, got);
+  }
+  for (const k of [...hits.keys()]) if (!live.has(k)) hits.delete(k);
+}
+
 function drawSeqs(kv) {
+  noteHits(kv);
   const box = $("kv-seqs");
   if (!kv.sequences.length) {
     const s = document.createElement("span");
@@ -104,14 +123,17 @@ function drawSeqs(kv) {
     const chips = document.createElement("div");
     chips.className = "chips";
     const tail = q.tokens - (q.blocks.length - 1) * kv.block_size;
+    const fromCache = hits.get(q.request + ":" + q.seq) || new Set();
     q.blocks.forEach((id, j) => {
       const b = kv.blocks[id];
       const chip = document.createElement("span");
       const shared = b && b.refcount > 1;
       const last = j === q.blocks.length - 1 && tail < kv.block_size;
-      chip.className = "chip" + (shared ? " shared" : "") + (last ? " tail" : "");
+      const hit = fromCache.has(id);
+      chip.className = "chip" + (shared ? " shared" : "") + (hit ? " hit" : "") + (last ? " tail" : "");
       chip.textContent = String(id);
       chip.title = "logical block " + j + " → physical block " + id + (shared ? " (shared, refcount " + b.refcount + ")" : "") +
+                   (hit ? "; served from the prefix cache" : "") +
                    (last ? "; " + tail + " of " + kv.block_size + " tokens filled" : "");
       chips.appendChild(chip);
     });
@@ -133,8 +155,9 @@ function drawFormula(kv) {
       fmtBytes(kv.pool_bytes) + " (" + fmtBytes(kv.block_bytes) + " a block)"],
     ["blocks", kv.blocks_used + " used · " + kv.blocks_cached + " cached · " + (kv.blocks_total - kv.blocks_used - kv.blocks_cached) + " free"],
     ["utilisation", stored + " tokens stored / " + allocTokens + " token slots allocated = " +
-      (allocTokens ? (100 * kv.utilisation).toFixed(1) + " %" : "–") +
-      (kv.tokens !== stored ? " (the sequences hold " + kv.tokens + ": shared blocks count once)" : "")],
+      (allocTokens ? (100 * stored / allocTokens).toFixed(1) + " %" : "–") +
+      (kv.tokens !== stored ? " (the sequences hold " + kv.tokens + ": shared blocks count once)" : "") +
+      (allocTokens ? "; " + (100 * kv.utilisation).toFixed(1) + " % of the allocated bytes (with the blocks' padding)" : "")],
     ["wasted in tails", fmtBytes(kv.bytes_wasted) + " of " + fmtBytes(kv.bytes_allocated) + " allocated"],
     ["prefix cache", kv.prefix_hit_tokens + " of " + kv.prefix_query_tokens + " prompt tokens served from cache"],
   ];

@@ -194,6 +194,22 @@ try {
   await page.screenshot({ path: cfg.outDir + "/desktop.png" });
   const res = await live;
   await check("web_live_request_ok", async () => (res.ok ? null : `status ${res.status}`));
+  // the same prompt again: its block tables show the blocks served from the prefix cache
+  const again = fetch(cfg.url + "/v1/completions", {
+    method: "POST", headers: { ...auth, "Content-Type": "application/json" },
+    body: JSON.stringify({ prompt, n: 2, max_tokens: 1800, ignore_eos: true, temperature: 1 }),
+  });
+  await check("web_kv_prefix_hits_marked", async () => {
+    try {
+      await page.waitForFunction(() => document.querySelectorAll(".seq .chip.hit").length >= 1, { timeout: 15000 });
+    } catch (e) {
+      return "no block of the repeated prompt was marked as served from the cache";
+    }
+    return null;
+  });
+  const res2 = await again;
+  await check("web_live_request_again_ok", async () => (res2.ok && (await res2.json()).usage.prompt_tokens_details.cached_tokens >= 16
+    ? null : `status ${res2.status}`));
   await check("web_metrics_charts", async () => {
     await sleep(1200);
     const pts = await page.$$eval("[data-chart] polyline", (e) => e.map((p) => (p.getAttribute("points") || "").length));
