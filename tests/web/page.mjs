@@ -216,6 +216,41 @@ try {
     return pts.length >= 4 && pts.every((n) => n > 0) ? null : `chart points: ${pts}`;
   });
 
+  // a second conversation; Stop ends a long answer early; both conversations survive a reload
+  await page.click("#new-conv");
+  await page.$eval("#max-tokens", (e) => { e.value = "1800"; });
+  await page.type('[data-testid="message-input"]', "Tell me a very long story.");
+  await page.click('[data-testid="send"]');
+  await page.waitForFunction(() => {
+    const a = [...document.querySelectorAll('[data-testid="assistant-message"]')].pop();
+    return a && Number(a.dataset.deltas || 0) >= 1;
+  }, { timeout: 15000 });
+  await page.click('[data-testid="stop"]');
+  await done(1);
+  await check("web_stop", async () => {
+    const a = (await answers()).pop();
+    const m = a.stats.match(/^(\d+) tokens/);
+    return /stopped/.test(a.stats) && m && Number(m[1]) < 1800 ? null : `stats after Stop: ${a.stats}`;
+  });
+  await check("web_stop_frees_the_sequence", async () => {
+    for (let i = 0; i < 50; i++) {
+      const k = await kv();
+      if (k.running === 0 && k.blocks_used === 0) return null;
+      await sleep(100);
+    }
+    return "the stopped request still holds blocks";
+  });
+  await page.reload({ waitUntil: "domcontentloaded" });
+  await check("web_conversations_kept", async () => {
+    await page.waitForFunction(() => document.querySelectorAll("#conv-list option").length >= 2, { timeout: 5000 });
+    const opts = await page.$$eval("#conv-list option", (os) => os.map((o) => [o.value, o.textContent]));
+    const first = opts.find(([, t]) => t.startsWith("Tell me a story about Lily"));
+    if (!first) return `conversations: ${JSON.stringify(opts)}`;
+    await page.select("#conv-list", first[0]);
+    const n = await page.$$eval('[data-testid="assistant-message"]', (e) => e.length);
+    return n === 2 ? null : `the first conversation shows ${n} answers, not 2`;
+  });
+
   // layout: nothing wider than the window, at desktop and phone width
   for (const [name, w, h] of [["desktop", 1280, 800], ["phone", 390, 844]]) {
     await page.setViewport({ width: w, height: h });
