@@ -44,7 +44,7 @@ function setup() {
     svg.setAttribute("viewBox", "0 0 " + KEEP + " 100");
     svg.setAttribute("preserveAspectRatio", "none");
     c.lines.forEach((_, i) => {
-      const p = document.createElementNS(SVG, "polyline");
+      const p = document.createElementNS(SVG, "path");
       if (i) p.setAttribute("class", "second");
       svg.appendChild(p);
     });
@@ -59,11 +59,17 @@ function draw() {
     if (!el) continue;
     let max = 0;
     for (const s of c.lines) for (const v of series[s]) if (v !== null && v > max) max = v;
-    const polys = el.querySelectorAll("polyline");
+    const paths = el.querySelectorAll("path");
     c.lines.forEach((s, i) => {
-      const pts = series[s];
-      const off = KEEP - pts.length;
-      polys[i].setAttribute("points", pts.map((v, j) => (off + j) + "," + (100 - (max ? 95 * (v ?? 0) / max : 0)).toFixed(1)).join(" "));
+      // one line per run of known values: an interval without a figure is a gap, not a zero
+      const pts = series[s], off = KEEP - pts.length;
+      let d = "", pen = "M";
+      pts.forEach((v, j) => {
+        if (v === null) { pen = "M"; return; }
+        d += pen + (off + j) + "," + (100 - (max ? 95 * v / max : 0)).toFixed(1) + " ";
+        pen = "L";
+      });
+      paths[i].setAttribute("d", d.trim());
     });
     const now = c.lines.map((s) => { const a = series[s]; const v = a.length ? a[a.length - 1] : null; return v === null ? "–" : (+v.toFixed(1)) + c.unit; });
     el.querySelector("b").textContent = now.join(" / ") + (max ? " (max " + +max.toFixed(1) + c.unit + ")" : "");
@@ -72,7 +78,7 @@ function draw() {
 
 function push(name, v) {
   const a = series[name];
-  a.push(v);
+  a.push(typeof v === "number" && Number.isFinite(v) ? v : null); // a metric the server lacks is a gap
   if (a.length > KEEP) a.shift();
 }
 

@@ -212,7 +212,7 @@ try {
     ? null : `status ${res2.status}`));
   await check("web_metrics_charts", async () => {
     await sleep(1200);
-    const pts = await page.$$eval("[data-chart] polyline", (e) => e.map((p) => (p.getAttribute("points") || "").length));
+    const pts = await page.$$eval("[data-chart] path", (e) => e.map((p) => (p.getAttribute("d") || "").length));
     return pts.length >= 4 && pts.every((n) => n > 0) ? null : `chart points: ${pts}`;
   });
 
