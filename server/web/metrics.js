@@ -66,7 +66,7 @@ function draw() {
       let d = "", pen = "M";
       pts.forEach((v, j) => {
         if (v === null) { pen = "M"; return; }
-        d += pen + (off + j) + "," + (100 - (max ? 95 * v / max : 0)).toFixed(1) + " ";
+        d += pen + (off + j) + "," + (98 - (max ? 93 * v / max : 0)).toFixed(1) + " ";
         pen = "L";
       });
       paths[i].setAttribute("d", d.trim());
