@@ -73,6 +73,19 @@ $(LIBPL): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# The web page (server/web/) is compiled into the server library.
+WEBSRC  := $(sort $(wildcard server/web/*))
+WEBOBJ  := $(BUILD)/obj/gen/server_web_assets.o
+SRVOBJ  += $(WEBOBJ)
+
+$(BUILD)/gen/server_web_assets.c: $(WEBSRC) scripts/embed_web.sh
+	@mkdir -p $(dir $@)
+	bash scripts/embed_web.sh $@ $(WEBSRC)
+
+$(WEBOBJ): $(BUILD)/gen/server_web_assets.c server/server_web.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iinclude -Iserver -c $< -o $@
+
 $(LIBSRV): $(SRVOBJ)
 	@rm -f $@
 	ar rcs $@ $^

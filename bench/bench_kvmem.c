@@ -43,8 +43,13 @@
  *   utilisation at the peak step, preemptions, steps, wall time.
  * The issue's goals: utilisation_paged >= 0.96 and max_concurrent_paged >=
  * 3 x max_concurrent_static.
+ *
+ * --svg FILE plots every sampled step of both runs against time: the
+ * step's utilisation (bytes_live / bytes_allocated) and its running
+ * sequences (bench/svg.h).
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +57,10 @@
 
 #include "bench_common.h"
 #include "cli.h"
+#include "svg.h"
 
 typedef struct {
-    const char *model, *kv_dtype;
+    const char *model, *kv_dtype, *svg;
     uint64_t kv_mem, seed;
     int requests, min_len, max_len, block_size, threads, batch, slots, timeout_s;
     bool json;
@@ -68,6 +74,8 @@ typedef struct {
     double seconds;
     uint64_t pool_bytes;
     uint32_t blocks_total;
+    double *t, *u, *r; /* per sampled step: seconds since the start, utilisation, running (--svg) */
+    size_t n_pts, cap_pts;
 } km_result;
 
 typedef struct {
@@ -128,11 +136,35 @@ static int km_drain(pl_request **rq, bool *done, int n, int *n_done)
 typedef struct {
     uint64_t last_step;
     double sum_running, sum_live, sum_alloc, sum_fill;
+    double t0;
+    bool keep; /* record the points (--svg) */
 } km_acc;
+
+/* One more point of the series; a failed allocation stops recording (the
+ * plot then ends early, which the figures above do not depend on). */
+static void km_point(km_result *res, double t, double u, double r)
+{
+    if (res->n_pts == res->cap_pts) {
+        size_t cap = res->cap_pts ? 2 * res->cap_pts : 1024;
+        double *nt = realloc(res->t, cap * sizeof *nt);
+        if (nt) res->t = nt;
+        double *nu = nt ? realloc(res->u, cap * sizeof *nu) : NULL;
+        if (nu) res->u = nu;
+        double *nr = nu ? realloc(res->r, cap * sizeof *nr) : NULL;
+        if (!nr) return;
+        res->r = nr;
+        res->cap_pts = cap;
+    }
+    res->t[res->n_pts] = t, res->u[res->n_pts] = u, res->r[res->n_pts] = r;
+    res->n_pts++;
+}
 
 static void km_sample(const pl_engine_metrics *m, km_acc *a, km_result *res)
 {
     if (m->steps == a->last_step) return;
+    if (a->keep)
+        km_point(res, bench_now() - a->t0, m->kv.bytes_allocated ? (double)m->kv.bytes_live / (double)m->kv.bytes_allocated : NAN,
+                 m->running);
     a->last_step = m->steps;
     res->samples++;
     a->sum_running += m->running;
@@ -190,9 +222,9 @@ static int km_run(pl_model *m, const km_opts *o, const km_req *w, pl_kv_layout l
     pl_request **rq = calloc((size_t)n, sizeof *rq);
     bool *done = calloc((size_t)n, sizeof *done);
     int rc = rq && done ? 0 : -1, n_done = 0;
-    km_acc acc = {0};
     pl_engine_metrics mt;
     const double t0 = bench_now(), deadline = t0 + o->timeout_s;
+    km_acc acc = {.t0 = t0, .keep = o->svg != NULL};
     if (!rc) rc = km_submit_all(e, w, n, rq);
     for (int spin = 0; !rc && n_done < n; spin++) {
         pl_engine_metrics_get(e, &mt);
@@ -298,6 +330,21 @@ static void km_print_json(const km_opts *o, const char *model, uint32_t slot, do
     json_decref(j);
 }
 
+/* The --svg plot: both layouts' steps over time. */
+static int km_svg(const km_opts *o, const char *model, const km_result *r)
+{
+    char title[256];
+    snprintf(title, sizeof title, "kv-memory: %s, %d requests, lengths %d..%d, KV pool %.2f MiB", model, o->requests,
+             o->min_len, o->max_len, (double)r[0].pool_bytes / (1 << 20));
+    svg_doc *d = svg_open(o->svg, 2, title);
+    if (!d) return -1;
+    const svg_series u[2] = {{"paged", r[0].t, r[0].u, r[0].n_pts}, {"static", r[1].t, r[1].u, r[1].n_pts}};
+    const svg_series c[2] = {{"paged", r[0].t, r[0].r, r[0].n_pts}, {"static", r[1].t, r[1].r, r[1].n_pts}};
+    svg_lines(d, 0, "utilisation: live KV bytes / allocated, per engine step", "seconds", "utilisation", u, 2);
+    svg_lines(d, 1, "running sequences per engine step", "seconds", "running", c, 2);
+    return svg_close(d);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static int km_parse(int argc, char **argv, km_opts *o)
@@ -318,6 +365,7 @@ static int km_parse(int argc, char **argv, km_opts *o)
         {"batch", 'b', CLI_INT, &o->batch, 1, 65536, "N", "engine token budget per step (default 512)"},
         {"timeout", 0, CLI_INT, &o->timeout_s, 1, 1 << 20, "S", "give up after S seconds per layout (default 900)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "one JSON object"},
+        {"svg", 0, CLI_STR, &o->svg, 0, 0, "FILE", "plot utilisation and running sequences over time, paged vs static"},
         {0},
     };
     const char *pos[1];
@@ -380,6 +428,7 @@ int bench_kv_memory(int argc, char **argv)
     }
     km_req *w = km_workload(&o, pl_model_n_vocab(m));
     km_result res[2];
+    memset(res, 0, sizeof res);
     rc = w ? 0 : -1;
     if (!rc) rc = km_run(m, &o, w, PL_KV_PAGED, slot, &res[0]);
     if (!rc) rc = km_run(m, &o, w, PL_KV_STATIC, slot, &res[1]);
@@ -388,7 +437,9 @@ int bench_kv_memory(int argc, char **argv)
     if (!rc) {
         if (o.json) km_print_json(&o, base, slot, sz.bytes_per_token, res);
         else km_print_table(&o, base, slot, sz.bytes_per_token, res);
+        if (o.svg && km_svg(&o, base, res) != 0) rc = -1;
     }
+    for (int i = 0; i < 2; i++) free(res[i].t), free(res[i].u), free(res[i].r);
     pl_model_free(m);
     return rc ? 1 : 0;
 }

@@ -61,6 +61,10 @@
  *            server adds.
  * The issue's goal: with 8 concurrent sequences, our throughput >= 2x the
  * peer's batched decode.
+ *
+ * --svg FILE plots the levels against the number of clients: throughput
+ * (HTTP total and decode, the in-process engine's decode, the peer's), time
+ * to first token and inter-token latency (p50, p99); bench/svg.h.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -77,14 +81,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <math.h>
+
 #include "bench_common.h"
 #include "cli.h"
+#include "svg.h"
 
 #define SV_MAX_LEVELS 16
 #define SV_MAX_CLIENTS 256
 
 typedef struct {
-    const char *model, *clients_s, *peer;
+    const char *model, *clients_s, *peer, *svg;
     int max_tokens, prompt_tokens, port, threads, reps, timeout_s;
     bool no_peer, no_logprobs, no_engine, json;
     int levels[SV_MAX_LEVELS], n_levels, max_clients;
@@ -720,6 +727,39 @@ static void sv_print(const sv_opts *o, const char *model, const sv_level *lv, in
            " r_total = total tok/s / peer)\n");
 }
 
+/* The --svg plot: one point per level; figures not measured (the engine or
+ * the peer not run) are left out, not drawn as 0. */
+static int sv_svg(const sv_opts *o, const char *model, const sv_level *lv, int n)
+{
+    double x[SV_MAX_LEVELS], y[8][SV_MAX_LEVELS];
+    bool eng = false, peer = false;
+    for (int i = 0; i < n; i++) {
+        const sv_level *l = &lv[i];
+        x[i] = l->clients;
+        y[0][i] = l->total_tok_s, y[1][i] = l->decode_tok_s;
+        y[2][i] = l->eng_decode_tok_s > 0 ? l->eng_decode_tok_s : NAN;
+        y[3][i] = l->peer_decode_tok_s > 0 ? l->peer_decode_tok_s : NAN;
+        y[4][i] = l->ttft_p50, y[5][i] = l->ttft_p99, y[6][i] = l->itl_p50, y[7][i] = l->itl_p99;
+        eng |= l->eng_decode_tok_s > 0, peer |= l->peer_decode_tok_s > 0;
+    }
+    const size_t k = (size_t)n;
+    svg_series tput[4] = {{"HTTP total tok/s", x, y[0], k}, {"HTTP decode tok/s", x, y[1], k}};
+    int nt = 2;
+    if (eng) tput[nt++] = (svg_series){"engine decode tok/s", x, y[2], k};
+    if (peer) tput[nt++] = (svg_series){"peer decode tok/s", x, y[3], k};
+    const svg_series ttft[2] = {{"TTFT p50", x, y[4], k}, {"TTFT p99", x, y[5], k}};
+    const svg_series itl[2] = {{"ITL p50", x, y[6], k}, {"ITL p99", x, y[7], k}};
+    char title[256];
+    snprintf(title, sizeof title, "serve: %s, prompt %d tokens, %d generated per stream, %d threads", model,
+             o->prompt_tokens, o->max_tokens, o->threads);
+    svg_doc *d = svg_open(o->svg, 3, title);
+    if (!d) return -1;
+    svg_lines(d, 0, "throughput", "concurrent clients", "tokens/s", tput, nt);
+    svg_lines(d, 1, "time to first token", "concurrent clients", "ms", ttft, 2);
+    svg_lines(d, 2, "inter-token latency", "concurrent clients", "ms", itl, 2);
+    return svg_close(d);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static int sv_parse(int argc, char **argv, sv_opts *o)
@@ -749,6 +789,7 @@ static int sv_parse(int argc, char **argv, sv_opts *o)
         {"no-logprobs", 0, CLI_FLAG, &o->no_logprobs, 0, 0, NULL, "do not ask for logprobs; time text chunks"},
         {"timeout", 0, CLI_INT, &o->timeout_s, 1, 1 << 20, "S", "give up on a stream or the peer after S seconds (default 600)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "one JSON row per level"},
+        {"svg", 0, CLI_STR, &o->svg, 0, 0, "FILE", "plot throughput and latency against clients"},
         {0},
     };
     const char *pos[1];
@@ -853,5 +894,5 @@ int bench_serve(int argc, char **argv)
     if (rc) return 1;
     const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
     sv_print(&o, base, lv, o.n_levels);
-    return 0;
+    return o.svg && sv_svg(&o, base, lv, o.n_levels) != 0 ? 1 : 0;
 }

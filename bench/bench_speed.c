@@ -71,8 +71,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <math.h>
+
 #include "bench_common.h"
 #include "cli.h"
+#include "svg.h"
 
 #define SP_MAX_MODELS 16
 #define SP_MAX_REPS 100
@@ -87,7 +90,7 @@ static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048",
 enum { PP_N = 512, TG_N = 128, DEPTH_N = 2048, X8_B = 8, X8_PROMPT = 128 };
 
 typedef struct {
-    const char *dir, *models, *tests, *peer, *rss_model, *json_out;
+    const char *dir, *models, *tests, *peer, *rss_model, *json_out, *svg;
     int reps, threads, bw_mib, rss_ctx;
     bool json, no_peer;
     bool want[T_COUNT];
@@ -649,6 +652,39 @@ static int rss_measure(const sp_opts *o, const char *exe, const char *model, rss
 
 static json_t *num_or_null(double v) { return v > 0 ? json_real(v) : json_null(); }
 
+/* The rows printed so far, for --svg: the speed table as bars against the
+ * peer, one panel per test (their tok/s differ by orders of magnitude). */
+static struct {
+    char label[160];
+    int test;
+    double ours, peer;
+} sp_rows[SP_MAX_MODELS * T_RSS];
+static int sp_n_rows;
+
+static int sp_svg(const sp_opts *o)
+{
+    int n_panels = 0;
+    for (int t = 0; t < T_RSS; t++)
+        for (int i = 0; i < sp_n_rows; i++)
+            if (sp_rows[i].test == t) { n_panels++; break; }
+    svg_doc *d = svg_open(o->svg, n_panels ? n_panels : 1, "speed: pagellm against llama.cpp's peer-bench (tok/s, median of runs)");
+    if (!d) return -1;
+    int panel = 0;
+    for (int t = 0; t < T_RSS; t++) {
+        const char *groups[SP_MAX_MODELS];
+        double v[2 * SP_MAX_MODELS];
+        int g = 0;
+        for (int i = 0; i < sp_n_rows; i++)
+            if (sp_rows[i].test == t) groups[g] = sp_rows[i].label, v[g++] = sp_rows[i].ours;
+        if (!g) continue;
+        for (int i = 0, j = 0; i < sp_n_rows; i++)
+            if (sp_rows[i].test == t) v[g + j++] = sp_rows[i].peer > 0 ? sp_rows[i].peer : NAN;
+        const char *series[2] = {"pagellm", "peer"}; /* values: ours at v[0..g), the peer's at v[g..2g) */
+        svg_bars(d, panel++, test_names[t], "tokens/s", groups, g, series, v, 2);
+    }
+    return svg_close(d);
+}
+
 static FILE *json_out_f; /* --json-out FILE, or NULL */
 
 /* One JSON line to stdout (--json) and/or --json-out; takes j. */
@@ -667,6 +703,11 @@ static void emit_json(const sp_opts *o, json_t *j)
 static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double share,
                       double bw)
 {
+    if (sp_n_rows < (int)(sizeof sp_rows / sizeof sp_rows[0])) {
+        snprintf(sp_rows[sp_n_rows].label, sizeof sp_rows[0].label, "%s %s", m->name, m->weights);
+        sp_rows[sp_n_rows].test = test, sp_rows[sp_n_rows].ours = ours, sp_rows[sp_n_rows].peer = peer;
+        sp_n_rows++;
+    }
     if (o->json || json_out_f) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
                               "test", test_names[test], "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
@@ -713,6 +754,7 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
         {"bw-mib", 0, CLI_INT, &o->bw_mib, 64, 1 << 16, "MIB", "bandwidth buffer in MiB (default 1024)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "a header object, then one JSON row per model and test"},
         {"json-out", 0, CLI_STR, &o->json_out, 0, 0, "FILE", "also write the JSON lines to FILE (beside the table)"},
+        {"svg", 0, CLI_STR, &o->svg, 0, 0, "FILE", "plot the table as bars against the peer, a panel per test"},
         {0},
     };
     const char *pos[1];
@@ -965,5 +1007,6 @@ int bench_speed(int argc, char **argv)
                SP_SAMPLE_EVERY);
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;
+    if (!status && o.svg && any_speed && sp_svg(&o) != 0) status = 1;
     return status ? status : (o.want[T_RSS] && rr.ours < 0 ? 1 : 0);
 }

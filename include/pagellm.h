@@ -512,6 +512,15 @@ void pl_engine_metrics_get(pl_engine *e, pl_engine_metrics *out);
 /* The block pool as JSON: every block's state, refcount, owners, cached
  * flag (GET /v1/kv). malloc'd; thread-safe. */
 char *pl_engine_kv_json(pl_engine *e);
+/* The same with flags: PL_KV_JSON_COMPACT gives the blocks as strings of
+ * one letter per block ("block_states": f free, u used, c cached;
+ * "block_keyed": 1 if it holds a prefix-cache key) and "block_refcounts",
+ * about 4 bytes a block instead of about 70; owners follow from
+ * "sequences" (GET /v1/kv?compact=1). The engine thread only copies the
+ * state; the JSON is built on the caller's thread. PL_ERR_INVAL for
+ * unknown flags. */
+enum { PL_KV_JSON_COMPACT = 1 };
+char *pl_engine_kv_json_ex(pl_engine *e, unsigned flags);
 
 #ifdef __cplusplus
 }

@@ -47,13 +47,14 @@
 #include "server_guard.h"
 #include "server_metrics.h"
 #include "server_sse.h"
+#include "server_web.h"
 
 #define SRV_POLL_MS 100                 /* how often a waiting generation looks at its client */
 #define SRV_KEEPALIVE_S 15.0            /* an idle stream sends an SSE comment this often */
 #define SRV_THREAD_STACK (1024 * 1024)  /* per connection thread: the handlers use a few KiB */
 #define SRV_SSE_BATCH 8192              /* stream bytes gathered before a write when events come fast */
 
-enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_COMPLETIONS, R_CHAT };
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_WEB, R_COMPLETIONS, R_CHAT };
 
 struct srv {
     struct MHD_Daemon *d;
@@ -179,6 +180,7 @@ static int route_of(const char *url)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(url, t[i].path) == 0) return t[i].route;
     if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) return R_MODEL;
+    if (srv_web_find(url)) return R_WEB;
     return R_NONE;
 }
 
@@ -203,7 +205,7 @@ static bool authorized(const srv *s, int route, struct MHD_Connection *conn)
         return (has_keys(cfg->api_keys) && srv_keys_match(cfg->api_keys, h)) ||
                (has_keys(cfg->metrics_keys) && srv_keys_match(cfg->metrics_keys, h));
     }
-    if (route == R_HEALTH || !has_keys(cfg->api_keys)) return true;
+    if (route == R_HEALTH || route == R_WEB || !has_keys(cfg->api_keys)) return true; /* the page holds no data */
     return srv_keys_match(cfg->api_keys, h);
 }
 
@@ -353,7 +355,17 @@ static enum MHD_Result handle_metrics(conn_ctx *c)
 
 static enum MHD_Result handle_kv(conn_ctx *c)
 {
-    char *j = pl_engine_kv_json(c->s->e);
+    /* ?compact=1: the blocks as per-block strings (pl_engine_kv_json_ex), what the web page polls */
+    const char *cv = MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, "compact");
+    unsigned flags = 0;
+    if (cv && (strcmp(cv, "1") == 0 || strcmp(cv, "true") == 0)) flags = PL_KV_JSON_COMPACT;
+    else if (cv && strcmp(cv, "0") != 0 && strcmp(cv, "false") != 0) {
+        srv_error e;
+        srv_error_set(&e, 400, "invalid_request_error", "compact", "invalid_value",
+                      "compact must be 1, true, 0 or false (got '%.40s')", cv);
+        return reply_error(c, &e, NULL);
+    }
+    char *j = pl_engine_kv_json_ex(c->s->e, flags);
     if (!j) {
         srv_error e;
         srv_error_set(&e, 500, "server_error", NULL, NULL, "cannot snapshot the KV cache: %s", pl_last_error());
@@ -362,6 +374,18 @@ static enum MHD_Result handle_kv(conn_ctx *c)
     char *copy = strdup(j); /* MHD frees with free(); the API's memory goes back through pl_free */
     pl_free(j);
     return reply(c, 200, "application/json", copy, NULL);
+}
+
+static enum MHD_Result handle_web(conn_ctx *c, const char *url)
+{
+    struct MHD_Response *r = srv_web_response(srv_web_find(url));
+    if (!r) return MHD_NO;
+    if (c->close || atomic_load(&c->s->quiescing)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    c->status = 200;
+    count(c->s, 200);
+    return ret;
 }
 
 static enum MHD_Result handle_health(conn_ctx *c)
@@ -561,6 +585,7 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url)
     case R_MODELS: return reply_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_obj(c->s)));
     case R_MODEL: return handle_model(c, url);
     case R_KV: return handle_kv(c);
+    case R_WEB: return handle_web(c, url);
     default: break;
     }
     if (c->oom) return reply_oom(c);

@@ -6,7 +6,8 @@
  *   GET  /metrics                Prometheus text (server_metrics.h); once keys are set it
  *                                needs an API key or a metrics key, unless metrics_public
  *   GET  /v1/models[/ID]         the one model, named by its file's basename
- *   GET  /v1/kv                  pl_engine_kv_json: every KV block
+ *   GET  /v1/kv[?compact=1]      pl_engine_kv_json_ex: every KV block
+ *   GET  /, /web/NAME            the web page (server_web.h); open without a key
  *   POST /v1/completions         server_openai.h
  *   POST /v1/chat/completions
  *

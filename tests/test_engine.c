@@ -936,6 +936,78 @@ TEST(kv_json_shows_blocks_shared_by_a_fork)
     free(res);
 }
 
+/* The compact form says per block what the full form says, and the new
+ * counters are there; unknown flags are refused. */
+TEST(kv_json_compact_matches_full)
+{
+    pl_engine_params ep;
+    pl_engine *e = engine_open(&ep, 0);
+    CHECK_MSG(e, "%s", pl_last_error());
+    id_list prompt;
+    pl_request_params rp;
+    prompt_request(1, 300, &prompt, &rp);
+    rp.n = 2;
+    pl_request *r;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(r, &ev, WAIT_MS), 1);
+    /* while the fork runs: its two tables share the prompt's blocks */
+    char *c = pl_engine_kv_json_ex(e, PL_KV_JSON_COMPACT);
+    json_t *co = c ? json_loads(c, 0, NULL) : NULL;
+    pl_free(c);
+    CHECK(co);
+    const char *states = json_string_value(json_object_get(co, "block_states"));
+    json_t *rcs = json_object_get(co, "block_refcounts"), *seqs = json_object_get(co, "sequences");
+    CHECK(states && json_array_size(rcs) == strlen(states) && json_array_size(seqs) == 2);
+    json_t *b0 = json_object_get(json_array_get(seqs, 0), "blocks"), *b1 = json_object_get(json_array_get(seqs, 1), "blocks");
+    CHECK(json_array_size(b0) >= 1 && json_integer_value(json_array_get(b0, 0)) == json_integer_value(json_array_get(b1, 0)));
+    json_int_t first = json_integer_value(json_array_get(b0, 0));
+    CHECK_EQ_INT(states[first], 'u');
+    CHECK_EQ_INT(json_integer_value(json_array_get(rcs, (size_t)first)), 2);
+    CHECK(json_object_get(co, "blocks") == NULL);
+    json_decref(co);
+    result *res = result_new();
+    CHECK(collect(r, res) == 0);
+    pl_request_free(r);
+    free(res);
+    /* idle: nothing moves between the two calls */
+    char *f = pl_engine_kv_json(e);
+    c = pl_engine_kv_json_ex(e, PL_KV_JSON_COMPACT);
+    json_t *fo = f ? json_loads(f, 0, NULL) : NULL;
+    co = c ? json_loads(c, 0, NULL) : NULL;
+    pl_free(f);
+    pl_free(c);
+    CHECK(fo && co);
+    json_t *blocks = json_object_get(fo, "blocks");
+    states = json_string_value(json_object_get(co, "block_states"));
+    const char *keyed = json_string_value(json_object_get(co, "block_keyed"));
+    rcs = json_object_get(co, "block_refcounts");
+    CHECK(states && keyed && json_array_size(blocks) == strlen(states) && strlen(keyed) == strlen(states));
+    size_t i;
+    json_t *b;
+    int n_cached = 0;
+    json_array_foreach(blocks, i, b) {
+        CHECK_EQ_INT(json_string_value(json_object_get(b, "state"))[0], states[i]);
+        CHECK_EQ_INT(json_is_true(json_object_get(b, "cached")) ? '1' : '0', keyed[i]);
+        CHECK_EQ_INT(json_integer_value(json_object_get(b, "refcount")), json_integer_value(json_array_get(rcs, i)));
+        n_cached += states[i] == 'c';
+    }
+    CHECK_EQ_INT(n_cached, json_integer_value(json_object_get(fo, "blocks_cached")));
+    CHECK(n_cached > 0);
+    const char *counters[] = {"steps", "preemptions", "evictions", "prefix_hit_tokens", "prefix_query_tokens",
+                              "running", "waiting", "n_layers", "n_kv_heads", "head_dim", "pool_bytes"};
+    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+        json_t *x = json_object_get(fo, counters[k]), *y = json_object_get(co, counters[k]);
+        CHECK_MSG(json_is_integer(x) && json_equal(x, y), "%s differs or is missing", counters[k]);
+    }
+    CHECK(json_integer_value(json_object_get(fo, "steps")) > 0);
+    CHECK_STR(json_string_value(json_object_get(fo, "kv_dtype")), "f16");
+    json_decref(fo);
+    json_decref(co);
+    CHECK(pl_engine_kv_json_ex(e, 0x80) == NULL);
+    pl_engine_free(e);
+}
+
 TEST(static_layout_serves_requests_one_reservation_each)
 {
     pl_engine_params ep;
@@ -1229,6 +1301,7 @@ int main(void)
     RUN(stop_string_ends_generation_before_it);
     RUN(logprobs_are_log_softmax_of_the_logits);
     RUN(kv_json_shows_blocks_shared_by_a_fork);
+    RUN(kv_json_compact_matches_full);
     RUN(static_layout_serves_requests_one_reservation_each);
     RUN(prefix_order_and_repeated_prompts_keep_tokens_and_count_hits);
     RUN(stress_mixed_load_small_pool_and_cancels_keeps_every_invariant);

@@ -126,16 +126,19 @@ static void eng_cancel_all(pl_engine *e, double now)
     while (s->wait_head) eng_drop(e, s->wait_head, now);
 }
 
-/* Builds the kv JSON once and hands a copy to every waiting job. */
+/* Takes one KV snapshot for all waiting jobs; each caller formats it on
+ * its own thread (engine_kv.c), so the engine only pays for the copy. */
 static void eng_jobs_serve(pl_engine *e, eng_job *jobs, bool locked)
 {
     if (!jobs) return;
-    char *json = eng_kv_json(e);
+    eng_kv_snap *snap = eng_kv_snap_take(e);
+    unsigned n = 0;
+    for (eng_job *j = jobs; j; j = j->next) n++;
+    if (snap) eng_kv_snap_set_refs(snap, n);
     if (!locked) pthread_mutex_lock(&e->mu);
     for (eng_job *j = jobs, *nx; j; j = nx) {
         nx = j->next;
-        /* the first caller takes the string itself, the others copies */
-        j->result = j == jobs || !json ? json : strdup(json);
+        j->snap = snap;
         j->done = true;
     }
     pthread_cond_broadcast(&e->job_cv);
@@ -413,25 +416,33 @@ void pl_engine_metrics_get(pl_engine *e, pl_engine_metrics *out)
     pthread_mutex_unlock(&e->mmu);
 }
 
-char *pl_engine_kv_json(pl_engine *e)
+char *pl_engine_kv_json_ex(pl_engine *e, unsigned flags)
 {
     eng_job job = {0};
-    char *res = NULL;
+    eng_kv_snap *snap;
     if (!e) {
         err_set(PL_EINVAL, "pl_engine_kv_json: NULL engine");
         return NULL;
     }
+    if (flags & ~(unsigned)PL_KV_JSON_COMPACT) {
+        err_set(PL_EINVAL, "pl_engine_kv_json_ex: unknown flags 0x%x", flags);
+        return NULL;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->exited) {
-        res = eng_kv_json(e); /* the thread is gone; mu keeps callers apart */
+        snap = eng_kv_snap_take(e); /* the thread is gone; mu keeps callers apart */
     } else {
         job.next = e->jobs;
         e->jobs = &job;
         pthread_cond_signal(&e->cv);
         while (!job.done) pthread_cond_wait(&e->job_cv, &e->mu);
-        res = job.result;
+        snap = job.snap;
     }
     pthread_mutex_unlock(&e->mu);
+    char *res = snap ? eng_kv_snap_json(snap, flags) : NULL; /* formatted here, not on the engine thread */
+    eng_kv_snap_release(snap);
     if (!res) err_set(PL_ENOMEM, "engine: out of memory building the KV JSON");
     return res;
 }
+
+char *pl_engine_kv_json(pl_engine *e) { return pl_engine_kv_json_ex(e, 0); }

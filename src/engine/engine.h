@@ -49,10 +49,13 @@ typedef struct {
     uint64_t steps, items, tokens;
 } eng_prof;
 
+/* engine_kv.c: a copy of the pool's and scheduler's state for /v1/kv. */
+typedef struct eng_kv_snap eng_kv_snap;
+
 /* A pl_engine_kv_json call waiting for the engine thread (on its stack). */
 typedef struct eng_job {
     struct eng_job *next;
-    char *result;
+    eng_kv_snap *snap; /* shared by the jobs served together; NULL: out of memory */
     bool done;
 } eng_job;
 
@@ -105,6 +108,13 @@ void eng_deliver(pl_engine *e);
 void eng_hist_init(pl_histogram *h);
 void eng_hist_observe(pl_histogram *h, double v);
 void eng_metrics_publish(pl_engine *e);
-char *eng_kv_json(pl_engine *e);
+/* engine_kv.c. take: the engine thread (or under mu once it has exited),
+ * one reference; set_refs before handing it to several callers, each of
+ * which formats it (any thread) and releases it. NULL: out of memory. */
+eng_kv_snap *eng_kv_snap_take(pl_engine *e);
+void eng_kv_snap_set_refs(eng_kv_snap *s, unsigned n);
+char *eng_kv_snap_json(const eng_kv_snap *s, unsigned flags);
+void eng_kv_snap_release(eng_kv_snap *s);
+void eng_kv_snap_free(eng_kv_snap *s);
 
 #endif

@@ -12,6 +12,9 @@ if ! "$PAGELLM" bench kv-memory --help >/dev/null 2>&1; then skip bench "this pa
 TINY=$T/tiny.gguf
 "$PAGELLM" synth --shape tiny --seed 1 -o "$TINY" >/dev/null 2>&1 || { fail bench_synth "pagellm synth --shape tiny failed"; exit 0; }
 
+# svgx FILE XPATH: the XPath's value in the SVG (its elements are in the SVG namespace: local-name()).
+svgx() { xmllint --xpath "$2" "$1" 2>/dev/null; }
+
 # jq_check NAME FILE FILTER: PASS if the JSON in FILE satisfies FILTER.
 jq_check() {
   if jq -e "$3" "$2" >/dev/null 2>&1; then pass "$1"; else fail "$1" "$(head -c 400 "$2") does not satisfy $3"; fi
@@ -26,7 +29,7 @@ check bench_cache_rows [ "$(wc -l <"$T/cache.json")" -eq 2 ]
 
 # kv-memory: 2 static slots in the pool; paged must fit more and waste less
 if [ -f "$M" ]; then
-  "$PAGELLM" bench kv-memory -m "$M" --requests 8 --min-len 16 --max-len 64 --slots 2 -t 1 --json \
+  "$PAGELLM" bench kv-memory -m "$M" --requests 8 --min-len 16 --max-len 64 --slots 2 -t 1 --json --svg "$T/kvm.svg" \
     >"$T/kvm.json" 2>"$T/kvm.err"
   jq_check bench_kv_memory_fields "$T/kvm.json" \
     '(.utilisation_paged|type) == "number" and (.utilisation_static|type) == "number" and
@@ -35,6 +38,21 @@ if [ -f "$M" ]; then
     '.max_concurrent_paged > .max_concurrent_static and .utilisation_paged > .utilisation_static and .utilisation_paged <= 1'
   "$PAGELLM" bench kv-memory -m "$M" --requests 4 --min-len 16 --max-len 32 -t 1 >"$T/kvm.txt" 2>&1
   check bench_kv_memory_table grep -q 'max_concurrent_paged' "$T/kvm.txt"
+  expect_exit bench_kv_memory_svg_unwritable 1 "cannot write --svg" -- \
+    "$PAGELLM" bench kv-memory -m "$M" --requests 2 --min-len 8 --max-len 16 -t 1 --svg "$T/no/such/dir/k.svg"
+  # --svg: well-formed; utilisation and running over time, paged and static, a point per sampled step
+  if command -v xmllint >/dev/null; then
+    check bench_kv_memory_svg_wellformed xmllint --noout "$T/kvm.svg"
+    for lay in paged static; do
+      n=$(svgx "$T/kvm.svg" "count(//*[@data-name=\"$lay\"]/*[local-name()=\"polyline\"])")
+      pts=$(svgx "$T/kvm.svg" "string((//*[@data-name=\"$lay\"]/*[local-name()=\"polyline\"])[1]/@points)" | wc -w)
+      sampled=$(jq ".steps_sampled_$lay" "$T/kvm.json")
+      if [ "$n" = 2 ] && [ "$pts" -ge 1 ] && [ "$pts" -le "$sampled" ]; then pass "bench_kv_memory_svg_$lay"
+      else fail "bench_kv_memory_svg_$lay" "$n polylines, $pts points for $sampled sampled steps"; fi
+    done
+  else
+    skip bench_kv_memory_svg "xmllint not installed (scripts/deps.sh: libxml2-utils)"
+  fi
 else
   skip bench_kv_memory "$M not found"
 fi
@@ -48,13 +66,22 @@ jq_check bench_prefix_off "$T/pf0.json" '.cached_tokens_warm_min == 0'
 
 # serve: a child server, two levels, every stream exactly --max-tokens long
 if [ -f "$M" ]; then
-  timeout 120 "$PAGELLM" bench serve -m "$M" --clients 1,3 --max-tokens 8 -t 1 --no-peer --json \
+  timeout 120 "$PAGELLM" bench serve -m "$M" --clients 1,3 --max-tokens 8 -t 1 --no-peer --json --svg "$T/sv.svg" \
     >"$T/sv.json" 2>"$T/sv.err"
   rc=$?
   check bench_serve_exit [ "$rc" -eq 0 ]
   jq_check bench_serve_rows "$T/sv.json" \
     'select(.clients == 3) | .tokens == 24 and .total_tok_s > 0 and .ttft_p50_ms > 0 and .itl_p99_ms >= .itl_p50_ms and .engine_decode_tok_s > 0 and .engine_total_tok_s > 0 and .first_token_spread_ms >= 0 and .engine_first_token_spread_ms >= 0'
   check bench_serve_levels [ "$(grep -c '"clients"' "$T/sv.json")" -eq 2 ]
+  # --svg: throughput, TTFT and ITL against clients, a point per level; no peer series without a peer
+  if command -v xmllint >/dev/null; then
+    check bench_serve_svg_wellformed xmllint --noout "$T/sv.svg"
+    check bench_serve_svg_series [ "$(svgx "$T/sv.svg" 'count(//*[@class="series"])')" = 7 ]
+    check bench_serve_svg_levels [ "$(svgx "$T/sv.svg" 'count(//*[@data-name="HTTP total tok/s"]/*[local-name()="circle"])')" = 2 ]
+    check bench_serve_svg_no_peer [ "$(svgx "$T/sv.svg" 'count(//*[@data-name="peer decode tok/s"])')" = 0 ]
+  else
+    skip bench_serve_svg "xmllint not installed (scripts/deps.sh: libxml2-utils)"
+  fi
   if grep -q Sanitizer "$T/sv.err"; then fail bench_serve_sanitizer "$(head -c 400 "$T/sv.err")"; fi
 else
   skip bench_serve "$M not found"

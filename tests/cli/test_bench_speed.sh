@@ -31,10 +31,21 @@ have_peer && peer_flag=(--peer "$PEER")
 # `pagellm run` on a small context; tiny's 512-id vocabulary is too small
 # for peer-bench's 512-id prompt, so only tg128x8 gets a peer figure.
 timeout 120 "$PAGELLM" bench speed --models tiny:q8_0 --dir "$T/models" --reps 1 -t 1 --bw-mib 64 \
-  --tests tg128,tg128x8,rss --rss-model tiny:q8_0 --rss-ctx 1024 "${peer_flag[@]}" --json \
+  --tests tg128,tg128x8,rss --rss-model tiny:q8_0 --rss-ctx 1024 "${peer_flag[@]}" --json --svg "$T/speed.svg" \
   >"$T/speed.json" 2>"$T/speed.err"
 rc=$?
 check bench_speed_exit [ "$rc" -eq 0 ]
+# --svg: well-formed, a panel per speed test, a pagellm bar in each, the peer's where it ran
+svgx() { xmllint --xpath "$2" "$1" 2>/dev/null; }
+if command -v xmllint >/dev/null; then
+  check bench_speed_svg_wellformed xmllint --noout "$T/speed.svg"
+  check bench_speed_svg_panels [ "$(svgx "$T/speed.svg" 'count(//*[local-name()="g"][@class="panel"])')" = 2 ]
+  check bench_speed_svg_ours [ "$(svgx "$T/speed.svg" 'count(//*[@data-name="pagellm"]/*[local-name()="rect"])')" = 2 ]
+  want_peer=$(jq -s '[.[1:][] | select(.test != "rss" and .peer_tok_s != null)] | length' "$T/speed.json")
+  check bench_speed_svg_peer [ "$(svgx "$T/speed.svg" 'count(//*[@data-name="peer"]/*[local-name()="rect"])')" = "$want_peer" ]
+else
+  skip bench_speed_svg "xmllint not installed (scripts/deps.sh: libxml2-utils)"
+fi
 check bench_speed_model_made [ -s "$T/models/tiny-q8_0.gguf" ]
 check bench_speed_no_temp_left [ -z "$(ls "$T/models" | grep tmp)" ]
 jq_check bench_speed_header "$T/speed.json" '.[0].bench == "speed" and .[0].bandwidth_gb_s > 0 and .[0].threads == 1'
