@@ -78,10 +78,13 @@ static inline int gw_utf8_step(uint32_t *part, uint8_t *left, uint8_t *len, uint
     return 1;
 }
 
-/* The code points a pending sequence can still become. */
-static inline void gw_utf8_range(uint32_t part, uint8_t left, uint32_t *lo, uint32_t *hi)
+/* The code points a pending sequence of len bytes can still become (no
+ * overlong forms: E0 needs at least U+0800, F0 at least U+10000). */
+static inline void gw_utf8_range(uint32_t part, uint8_t left, uint8_t len, uint32_t *lo, uint32_t *hi)
 {
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
     *lo = part << (6 * left);
+    if (len <= 4 && *lo < min[len]) *lo = min[len];
     *hi = *lo | ((1u << (6 * left)) - 1);
     if (*hi > 0x10FFFF) *hi = 0x10FFFF;
 }

@@ -219,7 +219,7 @@ static int walk(const gm_grammar *g, const gm_trie *t, gm_work *w, level *lv, ui
         bool ok = r >= 0;
         if (r == 0) {
             uint32_t lo, hi;
-            gw_utf8_range(me->part, me->left, &lo, &hi);
+            gw_utf8_range(me->part, me->left, me->len, &lo, &hi);
             ok = gw_any_in_range(w, g, up->set, lo, hi);
             me->set = up->set;
         } else if (r == 1) {

@@ -291,7 +291,7 @@ int gm_state_advance(gm_state *s, const gm_grammar *g, gm_work *w, const char *b
         if (r < 0) return 0;
         if (r == 0) {
             uint32_t lo, hi;
-            gw_utf8_range(part, left, &lo, &hi);
+            gw_utf8_range(part, left, len, &lo, &hi);
             if (!gw_any_in_range(w, g, cur, lo, hi)) return 0;
             continue;
         }
