@@ -529,7 +529,7 @@ static int flatten(parser *p, gm_grammar *g)
     uint32_t k = 0;
     for (size_t r = 0; r < n; r++) {
         g->rule_start[r] = k;
-        memcpy(g->el + k, p->body[r].v, p->body[r].n * sizeof *g->el);
+        if (p->body[r].n) memcpy(g->el + k, p->body[r].v, p->body[r].n * sizeof *g->el);
         k += (uint32_t)p->body[r].n;
         g->el[k++] = (gm_elem){GE_END, 0};
     }

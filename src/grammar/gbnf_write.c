@@ -8,7 +8,7 @@
 
 void gb_add(gw_buf *b, const char *s, size_t n)
 {
-    if (b->oom) return;
+    if (b->oom || !n) return;
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 256;
         while (nc < b->n + n + 1) nc *= 2;

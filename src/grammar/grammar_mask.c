@@ -157,7 +157,7 @@ void gm_mask_cache_free(gm_mask_cache *c)
 
 static bool key_eq(const cache_slot *e, const gm_state *s)
 {
-    return e->n_key == s->n_flat + 3 && memcmp(e->key, s->flat, s->n_flat * sizeof *s->flat) == 0 &&
+    return e->n_key == s->n_flat + 3 && (!s->n_flat || memcmp(e->key, s->flat, s->n_flat * sizeof *s->flat) == 0) &&
            e->key[s->n_flat] == s->part_cp && e->key[s->n_flat + 1] == s->part_left &&
            e->key[s->n_flat + 2] == s->part_len;
 }
@@ -185,7 +185,7 @@ static void cache_put(gm_mask_cache *c, const gm_state *s, const uint64_t *bits,
         if (b != e->bits) free(b);
         return;
     }
-    memcpy(key, s->flat, s->n_flat * sizeof *key);
+    if (s->n_flat) memcpy(key, s->flat, s->n_flat * sizeof *key);
     key[s->n_flat] = s->part_cp;
     key[s->n_flat + 1] = s->part_left;
     key[s->n_flat + 2] = s->part_len;

@@ -256,7 +256,7 @@ int gm_state_copy(gm_state *dst, const gm_state *src)
 {
     uint32_t *f = malloc((src->n_flat ? src->n_flat : 1) * sizeof *f);
     if (!f) return err_set(PL_ENOMEM, "grammar: out of memory");
-    memcpy(f, src->flat, src->n_flat * sizeof *f);
+    if (src->n_flat) memcpy(f, src->flat, src->n_flat * sizeof *f);
     *dst = *src;
     dst->flat = f;
     dst->cap = src->n_flat ? src->n_flat : 1;
