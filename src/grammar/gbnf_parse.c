@@ -511,6 +511,36 @@ static void class_ascii(gm_grammar *g)
     }
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define GM_MAX_HIGH_REPS 64
+
+/* g->high_rep: 0x80 and every range bound above it where some class's
+ * answer may change (lo, hi + 1), deduplicated; NULL past 64 of them. */
+static int high_reps(gm_grammar *g)
+{
+    uint32_t *v = malloc((2 * (size_t)g->n_rng + 1) * sizeof *v);
+    if (!v) return err_set(PL_ENOMEM, "grammar: out of memory");
+    size_t n = 0;
+    v[n++] = 0x80;
+    for (uint32_t i = 0; i < g->n_rng; i++) {
+        if (g->rng[i].lo > 0x80) v[n++] = g->rng[i].lo;
+        if (g->rng[i].hi >= 0x80 && g->rng[i].hi < 0x10FFFF) v[n++] = g->rng[i].hi + 1;
+    }
+    qsort(v, n, sizeof *v, cmp_u32);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!k || v[i] != v[k - 1]) v[k++] = v[i];
+    if (k > GM_MAX_HIGH_REPS) { free(v); return 0; }
+    g->high_rep = v;
+    g->n_high_rep = (uint32_t)k;
+    return 0;
+}
+
 bool gm_class_match(const gm_grammar *g, uint32_t k, uint32_t cp)
 {
     const gm_class *c = &g->cls[k];
@@ -544,7 +574,7 @@ static int flatten(parser *p, gm_grammar *g)
     g->n_rng = (uint32_t)p->n_rng;
     p->rng = NULL;
     class_ascii(g);
-    return 0;
+    return high_reps(g);
 }
 
 static void parser_free(parser *p)
@@ -610,5 +640,6 @@ void gm_grammar_free(gm_grammar *g)
     free(g->rule_start);
     free(g->cls);
     free(g->rng);
+    free(g->high_rep);
     free(g);
 }

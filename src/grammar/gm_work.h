@@ -21,6 +21,9 @@ typedef struct {
     uint64_t hash;  /* of (pos, up's hash): equal stacks hash equal */
 } gw_node;
 
+#define GW_HT 16384 /* > 2 x GM_MAX_STACKS, a power of two */
+#define GW_HT_FROM 16 /* sets smaller than this are deduplicated by a scan */
+
 struct gm_work {
     gw_node *nodes;
     size_t n_nodes, cap_nodes;
@@ -28,7 +31,11 @@ struct gm_work {
     size_t n_sets, cap_sets;
     uint32_t *todo;  /* expansion work list */
     size_t cap_todo;
-    long budget;     /* expansion steps left in this operation */
+    uint32_t *ht;    /* [GW_HT] stack-dedupe table of the set being built: sets index + 1 */
+    uint32_t *ht_gen;/* [GW_HT] generation of each slot (a slot of an older one is empty) */
+    uint32_t gen;
+    size_t ht_off;   /* the set the table holds (its offset in sets) */
+    long budget;     /* expansion steps left for this code point */
     int err;         /* the first error of this operation (0: none) */
 };
 
@@ -43,7 +50,7 @@ static inline void gw_reset(gm_work *w, size_t nodes, size_t sets)
     w->n_sets = sets;
 }
 
-/* Clears both arenas and arms the step budget for one operation. */
+/* Clears both arenas and arms the step budget. */
 void gw_begin(gm_work *w);
 /* The set of s's stacks, rebuilt in the arena. */
 int gw_load(gm_work *w, const gm_state *s, gw_set *out);

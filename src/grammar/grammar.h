@@ -54,6 +54,10 @@ typedef struct gm_grammar {
     gm_range *rng;        /* [n_rng] */
     uint32_t n_rng;
     uint32_t root;        /* the start rule */
+    uint32_t *high_rep;   /* [n_high_rep] one code point >= 0x80 per stretch on which every
+                           * class answers alike (the matcher sees a code point only through
+                           * its classes), or NULL when there are too many stretches */
+    uint32_t n_high_rep;
 } gm_grammar;
 
 /* Limits that keep hostile grammars bounded (errors, never hangs). */

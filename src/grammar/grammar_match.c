@@ -14,7 +14,7 @@
 #include "base/err.h"
 #include "grammar/gm_work.h"
 
-#define GW_BUDGET (1L << 20) /* expansion steps per operation */
+#define GW_BUDGET (1L << 15) /* expansion steps per code point (JSON grammars need tens) */
 
 gm_work *gm_work_new(void)
 {
@@ -29,6 +29,8 @@ void gm_work_free(gm_work *w)
     free(w->nodes);
     free(w->sets);
     free(w->todo);
+    free(w->ht);
+    free(w->ht_gen);
     free(w);
 }
 
@@ -94,15 +96,51 @@ static bool stack_equal(const gm_work *w, uint32_t a, uint32_t b)
     return true;
 }
 
+/* The dedupe table's slot for top: where an equal stack sits, or the
+ * empty slot to put it in. */
+static size_t ht_slot(const gm_work *w, uint32_t top, bool *found)
+{
+    size_t h = (size_t)w->nodes[top].hash & (GW_HT - 1);
+    for (;; h = (h + 1) & (GW_HT - 1)) {
+        if (w->ht_gen[h] != w->gen) { *found = false; return h; }
+        if (stack_equal(w, w->sets[w->ht[h] - 1], top)) { *found = true; return h; }
+    }
+}
+
+static void ht_put(gm_work *w, size_t i)
+{
+    bool found;
+    size_t h = ht_slot(w, w->sets[i], &found);
+    w->ht[h] = (uint32_t)i + 1;
+    w->ht_gen[h] = w->gen;
+}
+
 /* Adds top to the set being built at sets[off..n_sets), unless an equal
- * stack is there. */
+ * stack is there: a scan while the set is small, then a hash table. */
 static void set_add(gm_work *w, size_t off, uint32_t top)
 {
-    for (size_t i = off; i < w->n_sets; i++)
-        if (stack_equal(w, w->sets[i], top)) return;
-    if (w->n_sets - off >= GM_MAX_STACKS) { gw_fail(w, PL_ERANGE, "more than 4096 live parses (grammar too ambiguous)"); return; }
+    const size_t n = w->n_sets - off;
+    if (n < GW_HT_FROM) {
+        for (size_t i = off; i < w->n_sets; i++)
+            if (stack_equal(w, w->sets[i], top)) return;
+    } else {
+        if (!w->ht && (!(w->ht = malloc(GW_HT * sizeof *w->ht)) || !(w->ht_gen = calloc(GW_HT, sizeof *w->ht_gen)))) {
+            gw_fail(w, PL_ENOMEM, "out of memory");
+            return;
+        }
+        if (n == GW_HT_FROM || w->ht_off != off) { /* (re)load the table with this set */
+            if (++w->gen == 0) { memset(w->ht_gen, 0, GW_HT * sizeof *w->ht_gen); w->gen = 1; }
+            w->ht_off = off;
+            for (size_t i = off; i < w->n_sets; i++) ht_put(w, i);
+        }
+        bool found;
+        ht_slot(w, top, &found);
+        if (found) return;
+    }
+    if (n >= GM_MAX_STACKS) { gw_fail(w, PL_ERANGE, "more than 4096 live parses (grammar too ambiguous)"); return; }
     if (reserve(w, (void **)&w->sets, &w->cap_sets, w->n_sets + 1, sizeof *w->sets)) return;
     w->sets[w->n_sets++] = top;
+    if (n >= GW_HT_FROM) ht_put(w, w->n_sets - 1);
 }
 
 static void todo_push(gm_work *w, size_t *n, uint32_t node)
@@ -140,6 +178,7 @@ static void expand(gm_work *w, const gm_grammar *g, uint32_t node, size_t off)
 
 int gw_advance(gm_work *w, const gm_grammar *g, gw_set in, uint32_t cp, gw_set *out)
 {
+    w->budget = GW_BUDGET; /* per code point: a mask advances once per trie node */
     out->off = w->n_sets;
     for (size_t i = 0; i < in.n && !w->err; i++) {
         uint32_t t = w->sets[in.off + i];
