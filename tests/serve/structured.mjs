@@ -53,7 +53,7 @@ function validates(text) {
 }
 
 const rf = { type: 'json_schema', json_schema: { name: 'person', strict: true, schema } };
-const sampled = { model: cfg.model, temperature: 1, top_p: 1, max_tokens: 300 };
+const sampled = { model: cfg.model, temperature: 1, top_p: 1, max_tokens: 440 };
 
 await check('openai_json_schema_chat_sampled_always_valid', async () => {
   for (let seed = 1; seed <= cfg.seeds; seed++) {
