@@ -154,7 +154,8 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 
 # each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
 # the model's config and tensor binding (it links the kernels from LIBPL),
-# the server's request JSON, the command-line flags
+# the server's request JSON, the command-line flags, the GBNF
+# parser/matcher, the JSON-schema compiler
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
@@ -162,6 +163,8 @@ fuzz: deps $(LIBPL)
 	@FUZZ_LIBPL=$(LIBPL) bash tests/fuzz/run.sh $(FUZZ_SECONDS) model
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) openai
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) cli
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) grammar
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) schema
 
 bench: deps
 	@$(MAKE) --no-print-directory all

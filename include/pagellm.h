@@ -369,6 +369,34 @@ void pl_sampler_free(pl_sampler *s);
  * repetition penalty. Deterministic for a given seed and call sequence. */
 int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *history, size_t n_history);
 
+/* ---------------------------------------------------- structured output */
+
+/* Grammar-constrained sampling (docs/grammar.md): a request may carry a
+ * grammar in GBNF (llama.cpp's dialect); at every step only tokens whose
+ * bytes continue some parse are sampled, and end-of-generation only once
+ * the root rule is complete, so the output always matches. */
+
+/* Checks GBNF text: 0, or PL_ERR_INVAL with "grammar: line L, column C:
+ * ..." in pl_last_error() (also undefined rules and left recursion). root
+ * names the start rule (NULL: "root"). */
+int pl_grammar_check(const char *gbnf, size_t len, const char *root);
+/* A JSON schema (text) -> GBNF with start rule "root" matching exactly the
+ * documents valid under it (the subset of docs/grammar.md); what cannot be
+ * compiled is PL_ERR_INVAL naming the schema path ("$.properties.age:
+ * 'minimum' is not supported"). *gbnf malloc'd (pl_free). */
+int pl_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
+
+/* A forced tool call: prefix, then {"name": "<name>", "arguments": <a
+ * JSON value valid under parameters>} for one of the n functions, then
+ * suffix. prefix/suffix are the wire format's markers (e.g.
+ * "<tool_call>\n" and "</tool_call>" for Hermes/Qwen; NULL or "" for
+ * none). For tool_choice "required" (all tools) or a named function (one). */
+typedef struct {
+    const char *name;       /* 1-64 of [A-Za-z0-9_.-] */
+    const char *parameters; /* JSON schema text; NULL: any object */
+} pl_tool_fn;
+int pl_tool_call_gbnf(const pl_tool_fn *fns, size_t n, const char *prefix, const char *suffix, char **gbnf);
+
 /* Stop strings: feed generated text, get back the part that is safe to show
  * (text that might still become a stop string is held back). */
 typedef struct pl_stop pl_stop;
@@ -444,6 +472,9 @@ typedef struct {
     bool ignore_eos;
     int32_t top_logprobs;       /* -1: no logprobs; 0..PL_MAX_TOP_LOGPROBS: the chosen token's
                                  * logprob and this many alternatives */
+    const char *grammar;        /* GBNF constraining every completion (compiled at submit; a bad
+                                 * one is PL_ERR_INVAL with its line:column), NULL: none. With a
+                                 * grammar, logprobs are those of the masked distribution. */
 } pl_request_params;
 
 typedef enum {

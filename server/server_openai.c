@@ -4,7 +4,7 @@
  * Validation follows the OpenAI API where it has a rule (types, ranges,
  * "top_logprobs needs logprobs") and refuses, rather than silently ignores,
  * the fields that would change the answer and that this server does not do
- * (echo, suffix, logit_bias, tools, response_format other than text, images,
+ * (echo, suffix, logit_bias, tools, images,
  * several prompts in one request). Fields it does not know are ignored.
  * null is the same as an absent field.
  *
@@ -19,6 +19,7 @@
  *   text (there is no echo, so offsets start at 0).
  */
 #include "server_openai.h"
+#include "server_format.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -437,14 +438,10 @@ static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q,
 {
     bool lp = false, given;
     long long top = 0;
-    json_t *rf = field(o, "response_format");
     if (get_bool(o, "logprobs", &lp, e) || get_int(o, "top_logprobs", 0, PL_MAX_TOP_LOGPROBS, &top, &given, e)) return -1;
     if (given && !lp) return srv_bad_request(e, "top_logprobs", NULL, "'top_logprobs' needs 'logprobs': true");
     q->logprobs = lp ? (int32_t)top : -1;
     if (refuse_if_set(o, "tools", e) || refuse_if_set(o, "functions", e)) return -1;
-    if (rf && !(json_is_object(rf) && json_is_string(json_object_get(rf, "type")) &&
-                strcmp(json_string_value(json_object_get(rf, "type")), "text") == 0))
-        return srv_bad_request(e, "response_format", "unsupported_parameter", "only response_format {\"type\": \"text\"} is supported");
     chat_msgs cm = {0};
     char *text = NULL;
     int rc = parse_messages(o, &cm, e);
@@ -515,6 +512,7 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
     int rc = o ? 0 : -1;
     if (!rc) rc = parse_common(mc, o, &q, err);
     if (!rc) rc = kind == SRV_CHAT ? parse_chat_fields(mc, o, &q, err) : parse_completion_fields(mc, o, &q, err);
+    if (!rc) rc = srv_format_parse(o, &q.grammar, err);
     if (!rc) rc = fit_context(mc, &q, err);
     json_decref(o);
     if (rc) {
@@ -529,6 +527,7 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
     out->p.n_prompt = out->n_prompt;
     out->p.stops = (const char *const *)out->stops;
     out->p.n_stops = out->n_stops;
+    out->p.grammar = out->grammar;
     return 0;
 }
 
@@ -536,6 +535,7 @@ void srv_gen_req_free(srv_gen_req *r)
 {
     free(r->prompt);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

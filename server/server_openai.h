@@ -87,6 +87,7 @@ typedef struct {
     size_t n_prompt;
     char *stops[SRV_MAX_STOPS];  /* malloc'd copies */
     size_t n_stops;
+    char *grammar;               /* GBNF from response_format / json_schema / grammar (malloc'd), or NULL */
     pl_request_params p;         /* ready for pl_engine_submit; points into this struct */
 } srv_gen_req;
 

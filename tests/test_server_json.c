@@ -261,8 +261,8 @@ TEST(chat_request_rejects)
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs", "boolean"));
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", "not supported"));
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":32}", "max_tokens", "context"));
-    CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
-                  "response_format", "only"));
+    CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}",
+                  "response_format", "must be text, json_object or json_schema"));
 }
 
 static pl_event token_ev(int32_t index, int32_t id, const char *text, float lp)

@@ -280,6 +280,7 @@ static void eng_destroy(pl_engine *e)
     sched_free(&e->sc);
     pl_ctx_free(e->ctx);
     free(e->out);
+    eng_grammar_free(e);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->mmu);
     pthread_cond_destroy(&e->cv);

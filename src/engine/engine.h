@@ -95,6 +95,7 @@ struct pl_engine {
     bool spare_used;
     char piece[4096];                  /* one token's text from the detokenizer */
     char sbuf[2 * PL_MAX_STOP_LEN + 1]; /* pl_stop output: a slice + the longest stop + NUL */
+    struct eng_grammar *gm;            /* token trie and mask scratch, made with the first grammar */
 };
 
 /* engine_emit.c */
@@ -103,6 +104,16 @@ void eng_drop(pl_engine *e, sched_seq *q, double now);           /* cancel: DONE
 void eng_fail(pl_engine *e, pl_request *r, const char *msg, double now); /* ERROR; sweep removes its seqs */
 void eng_sweep(pl_engine *e, double now);                        /* drops failed and cancelled seqs */
 void eng_deliver(pl_engine *e);
+
+/* engine_grammar.c: constrained sampling. eng_grammar_logits returns the
+ * logits with every token the grammar of c forbids at -inf (a scratch
+ * row), or NULL with the error text set; *complete is set instead when the
+ * grammar is complete and nothing may follow (the completion ends
+ * "stop" without sampling). eng_grammar_take advances c's state by the
+ * sampled token. */
+const float *eng_grammar_logits(pl_engine *e, pl_request *r, req_comp *c, const float *logits, bool *complete);
+int eng_grammar_take(pl_engine *e, pl_request *r, req_comp *c, int32_t tok);
+void eng_grammar_free(pl_engine *e);
 
 /* engine_stats.c */
 void eng_hist_init(pl_histogram *h);

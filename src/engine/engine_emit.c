@@ -211,6 +211,12 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     req_comp *c = &r->comp[q->comp_lo];
     const uint32_t hist = r->n_prompt + c->n_gen;
     assert(q->n_comp == 1 && q->n_done == hist && hist < r->cap_toks);
+    if (r->grammar) {
+        bool complete = false;
+        logits = eng_grammar_logits(e, r, c, logits, &complete);
+        if (complete) { eng_finish(e, q, "stop", now); return; }
+        if (!logits) { eng_fail(e, r, err_msg(), now); return; }
+    }
     int32_t tok = pl_sampler_sample(c->smp, logits, c->toks, hist);
     if (!r->first_token) {
         r->first_token = true;
@@ -220,6 +226,7 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
         eng_finish(e, q, "stop", now);
         return;
     }
+    if (r->grammar && eng_grammar_take(e, r, c, tok)) { eng_fail(e, r, err_msg(), now); return; }
     c->toks[hist] = tok;
     c->n_gen++;
     e->m.generated_tokens++;

@@ -75,7 +75,10 @@ static void req_destroy(pl_request *r)
         pl_stop_free(c->stop);
         free(c->toks);
         free(c->text);
+        gm_state_free(&c->gm);
     }
+    gm_grammar_free(r->grammar);
+    gm_mask_cache_free(r->gm_cache);
     free(r->comp);
     free(r->prompt);
     free(r->q);
@@ -97,6 +100,20 @@ static int req_comp_init(pl_request *r, req_comp *c, int32_t i, const pl_request
     if (!c->dt || !c->stop || !c->toks) return err_set(PL_ENOMEM, "request: out of memory");
     memcpy(c->toks, r->prompt, r->n_prompt * sizeof *c->toks);
     return 0;
+}
+
+/* Compiles p->grammar and gives every completion its start state. */
+static int req_grammar_init(pl_request *r, const pl_request_params *p)
+{
+    if (!p->grammar) return 0;
+    int rc = gm_parse(&r->grammar, p->grammar, strlen(p->grammar), NULL);
+    if (rc) return err_prefix(rc, "request");
+    gm_work *w = gm_work_new();
+    r->gm_cache = gm_mask_cache_new();
+    if (!w || !r->gm_cache) rc = err_set(PL_ENOMEM, "request: out of memory");
+    for (int32_t i = 0; !rc && i < r->n; i++) rc = gm_state_init(&r->comp[i].gm, r->grammar, w);
+    gm_work_free(w);
+    return rc ? err_prefix(rc, "request: grammar") : 0;
 }
 
 static int req_init_sync(pl_request *r)
@@ -138,6 +155,7 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     if (!r->prompt || !r->comp) rc = err_set(PL_ENOMEM, "request: out of memory");
     if (!rc) memcpy(r->prompt, p->prompt, r->n_prompt * sizeof *r->prompt);
     for (int32_t i = 0; !rc && i < p->n; i++) rc = req_comp_init(r, &r->comp[i], i, p, lim);
+    if (!rc) rc = req_grammar_init(r, p);
     if (rc) { req_destroy(r); return rc; }
     *out = r;
     return 0;

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "grammar/grammar.h"
 #include "pagellm.h"
 
 #define REQ_MAX_N 16     /* completions per request */
@@ -51,6 +52,7 @@ typedef struct {
     double t_last;        /* when its newest token was sampled (inter-token latency) */
     char *text;           /* [text_cap] safe text not yet placed in an event */
     size_t text_len, text_cap;
+    gm_state gm;          /* with a grammar: the matcher state after the tokens so far */
 } req_comp;
 
 /* What req_new checks a request against (the engine's fixed shape). */
@@ -76,6 +78,7 @@ struct pl_request {
     int32_t top_logprobs; /* -1: off */
     bool ignore_eos;
     uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1); n_prompt + max_tokens with a window */
+    gm_grammar *grammar;  /* compiled pl_request_params.grammar (NULL: unconstrained); shared by the completions */
     double t_submit;      /* eng_now() at submit */
 
     atomic_int refs;      /* caller + engine */
@@ -95,6 +98,7 @@ struct pl_request {
     bool first_token;     /* a token has been sampled (TTFT recorded) */
     bool any_cancelled;   /* some completion ended "cancelled" */
     bool failed;          /* ERROR produced: its scheduler entries are being removed */
+    gm_mask_cache *gm_cache; /* masks of recent grammar states (engine_grammar.c) */
     pl_request *next;     /* submission queue link (under the engine's mutex) */
 };
 

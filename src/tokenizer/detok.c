@@ -141,6 +141,12 @@ const char *tok_piece(const tok_vocab *v, int32_t id, bool special, size_t *len)
 
 size_t tok_vocab_max_piece(const tok_vocab *v) { return v->max_piece; }
 
+const char *tok_vocab_output_bytes(const tok_vocab *v, int32_t id, size_t *len)
+{
+    if (id < 0 || id >= v->n_tokens) { *len = 0; return ""; }
+    return tok_piece(v, id, false, len);
+}
+
 /* ------------------------------------------------------- clean_spaces */
 
 /* llama.cpp's clean_up_tokenization_spaces, three in-place passes over

@@ -73,6 +73,9 @@ const char *tok_vocab_text(const tok_vocab *v, int32_t id);
  * more than 4 times this + 16 bytes of output room (U+FFFD for a stray
  * byte takes 3). */
 size_t tok_vocab_max_piece(const tok_vocab *v);
+/* The bytes generating token id adds to the output, as tok_detok_push
+ * streams them (control and unknown tokens: none, *len = 0). */
+const char *tok_vocab_output_bytes(const tok_vocab *v, int32_t id, size_t *len);
 
 /* Text -> ids, as llama_tokenize(add_special = add_bos, parse_special):
  * add_bos puts BOS first when the vocabulary has one, and then also appends

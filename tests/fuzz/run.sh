@@ -4,8 +4,9 @@
 # TARGET: gguf (default; the GGUF reader and writer), tokenizer (text ->
 # ids -> text over stories260K and ../shared/models/vocab/*.gguf), model
 # (hyper-parameters and tensor binding, mixture-of-experts layers run),
-# openai (the server's request JSON -> generation parameters) or cli (flag
-# parsing: numbers, sizes like 512M, strings).
+# openai (the server's request JSON -> generation parameters), cli (flag
+# parsing: numbers, sizes like 512M, strings), grammar (the GBNF parser,
+# matcher and token mask) or schema (JSON schema -> GBNF).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -218,8 +219,42 @@ DICT
 exec "$OUT/fuzz_cli" -max_total_time="$SECS" -max_len=512 -timeout=10 -close_fd_mask=1 \
   -rss_limit_mb=2048 -dict="$OUT/cli.dict" -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+grammar | schema)
+# the grammar module alone (schema: with jansson for the JSON)
+SRC="src/base/err.c src/base/mem.c $(ls src/grammar/*.c)"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC "tests/fuzz/fuzz_$TARGET.c" -o "$OUT/fuzz_$TARGET" -ljansson -lm || exit 2
+if [ "$TARGET" = grammar ]; then
+  printf 'root ::= "{" ws ( pair ( "," ws pair )* )? "}"\npair ::= [a-z]+ ":" ws [0-9]{1,3}\nws ::= [ \\t]*\n\0{a: 12,b:3}' >"$CORPUS/seed-json"
+  printf 'root ::= (x | "b"){2,4} [^a-z\\n] . "\\u00e9"\nx ::= "a"?\n\0abba\xc3\xa9' >"$CORPUS/seed-rep"
+  printf 'root ::= a\na ::= b "x"\nb ::= a?\n' >"$CORPUS/seed-leftrec"
+else
+  printf '{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]+\\\\d?$"},"b":{"enum":[1,"x",null]}},"required":["a"]}' >"$CORPUS/seed-obj"
+  printf '{"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"$ref":"#/$defs/n"}' >"$CORPUS/seed-ref"
+  printf '{"anyOf":[{"type":"string","format":"date"},{"type":"number"}],"additionalProperties":{"type":"integer"}}' >"$CORPUS/seed-any"
+fi
+cat >"$OUT/$TARGET.dict" <<'DICT'
+"::="
+"root"
+"|"
+"{2,5}"
+"[^"
+"\\x"
+"\"type\""
+"\"object\""
+"\"properties\""
+"\"$ref\""
+"\"#/$defs/"
+"\"pattern\""
+"\"anyOf\""
+"\"items\""
+DICT
+exec "$OUT/fuzz_$TARGET" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -dict="$OUT/$TARGET.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema)" >&2
 exit 2
 ;;
 esac
