@@ -145,7 +145,7 @@ openai)
 LIBPL=${BUILD:-build}/libpagellm.a
 make -s --no-print-directory BUILD="${BUILD:-build}" "$LIBPL" || exit 2
 # shellcheck disable=SC2086
-$CLANG $FLAGS -Iserver $SAN tests/fuzz/fuzz_openai.c server/server_openai.c server/server_tokens.c \
+$CLANG $FLAGS -Iserver $SAN tests/fuzz/fuzz_openai.c server/server_openai.c server/server_tokens.c server/server_format.c \
   "$LIBPL" -o "$OUT/fuzz_openai" -lpcre2-8 -lxxhash -ljansson -lm -lpthread || exit 2
 export FUZZ_OPENAI_MODEL=$SHARED/stories260K.gguf
 [ -f "$FUZZ_OPENAI_MODEL" ] || { echo "run.sh: $FUZZ_OPENAI_MODEL not found" >&2; exit 2; }
