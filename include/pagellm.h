@@ -312,7 +312,22 @@ typedef struct {
     float repeat_penalty;  /* 1: off */
     int32_t repeat_last_n; /* tokens of history the penalty looks at */
     uint64_t seed;
+    /* OpenAI's penalties over the GENERATED tokens (history past n_prompt,
+     * pl_sampler_sample_gen; all of the history for pl_sampler_sample):
+     * logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty.
+     * -2..2; 0: off. */
+    float presence_penalty;
+    float frequency_penalty;
+    /* Added to the logits before anything else (copied by pl_sampler_new):
+     * -100..100; -100 bans the token. Ids must be below n_vocab. */
+    const struct pl_logit_bias *logit_bias;
+    size_t n_logit_bias;
 } pl_sampler_params;
+
+typedef struct pl_logit_bias {
+    int32_t token;
+    float bias;
+} pl_logit_bias;
 
 /* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty. */
 void pl_sampler_params_default(pl_sampler_params *p);
@@ -324,6 +339,12 @@ void pl_sampler_free(pl_sampler *s);
 /* Picks a token from logits (n_vocab; not modified); history feeds the
  * repetition penalty. Deterministic for a given seed and call sequence. */
 int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *history, size_t n_history);
+/* The same, with history[0..n_prompt) the prompt (the repetition penalty
+ * sees it, presence/frequency penalties do not) and the ids ban[0..n_ban)
+ * never picked (min_tokens: end-of-generation ids); if every token is
+ * banned or biased away, the best banned one is returned. */
+int32_t pl_sampler_sample_gen(pl_sampler *s, const float *logits, const int32_t *history, size_t n_history,
+                              size_t n_prompt, const int32_t *ban, size_t n_ban);
 
 /* Stop strings: feed generated text, get back the part that is safe to show
  * (text that might still become a stop string is held back). */
@@ -400,7 +421,13 @@ typedef struct {
     bool ignore_eos;
     int32_t top_logprobs;       /* -1: no logprobs; 0..PL_MAX_TOP_LOGPROBS: the chosen token's
                                  * logprob and this many alternatives */
+    int32_t min_tokens;         /* 0..max_tokens: until this many tokens are generated, end-of-generation
+                                 * and stop_token_ids cannot be sampled and stop strings are not looked for */
+    const int32_t *stop_token_ids; /* sampling one ends the completion ("stop"; not emitted), copied */
+    size_t n_stop_token_ids;    /* <= PL_MAX_STOP_TOKEN_IDS */
 } pl_request_params;
+
+#define PL_MAX_STOP_TOKEN_IDS 64
 
 typedef enum {
     PL_EV_TOKEN = 0, /* a generated token (text may be empty while UTF-8 or a stop string is pending) */

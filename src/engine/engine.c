@@ -273,6 +273,7 @@ static void eng_destroy(pl_engine *e)
     sched_free(&e->sc);
     pl_ctx_free(e->ctx);
     free(e->out);
+    free(e->eog);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->mmu);
     pthread_cond_destroy(&e->cv);
@@ -286,6 +287,18 @@ static void eng_metrics_init(pl_engine_metrics *m)
     eng_hist_init(&m->ttft);
     eng_hist_init(&m->itl);
     eng_hist_init(&m->e2e);
+}
+
+/* The vocabulary's end-of-generation ids, once: min_tokens bans them. */
+static int eng_eog_init(pl_engine *e, const pl_vocab *v)
+{
+    const int32_t nv = pl_vocab_size(v);
+    for (int32_t i = 0; i < nv; i++) e->n_eog += pl_vocab_is_eog(v, i);
+    e->eog = mem_calloc(e->n_eog ? e->n_eog : 1, sizeof *e->eog);
+    if (!e->eog) return err_set(PL_ENOMEM, "engine: out of memory");
+    for (int32_t i = 0, k = 0; i < nv; i++)
+        if (pl_vocab_is_eog(v, i)) e->eog[k++] = i;
+    return 0;
 }
 
 int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
@@ -307,7 +320,10 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     const uint32_t nv = pl_model_n_vocab(m);
     if (!rc) rc = sched_init(&e->sc, e->ctx, &p, nv);
     if (rc) { eng_destroy(e); return rc; }
-    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx)};
+    if (!rc) rc = eng_eog_init(e, pl_model_vocab(m));
+    if (rc) { eng_destroy(e); return rc; }
+    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx),
+                          e->eog, e->n_eog};
     e->accepting = true;
     const char *chk = getenv("PAGELLM_ENGINE_CHECK");
     e->check = chk && strcmp(chk, "0") != 0;

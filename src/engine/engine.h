@@ -61,6 +61,8 @@ struct pl_engine {
     pl_ctx *ctx;
     pl_engine_params p;
     req_limits lim;
+    int32_t *eog;              /* [n_eog] end-of-generation ids of the vocabulary */
+    uint32_t n_eog;
     pthread_t thread;
     bool thread_ok;
 

@@ -9,7 +9,8 @@
  *   size, cut on a UTF-8 boundary; the rest rides with later events, and
  *   what is left at the end goes before DONE in TOKEN events of token -1:
  *   text only, no token - only tokens of hundreds of bytes need them).
- * A completion ends on EOS (not emitted), a stop string (the token that
+ * A completion ends on EOS or a stop_token_ids id (not emitted; neither
+ * can be sampled, nor a stop string found, before min_tokens), a stop string (the token that
  * completed it is emitted with the text before it), max_tokens or the
  * context ("length"); its ctx sequence is freed at once, so its blocks are
  * free for the next step.
@@ -89,9 +90,10 @@ void eng_deliver(pl_engine *e)
 
 /* Feeds text through the stop matcher into c's staging text; true once a
  * stop string has appeared. */
-static bool eng_stop_feed(pl_engine *e, req_comp *c, const char *text, size_t n)
+static bool eng_stop_feed(pl_engine *e, req_comp *c, const char *text, size_t n, bool look)
 {
     bool stopped = false;
+    if (!look) return req_text_add(c, text, n), false; /* before min_tokens: no stop strings */
     for (size_t at = 0; at < n && !stopped;) {
         size_t k = n - at < PL_MAX_STOP_LEN ? n - at : PL_MAX_STOP_LEN;
         size_t w = pl_stop_feed(c->stop, text + at, k, e->sbuf, &stopped);
@@ -102,10 +104,10 @@ static bool eng_stop_feed(pl_engine *e, req_comp *c, const char *text, size_t n)
 }
 
 /* Detokenizes tok into c's staging text; true if a stop string appeared. */
-static bool eng_text_push(pl_engine *e, req_comp *c, int32_t tok)
+static bool eng_text_push(pl_engine *e, const pl_request *r, req_comp *c, int32_t tok)
 {
     int k = pl_detok_push(c->dt, tok, e->piece, sizeof e->piece);
-    return k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k);
+    return k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k, c->n_gen > (uint32_t)r->min_tokens);
 }
 
 /* ----------------------------------------------------------- logprobs */
@@ -153,7 +155,7 @@ static void eng_finish(pl_engine *e, sched_seq *q, const char *reason, double no
     req_comp *c = &r->comp[q->comp_lo];
     assert(q->n_comp == 1);
     int k = pl_detok_flush(c->dt, e->piece, sizeof e->piece);
-    if (k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k)) reason = "stop";
+    if (k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k, true)) reason = "stop";
     size_t w = pl_stop_flush(c->stop, e->sbuf);
     req_text_add(c, e->sbuf, w);
     eng_done(e, r, c, reason, now);
@@ -211,12 +213,13 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     req_comp *c = &r->comp[q->comp_lo];
     const uint32_t hist = r->n_prompt + c->n_gen;
     assert(q->n_comp == 1 && q->n_done == hist && hist < r->cap_toks);
-    int32_t tok = pl_sampler_sample(c->smp, logits, c->toks, hist);
+    const bool early = c->n_gen < (uint32_t)r->min_tokens;
+    int32_t tok = pl_sampler_sample_gen(c->smp, logits, c->toks, hist, r->n_prompt, r->ban, early ? r->n_ban : 0);
     if (!r->first_token) {
         r->first_token = true;
         eng_hist_observe(&e->m.ttft, now - r->t_submit);
     }
-    if (!r->ignore_eos && pl_vocab_is_eog(e->lim.vocab, tok)) {
+    if ((!r->ignore_eos && pl_vocab_is_eog(e->lim.vocab, tok)) || req_is_stop_id(r, tok)) {
         eng_finish(e, q, "stop", now);
         return;
     }
@@ -225,7 +228,7 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     e->m.generated_tokens++;
     if (c->t_last > 0) eng_hist_observe(&e->m.itl, now - c->t_last);
     c->t_last = now;
-    bool stopped = eng_text_push(e, c, tok);
+    bool stopped = eng_text_push(e, r, c, tok);
     eng_out *o = eng_event(e, r, PL_EV_TOKEN, c->index);
     o->ev.token = tok;
     o->ev.text_len = req_text_take(c, o->ev.text, sizeof o->ev.text);

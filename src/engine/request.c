@@ -58,6 +58,14 @@ static int req_check(const pl_request_params *p, const req_limits *lim)
     if (lim->window && (p->n_prompt > REQ_WINDOW_MAX_TOKENS || p->max_tokens > REQ_WINDOW_MAX_TOKENS))
         return err_set(PL_ERANGE, "request: prompt %zu / max_tokens %d tokens: at most %d each with a KV window",
                        p->n_prompt, p->max_tokens, REQ_WINDOW_MAX_TOKENS);
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return err_set(PL_ERANGE, "request: min_tokens %d out of range 0..max_tokens (%d)", p->min_tokens, p->max_tokens);
+    if (p->n_stop_token_ids > PL_MAX_STOP_TOKEN_IDS || (p->n_stop_token_ids && !p->stop_token_ids))
+        return err_set(PL_ERANGE, "request: %zu stop_token_ids (at most %d)", p->n_stop_token_ids, PL_MAX_STOP_TOKEN_IDS);
+    for (size_t i = 0; i < p->n_stop_token_ids; i++)
+        if (p->stop_token_ids[i] < 0 || (uint32_t)p->stop_token_ids[i] >= lim->n_vocab)
+            return err_set(PL_EINVAL, "request: stop_token_ids[%zu]: id %d out of range 0..%u", i, p->stop_token_ids[i],
+                           lim->n_vocab - 1);
     if (p->top_logprobs < -1 || p->top_logprobs > PL_MAX_TOP_LOGPROBS)
         return err_set(PL_ERANGE, "request: top_logprobs %d out of range -1..%d", p->top_logprobs,
                        PL_MAX_TOP_LOGPROBS);
@@ -78,6 +86,8 @@ static void req_destroy(pl_request *r)
     }
     free(r->comp);
     free(r->prompt);
+    free(r->stop_ids);
+    free(r->ban);
     free(r->q);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -114,6 +124,29 @@ static int req_init_sync(pl_request *r)
     return 0;
 }
 
+/* stop_token_ids, and the ban list min_tokens applies (EOG ids unless
+ * ignore_eos, then the stop ids). */
+static int req_ids_init(pl_request *r, const pl_request_params *p, const req_limits *lim)
+{
+    const uint32_t n_eog = p->ignore_eos ? 0 : lim->n_eog, n_stop = (uint32_t)p->n_stop_token_ids;
+    r->stop_ids = mem_calloc(n_stop ? n_stop : 1, sizeof *r->stop_ids);
+    r->ban = mem_calloc(n_eog + n_stop ? n_eog + n_stop : 1, sizeof *r->ban);
+    if (!r->stop_ids || !r->ban) return err_set(PL_ENOMEM, "request: out of memory");
+    if (n_stop) memcpy(r->stop_ids, p->stop_token_ids, n_stop * sizeof *r->stop_ids);
+    r->n_stop_ids = n_stop;
+    if (n_eog) memcpy(r->ban, lim->eog, n_eog * sizeof *r->ban);
+    if (n_stop) memcpy(r->ban + n_eog, p->stop_token_ids, n_stop * sizeof *r->ban);
+    r->n_ban = r->min_tokens > 0 ? n_eog + n_stop : 0;
+    return 0;
+}
+
+bool req_is_stop_id(const pl_request *r, int32_t tok)
+{
+    for (uint32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return true;
+    return false;
+}
+
 int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim, uint64_t id)
 {
     int rc = req_check(p, lim);
@@ -127,6 +160,7 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     r->max_tokens = p->max_tokens;
     r->top_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
+    r->min_tokens = p->min_tokens;
     uint64_t cap = (uint64_t)r->n_prompt + (uint64_t)p->max_tokens;
     r->cap_toks = (uint32_t)(cap < (uint64_t)lim->n_ctx + 1 || lim->window ? cap : (uint64_t)lim->n_ctx + 1);
     r->t_submit = eng_now();
@@ -137,6 +171,7 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     r->comp = mem_calloc((size_t)p->n, sizeof *r->comp);
     if (!r->prompt || !r->comp) rc = err_set(PL_ENOMEM, "request: out of memory");
     if (!rc) memcpy(r->prompt, p->prompt, r->n_prompt * sizeof *r->prompt);
+    if (!rc) rc = req_ids_init(r, p, lim);
     for (int32_t i = 0; !rc && i < p->n; i++) rc = req_comp_init(r, &r->comp[i], i, p, lim);
     if (rc) { req_destroy(r); return rc; }
     *out = r;

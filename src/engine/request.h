@@ -60,6 +60,8 @@ typedef struct {
     uint32_t n_ctx;       /* tokens per sequence */
     uint32_t max_seqs;    /* n must not exceed it: completions run side by side */
     bool window;          /* the ctx has a KV window: prompts and completions may pass n_ctx */
+    const int32_t *eog;   /* [n_eog] the vocabulary's end-of-generation ids (min_tokens bans them) */
+    uint32_t n_eog;
 } req_limits;
 
 /* With a window, max_tokens is capped so that the token history (kept for
@@ -75,6 +77,11 @@ struct pl_request {
     int32_t max_tokens;
     int32_t top_logprobs; /* -1: off */
     bool ignore_eos;
+    int32_t min_tokens;   /* EOG, stop ids and stop strings wait until n_gen reaches it */
+    int32_t *stop_ids;    /* [n_stop_ids] stop_token_ids */
+    uint32_t n_stop_ids;
+    int32_t *ban;         /* [n_ban] what cannot be sampled before min_tokens: EOG ids, then stop_ids */
+    uint32_t n_ban;
     uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1); n_prompt + max_tokens with a window */
     double t_submit;      /* eng_now() at submit */
 
@@ -110,6 +117,9 @@ void req_release(pl_request *r);
 
 /* Queues ev (engine thread). final marks the request ended. */
 int req_push(pl_request *r, const pl_event *ev, bool final);
+
+/* Whether tok is one of r's stop_token_ids. */
+bool req_is_stop_id(const pl_request *r, int32_t tok);
 
 /* Appends safe text to completion c's staging buffer (engine thread). */
 int req_text_add(req_comp *c, const char *s, size_t n);
