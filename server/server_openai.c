@@ -4,8 +4,8 @@
  * Validation follows the OpenAI API where it has a rule (types, ranges,
  * "top_logprobs needs logprobs") and refuses, rather than silently ignores,
  * the fields that would change the answer and that this server does not do
- * (echo, suffix, logit_bias, tools, response_format other than text, images,
- * several prompts in one request). Fields it does not know are ignored.
+ * (suffix, tools, response_format other than text, images, several
+ * prompts in one request, best_of other than n, echo with logprobs). Fields it does not know are ignored.
  * null is the same as an absent field.
  *
  * Defaults chosen here (docs/server.md):
@@ -15,8 +15,8 @@
  *   context is a 400 (context_length_exceeded), as OpenAI does.
  * - sampling parameters not given come from the server's flags (--temp ...);
  *   a request without "seed" gets a random one unless --seed was given.
- * - text_offset (completions logprobs) counts code points of the generated
- *   text (there is no echo, so offsets start at 0).
+ * - text_offset (completions logprobs) counts code points of the choice's
+ *   text, the echoed prompt included.
  */
 #include "server_openai.h"
 
@@ -179,6 +179,18 @@ static int get_num(json_t *o, const char *key, double lo, double hi, double *out
     return 0;
 }
 
+json_t *srv_field(json_t *o, const char *key) { return field(o, key); }
+const char *srv_json_kind(const json_t *v) { return json_kind(v); }
+int srv_get_bool(json_t *o, const char *key, bool *out, srv_error *e) { return get_bool(o, key, out, e); }
+int srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, bool *given, srv_error *e)
+{
+    return get_int(o, key, lo, hi, out, given, e);
+}
+int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_error *e)
+{
+    return get_num(o, key, lo, hi, out, e);
+}
+
 /* Fields this server refuses when they ask for something (a non-empty
  * value): answering without them would be silently wrong. */
 static int refuse_if_set(json_t *o, const char *key, srv_error *e)
@@ -213,13 +225,12 @@ void srv_make_id(char *out, size_t cap, const char *prefix)
 static int parse_sampling(const srv_model_ctx *mc, json_t *o, pl_sampler_params *sp, srv_error *e)
 {
     *sp = mc->defaults;
-    double temp = sp->temperature, top_p = sp->top_p, min_p = sp->min_p, rep = sp->repeat_penalty, ignored = 0;
+    double temp = sp->temperature, top_p = sp->top_p, min_p = sp->min_p, rep = sp->repeat_penalty;
     long long top_k = sp->top_k, seed = 0;
     bool seed_given = false;
     if (get_num(o, "temperature", 0, 2, &temp, e) || get_num(o, "top_p", 0, 1, &top_p, e) ||
         get_num(o, "min_p", 0, 1, &min_p, e) || get_int(o, "top_k", -1, 1 << 30, &top_k, NULL, e) ||
         get_num(o, "repetition_penalty", 0.01, 100, &rep, e) || get_num(o, "repeat_penalty", 0.01, 100, &rep, e) ||
-        get_num(o, "presence_penalty", -2, 2, &ignored, e) || get_num(o, "frequency_penalty", -2, 2, &ignored, e) ||
         get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &seed_given, e))
         return -1;
     sp->temperature = (float)temp;
@@ -270,11 +281,10 @@ static int parse_common(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_
     if (so && !json_is_object(so))
         return srv_bad_request(e, "stream_options", NULL, "'stream_options' must be an object, got %s", json_kind(so));
     if (so && get_bool(so, "include_usage", &q->include_usage, e)) return -1;
-    if (refuse_if_set(o, "logit_bias", e)) return -1;
     q->p.n = (int32_t)n;
     q->p.max_tokens = (int32_t)max_tokens;
     q->max_tokens_given = mt_given || mct_given;
-    return 0;
+    return srv_parse_sampling_extras(mc, o, q, e);
 }
 
 /* ------------------------------------------------------------- prompts */
@@ -349,8 +359,10 @@ static int parse_completion_fields(const srv_model_ctx *mc, json_t *o, srv_gen_r
     bool given;
     if (get_int(o, "logprobs", 0, PL_MAX_TOP_LOGPROBS, &lp, &given, e)) return -1;
     q->logprobs = given ? (int32_t)lp : -1;
-    if (refuse_if_set(o, "echo", e) || refuse_if_set(o, "suffix", e)) return -1;
-    return parse_prompt(mc, o, q, e);
+    if (refuse_if_set(o, "suffix", e) || parse_prompt(mc, o, q, e)) return -1;
+    json_t *p = field(o, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+    return srv_parse_echo(mc, o, json_string_value(p), json_is_string(p) ? json_string_length(p) : 0, q, e);
 }
 
 /* ---------------------------------------------------------------- chat */
@@ -527,6 +539,9 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
 void srv_gen_req_free(srv_gen_req *r)
 {
     free(r->prompt);
+    free(r->bias);
+    free(r->stop_ids);
+    free(r->echo);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     memset(r, 0, sizeof *r);
 }
@@ -596,6 +611,7 @@ static int result_token(srv_result *r, const srv_gen_req *q, const srv_tokens *t
     if (q->logprobs < 0) return 0;
     (void)r;
     if (!c->lp) c->lp = q->kind == SRV_CHAT ? json_array() : srv_lp_completion_new();
+    if (!c->offset && q->echo) c->offset = srv_utf8_count(q->echo, q->echo_len);
     if (!c->lp) return PL_ERR_NOMEM;
     if (q->kind == SRV_CHAT) return json_array_append_new(c->lp, srv_lp_chat_item(t, ev)) ? PL_ERR_NOMEM : 0;
     return srv_lp_completion_add(c->lp, t, ev, &c->offset);
@@ -623,6 +639,14 @@ int srv_result_add(srv_result *r, const srv_gen_req *q, const srv_tokens *t, con
 static json_t *choice_json(const srv_choice *c, int32_t i, const srv_gen_req *q)
 {
     json_t *text = srv_json_text(c->text.p ? c->text.p : "", c->text.len);
+    if (q->echo) { /* completions' echo: the prompt's text first */
+        srv_buf b = {0};
+        if (srv_buf_add(&b, q->echo, q->echo_len) == 0 && srv_buf_add(&b, c->text.p ? c->text.p : "", c->text.len) == 0) {
+            json_decref(text);
+            text = srv_json_text(b.p, b.len);
+        }
+        srv_buf_free(&b);
+    }
     json_t *lp = c->lp ? json_incref(c->lp) : json_null();
     if (q->kind == SRV_CHAT) {
         if (c->lp) {

@@ -86,6 +86,10 @@ typedef struct {
     char *stops[SRV_MAX_STOPS];  /* malloc'd copies */
     size_t n_stops;
     pl_request_params p;         /* ready for pl_engine_submit; points into this struct */
+    pl_logit_bias *bias;         /* logit_bias (malloc'd), p.sampling points at it */
+    int32_t *stop_ids;           /* stop_token_ids (malloc'd), p points at it */
+    char *echo;                  /* completions "echo": the prompt's text (malloc'd), else NULL */
+    size_t echo_len;
 } srv_gen_req;
 
 /* Parses and validates a request body for kind; renders chat messages with
@@ -93,6 +97,23 @@ typedef struct {
 int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, size_t len, srv_gen_req *out,
                       srv_error *err);
 void srv_gen_req_free(srv_gen_req *r);
+
+/* Field readers shared by the request parsers (server_openai.c): an absent
+ * or null field leaves *out alone (*given false); a present one of the
+ * wrong type or out of range is a 400 naming it. */
+json_t *srv_field(json_t *o, const char *key);
+const char *srv_json_kind(const json_t *v);
+int srv_get_bool(json_t *o, const char *key, bool *out, srv_error *e);
+int srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, bool *given, srv_error *e);
+int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_error *e);
+
+/* server_params.c: the sampling fields beyond the basic ones -
+ * presence_penalty, frequency_penalty, logit_bias, min_tokens,
+ * stop_token_ids, best_of - into q (q->p.n and max_tokens already set). */
+int srv_parse_sampling_extras(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e);
+/* Completions "echo": q->echo gets the prompt's text (call after the
+ * prompt is parsed; text is the prompt string, or NULL for token ids). */
+int srv_parse_echo(const srv_model_ctx *mc, json_t *o, const char *text, size_t len, srv_gen_req *q, srv_error *e);
 
 /* ----------------------------------------------------------- responses */
 

@@ -99,6 +99,12 @@ int srv_sse_event(srv_sse *s, const pl_event *ev, srv_buf *out)
         return srv_sse_error(out, &e);
     }
     if (ev->index < 0 || ev->index >= s->q->p.n) return 0;
+    if (s->q->echo && !s->echo_sent[ev->index]) {
+        s->echo_sent[ev->index] = true;
+        s->offset[ev->index] = srv_utf8_count(s->q->echo, s->q->echo_len);
+        int rc = frame(out, chunk(s, choice(s, ev->index, s->q->echo, s->q->echo_len, NULL, NULL)));
+        if (rc) return rc;
+    }
     if (ev->kind == PL_EV_DONE) return on_done(s, ev, out);
     json_t *lp = token_logprobs(s, ev);
     if (!ev->text_len && !lp) return 0;

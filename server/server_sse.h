@@ -27,6 +27,7 @@ typedef struct {
     long created;
     const char *model;
     bool role_sent[SRV_MAX_N];
+    bool echo_sent[SRV_MAX_N]; /* completions' echo: the prompt's text went first */
     size_t offset[SRV_MAX_N];  /* completions logprobs text_offset, per choice */
     uint32_t prompt_tokens, cached_tokens, completion_tokens;
     bool failed;               /* an ERROR event was sent: no usage chunk */
