@@ -183,6 +183,13 @@ uint32_t pl_model_n_ctx_train(const pl_model *m);
 uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
+/* The width of the model's hidden state (<arch>.embedding_length): the
+ * length of its embeddings. */
+uint32_t pl_model_n_embd(const pl_model *m);
+/* How embeddings pool the tokens' hidden states: <arch>.pooling_type as
+ * llama.cpp numbers it; absent or "none" (0) gives mean. */
+typedef enum { PL_POOL_MEAN = 1, PL_POOL_CLS = 2, PL_POOL_LAST = 3, PL_POOL_RANK = 4 } pl_pooling;
+pl_pooling pl_model_pooling(const pl_model *m);
 /* Bytes of weights one decode step reads: every layer's tensors, the final
  * norm and the output matrix, in their stored types (the token embedding
  * lends one row per token and is not counted, unless it doubles as the
@@ -425,6 +432,11 @@ typedef struct {
                                  * and stop_token_ids cannot be sampled and stop strings are not looked for */
     const int32_t *stop_token_ids; /* sampling one ends the completion ("stop"; not emitted), copied */
     size_t n_stop_token_ids;    /* <= PL_MAX_STOP_TOKEN_IDS */
+    bool embed;                 /* an embedding, not a generation: the prompt (n 1, <= the context) is run
+                                 * without prefix-cache hits, its final hidden states (after the output
+                                 * norm, before the LM head) pooled as pl_model_pooling says and
+                                 * L2-normalised; one DONE event (finish_reason "stop", completion_tokens
+                                 * 0), then pl_request_embedding; sampling fields are ignored */
 } pl_request_params;
 
 #define PL_MAX_STOP_TOKEN_IDS 64
@@ -469,6 +481,10 @@ void pl_request_free(pl_request *r);
 /* The engine-wide id of the request (>= 1, increasing with submission), as
  * the owners in pl_engine_kv_json name it. */
 uint64_t pl_request_id(const pl_request *r);
+/* An embed request's vector after its DONE event: copies pl_model_n_embd
+ * floats to out (cap >= that). PL_ERR_INVAL if r is not an embed request,
+ * not done, or cap is short. */
+int pl_request_embedding(pl_request *r, float *out, size_t cap);
 
 #define PL_HIST_BUCKETS 16
 

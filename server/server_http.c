@@ -47,13 +47,16 @@
 #include "server_guard.h"
 #include "server_metrics.h"
 #include "server_sse.h"
+#include "server_embed.h"
+#include "server_tokenize.h"
 
 #define SRV_POLL_MS 100                 /* how often a waiting generation looks at its client */
 #define SRV_KEEPALIVE_S 15.0            /* an idle stream sends an SSE comment this often */
 #define SRV_THREAD_STACK (1024 * 1024)  /* per connection thread: the handlers use a few KiB */
 #define SRV_SSE_BATCH 8192              /* stream bytes gathered before a write when events come fast */
 
-enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_COMPLETIONS, R_CHAT };
+/* Routes from R_COMPLETIONS on take POST. */
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS };
 
 struct srv {
     struct MHD_Daemon *d;
@@ -105,6 +108,17 @@ static double now_s(void)
 
 static void count(srv *s, int status) { atomic_fetch_add(&s->responses[srv_http_code_index(status)], 1); }
 
+/* Access-Control-Allow-Origin (and Vary when it depends on Origin). */
+static void cors_headers(conn_ctx *c, struct MHD_Response *r)
+{
+    static const srv_cors any = {.any = true};
+    const srv_cors *cors = c->s->cfg.cors ? c->s->cfg.cors : &any;
+    const char *origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Origin");
+    const char *allow = srv_cors_allow(cors, origin);
+    if (allow) MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    if (!cors->any && cors->n) MHD_add_response_header(r, "Vary", "Origin");
+}
+
 /* Queues body (malloc'd; owned from here on) as the answer. */
 static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *body, const char *allow)
 {
@@ -116,6 +130,7 @@ static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *b
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 429) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    cors_headers(c, r);
     if (c->close || atomic_load(&c->s->quiescing)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -143,6 +158,7 @@ static int route_of(const char *url)
     static const struct { const char *path; int route; } t[] = {
         {"/health", R_HEALTH}, {"/metrics", R_METRICS}, {"/v1/models", R_MODELS}, {"/v1/kv", R_KV},
         {"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
+        {"/tokenize", R_TOKENIZE}, {"/detokenize", R_DETOKENIZE}, {"/v1/embeddings", R_EMBEDDINGS},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(url, t[i].path) == 0) return t[i].route;
@@ -241,6 +257,38 @@ static bool over_limit(conn_ctx *c, srv_error *e)
     }
 }
 
+/* An OPTIONS request (a CORS preflight): no key needed, no body read. */
+static enum MHD_Result preflight(conn_ctx *c)
+{
+    static const srv_cors any = {.any = true};
+    const srv_cors *cors = c->s->cfg.cors ? c->s->cfg.cors : &any;
+    const char *origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Origin");
+    if (origin && !srv_cors_allow(cors, origin)) {
+        srv_error e;
+        srv_error_set(&e, 403, "invalid_request_error", NULL, "cors_origin_not_allowed",
+                      "the origin '%.100s' is not allowed (--cors-origin)", origin);
+        return reply_error(c, &e, NULL);
+    }
+    char methods[64], hdrs[1200];
+    snprintf(methods, sizeof methods, "%s, OPTIONS", route_allow(c->route));
+    srv_cors_allow_headers(MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers"),
+                           hdrs, sizeof hdrs);
+    char *body = strdup("");
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, methods);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", hdrs);
+    MHD_add_response_header(r, "Access-Control-Max-Age", SRV_CORS_MAX_AGE);
+    cors_headers(c, r);
+    enum MHD_Result ret = MHD_queue_response(c->conn, 204, r);
+    MHD_destroy_response(r);
+    c->status = 204;
+    count(c->s, 204);
+    return ret;
+}
+
 /* The first call: everything that can be refused from the headers alone. */
 static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *method)
 {
@@ -254,6 +302,7 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
         srv_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s", method, url);
         return reply_error(c, &e, NULL);
     }
+    if (strcmp(method, "OPTIONS") == 0) return preflight(c);
     if (!method_ok(c->route, method)) {
         srv_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s %s is not allowed (allowed: %s)",
                       method, url, route_allow(c->route));
@@ -285,10 +334,17 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
 
 /* --------------------------------------------------------- GET handlers */
 
+/* OpenAI's model object, vLLM's max_model_len, and llama-server's "meta"
+ * (n_ctx is the context a request gets, n_ctx_train the file's). */
 static json_t *model_obj(const srv *s)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", s->model, "object", "model", "created", (json_int_t)s->created,
-                     "owned_by", "pagellm", "max_model_len", (json_int_t)s->mc->n_ctx);
+    const pl_model *m = s->mc->model;
+    json_t *meta = json_pack("{s:I, s:I, s:I, s:I, s:b}", "n_ctx", (json_int_t)s->mc->n_ctx, "n_ctx_train",
+                             (json_int_t)pl_model_n_ctx_train(m), "n_vocab", (json_int_t)pl_model_n_vocab(m), "n_embd",
+                             (json_int_t)pl_model_n_embd(m), "chat_template", pl_model_chat_template(m) != NULL);
+    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:o}", "id", s->model, "object", "model", "created",
+                     (json_int_t)s->created, "owned_by", "pagellm", "max_model_len", (json_int_t)s->mc->n_ctx, "meta",
+                     meta);
 }
 
 static enum MHD_Result handle_model(conn_ctx *c, const char *url)
@@ -450,6 +506,7 @@ static enum MHD_Result start_stream(conn_ctx *c, const char *id)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    cors_headers(c, r);
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     c->status = 200;
@@ -490,6 +547,18 @@ static enum MHD_Result handle_generation(conn_ctx *c, srv_kind kind)
     return c->q.stream ? start_stream(c, id) : run_blocking(c, id);
 }
 
+static bool embed_gone(void *cls) { return watch_due(cls); }
+
+static enum MHD_Result handle_embeddings(conn_ctx *c)
+{
+    srv_error e;
+    char *json = NULL;
+    if (srv_embed_run(c->s->e, c->s->mc, c->s->model, c->body.p ? c->body.p : "", c->body.len, embed_gone, c, &json,
+                      &e) != 0)
+        return c->gone ? MHD_NO : reply_error(c, &e, NULL); /* gone: MHD closes the connection */
+    return reply(c, 200, "application/json", json, NULL);
+}
+
 /* ------------------------------------------------------------ MHD hooks */
 
 static enum MHD_Result dispatch(conn_ctx *c, const char *url)
@@ -508,6 +577,13 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url)
                       "the request body exceeds the limit of %llu bytes (--max-body)",
                       (unsigned long long)c->s->cfg.max_body);
         return reply_error(c, &e, NULL);
+    }
+    if (c->route == R_EMBEDDINGS) return handle_embeddings(c);
+    if (c->route == R_TOKENIZE || c->route == R_DETOKENIZE) {
+        const char *b = c->body.p ? c->body.p : "";
+        json_t *o = c->route == R_TOKENIZE ? srv_tokenize(c->s->mc, c->s->tok, b, c->body.len, &e)
+                                           : srv_detokenize(c->s->mc, b, c->body.len, &e);
+        return o ? reply_json(c, 200, o) : reply_error(c, &e, NULL);
     }
     return handle_generation(c, c->route == R_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
 }

@@ -323,7 +323,7 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     if (!rc) rc = eng_eog_init(e, pl_model_vocab(m));
     if (rc) { eng_destroy(e); return rc; }
     e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx),
-                          e->eog, e->n_eog};
+                          e->eog, e->n_eog, pl_model_n_embd(m), (int)pl_model_pooling(m)};
     e->accepting = true;
     const char *chk = getenv("PAGELLM_ENGINE_CHECK");
     e->check = chk && strcmp(chk, "0") != 0;

@@ -239,9 +239,37 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     else if (!e->lim.window && r->n_prompt + c->n_gen > e->lim.n_ctx) eng_finish(e, q, "length", now); /* no room to feed it */
 }
 
+/* An embedding's prompt is through: mean divides by its tokens, then the
+ * vector is L2-normalised (a zero vector stays zero); DONE, and its blocks
+ * go back at once. */
+static void eng_embed_done(pl_engine *e, sched_seq *q, double now)
+{
+    pl_request *r = q->r;
+    float *v = r->embd;
+    const double inv = r->pooling == PL_POOL_MEAN ? 1.0 / r->n_prompt : 1.0;
+    double ss = 0;
+    for (uint32_t i = 0; i < r->dim; i++) {
+        v[i] = (float)(v[i] * inv);
+        ss += (double)v[i] * v[i];
+    }
+    const double norm = sqrt(ss);
+    for (uint32_t i = 0; norm > 0 && i < r->dim; i++) v[i] = (float)(v[i] / norm);
+    r->embd_ready = true;
+    if (!r->first_token) {
+        r->first_token = true;
+        eng_hist_observe(&e->m.ttft, now - r->t_submit);
+    }
+    eng_done(e, r, &r->comp[q->comp_lo], "stop", now);
+    sched_remove(&e->sc, q);
+}
+
 void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now)
 {
     if (q->r->failed) return;
+    if (q->r->embed) {
+        eng_embed_done(e, q, now);
+        return;
+    }
     sched_seq *kids[REQ_MAX_N];
     int nk = 0;
     if (q->n_comp > 1) {

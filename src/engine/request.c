@@ -39,10 +39,26 @@ static int req_check_stops(const pl_request_params *p)
     return 0;
 }
 
+static int req_check_embed(const pl_request_params *p, const req_limits *lim)
+{
+    if (p->n != 1) return err_set(PL_ERANGE, "request: an embedding has n 1, not %d", p->n);
+    if (p->n_prompt > lim->n_ctx)
+        return err_set(PL_ERANGE, "request: input of %zu tokens exceeds the context of %u tokens", p->n_prompt, lim->n_ctx);
+    if (lim->pooling == PL_POOL_RANK)
+        return err_set(PL_EUNSUPPORTED, "request: the model's pooling_type is rank (a reranker): no embeddings");
+    return 0;
+}
+
 static int req_check(const pl_request_params *p, const req_limits *lim)
 {
     if (!p) return err_set(PL_EINVAL, "request: no parameters");
     if (!p->prompt || p->n_prompt == 0) return err_set(PL_EINVAL, "request: empty prompt");
+    if (p->embed) {
+        for (size_t i = 0; i < p->n_prompt; i++)
+            if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= lim->n_vocab)
+                return err_set(PL_EINVAL, "request: token %zu: id %d out of range 0..%u", i, p->prompt[i], lim->n_vocab - 1);
+        return req_check_embed(p, lim);
+    }
     if (p->n_prompt > lim->n_ctx && !lim->window)
         return err_set(PL_ERANGE, "request: prompt of %zu tokens exceeds the context of %u tokens", p->n_prompt,
                        lim->n_ctx);
@@ -88,6 +104,7 @@ static void req_destroy(pl_request *r)
     free(r->prompt);
     free(r->stop_ids);
     free(r->ban);
+    free(r->embd);
     free(r->q);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -157,10 +174,13 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     r->id = id;
     r->n_prompt = (uint32_t)p->n_prompt;
     r->n = p->n;
-    r->max_tokens = p->max_tokens;
+    r->max_tokens = p->embed ? 1 : p->max_tokens;
     r->top_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
-    r->min_tokens = p->min_tokens;
+    r->min_tokens = p->embed ? 0 : p->min_tokens;
+    r->embed = p->embed;
+    r->pooling = lim->pooling;
+    r->dim = lim->dim;
     uint64_t cap = (uint64_t)r->n_prompt + (uint64_t)p->max_tokens;
     r->cap_toks = (uint32_t)(cap < (uint64_t)lim->n_ctx + 1 || lim->window ? cap : (uint64_t)lim->n_ctx + 1);
     r->t_submit = eng_now();
@@ -172,6 +192,8 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     if (!r->prompt || !r->comp) rc = err_set(PL_ENOMEM, "request: out of memory");
     if (!rc) memcpy(r->prompt, p->prompt, r->n_prompt * sizeof *r->prompt);
     if (!rc) rc = req_ids_init(r, p, lim);
+    if (!rc && p->embed && !(r->embd = mem_calloc(lim->dim, sizeof *r->embd)))
+        rc = err_set(PL_ENOMEM, "request: out of memory");
     for (int32_t i = 0; !rc && i < p->n; i++) rc = req_comp_init(r, &r->comp[i], i, p, lim);
     if (rc) { req_destroy(r); return rc; }
     *out = r;
@@ -263,6 +285,21 @@ void pl_request_free(pl_request *r)
 }
 
 uint64_t pl_request_id(const pl_request *r) { return r ? r->id : 0; }
+
+int pl_request_embedding(pl_request *r, float *out, size_t cap)
+{
+    if (!r || !out) return err_set(PL_EINVAL, "pl_request_embedding: NULL argument");
+    if (!r->embed) return err_set(PL_EINVAL, "pl_request_embedding: request %llu is not an embedding", (unsigned long long)r->id);
+    if (cap < r->dim) return err_set(PL_EINVAL, "pl_request_embedding: room for %zu floats, %u needed", cap, r->dim);
+    pthread_mutex_lock(&r->mu);
+    /* ended is set under mu after the engine wrote the vector */
+    bool done = r->ended && r->embd_ready;
+    pthread_mutex_unlock(&r->mu);
+    if (!done) return err_set(PL_EINVAL, "pl_request_embedding: request %llu has no embedding (not done, or failed)",
+                              (unsigned long long)r->id);
+    memcpy(out, r->embd, r->dim * sizeof *out);
+    return 0;
+}
 
 /* ------------------------------------------------------------------ text */
 

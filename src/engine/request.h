@@ -62,6 +62,8 @@ typedef struct {
     bool window;          /* the ctx has a KV window: prompts and completions may pass n_ctx */
     const int32_t *eog;   /* [n_eog] the vocabulary's end-of-generation ids (min_tokens bans them) */
     uint32_t n_eog;
+    uint32_t dim;         /* hidden state width: an embedding's length */
+    int pooling;          /* pl_pooling of the model */
 } req_limits;
 
 /* With a window, max_tokens is capped so that the token history (kept for
@@ -82,6 +84,13 @@ struct pl_request {
     uint32_t n_stop_ids;
     int32_t *ban;         /* [n_ban] what cannot be sampled before min_tokens: EOG ids, then stop_ids */
     uint32_t n_ban;
+    bool embed;           /* an embedding request (pl_request_params.embed) */
+    int pooling;          /* its pl_pooling */
+    uint32_t dim;
+    float *embd;          /* [dim] the pooled sum while running; the normalised vector once done
+                           * (written by the engine thread before the final event) */
+    bool embd_ready;      /* embd is final: set by the engine thread before the final event is
+                           * queued, read by the caller under mu after it */
     uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1); n_prompt + max_tokens with a window */
     double t_submit;      /* eng_now() at submit */
 

@@ -213,8 +213,13 @@ static void sched_take(sched *s, sched_seq *q, uint32_t n)
     const bool last = q->n_done + n == sched_total(q);
     q->chunk = n;
     s->planned[i] = q;
-    s->items[i] = (rt_item){q->seq, q->r->comp[q->comp_lo].toks + q->n_done, n,
-                            last ? s->logits + (size_t)i * s->n_vocab : NULL};
+    s->items[i] = (rt_item){.seq = q->seq, .tokens = q->r->comp[q->comp_lo].toks + q->n_done, .n = n,
+                            .logits = last ? s->logits + (size_t)i * s->n_vocab : NULL};
+    if (q->r->embed) { /* every prompt row pools; a (re)start from token 0 starts the sum afresh */
+        if (q->n_done == 0) memset(q->r->embd, 0, q->r->dim * sizeof *q->r->embd);
+        s->items[i].pool = q->r->embd;
+        s->items[i].pool_kind = q->r->pooling;
+    }
 }
 
 static bool sched_is_decode(const sched_seq *q)
@@ -322,7 +327,8 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
-        int h = s->prefix_cache ? rt_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
+        /* an embedding pools every token's hidden state: no cached prefix */
+        int h = s->prefix_cache && !q->r->embed ? rt_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
         uint32_t rem = sched_total(q) - hit, want = rem < *budget ? rem : *budget;
         uint32_t n = sched_fit(s, id, want, sched_avail(s, *held));

@@ -33,7 +33,11 @@ typedef struct {
     bool rope_neox;
     float norm_eps;
     uint32_t sliding_window; /* 0 = none */
+    uint32_t pooling;    /* <arch>.pooling_type as llama.cpp numbers it: MODEL_POOL_* (absent: mean) */
 } model_config;
+
+/* Embedding pooling (llama.cpp's enum values; 0 "none" and 4 "rank" are not served). */
+enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_LAST = 3, MODEL_POOL_RANK = 4 };
 
 /* Reads cfg from f; n_vocab comes from <arch>.vocab_size or the tokenizer. */
 int model_config_read(const gguf_file *f, model_config *cfg);

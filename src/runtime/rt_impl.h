@@ -62,6 +62,8 @@ typedef struct {
     uint32_t from, n;
     float *logits;  /* the last token's row, or NULL */
     bool all;       /* logits gets a row for every token, written in place */
+    float *pool;    /* embeddings: fwd_seq.pool (NULL: none) */
+    int pool_kind;
 } rt_run_item;
 
 /* rt_step.c: reserves the items' KV slots (all or nothing), runs one

@@ -70,6 +70,9 @@ typedef struct {
     const int32_t *tokens;  /* tokens to append */
     uint32_t n;
     float *logits;          /* n_vocab floats for the last token, or NULL */
+    float *pool;            /* embeddings: [dim] the tokens' final hidden states pooled into it
+                               (model.h fwd_seq.pool), or NULL */
+    int pool_kind;          /* MODEL_POOL_MEAN / LAST / CLS */
 } rt_item;
 
 /* Pool accounting plus the staging blocks, which live outside the pool. */
