@@ -24,7 +24,7 @@
  * and 1.1 505, a malformed request line, header or chunk 400, a chunk
  * size too large 413); docs/security.md lists them.
  *
- * Invariant: conn.r, once submitted, is freed only in on_completed, which
+ * Invariant: conn.rs, once submitted, is freed only in on_completed, which
  * MHD calls exactly once per request it presented to on_request, after the
  * content reader's last call.
  */
@@ -46,6 +46,7 @@
 
 #include "server_guard.h"
 #include "server_metrics.h"
+#include "server_reqs.h"
 #include "server_sse.h"
 #include "server_embed.h"
 #include "server_tokenize.h"
@@ -85,7 +86,7 @@ typedef struct {
     bool too_big;
     srv_buf body;
     srv_gen_req q;
-    pl_request *r;         /* submitted request, or NULL */
+    srv_reqs rs;           /* the submitted engine requests (one per prompt), rs.n = 0 before */
     bool active;           /* counted in s->active */
     bool gone;             /* the client went away (counted once) */
     double t_watch;        /* when to look at the client next (watch_due) */
@@ -412,10 +413,10 @@ static bool client_closed(struct MHD_Connection *conn)
  * stop serving it). */
 static bool watch(conn_ctx *c)
 {
-    if (atomic_load(&c->s->aborting)) pl_request_cancel(c->r);
+    if (atomic_load(&c->s->aborting)) srv_reqs_cancel(&c->rs);
     if (c->gone || !client_closed(c->conn)) return c->gone;
     c->gone = true;
-    pl_request_cancel(c->r);
+    srv_reqs_cancel(&c->rs);
     atomic_fetch_add(&c->s->disconnects, 1);
     return true;
 }
@@ -434,10 +435,10 @@ static enum MHD_Result run_blocking(conn_ctx *c, const char *id)
 {
     srv *s = c->s;
     srv_result res;
-    srv_result_init(&res, c->q.p.n);
+    srv_result_init(&res, srv_gen_req_choices(&c->q));
     pl_event ev;
     int rc, nomem = 0;
-    while ((rc = pl_request_next(c->r, &ev, SRV_POLL_MS)) != 2 && rc >= 0) {
+    while ((rc = srv_reqs_next(&c->rs, &ev, SRV_POLL_MS)) != 2 && rc >= 0) {
         if (rc == 1) nomem |= srv_result_add(&res, &c->q, s->tok, &ev) != 0;
         if (watch_due(c)) { srv_result_free(&res); return MHD_NO; } /* MHD closes the connection */
     }
@@ -458,11 +459,11 @@ static enum MHD_Result run_blocking(conn_ctx *c, const char *id)
 static int sse_pump(conn_ctx *c)
 {
     pl_event ev;
-    int rc = pl_request_next(c->r, &ev, SRV_POLL_MS);
+    int rc = srv_reqs_next(&c->rs, &ev, SRV_POLL_MS);
     while (rc == 1) {
         if (srv_sse_event(&c->sse, &ev, &c->out)) return -1;
         if (c->out.len >= SRV_SSE_BATCH) break;
-        rc = pl_request_next(c->r, &ev, 0); /* gather what is ready into one write */
+        rc = srv_reqs_next(&c->rs, &ev, 0); /* gather what is ready into one write */
     }
     if (rc == 2 || rc < 0) {
         if (srv_sse_finish(&c->sse, &c->out)) return -1;
@@ -535,11 +536,8 @@ static enum MHD_Result handle_generation(conn_ctx *c, srv_kind kind)
     srv_error e;
     if (srv_gen_req_parse(s->mc, kind, c->body.p ? c->body.p : "", c->body.len, &c->q, &e) != 0)
         return reply_error(c, &e, NULL);
-    int rc = pl_engine_submit(s->e, &c->q.p, &c->r);
-    if (rc != 0) {
-        c->r = NULL;
-        return submit_failed(c, rc);
-    }
+    int rc = srv_reqs_submit(&c->rs, s->e, &c->q);
+    if (rc != 0) return submit_failed(c, rc);
     c->active = true;
     atomic_fetch_add(&s->active, 1);
     char id[64];
@@ -624,12 +622,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_ctx *c = *con_cls;
     (void)conn;
     if (!c) return;
-    if (c->r) {
+    if (c->rs.n) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-            pl_request_cancel(c->r); /* its blocks are freed at the engine's next step */
+            srv_reqs_cancel(&c->rs); /* their blocks are freed at the engine's next step */
             if (!c->gone && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) atomic_fetch_add(&s->disconnects, 1);
         }
-        pl_request_free(c->r);
+        srv_reqs_free(&c->rs);
     }
     if (c->active) atomic_fetch_sub(&s->active, 1);
     srv_guard_idle(s->guard, c->gc); /* the next request on this connection has its own deadline */

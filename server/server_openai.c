@@ -331,16 +331,37 @@ static int prompt_ids(const srv_model_ctx *mc, json_t *a, srv_gen_req *q, srv_er
     return rc;
 }
 
-/* "prompt": a string, token ids, or a one-element array of either. */
+static int parse_one_prompt(const srv_model_ctx *mc, json_t *p, srv_gen_req *q, srv_error *e);
+
+/* "prompt": a string, token ids, or an array of either (a prompt list: one
+ * engine request per prompt, choice index = prompt index x n + i). */
 static int parse_prompt(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e)
 {
     json_t *p = field(o, "prompt");
     if (!p) return srv_bad_request(e, "prompt", NULL, "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    else if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
-        return srv_bad_request(e, "prompt", "unsupported_parameter", "only one prompt per request is supported");
+    q->n_prompts = 1;
+    if (!json_is_array(p) || json_array_size(p) == 0 || json_is_integer(json_array_get(p, 0)))
+        return parse_one_prompt(mc, p, q, e);
+    size_t k = json_array_size(p);
+    if (k * (size_t)q->p.n > SRV_MAX_N)
+        return srv_bad_request(e, "prompt", NULL, "%zu prompts x n %d = %zu choices; at most %d are allowed", k, q->p.n,
+                               k * (size_t)q->p.n, SRV_MAX_N);
+    for (size_t i = k; i-- > 0;) { /* the others first, into more[]; prompt 0 last, into prompt */
+        json_t *x = json_array_get(p, i);
+        if (!json_is_string(x) && !json_is_array(x))
+            return srv_bad_request(e, "prompt", NULL, "prompt[%zu] must be a string or an array of token ids, got %s", i,
+                                   json_kind(x));
+        free(q->prompt);
+        q->prompt = NULL;
+        if (parse_one_prompt(mc, x, q, e)) return -1;
+        if (i) q->more[i - 1] = q->prompt, q->more_n[i - 1] = q->n_prompt, q->prompt = NULL;
+    }
+    q->n_prompts = (int)k;
+    return 0;
+}
+
+static int parse_one_prompt(const srv_model_ctx *mc, json_t *p, srv_gen_req *q, srv_error *e)
+{
     if (json_is_string(p)) {
         if (json_string_length(p) == 0) return srv_bad_request(e, "prompt", NULL, "'prompt' is empty");
         if (tokenize_text(mc, json_string_value(p), json_string_length(p), false, "prompt", q, e)) return -1;
@@ -353,6 +374,14 @@ static int parse_prompt(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_
     return 0;
 }
 
+/* The longest prompt of a list: what the context rules are checked with. */
+static size_t longest_prompt(const srv_gen_req *q)
+{
+    size_t n = q->n_prompt;
+    for (int i = 1; i < q->n_prompts; i++) n = q->more_n[i - 1] > n ? q->more_n[i - 1] : n;
+    return n;
+}
+
 static int parse_completion_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e)
 {
     long long lp = -1;
@@ -361,6 +390,9 @@ static int parse_completion_fields(const srv_model_ctx *mc, json_t *o, srv_gen_r
     q->logprobs = given ? (int32_t)lp : -1;
     if (refuse_if_set(o, "suffix", e) || parse_prompt(mc, o, q, e)) return -1;
     json_t *p = field(o, "prompt");
+    bool echo = false;
+    if (q->n_prompts > 1 && !get_bool(o, "echo", &echo, e) && echo)
+        return srv_bad_request(e, "echo", "unsupported_parameter", "'echo' with a list of prompts is not supported");
     if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
     return srv_parse_echo(mc, o, json_string_value(p), json_is_string(p) ? json_string_length(p) : 0, q, e);
 }
@@ -469,22 +501,23 @@ static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q,
 static int fit_context(const srv_model_ctx *mc, srv_gen_req *q, srv_error *e)
 {
     const char *pp = q->kind == SRV_CHAT ? "messages" : "prompt";
+    const size_t n_prompt = longest_prompt(q);
     if (mc->kv_window) { /* the window drops old blocks: only max_tokens bounds a completion */
         if (!q->max_tokens_given)
             q->p.max_tokens = q->kind == SRV_CHAT || mc->completions_max_tokens <= 0 ? (int32_t)mc->n_ctx
                                                                                      : mc->completions_max_tokens;
         return 0;
     }
-    if (q->n_prompt >= mc->n_ctx)
+    if (n_prompt >= mc->n_ctx)
         return srv_bad_request(e, pp, "context_length_exceeded",
                                "This model's maximum context length is %u tokens, but the prompt has %zu tokens "
-                               "(at least one token must be left to generate)", mc->n_ctx, q->n_prompt);
-    uint32_t room = mc->n_ctx - (uint32_t)q->n_prompt;
+                               "(at least one token must be left to generate)", mc->n_ctx, n_prompt);
+    uint32_t room = mc->n_ctx - (uint32_t)n_prompt;
     if (q->max_tokens_given && (uint32_t)q->p.max_tokens > room)
         return srv_bad_request(e, "max_tokens", "context_length_exceeded",
                                "This model's maximum context length is %u tokens. However, you requested %zu tokens "
                                "(%zu in the prompt, %d for the completion)", mc->n_ctx,
-                               q->n_prompt + (size_t)q->p.max_tokens, q->n_prompt, q->p.max_tokens);
+                               n_prompt + (size_t)q->p.max_tokens, n_prompt, q->p.max_tokens);
     if (!q->max_tokens_given) {
         uint32_t def = q->kind == SRV_CHAT || mc->completions_max_tokens <= 0 ? room : (uint32_t)mc->completions_max_tokens;
         q->p.max_tokens = (int32_t)(def < room ? def : room);
@@ -515,6 +548,7 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
     memset(&q, 0, sizeof q);
     q.kind = kind;
     q.logprobs = -1;
+    q.n_prompts = 1;
     json_t *o = load_body(body, len, err);
     int rc = o ? 0 : -1;
     if (!rc) rc = parse_common(mc, o, &q, err);
@@ -542,6 +576,7 @@ void srv_gen_req_free(srv_gen_req *r)
     free(r->bias);
     free(r->stop_ids);
     free(r->echo);
+    for (int i = 0; i < SRV_MAX_N - 1; i++) free(r->more[i]);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     memset(r, 0, sizeof *r);
 }

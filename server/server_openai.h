@@ -90,6 +90,9 @@ typedef struct {
     int32_t *stop_ids;           /* stop_token_ids (malloc'd), p points at it */
     char *echo;                  /* completions "echo": the prompt's text (malloc'd), else NULL */
     size_t echo_len;
+    int n_prompts;               /* completions' prompt list: 1 + the prompts in more[] */
+    int32_t *more[SRV_MAX_N - 1]; /* prompts 1.. (malloc'd); prompt 0 is `prompt` */
+    size_t more_n[SRV_MAX_N - 1];
 } srv_gen_req;
 
 /* Parses and validates a request body for kind; renders chat messages with
@@ -97,6 +100,8 @@ typedef struct {
 int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, size_t len, srv_gen_req *out,
                       srv_error *err);
 void srv_gen_req_free(srv_gen_req *r);
+/* Choices of the answer: n x the prompts of a list. */
+static inline int32_t srv_gen_req_choices(const srv_gen_req *q) { return q->p.n * (q->n_prompts > 1 ? q->n_prompts : 1); }
 
 /* Field readers shared by the request parsers (server_openai.c): an absent
  * or null field leaves *out alone (*given false); a present one of the

@@ -98,7 +98,7 @@ int srv_sse_event(srv_sse *s, const pl_event *ev, srv_buf *out)
         s->failed = true;
         return srv_sse_error(out, &e);
     }
-    if (ev->index < 0 || ev->index >= s->q->p.n) return 0;
+    if (ev->index < 0 || ev->index >= srv_gen_req_choices(s->q)) return 0;
     if (s->q->echo && !s->echo_sent[ev->index]) {
         s->echo_sent[ev->index] = true;
         s->offset[ev->index] = srv_utf8_count(s->q->echo, s->q->echo_len);
