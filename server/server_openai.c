@@ -4,8 +4,8 @@
  * Validation follows the OpenAI API where it has a rule (types, ranges,
  * "top_logprobs needs logprobs") and refuses, rather than silently ignores,
  * the fields that would change the answer and that this server does not do
- * (suffix, tools, response_format other than text, images, several
- * prompts in one request, best_of other than n, echo with logprobs). Fields it does not know are ignored.
+ * (suffix, tools, response_format other than text, images, best_of
+ * other than n, echo with logprobs or with a prompt list). Fields it does not know are ignored.
  * null is the same as an absent field.
  *
  * Defaults chosen here (docs/server.md):

@@ -185,6 +185,25 @@ await check('api_echo', async () => {
   for await (const ch of await client.completions.create({ ...greedy, echo: true, stream: true })) chunks.push(ch.choices[0].text);
   return chunks.join('') === greedy.prompt + base ? null : `stream ${show(chunks.join(''))}`;
 });
+await check('api_prompt_list', async () => {
+  const prompts = ['Once upon a time', 'Tom had a big', 'The cat'];
+  const single = [];
+  for (const p of prompts) single.push(await client.completions.create({ ...greedy, prompt: p, max_tokens: 12 }));
+  const r = await client.completions.create({ ...greedy, prompt: prompts, max_tokens: 12, n: 2 });
+  if (r.choices.length !== 6) return `${r.choices.length} choices`;
+  for (const c of r.choices) {
+    const want = single[Math.floor(c.index / 2)].choices[0].text;
+    if (c.text !== want) return `choice ${c.index}: ${show(c.text)} != ${show(want)}`;
+  }
+  const pt = single.reduce((a, x) => a + x.usage.prompt_tokens, 0);
+  if (r.usage.prompt_tokens !== pt || r.usage.completion_tokens !== 72) return `usage ${show(r.usage)}, prompts ${pt}`;
+  const seen = new Set();
+  for await (const ch of await client.completions.create({ ...greedy, prompt: prompts, max_tokens: 12, stream: true }))
+    for (const c of ch.choices) seen.add(c.index);
+  return seen.size === 3 ? null : `stream indices ${[...seen]}`;
+});
+await check('api_prompt_list_too_many', () =>
+  expect400('prompt', () => client.completions.create({ ...greedy, prompt: Array(9).fill('a'), n: 2 })));
 await check('api_best_of_equal_n_accepted', async () => {
   const r = await client.completions.create({ ...greedy, best_of: 1, n: 1 });
   return r.choices[0].text === base ? null : `text ${show(r.choices[0].text)}`;
