@@ -437,7 +437,13 @@ typedef struct {
                                  * norm, before the LM head) pooled as pl_model_pooling says and
                                  * L2-normalised; one DONE event (finish_reason "stop", completion_tokens
                                  * 0), then pl_request_embedding; sampling fields are ignored */
+    bool prompt_logprobs;       /* before its first token, each completion gets one PL_EV_PROMPT event per
+                                 * prompt token: its logprob given the tokens before it (NAN for the
+                                 * first) and max(top_logprobs, 0) alternatives; the prompt is run without
+                                 * prefix-cache hits, in chunks of at most PL_PROMPT_LOGPROBS_CHUNK tokens */
 } pl_request_params;
+
+#define PL_PROMPT_LOGPROBS_CHUNK 64
 
 #define PL_MAX_STOP_TOKEN_IDS 64
 
@@ -445,6 +451,7 @@ typedef enum {
     PL_EV_TOKEN = 0, /* a generated token (text may be empty while UTF-8 or a stop string is pending) */
     PL_EV_DONE,      /* completion `index` finished; finish_reason and usage are set */
     PL_EV_ERROR,     /* the request failed; message holds why; no more events */
+    PL_EV_PROMPT,    /* prompt_logprobs: prompt token `token` (in order) with logprob and top_* */
 } pl_event_kind;
 
 typedef struct {

@@ -638,6 +638,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             fprintf(stderr, "pagellm serve: %s %d, connection ended early (%s) after %.3f s\n", c->what, c->status,
                     c->gone ? "client went away" : "closed", now_s() - c->t0);
     }
+    srv_sse_free(&c->sse);
     srv_gen_req_free(&c->q);
     srv_buf_free(&c->body);
     srv_buf_free(&c->out);

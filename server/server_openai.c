@@ -646,7 +646,10 @@ static int result_token(srv_result *r, const srv_gen_req *q, const srv_tokens *t
     if (q->logprobs < 0) return 0;
     (void)r;
     if (!c->lp) c->lp = q->kind == SRV_CHAT ? json_array() : srv_lp_completion_new();
-    if (!c->offset && q->echo) c->offset = srv_utf8_count(q->echo, q->echo_len);
+    /* echo: offsets go on after the prompt - its token strings' when they were listed (vLLM's
+     * count), else the echoed text's */
+    if (!c->gen_started && q->echo && !q->p.prompt_logprobs) c->offset = srv_utf8_count(q->echo, q->echo_len);
+    c->gen_started = true;
     if (!c->lp) return PL_ERR_NOMEM;
     if (q->kind == SRV_CHAT) return json_array_append_new(c->lp, srv_lp_chat_item(t, ev)) ? PL_ERR_NOMEM : 0;
     return srv_lp_completion_add(c->lp, t, ev, &c->offset);
@@ -662,6 +665,10 @@ int srv_result_add(srv_result *r, const srv_gen_req *q, const srv_tokens *t, con
     if (ev->index < 0 || ev->index >= r->n) return 0; /* not ours: ignore rather than trust */
     srv_choice *c = &r->ch[ev->index];
     if (ev->kind == PL_EV_TOKEN) return result_token(r, q, t, ev, c);
+    if (ev->kind == PL_EV_PROMPT) { /* echo + logprobs: the prompt's tokens first */
+        if (!c->lp && !(c->lp = srv_lp_completion_new())) return PL_ERR_NOMEM;
+        return srv_lp_prompt_add(c->lp, t, ev, &c->offset);
+    }
     if (srv_buf_add(&c->text, ev->text, ev->text_len)) return PL_ERR_NOMEM;
     if (!c->finish) r->n_done++;
     c->finish = ev->finish_reason ? ev->finish_reason : "stop";

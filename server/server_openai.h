@@ -116,6 +116,10 @@ int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, s
  * presence_penalty, frequency_penalty, logit_bias, min_tokens,
  * stop_token_ids, best_of - into q (q->p.n and max_tokens already set). */
 int srv_parse_sampling_extras(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e);
+/* Appends one prompt token (a PL_EV_PROMPT event) to a completions
+ * logprobs object; the first prompt token's logprob and alternatives are
+ * null. *offset advances by the token string's code points. */
+int srv_lp_prompt_add(json_t *lp, const srv_tokens *t, const pl_event *ev, size_t *offset);
 /* Completions "echo": q->echo gets the prompt's text (call after the
  * prompt is parsed; text is the prompt string, or NULL for token ids). */
 int srv_parse_echo(const srv_model_ctx *mc, json_t *o, const char *text, size_t len, srv_gen_req *q, srv_error *e);
@@ -129,6 +133,7 @@ typedef struct {
     json_t *lp;          /* logprobs: completions {tokens, token_logprobs, top_logprobs,
                           * text_offset}; chat: the content array */
     size_t offset;       /* completions: code points of token strings so far (text_offset) */
+    bool gen_started;    /* a generated token came (its offsets start after the echoed prompt) */
 } srv_choice;
 
 typedef struct {

@@ -12,9 +12,12 @@
  * - min_tokens: end-of-generation, stop_token_ids and stop strings wait
  *   until that many tokens are generated;
  * - best_of is accepted only equal to n (nothing is generated to be
- *   thrown away).
+ *   thrown away);
+ * - echo with logprobs adds the prompt's tokens to the logprobs (the first
+ *   one's logprob and alternatives null, as OpenAI and vLLM answer).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,14 +104,30 @@ int srv_parse_sampling_extras(const srv_model_ctx *mc, json_t *o, srv_gen_req *q
     return 0;
 }
 
+int srv_lp_prompt_add(json_t *lp, const srv_tokens *t, const pl_event *ev, size_t *offset)
+{
+    const char *s = srv_token_str(t, ev->token);
+    const bool first = isnan(ev->logprob); /* the first prompt token has no logprob (null, as OpenAI) */
+    json_t *top = first ? json_null() : json_object();
+    for (int32_t i = 0; !first && top && i < ev->n_top; i++)
+        json_object_set_new(top, srv_token_str(t, ev->top_ids[i]),
+                            json_real(isfinite(ev->top_logprobs[i]) ? ev->top_logprobs[i] : -9999.0));
+    int rc = 0;
+    rc |= json_array_append_new(json_object_get(lp, "tokens"), json_string(s));
+    rc |= json_array_append_new(json_object_get(lp, "token_logprobs"),
+                                first ? json_null() : json_real(isfinite(ev->logprob) ? ev->logprob : -9999.0));
+    rc |= json_array_append_new(json_object_get(lp, "top_logprobs"), top ? top : json_null());
+    rc |= json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)*offset));
+    *offset += srv_utf8_count(s, strlen(s));
+    return rc ? PL_ERR_NOMEM : 0;
+}
+
 int srv_parse_echo(const srv_model_ctx *mc, json_t *o, const char *text, size_t len, srv_gen_req *q, srv_error *e)
 {
     bool echo = false;
     if (srv_get_bool(o, "echo", &echo, e)) return -1;
     if (!echo) return 0;
-    if (q->logprobs >= 0)
-        return srv_bad_request(e, "echo", "unsupported_parameter",
-                               "'echo' together with 'logprobs' (the prompt's logprobs) is not supported");
+    q->p.prompt_logprobs = q->logprobs >= 0; /* echo + logprobs: the prompt's tokens get logprobs too */
     if (text) {
         if (!(q->echo = malloc(len + 1))) return srv_bad_request(e, NULL, NULL, "out of memory");
         memcpy(q->echo, text, len);

@@ -99,6 +99,10 @@ TEST(echo_and_prompt_lists)
     srv_error e;
     CHECK_EQ_INT(parse("{\"prompt\":\"Once upon\",\"echo\":true}", &q, &e), 200);
     CHECK_STR(q.echo, "Once upon");
+    CHECK(!q.p.prompt_logprobs);
+    srv_gen_req_free(&q);
+    CHECK_EQ_INT(parse("{\"prompt\":\"Once upon\",\"echo\":true,\"logprobs\":2}", &q, &e), 200);
+    CHECK(q.p.prompt_logprobs && q.p.top_logprobs == 2);
     srv_gen_req_free(&q);
     CHECK_EQ_INT(parse("{\"prompt\":[1,403,407],\"echo\":true}", &q, &e), 200);
     CHECK(q.echo && q.echo_len > 0);

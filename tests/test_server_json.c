@@ -201,7 +201,6 @@ TEST(completion_request_rejects)
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"stop\":[\"a\",1]}", "stop", "must be strings"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logprobs\":21}", "logprobs", "between 0 and 20"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logprobs\":true}", "logprobs", "must be an integer"));
-    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"echo\":true,\"logprobs\":1}", "echo", "not supported"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"],\"echo\":true}", "echo", "list of prompts"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logit_bias\":{\"x1\":5}}", "logit_bias", "not a token id"));
     /* a prompt filling the context leaves no room */

@@ -92,8 +92,11 @@ static bool eng_run_step(pl_engine *e)
     e->m.steps++;
     const double now = eng_now(), c0 = e->prof ? eng_cpu_now() : 0;
     const uint64_t gen0 = e->m.generated_tokens;
-    for (int i = 0; i < s->n_items; i++)
-        if (s->items[i].logits) eng_on_logits(e, s->planned[i], s->items[i].logits, now);
+    for (int i = 0; i < s->n_items; i++) {
+        const rt_item *it = &s->items[i];
+        if (it->all) eng_prompt_rows(e, s->planned[i], it->logits, it->n, now); /* prompt logprobs */
+        else if (it->logits) eng_on_logits(e, s->planned[i], it->logits, now);
+    }
     eng_sweep(e, now); /* sequences of requests that failed while sampling */
     if (e->prof) {
         e->pf.emit += eng_cpu_now() - c0;

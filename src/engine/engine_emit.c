@@ -263,9 +263,43 @@ static void eng_embed_done(pl_engine *e, sched_seq *q, double now)
     sched_remove(&e->sc, q);
 }
 
+void eng_prompt_rows(pl_engine *e, sched_seq *q, const float *rows, uint32_t n, double now)
+{
+    pl_request *r = q->r;
+    const uint32_t nv = e->lim.n_vocab, from = q->n_done - n;
+    assert(r->plp && q->n_done >= n);
+    /* row j holds the logits after token from + j: they predict token from + j + 1 */
+    for (uint32_t j = 0; j < n; j++) {
+        const uint32_t t = from + j + 1;
+        if (t >= r->n_prompt) break;
+        sample_logprobs(rows + (size_t)j * nv, nv, r->prompt[t], r->plp_k, &r->plp_lp[t], r->plp_ids + (size_t)t * r->plp_k,
+                        r->plp_top + (size_t)t * r->plp_k, &r->plp_n[t]);
+    }
+    if (q->n_done == sched_total(q)) eng_on_logits(e, q, rows + (size_t)(n - 1) * nv, now);
+}
+
+/* The PL_EV_PROMPT events of every completion, once, before its first token. */
+static void eng_prompt_events(pl_engine *e, pl_request *r)
+{
+    if (!r->plp || r->plp_sent) return;
+    r->plp_sent = true;
+    for (int32_t c = 0; c < r->n; c++)
+        for (uint32_t t = 0; t < r->n_prompt; t++) {
+            eng_out *o = eng_event(e, r, PL_EV_PROMPT, c);
+            o->ev.token = r->prompt[t];
+            o->ev.logprob = t ? r->plp_lp[t] : NAN;
+            o->ev.n_top = t ? r->plp_n[t] : 0;
+            for (int32_t k = 0; k < o->ev.n_top; k++) {
+                o->ev.top_ids[k] = r->plp_ids[(size_t)t * r->plp_k + k];
+                o->ev.top_logprobs[k] = r->plp_top[(size_t)t * r->plp_k + k];
+            }
+        }
+}
+
 void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now)
 {
     if (q->r->failed) return;
+    eng_prompt_events(e, q->r);
     if (q->r->embed) {
         eng_embed_done(e, q, now);
         return;

@@ -105,6 +105,11 @@ static void req_destroy(pl_request *r)
     free(r->stop_ids);
     free(r->ban);
     free(r->embd);
+    free(r->plp_rows);
+    free(r->plp_lp);
+    free(r->plp_ids);
+    free(r->plp_top);
+    free(r->plp_n);
     free(r->q);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -157,6 +162,22 @@ static int req_ids_init(pl_request *r, const pl_request_params *p, const req_lim
     return 0;
 }
 
+/* prompt_logprobs: one chunk's logits and the figures of every prompt token. */
+static int req_plp_init(pl_request *r, const pl_request_params *p, const req_limits *lim)
+{
+    const size_t np = r->n_prompt;
+    r->plp = true;
+    r->plp_k = p->top_logprobs > 0 ? p->top_logprobs : 0;
+    r->plp_rows = mem_calloc((size_t)PL_PROMPT_LOGPROBS_CHUNK * lim->n_vocab, sizeof *r->plp_rows);
+    r->plp_lp = mem_calloc(np, sizeof *r->plp_lp);
+    r->plp_ids = mem_calloc(np * (size_t)r->plp_k + 1, sizeof *r->plp_ids);
+    r->plp_top = mem_calloc(np * (size_t)r->plp_k + 1, sizeof *r->plp_top);
+    r->plp_n = mem_calloc(np, sizeof *r->plp_n);
+    if (!r->plp_rows || !r->plp_lp || !r->plp_ids || !r->plp_top || !r->plp_n)
+        return err_set(PL_ENOMEM, "request: out of memory for prompt logprobs");
+    return 0;
+}
+
 bool req_is_stop_id(const pl_request *r, int32_t tok)
 {
     for (uint32_t i = 0; i < r->n_stop_ids; i++)
@@ -194,6 +215,7 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     if (!rc) rc = req_ids_init(r, p, lim);
     if (!rc && p->embed && !(r->embd = mem_calloc(lim->dim, sizeof *r->embd)))
         rc = err_set(PL_ENOMEM, "request: out of memory");
+    if (!rc && p->prompt_logprobs && !p->embed) rc = req_plp_init(r, p, lim);
     for (int32_t i = 0; !rc && i < p->n; i++) rc = req_comp_init(r, &r->comp[i], i, p, lim);
     if (rc) { req_destroy(r); return rc; }
     *out = r;

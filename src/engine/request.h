@@ -89,6 +89,14 @@ struct pl_request {
     uint32_t dim;
     float *embd;          /* [dim] the pooled sum while running; the normalised vector once done
                            * (written by the engine thread before the final event) */
+    bool plp;             /* prompt_logprobs */
+    int32_t plp_k;        /* alternatives per prompt token */
+    bool plp_sent;        /* the PL_EV_PROMPT events are queued (engine thread) */
+    float *plp_rows;      /* [PL_PROMPT_LOGPROBS_CHUNK x n_vocab] one chunk's logits */
+    float *plp_lp;        /* [n_prompt] logprob of prompt token i given those before (NAN for 0) */
+    int32_t *plp_ids;     /* [n_prompt x plp_k] alternatives */
+    float *plp_top;       /* [n_prompt x plp_k] */
+    int32_t *plp_n;       /* [n_prompt] alternatives written */
     bool embd_ready;      /* embd is final: set by the engine thread before the final event is
                            * queued, read by the caller under mu after it */
     uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1); n_prompt + max_tokens with a window */

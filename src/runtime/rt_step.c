@@ -13,6 +13,7 @@
  */
 #include "runtime/rt_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -68,7 +69,12 @@ int rt_run(rt_ctx *c, const rt_run_item *it, int n_items)
     fwd_batch b = {t, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, n_items, c->b_lidx, n_logits};
     /* a lone all-logits item takes its rows straight into the caller's buffer */
     const bool direct = n_items == 1 && it[0].all;
-    rc = model_forward(c->m, c->fs, &c->pool, &b, direct ? it[0].logits : c->b_logits);
+    if (!direct && (uint32_t)n_logits > c->b_logits_rows) { /* all-logits items beside others (prompt logprobs) */
+        float *l = realloc(c->b_logits, (size_t)n_logits * c->m->cfg.n_vocab * sizeof *l);
+        if (!l) rc = err_set(PL_ENOMEM, "out of memory for %d rows of logits", n_logits);
+        else c->b_logits = l, c->b_logits_rows = (uint32_t)n_logits;
+    }
+    if (!rc) rc = model_forward(c->m, c->fs, &c->pool, &b, direct ? it[0].logits : c->b_logits);
     if (rc) {
         for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
         return rc;
@@ -76,8 +82,11 @@ int rt_run(rt_ctx *c, const rt_run_item *it, int n_items)
     for (int i = 0; i < n_items; i++) it[i].s->stage_end = it[i].from + it[i].n;
     const size_t nv = c->m->cfg.n_vocab;
     if (direct) return 0;
-    for (int i = 0, l = 0; i < n_items; i++)
-        if (it[i].logits) memcpy(it[i].logits, c->b_logits + (size_t)l++ * nv, nv * sizeof(float));
+    for (int i = 0, l = 0; i < n_items; i++) {
+        const uint32_t rows = it[i].all ? it[i].n : it[i].logits ? 1 : 0;
+        if (rows) memcpy(it[i].logits, c->b_logits + (size_t)l * nv, rows * nv * sizeof(float));
+        l += (int)rows;
+    }
     return 0;
 }
 
@@ -128,7 +137,8 @@ int rt_step(rt_ctx *c, const rt_item *items, int n_items)
             if (items[j].seq == items[i].seq) return err_set(PL_EINVAL, "rt_step: sequence %d twice", items[i].seq);
         total += items[i].n;
         it[i] = (rt_run_item){.s = s, .from = s->n_tokens, .n = items[i].n, .logits = items[i].logits,
-                              .pool = items[i].pool, .pool_kind = items[i].pool_kind};
+                              .all = items[i].all && items[i].logits, .pool = items[i].pool,
+                              .pool_kind = items[i].pool_kind};
     }
     if (total > c->p.max_batch) return err_set(PL_EINVAL, "rt_step: %u tokens > max_batch %u", total, c->p.max_batch);
     /* A window drop is a complete change on its own (the sequence stays

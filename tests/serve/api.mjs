@@ -209,7 +209,25 @@ await check('api_best_of_equal_n_accepted', async () => {
   return r.choices[0].text === base ? null : `text ${show(r.choices[0].text)}`;
 });
 await check('api_best_of_refused', () => expect400('best_of', () => client.completions.create({ ...greedy, best_of: 3 })));
-await check('api_echo_logprobs_refused', () => expect400('echo', () => client.completions.create({ ...greedy, echo: true, logprobs: 1 })));
+await check('api_echo_logprobs', async () => {
+  // the prompt's tokens come first in logprobs (the first with null), then the generated ones,
+  // whose logprobs are those of the same request without echo
+  const plain = await client.completions.create({ ...greedy, max_tokens: 6, logprobs: 2 });
+  const r = await client.completions.create({ ...greedy, max_tokens: 6, logprobs: 2, echo: true });
+  const lp = r.choices[0].logprobs, np = r.usage.prompt_tokens;
+  if (r.choices[0].text !== greedy.prompt + plain.choices[0].text) return `text ${show(r.choices[0].text)}`;
+  if (lp.tokens.length !== np + 6 || lp.token_logprobs[0] !== null || lp.top_logprobs[0] !== null) return `logprobs ${show(lp)}`;
+  if (!lp.token_logprobs.slice(1).every((x) => typeof x === 'number' && x <= 0)) return `values ${show(lp.token_logprobs)}`;
+  const gen = lp.token_logprobs.slice(np), want = plain.choices[0].logprobs.token_logprobs;
+  if (gen.some((x, i) => Math.abs(x - want[i]) > 1e-5)) return `generated ${show(gen)} != ${show(want)}`;
+  if (!lp.text_offset.every((x, i) => i === 0 || x >= lp.text_offset[i - 1])) return `offsets ${show(lp.text_offset)}`;
+  const chunks = [];
+  for await (const ch of await client.completions.create({ ...greedy, max_tokens: 6, logprobs: 2, echo: true, stream: true }))
+    chunks.push(ch.choices[0]);
+  const first = chunks[0];
+  return first.text === greedy.prompt && first.logprobs && first.logprobs.tokens.length === np ? null
+    : `first chunk ${show(first)}`;
+});
 await check('api_bad_logit_bias', () => expect400('logit_bias', () => client.completions.create({ ...greedy, logit_bias: { abc: 1 } })));
 await check('api_bad_logit_bias_value', () => expect400('logit_bias', () => client.completions.create({ ...greedy, logit_bias: { 5: 101 } })));
 await check('api_bad_frequency_penalty', () => expect400('frequency_penalty', () => client.completions.create({ ...greedy, frequency_penalty: 3 })));
