@@ -46,7 +46,7 @@ struct pl_sampler {
     int32_t n_vocab;
     uint64_t rng[4];
     cand *c;        /* [n_vocab] candidates, best first after a selection */
-    float *l;       /* [n_vocab] penalised logits (used only with a penalty) */
+    float *l;       /* [n_vocab] biased, penalised, banned logits (only when one applies) */
     float *w;       /* [n_vocab] temperature-only weights */
     uint8_t *seen;  /* [n_vocab] repetition-penalty marks */
     uint32_t *count; /* [n_vocab] presence/frequency counts, all zero between calls */
