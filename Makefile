@@ -154,7 +154,7 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 
 # each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
 # the model's config and tensor binding (it links the kernels from LIBPL),
-# the server's request JSON, the command-line flags, the GBNF
+# the server's request JSON and other request parsers, the command-line flags, the GBNF
 # parser/matcher, the JSON-schema compiler
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
@@ -165,6 +165,7 @@ fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) cli
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) grammar
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) schema
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) server
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -38,6 +38,8 @@ typedef struct {
     uint64_t max_body;
     const char *api_key, *api_key_file, *metrics_key;
     srv_keys api_keys, metrics_keys; /* what http.api_keys / metrics_keys point to */
+    cli_strs cors_flags;             /* --cors-origin, as given */
+    srv_cors cors;                   /* what http.cors points to */
 } serve_opts;
 
 #define SEED_UNSET UINT64_MAX /* --seed not given: each request without a seed gets a random one */
@@ -108,6 +110,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {"no-prefix-cache", 0, CLI_FLAG, &o->no_prefix_cache, 0, 0, NULL, "do not reuse cached prompt blocks across requests"},
         {"prefix-order", 0, CLI_FLAG, &o->prefix_order, 0, 0, NULL, "schedule waiting requests with the longest cached prefix first"},
         {"verbose", 'v', CLI_FLAG, &o->http.verbose, 0, 0, NULL, "log every request on stderr"},
+        {"cors-origin", 0, CLI_STRS, &o->cors_flags, 0, 0, "ORIGIN", "browser origins allowed to read answers (repeatable or a comma list; default *: any)"},
         {0},
     };
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
@@ -123,6 +126,10 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         return 2;
     }
     o->http.max_body = o->max_body;
+    char err[300];
+    for (int i = 0; i < o->cors_flags.n; i++)
+        if (srv_cors_add(&o->cors, o->cors_flags.v[i], err, sizeof err)) { cli_error("serve", "%s", err); return 2; }
+    o->http.cors = &o->cors;
     return serve_keys(o);
 }
 
@@ -251,6 +258,7 @@ int cmd_serve(int argc, char **argv)
     if (rc) {
         srv_keys_free(&o.api_keys);
         srv_keys_free(&o.metrics_keys);
+        srv_cors_free(&o.cors);
         return rc < 0 ? 0 : rc;
     }
     /* Block the stop signals before any thread starts, so that every
@@ -265,5 +273,6 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     srv_keys_free(&o.api_keys);
     srv_keys_free(&o.metrics_keys);
+    srv_cors_free(&o.cors);
     return rc;
 }

@@ -81,8 +81,9 @@ int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp)
 
 int gen_opts_sampler_params(const gen_opts *o, pl_sampler_params *sp)
 {
-    *sp = (pl_sampler_params){(float)o->temp, o->top_k, (float)o->top_p, (float)o->min_p,
-                              (float)o->repeat_penalty, o->repeat_last_n, o->seed};
+    *sp = (pl_sampler_params){.temperature = (float)o->temp, .top_k = o->top_k, .top_p = (float)o->top_p,
+                              .min_p = (float)o->min_p, .repeat_penalty = (float)o->repeat_penalty,
+                              .repeat_last_n = o->repeat_last_n, .seed = o->seed};
     return 0;
 }
 

@@ -219,6 +219,13 @@ uint32_t pl_model_n_ctx_train(const pl_model *m);
 uint32_t pl_model_sliding_window(const pl_model *m);
 /* tokenizer.chat_template, NUL-terminated copy owned by the model, or NULL. */
 const char *pl_model_chat_template(const pl_model *m);
+/* The width of the model's hidden state (<arch>.embedding_length): the
+ * length of its embeddings. */
+uint32_t pl_model_n_embd(const pl_model *m);
+/* How embeddings pool the tokens' hidden states: <arch>.pooling_type as
+ * llama.cpp numbers it; absent or "none" (0) gives mean. */
+typedef enum { PL_POOL_MEAN = 1, PL_POOL_CLS = 2, PL_POOL_LAST = 3, PL_POOL_RANK = 4 } pl_pooling;
+pl_pooling pl_model_pooling(const pl_model *m);
 /* Bytes of weights one decode step reads: every layer's tensors (of a
  * mixture-of-experts layer the router, the shared expert and the k experts
  * a token chooses, of average size), the final norm and the output matrix,
@@ -356,7 +363,22 @@ typedef struct {
     float repeat_penalty;  /* 1: off */
     int32_t repeat_last_n; /* tokens of history the penalty looks at */
     uint64_t seed;
+    /* OpenAI's penalties over the GENERATED tokens (history past n_prompt,
+     * pl_sampler_sample_gen; all of the history for pl_sampler_sample):
+     * logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty.
+     * -2..2; 0: off. */
+    float presence_penalty;
+    float frequency_penalty;
+    /* Added to the logits before anything else (copied by pl_sampler_new):
+     * -100..100; -100 bans the token. Ids must be below n_vocab. */
+    const struct pl_logit_bias *logit_bias;
+    size_t n_logit_bias;
 } pl_sampler_params;
+
+typedef struct pl_logit_bias {
+    int32_t token;
+    float bias;
+} pl_logit_bias;
 
 /* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty. */
 void pl_sampler_params_default(pl_sampler_params *p);
@@ -368,6 +390,12 @@ void pl_sampler_free(pl_sampler *s);
 /* Picks a token from logits (n_vocab; not modified); history feeds the
  * repetition penalty. Deterministic for a given seed and call sequence. */
 int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *history, size_t n_history);
+/* The same, with history[0..n_prompt) the prompt (the repetition penalty
+ * sees it, presence/frequency penalties do not) and the ids ban[0..n_ban)
+ * never picked (min_tokens: end-of-generation ids); if every token is
+ * banned or biased away, the best banned one is returned. */
+int32_t pl_sampler_sample_gen(pl_sampler *s, const float *logits, const int32_t *history, size_t n_history,
+                              size_t n_prompt, const int32_t *ban, size_t n_ban);
 
 /* ---------------------------------------------------- structured output */
 
@@ -475,12 +503,30 @@ typedef struct {
     const char *grammar;        /* GBNF constraining every completion (compiled at submit; a bad
                                  * one is PL_ERR_INVAL with its line:column), NULL: none. With a
                                  * grammar, logprobs are those of the masked distribution. */
+    int32_t min_tokens;         /* 0..max_tokens: until this many tokens are generated, end-of-generation
+                                 * and stop_token_ids cannot be sampled and stop strings are not looked for */
+    const int32_t *stop_token_ids; /* sampling one ends the completion ("stop"; not emitted), copied */
+    size_t n_stop_token_ids;    /* <= PL_MAX_STOP_TOKEN_IDS */
+    bool embed;                 /* an embedding, not a generation: the prompt (n 1, <= the context) is run
+                                 * without prefix-cache hits, its final hidden states (after the output
+                                 * norm, before the LM head) pooled as pl_model_pooling says and
+                                 * L2-normalised; one DONE event (finish_reason "stop", completion_tokens
+                                 * 0), then pl_request_embedding; sampling fields are ignored */
+    bool prompt_logprobs;       /* before its first token, each completion gets one PL_EV_PROMPT event per
+                                 * prompt token: its logprob given the tokens before it (NAN for the
+                                 * first) and max(top_logprobs, 0) alternatives; the prompt is run without
+                                 * prefix-cache hits, in chunks of at most PL_PROMPT_LOGPROBS_CHUNK tokens */
 } pl_request_params;
+
+#define PL_PROMPT_LOGPROBS_CHUNK 64
+
+#define PL_MAX_STOP_TOKEN_IDS 64
 
 typedef enum {
     PL_EV_TOKEN = 0, /* a generated token (text may be empty while UTF-8 or a stop string is pending) */
     PL_EV_DONE,      /* completion `index` finished; finish_reason and usage are set */
     PL_EV_ERROR,     /* the request failed; message holds why; no more events */
+    PL_EV_PROMPT,    /* prompt_logprobs: prompt token `token` (in order) with logprob and top_* */
 } pl_event_kind;
 
 typedef struct {
@@ -517,6 +563,10 @@ void pl_request_free(pl_request *r);
 /* The engine-wide id of the request (>= 1, increasing with submission), as
  * the owners in pl_engine_kv_json name it. */
 uint64_t pl_request_id(const pl_request *r);
+/* An embed request's vector after its DONE event: copies pl_model_n_embd
+ * floats to out (cap >= that). PL_ERR_INVAL if r is not an embed request,
+ * not done, or cap is short. */
+int pl_request_embedding(pl_request *r, float *out, size_t cap);
 
 #define PL_HIST_BUCKETS 16
 

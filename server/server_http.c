@@ -24,7 +24,7 @@
  * and 1.1 505, a malformed request line, header or chunk 400, a chunk
  * size too large 413); docs/security.md lists them.
  *
- * Invariant: conn.r, once submitted, is freed only in on_completed, which
+ * Invariant: conn.rs, once submitted, is freed only in on_completed, which
  * MHD calls exactly once per request it presented to on_request, after the
  * content reader's last call.
  */
@@ -46,15 +46,19 @@
 
 #include "server_guard.h"
 #include "server_metrics.h"
+#include "server_reqs.h"
 #include "server_sse.h"
 #include "server_web.h"
+#include "server_embed.h"
+#include "server_tokenize.h"
 
 #define SRV_POLL_MS 100                 /* how often a waiting generation looks at its client */
 #define SRV_KEEPALIVE_S 15.0            /* an idle stream sends an SSE comment this often */
 #define SRV_THREAD_STACK (1024 * 1024)  /* per connection thread: the handlers use a few KiB */
 #define SRV_SSE_BATCH 8192              /* stream bytes gathered before a write when events come fast */
 
-enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_WEB, R_COMPLETIONS, R_CHAT };
+/* Routes from R_COMPLETIONS on take POST. */
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_WEB, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS };
 
 struct srv {
     struct MHD_Daemon *d;
@@ -86,7 +90,7 @@ typedef struct {
     size_t oom_pos;        /* bytes of that error frame sent */
     srv_buf body;
     srv_gen_req q;
-    pl_request *r;         /* submitted request, or NULL */
+    srv_reqs rs;           /* the submitted engine requests (one per prompt), rs.n = 0 before */
     bool active;           /* counted in s->active */
     bool gone;             /* the client went away (counted once) */
     double t_watch;        /* when to look at the client next (watch_due) */
@@ -137,6 +141,17 @@ static enum MHD_Result reply_oom(conn_ctx *c)
     return reply_oom_conn(c->s, c->conn);
 }
 
+/* Access-Control-Allow-Origin (and Vary when it depends on Origin). */
+static void cors_headers(conn_ctx *c, struct MHD_Response *r)
+{
+    static const srv_cors any = {.any = true};
+    const srv_cors *cors = c->s->cfg.cors ? c->s->cfg.cors : &any;
+    const char *origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Origin");
+    const char *allow = srv_cors_allow(cors, origin);
+    if (allow) MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    if (!cors->any && cors->n) MHD_add_response_header(r, "Vary", "Origin");
+}
+
 /* Queues body (malloc'd; owned from here on) as the answer; NULL (making
  * it ran out of memory) answers reply_oom's. */
 static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *body, const char *allow)
@@ -149,6 +164,7 @@ static enum MHD_Result reply(conn_ctx *c, int status, const char *ctype, char *b
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 429) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    cors_headers(c, r);
     if (c->close || atomic_load(&c->s->quiescing)) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -176,6 +192,7 @@ static int route_of(const char *url)
     static const struct { const char *path; int route; } t[] = {
         {"/health", R_HEALTH}, {"/metrics", R_METRICS}, {"/v1/models", R_MODELS}, {"/v1/kv", R_KV},
         {"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
+        {"/tokenize", R_TOKENIZE}, {"/detokenize", R_DETOKENIZE}, {"/v1/embeddings", R_EMBEDDINGS},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(url, t[i].path) == 0) return t[i].route;
@@ -279,6 +296,38 @@ static bool over_limit(conn_ctx *c, srv_error *e)
     }
 }
 
+/* An OPTIONS request (a CORS preflight): no key needed, no body read. */
+static enum MHD_Result preflight(conn_ctx *c)
+{
+    static const srv_cors any = {.any = true};
+    const srv_cors *cors = c->s->cfg.cors ? c->s->cfg.cors : &any;
+    const char *origin = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Origin");
+    if (origin && !srv_cors_allow(cors, origin)) {
+        srv_error e;
+        srv_error_set(&e, 403, "invalid_request_error", NULL, "cors_origin_not_allowed",
+                      "the origin '%.100s' is not allowed (--cors-origin)", origin);
+        return reply_error(c, &e, NULL);
+    }
+    char methods[64], hdrs[1200];
+    snprintf(methods, sizeof methods, "%s, OPTIONS", route_allow(c->route));
+    srv_cors_allow_headers(MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers"),
+                           hdrs, sizeof hdrs);
+    char *body = strdup("");
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, methods);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", hdrs);
+    MHD_add_response_header(r, "Access-Control-Max-Age", SRV_CORS_MAX_AGE);
+    cors_headers(c, r);
+    enum MHD_Result ret = MHD_queue_response(c->conn, 204, r);
+    MHD_destroy_response(r);
+    c->status = 204;
+    count(c->s, 204);
+    return ret;
+}
+
 /* The first call: everything that can be refused from the headers alone. */
 static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *method)
 {
@@ -292,6 +341,7 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
         srv_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no such endpoint: %s %s", method, url);
         return reply_error(c, &e, NULL);
     }
+    if (strcmp(method, "OPTIONS") == 0) return preflight(c);
     if (!method_ok(c->route, method)) {
         srv_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s %s is not allowed (allowed: %s)",
                       method, url, route_allow(c->route));
@@ -323,10 +373,17 @@ static enum MHD_Result on_headers(conn_ctx *c, const char *url, const char *meth
 
 /* --------------------------------------------------------- GET handlers */
 
+/* OpenAI's model object, vLLM's max_model_len, and llama-server's "meta"
+ * (n_ctx is the context a request gets, n_ctx_train the file's). */
 static json_t *model_obj(const srv *s)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", s->model, "object", "model", "created", (json_int_t)s->created,
-                     "owned_by", "pagellm", "max_model_len", (json_int_t)s->mc->n_ctx);
+    const pl_model *m = s->mc->model;
+    json_t *meta = json_pack("{s:I, s:I, s:I, s:I, s:b}", "n_ctx", (json_int_t)s->mc->n_ctx, "n_ctx_train",
+                             (json_int_t)pl_model_n_ctx_train(m), "n_vocab", (json_int_t)pl_model_n_vocab(m), "n_embd",
+                             (json_int_t)pl_model_n_embd(m), "chat_template", pl_model_chat_template(m) != NULL);
+    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:o}", "id", s->model, "object", "model", "created",
+                     (json_int_t)s->created, "owned_by", "pagellm", "max_model_len", (json_int_t)s->mc->n_ctx, "meta",
+                     meta);
 }
 
 static enum MHD_Result handle_model(conn_ctx *c, const char *url)
@@ -416,10 +473,10 @@ static bool client_closed(struct MHD_Connection *conn)
  * stop serving it). */
 static bool watch(conn_ctx *c)
 {
-    if (atomic_load(&c->s->aborting)) pl_request_cancel(c->r);
+    if (atomic_load(&c->s->aborting)) srv_reqs_cancel(&c->rs);
     if (c->gone || !client_closed(c->conn)) return c->gone;
     c->gone = true;
-    pl_request_cancel(c->r);
+    srv_reqs_cancel(&c->rs);
     atomic_fetch_add(&c->s->disconnects, 1);
     return true;
 }
@@ -438,10 +495,10 @@ static enum MHD_Result run_blocking(conn_ctx *c, const char *id)
 {
     srv *s = c->s;
     srv_result res;
-    srv_result_init(&res, c->q.p.n);
+    srv_result_init(&res, srv_gen_req_choices(&c->q));
     pl_event ev;
     int rc, nomem = 0;
-    while ((rc = pl_request_next(c->r, &ev, SRV_POLL_MS)) != 2 && rc >= 0) {
+    while ((rc = srv_reqs_next(&c->rs, &ev, SRV_POLL_MS)) != 2 && rc >= 0) {
         if (rc == 1) nomem |= srv_result_add(&res, &c->q, s->tok, &ev) != 0;
         if (watch_due(c)) { srv_result_free(&res); return MHD_NO; } /* MHD closes the connection */
     }
@@ -464,11 +521,11 @@ static enum MHD_Result run_blocking(conn_ctx *c, const char *id)
 static int sse_pump(conn_ctx *c)
 {
     pl_event ev;
-    int rc = pl_request_next(c->r, &ev, SRV_POLL_MS);
+    int rc = srv_reqs_next(&c->rs, &ev, SRV_POLL_MS);
     while (rc == 1) {
         if (srv_sse_event(&c->sse, &ev, &c->out)) return SSE_OOM;
         if (c->out.len >= SRV_SSE_BATCH) break;
-        rc = pl_request_next(c->r, &ev, 0); /* gather what is ready into one write */
+        rc = srv_reqs_next(&c->rs, &ev, 0); /* gather what is ready into one write */
     }
     if (rc == 2 || rc < 0) {
         if (srv_sse_finish(&c->sse, &c->out)) return SSE_OOM;
@@ -512,7 +569,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
         int rc = sse_pump(c);
         if (rc == SSE_OOM) {
             /* the frames made so far, then the error; the request ends here */
-            pl_request_cancel(c->r);
+            srv_reqs_cancel(&c->rs);
             c->oom = c->ended = true;
         } else if (rc < 0) {
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -534,6 +591,7 @@ static enum MHD_Result start_stream(conn_ctx *c, const char *id)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    cors_headers(c, r);
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     c->status = 200;
@@ -562,16 +620,25 @@ static enum MHD_Result handle_generation(conn_ctx *c, srv_kind kind)
     srv_error e;
     if (srv_gen_req_parse(s->mc, kind, c->body.p ? c->body.p : "", c->body.len, &c->q, &e) != 0)
         return reply_error(c, &e, NULL);
-    int rc = pl_engine_submit(s->e, &c->q.p, &c->r);
-    if (rc != 0) {
-        c->r = NULL;
-        return submit_failed(c, rc);
-    }
+    int rc = srv_reqs_submit(&c->rs, s->e, &c->q);
+    if (rc != 0) return submit_failed(c, rc);
     c->active = true;
     atomic_fetch_add(&s->active, 1);
     char id[64];
     srv_make_id(id, sizeof id, kind == SRV_CHAT ? "chatcmpl-" : "cmpl-");
     return c->q.stream ? start_stream(c, id) : run_blocking(c, id);
+}
+
+static bool embed_gone(void *cls) { return watch_due(cls); }
+
+static enum MHD_Result handle_embeddings(conn_ctx *c)
+{
+    srv_error e;
+    char *json = NULL;
+    if (srv_embed_run(c->s->e, c->s->mc, c->s->model, c->body.p ? c->body.p : "", c->body.len, embed_gone, c, &json,
+                      &e) != 0)
+        return c->gone ? MHD_NO : reply_error(c, &e, NULL); /* gone: MHD closes the connection */
+    return reply(c, 200, "application/json", json, NULL);
 }
 
 /* ------------------------------------------------------------ MHD hooks */
@@ -594,6 +661,13 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url)
                       "the request body exceeds the limit of %llu bytes (--max-body)",
                       (unsigned long long)c->s->cfg.max_body);
         return reply_error(c, &e, NULL);
+    }
+    if (c->route == R_EMBEDDINGS) return handle_embeddings(c);
+    if (c->route == R_TOKENIZE || c->route == R_DETOKENIZE) {
+        const char *b = c->body.p ? c->body.p : "";
+        json_t *o = c->route == R_TOKENIZE ? srv_tokenize(c->s->mc, c->s->tok, b, c->body.len, &e)
+                                           : srv_detokenize(c->s->mc, b, c->body.len, &e);
+        return o ? reply_json(c, 200, o) : reply_error(c, &e, NULL);
     }
     return handle_generation(c, c->route == R_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
 }
@@ -642,12 +716,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     if (c == &oom_ctx) *con_cls = NULL;
     if (!c || c == &oom_ctx) return;
-    if (c->r) {
+    if (c->rs.n) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-            pl_request_cancel(c->r); /* its blocks are freed at the engine's next step */
+            srv_reqs_cancel(&c->rs); /* their blocks are freed at the engine's next step */
             if (!c->gone && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) atomic_fetch_add(&s->disconnects, 1);
         }
-        pl_request_free(c->r);
+        srv_reqs_free(&c->rs);
     }
     if (c->active) atomic_fetch_sub(&s->active, 1);
     srv_guard_idle(s->guard, c->gc); /* the next request on this connection has its own deadline */
@@ -658,6 +732,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             fprintf(stderr, "pagellm serve: %s %d, connection ended early (%s) after %.3f s\n", c->what, c->status,
                     c->gone ? "client went away" : "closed", now_s() - c->t0);
     }
+    srv_sse_free(&c->sse);
     srv_gen_req_free(&c->q);
     srv_buf_free(&c->body);
     srv_buf_free(&c->out);

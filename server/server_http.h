@@ -10,6 +10,9 @@
  *   GET  /, /web/NAME            the web page (server_web.h); open without a key
  *   POST /v1/completions         server_openai.h
  *   POST /v1/chat/completions
+ *   POST /tokenize, /detokenize  server_tokenize.h (llama-server's shapes)
+ *   POST /v1/embeddings          server_embed.h
+ *   OPTIONS any route            CORS preflight, no key needed (server_cors.h)
  *
  * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION). A
  * generation is a blocking loop over pl_request_next on its connection's
@@ -34,6 +37,7 @@
 #include <stdint.h>
 
 #include "pagellm.h"
+#include "server_cors.h"
 #include "server_keys.h"
 #include "server_openai.h"
 #include "server_tokens.h"
@@ -51,6 +55,7 @@ typedef struct {
     unsigned header_timeout_s; /* to receive a request's head and body (0: no deadline) */
     const char *tls_cert, *tls_key; /* PEM files: HTTPS (both or neither) */
     bool verbose;              /* one log line per request on stderr */
+    const srv_cors *cors;      /* --cors-origin (server_cors.h); NULL: every origin ("*") */
 } srv_http_config;
 
 typedef struct srv srv;

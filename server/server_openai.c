@@ -4,8 +4,8 @@
  * Validation follows the OpenAI API where it has a rule (types, ranges,
  * "top_logprobs needs logprobs") and refuses, rather than silently ignores,
  * the fields that would change the answer and that this server does not do
- * (echo, suffix, logit_bias, tools, images,
- * several prompts in one request). Fields it does not know are ignored.
+ * (suffix, tools, images, best_of other than n, echo with a prompt list).
+ * Fields it does not know are ignored.
  * null is the same as an absent field.
  *
  * Defaults chosen here (docs/server.md):
@@ -15,8 +15,8 @@
  *   context is a 400 (context_length_exceeded), as OpenAI does.
  * - sampling parameters not given come from the server's flags (--temp ...);
  *   a request without "seed" gets a random one unless --seed was given.
- * - text_offset (completions logprobs) counts code points of the generated
- *   text (there is no echo, so offsets start at 0).
+ * - text_offset (completions logprobs) counts code points of the choice's
+ *   text, the echoed prompt included.
  */
 #include "server_openai.h"
 #include "server_format.h"
@@ -186,6 +186,18 @@ static int get_num(json_t *o, const char *key, double lo, double hi, double *out
     return 0;
 }
 
+json_t *srv_field(json_t *o, const char *key) { return field(o, key); }
+const char *srv_json_kind(const json_t *v) { return json_kind(v); }
+int srv_get_bool(json_t *o, const char *key, bool *out, srv_error *e) { return get_bool(o, key, out, e); }
+int srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, bool *given, srv_error *e)
+{
+    return get_int(o, key, lo, hi, out, given, e);
+}
+int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_error *e)
+{
+    return get_num(o, key, lo, hi, out, e);
+}
+
 /* Fields this server refuses when they ask for something (a non-empty
  * value): answering without them would be silently wrong. */
 static int refuse_if_set(json_t *o, const char *key, srv_error *e)
@@ -220,13 +232,12 @@ void srv_make_id(char *out, size_t cap, const char *prefix)
 static int parse_sampling(const srv_model_ctx *mc, json_t *o, pl_sampler_params *sp, srv_error *e)
 {
     *sp = mc->defaults;
-    double temp = sp->temperature, top_p = sp->top_p, min_p = sp->min_p, rep = sp->repeat_penalty, ignored = 0;
+    double temp = sp->temperature, top_p = sp->top_p, min_p = sp->min_p, rep = sp->repeat_penalty;
     long long top_k = sp->top_k, seed = 0;
     bool seed_given = false;
     if (get_num(o, "temperature", 0, 2, &temp, e) || get_num(o, "top_p", 0, 1, &top_p, e) ||
         get_num(o, "min_p", 0, 1, &min_p, e) || get_int(o, "top_k", -1, 1 << 30, &top_k, NULL, e) ||
         get_num(o, "repetition_penalty", 0.01, 100, &rep, e) || get_num(o, "repeat_penalty", 0.01, 100, &rep, e) ||
-        get_num(o, "presence_penalty", -2, 2, &ignored, e) || get_num(o, "frequency_penalty", -2, 2, &ignored, e) ||
         get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &seed_given, e))
         return -1;
     sp->temperature = (float)temp;
@@ -277,11 +288,10 @@ static int parse_common(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_
     if (so && !json_is_object(so))
         return srv_bad_request(e, "stream_options", NULL, "'stream_options' must be an object, got %s", json_kind(so));
     if (so && get_bool(so, "include_usage", &q->include_usage, e)) return -1;
-    if (refuse_if_set(o, "logit_bias", e)) return -1;
     q->p.n = (int32_t)n;
     q->p.max_tokens = (int32_t)max_tokens;
     q->max_tokens_given = mt_given || mct_given;
-    return 0;
+    return srv_parse_sampling_extras(mc, o, q, e);
 }
 
 /* ------------------------------------------------------------- prompts */
@@ -329,16 +339,37 @@ static int prompt_ids(const srv_model_ctx *mc, json_t *a, srv_gen_req *q, srv_er
     return rc;
 }
 
-/* "prompt": a string, token ids, or a one-element array of either. */
+static int parse_one_prompt(const srv_model_ctx *mc, json_t *p, srv_gen_req *q, srv_error *e);
+
+/* "prompt": a string, token ids, or an array of either (a prompt list: one
+ * engine request per prompt, choice index = prompt index x n + i). */
 static int parse_prompt(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e)
 {
     json_t *p = field(o, "prompt");
     if (!p) return srv_bad_request(e, "prompt", NULL, "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    else if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
-        return srv_bad_request(e, "prompt", "unsupported_parameter", "only one prompt per request is supported");
+    q->n_prompts = 1;
+    if (!json_is_array(p) || json_array_size(p) == 0 || json_is_integer(json_array_get(p, 0)))
+        return parse_one_prompt(mc, p, q, e);
+    size_t k = json_array_size(p);
+    if (k * (size_t)q->p.n > SRV_MAX_N)
+        return srv_bad_request(e, "prompt", NULL, "%zu prompts x n %d = %zu choices; at most %d are allowed", k, q->p.n,
+                               k * (size_t)q->p.n, SRV_MAX_N);
+    for (size_t i = k; i-- > 0;) { /* the others first, into more[]; prompt 0 last, into prompt */
+        json_t *x = json_array_get(p, i);
+        if (!json_is_string(x) && !json_is_array(x))
+            return srv_bad_request(e, "prompt", NULL, "prompt[%zu] must be a string or an array of token ids, got %s", i,
+                                   json_kind(x));
+        free(q->prompt);
+        q->prompt = NULL;
+        if (parse_one_prompt(mc, x, q, e)) return -1;
+        if (i) q->more[i - 1] = q->prompt, q->more_n[i - 1] = q->n_prompt, q->prompt = NULL;
+    }
+    q->n_prompts = (int)k;
+    return 0;
+}
+
+static int parse_one_prompt(const srv_model_ctx *mc, json_t *p, srv_gen_req *q, srv_error *e)
+{
     if (json_is_string(p)) {
         if (json_string_length(p) == 0) return srv_bad_request(e, "prompt", NULL, "'prompt' is empty");
         if (tokenize_text(mc, json_string_value(p), json_string_length(p), false, "prompt", q, e)) return -1;
@@ -351,14 +382,27 @@ static int parse_prompt(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_
     return 0;
 }
 
+/* The longest prompt of a list: what the context rules are checked with. */
+static size_t longest_prompt(const srv_gen_req *q)
+{
+    size_t n = q->n_prompt;
+    for (int i = 1; i < q->n_prompts; i++) n = q->more_n[i - 1] > n ? q->more_n[i - 1] : n;
+    return n;
+}
+
 static int parse_completion_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e)
 {
     long long lp = -1;
     bool given;
     if (get_int(o, "logprobs", 0, PL_MAX_TOP_LOGPROBS, &lp, &given, e)) return -1;
     q->logprobs = given ? (int32_t)lp : -1;
-    if (refuse_if_set(o, "echo", e) || refuse_if_set(o, "suffix", e)) return -1;
-    return parse_prompt(mc, o, q, e);
+    if (refuse_if_set(o, "suffix", e) || parse_prompt(mc, o, q, e)) return -1;
+    json_t *p = field(o, "prompt");
+    bool echo = false;
+    if (q->n_prompts > 1 && !get_bool(o, "echo", &echo, e) && echo)
+        return srv_bad_request(e, "echo", "unsupported_parameter", "'echo' with a list of prompts is not supported");
+    if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+    return srv_parse_echo(mc, o, json_string_value(p), json_is_string(p) ? json_string_length(p) : 0, q, e);
 }
 
 /* ---------------------------------------------------------------- chat */
@@ -462,22 +506,23 @@ static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q,
 static int fit_context(const srv_model_ctx *mc, srv_gen_req *q, srv_error *e)
 {
     const char *pp = q->kind == SRV_CHAT ? "messages" : "prompt";
+    const size_t n_prompt = longest_prompt(q);
     if (mc->kv_window) { /* the window drops old blocks: only max_tokens bounds a completion */
         if (!q->max_tokens_given)
             q->p.max_tokens = q->kind == SRV_CHAT || mc->completions_max_tokens <= 0 ? (int32_t)mc->n_ctx
                                                                                      : mc->completions_max_tokens;
         return 0;
     }
-    if (q->n_prompt >= mc->n_ctx)
+    if (n_prompt >= mc->n_ctx)
         return srv_bad_request(e, pp, "context_length_exceeded",
                                "This model's maximum context length is %u tokens, but the prompt has %zu tokens "
-                               "(at least one token must be left to generate)", mc->n_ctx, q->n_prompt);
-    uint32_t room = mc->n_ctx - (uint32_t)q->n_prompt;
+                               "(at least one token must be left to generate)", mc->n_ctx, n_prompt);
+    uint32_t room = mc->n_ctx - (uint32_t)n_prompt;
     if (q->max_tokens_given && (uint32_t)q->p.max_tokens > room)
         return srv_bad_request(e, "max_tokens", "context_length_exceeded",
                                "This model's maximum context length is %u tokens. However, you requested %zu tokens "
                                "(%zu in the prompt, %d for the completion)", mc->n_ctx,
-                               q->n_prompt + (size_t)q->p.max_tokens, q->n_prompt, q->p.max_tokens);
+                               n_prompt + (size_t)q->p.max_tokens, n_prompt, q->p.max_tokens);
     if (!q->max_tokens_given) {
         uint32_t def = q->kind == SRV_CHAT || mc->completions_max_tokens <= 0 ? room : (uint32_t)mc->completions_max_tokens;
         q->p.max_tokens = (int32_t)(def < room ? def : room);
@@ -508,6 +553,7 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
     memset(&q, 0, sizeof q);
     q.kind = kind;
     q.logprobs = -1;
+    q.n_prompts = 1;
     json_t *o = load_body(body, len, err);
     int rc = o ? 0 : -1;
     if (!rc) rc = parse_common(mc, o, &q, err);
@@ -534,6 +580,10 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
 void srv_gen_req_free(srv_gen_req *r)
 {
     free(r->prompt);
+    free(r->bias);
+    free(r->stop_ids);
+    free(r->echo);
+    for (int i = 0; i < SRV_MAX_N - 1; i++) free(r->more[i]);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->grammar);
     memset(r, 0, sizeof *r);
@@ -604,6 +654,10 @@ static int result_token(srv_result *r, const srv_gen_req *q, const srv_tokens *t
     if (q->logprobs < 0) return 0;
     (void)r;
     if (!c->lp) c->lp = q->kind == SRV_CHAT ? json_array() : srv_lp_completion_new();
+    /* echo: offsets go on after the prompt - its token strings' when they were listed (vLLM's
+     * count), else the echoed text's */
+    if (!c->gen_started && q->echo && !q->p.prompt_logprobs) c->offset = srv_utf8_count(q->echo, q->echo_len);
+    c->gen_started = true;
     if (!c->lp) return PL_ERR_NOMEM;
     if (q->kind == SRV_CHAT) return json_array_append_new(c->lp, srv_lp_chat_item(t, ev)) ? PL_ERR_NOMEM : 0;
     return srv_lp_completion_add(c->lp, t, ev, &c->offset);
@@ -619,6 +673,10 @@ int srv_result_add(srv_result *r, const srv_gen_req *q, const srv_tokens *t, con
     if (ev->index < 0 || ev->index >= r->n) return 0; /* not ours: ignore rather than trust */
     srv_choice *c = &r->ch[ev->index];
     if (ev->kind == PL_EV_TOKEN) return result_token(r, q, t, ev, c);
+    if (ev->kind == PL_EV_PROMPT) { /* echo + logprobs: the prompt's tokens first */
+        if (!c->lp && !(c->lp = srv_lp_completion_new())) return PL_ERR_NOMEM;
+        return srv_lp_prompt_add(c->lp, t, ev, &c->offset);
+    }
     if (srv_buf_add(&c->text, ev->text, ev->text_len)) return PL_ERR_NOMEM;
     if (!c->finish) r->n_done++;
     c->finish = ev->finish_reason ? ev->finish_reason : "stop";
@@ -631,6 +689,14 @@ int srv_result_add(srv_result *r, const srv_gen_req *q, const srv_tokens *t, con
 static json_t *choice_json(const srv_choice *c, int32_t i, const srv_gen_req *q)
 {
     json_t *text = srv_json_text(c->text.p ? c->text.p : "", c->text.len);
+    if (q->echo) { /* completions' echo: the prompt's text first */
+        srv_buf b = {0};
+        if (srv_buf_add(&b, q->echo, q->echo_len) == 0 && srv_buf_add(&b, c->text.p ? c->text.p : "", c->text.len) == 0) {
+            json_decref(text);
+            text = srv_json_text(b.p, b.len);
+        }
+        srv_buf_free(&b);
+    }
     json_t *lp = c->lp ? json_incref(c->lp) : json_null();
     if (q->kind == SRV_CHAT) {
         if (c->lp) {

@@ -89,6 +89,13 @@ typedef struct {
     size_t n_stops;
     char *grammar;               /* GBNF from response_format / json_schema / grammar (malloc'd), or NULL */
     pl_request_params p;         /* ready for pl_engine_submit; points into this struct */
+    pl_logit_bias *bias;         /* logit_bias (malloc'd), p.sampling points at it */
+    int32_t *stop_ids;           /* stop_token_ids (malloc'd), p points at it */
+    char *echo;                  /* completions "echo": the prompt's text (malloc'd), else NULL */
+    size_t echo_len;
+    int n_prompts;               /* completions' prompt list: 1 + the prompts in more[] */
+    int32_t *more[SRV_MAX_N - 1]; /* prompts 1.. (malloc'd); prompt 0 is `prompt` */
+    size_t more_n[SRV_MAX_N - 1];
 } srv_gen_req;
 
 /* Parses and validates a request body for kind; renders chat messages with
@@ -97,6 +104,29 @@ typedef struct {
 int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, size_t len, srv_gen_req *out,
                       srv_error *err);
 void srv_gen_req_free(srv_gen_req *r);
+/* Choices of the answer: n x the prompts of a list. */
+static inline int32_t srv_gen_req_choices(const srv_gen_req *q) { return q->p.n * (q->n_prompts > 1 ? q->n_prompts : 1); }
+
+/* Field readers shared by the request parsers (server_openai.c): an absent
+ * or null field leaves *out alone (*given false); a present one of the
+ * wrong type or out of range is a 400 naming it. */
+json_t *srv_field(json_t *o, const char *key);
+const char *srv_json_kind(const json_t *v);
+int srv_get_bool(json_t *o, const char *key, bool *out, srv_error *e);
+int srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, bool *given, srv_error *e);
+int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_error *e);
+
+/* server_params.c: the sampling fields beyond the basic ones -
+ * presence_penalty, frequency_penalty, logit_bias, min_tokens,
+ * stop_token_ids, best_of - into q (q->p.n and max_tokens already set). */
+int srv_parse_sampling_extras(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e);
+/* Appends one prompt token (a PL_EV_PROMPT event) to a completions
+ * logprobs object; the first prompt token's logprob and alternatives are
+ * null. *offset advances by the token string's code points. */
+int srv_lp_prompt_add(json_t *lp, const srv_tokens *t, const pl_event *ev, size_t *offset);
+/* Completions "echo": q->echo gets the prompt's text (call after the
+ * prompt is parsed; text is the prompt string, or NULL for token ids). */
+int srv_parse_echo(const srv_model_ctx *mc, json_t *o, const char *text, size_t len, srv_gen_req *q, srv_error *e);
 
 /* ----------------------------------------------------------- responses */
 
@@ -107,6 +137,7 @@ typedef struct {
     json_t *lp;          /* logprobs: completions {tokens, token_logprobs, top_logprobs,
                           * text_offset}; chat: the content array */
     size_t offset;       /* completions: code points of token strings so far (text_offset) */
+    bool gen_started;    /* a generated token came (its offsets start after the echoed prompt) */
 } srv_choice;
 
 typedef struct {

@@ -101,15 +101,37 @@ int srv_sse_event(srv_sse *s, const pl_event *ev, srv_buf *out)
         s->failed = true;
         return srv_sse_error(out, &e);
     }
-    if (ev->index < 0 || ev->index >= s->q->p.n) return 0;
+    if (ev->index < 0 || ev->index >= srv_gen_req_choices(s->q)) return 0;
+    if (ev->kind == PL_EV_PROMPT) { /* gathered, sent with the echo chunk */
+        json_t **lp = &s->plp[ev->index];
+        if (!*lp && !(*lp = srv_lp_completion_new())) return PL_ERR_NOMEM;
+        return srv_lp_prompt_add(*lp, s->tok, ev, &s->plp_off[ev->index]);
+    }
+    if (s->q->echo && !s->echo_sent[ev->index]) {
+        s->echo_sent[ev->index] = true;
+        s->offset[ev->index] = s->q->p.prompt_logprobs ? s->plp_off[ev->index] : srv_utf8_count(s->q->echo, s->q->echo_len);
+        json_t *lp = s->plp[ev->index];
+        s->plp[ev->index] = NULL;
+        int rc = frame(out, chunk(s, choice(s, ev->index, s->q->echo, s->q->echo_len, lp, NULL)));
+        if (rc) return rc;
+    }
     if (ev->kind == PL_EV_DONE) return on_done(s, ev, out);
     json_t *lp = token_logprobs(s, ev);
     if (!ev->text_len && !lp) return 0;
     return frame(out, chunk(s, choice(s, ev->index, ev->text, ev->text_len, lp, NULL)));
 }
 
+void srv_sse_free(srv_sse *s)
+{
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        json_decref(s->plp[i]);
+        s->plp[i] = NULL;
+    }
+}
+
 int srv_sse_finish(srv_sse *s, srv_buf *out)
 {
+    srv_sse_free(s);
     if (s->q->include_usage && !s->failed) {
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", s->id, "object",
                               s->q->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",

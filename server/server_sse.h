@@ -27,6 +27,9 @@ typedef struct {
     long created;
     const char *model;
     bool role_sent[SRV_MAX_N];
+    bool echo_sent[SRV_MAX_N]; /* completions' echo: the prompt's text went first */
+    json_t *plp[SRV_MAX_N];    /* echo + logprobs: the prompt tokens' logprobs, sent with the echo */
+    size_t plp_off[SRV_MAX_N]; /* ... and their text_offset so far */
     size_t offset[SRV_MAX_N];  /* completions logprobs text_offset, per choice */
     uint32_t prompt_tokens, cached_tokens, completion_tokens;
     bool failed;               /* an ERROR event was sent: no usage chunk */
@@ -34,6 +37,8 @@ typedef struct {
 
 void srv_sse_init(srv_sse *s, const srv_gen_req *q, const srv_tokens *tok, const char *id, long created,
                   const char *model);
+/* Releases what the stream still holds (a stream cut short). */
+void srv_sse_free(srv_sse *s);
 /* Appends the frames for one engine event to out. 0 or PL_ERR_NOMEM. */
 int srv_sse_event(srv_sse *s, const pl_event *ev, srv_buf *out);
 /* Appends the usage chunk (if asked for) and "data: [DONE]". */

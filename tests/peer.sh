@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the llama.cpp oracle once: peer-bench from ../shared/peer, and our
-# own peer-logits (tests/peer/peer_logits.c) and peer-ppl (tests/peer/peer_ppl.c)
-# against the same library.
+# own peer-logits (tests/peer/peer_logits.c), peer-ppl (tests/peer/peer_ppl.c)
+# and peer-embed (tests/peer/peer_embed.c) against the same library.
 # Tests that need them print SKIP lines when they cannot be built.
 set -u
 dir=${PEER_DIR:-/tmp/llamacpp-peer}
@@ -9,7 +9,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 if [ ! -x "$dir/peer-bench" ]; then
   if ! bash "$here/../shared/peer/build.sh" "$dir" >/tmp/pagellm-peer-build.log 2>&1; then
     echo "peer: build failed, see /tmp/pagellm-peer-build.log" >&2
-    exit 0
+    if [ ! -x "$dir/peer-embed" ] || [ "$here/tests/peer/peer_embed.c" -nt "$dir/peer-embed" ]; then
+  gcc -O2 -std=gnu11 -o "$dir/peer-embed" "$here/tests/peer/peer_embed.c" \
+      -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
+      -L"$lib" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$lib" ||
+    echo "peer: peer-embed did not build" >&2
+fi
+exit 0
   fi
 fi
 lib="$dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
@@ -24,5 +30,11 @@ if [ ! -x "$dir/peer-ppl" ] || [ "$here/tests/peer/peer_ppl.c" -nt "$dir/peer-pp
       -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
       -L"$lib" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$lib" ||
     echo "peer: peer-ppl did not build" >&2
+fi
+if [ ! -x "$dir/peer-embed" ] || [ "$here/tests/peer/peer_embed.c" -nt "$dir/peer-embed" ]; then
+  gcc -O2 -std=gnu11 -o "$dir/peer-embed" "$here/tests/peer/peer_embed.c" \
+      -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
+      -L"$lib" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$lib" ||
+    echo "peer: peer-embed did not build" >&2
 fi
 exit 0

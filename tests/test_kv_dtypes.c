@@ -196,14 +196,14 @@ static int greedy_batched_with_another(const char *path, const pl_ctx_params *cp
     if (!rc) rc = pl_seq_new(c, &a);
     if (!rc) rc = pl_seq_new(c, &b);
     if (!rc) {
-        rt_item it[2] = {{a, ids, (uint32_t)n, la}, {b, ids + 3, (uint32_t)n - 3, lb}};
+        rt_item it[2] = {{.seq = a, .tokens = ids, .n = (uint32_t)n, .logits = la}, {.seq = b, .tokens = ids + 3, .n = (uint32_t)n - 3, .logits = lb}};
         rc = rt_step(c, it, 2);
     }
     out->n = 0;
     for (int i = 0; !rc && i < 80; i++) {
         int32_t ta = argmax(la, nv), tb = argmax(lb, nv);
         out->ids[out->n++] = ta;
-        rt_item it[2] = {{b, &tb, 1, lb}, {a, &ta, 1, la}};
+        rt_item it[2] = {{.seq = b, .tokens = &tb, .n = 1, .logits = lb}, {.seq = a, .tokens = &ta, .n = 1, .logits = la}};
         if (i + 1 < 80) rc = rt_step(c, it, 2);
     }
     pl_ctx_free(c);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/chat_template.h"
 #include "pagellm.h"
@@ -10,7 +11,8 @@
 
 static pl_sampler *mk(float temp, int k, float p, float minp, float pen, uint64_t seed, int n)
 {
-    pl_sampler_params sp = {temp, k, p, minp, pen, 64, seed};
+    pl_sampler_params sp = {.temperature = temp, .top_k = k, .top_p = p, .min_p = minp, .repeat_penalty = pen,
+                            .repeat_last_n = 64, .seed = seed};
     pl_sampler *s = NULL;
     return pl_sampler_new(&s, &sp, n) == 0 ? s : NULL;
 }
@@ -293,7 +295,8 @@ TEST(partial_selection_picks_what_a_full_sort_picks)
     int32_t hist[80];
     long checked = 0, mism = 0;
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
-        pl_sampler_params sp = {cfg[ci].temp, cfg[ci].k, cfg[ci].p, cfg[ci].minp, cfg[ci].pen, 64, 1234 + ci};
+        pl_sampler_params sp = {.temperature = cfg[ci].temp, .top_k = cfg[ci].k, .top_p = cfg[ci].p, .min_p = cfg[ci].minp,
+                                .repeat_penalty = cfg[ci].pen, .repeat_last_n = 64, .seed = 1234 + ci};
         pl_sampler *s = NULL;
         CHECK(pl_sampler_new(&s, &sp, NV) == 0);
         uint64_t rng[4], seed = sp.seed;
@@ -368,6 +371,94 @@ TEST(logsumexp_matches_double_precision)
     CHECK_NEAR(tl[0], 2 - lse4, 1e-6);
 }
 
+/* OpenAI's definition: l[j] -= count * frequency + presence, over the
+ * generated part of the history only. */
+TEST(presence_frequency_penalties_follow_openai)
+{
+    float l[5] = {1.0f, 2.0f, 3.0f, 0.5f, 0.0f}, want[5];
+    uint32_t count[5] = {0};
+    int32_t gen[6] = {2, 2, 2, 1, 4, 2};
+    memcpy(want, l, sizeof l);
+    want[2] -= 4 * 0.5f + 0.25f;
+    want[1] -= 1 * 0.5f + 0.25f;
+    want[4] -= 1 * 0.5f + 0.25f;
+    sample_penalize_counts(l, count, 5, gen, 6, 0.25f, 0.5f);
+    for (int i = 0; i < 5; i++) CHECK_NEAR(l[i], want[i], 1e-6);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(count[i], 0);
+    /* through the sampler: token 2 is best, generated 4 times it loses to 1;
+     * the same tokens in the prompt part change nothing */
+    float m[5] = {1.0f, 2.0f, 3.0f, 0.5f, 0.0f};
+    pl_sampler_params sp = {.temperature = 0, .repeat_penalty = 1, .frequency_penalty = 0.5f};
+    pl_sampler *s = NULL;
+    CHECK(pl_sampler_new(&s, &sp, 5) == 0);
+    int32_t hist[4] = {2, 2, 2, 2};
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, m, hist, 4, 4, NULL, 0), 2);
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, m, hist, 4, 0, NULL, 0), 1);
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, m, hist, 4, 2, NULL, 0), 1); /* 3 - 2 x 0.5 = 2: tie, lowest id is 1 */
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, m, hist, 4, 3, NULL, 0), 2); /* 3 - 0.5 = 2.5 */
+    pl_sampler_free(s);
+    /* a negative presence penalty favours what was said */
+    sp = (pl_sampler_params){.temperature = 0, .repeat_penalty = 1, .presence_penalty = -2};
+    CHECK(pl_sampler_new(&s, &sp, 5) == 0);
+    int32_t h1[1] = {1};
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, m, h1, 1, 0, NULL, 0), 1); /* 2 + 2 = 4 > 3 */
+    pl_sampler_free(s);
+}
+
+TEST(logit_bias_adds_and_minus_100_bans)
+{
+    float l[4] = {0.0f, 5.0f, 4.0f, 1.0f};
+    pl_logit_bias b[2] = {{1, -100}, {3, 3.5f}};
+    pl_sampler_params sp = {.temperature = 0, .repeat_penalty = 1, .logit_bias = b, .n_logit_bias = 1};
+    pl_sampler *s = NULL;
+    CHECK(pl_sampler_new(&s, &sp, 4) == 0);
+    CHECK_EQ_INT(pl_sampler_sample(s, l, NULL, 0), 2);
+    pl_sampler_free(s);
+    sp.n_logit_bias = 2;
+    CHECK(pl_sampler_new(&s, &sp, 4) == 0);
+    b[1].bias = -50; /* the sampler keeps its own copy */
+    CHECK_EQ_INT(pl_sampler_sample(s, l, NULL, 0), 3);
+    pl_sampler_free(s);
+    /* a banned token is never drawn, at any temperature */
+    b[1].bias = 0;
+    sp = (pl_sampler_params){.temperature = 2, .top_p = 1, .repeat_penalty = 1, .seed = 7, .logit_bias = b,
+                             .n_logit_bias = 1};
+    CHECK(pl_sampler_new(&s, &sp, 4) == 0);
+    int hits[4] = {0};
+    for (int i = 0; i < 2000; i++) hits[pl_sampler_sample(s, l, NULL, 0)]++;
+    CHECK_EQ_INT(hits[1], 0);
+    CHECK(hits[2] > 0 && hits[3] > 0 && hits[0] > 0);
+    pl_sampler_free(s);
+    /* out-of-range ids and biases are refused */
+    pl_logit_bias bad[1] = {{4, 1}};
+    sp = (pl_sampler_params){.temperature = 0, .repeat_penalty = 1, .logit_bias = bad, .n_logit_bias = 1};
+    CHECK(pl_sampler_new(&s, &sp, 4) == PL_ERR_INVAL);
+    bad[0] = (pl_logit_bias){1, 101};
+    CHECK(pl_sampler_new(&s, &sp, 4) == PL_ERR_INVAL);
+    sp = (pl_sampler_params){.temperature = 0, .repeat_penalty = 1, .presence_penalty = 2.5f};
+    CHECK(pl_sampler_new(&s, &sp, 4) == PL_ERR_INVAL);
+}
+
+TEST(bans_skip_tokens_and_all_banned_falls_back)
+{
+    float l[4] = {0.0f, 5.0f, 4.0f, 1.0f};
+    int32_t ban[2] = {1, 2};
+    pl_sampler_params sp = {.temperature = 0, .repeat_penalty = 1};
+    pl_sampler *s = NULL;
+    CHECK(pl_sampler_new(&s, &sp, 4) == 0);
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, l, NULL, 0, 0, ban, 2), 3);
+    int32_t all[4] = {0, 1, 2, 3};
+    CHECK_EQ_INT(pl_sampler_sample_gen(s, l, NULL, 0, 0, all, 4), 1);
+    pl_sampler_free(s);
+    sp = (pl_sampler_params){.temperature = 1, .top_k = 2, .top_p = 1, .repeat_penalty = 1, .seed = 3};
+    CHECK(pl_sampler_new(&s, &sp, 4) == 0);
+    for (int i = 0; i < 200; i++) {
+        int32_t t = pl_sampler_sample_gen(s, l, NULL, 0, 0, ban, 2);
+        CHECK(t == 3 || t == 0);
+    }
+    pl_sampler_free(s);
+}
+
 int main(void)
 {
     RUN(greedy_is_argmax_lowest_id_on_ties);
@@ -379,6 +470,9 @@ int main(void)
     RUN(partial_selection_picks_what_a_full_sort_picks);
     RUN(logsumexp_matches_double_precision);
     RUN(bad_sampler_params_are_refused);
+    RUN(presence_frequency_penalties_follow_openai);
+    RUN(logit_bias_adds_and_minus_100_bans);
+    RUN(bans_skip_tokens_and_all_banned_falls_back);
     RUN(stop_strings_hold_back_and_cut);
     RUN(chat_templates_render_the_known_families);
     RUN(chat_render_refuses_unknown_roles);

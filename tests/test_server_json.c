@@ -185,7 +185,7 @@ TEST(completion_request_rejects)
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[]}", "prompt", "empty"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":5}", "prompt", "must be a string"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[1,99999]}", "prompt", "not a token id"));
-    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "only one prompt"));
+    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[\"a\",5]}", "prompt", "prompt[1] must be a string"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"max_tokens\":\"5\"}", "max_tokens", "must be an integer, got a string"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"max_tokens\":2.5}", "max_tokens", "must be an integer"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"max_tokens\":0}", "max_tokens", "between 1"));
@@ -201,8 +201,8 @@ TEST(completion_request_rejects)
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"stop\":[\"a\",1]}", "stop", "must be strings"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logprobs\":21}", "logprobs", "between 0 and 20"));
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logprobs\":true}", "logprobs", "must be an integer"));
-    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"echo\":true}", "echo", "not supported"));
-    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logit_bias\":{\"1\":5}}", "logit_bias", "not supported"));
+    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"],\"echo\":true}", "echo", "list of prompts"));
+    CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":\"Hi\",\"logit_bias\":{\"x1\":5}}", "logit_bias", "not a token id"));
     /* a prompt filling the context leaves no room */
     CHECK(rejects(SRV_COMPLETIONS, "{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32]}",
                   "prompt", "maximum context length is 32"));

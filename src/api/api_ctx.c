@@ -200,7 +200,7 @@ int pl_seq_step(pl_ctx *c, const int32_t *seqs, const int32_t *tokens, size_t n,
     rt_item *items = malloc(n * sizeof *items);
     if (!items) return err_set(PL_ENOMEM, "out of memory");
     const size_t nv = rt_ctx_n_vocab(c);
-    for (size_t i = 0; i < n; i++) items[i] = (rt_item){seqs[i], &tokens[i], 1, logits ? logits + i * nv : NULL};
+    for (size_t i = 0; i < n; i++) items[i] = (rt_item){.seq = seqs[i], .tokens = &tokens[i], .n = 1, .logits = logits ? logits + i * nv : NULL};
     int rc = rt_step(c, items, (int)n);
     free(items);
     return rc;

@@ -55,6 +55,11 @@ uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
 uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
 uint32_t pl_model_sliding_window(const pl_model *pm) { return pm->m->cfg.sliding_window; }
 const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }
+uint32_t pl_model_n_embd(const pl_model *pm) { return pm->m->cfg.dim; }
+pl_pooling pl_model_pooling(const pl_model *pm)
+{
+    return pm->m->cfg.pooling == MODEL_POOL_NONE ? PL_POOL_MEAN : (pl_pooling)pm->m->cfg.pooling;
+}
 
 static uint64_t weight_bytes(const weight *w)
 {

@@ -95,8 +95,11 @@ static bool eng_run_step(pl_engine *e)
     e->m.steps++;
     const double now = eng_now(), c0 = e->prof ? eng_cpu_now() : 0;
     const uint64_t gen0 = e->m.generated_tokens;
-    for (int i = 0; i < s->n_items; i++)
-        if (s->items[i].logits) eng_on_logits(e, s->planned[i], s->items[i].logits, now);
+    for (int i = 0; i < s->n_items; i++) {
+        const rt_item *it = &s->items[i];
+        if (it->all) eng_prompt_rows(e, s->planned[i], it->logits, it->n, now); /* prompt logprobs */
+        else if (it->logits) eng_on_logits(e, s->planned[i], it->logits, now);
+    }
     eng_sweep(e, now); /* sequences of requests that failed while sampling */
     if (e->prof) {
         e->pf.emit += eng_cpu_now() - c0;
@@ -281,6 +284,7 @@ static void eng_destroy(pl_engine *e)
     pl_ctx_free(e->ctx);
     free(e->out);
     eng_grammar_free(e);
+    free(e->eog);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->mmu);
     pthread_cond_destroy(&e->cv);
@@ -294,6 +298,18 @@ static void eng_metrics_init(pl_engine_metrics *m)
     eng_hist_init(&m->ttft);
     eng_hist_init(&m->itl);
     eng_hist_init(&m->e2e);
+}
+
+/* The vocabulary's end-of-generation ids, once: min_tokens bans them. */
+static int eng_eog_init(pl_engine *e, const pl_vocab *v)
+{
+    const int32_t nv = pl_vocab_size(v);
+    for (int32_t i = 0; i < nv; i++) e->n_eog += pl_vocab_is_eog(v, i);
+    e->eog = mem_calloc(e->n_eog ? e->n_eog : 1, sizeof *e->eog);
+    if (!e->eog) return err_set(PL_ENOMEM, "engine: out of memory");
+    for (int32_t i = 0, k = 0; i < nv; i++)
+        if (pl_vocab_is_eog(v, i)) e->eog[k++] = i;
+    return 0;
 }
 
 int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
@@ -315,7 +331,10 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     const uint32_t nv = pl_model_n_vocab(m);
     if (!rc) rc = sched_init(&e->sc, e->ctx, &p, nv);
     if (rc) { eng_destroy(e); return rc; }
-    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx)};
+    if (!rc) rc = eng_eog_init(e, pl_model_vocab(m));
+    if (rc) { eng_destroy(e); return rc; }
+    e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx),
+                          e->eog, e->n_eog, pl_model_n_embd(m), (int)pl_model_pooling(m)};
     e->accepting = true;
     const char *chk = getenv("PAGELLM_ENGINE_CHECK");
     e->check = chk && strcmp(chk, "0") != 0;

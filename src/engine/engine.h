@@ -64,6 +64,8 @@ struct pl_engine {
     pl_ctx *ctx;
     pl_engine_params p;
     req_limits lim;
+    int32_t *eog;              /* [n_eog] end-of-generation ids of the vocabulary */
+    uint32_t n_eog;
     pthread_t thread;
     bool thread_ok;
 
@@ -100,6 +102,10 @@ struct pl_engine {
 
 /* engine_emit.c */
 void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now);
+/* A prompt-logprobs chunk of n rows just ran (q->n_done counts it): the
+ * figures of the prompt tokens they predict, then eng_on_logits with the
+ * last row if the chunk ended the sequence's tokens. */
+void eng_prompt_rows(pl_engine *e, sched_seq *q, const float *rows, uint32_t n, double now);
 void eng_drop(pl_engine *e, sched_seq *q, double now);           /* cancel: DONE "cancelled", removed */
 void eng_fail(pl_engine *e, pl_request *r, const char *msg, double now); /* ERROR; sweep removes its seqs */
 void eng_sweep(pl_engine *e, double now);                        /* drops failed and cancelled seqs */

@@ -9,7 +9,8 @@
  *   size, cut on a UTF-8 boundary; the rest rides with later events, and
  *   what is left at the end goes before DONE in TOKEN events of token -1:
  *   text only, no token - only tokens of hundreds of bytes need them).
- * A completion ends on EOS (not emitted), a stop string (the token that
+ * A completion ends on EOS or a stop_token_ids id (not emitted; neither
+ * can be sampled, nor a stop string found, before min_tokens), a stop string (the token that
  * completed it is emitted with the text before it), max_tokens or the
  * context ("length"); its ctx sequence is freed at once, so its blocks are
  * free for the next step.
@@ -89,9 +90,10 @@ void eng_deliver(pl_engine *e)
 
 /* Feeds text through the stop matcher into c's staging text; true once a
  * stop string has appeared. */
-static bool eng_stop_feed(pl_engine *e, req_comp *c, const char *text, size_t n)
+static bool eng_stop_feed(pl_engine *e, req_comp *c, const char *text, size_t n, bool look)
 {
     bool stopped = false;
+    if (!look) return req_text_add(c, text, n), false; /* before min_tokens: no stop strings */
     for (size_t at = 0; at < n && !stopped;) {
         size_t k = n - at < PL_MAX_STOP_LEN ? n - at : PL_MAX_STOP_LEN;
         size_t w = pl_stop_feed(c->stop, text + at, k, e->sbuf, &stopped);
@@ -102,10 +104,10 @@ static bool eng_stop_feed(pl_engine *e, req_comp *c, const char *text, size_t n)
 }
 
 /* Detokenizes tok into c's staging text; true if a stop string appeared. */
-static bool eng_text_push(pl_engine *e, req_comp *c, int32_t tok)
+static bool eng_text_push(pl_engine *e, const pl_request *r, req_comp *c, int32_t tok)
 {
     int k = pl_detok_push(c->dt, tok, e->piece, sizeof e->piece);
-    return k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k);
+    return k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k, c->n_gen > (uint32_t)r->min_tokens);
 }
 
 /* ----------------------------------------------------------- logprobs */
@@ -153,7 +155,7 @@ static void eng_finish(pl_engine *e, sched_seq *q, const char *reason, double no
     req_comp *c = &r->comp[q->comp_lo];
     assert(q->n_comp == 1);
     int k = pl_detok_flush(c->dt, e->piece, sizeof e->piece);
-    if (k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k)) reason = "stop";
+    if (k > 0 && eng_stop_feed(e, c, e->piece, (size_t)k, true)) reason = "stop";
     size_t w = pl_stop_flush(c->stop, e->sbuf);
     req_text_add(c, e->sbuf, w);
     eng_done(e, r, c, reason, now);
@@ -217,12 +219,13 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
         if (complete) { eng_finish(e, q, "stop", now); return; }
         if (!logits) { eng_fail(e, r, err_msg(), now); return; }
     }
-    int32_t tok = pl_sampler_sample(c->smp, logits, c->toks, hist);
+    const bool early = c->n_gen < (uint32_t)r->min_tokens;
+    int32_t tok = pl_sampler_sample_gen(c->smp, logits, c->toks, hist, r->n_prompt, r->ban, early ? r->n_ban : 0);
     if (!r->first_token) {
         r->first_token = true;
         eng_hist_observe(&e->m.ttft, now - r->t_submit);
     }
-    if (!r->ignore_eos && pl_vocab_is_eog(e->lim.vocab, tok)) {
+    if ((!r->ignore_eos && pl_vocab_is_eog(e->lim.vocab, tok)) || req_is_stop_id(r, tok)) {
         eng_finish(e, q, "stop", now);
         return;
     }
@@ -232,7 +235,7 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     e->m.generated_tokens++;
     if (c->t_last > 0) eng_hist_observe(&e->m.itl, now - c->t_last);
     c->t_last = now;
-    bool stopped = eng_text_push(e, c, tok);
+    bool stopped = eng_text_push(e, r, c, tok);
     eng_out *o = eng_event(e, r, PL_EV_TOKEN, c->index);
     o->ev.token = tok;
     o->ev.text_len = req_text_take(c, o->ev.text, sizeof o->ev.text);
@@ -243,9 +246,71 @@ static void eng_sample(pl_engine *e, sched_seq *q, const float *logits, double n
     else if (!e->lim.window && r->n_prompt + c->n_gen > e->lim.n_ctx) eng_finish(e, q, "length", now); /* no room to feed it */
 }
 
+/* An embedding's prompt is through: mean divides by its tokens, then the
+ * vector is L2-normalised (a zero vector stays zero); DONE, and its blocks
+ * go back at once. */
+static void eng_embed_done(pl_engine *e, sched_seq *q, double now)
+{
+    pl_request *r = q->r;
+    float *v = r->embd;
+    const double inv = r->pooling == PL_POOL_MEAN ? 1.0 / r->n_prompt : 1.0;
+    double ss = 0;
+    for (uint32_t i = 0; i < r->dim; i++) {
+        v[i] = (float)(v[i] * inv);
+        ss += (double)v[i] * v[i];
+    }
+    const double norm = sqrt(ss);
+    for (uint32_t i = 0; norm > 0 && i < r->dim; i++) v[i] = (float)(v[i] / norm);
+    r->embd_ready = true;
+    if (!r->first_token) {
+        r->first_token = true;
+        eng_hist_observe(&e->m.ttft, now - r->t_submit);
+    }
+    eng_done(e, r, &r->comp[q->comp_lo], "stop", now);
+    sched_remove(&e->sc, q);
+}
+
+void eng_prompt_rows(pl_engine *e, sched_seq *q, const float *rows, uint32_t n, double now)
+{
+    pl_request *r = q->r;
+    const uint32_t nv = e->lim.n_vocab, from = q->n_done - n;
+    assert(r->plp && q->n_done >= n);
+    /* row j holds the logits after token from + j: they predict token from + j + 1 */
+    for (uint32_t j = 0; j < n; j++) {
+        const uint32_t t = from + j + 1;
+        if (t >= r->n_prompt) break;
+        sample_logprobs(rows + (size_t)j * nv, nv, r->prompt[t], r->plp_k, &r->plp_lp[t], r->plp_ids + (size_t)t * r->plp_k,
+                        r->plp_top + (size_t)t * r->plp_k, &r->plp_n[t]);
+    }
+    if (q->n_done == sched_total(q)) eng_on_logits(e, q, rows + (size_t)(n - 1) * nv, now);
+}
+
+/* The PL_EV_PROMPT events of every completion, once, before its first token. */
+static void eng_prompt_events(pl_engine *e, pl_request *r)
+{
+    if (!r->plp || r->plp_sent) return;
+    r->plp_sent = true;
+    for (int32_t c = 0; c < r->n; c++)
+        for (uint32_t t = 0; t < r->n_prompt; t++) {
+            eng_out *o = eng_event(e, r, PL_EV_PROMPT, c);
+            o->ev.token = r->prompt[t];
+            o->ev.logprob = t ? r->plp_lp[t] : NAN;
+            o->ev.n_top = t ? r->plp_n[t] : 0;
+            for (int32_t k = 0; k < o->ev.n_top; k++) {
+                o->ev.top_ids[k] = r->plp_ids[(size_t)t * r->plp_k + k];
+                o->ev.top_logprobs[k] = r->plp_top[(size_t)t * r->plp_k + k];
+            }
+        }
+}
+
 void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now)
 {
     if (q->r->failed) return;
+    eng_prompt_events(e, q->r);
+    if (q->r->embed) {
+        eng_embed_done(e, q, now);
+        return;
+    }
     sched_seq *kids[REQ_MAX_N];
     int nk = 0;
     if (q->n_comp > 1) {

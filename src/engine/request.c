@@ -39,10 +39,26 @@ static int req_check_stops(const pl_request_params *p)
     return 0;
 }
 
+static int req_check_embed(const pl_request_params *p, const req_limits *lim)
+{
+    if (p->n != 1) return err_set(PL_ERANGE, "request: an embedding has n 1, not %d", p->n);
+    if (p->n_prompt > lim->n_ctx)
+        return err_set(PL_ERANGE, "request: input of %zu tokens exceeds the context of %u tokens", p->n_prompt, lim->n_ctx);
+    if (lim->pooling == PL_POOL_RANK)
+        return err_set(PL_EUNSUPPORTED, "request: the model's pooling_type is rank (a reranker): no embeddings");
+    return 0;
+}
+
 static int req_check(const pl_request_params *p, const req_limits *lim)
 {
     if (!p) return err_set(PL_EINVAL, "request: no parameters");
     if (!p->prompt || p->n_prompt == 0) return err_set(PL_EINVAL, "request: empty prompt");
+    if (p->embed) {
+        for (size_t i = 0; i < p->n_prompt; i++)
+            if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= lim->n_vocab)
+                return err_set(PL_EINVAL, "request: token %zu: id %d out of range 0..%u", i, p->prompt[i], lim->n_vocab - 1);
+        return req_check_embed(p, lim);
+    }
     if (p->n_prompt > lim->n_ctx && !lim->window)
         return err_set(PL_ERANGE, "request: prompt of %zu tokens exceeds the context of %u tokens", p->n_prompt,
                        lim->n_ctx);
@@ -58,6 +74,14 @@ static int req_check(const pl_request_params *p, const req_limits *lim)
     if (lim->window && (p->n_prompt > REQ_WINDOW_MAX_TOKENS || p->max_tokens > REQ_WINDOW_MAX_TOKENS))
         return err_set(PL_ERANGE, "request: prompt %zu / max_tokens %d tokens: at most %d each with a KV window",
                        p->n_prompt, p->max_tokens, REQ_WINDOW_MAX_TOKENS);
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return err_set(PL_ERANGE, "request: min_tokens %d out of range 0..max_tokens (%d)", p->min_tokens, p->max_tokens);
+    if (p->n_stop_token_ids > PL_MAX_STOP_TOKEN_IDS || (p->n_stop_token_ids && !p->stop_token_ids))
+        return err_set(PL_ERANGE, "request: %zu stop_token_ids (at most %d)", p->n_stop_token_ids, PL_MAX_STOP_TOKEN_IDS);
+    for (size_t i = 0; i < p->n_stop_token_ids; i++)
+        if (p->stop_token_ids[i] < 0 || (uint32_t)p->stop_token_ids[i] >= lim->n_vocab)
+            return err_set(PL_EINVAL, "request: stop_token_ids[%zu]: id %d out of range 0..%u", i, p->stop_token_ids[i],
+                           lim->n_vocab - 1);
     if (p->top_logprobs < -1 || p->top_logprobs > PL_MAX_TOP_LOGPROBS)
         return err_set(PL_ERANGE, "request: top_logprobs %d out of range -1..%d", p->top_logprobs,
                        PL_MAX_TOP_LOGPROBS);
@@ -81,6 +105,14 @@ static void req_destroy(pl_request *r)
     gm_mask_cache_free(r->gm_cache);
     free(r->comp);
     free(r->prompt);
+    free(r->stop_ids);
+    free(r->ban);
+    free(r->embd);
+    free(r->plp_rows);
+    free(r->plp_lp);
+    free(r->plp_ids);
+    free(r->plp_top);
+    free(r->plp_n);
     free(r->q);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -131,6 +163,45 @@ static int req_init_sync(pl_request *r)
     return 0;
 }
 
+/* stop_token_ids, and the ban list min_tokens applies (EOG ids unless
+ * ignore_eos, then the stop ids). */
+static int req_ids_init(pl_request *r, const pl_request_params *p, const req_limits *lim)
+{
+    const uint32_t n_eog = p->ignore_eos ? 0 : lim->n_eog, n_stop = (uint32_t)p->n_stop_token_ids;
+    r->stop_ids = mem_calloc(n_stop ? n_stop : 1, sizeof *r->stop_ids);
+    r->ban = mem_calloc(n_eog + n_stop ? n_eog + n_stop : 1, sizeof *r->ban);
+    if (!r->stop_ids || !r->ban) return err_set(PL_ENOMEM, "request: out of memory");
+    if (n_stop) memcpy(r->stop_ids, p->stop_token_ids, n_stop * sizeof *r->stop_ids);
+    r->n_stop_ids = n_stop;
+    if (n_eog) memcpy(r->ban, lim->eog, n_eog * sizeof *r->ban);
+    if (n_stop) memcpy(r->ban + n_eog, p->stop_token_ids, n_stop * sizeof *r->ban);
+    r->n_ban = r->min_tokens > 0 ? n_eog + n_stop : 0;
+    return 0;
+}
+
+/* prompt_logprobs: one chunk's logits and the figures of every prompt token. */
+static int req_plp_init(pl_request *r, const pl_request_params *p, const req_limits *lim)
+{
+    const size_t np = r->n_prompt;
+    r->plp = true;
+    r->plp_k = p->top_logprobs > 0 ? p->top_logprobs : 0;
+    r->plp_rows = mem_calloc((size_t)PL_PROMPT_LOGPROBS_CHUNK * lim->n_vocab, sizeof *r->plp_rows);
+    r->plp_lp = mem_calloc(np, sizeof *r->plp_lp);
+    r->plp_ids = mem_calloc(np * (size_t)r->plp_k + 1, sizeof *r->plp_ids);
+    r->plp_top = mem_calloc(np * (size_t)r->plp_k + 1, sizeof *r->plp_top);
+    r->plp_n = mem_calloc(np, sizeof *r->plp_n);
+    if (!r->plp_rows || !r->plp_lp || !r->plp_ids || !r->plp_top || !r->plp_n)
+        return err_set(PL_ENOMEM, "request: out of memory for prompt logprobs");
+    return 0;
+}
+
+bool req_is_stop_id(const pl_request *r, int32_t tok)
+{
+    for (uint32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return true;
+    return false;
+}
+
 int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim, uint64_t id)
 {
     int rc = req_check(p, lim);
@@ -141,9 +212,13 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     r->id = id;
     r->n_prompt = (uint32_t)p->n_prompt;
     r->n = p->n;
-    r->max_tokens = p->max_tokens;
+    r->max_tokens = p->embed ? 1 : p->max_tokens;
     r->top_logprobs = p->top_logprobs;
     r->ignore_eos = p->ignore_eos;
+    r->min_tokens = p->embed ? 0 : p->min_tokens;
+    r->embed = p->embed;
+    r->pooling = lim->pooling;
+    r->dim = lim->dim;
     uint64_t cap = (uint64_t)r->n_prompt + (uint64_t)p->max_tokens;
     r->cap_toks = (uint32_t)(cap < (uint64_t)lim->n_ctx + 1 || lim->window ? cap : (uint64_t)lim->n_ctx + 1);
     r->t_submit = eng_now();
@@ -154,6 +229,10 @@ int req_new(pl_request **out, const pl_request_params *p, const req_limits *lim,
     r->comp = mem_calloc((size_t)p->n, sizeof *r->comp);
     if (!r->prompt || !r->comp) rc = err_set(PL_ENOMEM, "request: out of memory");
     if (!rc) memcpy(r->prompt, p->prompt, r->n_prompt * sizeof *r->prompt);
+    if (!rc) rc = req_ids_init(r, p, lim);
+    if (!rc && p->embed && !(r->embd = mem_calloc(lim->dim, sizeof *r->embd)))
+        rc = err_set(PL_ENOMEM, "request: out of memory");
+    if (!rc && p->prompt_logprobs && !p->embed) rc = req_plp_init(r, p, lim);
     for (int32_t i = 0; !rc && i < p->n; i++) rc = req_comp_init(r, &r->comp[i], i, p, lim);
     if (!rc) rc = req_grammar_init(r, p);
     if (rc) { req_destroy(r); return rc; }
@@ -246,6 +325,21 @@ void pl_request_free(pl_request *r)
 }
 
 uint64_t pl_request_id(const pl_request *r) { return r ? r->id : 0; }
+
+int pl_request_embedding(pl_request *r, float *out, size_t cap)
+{
+    if (!r || !out) return err_set(PL_EINVAL, "pl_request_embedding: NULL argument");
+    if (!r->embed) return err_set(PL_EINVAL, "pl_request_embedding: request %llu is not an embedding", (unsigned long long)r->id);
+    if (cap < r->dim) return err_set(PL_EINVAL, "pl_request_embedding: room for %zu floats, %u needed", cap, r->dim);
+    pthread_mutex_lock(&r->mu);
+    /* ended is set under mu after the engine wrote the vector */
+    bool done = r->ended && r->embd_ready;
+    pthread_mutex_unlock(&r->mu);
+    if (!done) return err_set(PL_EINVAL, "pl_request_embedding: request %llu has no embedding (not done, or failed)",
+                              (unsigned long long)r->id);
+    memcpy(out, r->embd, r->dim * sizeof *out);
+    return 0;
+}
 
 /* ------------------------------------------------------------------ text */
 

@@ -62,6 +62,10 @@ typedef struct {
     uint32_t n_ctx;       /* tokens per sequence */
     uint32_t max_seqs;    /* n must not exceed it: completions run side by side */
     bool window;          /* the ctx has a KV window: prompts and completions may pass n_ctx */
+    const int32_t *eog;   /* [n_eog] the vocabulary's end-of-generation ids (min_tokens bans them) */
+    uint32_t n_eog;
+    uint32_t dim;         /* hidden state width: an embedding's length */
+    int pooling;          /* pl_pooling of the model */
 } req_limits;
 
 /* With a window, max_tokens is capped so that the token history (kept for
@@ -77,6 +81,26 @@ struct pl_request {
     int32_t max_tokens;
     int32_t top_logprobs; /* -1: off */
     bool ignore_eos;
+    int32_t min_tokens;   /* EOG, stop ids and stop strings wait until n_gen reaches it */
+    int32_t *stop_ids;    /* [n_stop_ids] stop_token_ids */
+    uint32_t n_stop_ids;
+    int32_t *ban;         /* [n_ban] what cannot be sampled before min_tokens: EOG ids, then stop_ids */
+    uint32_t n_ban;
+    bool embed;           /* an embedding request (pl_request_params.embed) */
+    int pooling;          /* its pl_pooling */
+    uint32_t dim;
+    float *embd;          /* [dim] the pooled sum while running; the normalised vector once done
+                           * (written by the engine thread before the final event) */
+    bool plp;             /* prompt_logprobs */
+    int32_t plp_k;        /* alternatives per prompt token */
+    bool plp_sent;        /* the PL_EV_PROMPT events are queued (engine thread) */
+    float *plp_rows;      /* [PL_PROMPT_LOGPROBS_CHUNK x n_vocab] one chunk's logits */
+    float *plp_lp;        /* [n_prompt] logprob of prompt token i given those before (NAN for 0) */
+    int32_t *plp_ids;     /* [n_prompt x plp_k] alternatives */
+    float *plp_top;       /* [n_prompt x plp_k] */
+    int32_t *plp_n;       /* [n_prompt] alternatives written */
+    bool embd_ready;      /* embd is final: set by the engine thread before the final event is
+                           * queued, read by the caller under mu after it */
     uint32_t cap_toks;    /* min(n_prompt + max_tokens, n_ctx + 1); n_prompt + max_tokens with a window */
     gm_grammar *grammar;  /* compiled pl_request_params.grammar (NULL: unconstrained); shared by the completions */
     double t_submit;      /* eng_now() at submit */
@@ -114,6 +138,9 @@ void req_release(pl_request *r);
 
 /* Queues ev (engine thread). final marks the request ended. */
 int req_push(pl_request *r, const pl_event *ev, bool final);
+
+/* Whether tok is one of r's stop_token_ids. */
+bool req_is_stop_id(const pl_request *r, int32_t tok);
 
 /* Appends safe text to completion c's staging buffer (engine thread). */
 int req_text_add(req_comp *c, const char *s, size_t n);

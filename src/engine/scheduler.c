@@ -206,6 +206,15 @@ bool sched_preempt_newest(sched *s)
     return true;
 }
 
+/* A prompt-logprobs sequence still in its prompt: every row's logits, in
+ * chunks of at most PL_PROMPT_LOGPROBS_CHUNK. */
+bool sched_wants_rows(const sched_seq *q) { return q->r->plp && q->n_done < q->r->n_prompt; }
+
+static uint32_t sched_cap(const sched_seq *q, uint32_t want)
+{
+    return sched_wants_rows(q) && want > PL_PROMPT_LOGPROBS_CHUNK ? PL_PROMPT_LOGPROBS_CHUNK : want;
+}
+
 /* Adds q's next n tokens to the plan; logits when they are its last. */
 static void sched_take(sched *s, sched_seq *q, uint32_t n)
 {
@@ -214,8 +223,18 @@ static void sched_take(sched *s, sched_seq *q, uint32_t n)
     const bool last = q->n_done + n == sched_total(q);
     q->chunk = n;
     s->planned[i] = q;
-    s->items[i] = (rt_item){q->seq, q->r->comp[q->comp_lo].toks + q->n_done, n,
-                            last ? s->logits + (size_t)i * s->n_vocab : NULL};
+    s->items[i] = (rt_item){.seq = q->seq, .tokens = q->r->comp[q->comp_lo].toks + q->n_done, .n = n,
+                            .logits = last ? s->logits + (size_t)i * s->n_vocab : NULL};
+    if (sched_wants_rows(q)) { /* prompt logprobs: a row for every token (eng_run_step reads them) */
+        assert(n <= PL_PROMPT_LOGPROBS_CHUNK);
+        s->items[i].logits = q->r->plp_rows;
+        s->items[i].all = true;
+    }
+    if (q->r->embed) { /* every prompt row pools; a (re)start from token 0 starts the sum afresh */
+        if (q->n_done == 0) memset(q->r->embd, 0, q->r->dim * sizeof *q->r->embd);
+        s->items[i].pool = q->r->embd;
+        s->items[i].pool_kind = q->r->pooling;
+    }
 }
 
 static bool sched_is_decode(const sched_seq *q)
@@ -255,7 +274,7 @@ static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
     for (uint32_t i = 0; i < s->n_running && *budget > 0; i++) {
         sched_seq *q = s->running[i];
         if (sched_is_decode(q)) continue;
-        uint32_t rem = sched_total(q) - q->n_done, want = rem < *budget ? rem : *budget;
+        uint32_t rem = sched_total(q) - q->n_done, want = sched_cap(q, rem < *budget ? rem : *budget);
         assert(sched_holds(s, q));
         uint32_t n = sched_fit(s, q->seq, want, sched_avail(s, *held));
         if (n == 0) continue;
@@ -325,9 +344,10 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
             if (s->n_running == 0) { *too_big = q; return false; }
             break;
         }
-        int h = s->prefix_cache ? rt_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
+        /* an embedding pools every token's state, prompt logprobs need every row: no cached prefix */
+        int h = s->prefix_cache && !q->r->embed && !q->r->plp ? rt_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
-        uint32_t rem = sched_total(q) - hit, want = rem < *budget ? rem : *budget;
+        uint32_t rem = sched_total(q) - hit, want = sched_cap(q, rem < *budget ? rem : *budget);
         uint32_t n = sched_fit(s, id, want, sched_avail(s, *held));
         if (n == 0) {
             rt_seq_free(s->ctx, id);

@@ -127,6 +127,10 @@ int sched_fork(sched *s, sched_seq *q, sched_seq **kids);
 /* Removes q (running or waiting), frees its ctx sequence and q. */
 void sched_remove(sched *s, sched_seq *q);
 
+/* Whether q's planned item carries a logits row for every token (prompt
+ * logprobs, while its prompt runs). */
+bool sched_wants_rows(const sched_seq *q);
+
 /* Walks the invariants above and kv_check over the pool and the running
  * sequences (all the ctx's live ones). 0, or PL_EFORMAT naming the first
  * violation. O(blocks + sequences): for tests (PAGELLM_ENGINE_CHECK=1). */

@@ -112,6 +112,10 @@ int model_config_read(const gguf_file *f, model_config *out)
     if (!rc && linear == 0) rc = get_f32(f, a, "rope.scale_linear", &linear); /* the older key */
     if (!rc) rc = get_f32(f, a, "attention.layer_norm_rms_epsilon", &c.norm_eps);
     if (!rc) rc = get_u32(f, a, "attention.sliding_window", &c.sliding_window, false);
+    c.pooling = MODEL_POOL_MEAN;
+    if (!rc) rc = get_u32(f, a, "pooling_type", &c.pooling, false);
+    if (!rc && c.pooling > MODEL_POOL_RANK)
+        return err_set(PL_EFORMAT, "%s: %s.pooling_type: %u is not a pooling type (0..4)", gguf_path(f), a, c.pooling);
     if (!rc) rc = vocab_size(f, &c);
     if (rc) return rc;
     /* the factor divides positions (linear, yarn, longrope), as llama.cpp;

@@ -61,10 +61,14 @@ typedef struct {
     uint32_t local_pattern;  /* layer l is local iff l % pattern < pattern - 1 (0: all) */
     float rope_base_local, rope_scale_local; /* local layers' RoPE */
     moe_config moe;
+    uint32_t pooling;    /* <arch>.pooling_type as llama.cpp numbers it: MODEL_POOL_* (absent: mean) */
 } model_config;
 
 /* True if layer l attends over cfg->local_window only (gemma2/3). */
 bool model_config_layer_local(const model_config *c, uint32_t l);
+
+/* Embedding pooling (llama.cpp's enum values; 0 "none" and 4 "rank" are not served). */
+enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_LAST = 3, MODEL_POOL_RANK = 4 };
 
 /* Reads cfg from f; n_vocab comes from <arch>.vocab_size or the tokenizer. */
 int model_config_read(const gguf_file *f, model_config *cfg);

@@ -448,6 +448,22 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_RESID);
 }
 
+/* Embeddings: the output-normed rows of the sequences that pool, into
+ * their fwd_seq.pool (s->xn's first row is scratch; the logits reuse it). */
+static void pool_rows(const model *m, fwd_state *s, const fwd_batch *b)
+{
+    const uint32_t dim = m->cfg.dim;
+    for (int t = 0; t < b->n_tokens; t++) {
+        const fwd_seq *q = &b->seqs[b->seq[t]];
+        if (!q->pool || (q->pool_kind == MODEL_POOL_CLS && b->pos[t] != 0)) continue;
+        kern_rmsnorm(s->xn, s->x + (size_t)t * dim, m->w.output_norm.data, (int)dim, m->cfg.norm_eps);
+        if (q->pool_kind == MODEL_POOL_MEAN)
+            for (uint32_t i = 0; i < dim; i++) q->pool[i] += s->xn[i];
+        else
+            memcpy(q->pool, s->xn, dim * sizeof(float));
+    }
+}
+
 int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, float *logits)
 {
     const model_config *c = &m->cfg;
@@ -471,6 +487,7 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     fp_mark(s, FP_ATTN_NORM);
     for (uint32_t l = 0; l < c->n_layers; l++)
         layer_forward(m, s, kv, b, l, l + 1 < c->n_layers ? &m->w.layers[l + 1].attn_norm : NULL);
+    pool_rows(m, s, b);
     if (b->n_logits == 0) {
         fp_end(s);
         return 0;

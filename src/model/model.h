@@ -40,6 +40,9 @@ typedef struct {
                                sliding window); RoPE uses slot + pos0, everything else the slot */
     uint32_t window;        /* sliding-window attention: the token at slot p attends to slots
                                max(0, p - window + 1)..p only; 0 = full causal attention */
+    float *pool;            /* [dim] or NULL: embeddings - the final hidden state (after the output
+                               norm) of this sequence's tokens in the batch is pooled into it */
+    int pool_kind;          /* MODEL_POOL_MEAN: added; LAST: the last row is kept; CLS: slot 0's row */
 } fwd_seq;
 
 /* A sequence's tokens in a batch are at consecutive positions, in order;

@@ -60,6 +60,7 @@ static int scratch_make(rt_ctx *c)
     c->b_lidx = mem_calloc(p->max_seqs > p->max_batch ? p->max_seqs : p->max_batch, sizeof *c->b_lidx);
     c->b_fseq = mem_calloc(p->max_seqs, sizeof *c->b_fseq);
     c->b_logits = mem_calloc((size_t)rows * c->m->cfg.n_vocab, sizeof *c->b_logits);
+    c->b_logits_rows = rows;
     if (!c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits)
         return err_set(PL_ENOMEM, "out of memory creating a context");
     return 0;

@@ -43,7 +43,8 @@ struct pl_ctx {
     int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
     int32_t *b_lidx;                /* [max(max_seqs, max_batch)] rows that want logits */
     fwd_seq *b_fseq;                /* [max_seqs] block tables of the batch */
-    float *b_logits;                /* [min(max_seqs, max_batch)][n_vocab] */
+    float *b_logits;                /* [b_logits_rows][n_vocab] */
+    uint32_t b_logits_rows;         /* min(max_seqs, max_batch); grown (rt_run) for all-logits items */
     float *shift_scratch;           /* kv_window: kv_shift_scratch_floats(pool) */
     kv_rope rope;                   /* kv_window: the model's RoPE, for kv_shift */
 };
@@ -62,6 +63,8 @@ typedef struct {
     uint32_t from, n;
     float *logits;  /* the last token's row, or NULL */
     bool all;       /* logits gets a row for every token, written in place */
+    float *pool;    /* embeddings: fwd_seq.pool (NULL: none) */
+    int pool_kind;
 } rt_run_item;
 
 /* rt_step.c: reserves the items' KV slots (all or nothing), runs one

@@ -13,6 +13,7 @@
  */
 #include "runtime/rt_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -21,7 +22,8 @@
  * compact positions: 0). */
 fwd_seq rt_seq_fwd(const rt_ctx *c, const rt_seq *s, kv_stage *stage)
 {
-    return (fwd_seq){{s->kv.table, s->kv.n_blocks, stage}, c->p.swa ? (uint32_t)s->n_dropped : 0, c->p.swa};
+    return (fwd_seq){.kv = {s->kv.table, s->kv.n_blocks, stage}, .pos0 = c->p.swa ? (uint32_t)s->n_dropped : 0,
+                     .window = c->p.swa};
 }
 
 /* Fills the batch scratch from the items; returns the rows that want logits. */
@@ -34,6 +36,8 @@ static int batch_build(rt_ctx *c, const rt_run_item *it, int n_items, int *n_row
         assert(!s->stage.rows || it[i].from % c->p.block_size == 0 ||
                (s->stage_end >= it[i].from && (s->stage_end - 1) / c->p.block_size == it[i].from / c->p.block_size));
         c->b_fseq[i] = rt_seq_fwd(c, s, s->stage.rows ? &s->stage : NULL);
+        c->b_fseq[i].pool = it[i].pool;
+        c->b_fseq[i].pool_kind = it[i].pool_kind;
         for (uint32_t j = 0; j < it[i].n; j++, t++) {
             c->b_tok[t] = s->tokens[it[i].from + j];
             c->b_pos[t] = (int32_t)(it[i].from + j);
@@ -65,7 +69,12 @@ int rt_run(rt_ctx *c, const rt_run_item *it, int n_items)
     fwd_batch b = {t, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, n_items, c->b_lidx, n_logits};
     /* a lone all-logits item takes its rows straight into the caller's buffer */
     const bool direct = n_items == 1 && it[0].all;
-    rc = model_forward(c->m, c->fs, &c->pool, &b, direct ? it[0].logits : c->b_logits);
+    if (!direct && (uint32_t)n_logits > c->b_logits_rows) { /* all-logits items beside others (prompt logprobs) */
+        float *l = realloc(c->b_logits, (size_t)n_logits * c->m->cfg.n_vocab * sizeof *l);
+        if (!l) rc = err_set(PL_ENOMEM, "out of memory for %d rows of logits", n_logits);
+        else c->b_logits = l, c->b_logits_rows = (uint32_t)n_logits;
+    }
+    if (!rc) rc = model_forward(c->m, c->fs, &c->pool, &b, direct ? it[0].logits : c->b_logits);
     if (rc) {
         for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
         return rc;
@@ -73,8 +82,11 @@ int rt_run(rt_ctx *c, const rt_run_item *it, int n_items)
     for (int i = 0; i < n_items; i++) it[i].s->stage_end = it[i].from + it[i].n;
     const size_t nv = c->m->cfg.n_vocab;
     if (direct) return 0;
-    for (int i = 0, l = 0; i < n_items; i++)
-        if (it[i].logits) memcpy(it[i].logits, c->b_logits + (size_t)l++ * nv, nv * sizeof(float));
+    for (int i = 0, l = 0; i < n_items; i++) {
+        const uint32_t rows = it[i].all ? it[i].n : it[i].logits ? 1 : 0;
+        if (rows) memcpy(it[i].logits, c->b_logits + (size_t)l * nv, rows * nv * sizeof(float));
+        l += (int)rows;
+    }
     return 0;
 }
 
@@ -84,7 +96,7 @@ static int run_range(rt_ctx *c, rt_seq *s, uint32_t from, uint32_t to, float *lo
 {
     for (uint32_t at = from; at < to;) {
         uint32_t n = to - at < c->p.max_batch ? to - at : c->p.max_batch;
-        rt_run_item it = {s, at, n, at + n == to ? logits : NULL, false};
+        rt_run_item it = {.s = s, .from = at, .n = n, .logits = at + n == to ? logits : NULL};
         int rc = rt_run(c, &it, 1);
         if (rc) return rc;
         at += n;
@@ -124,7 +136,9 @@ int rt_step(rt_ctx *c, const rt_item *items, int n_items)
         for (int j = 0; j < i; j++)
             if (items[j].seq == items[i].seq) return err_set(PL_EINVAL, "rt_step: sequence %d twice", items[i].seq);
         total += items[i].n;
-        it[i] = (rt_run_item){s, s->n_tokens, items[i].n, items[i].logits, false};
+        it[i] = (rt_run_item){.s = s, .from = s->n_tokens, .n = items[i].n, .logits = items[i].logits,
+                              .all = items[i].all && items[i].logits, .pool = items[i].pool,
+                              .pool_kind = items[i].pool_kind};
     }
     if (total > c->p.max_batch) return err_set(PL_EINVAL, "rt_step: %u tokens > max_batch %u", total, c->p.max_batch);
     /* A window drop is a complete change on its own (the sequence stays
@@ -192,7 +206,7 @@ int rt_seq_append_all(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t n, 
     memcpy(s->tokens + old, tokens, n * sizeof *tokens);
     for (uint32_t at = old; at < old + n && !rc;) {
         uint32_t k = old + n - at < c->p.max_batch ? old + n - at : c->p.max_batch;
-        rt_run_item it = {s, at, k, logits + (size_t)(at - old) * nv, true};
+        rt_run_item it = {.s = s, .from = at, .n = k, .logits = logits + (size_t)(at - old) * nv, .all = true};
         rc = rt_run(c, &it, 1);
         at += k;
     }

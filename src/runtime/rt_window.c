@@ -164,7 +164,8 @@ int rt_win_append(rt_ctx *c, rt_seq *s, int32_t id, const int32_t *tokens, uint3
         if (rc) return rc;
         memcpy(s->tokens + s->n_tokens, tokens + done, piece * sizeof *tokens);
         const bool last = done + piece == n;
-        rt_run_item it = {s, s->n_tokens, piece, all ? logits + (size_t)done * nv : last ? logits : NULL, all};
+        rt_run_item it = {.s = s, .from = s->n_tokens, .n = piece, .logits = all ? logits + (size_t)done * nv : last ? logits : NULL,
+                          .all = all};
         rc = rt_run(c, &it, 1);
         if (rc) return rc; /* rt_run gave back the piece's KV slots */
         s->n_tokens += piece;

@@ -69,7 +69,12 @@ typedef struct {
     int32_t seq;            /* a live sequence of the context */
     const int32_t *tokens;  /* tokens to append */
     uint32_t n;
-    float *logits;          /* n_vocab floats for the last token, or NULL */
+    float *logits;          /* n_vocab floats for the last token, or NULL; with `all`, n rows:
+                               one for every token of the item (prompt logprobs) */
+    bool all;
+    float *pool;            /* embeddings: [dim] the tokens' final hidden states pooled into it
+                               (model.h fwd_seq.pool), or NULL */
+    int pool_kind;          /* MODEL_POOL_MEAN / LAST / CLS */
 } rt_item;
 
 /* Pool accounting plus the staging blocks, which live outside the pool. */

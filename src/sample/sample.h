@@ -5,6 +5,7 @@
 #ifndef PL_SAMPLE_SAMPLE_H
 #define PL_SAMPLE_SAMPLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Highest of l[0..n), n >= 1; the lowest id on ties (greedy). */
@@ -22,5 +23,11 @@ double sample_logsumexp(const float *l, uint32_t n);
  * were written to top_ids/top_lp (room for k). */
 void sample_logprobs(const float *logits, uint32_t n, int32_t tok, int32_t k, float *lp, int32_t *top_ids,
                      float *top_lp, int32_t *n_top);
+
+/* OpenAI's presence/frequency penalties: for every distinct id j of
+ * gen[0..n_gen) seen c times, l[j] -= c * frequency + presence. count is
+ * n_vocab zeros of scratch, left all zero. */
+void sample_penalize_counts(float *l, uint32_t *count, int32_t n_vocab, const int32_t *gen, size_t n_gen,
+                            float presence, float frequency);
 
 #endif

@@ -1,8 +1,9 @@
 /* sampler.c - token samplers: greedy, temperature, top-k, top-p, min-p,
  * repetition penalty, with a seeded RNG.
  *
- * The chain follows llama.cpp's order: penalty -> top-k -> top-p -> min-p ->
- * temperature -> draw. top-k/top-p/min-p judge the probabilities of the
+ * The chain follows llama.cpp's order: logit_bias -> repetition penalty ->
+ * presence/frequency penalties (OpenAI's, over generated tokens) -> bans
+ * (min_tokens) -> top-k -> top-p -> min-p -> temperature -> draw. top-k/top-p/min-p judge the probabilities of the
  * (penalised) logits before temperature, as llama.cpp's do; temperature then
  * reshapes what is left. Greedy (temperature <= 0) is a plain argmax of the
  * penalised logits, lowest id on ties, like llama.cpp's greedy sampler.
@@ -10,7 +11,8 @@
  * Cost per token (this runs once per sequence per engine step, on the
  * engine thread, between two forward passes): the vocabulary is never
  * sorted whole unless the cut itself needs it.
- *   greedy          one pass over the logits (no copy without a penalty)
+ *   greedy          one pass over the logits (no copy without a bias,
+ *                   penalty or ban; penalties cost O(generated tokens))
  *   top-k           one pass keeping the k best in a heap, then k log k
  *   top-p / min-p   without top-k: one pass of expf for the softmax sum,
  *                   then the best m candidates (m = 64, x8 while the cut
@@ -44,9 +46,12 @@ struct pl_sampler {
     int32_t n_vocab;
     uint64_t rng[4];
     cand *c;        /* [n_vocab] candidates, best first after a selection */
-    float *l;       /* [n_vocab] penalised logits (used only with a penalty) */
+    float *l;       /* [n_vocab] biased, penalised, banned logits (only when one applies) */
     float *w;       /* [n_vocab] temperature-only weights */
     uint8_t *seen;  /* [n_vocab] repetition-penalty marks */
+    uint32_t *count; /* [n_vocab] presence/frequency counts, all zero between calls */
+    pl_logit_bias *bias; /* [n_bias] copy of logit_bias */
+    size_t n_bias;
 };
 
 static uint64_t splitmix(uint64_t *s)
@@ -87,15 +92,33 @@ int pl_sampler_new(pl_sampler **out, const pl_sampler_params *p, int32_t n_vocab
     if (!(p->repeat_penalty > 0 && p->repeat_penalty <= 100)) return err_set(PL_EINVAL, "repeat_penalty %g out of range (0, 100]", p->repeat_penalty);
     if (p->top_k < 0) return err_set(PL_EINVAL, "top_k %d is negative", p->top_k);
     if (p->repeat_last_n < 0) return err_set(PL_EINVAL, "repeat_last_n %d is negative", p->repeat_last_n);
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return err_set(PL_EINVAL, "presence_penalty %g out of range -2..2", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return err_set(PL_EINVAL, "frequency_penalty %g out of range -2..2", p->frequency_penalty);
+    if (p->n_logit_bias && !p->logit_bias) return err_set(PL_EINVAL, "logit_bias: %zu entries but no array", p->n_logit_bias);
+    if (p->n_logit_bias > (size_t)n_vocab) return err_set(PL_EINVAL, "logit_bias: %zu entries for a vocabulary of %d", p->n_logit_bias, n_vocab);
+    for (size_t i = 0; i < p->n_logit_bias; i++) {
+        const pl_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= n_vocab)
+            return err_set(PL_EINVAL, "logit_bias: token %d out of range 0..%d", b->token, n_vocab - 1);
+        if (!(b->bias >= -100 && b->bias <= 100))
+            return err_set(PL_EINVAL, "logit_bias: bias %g for token %d out of range -100..100", b->bias, b->token);
+    }
     pl_sampler *s = mem_calloc(1, sizeof *s);
     if (!s) return PL_ENOMEM;
     s->p = *p;
+    s->p.logit_bias = NULL; /* the caller's array is not kept */
     s->n_vocab = n_vocab;
     s->c = mem_calloc((size_t)n_vocab, sizeof *s->c);
     s->l = mem_calloc((size_t)n_vocab, sizeof *s->l);
     s->w = mem_calloc((size_t)n_vocab, sizeof *s->w);
     s->seen = mem_calloc((size_t)n_vocab, 1);
-    if (!s->c || !s->l || !s->w || !s->seen) { pl_sampler_free(s); return PL_ENOMEM; }
+    s->count = mem_calloc((size_t)n_vocab, sizeof *s->count);
+    s->bias = mem_calloc(p->n_logit_bias ? p->n_logit_bias : 1, sizeof *s->bias);
+    if (!s->c || !s->l || !s->w || !s->seen || !s->count || !s->bias) { pl_sampler_free(s); return PL_ENOMEM; }
+    if (p->n_logit_bias) memcpy(s->bias, p->logit_bias, p->n_logit_bias * sizeof *s->bias);
+    s->n_bias = p->n_logit_bias;
     uint64_t st = p->seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&st);
     *out = s;
@@ -109,27 +132,59 @@ void pl_sampler_free(pl_sampler *s)
     free(s->l);
     free(s->w);
     free(s->seen);
+    free(s->count);
+    free(s->bias);
     free(s);
 }
 
-/* The logits to sample from: logits itself, or (with the penalty on) a
- * copy with llama.cpp's repetition penalty applied - positive logits are
- * divided, negative ones multiplied, once per distinct id of the window. */
-static const float *penalised(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
+/* llama.cpp's repetition penalty over the last repeat_last_n of hist, in
+ * place: positive logits are divided, negative ones multiplied, once per
+ * distinct id of the window. */
+static void repeat_penalty(pl_sampler *s, float *l, const int32_t *hist, size_t n_hist)
 {
-    if (s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0 || n_hist == 0) return logits;
-    memcpy(s->l, logits, (size_t)s->n_vocab * sizeof *s->l);
     size_t from = n_hist > (size_t)s->p.repeat_last_n ? n_hist - (size_t)s->p.repeat_last_n : 0;
     for (size_t i = from; i < n_hist; i++) {
         int32_t id = hist[i];
         if (id < 0 || id >= s->n_vocab || s->seen[id]) continue;
         s->seen[id] = 1;
-        float *l = &s->l[id];
-        *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+        l[id] = l[id] > 0 ? l[id] / s->p.repeat_penalty : l[id] * s->p.repeat_penalty;
     }
     for (size_t i = from; i < n_hist; i++)
         if (hist[i] >= 0 && hist[i] < s->n_vocab) s->seen[hist[i]] = 0;
-    return s->l;
+}
+
+/* The logits to sample from: logits itself, or (when a step applies) a
+ * copy in s->l with, in order, logit_bias, the repetition penalty,
+ * presence/frequency penalties over gen[0..n_gen) and the bans. */
+static const float *prepare(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist, size_t n_prompt,
+                            const int32_t *ban, size_t n_ban)
+{
+    const bool rep = s->p.repeat_penalty != 1.0f && s->p.repeat_last_n != 0 && n_hist > 0;
+    const bool pf = (s->p.presence_penalty != 0 || s->p.frequency_penalty != 0) && n_hist > n_prompt;
+    if (!rep && !pf && s->n_bias == 0 && n_ban == 0) return logits;
+    float *l = s->l;
+    memcpy(l, logits, (size_t)s->n_vocab * sizeof *l);
+    for (size_t i = 0; i < s->n_bias; i++)
+        l[s->bias[i].token] = s->bias[i].bias <= -100.0f ? -INFINITY : l[s->bias[i].token] + s->bias[i].bias;
+    if (rep) repeat_penalty(s, l, hist, n_hist);
+    if (pf) sample_penalize_counts(l, s->count, s->n_vocab, hist + n_prompt, n_hist - n_prompt,
+                                   s->p.presence_penalty, s->p.frequency_penalty);
+    for (size_t i = 0; i < n_ban; i++)
+        if (ban[i] >= 0 && ban[i] < s->n_vocab) l[ban[i]] = -INFINITY;
+    return l;
+}
+
+void sample_penalize_counts(float *l, uint32_t *count, int32_t n_vocab, const int32_t *gen, size_t n_gen,
+                            float presence, float frequency)
+{
+    for (size_t i = 0; i < n_gen; i++)
+        if (gen[i] >= 0 && gen[i] < n_vocab) count[gen[i]]++;
+    for (size_t i = 0; i < n_gen; i++) {
+        int32_t id = gen[i];
+        if (id < 0 || id >= n_vocab || count[id] == 0) continue;
+        l[id] -= (float)count[id] * frequency + presence;
+        count[id] = 0; /* each distinct id once; the array is left all zero */
+    }
 }
 
 /* Highest logit, lowest id on ties. */
@@ -251,9 +306,19 @@ static int32_t draw_vocab(pl_sampler *s, const float *l, int32_t n)
 
 int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist)
 {
+    return pl_sampler_sample_gen(s, logits, hist, n_hist, 0, NULL, 0);
+}
+
+int32_t pl_sampler_sample_gen(pl_sampler *s, const float *logits, const int32_t *hist, size_t n_hist,
+                              size_t n_prompt, const int32_t *ban, size_t n_ban)
+{
     const int32_t nv = s->n_vocab;
-    const float *l = penalised(s, logits, hist, n_hist);
-    if (s->p.temperature <= 0) return argmax(l, nv);
+    if (n_prompt > n_hist) n_prompt = n_hist;
+    const float *l = prepare(s, logits, hist, n_hist, n_prompt, ban, n_ban);
+    const int32_t best = argmax(l, nv);
+    /* everything banned or biased to -100: the model's own best */
+    if (l[best] == -INFINITY) return argmax(logits, nv);
+    if (s->p.temperature <= 0) return best;
     int32_t n;
     if (s->p.top_k > 0 && s->p.top_k < nv) {
         select_top(s->c, l, nv, s->p.top_k);

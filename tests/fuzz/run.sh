@@ -6,7 +6,8 @@
 # (hyper-parameters and tensor binding, mixture-of-experts layers run),
 # openai (the server's request JSON -> generation parameters), cli (flag
 # parsing: numbers, sizes like 512M, strings), grammar (the GBNF parser,
-# matcher and token mask) or schema (JSON schema -> GBNF).
+# matcher and token mask), schema (JSON schema -> GBNF) or server (the
+# server's other request parsers over stories260K).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -253,8 +254,52 @@ exec "$OUT/fuzz_$TARGET" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/$TARGET.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+server)
+# The parsers are instrumented; the engine library they call (model, vocab,
+# chat templates) is the plain build/libpagellm.a: instrumenting its SIMD
+# kernels for libFuzzer takes clang many minutes.
+SRV="server/server_openai.c server/server_params.c server/server_tokens.c server/server_tokenize.c server/server_cors.c server/server_embed.c"
+make --no-print-directory BUILD=build build/libpagellm.a >"$OUT/lib.log" 2>&1 || { cat "$OUT/lib.log" >&2; exit 2; }
+# shellcheck disable=SC2086
+$CLANG $FLAGS -Iserver $SAN $SRV tests/fuzz/fuzz_server.c build/libpagellm.a -o "$OUT/fuzz_server" \
+  -ljansson -lpcre2-8 -lxxhash -lm -lpthread || exit 2
+# Seeds: one body per parser (byte 0 picks it: 0 completions, 1 chat,
+# 2 tokenize, 3 detokenize, 4 embeddings, 5 CORS origins).
+seed() { printf "\\x$1"; printf '%s' "$2"; }
+seed 00 '{"prompt":["Once upon","a",[1,5]],"n":2,"max_tokens":8,"min_tokens":2,"presence_penalty":1,"frequency_penalty":-1,"logit_bias":{"5":-100,"9":3},"stop_token_ids":[2],"echo":false,"best_of":2}' >"$CORPUS/completions"
+seed 00 '{"prompt":"Hi","echo":true,"max_tokens":4,"logprobs":2}' >"$CORPUS/echo"
+seed 01 '{"messages":[{"role":"user","content":"Hi"}],"logit_bias":{"1":1},"frequency_penalty":2,"min_tokens":1}' >"$CORPUS/chat"
+seed 02 '{"content":"Hello \u65e5","add_special":true,"with_pieces":true,"parse_special":false}' >"$CORPUS/tokenize"
+seed 03 '{"tokens":[1,403,407,233,154]}' >"$CORPUS/detokenize"
+seed 04 '{"input":["a cat",[1,2,3],[[4]]],"encoding_format":"base64","dimensions":64}' >"$CORPUS/embed"
+seed 05 'http://a.example, https://[::1]:8080,*' >"$CORPUS/cors"
+cat >"$OUT/server.dict" <<'DICT'
+"\"prompt\""
+"\"messages\""
+"\"logit_bias\""
+"\"stop_token_ids\""
+"\"min_tokens\""
+"\"max_tokens\""
+"\"presence_penalty\""
+"\"frequency_penalty\""
+"\"best_of\""
+"\"echo\""
+"\"input\""
+"\"tokens\""
+"\"content\""
+"\"with_pieces\""
+"\"encoding_format\""
+"\"dimensions\""
+"\"base64\""
+"http://"
+"://"
+DICT
+exec "$OUT/fuzz_server" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -dict="$OUT/server.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server)" >&2
 exit 2
 ;;
 esac
