@@ -26,6 +26,8 @@ CORPUS="$OUT/corpus-$TARGET"
 [ "$TARGET" = gguf ] && CORPUS="$OUT/corpus" # where earlier runs kept it
 mkdir -p "$CORPUS" "$OUT/crashes"
 FLAGS="-std=c11 -g -O1 -D_GNU_SOURCE -Isrc -Iinclude -fno-omit-frame-pointer"
+# the server's request parsers (no HTTP): what the openai and server targets fuzz
+SRV_PARSERS="server/server_openai.c server/server_params.c server/server_tokens.c server/server_format.c server/server_tokenize.c server/server_cors.c server/server_embed.c"
 SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 
 case "$TARGET" in
@@ -146,7 +148,7 @@ openai)
 LIBPL=${BUILD:-build}/libpagellm.a
 make -s --no-print-directory BUILD="${BUILD:-build}" "$LIBPL" || exit 2
 # shellcheck disable=SC2086
-$CLANG $FLAGS -Iserver $SAN tests/fuzz/fuzz_openai.c server/server_openai.c server/server_tokens.c server/server_format.c \
+$CLANG $FLAGS -Iserver $SAN tests/fuzz/fuzz_openai.c $SRV_PARSERS \
   "$LIBPL" -o "$OUT/fuzz_openai" -lpcre2-8 -lxxhash -ljansson -lm -lpthread || exit 2
 export FUZZ_OPENAI_MODEL=$SHARED/stories260K.gguf
 [ -f "$FUZZ_OPENAI_MODEL" ] || { echo "run.sh: $FUZZ_OPENAI_MODEL not found" >&2; exit 2; }
@@ -258,10 +260,9 @@ server)
 # The parsers are instrumented; the engine library they call (model, vocab,
 # chat templates) is the plain build/libpagellm.a: instrumenting its SIMD
 # kernels for libFuzzer takes clang many minutes.
-SRV="server/server_openai.c server/server_params.c server/server_tokens.c server/server_tokenize.c server/server_cors.c server/server_embed.c"
 make --no-print-directory BUILD=build build/libpagellm.a >"$OUT/lib.log" 2>&1 || { cat "$OUT/lib.log" >&2; exit 2; }
 # shellcheck disable=SC2086
-$CLANG $FLAGS -Iserver $SAN $SRV tests/fuzz/fuzz_server.c build/libpagellm.a -o "$OUT/fuzz_server" \
+$CLANG $FLAGS -Iserver $SAN $SRV_PARSERS tests/fuzz/fuzz_server.c build/libpagellm.a -o "$OUT/fuzz_server" \
   -ljansson -lpcre2-8 -lxxhash -lm -lpthread || exit 2
 # Seeds: one body per parser (byte 0 picks it: 0 completions, 1 chat,
 # 2 tokenize, 3 detokenize, 4 embeddings, 5 CORS origins).
