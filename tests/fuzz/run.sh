@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh [SECONDS] [TARGET] - build a fuzz target with clang's libFuzzer +
 # ASan/UBSan, make its seed corpus, and fuzz for SECONDS (default 60).
-# TARGET: gguf (default; the GGUF reader and writer) or tokenizer (text ->
-# ids -> text over stories260K and ../shared/models/vocab/*.gguf).
+# TARGET: gguf (default; the GGUF reader and writer), tokenizer (text ->
+# ids -> text over stories260K and ../shared/models/vocab/*.gguf) or jinja
+# (any bytes as a chat template, seeded with ../shared/templates).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -104,8 +105,50 @@ exec "$OUT/fuzz_tokenizer" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/tokenizer.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+jinja)
+SRC="src/base/err.c $(ls src/template/*.c)"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_jinja.c -o "$OUT/fuzz_jinja" -ljansson -lm || exit 2
+# Seeds: the real chat templates and the interpreter's feature snippets.
+for f in "$SHARED"/../templates/*.jinja tests/data/templates/snippets/*.jinja; do
+  [ -f "$f" ] && cp "$f" "$CORPUS/seed-$(basename "$f")"
+done
+cat >"$OUT/jinja.dict" <<'DICT'
+"{%"
+"%}"
+"{{"
+"}}"
+"{%-"
+"-%}"
+"{#"
+"#}"
+"for"
+"endfor"
+"if"
+"endif"
+"macro"
+"endmacro"
+"set"
+"namespace("
+"loop.index"
+"|tojson"
+"|map(attribute="
+"range("
+"raise_exception("
+"messages"
+"tools"
+"[::-1]"
+"**"
+"~"
+DICT
+# -malloc_limit_mb: the render's arena is capped at 8 MiB, so any larger
+# allocation is a limit that does not hold; -timeout: one that does not end.
+exec "$OUT/fuzz_jinja" -max_total_time="$SECS" -max_len=16384 -timeout=10 \
+  -malloc_limit_mb=64 -rss_limit_mb=2048 -dict="$OUT/jinja.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | jinja)" >&2
 exit 2
 ;;
 esac
