@@ -30,6 +30,8 @@
  */
 #include "server_http.h"
 
+#include "server_chat.h"
+
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -53,7 +55,7 @@
 #define SRV_THREAD_STACK (1024 * 1024)  /* per connection thread: the handlers use a few KiB */
 #define SRV_SSE_BATCH 8192              /* stream bytes gathered before a write when events come fast */
 
-enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_COMPLETIONS, R_CHAT };
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_COMPLETIONS, R_CHAT, R_APPLY_TEMPLATE };
 
 struct srv {
     struct MHD_Daemon *d;
@@ -143,6 +145,7 @@ static int route_of(const char *url)
     static const struct { const char *path; int route; } t[] = {
         {"/health", R_HEALTH}, {"/metrics", R_METRICS}, {"/v1/models", R_MODELS}, {"/v1/kv", R_KV},
         {"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
+        {"/apply-template", R_APPLY_TEMPLATE},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(url, t[i].path) == 0) return t[i].route;
@@ -509,6 +512,10 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url)
                       (unsigned long long)c->s->cfg.max_body);
         return reply_error(c, &e, NULL);
     }
+    if (c->route == R_APPLY_TEMPLATE) {
+        char *j = srv_apply_template(c->s->mc, c->body.p ? c->body.p : "", c->body.len, &e);
+        return j ? reply(c, 200, "application/json", j, NULL) : reply_error(c, &e, NULL);
+    }
     return handle_generation(c, c->route == R_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
 }
 
@@ -564,6 +571,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             fprintf(stderr, "pagellm serve: %s %d, connection ended early (%s) after %.3f s\n", c->what, c->status,
                     c->gone ? "client went away" : "closed", now_s() - c->t0);
     }
+    srv_sse_free(&c->sse);
     srv_gen_req_free(&c->q);
     srv_buf_free(&c->body);
     srv_buf_free(&c->out);

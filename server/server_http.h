@@ -9,6 +9,7 @@
  *   GET  /v1/kv                  pl_engine_kv_json: every KV block
  *   POST /v1/completions         server_openai.h
  *   POST /v1/chat/completions
+ *   POST /apply-template         the chat prompt a request would get (server_chat.h)
  *
  * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION). A
  * generation is a blocking loop over pl_request_next on its connection's

@@ -74,7 +74,11 @@ typedef struct {
     pl_sampler_params defaults;  /* sampling when a request does not say */
     bool random_seed;            /* requests without "seed" get a random one (else defaults.seed) */
     int32_t completions_max_tokens; /* /v1/completions default max_tokens (OpenAI's is 16) */
+    const char *chat_template;   /* serve --chat-template-file: overrides the model's (NULL: the model's) */
+    int reasoning_format;        /* SRV_REASONING_*: --reasoning-format */
 } srv_model_ctx;
+
+enum { SRV_REASONING_DEEPSEEK = 0, SRV_REASONING_NONE = 1 }; /* <think> split into reasoning_content, or not */
 
 typedef struct {
     srv_kind kind;
@@ -86,6 +90,11 @@ typedef struct {
     char *stops[SRV_MAX_STOPS];  /* malloc'd copies */
     size_t n_stops;
     pl_request_params p;         /* ready for pl_engine_submit; points into this struct */
+    /* chat replies (server_chat.h) */
+    json_t *tools;               /* the request's tools when calls are parsed from the reply (owned), or NULL */
+    bool tools_functionary;      /* the template's ">>>" call format */
+    bool reasoning;              /* <think> ... </think> goes to reasoning_content */
+    bool think_open;             /* the prompt ends inside <think> */
 } srv_gen_req;
 
 /* Parses and validates a request body for kind; renders chat messages with

@@ -10,7 +10,7 @@
 
 jinja_limits jinja_limits_default(void)
 {
-    jinja_limits l = {.max_memory = 64u << 20, .max_output = 8u << 20, .max_steps = 20000000, .max_depth = 200};
+    jinja_limits l = {.max_memory = 64u << 20, .max_output = 8u << 20, .max_steps = 20000000, .max_depth = 100};
     return l;
 }
 

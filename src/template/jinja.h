@@ -24,7 +24,7 @@ typedef struct {
     int max_depth;      /* nesting of the template's syntax and of macro calls */
 } jinja_limits;
 
-/* The limits a server uses: 64 MiB, 8 MiB of text, 20M steps, depth 200. */
+/* The limits a server uses: 64 MiB, 8 MiB of text, 20M steps, depth 100. */
 jinja_limits jinja_limits_default(void);
 
 /* Renders tpl (n bytes) with the JSON object context_json (a jansson json_t*,
