@@ -378,7 +378,8 @@ int srv_tools_extract(const char *text, size_t len, json_t *tools, bool function
         if (x.content.p) x.content.p[0] = 0;
         ok = parsers[i](&x, text, len);
     }
-    if (!ok || json_array_size(x.calls) == 0) { /* not a call: all of it is content */
+    /* not a call: all of it is content (functionary's "all\n" text is content without its recipient line) */
+    if (!ok || (json_array_size(x.calls) == 0 && !functionary)) {
         json_array_clear(x.calls);
         x.content.len = 0;
         srv_buf_add(&x.content, text, len);
