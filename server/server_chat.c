@@ -41,8 +41,9 @@ static json_t *message_content(json_t *c, size_t i, srv_error *e)
     return s;
 }
 
-/* An assistant's tool_calls, with JSON-text arguments turned into objects. */
-static json_t *message_tool_calls(json_t *tc, size_t i, srv_error *e)
+/* An assistant's tool_calls, with JSON-text arguments turned into objects
+ * when as_objects (*converted counts them). */
+static json_t *message_tool_calls(json_t *tc, size_t i, bool as_objects, int *converted, srv_error *e)
 {
     if (!json_is_array(tc)) {
         srv_bad_request(e, "messages", NULL, "messages[%zu].tool_calls must be an array", i);
@@ -61,11 +62,11 @@ static json_t *message_tool_calls(json_t *tc, size_t i, srv_error *e)
         }
         json_t *copy = json_deep_copy(c), *cf = json_object_get(copy, "function");
         json_t *args = json_object_get(cf, "arguments");
-        if (json_is_string(args)) {
+        if (json_is_string(args) && as_objects) {
             json_t *parsed = json_loads(json_string_value(args), 0, NULL);
-            if (json_is_object(parsed)) json_object_set_new(cf, "arguments", parsed);
+            if (json_is_object(parsed)) json_object_set_new(cf, "arguments", parsed), (*converted)++;
             else json_decref(parsed);
-        } else if (args && !json_is_object(args) && !json_is_null(args)) {
+        } else if (args && !json_is_string(args) && !json_is_object(args) && !json_is_null(args)) {
             json_decref(copy);
             json_decref(out);
             srv_bad_request(e, "messages", NULL, "messages[%zu].tool_calls[%zu].function.arguments must be a JSON string", i, k);
@@ -77,7 +78,7 @@ static json_t *message_tool_calls(json_t *tc, size_t i, srv_error *e)
     return out;
 }
 
-static json_t *message(json_t *m, size_t i, srv_error *e)
+static json_t *message(json_t *m, size_t i, bool as_objects, int *converted, srv_error *e)
 {
     if (!json_is_object(m)) {
         srv_bad_request(e, "messages", NULL, "messages[%zu] must be an object", i);
@@ -104,7 +105,7 @@ static json_t *message(json_t *m, size_t i, srv_error *e)
             srv_bad_request(e, "messages", NULL, "messages[%zu]: only assistant messages have tool_calls", i);
             return NULL;
         }
-        json_t *calls = message_tool_calls(tc, i, e);
+        json_t *calls = message_tool_calls(tc, i, as_objects, converted, e);
         if (!calls) { json_decref(out); return NULL; }
         json_object_set_new(out, "tool_calls", calls);
     }
@@ -128,7 +129,7 @@ static json_t *message(json_t *m, size_t i, srv_error *e)
     return out;
 }
 
-static json_t *messages(json_t *o, srv_error *e)
+static json_t *messages(json_t *o, bool as_objects, int *converted, srv_error *e)
 {
     json_t *a = json_object_get(o, "messages");
     if (!a || json_is_null(a)) { srv_bad_request(e, "messages", NULL, "'messages' is required"); return NULL; }
@@ -138,7 +139,7 @@ static json_t *messages(json_t *o, srv_error *e)
     size_t i;
     json_t *m;
     json_array_foreach(a, i, m) {
-        json_t *n = message(m, i, e);
+        json_t *n = message(m, i, as_objects, converted, e);
         if (!n) { json_decref(out); return NULL; }
         json_array_append_new(out, n);
     }
@@ -179,7 +180,8 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_
         json_decref(tools);
         return srv_bad_request(e, "chat_template_kwargs", NULL, "'chat_template_kwargs' must be an object");
     }
-    json_t *msgs = messages(o, e);
+    int converted = 0;
+    json_t *msgs = messages(o, true, &converted, e);
     if (!msgs) { json_decref(tools); return -1; }
     char *mt = json_dumps(msgs, JSON_COMPACT);
     char *tt = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
@@ -187,8 +189,15 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_
     json_decref(msgs);
     int rc = 0;
     if (!mt || (tools && !tt)) rc = srv_bad_request(e, NULL, NULL, "out of memory");
-    if (!rc && pl_chat_apply(mc->model, mc->chat_template, mt, tt, add_gen, kt, text) != 0)
+    if (!rc && pl_chat_apply(mc->model, mc->chat_template, mt, tt, add_gen, kt, text) != 0) {
         rc = srv_bad_request(e, "messages", NULL, "cannot render the messages with the chat template: %s", pl_last_error());
+        /* some templates (DeepSeek's) join arguments as text: try them as sent */
+        json_t *plain = converted ? messages(o, false, &converted, e) : NULL;
+        char *pt = plain ? json_dumps(plain, JSON_COMPACT) : NULL;
+        if (pt && pl_chat_apply(mc->model, mc->chat_template, pt, tt, add_gen, kt, text) == 0) rc = 0;
+        json_decref(plain);
+        free(pt);
+    }
     free(mt), free(tt), free(kt);
     if (rc) { json_decref(tools); return -1; }
     *tools_out = tools;
