@@ -373,8 +373,10 @@ const char *pl_model_chat_template_named(const pl_model *m, const char *name);
  * tokenizer.chat_template. The context holds messages, tools (when given),
  * add_generation_prompt, bos_token and eos_token from the vocabulary, and
  * the members of extra_json (a JSON object or NULL, e.g. enable_thinking).
- * A model without any template falls back to pl_chat_render (text
- * contents only). *out is malloc'd. */
+ * When the vocabulary adds BOS itself, a leading bos_token the template
+ * wrote is dropped (one BOS, as the model was trained). A model without
+ * any template falls back to pl_chat_render (text contents only). *out is
+ * malloc'd. */
 int pl_chat_apply(const pl_model *m, const char *tpl, const char *messages_json, const char *tools_json,
                   bool add_generation_prompt, const char *extra_json, char **out);
 

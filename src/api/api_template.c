@@ -94,6 +94,10 @@ int pl_chat_apply(const pl_model *m, const char *tpl, const char *messages_json,
         if (!json_object_get(ctx, "eos_token")) json_object_set_new(ctx, "eos_token", token_text(m, pl_vocab_eos(v)));
         jinja_limits lim = jinja_limits_default();
         rc = jinja_render(tpl, strlen(tpl), ctx, &lim, out);
+        /* templates that write bos_token themselves: the tokenizer adds BOS already */
+        const char *bos = json_string_value(json_object_get(ctx, "bos_token"));
+        size_t bl = bos ? strlen(bos) : 0;
+        if (!rc && bl && pl_vocab_add_bos(v) && strncmp(*out, bos, bl) == 0) memmove(*out, *out + bl, strlen(*out) - bl + 1);
     }
 done:
     json_decref(msgs);

@@ -58,3 +58,15 @@ expect_exit template_no_args 2 "required" -- $PAGELLM template
 expect_exit template_missing_file 1 "cannot read" -- $PAGELLM template -t "$T/nope.jinja"
 printf '{{ x }}' >"$T/x.jinja"
 expect_exit template_bad_context 1 "invalid JSON" -- $PAGELLM template -t "$T/x.jinja" -c <(printf '{"x": ')
+
+# -m MODEL: bos_token/eos_token from the vocabulary; a leading bos_token is
+# dropped because the tokenizer adds BOS itself (stories260K adds it)
+M=$SHARED/models/stories260K.gguf
+if [ -f "$M" ]; then
+  printf '{{ bos_token }}[{{ eos_token }}]{{ messages[0].content }}{%% if add_generation_prompt %%}>{%% endif %%}{{ extra }}' >"$T/b.jinja"
+  printf '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true,"extra":"!"}' >"$T/b.json"
+  got=$($PAGELLM template -m "$M" -t "$T/b.jinja" -c "$T/b.json")
+  if [ "$got" = "[</s>]Hi>!" ]; then pass template_model_tokens; else fail template_model_tokens "got '$got'"; fi
+  got=$($PAGELLM template -t "$T/b.jinja" -c "$T/b.json")
+  if [ "$got" = "[]Hi>!" ]; then pass template_no_model_tokens_undefined; else fail template_no_model_tokens_undefined "got '$got'"; fi
+fi
