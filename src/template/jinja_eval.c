@@ -436,14 +436,15 @@ static void exec_for(jctx *c, jnode *s, jframe *f)
     /* iterate over a snapshot: appends during the loop are not walked */
     jv *snap = jarena_alloc(c, n * sizeof(jv));
     memcpy(snap, items.l->v, n * sizeof(jv));
+    jframe *bf = jframe_new(c, f); /* one frame, emptied each turn: long loops do not grow the arena */
     for (size_t i = 0; i < n; i++) {
         jstep(c);
+        bf->n = 0;
         lp->index0 = i;
         lp->has_prev = i > 0;
         lp->has_next = i + 1 < n;
         if (i > 0) lp->prev = snap[i - 1];
         if (i + 1 < n) lp->next = snap[i + 1];
-        jframe *bf = jframe_new(c, f);
         jframe_set(c, bf, "loop", loopv);
         assign_targets(c, s->line, bf, s->names, s->nnames, snap[i]);
         jeval_body(c, s->kids[1], bf);

@@ -71,7 +71,7 @@ static void jbuf_reserve(jctx *c, jbuf *b, size_t more)
 {
     if (b->n + more + 1 <= b->cap) return;
     if (b->n + more > c->lim.max_output)
-        jfail(c, 0, "the template's output exceeds %zu bytes", c->lim.max_output);
+        jfail(c, 0, "the template's text (its output or a string it builds) exceeds %zu bytes", c->lim.max_output);
     size_t cap = b->cap ? b->cap * 2 : 256;
     while (cap < b->n + more + 1) cap *= 2;
     char *s = jarena_alloc(c, cap);
