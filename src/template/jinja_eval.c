@@ -183,8 +183,17 @@ static bool contains(jctx *c, int line, jv needle, jv hay)
     }
 }
 
+/* Comparing two lists or dicts walks them: charge their sizes as steps. */
+static void charge(jctx *c, jv v)
+{
+    size_t n = v.k == JV_LIST ? v.l->n : (v.k == JV_DICT || v.k == JV_NS) ? v.d->n : 0;
+    for (size_t i = 0; i < n; i += 16) jstep(c);
+}
+
 static bool compare(jctx *c, int line, const char *op, jv a, jv b)
 {
+    charge(c, a);
+    charge(c, b);
     if (!strcmp(op, "==")) return jv_equal(a, b);
     if (!strcmp(op, "!=")) return !jv_equal(a, b);
     if (!strcmp(op, "in")) return contains(c, line, a, b);
