@@ -158,13 +158,14 @@ static const char *template_of(const srv_model_ctx *mc, bool tools)
 /* Renders o's messages (and tools unless tool_choice is none) with the
  * template; *tools_out gets the tools used (a reference) or NULL. */
 static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_forced, char **text,
-                  json_t **tools_out, srv_error *e)
+                  json_t **tools_out, bool *parallel_out, srv_error *e)
 {
     json_t *tools = NULL;
     srv_tool_choice choice;
     const char *named;
     bool parallel;
     *text = NULL;
+    *parallel_out = true;
     *tools_out = NULL;
     if (srv_tools_parse_request(o, &tools, &choice, &named, &parallel, e)) return -1;
     if (refuse_forced && (choice == SRV_TOOL_REQUIRED || choice == SRV_TOOL_NAMED)) {
@@ -201,13 +202,16 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_
     free(mt), free(tt), free(kt);
     if (rc) { json_decref(tools); return -1; }
     *tools_out = tools;
+    *parallel_out = parallel;
     return 0;
 }
 
 int srv_chat_render(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, char **text, srv_error *e)
 {
     json_t *tools;
-    if (render(mc, o, true, true, text, &tools, e)) return -1;
+    bool parallel;
+    if (render(mc, o, true, true, text, &tools, &parallel, e)) return -1;
+    q->one_tool_call = !parallel;
     const char *tpl = template_of(mc, tools != NULL);
     q->tools = tools;
     q->tools_functionary = tools && tpl && strstr(tpl, ">>>all");
@@ -233,7 +237,8 @@ char *srv_apply_template(const srv_model_ctx *mc, const char *body, size_t len, 
     }
     char *text = NULL, *out = NULL;
     json_t *tools = NULL;
-    if (!render(mc, o, !ag || json_is_null(ag) || json_is_true(ag), false, &text, &tools, e)) {
+    bool parallel;
+    if (!render(mc, o, !ag || json_is_null(ag) || json_is_true(ag), false, &text, &tools, &parallel, e)) {
         json_t *r = json_pack("{s:o}", "prompt", srv_json_text(text, strlen(text)));
         out = r ? json_dumps(r, JSON_COMPACT) : NULL;
         json_decref(r);
@@ -275,6 +280,7 @@ int srv_chat_out_finish(srv_chat_out *o, const srv_gen_req *q, srv_buf *reasonin
     int rc = srv_think_finish(&o->think, reasoning, o->tools ? &c : content);
     if (!rc && o->tools && c.len) rc = srv_tool_stream_feed(&o->ts, c.p, c.len, content);
     if (!rc && o->tools) rc = srv_tool_stream_finish(&o->ts, q->tools, content, calls);
+    while (!rc && *calls && q->one_tool_call && json_array_size(*calls) > 1) json_array_remove(*calls, json_array_size(*calls) - 1);
     srv_buf_free(&c);
     return rc;
 }

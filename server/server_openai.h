@@ -93,6 +93,7 @@ typedef struct {
     /* chat replies (server_chat.h) */
     json_t *tools;               /* the request's tools when calls are parsed from the reply (owned), or NULL */
     bool tools_functionary;      /* the template's ">>>" call format */
+    bool one_tool_call;          /* parallel_tool_calls: false: only the first call is returned */
     bool reasoning;              /* <think> ... </think> goes to reasoning_content */
     bool think_open;             /* the prompt ends inside <think> */
 } srv_gen_req;

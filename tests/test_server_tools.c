@@ -351,6 +351,27 @@ TEST(response_has_tool_calls_and_reasoning)
     srv_gen_req_free(&q);
 }
 
+TEST(parallel_tool_calls_false_keeps_one)
+{
+    srv_gen_req q;
+    srv_error e;
+    CHECK_EQ_INT(parse("{" USER ",\"parallel_tool_calls\":false,\"tools\":[" TOOL "]}", &q, &e), 200);
+    srv_result r;
+    srv_result_init(&r, 1);
+    pl_event d = ev_of(PL_EV_DONE, "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"A\"}}</tool_call>"
+                                   "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"B\"}}</tool_call>", "stop");
+    CHECK(srv_result_add(&r, &q, &toks, &d) == 0);
+    char *j = srv_result_json(&r, &q, "chatcmpl-4", 1, "m");
+    json_t *o = json_loads(j, 0, NULL);
+    json_t *calls = json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message"), "tool_calls");
+    CHECK(json_array_size(calls) == 1);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments")), "{\"city\":\"A\"}");
+    json_decref(o);
+    free(j);
+    srv_result_free(&r);
+    srv_gen_req_free(&q);
+}
+
 TEST(stream_has_tool_call_deltas)
 {
     srv_gen_req q;
@@ -448,6 +469,7 @@ int main(void)
     RUN(template_renders_tool_turns);
     RUN(template_that_raises_is_400);
     RUN(response_has_tool_calls_and_reasoning);
+    RUN(parallel_tool_calls_false_keeps_one);
     RUN(stream_has_tool_call_deltas);
     RUN(reasoning_format_none_keeps_text);
     srv_tokens_free(&toks);
