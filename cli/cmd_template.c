@@ -59,7 +59,7 @@ int cmd_template(int argc, char **argv)
         {0},
     };
     int npos = 0;
-    int r = cli_parse("template", "pagellm template (-t FILE | -m MODEL) [-c CONTEXT.json]", opts, argc, argv, NULL,
+    int r = cli_parse("template", "(-t FILE | -m MODEL) [-c CONTEXT.json]", opts, argc, argv, NULL,
                       0, &npos);
     if (r == CLI_HELP) return 0;
     if (r) return 2;
