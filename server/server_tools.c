@@ -101,9 +101,10 @@ static json_t *call_schema(json_t *tool)
 {
     json_t *f = json_object_get(tool, "function");
     json_t *params = json_object_get(f, "parameters");
-    return json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
-                     json_object_get(f, "name"), "arguments", json_is_object(params) ? params : json_object(), "required",
-                     "name", "arguments", "additionalProperties", 0);
+    json_t *args = json_is_object(params) ? json_incref(params) : json_object();
+    return json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
+                     json_object_get(f, "name"), "arguments", args, "required", "name", "arguments",
+                     "additionalProperties", 0);
 }
 
 json_t *srv_tools_choice_schema(json_t *tools, srv_tool_choice choice, const char *named)
