@@ -78,7 +78,11 @@ static json_t *message_tool_calls(json_t *tc, size_t i, bool as_objects, int *co
     return out;
 }
 
-static json_t *message(json_t *m, size_t i, bool as_objects, int *converted, srv_error *e)
+/* mode: MSG_OBJECT_ARGS turns JSON-text arguments into objects,
+ * MSG_EMPTY_CONTENT gives a null content as "" (*adapted counts both). */
+enum { MSG_OBJECT_ARGS = 1, MSG_EMPTY_CONTENT = 2 };
+
+static json_t *message(json_t *m, size_t i, int mode, int *adapted, srv_error *e)
 {
     if (!json_is_object(m)) {
         srv_bad_request(e, "messages", NULL, "messages[%zu] must be an object", i);
@@ -97,6 +101,11 @@ static json_t *message(json_t *m, size_t i, bool as_objects, int *converted, srv
     json_t *out = json_pack("{s:s}", "role", r);
     json_t *content = message_content(json_object_get(m, "content"), i, e);
     if (!out || !content) { json_decref(out); json_decref(content); return NULL; }
+    if (json_is_null(content) && (mode & MSG_EMPTY_CONTENT) && strcmp(r, "tool") != 0) {
+        json_decref(content);
+        content = json_string("");
+        (*adapted)++;
+    }
     json_object_set_new(out, "content", content);
     json_t *tc = json_object_get(m, "tool_calls");
     if (tc && !json_is_null(tc)) {
@@ -105,7 +114,7 @@ static json_t *message(json_t *m, size_t i, bool as_objects, int *converted, srv
             srv_bad_request(e, "messages", NULL, "messages[%zu]: only assistant messages have tool_calls", i);
             return NULL;
         }
-        json_t *calls = message_tool_calls(tc, i, as_objects, converted, e);
+        json_t *calls = message_tool_calls(tc, i, mode & MSG_OBJECT_ARGS, adapted, e);
         if (!calls) { json_decref(out); return NULL; }
         json_object_set_new(out, "tool_calls", calls);
     }
@@ -129,7 +138,7 @@ static json_t *message(json_t *m, size_t i, bool as_objects, int *converted, srv
     return out;
 }
 
-static json_t *messages(json_t *o, bool as_objects, int *converted, srv_error *e)
+static json_t *messages(json_t *o, int mode, int *adapted, srv_error *e)
 {
     json_t *a = json_object_get(o, "messages");
     if (!a || json_is_null(a)) { srv_bad_request(e, "messages", NULL, "'messages' is required"); return NULL; }
@@ -139,7 +148,7 @@ static json_t *messages(json_t *o, bool as_objects, int *converted, srv_error *e
     size_t i;
     json_t *m;
     json_array_foreach(a, i, m) {
-        json_t *n = message(m, i, as_objects, converted, e);
+        json_t *n = message(m, i, mode, adapted, e);
         if (!n) { json_decref(out); return NULL; }
         json_array_append_new(out, n);
     }
@@ -181,25 +190,31 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_
         json_decref(tools);
         return srv_bad_request(e, "chat_template_kwargs", NULL, "'chat_template_kwargs' must be an object");
     }
-    int converted = 0;
-    json_t *msgs = messages(o, true, &converted, e);
-    if (!msgs) { json_decref(tools); return -1; }
-    char *mt = json_dumps(msgs, JSON_COMPACT);
     char *tt = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
     char *kt = kw && !json_is_null(kw) ? json_dumps(kw, JSON_COMPACT) : NULL;
-    json_decref(msgs);
-    int rc = 0;
-    if (!mt || (tools && !tt)) rc = srv_bad_request(e, NULL, NULL, "out of memory");
-    if (!rc && pl_chat_apply(mc->model, mc->chat_template, mt, tt, add_gen, kt, text) != 0) {
-        rc = srv_bad_request(e, "messages", NULL, "cannot render the messages with the chat template: %s", pl_last_error());
-        /* some templates (DeepSeek's) join arguments as text: try them as sent */
-        json_t *plain = converted ? messages(o, false, &converted, e) : NULL;
-        char *pt = plain ? json_dumps(plain, JSON_COMPACT) : NULL;
-        if (pt && pl_chat_apply(mc->model, mc->chat_template, pt, tt, add_gen, kt, text) == 0) rc = 0;
-        json_decref(plain);
-        free(pt);
+    int rc = tools && !tt ? srv_bad_request(e, NULL, NULL, "out of memory") : 1; /* 1: not rendered yet */
+    /* Templates differ in what they take: arguments as objects (most) or as
+     * the JSON text OpenAI sends (DeepSeek's); a null content (OpenAI's, beside
+     * tool calls) or only strings (Qwen3's). The first form is the one
+     * transformers' templates expect; the others are tried when it fails, and
+     * the first failure is what a client hears. */
+    static const int modes[] = {MSG_OBJECT_ARGS, 0, MSG_OBJECT_ARGS | MSG_EMPTY_CONTENT, MSG_EMPTY_CONTENT};
+    char *tried[4] = {0};
+    for (size_t k = 0; rc > 0 && k < sizeof modes / sizeof modes[0]; k++) {
+        int adapted = 0;
+        json_t *msgs = messages(o, modes[k], &adapted, e);
+        if (!msgs) { rc = -1; break; }
+        char *mt = tried[k] = json_dumps(msgs, JSON_COMPACT);
+        json_decref(msgs);
+        bool same = false; /* a form no different from one tried already */
+        for (size_t j = 0; mt && j < k; j++) same |= tried[j] && strcmp(tried[j], mt) == 0;
+        if (!mt || same) continue;
+        if (pl_chat_apply(mc->model, mc->chat_template, mt, tt, add_gen, kt, text) == 0) rc = 0;
+        else if (k == 0) srv_bad_request(e, "messages", NULL, "cannot render the messages with the chat template: %s", pl_last_error());
     }
-    free(mt), free(tt), free(kt);
+    for (size_t k = 0; k < 4; k++) free(tried[k]);
+    if (rc > 0) rc = -1;
+    free(tt), free(kt);
     if (rc) { json_decref(tools); return -1; }
     *tools_out = tools;
     *parallel_out = parallel;

@@ -303,6 +303,34 @@ TEST(template_renders_tool_turns)
     free(tpl);
 }
 
+/* Qwen3's template needs string contents, DeepSeek-R1's joins arguments as
+ * text: OpenAI's null content and JSON-text arguments render with both. */
+TEST(templates_take_openai_shapes)
+{
+    const char *files[] = {SHARED_MODELS "/../templates/Qwen-Qwen3-0.6B.jinja",
+                           SHARED_MODELS "/../templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"};
+    const char *want[] = {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                          "get_weather\n```json\n{\"city\":\"Paris\"}\n```"};
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":null,"
+                       "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                       "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"content\":\"sunny\"}]}";
+    for (int i = 0; i < 2; i++) {
+        char *tpl = slurp(files[i]);
+        if (!tpl) { printf("SKIP templates_take_openai_shapes: %s not found\n", files[i]); return; }
+        mc.chat_template = tpl;
+        srv_error e;
+        char *j = srv_apply_template(&mc, body, strlen(body), &e);
+        mc.chat_template = NULL;
+        free(tpl);
+        CHECK_MSG(j != NULL, "%s: %s", files[i], e.message);
+        json_t *o = json_loads(j, 0, NULL);
+        const char *p = json_string_value(json_object_get(o, "prompt"));
+        CHECK_MSG(p && strstr(p, want[i]), "%s: %s", files[i], p ? p : "(null)");
+        json_decref(o);
+        free(j);
+    }
+}
+
 TEST(template_that_raises_is_400)
 {
     mc.chat_template = "{% if messages[0].role != 'system' %}{{ raise_exception('A system message comes first!') }}{% endif %}x";
@@ -467,6 +495,7 @@ int main(void)
     mc.n_ctx = 512;
     RUN(tools_request_checks);
     RUN(template_renders_tool_turns);
+    RUN(templates_take_openai_shapes);
     RUN(template_that_raises_is_400);
     RUN(response_has_tool_calls_and_reasoning);
     RUN(parallel_tool_calls_false_keeps_one);
