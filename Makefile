@@ -155,7 +155,7 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 # each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
 # the model's config and tensor binding (it links the kernels from LIBPL),
 # the server's request JSON and other request parsers, the command-line flags, the GBNF
-# parser/matcher, the JSON-schema compiler
+# parser/matcher, the JSON-schema compiler, the Jinja interpreter
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
@@ -166,6 +166,7 @@ fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) grammar
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) schema
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) server
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) jinja
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -74,6 +74,28 @@ static void turn_json(int turn, const char *prompt, const gen_result *r, size_t 
     json_decref(o);
 }
 
+/* The model's Jinja template when it has one, else the built-in families. */
+static int chat_prompt(const pl_model *m, const chat_log *log, char **prompt, const char **tpl)
+{
+    if (!pl_model_chat_template(m)) return pl_chat_render(m, log->msgs, log->n, true, prompt, tpl);
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < log->n; i++) {
+        json_t *msg = json_pack("{s:s, s:s}", "role", log->msgs[i].role, "content", log->msgs[i].content);
+        if (!msg) { /* jansson takes only valid UTF-8 */
+            fprintf(stderr, "pagellm chat: turn %zu is not valid UTF-8\n", i + 1);
+            json_decref(a);
+            return -1;
+        }
+        json_array_append_new(a, msg);
+    }
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    int rc = text ? pl_chat_apply(m, NULL, text, NULL, true, NULL, prompt) : -1;
+    free(text);
+    *tpl = "jinja";
+    return rc;
+}
+
 static int chat_turn(pl_ctx *c, pl_model *m, int32_t seq, pl_sampler *s, float *logits, chat_log *log,
                      int n_predict, int turn, bool json)
 {
@@ -82,7 +104,7 @@ static int chat_turn(pl_ctx *c, pl_model *m, int32_t seq, pl_sampler *s, float *
     size_t n_ids = 0, reused = 0;
     int32_t *ids = NULL;
     const pl_vocab *v = pl_model_vocab(m);
-    if (pl_chat_render(m, log->msgs, log->n, true, &prompt, &tpl) != 0) return -1;
+    if (chat_prompt(m, log, &prompt, &tpl) != 0) return -1;
     int rc = pl_tokenize(v, prompt, strlen(prompt), pl_vocab_add_bos(v), true, &ids, &n_ids);
     if (rc) { pl_free(prompt); return rc; }
     if (!pl_ctx_unbounded(c) && n_ids + (size_t)n_predict > pl_ctx_n_ctx(c)) {

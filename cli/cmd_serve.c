@@ -40,6 +40,8 @@ typedef struct {
     srv_keys api_keys, metrics_keys; /* what http.api_keys / metrics_keys point to */
     cli_strs cors_flags;             /* --cors-origin, as given */
     srv_cors cors;                   /* what http.cors points to */
+    const char *chat_template_file, *reasoning_format;
+    char *chat_template;             /* the file's text (mc.chat_template) */
 } serve_opts;
 
 #define SEED_UNSET UINT64_MAX /* --seed not given: each request without a seed gets a random one */
@@ -83,7 +85,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     pl_engine_params dep;
     pl_engine_params_default(&dep);
     o->gather_ms = dep.gather_us / 1000.0;
-    cli_opt opts[48];
+    cli_opt opts[56];
     int n = 0;
     gen_opts_table(&o->g, opts, &n);
     for (int i = 0; i < n; i++) /* sampling flags are the defaults of requests that do not say */
@@ -111,6 +113,8 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {"prefix-order", 0, CLI_FLAG, &o->prefix_order, 0, 0, NULL, "schedule waiting requests with the longest cached prefix first"},
         {"verbose", 'v', CLI_FLAG, &o->http.verbose, 0, 0, NULL, "log every request on stderr"},
         {"cors-origin", 0, CLI_STRS, &o->cors_flags, 0, 0, "ORIGIN", "browser origins allowed to read answers (repeatable or a comma list; default *: any)"},
+        {"chat-template-file", 0, CLI_STR, &o->chat_template_file, 0, 0, "FILE", "Jinja chat template to use instead of the model's"},
+        {"reasoning-format", 0, CLI_STR, &o->reasoning_format, 0, 0, "FMT", "deepseek: <think>...</think> goes to reasoning_content (default); none: left in content"},
         {0},
     };
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
@@ -130,7 +134,37 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     for (int i = 0; i < o->cors_flags.n; i++)
         if (srv_cors_add(&o->cors, o->cors_flags.v[i], err, sizeof err)) { cli_error("serve", "%s", err); return 2; }
     o->http.cors = &o->cors;
+    if (o->reasoning_format && strcmp(o->reasoning_format, "deepseek") && strcmp(o->reasoning_format, "none")) {
+        cli_error("serve", "--reasoning-format must be deepseek or none, got '%s'", o->reasoning_format);
+        return 2;
+    }
     return serve_keys(o);
+}
+
+/* --chat-template-file: read, and tried on a one-message chat so that a
+ * template that cannot work fails now, not on every request (a template
+ * that raises for this chat, e.g. wanting a system message, is fine). */
+static int serve_chat_template(serve_opts *o, const pl_model *m)
+{
+    if (!o->chat_template_file) return 0;
+    uint64_t n = 0;
+    o->chat_template = cli_read_file(o->chat_template_file, &n);
+    if (!o->chat_template) {
+        cli_error("serve", "cannot read --chat-template-file %s", o->chat_template_file);
+        return 1;
+    }
+    if (strlen(o->chat_template) != n) {
+        cli_error("serve", "--chat-template-file %s holds a NUL byte", o->chat_template_file);
+        return 2;
+    }
+    char *out = NULL;
+    if (pl_chat_apply(m, o->chat_template, "[{\"role\":\"user\",\"content\":\"Hello\"}]", NULL, true, NULL, &out) != 0 &&
+        strncmp(pl_last_error(), "template raised:", 16) != 0) {
+        cli_error("serve", "--chat-template-file %s: %s", o->chat_template_file, pl_last_error());
+        return 2;
+    }
+    pl_free(out);
+    return 0;
 }
 
 /* The model's name in the API: its file's basename. */
@@ -176,6 +210,9 @@ static void serve_model_ctx(const serve_opts *o, const pl_model *m, uint32_t n_c
     mc->random_seed = o->g.seed == SEED_UNSET;
     if (mc->random_seed) mc->defaults.seed = 0;
     mc->completions_max_tokens = o->completions_max_tokens;
+    mc->chat_template = o->chat_template;
+    mc->reasoning_format = o->reasoning_format && strcmp(o->reasoning_format, "none") == 0 ? SRV_REASONING_NONE
+                                                                                           : SRV_REASONING_DEEPSEEK;
 }
 
 /* Waits for SIGINT/SIGTERM (blocked in every thread); returns the signal. */
@@ -213,7 +250,7 @@ static void serve_drain(srv *s, pl_engine *e, const sigset_t *set, double drain_
     }
 }
 
-static int serve_run(const serve_opts *o, const sigset_t *set)
+static int serve_run(serve_opts *o, const sigset_t *set)
 {
     pl_model *m = NULL;
     pl_engine *e = NULL;
@@ -228,6 +265,7 @@ static int serve_run(const serve_opts *o, const sigset_t *set)
         return 1;
     }
     int rc = serve_engine_params(o, m, &ep);
+    if (!rc) rc = serve_chat_template(o, m);
     if (!rc && srv_tokens_init(&tok, pl_model_vocab(m), info.tokenizer) != 0) rc = 1, cli_error("serve", "out of memory");
     if (!rc && pl_engine_new(&e, m, &ep) != 0) rc = 1, cli_error("serve", "%s", pl_last_error());
     serve_model_ctx(o, m, ep.ctx.n_ctx, &mc);
@@ -271,6 +309,7 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     rc = serve_run(&o, &set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    free(o.chat_template);
     srv_keys_free(&o.api_keys);
     srv_keys_free(&o.metrics_keys);
     srv_cors_free(&o.cors);

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"quantize", cmd_quantize, "re-encode a GGUF's weights (f16, bf16, q8_0, q4_0, q4_k_m)"},
     {"tokenize", cmd_tokenize, "text to token ids with a model's tokenizer"},
     {"detokenize", cmd_detokenize, "token ids to text"},
+    {"template", cmd_template, "render a Jinja chat template (a file's or a model's) with JSON variables"},
     {NULL, NULL, NULL},
 };
 

@@ -452,6 +452,34 @@ typedef struct {
 int pl_chat_render(const pl_model *m, const pl_chat_msg *msgs, size_t n, bool add_assistant, char **out,
                    const char **name);
 
+/* ------------------------------------------------------------ templates */
+
+/* Renders a Jinja template as transformers' apply_chat_template does:
+ * jinja2's immutable sandbox with trim_blocks and lstrip_blocks, break and
+ * continue, raise_exception, strftime_now, and a tojson that keeps
+ * non-ASCII text and key order. context_json is a JSON object whose members
+ * become the template's variables (NULL: none). Runs under fixed limits
+ * (memory, output size, steps, nesting). *out is malloc'd. A template's
+ * raise_exception(msg) fails with the text "template raised: msg". */
+int pl_template_render(const char *tpl, size_t tpl_len, const char *context_json, char **out);
+
+/* A GGUF's named chat template: NULL = tokenizer.chat_template, "tool_use"
+ * = tokenizer.chat_template.tool_use. NULL when the file has none. */
+const char *pl_model_chat_template_named(const pl_model *m, const char *name);
+
+/* Renders chat messages (OpenAI's messages array, as JSON text) with a Jinja
+ * chat template: tpl if given, else the model's tool_use variant when
+ * tools_json (a JSON array, or NULL) is given and the file has one, else
+ * tokenizer.chat_template. The context holds messages, tools (when given),
+ * add_generation_prompt, bos_token and eos_token from the vocabulary, and
+ * the members of extra_json (a JSON object or NULL, e.g. enable_thinking).
+ * When the vocabulary adds BOS itself, a leading bos_token the template
+ * wrote is dropped (one BOS, as the model was trained). A model without
+ * any template falls back to pl_chat_render (text contents only). *out is
+ * malloc'd. */
+int pl_chat_apply(const pl_model *m, const char *tpl, const char *messages_json, const char *tools_json,
+                  bool add_generation_prompt, const char *extra_json, char **out);
+
 /* ---------------------------------------------------------------- engine */
 
 /* The engine: one thread owns the model's context (KV pool, sequences,

@@ -30,6 +30,8 @@
  */
 #include "server_http.h"
 
+#include "server_chat.h"
+
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -58,7 +60,7 @@
 #define SRV_SSE_BATCH 8192              /* stream bytes gathered before a write when events come fast */
 
 /* Routes from R_COMPLETIONS on take POST. */
-enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_WEB, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS };
+enum { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_KV, R_WEB, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS, R_APPLY_TEMPLATE };
 
 struct srv {
     struct MHD_Daemon *d;
@@ -193,6 +195,7 @@ static int route_of(const char *url)
         {"/health", R_HEALTH}, {"/metrics", R_METRICS}, {"/v1/models", R_MODELS}, {"/v1/kv", R_KV},
         {"/v1/completions", R_COMPLETIONS}, {"/v1/chat/completions", R_CHAT},
         {"/tokenize", R_TOKENIZE}, {"/detokenize", R_DETOKENIZE}, {"/v1/embeddings", R_EMBEDDINGS},
+        {"/apply-template", R_APPLY_TEMPLATE},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(url, t[i].path) == 0) return t[i].route;
@@ -668,6 +671,10 @@ static enum MHD_Result dispatch(conn_ctx *c, const char *url)
         json_t *o = c->route == R_TOKENIZE ? srv_tokenize(c->s->mc, c->s->tok, b, c->body.len, &e)
                                            : srv_detokenize(c->s->mc, b, c->body.len, &e);
         return o ? reply_json(c, 200, o) : reply_error(c, &e, NULL);
+    }
+    if (c->route == R_APPLY_TEMPLATE) {
+        char *j = srv_apply_template(c->s->mc, c->body.p ? c->body.p : "", c->body.len, &e);
+        return j ? reply(c, 200, "application/json", j, NULL) : reply_error(c, &e, NULL);
     }
     return handle_generation(c, c->route == R_CHAT ? SRV_CHAT : SRV_COMPLETIONS);
 }

@@ -13,6 +13,7 @@
  *   POST /tokenize, /detokenize  server_tokenize.h (llama-server's shapes)
  *   POST /v1/embeddings          server_embed.h
  *   OPTIONS any route            CORS preflight, no key needed (server_cors.h)
+ *   POST /apply-template         the chat prompt a request would get (server_chat.h)
  *
  * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION). A
  * generation is a blocking loop over pl_request_next on its connection's

@@ -21,6 +21,8 @@
 #include "server_openai.h"
 #include "server_format.h"
 
+#include "server_chat.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -407,77 +409,6 @@ static int parse_completion_fields(const srv_model_ctx *mc, json_t *o, srv_gen_r
 
 /* ---------------------------------------------------------------- chat */
 
-typedef struct {
-    pl_chat_msg *msgs;
-    char **owned;  /* joined content parts, freed after rendering */
-    size_t n;
-} chat_msgs;
-
-static void chat_msgs_free(chat_msgs *c)
-{
-    for (size_t i = 0; c->owned && i < c->n; i++) free(c->owned[i]);
-    free(c->owned);
-    free(c->msgs);
-}
-
-/* content: a string, null, or an array of {"type": "text", "text": ...}
- * parts (joined with newlines). */
-static int message_content(json_t *c, size_t i, chat_msgs *cm, srv_error *e)
-{
-    if (!c || json_is_null(c)) { cm->msgs[i].content = ""; return 0; }
-    if (json_is_string(c)) { cm->msgs[i].content = json_string_value(c); return 0; }
-    if (!json_is_array(c))
-        return srv_bad_request(e, "messages", NULL, "messages[%zu].content must be a string or an array of parts, got %s", i, json_kind(c));
-    srv_buf b = {0};
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *part = json_array_get(c, k);
-        const char *type = json_string_value(json_object_get(part, "type"));
-        json_t *text = json_object_get(part, "text");
-        if (!type || strcmp(type, "text") != 0 || !json_is_string(text)) {
-            srv_buf_free(&b);
-            return srv_bad_request(e, "messages", "unsupported_parameter",
-                                   "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
-        }
-        if ((k && srv_buf_str(&b, "\n")) || srv_buf_add(&b, json_string_value(text), json_string_length(text))) {
-            srv_buf_free(&b);
-            return srv_out_of_memory(e);
-        }
-    }
-    cm->owned[i] = b.p ? b.p : strdup("");
-    cm->msgs[i].content = cm->owned[i] ? cm->owned[i] : "";
-    return 0;
-}
-
-static int message_role(json_t *m, size_t i, chat_msgs *cm, srv_error *e)
-{
-    const char *r = json_string_value(json_object_get(m, "role"));
-    if (!r) return srv_bad_request(e, "messages", NULL, "messages[%zu].role must be a string", i);
-    if (strcmp(r, "developer") == 0) r = "system";
-    if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0)
-        return srv_bad_request(e, "messages", NULL, "messages[%zu].role '%s' is not supported (system, developer, user, assistant)", i, r);
-    cm->msgs[i].role = r;
-    return 0;
-}
-
-static int parse_messages(json_t *o, chat_msgs *cm, srv_error *e)
-{
-    json_t *a = field(o, "messages");
-    if (!a) return srv_bad_request(e, "messages", NULL, "'messages' is required");
-    if (!json_is_array(a)) return srv_bad_request(e, "messages", NULL, "'messages' must be an array, got %s", json_kind(a));
-    size_t n = json_array_size(a);
-    if (n == 0) return srv_bad_request(e, "messages", NULL, "'messages' is empty");
-    cm->msgs = calloc(n, sizeof *cm->msgs);
-    cm->owned = calloc(n, sizeof *cm->owned);
-    cm->n = n;
-    if (!cm->msgs || !cm->owned) return srv_out_of_memory(e);
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(a, i);
-        if (!json_is_object(m)) return srv_bad_request(e, "messages", NULL, "messages[%zu] must be an object, got %s", i, json_kind(m));
-        if (message_role(m, i, cm, e) || message_content(json_object_get(m, "content"), i, cm, e)) return -1;
-    }
-    return 0;
-}
-
 static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, srv_error *e)
 {
     bool lp = false, given;
@@ -485,17 +416,11 @@ static int parse_chat_fields(const srv_model_ctx *mc, json_t *o, srv_gen_req *q,
     if (get_bool(o, "logprobs", &lp, e) || get_int(o, "top_logprobs", 0, PL_MAX_TOP_LOGPROBS, &top, &given, e)) return -1;
     if (given && !lp) return srv_bad_request(e, "top_logprobs", NULL, "'top_logprobs' needs 'logprobs': true");
     q->logprobs = lp ? (int32_t)top : -1;
-    if (refuse_if_set(o, "tools", e) || refuse_if_set(o, "functions", e)) return -1;
-    chat_msgs cm = {0};
     char *text = NULL;
-    int rc = parse_messages(o, &cm, e);
-    int rrc = rc ? 0 : pl_chat_render(mc->model, cm.msgs, cm.n, true, &text, NULL);
-    if (rrc == PL_ERR_NOMEM) rc = srv_out_of_memory(e);
-    else if (rrc) rc = srv_bad_request(e, "messages", NULL, "cannot render the messages: %s", pl_last_error());
+    int rc = srv_chat_render(mc, o, q, &text, e);
     if (!rc) rc = tokenize_text(mc, text, strlen(text), true, "messages", q, e);
     if (!rc && q->n_prompt == 0) rc = srv_bad_request(e, "messages", NULL, "the messages render to an empty prompt");
     pl_free(text);
-    chat_msgs_free(&cm);
     return rc;
 }
 
@@ -586,6 +511,7 @@ void srv_gen_req_free(srv_gen_req *r)
     for (int i = 0; i < SRV_MAX_N - 1; i++) free(r->more[i]);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->grammar);
+    json_decref(r->tools);
     memset(r, 0, sizeof *r);
 }
 
@@ -686,6 +612,37 @@ int srv_result_add(srv_result *r, const srv_gen_req *q, const srv_tokens *t, con
     return 0;
 }
 
+/* The assistant message of a chat choice: content, and when the request
+ * asks for it reasoning_content and tool_calls (server_chat.h). Takes *text. */
+static json_t *chat_message(const srv_choice *c, const srv_gen_req *q, json_t **text)
+{
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    srv_chat_out o;
+    srv_chat_out_init(&o, q);
+    if (!msg || !o.active) {
+        json_object_set_new(msg, "content", *text);
+        srv_chat_out_free(&o);
+        return msg;
+    }
+    srv_buf reasoning = {0}, content = {0};
+    json_t *calls = NULL;
+    int rc = srv_chat_out_feed(&o, c->text.p ? c->text.p : "", c->text.len, &reasoning, &content);
+    if (!rc) rc = srv_chat_out_finish(&o, q, &reasoning, &content, &calls);
+    srv_chat_out_free(&o);
+    if (rc) { /* out of memory: the text as generated rather than nothing */
+        json_object_set_new(msg, "content", *text);
+        srv_buf_free(&reasoning), srv_buf_free(&content);
+        return msg;
+    }
+    json_decref(*text);
+    *text = NULL;
+    json_object_set_new(msg, "content", content.len || !calls ? srv_json_text(content.p ? content.p : "", content.len) : json_null());
+    if (reasoning.len) json_object_set_new(msg, "reasoning_content", srv_json_text(reasoning.p, reasoning.len));
+    if (calls) json_object_set_new(msg, "tool_calls", calls);
+    srv_buf_free(&reasoning), srv_buf_free(&content);
+    return msg;
+}
+
 static json_t *choice_json(const srv_choice *c, int32_t i, const srv_gen_req *q)
 {
     json_t *text = srv_json_text(c->text.p ? c->text.p : "", c->text.len);
@@ -703,8 +660,10 @@ static json_t *choice_json(const srv_choice *c, int32_t i, const srv_gen_req *q)
             json_decref(lp);
             lp = json_pack("{s:O, s:n}", "content", c->lp, "refusal");
         }
-        return json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", (int)i, "message", "role", "assistant", "content",
-                         text, "logprobs", lp, "finish_reason", c->finish ? c->finish : "stop");
+        json_t *msg = chat_message(c, q, &text);
+        const char *fin = c->finish ? c->finish : "stop";
+        if (json_object_get(msg, "tool_calls") && strcmp(fin, "stop") == 0) fin = "tool_calls";
+        return json_pack("{s:i, s:o, s:o, s:s}", "index", (int)i, "message", msg, "logprobs", lp, "finish_reason", fin);
     }
     return json_pack("{s:i, s:o, s:o, s:s}", "index", (int)i, "text", text, "logprobs", lp, "finish_reason",
                      c->finish ? c->finish : "stop");

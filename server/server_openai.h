@@ -76,7 +76,11 @@ typedef struct {
     pl_sampler_params defaults;  /* sampling when a request does not say */
     bool random_seed;            /* requests without "seed" get a random one (else defaults.seed) */
     int32_t completions_max_tokens; /* /v1/completions default max_tokens (OpenAI's is 16) */
+    const char *chat_template;   /* serve --chat-template-file: overrides the model's (NULL: the model's) */
+    int reasoning_format;        /* SRV_REASONING_*: --reasoning-format */
 } srv_model_ctx;
+
+enum { SRV_REASONING_DEEPSEEK = 0, SRV_REASONING_NONE = 1 }; /* <think> split into reasoning_content, or not */
 
 typedef struct {
     srv_kind kind;
@@ -96,6 +100,12 @@ typedef struct {
     int n_prompts;               /* completions' prompt list: 1 + the prompts in more[] */
     int32_t *more[SRV_MAX_N - 1]; /* prompts 1.. (malloc'd); prompt 0 is `prompt` */
     size_t more_n[SRV_MAX_N - 1];
+    /* chat replies (server_chat.h) */
+    json_t *tools;               /* the request's tools when calls are parsed from the reply (owned), or NULL */
+    bool tools_functionary;      /* the template's ">>>" call format */
+    bool one_tool_call;          /* parallel_tool_calls: false: only the first call is returned */
+    bool reasoning;              /* <think> ... </think> goes to reasoning_content */
+    bool think_open;             /* the prompt ends inside <think> */
 } srv_gen_req;
 
 /* Parses and validates a request body for kind; renders chat messages with

@@ -14,6 +14,22 @@ void srv_sse_init(srv_sse *s, const srv_gen_req *q, const srv_tokens *tok, const
     snprintf(s->id, sizeof s->id, "%s", id);
     s->created = created;
     s->model = model;
+    for (int32_t i = 0; i < SRV_MAX_N; i++) srv_chat_out_init(&s->out[i], q);
+}
+
+/* The prompt logprobs held for echo (a stream cut short). */
+static void release_prompt_logprobs(srv_sse *s)
+{
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        json_decref(s->plp[i]);
+        s->plp[i] = NULL;
+    }
+}
+
+void srv_sse_free(srv_sse *s)
+{
+    for (int32_t i = 0; i < SRV_MAX_N; i++) srv_chat_out_free(&s->out[i]);
+    release_prompt_logprobs(s);
 }
 
 /* Appends "data: <json>\n\n" and releases o; on failure nothing of the
@@ -66,6 +82,56 @@ static json_t *choice(srv_sse *s, int32_t i, const char *text, size_t len, json_
     return c;
 }
 
+/* A chat choice whose delta holds reasoning_content, content and
+ * tool_calls as given (each left out when empty). */
+static json_t *chat_choice(srv_sse *s, int32_t i, const srv_buf *reasoning, const srv_buf *content, json_t *calls,
+                           json_t *lp, const char *finish)
+{
+    json_t *c = json_pack("{s:i, s:o, s:o}", "index", (int)i, "logprobs", lp ? lp : json_null(), "finish_reason",
+                          finish ? json_string(finish) : json_null());
+    json_t *delta = json_object();
+    if (!c || !delta) { json_decref(c); json_decref(delta); json_decref(calls); return NULL; }
+    if (!s->role_sent[i]) {
+        json_object_set_new(delta, "role", json_string("assistant"));
+        s->role_sent[i] = true;
+    }
+    if (reasoning->len) json_object_set_new(delta, "reasoning_content", srv_json_text(reasoning->p, reasoning->len));
+    if (content->len || (!reasoning->len && !calls))
+        json_object_set_new(delta, "content", srv_json_text(content->p ? content->p : "", content->len));
+    if (calls) {
+        size_t k;
+        json_t *call;
+        json_array_foreach(calls, k, call) json_object_set_new(call, "index", json_integer((json_int_t)k));
+        json_object_set_new(delta, "tool_calls", calls);
+    }
+    json_object_set_new(c, "delta", delta);
+    return c;
+}
+
+/* A token or the end of a chat reply that reasoning or tools decode. */
+static int chat_decoded(srv_sse *s, const pl_event *ev, json_t *lp, srv_buf *out, bool *had_calls)
+{
+    srv_chat_out *o = &s->out[ev->index];
+    srv_buf reasoning = {0}, content = {0};
+    json_t *calls = NULL;
+    bool done = ev->kind == PL_EV_DONE;
+    int rc = srv_chat_out_feed(o, ev->text, ev->text_len, &reasoning, &content);
+    if (!rc && done) rc = srv_chat_out_finish(o, s->q, &reasoning, &content, &calls);
+    if (!rc && (reasoning.len || content.len || lp || !s->role_sent[ev->index]))
+        rc = frame(out, chunk(s, chat_choice(s, ev->index, &reasoning, &content, NULL, lp, NULL)));
+    else json_decref(lp);
+    srv_buf_free(&reasoning);
+    srv_buf_free(&content);
+    if (!rc && calls) {
+        srv_buf none = {0};
+        if (had_calls) *had_calls = true;
+        rc = frame(out, chunk(s, chat_choice(s, ev->index, &none, &none, calls, NULL, NULL)));
+        calls = NULL;
+    }
+    json_decref(calls);
+    return rc;
+}
+
 static json_t *token_logprobs(srv_sse *s, const pl_event *ev)
 {
     if (s->q->logprobs < 0) return NULL;
@@ -81,12 +147,14 @@ static json_t *token_logprobs(srv_sse *s, const pl_event *ev)
 static int on_done(srv_sse *s, const pl_event *ev, srv_buf *out)
 {
     int rc = 0;
-    if (ev->text_len || (s->q->kind == SRV_CHAT && !s->role_sent[ev->index]))
+    const char *fin = ev->finish_reason ? ev->finish_reason : "stop";
+    if (s->q->kind == SRV_CHAT && s->out[ev->index].active) {
+        bool calls = false;
+        rc = chat_decoded(s, ev, NULL, out, &calls);
+        if (calls && strcmp(fin, "stop") == 0) fin = "tool_calls";
+    } else if (ev->text_len || (s->q->kind == SRV_CHAT && !s->role_sent[ev->index]))
         rc = frame(out, chunk(s, choice(s, ev->index, ev->text, ev->text_len, NULL, NULL)));
-    if (!rc) {
-        const char *fin = ev->finish_reason ? ev->finish_reason : "stop";
-        rc = frame(out, chunk(s, choice(s, ev->index, NULL, 0, NULL, fin)));
-    }
+    if (!rc) rc = frame(out, chunk(s, choice(s, ev->index, NULL, 0, NULL, fin)));
     s->prompt_tokens = ev->prompt_tokens;
     if (ev->cached_tokens > s->cached_tokens) s->cached_tokens = ev->cached_tokens;
     s->completion_tokens += ev->completion_tokens;
@@ -117,21 +185,14 @@ int srv_sse_event(srv_sse *s, const pl_event *ev, srv_buf *out)
     }
     if (ev->kind == PL_EV_DONE) return on_done(s, ev, out);
     json_t *lp = token_logprobs(s, ev);
+    if (s->q->kind == SRV_CHAT && s->out[ev->index].active) return chat_decoded(s, ev, lp, out, NULL);
     if (!ev->text_len && !lp) return 0;
     return frame(out, chunk(s, choice(s, ev->index, ev->text, ev->text_len, lp, NULL)));
 }
 
-void srv_sse_free(srv_sse *s)
-{
-    for (int i = 0; i < SRV_MAX_N; i++) {
-        json_decref(s->plp[i]);
-        s->plp[i] = NULL;
-    }
-}
-
 int srv_sse_finish(srv_sse *s, srv_buf *out)
 {
-    srv_sse_free(s);
+    release_prompt_logprobs(s);
     if (s->q->include_usage && !s->failed) {
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", s->id, "object",
                               s->q->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",

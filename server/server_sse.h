@@ -6,7 +6,10 @@
  *   chat         {"object": "chat.completion.chunk", "choices": [{index, delta, logprobs, finish_reason}]}
  *
  * A chat completion's first chunk carries delta.role = "assistant"; its
- * last one an empty delta and the finish_reason. A token whose text is
+ * last one an empty delta and the finish_reason. Thinking goes out as
+ * delta.reasoning_content; tool calls, parsed when the reply ends, as one
+ * chunk of delta.tool_calls [{index, id, type, function: {name,
+ * arguments}}] before the finish_reason "tool_calls" (server_chat.h). A token whose text is
  * still held back (incomplete UTF-8, a possible stop string) makes no chunk
  * unless logprobs were asked for. With stream_options.include_usage every
  * chunk has "usage": null and one more chunk before [DONE] has empty
@@ -18,6 +21,7 @@
 #ifndef PL_SERVER_SSE_H
 #define PL_SERVER_SSE_H
 
+#include "server_chat.h"
 #include "server_openai.h"
 
 typedef struct {
@@ -33,11 +37,13 @@ typedef struct {
     size_t offset[SRV_MAX_N];  /* completions logprobs text_offset, per choice */
     uint32_t prompt_tokens, cached_tokens, completion_tokens;
     bool failed;               /* an ERROR event was sent: no usage chunk */
+    srv_chat_out out[SRV_MAX_N]; /* chat: reasoning and tool calls apart from content */
 } srv_sse;
 
 void srv_sse_init(srv_sse *s, const srv_gen_req *q, const srv_tokens *tok, const char *id, long created,
                   const char *model);
-/* Releases what the stream still holds (a stream cut short). */
+/* Releases what the stream still holds: the chat decoding, a stream cut
+ * short's prompt logprobs (safe on a zeroed srv_sse). */
 void srv_sse_free(srv_sse *s);
 /* Appends the frames for one engine event to out. 0 or PL_ERR_NOMEM. */
 int srv_sse_event(srv_sse *s, const pl_event *ev, srv_buf *out);

@@ -259,7 +259,7 @@ TEST(chat_request_rejects)
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages", "only"));
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs", "needs"));
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs", "boolean"));
-    CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", "not supported"));
+    CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", "type must be"));
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":32}", "max_tokens", "context"));
     CHECK(rejects(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}",
                   "response_format", "must be text, json_object or json_schema"));
@@ -395,9 +395,11 @@ static int sse_stream(const srv_gen_req *q, const char *id, const pl_event *evs,
 {
     srv_sse st;
     srv_sse_init(&st, q, &toks, id, 3, "m");
-    for (size_t i = 0; i < n_ev; i++)
-        if (srv_sse_event(&st, &evs[i], b) != 0) return -1;
-    return srv_sse_finish(&st, b) == 0 ? 0 : -1;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n_ev; i++) rc = srv_sse_event(&st, &evs[i], b);
+    if (!rc) rc = srv_sse_finish(&st, b);
+    srv_sse_free(&st);
+    return rc == 0 ? 0 : -1;
 }
 
 TEST(sse_completion_stream)

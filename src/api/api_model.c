@@ -16,6 +16,7 @@ struct pl_model {
     model *m;
     pl_vocab *vocab;
     char *chat_template; /* NUL-terminated copy, or NULL */
+    char *chat_template_tool_use; /* tokenizer.chat_template.tool_use, or NULL */
 };
 
 int pl_model_load(pl_model **out, const char *path)
@@ -33,6 +34,10 @@ int pl_model_load(pl_model **out, const char *path)
         pm->chat_template = strndup(t.ptr, t.len);
         if (!pm->chat_template) rc = err_set(PL_ENOMEM, "out of memory");
     }
+    if (!rc && gguf_get_str(pm->m->file, "tokenizer.chat_template.tool_use", &t) == 0) {
+        pm->chat_template_tool_use = strndup(t.ptr, t.len);
+        if (!pm->chat_template_tool_use) rc = err_set(PL_ENOMEM, "out of memory");
+    }
     if (rc) {
         pl_model_free(pm);
         return rc;
@@ -47,6 +52,7 @@ void pl_model_free(pl_model *pm)
     if (pm->vocab) pl_vocab_free(pm->vocab);
     if (pm->m) model_close(pm->m);
     free(pm->chat_template);
+    free(pm->chat_template_tool_use);
     free(pm);
 }
 
@@ -59,6 +65,12 @@ uint32_t pl_model_n_embd(const pl_model *pm) { return pm->m->cfg.dim; }
 pl_pooling pl_model_pooling(const pl_model *pm)
 {
     return pm->m->cfg.pooling == MODEL_POOL_NONE ? PL_POOL_MEAN : (pl_pooling)pm->m->cfg.pooling;
+}
+
+const char *pl_model_chat_template_named(const pl_model *pm, const char *name)
+{
+    if (!name) return pm->chat_template;
+    return strcmp(name, "tool_use") == 0 ? pm->chat_template_tool_use : NULL;
 }
 
 static uint64_t weight_bytes(const weight *w)

@@ -6,8 +6,9 @@
 # (hyper-parameters and tensor binding, mixture-of-experts layers run),
 # openai (the server's request JSON -> generation parameters), cli (flag
 # parsing: numbers, sizes like 512M, strings), grammar (the GBNF parser,
-# matcher and token mask), schema (JSON schema -> GBNF) or server (the
-# server's other request parsers over stories260K).
+# matcher and token mask), schema (JSON schema -> GBNF), server (the
+# server's other request parsers over stories260K) or jinja (any bytes as a
+# chat template, seeded with ../shared/templates).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -27,7 +28,7 @@ CORPUS="$OUT/corpus-$TARGET"
 mkdir -p "$CORPUS" "$OUT/crashes"
 FLAGS="-std=c11 -g -O1 -D_GNU_SOURCE -Isrc -Iinclude -fno-omit-frame-pointer"
 # the server's request parsers (no HTTP): what the openai and server targets fuzz
-SRV_PARSERS="server/server_openai.c server/server_params.c server/server_tokens.c server/server_format.c server/server_tokenize.c server/server_cors.c server/server_embed.c"
+SRV_PARSERS="server/server_openai.c server/server_chat.c server/server_tools.c server/server_reasoning.c server/server_params.c server/server_tokens.c server/server_format.c server/server_tokenize.c server/server_cors.c server/server_embed.c"
 SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 
 case "$TARGET" in
@@ -299,8 +300,50 @@ exec "$OUT/fuzz_server" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/server.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+jinja)
+SRC="src/base/err.c $(ls src/template/*.c)"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_jinja.c -o "$OUT/fuzz_jinja" -ljansson -lm || exit 2
+# Seeds: the real chat templates and the interpreter's feature snippets.
+for f in "$SHARED"/../templates/*.jinja tests/data/templates/snippets/*.jinja; do
+  [ -f "$f" ] && cp "$f" "$CORPUS/seed-$(basename "$f")"
+done
+cat >"$OUT/jinja.dict" <<'DICT'
+"{%"
+"%}"
+"{{"
+"}}"
+"{%-"
+"-%}"
+"{#"
+"#}"
+"for"
+"endfor"
+"if"
+"endif"
+"macro"
+"endmacro"
+"set"
+"namespace("
+"loop.index"
+"|tojson"
+"|map(attribute="
+"range("
+"raise_exception("
+"messages"
+"tools"
+"[::-1]"
+"**"
+"~"
+DICT
+# -malloc_limit_mb: the render's arena is capped at 8 MiB, so any larger
+# allocation is a limit that does not hold; -timeout: one that does not end.
+exec "$OUT/fuzz_jinja" -max_total_time="$SECS" -max_len=16384 -timeout=10 \
+  -malloc_limit_mb=64 -rss_limit_mb=2048 -dict="$OUT/jinja.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja)" >&2
 exit 2
 ;;
 esac
