@@ -2,6 +2,7 @@
  * server_chat.h. */
 #include "server_chat.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,9 +166,10 @@ static const char *template_of(const srv_model_ctx *mc, bool tools)
 }
 
 /* Renders o's messages (and tools unless tool_choice is none) with the
- * template; *tools_out gets the tools used (a reference) or NULL. */
-static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_forced, char **text,
-                  json_t **tools_out, bool *parallel_out, srv_error *e)
+ * template; *tools_out gets the tools used (a reference) or NULL, *choice_out
+ * and *named_out (pointing into o) the tool_choice. */
+static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, char **text, json_t **tools_out,
+                  bool *parallel_out, srv_tool_choice *choice_out, const char **named_out, srv_error *e)
 {
     json_t *tools = NULL;
     srv_tool_choice choice;
@@ -177,13 +179,6 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_
     *parallel_out = true;
     *tools_out = NULL;
     if (srv_tools_parse_request(o, &tools, &choice, &named, &parallel, e)) return -1;
-    if (refuse_forced && (choice == SRV_TOOL_REQUIRED || choice == SRV_TOOL_NAMED)) {
-        /* forcing a call needs grammar-constrained sampling over srv_tools_choice_schema */
-        json_decref(tools);
-        return srv_bad_request(e, "tool_choice", "unsupported_parameter",
-                               "tool_choice \"required\" or a named function needs constrained sampling, which this "
-                               "server does not have yet; use \"auto\"");
-    }
     if (choice == SRV_TOOL_NONE) { json_decref(tools); tools = NULL; }
     json_t *kw = json_object_get(o, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw)) {
@@ -218,6 +213,8 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, bool refuse_
     if (rc) { json_decref(tools); return -1; }
     *tools_out = tools;
     *parallel_out = parallel;
+    *choice_out = choice;
+    *named_out = named;
     return 0;
 }
 
@@ -225,13 +222,24 @@ int srv_chat_render(const srv_model_ctx *mc, json_t *o, srv_gen_req *q, char **t
 {
     json_t *tools;
     bool parallel;
-    if (render(mc, o, true, true, text, &tools, &parallel, e)) return -1;
+    srv_tool_choice choice;
+    const char *named;
+    if (render(mc, o, true, text, &tools, &parallel, &choice, &named, e)) return -1;
     q->one_tool_call = !parallel;
     const char *tpl = template_of(mc, tools != NULL);
     q->tools = tools;
     q->tools_functionary = tools && tpl && strstr(tpl, ">>>all");
     q->reasoning = mc->reasoning_format != SRV_REASONING_NONE;
     q->think_open = q->reasoning && srv_think_prompt_open(*text);
+    /* a forced call: sampling follows a grammar of one call (grammar.md) */
+    int rc = srv_tools_forced_gbnf(tools, choice, named, tpl, q->think_open, &q->grammar);
+    if (rc) {
+        pl_free(*text);
+        *text = NULL;
+        if (rc == PL_ERR_NOMEM) return srv_out_of_memory(e);
+        return srv_bad_request(e, "tools", "invalid_schema", "tool_choice forces a call, but %s", pl_last_error());
+    }
+    if (q->grammar) q->tools_functionary = false; /* the grammar writes the call as {"name", "arguments"} */
     return 0;
 }
 
@@ -253,7 +261,9 @@ char *srv_apply_template(const srv_model_ctx *mc, const char *body, size_t len, 
     char *text = NULL, *out = NULL;
     json_t *tools = NULL;
     bool parallel;
-    if (!render(mc, o, !ag || json_is_null(ag) || json_is_true(ag), false, &text, &tools, &parallel, e)) {
+    srv_tool_choice choice;
+    const char *named;
+    if (!render(mc, o, !ag || json_is_null(ag) || json_is_true(ag), &text, &tools, &parallel, &choice, &named, e)) {
         json_t *r = json_pack("{s:o}", "prompt", srv_json_text(text, strlen(text)));
         out = r ? json_dumps(r, JSON_COMPACT) : NULL;
         json_decref(r);

@@ -483,7 +483,13 @@ int srv_gen_req_parse(const srv_model_ctx *mc, srv_kind kind, const char *body, 
     int rc = o ? 0 : -1;
     if (!rc) rc = parse_common(mc, o, &q, err);
     if (!rc) rc = kind == SRV_CHAT ? parse_chat_fields(mc, o, &q, err) : parse_completion_fields(mc, o, &q, err);
-    if (!rc) rc = srv_format_parse(o, &q.grammar, err);
+    char *format = NULL; /* response_format / json_schema / grammar */
+    if (!rc) rc = srv_format_parse(o, &format, err);
+    if (!rc && format && q.grammar) {
+        free(format);
+        rc = srv_bad_request(err, "tool_choice", NULL,
+                             "a forced tool call (tool_choice) cannot be combined with 'response_format', 'json_schema' or 'grammar'");
+    } else if (!rc && format) q.grammar = format;
     if (!rc) rc = fit_context(mc, &q, err);
     json_decref(o);
     if (rc) {

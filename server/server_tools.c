@@ -97,33 +97,49 @@ int srv_tools_parse_request(json_t *o, json_t **tools, srv_tool_choice *choice, 
     return 0;
 }
 
-static json_t *call_schema(json_t *tool)
+/* The call's wire format as the template writes it, where a grammar can
+ * force it: Hermes/Qwen <tool_call> blocks and Mistral's [TOOL_CALLS] list.
+ * Other formats put the name outside the JSON (DeepSeek, functionary); for
+ * them (and templates without tools) the call is the bare {"name",
+ * "arguments"} object, which srv_tools_extract reads for every template. */
+static void call_markers(const char *tpl, const char **open, const char **close)
 {
-    json_t *f = json_object_get(tool, "function");
-    json_t *params = json_object_get(f, "parameters");
-    json_t *args = json_is_object(params) ? json_incref(params) : json_object();
-    return json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
-                     json_object_get(f, "name"), "arguments", args, "required", "name", "arguments",
-                     "additionalProperties", 0);
+    *open = *close = "";
+    if (tpl && strstr(tpl, "<tool_call>")) *open = "<tool_call>\n", *close = "\n</tool_call>";
+    else if (tpl && strstr(tpl, "[TOOL_CALLS]")) *open = "[TOOL_CALLS][", *close = "]";
 }
 
-json_t *srv_tools_choice_schema(json_t *tools, srv_tool_choice choice, const char *named)
+int srv_tools_forced_gbnf(json_t *tools, srv_tool_choice choice, const char *named, const char *tpl, bool think_open,
+                          char **gbnf)
 {
-    if (!tools || choice == SRV_TOOL_AUTO || choice == SRV_TOOL_NONE) return NULL;
-    json_t *any = json_array();
-    size_t i;
+    *gbnf = NULL;
+    if (!tools || (choice != SRV_TOOL_REQUIRED && choice != SRV_TOOL_NAMED)) return 0;
+    const size_t n = json_array_size(tools);
+    pl_tool_fn *fns = calloc(n ? n : 1, sizeof *fns);
+    char **params = calloc(n ? n : 1, sizeof *params);
+    int rc = fns && params ? 0 : PL_ERR_NOMEM;
+    size_t k = 0, i;
     json_t *t;
     json_array_foreach(tools, i, t) {
-        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        if (choice == SRV_TOOL_NAMED && (!n || strcmp(n, named) != 0)) continue;
-        json_array_append_new(any, call_schema(t));
+        if (rc) break;
+        json_t *f = json_object_get(t, "function"), *p = json_object_get(f, "parameters");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name || (choice == SRV_TOOL_NAMED && strcmp(name, named) != 0)) continue;
+        if (json_is_object(p) && !(params[k] = json_dumps(p, JSON_COMPACT))) rc = PL_ERR_NOMEM;
+        fns[k].name = name;
+        fns[k].parameters = params[k]; /* NULL: any object */
+        k++;
     }
-    if (json_array_size(any) == 1) {
-        json_t *one = json_incref(json_array_get(any, 0));
-        json_decref(any);
-        return one;
-    }
-    return json_pack("{s:o}", "anyOf", any);
+    const char *open, *close;
+    call_markers(tpl, &open, &close);
+    /* a prompt that opened <think> (DeepSeek-R1) has it closed first */
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s%s", think_open ? "</think>\n\n" : "", open);
+    if (!rc) rc = k ? pl_tool_call_gbnf(fns, k, prefix, close, gbnf) : PL_ERR_INVAL;
+    for (size_t j = 0; params && j < n; j++) free(params[j]);
+    free(params);
+    free(fns);
+    return rc;
 }
 
 /* ------------------------------------------------------------ parsing */

@@ -1,6 +1,6 @@
 /* server_tools.h - function calling for /v1/chat/completions: the request's
  * tools and tool_choice, tool calls parsed out of the model's text, and the
- * seam where a forced tool choice becomes a sampling constraint.
+ * grammar that forces a call when tool_choice asks for one.
  *
  * Formats recognised in generated text (all are tried; their markers do not
  * overlap):
@@ -35,11 +35,15 @@ typedef enum { SRV_TOOL_AUTO = 0, SRV_TOOL_NONE, SRV_TOOL_REQUIRED, SRV_TOOL_NAM
 int srv_tools_parse_request(json_t *o, json_t **tools, srv_tool_choice *choice, const char **named,
                             bool *parallel, srv_error *e);
 
-/* The seam for forced calls: the JSON schema that a tool call's JSON
- * ({"name", "arguments"}) must match for tool_choice (required: any of the
- * tools; named: that one), or NULL for auto/none. Grammar-constrained
- * sampling compiles it (with the template's call markers around it). */
-json_t *srv_tools_choice_schema(json_t *tools, srv_tool_choice choice, const char *named);
+/* tool_choice "required" (any of the tools) or named (that one): *gbnf
+ * gets a grammar (malloc'd) that makes the reply exactly one call, written
+ * in the template tpl's format (<tool_call> for Hermes/Qwen, [TOOL_CALLS]
+ * for Mistral, else the bare {"name", "arguments"} object), after
+ * "</think>" when the prompt opened a think block. NULL for auto/none.
+ * 0, or PL_ERR_INVAL (a parameters schema the grammar cannot compile:
+ * pl_last_error() names it) / PL_ERR_NOMEM. */
+int srv_tools_forced_gbnf(json_t *tools, srv_tool_choice choice, const char *named, const char *tpl, bool think_open,
+                          char **gbnf);
 
 /* Parses generated text: *content gets the text that is not a call
  * (malloc'd), *calls an array of OpenAI tool calls

@@ -198,20 +198,37 @@ TEST(reasoning_split)
     CHECK(!srv_think_prompt_open("<|im_start|>assistant\n"));
 }
 
-TEST(choice_schema_seam)
+static bool has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
+
+TEST(forced_call_grammar)
 {
     json_t *tools = weather_tools();
-    CHECK(srv_tools_choice_schema(tools, SRV_TOOL_AUTO, NULL) == NULL);
-    json_t *one = srv_tools_choice_schema(tools, SRV_TOOL_NAMED, "get_weather");
-    CHECK(one != NULL);
-    CHECK_STR(json_string_value(json_object_get(json_object_get(json_object_get(one, "properties"), "name"), "const")), "get_weather");
-    json_t *args = json_object_get(json_object_get(one, "properties"), "arguments");
-    CHECK_STR(json_string_value(json_array_get(json_object_get(args, "required"), 0)), "city");
-    json_decref(one);
-    json_t *any = srv_tools_choice_schema(tools, SRV_TOOL_REQUIRED, NULL);
-    CHECK(json_array_size(json_object_get(any, "anyOf")) == 2);
-    json_decref(any);
+    char *g = (char *)1;
+    CHECK(srv_tools_forced_gbnf(tools, SRV_TOOL_AUTO, NULL, NULL, false, &g) == 0 && g == NULL);
+    CHECK(srv_tools_forced_gbnf(tools, SRV_TOOL_NONE, NULL, NULL, false, &g) == 0 && g == NULL);
+    /* required: either function, in Hermes/Qwen's <tool_call> block */
+    CHECK(srv_tools_forced_gbnf(tools, SRV_TOOL_REQUIRED, NULL, "{{ '<tool_call>' }}", false, &g) == 0);
+    CHECK(pl_grammar_check(g, strlen(g), NULL) == 0);
+    CHECK(has(g, "<tool_call>") && has(g, "</tool_call>") && has(g, "get_weather") && has(g, "get_time"));
+    CHECK(!has(g, "think"));
+    free(g);
+    /* named: that one only; Mistral's list; a think block closed first */
+    CHECK(srv_tools_forced_gbnf(tools, SRV_TOOL_NAMED, "get_time", "[TOOL_CALLS]", true, &g) == 0);
+    CHECK(pl_grammar_check(g, strlen(g), NULL) == 0);
+    CHECK(has(g, "[TOOL_CALLS][") && has(g, "get_time") && !has(g, "get_weather") && has(g, "</think>"));
+    free(g);
+    /* no known marker: the bare object */
+    CHECK(srv_tools_forced_gbnf(tools, SRV_TOOL_REQUIRED, NULL, "{{ messages }}", false, &g) == 0);
+    CHECK(pl_grammar_check(g, strlen(g), NULL) == 0 && !has(g, "tool_call>") && !has(g, "TOOL_CALLS"));
+    free(g);
     json_decref(tools);
+    /* a parameters schema the compiler refuses is an error naming it */
+    json_t *bad = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                             "\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":3}}}}}]", 0, NULL);
+    g = NULL;
+    CHECK(srv_tools_forced_gbnf(bad, SRV_TOOL_REQUIRED, NULL, NULL, false, &g) == PL_ERR_INVAL && g == NULL);
+    CHECK(has(pl_last_error(), "multipleOf"));
+    json_decref(bad);
 }
 
 /* ---------------------------------------------------------- requests */
@@ -250,7 +267,8 @@ TEST(tools_request_checks)
     CHECK(rejects("{" USER ",\"tools\":[" TOOL "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}",
                   "tool_choice", "not in 'tools'"));
     CHECK(rejects("{" USER ",\"tool_choice\":\"required\"}", "tool_choice", "no 'tools'"));
-    CHECK(rejects("{" USER ",\"tools\":[" TOOL "],\"tool_choice\":\"required\"}", "tool_choice", "constrained sampling"));
+    CHECK(rejects("{" USER ",\"tools\":[" TOOL "],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+                  "tool_choice", "cannot be combined"));
     CHECK(rejects("{" USER ",\"tools\":[" TOOL "],\"parallel_tool_calls\":\"yes\"}", "parallel_tool_calls", "boolean"));
     CHECK(rejects("{" USER ",\"functions\":[{\"name\":\"f\"}]}", "functions", "deprecated"));
     CHECK(rejects("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", "messages", "only assistant"));
@@ -264,6 +282,13 @@ TEST(tools_request_checks)
     srv_gen_req_free(&q);
     CHECK_EQ_INT(parse("{" USER ",\"tools\":[" TOOL "],\"tool_choice\":\"none\"}", &q, &e), 200);
     CHECK(q.tools == NULL); /* none: no calls are parsed out of the reply */
+    srv_gen_req_free(&q);
+    /* a forced call samples under a grammar of one call */
+    CHECK_EQ_INT(parse("{" USER ",\"tools\":[" TOOL "],\"tool_choice\":\"required\"}", &q, &e), 200);
+    CHECK(q.grammar != NULL && q.p.grammar == q.grammar && strstr(q.grammar, "get_weather"));
+    srv_gen_req_free(&q);
+    CHECK_EQ_INT(parse("{" USER ",\"tools\":[" TOOL "],\"tool_choice\":\"auto\"}", &q, &e), 200);
+    CHECK(q.grammar == NULL);
     srv_gen_req_free(&q);
 }
 
@@ -480,7 +505,7 @@ int main(void)
     RUN(parse_functionary);
     RUN(tool_stream_holds_calls);
     RUN(reasoning_split);
-    RUN(choice_schema_seam);
+    RUN(forced_call_grammar);
     FILE *f = fopen(MODEL, "rb");
     if (!f) { test_skip("server_tools_requests", MODEL " not found"); return test_summary(); }
     fclose(f);

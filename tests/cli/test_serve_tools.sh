@@ -73,6 +73,40 @@ else
   fail serve_strict_starts "$(tail -3 "$T/strict.log")"
 fi
 
+# ----------------------------------------------------- forced tool calls
+# tool_choice "required" / named: sampling follows a grammar of one call,
+# so even this tiny story model answers with a valid call, in the
+# template's own wire format (Qwen <tool_call>, Mistral [TOOL_CALLS]) or
+# the bare JSON object (Llama 3.1; DeepSeek-R1's after closing <think>).
+W='{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"unit":{"enum":["celsius","fahrenheit"]}},"required":["unit"],"additionalProperties":false}}}'
+TIME='{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"zone":{"enum":["utc","local"]}},"required":["zone"],"additionalProperties":false}}}'
+forced_ok() { # NAME FUNCTION_REGEX: one call to such a function with a valid unit/zone, finish_reason tool_calls
+  check "$1" jq -e --arg f "$2" '.choices[0].finish_reason == "tool_calls" and (.choices[0].message.tool_calls | length == 1)
+    and (.choices[0].message.tool_calls[0].function.name | test("^(" + $f + ")$"))
+    and (.choices[0].message.tool_calls[0].function.arguments | fromjson | (.unit // .zone) | IN("celsius","fahrenheit","utc","local"))' <<<"$BODY"
+}
+for tpl in Qwen-Qwen2.5-7B-Instruct mistralai-Mistral-Nemo-Instruct-2407 meta-llama-Llama-3.1-8B-Instruct deepseek-ai-DeepSeek-R1-Distill-Llama-8B; do
+  if start "forced-$tpl" --chat-template-file "$TPL/$tpl.jinja"; then
+    post /v1/chat/completions '{"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":300,"temperature":0,"tools":['"$W,$TIME"'],"tool_choice":"required"}'
+    forced_ok "forced_required_$tpl" "get_weather|get_time"
+    post /v1/chat/completions '{"messages":[{"role":"user","content":"Time?"}],"max_tokens":300,"temperature":1,"seed":5,"tools":['"$W,$TIME"'],"tool_choice":{"type":"function","function":{"name":"get_time"}}}'
+    forced_ok "forced_named_$tpl" get_time
+    kill "$SPID"
+  else
+    fail "serve_forced_starts_$tpl" "$(tail -3 "$T/forced-$tpl.log")"
+  fi
+done
+if start forced-stream --chat-template-file "$TPL/Qwen-Qwen2.5-7B-Instruct.jinja"; then
+  curl -s --max-time 60 -H 'Content-Type: application/json' "$URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Time?"}],"max_tokens":300,"temperature":0.8,"seed":9,"stream":true,"tools":['"$W,$TIME"'],"tool_choice":{"type":"function","function":{"name":"get_time"}}}' >"$T/stream"
+  check forced_named_stream jq -sRe '[split("\n")[] | select(startswith("data: {")) | .[6:] | fromjson | .choices[0]] as $c
+    | ([$c[].delta.tool_calls // empty | .[]] | length == 1 and .[0].function.name == "get_time")
+      and ($c[-1].finish_reason == "tool_calls")' "$T/stream"
+  expect_400 forced_with_response_format /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":['"$W"'],"tool_choice":"required","response_format":{"type":"json_object"}}' tool_choice "cannot be combined"
+  kill "$SPID"
+else
+  fail serve_forced_stream_starts "$(tail -3 "$T/forced-stream.log")"
+fi
+
 # ------------------------------------------------ the openai npm client
 npm_ready() {
   [ -d "$OPENAI_NPM_DIR/node_modules/openai" ] && cmp -s tests/serve/package.json "$OPENAI_NPM_DIR/package.json" && return 0

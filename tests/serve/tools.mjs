@@ -89,7 +89,18 @@ async function bad(name, body, param) {
     }
   });
 }
-await bad('openai_tool_choice_required_refused', { tool_choice: 'required' }, 'tool_choice');
+await check('openai_tool_choice_named_forces_a_call', async () => {
+  // a grammar of one call: an enum argument, so the call ends well within max_tokens
+  const unit = { type: 'function', function: { name: 'set_unit', parameters: { type: 'object',
+    properties: { unit: { enum: ['celsius', 'fahrenheit'] } }, required: ['unit'], additionalProperties: false } } };
+  const r = await client.chat.completions.create({ ...base, max_tokens: 300, tools: [...tools, unit],
+    tool_choice: { type: 'function', function: { name: 'set_unit' } } });
+  const c = r.choices[0], calls = c.message.tool_calls ?? [];
+  if (c.finish_reason !== 'tool_calls' || calls.length !== 1) return `finish ${c.finish_reason}, ${show(c.message)}`;
+  if (calls[0].function.name !== 'set_unit') return `called ${calls[0].function.name}`;
+  const args = JSON.parse(calls[0].function.arguments);
+  return ['celsius', 'fahrenheit'].includes(args.unit) ? null : `arguments ${calls[0].function.arguments}`;
+});
 await bad('openai_tool_without_name_refused', { tools: [{ type: 'function', function: { description: 'x' } }] }, 'tools');
 await bad('openai_named_tool_not_in_tools_refused',
   { tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice');
