@@ -17,23 +17,11 @@
 
 #include "pagellm.h"
 
-static const char *kind_of(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* GBNF of schema s (an object or a boolean); 400 naming param. */
 static int schema_grammar(json_t *s, const char *param, char **grammar, srv_error *e)
 {
     if (!json_is_object(s) && !json_is_boolean(s))
-        return srv_bad_request(e, param, NULL, "'%s' must be a JSON schema (an object), got %s", param, kind_of(s));
+        return srv_bad_request(e, param, NULL, "'%s' must be a JSON schema (an object), got %s", param, srv_json_kind(s));
     char *text = json_dumps(s, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text) return srv_bad_request(e, param, NULL, "out of memory");
     char *g = NULL;
@@ -48,7 +36,7 @@ static int schema_grammar(json_t *s, const char *param, char **grammar, srv_erro
 static int response_format(json_t *rf, char **grammar, srv_error *e)
 {
     const char *P = "response_format";
-    if (!json_is_object(rf)) return srv_bad_request(e, P, NULL, "'response_format' must be an object, got %s", kind_of(rf));
+    if (!json_is_object(rf)) return srv_bad_request(e, P, NULL, "'response_format' must be an object, got %s", srv_json_kind(rf));
     const char *type = json_string_value(json_object_get(rf, "type"));
     if (!type) return srv_bad_request(e, P, NULL, "'response_format.type' must be a string");
     if (!strcmp(type, "text")) return 0;
@@ -94,7 +82,7 @@ int srv_format_parse(json_t *o, char **grammar, srv_error *e)
     if (!rc && gb && js) return srv_bad_request(e, "grammar", NULL, "give one of 'json_schema' and 'grammar', not both");
     if (!rc && js) rc = schema_grammar(js, "json_schema", grammar, e);
     if (!rc && gb) {
-        if (!json_is_string(gb)) return srv_bad_request(e, "grammar", NULL, "'grammar' must be a GBNF string, got %s", kind_of(gb));
+        if (!json_is_string(gb)) return srv_bad_request(e, "grammar", NULL, "'grammar' must be a GBNF string, got %s", srv_json_kind(gb));
         const char *t = json_string_value(gb);
         size_t n = json_string_length(gb);
         if (pl_grammar_check(t, n, NULL)) return srv_bad_request(e, "grammar", "invalid_grammar", "%s", pl_last_error());

@@ -8,21 +8,9 @@
 
 /* ------------------------------------------------------------ requests */
 
-static const char *kind_of(json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 static int check_tool(json_t *t, size_t i, srv_error *e)
 {
-    if (!json_is_object(t)) return srv_bad_request(e, "tools", NULL, "tools[%zu] must be an object, got %s", i, kind_of(t));
+    if (!json_is_object(t)) return srv_bad_request(e, "tools", NULL, "tools[%zu] must be an object, got %s", i, srv_json_kind(t));
     const char *type = json_string_value(json_object_get(t, "type"));
     if (!type || strcmp(type, "function") != 0)
         return srv_bad_request(e, "tools", NULL, "tools[%zu].type must be \"function\"", i);
@@ -69,7 +57,7 @@ int srv_tools_parse_request(json_t *o, json_t **tools, srv_tool_choice *choice, 
         *parallel = json_is_true(pc);
     }
     if (t && !json_is_null(t)) {
-        if (!json_is_array(t)) return srv_bad_request(e, "tools", NULL, "'tools' must be an array, got %s", kind_of(t));
+        if (!json_is_array(t)) return srv_bad_request(e, "tools", NULL, "'tools' must be an array, got %s", srv_json_kind(t));
         size_t i;
         json_t *x;
         json_array_foreach(t, i, x) if (check_tool(x, i, e)) return -1;
@@ -89,7 +77,7 @@ int srv_tools_parse_request(json_t *o, json_t **tools, srv_tool_choice *choice, 
                 return srv_bad_request(e, "tool_choice", NULL, "'tool_choice' names the function '%s', which is not in 'tools'", n);
             *choice = SRV_TOOL_NAMED;
             *named = n;
-        } else return srv_bad_request(e, "tool_choice", NULL, "'tool_choice' must be a string or an object, got %s", kind_of(tc));
+        } else return srv_bad_request(e, "tool_choice", NULL, "'tool_choice' must be a string or an object, got %s", srv_json_kind(tc));
         if (*choice == SRV_TOOL_REQUIRED && !*tools)
             return srv_bad_request(e, "tool_choice", NULL, "'tool_choice' is \"required\" but there are no 'tools'");
     }
