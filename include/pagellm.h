@@ -476,7 +476,8 @@ const char *pl_model_chat_template_named(const pl_model *m, const char *name);
  * When the vocabulary adds BOS itself, a leading bos_token the template
  * wrote is dropped (one BOS, as the model was trained). A model without
  * any template falls back to pl_chat_render (text contents only). *out is
- * malloc'd. */
+ * malloc'd. 0, PL_ERR_NOMEM, or another error with the template's message in
+ * pl_last_error(). */
 int pl_chat_apply(const pl_model *m, const char *tpl, const char *messages_json, const char *tools_json,
                   bool add_generation_prompt, const char *extra_json, char **out);
 

@@ -204,8 +204,12 @@ static int render(const srv_model_ctx *mc, json_t *o, bool add_gen, char **text,
         bool same = false; /* a form no different from one tried already */
         for (size_t j = 0; mt && j < k; j++) same |= tried[j] && strcmp(tried[j], mt) == 0;
         if (!mt || same) continue;
-        if (pl_chat_apply(mc->model, mc->chat_template, mt, tt, add_gen, kt, text) == 0) rc = 0;
-        else if (k == 0) srv_bad_request(e, "messages", NULL, "cannot render the messages with the chat template: %s", pl_last_error());
+        const int arc = pl_chat_apply(mc->model, mc->chat_template, mt, tt, add_gen, kt, text);
+        if (arc == 0) rc = 0;
+        else if (arc == PL_ERR_NOMEM) { /* the server's trouble, not the request's: a 503 */
+            srv_out_of_memory(e);
+            rc = -1;
+        } else if (k == 0) srv_bad_request(e, "messages", NULL, "cannot render the messages with the chat template: %s", pl_last_error());
     }
     for (size_t k = 0; k < 4; k++) free(tried[k]);
     if (rc > 0) rc = -1;
