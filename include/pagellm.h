@@ -116,6 +116,8 @@ typedef struct {
     uint32_t local_window;   /* gemma2/3: the window of their local layers (a mask; all layers
                                 keep their KV), 0 if none; sliding_window is then 0 */
     uint32_t local_layers;   /* how many of the n_layers are local */
+    uint32_t kv_lora_rank;   /* deepseek2 (MLA): the latent KV kind, n_layers x (kv_lora_rank + rope_dim)
+                                values a token (pl_kv_size_of_latent); 0 for K/V heads */
 } pl_file_info;
 
 /* Reads and validates a GGUF file and summarises it. */

@@ -24,10 +24,10 @@ int kv_latent_check(kv_dtype dtype, uint32_t n_kv_heads, uint32_t head_dim)
 {
     if (n_kv_heads != 1) return err_set(PL_EINVAL, "KV shape: the latent kind has one row a token (n_kv_heads %u)", n_kv_heads);
     if (kv_latent_row_type(dtype) == UINT32_MAX)
-        return err_set(PL_EUNSUPPORTED, "--kv-dtype %s: the latent (MLA) cache takes f32, f16, bf16 or q8_0",
+        return err_set(PL_EUNSUPPORTED, "KV dtype %s: the latent (MLA) cache takes f32, f16, bf16 or q8_0",
                        kv_dtype_get(dtype)->name);
     if (dtype == KV_Q8_0 && head_dim % 32)
-        return err_set(PL_EUNSUPPORTED, "--kv-dtype q8_0: the latent row of %u values is not a multiple of 32", head_dim);
+        return err_set(PL_EUNSUPPORTED, "KV dtype q8_0: the latent row of %u values is not a multiple of 32", head_dim);
     return 0;
 }
 
