@@ -15,7 +15,9 @@
 #include "kv/kv_latent.h"
 #include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
+#include "model/config.h"
 #include "model/moe.h"
+#include "model/synth_deepseek2.h"
 #include "pagellm.h"
 #include "rng.h"
 
@@ -128,6 +130,36 @@ TEST(bad_tensors_are_refused_naming_the_tensor)
     b = (breakage){.drop_tensor = "blk.3.ffn_up_shexp.weight"};
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.3.ffn_up_shexp.weight", "missing");
     unlink(p);
+}
+
+/* The realistic V2-Lite shape's metadata (its 16B weights are not
+ * written here) reads as DeepSeek-V2-Lite's config: no q_lora_rank key at
+ * 27 layers, the 576-value latent row, kq_scale 1/sqrt(192). */
+TEST(deepseek2_lite_metadata_reads_as_v2_lite)
+{
+    const char *p = "/tmp/pagellm-test-ds2-lite-meta.gguf";
+    gguf_writer *w = gguf_writer_new();
+    pl_synth_params sp = {.shape = "deepseek2-lite"};
+    CHECK(w && gguf_writer_set_str(w, "general.architecture", "deepseek2") == 0);
+    CHECK_EQ_INT(synth_deepseek2_meta(w, "deepseek2-lite", 102400, &sp), 0);
+    CHECK_EQ_INT(gguf_writer_write(w, p, NULL, NULL), 0);
+    gguf_writer_free(w);
+    gguf_file *f;
+    CHECK_EQ_INT(gguf_open(&f, p), 0);
+    model_config c;
+    const int rc = model_config_read(f, &c);
+    gguf_close(f);
+    unlink(p);
+    CHECK_MSG(rc == 0, "%s", pl_last_error());
+    CHECK(c.arch == ARCH_DEEPSEEK2 && c.n_layers == 27 && c.n_heads == 16 && c.n_kv_heads == 1);
+    CHECK(c.head_dim == 576 && c.rope_dim == 64 && !c.rope_neox);
+    CHECK(c.mla.q_lora_rank == 0 && c.mla.kv_lora_rank == 512 && c.mla.qk_nope == 128 && c.mla.v_head == 128);
+    CHECK_NEAR(c.mla.kq_scale, 1.0 / sqrt(192.0), 1e-7);
+    CHECK(c.moe.n_expert == 64 && c.moe.n_used == 6 && c.moe.ffn_exp == 1408 && c.moe.ffn_shexp == 2816);
+    CHECK(c.moe.n_dense_lead == 1 && c.ffn_dim == 10944 && c.moe.gating == MOE_GATING_SOFTMAX && !c.moe.norm_topk);
+    pl_kv_size sz;
+    CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_F16, &sz), 0);
+    CHECK_NEAR(sz.bytes_per_token, 31104, 0); /* 27 x 576 x 2 */
 }
 
 /* ------------------------------------------------------------ router */
@@ -372,6 +404,7 @@ int main(void)
 {
     RUN(bad_metadata_is_refused_naming_the_key);
     RUN(bad_tensors_are_refused_naming_the_tensor);
+    RUN(deepseek2_lite_metadata_reads_as_v2_lite);
     RUN(routing_matches_a_plain_reference);
     RUN(latent_kind_geometry_is_one_row_a_token_and_layer);
     RUN(latent_rows_round_trip_and_move_with_their_block);

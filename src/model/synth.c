@@ -52,7 +52,9 @@ static const synth_shape shapes[] = {
     {"qwen3moe-3b", 1024, 24, 16, 4, 3072, 151936, 4096, 1000000.0f},
     {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 32768, 10000.0f}, /* head dim 256: synth_arch.c */
     {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f},
-    {"deepseek2-lite", 2048, 27, 16, 16, 10944, 102400, 4096, 10000.0f}, /* --arch deepseek2 only: synth_deepseek2.c */
+    /* --arch deepseek2 only (synth_deepseek2.c has their MLA and expert dims) */
+    {"tiny-v2", 256, 4, 8, 1, 512, 512, 2048, 10000.0f},
+    {"deepseek2-lite", 2048, 27, 16, 1, 10944, 102400, 4096, 10000.0f},
 };
 
 /* The experts of a MoE architecture at a shape. Mixtral's are 8 of
@@ -375,7 +377,7 @@ static void ds2_add(void *ctx, const char *name, uint64_t ne0, uint64_t ne1, uin
 static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
 {
     if (!synth_deepseek2_shape(p->shape))
-        return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, deepseek2-lite)", p->shape);
+        return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, tiny-v2, deepseek2-lite)", p->shape);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     const int type = dtype_from_name(p->type ? p->type : "f32");
     if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)
@@ -385,9 +387,7 @@ static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
     if (rc) return rc;
     gguf_writer *w = gguf_writer_new();
     if (!w) return PL_ENOMEM;
-    uint32_t n_vocab = 0;
-    const synth_shape *s = shape_find(p->shape);
-    n_vocab = s->vocab;
+    uint32_t n_vocab = synth_deepseek2_vocab(p->shape);
     rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
     char name[96];
     snprintf(name, sizeof name, "pagellm-synth-deepseek2-%s-seed%llu", p->shape, (unsigned long long)p->seed);
@@ -418,7 +418,8 @@ int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
 {
     if (p->arch && strcmp(p->arch, "deepseek2") == 0) return synth_deepseek2(p, n_split);
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
-    if (!s || strcmp(s->name, "deepseek2-lite") == 0)
+    const bool ds2_only = s && synth_deepseek2_shape(s->name) && strcmp(s->name, "tiny") != 0;
+    if (!s || ds2_only)
         return err_set(PL_EINVAL, "synth: unknown shape '%s'%s", p->shape ? p->shape : "(none)",
                        s ? " (it is written with --arch deepseek2)" : "");
     /* a MoE shape is a qwen3moe model unless another architecture is asked for */

@@ -21,6 +21,7 @@ typedef struct {
 
 static const ds2_shape ds2_shapes[] = {
     {"tiny", 256, 4, 8, 512, 512, 2048, 64, 64, 32, 32, 32, 8, 2, 128, 1, 1, 2, true, true, 2.5f, 4, 2},
+    {"tiny-v2", 256, 4, 8, 512, 512, 2048, 0, 64, 32, 32, 32, 8, 2, 128, 2, 1, 1, false, false, 1.0f, 0, 0},
     {"deepseek2-lite", 2048, 27, 16, 10944, 102400, 4096, 0, 512, 128, 64, 128, 64, 6, 1408, 2, 1, 1, false, false,
      1.0f, 0, 0},
 };
@@ -43,6 +44,8 @@ uint32_t synth_deepseek2_row_max(const char *shape)
 }
 
 uint32_t synth_deepseek2_n_tensors(const char *shape) { return find(shape)->layers * 24 + 5; }
+
+uint32_t synth_deepseek2_vocab(const char *shape) { return find(shape)->vocab; }
 
 int synth_deepseek2_check_type(const char *shape, uint32_t blck, const char *type_name)
 {
@@ -74,6 +77,7 @@ int synth_deepseek2_meta(gguf_writer *w, const char *shape, uint32_t n_vocab, co
     U("expert_used_count", s->n_used);
     U("expert_count", s->n_expert);
     U("leading_dense_block_count", s->n_dense);
+    /* llama.cpp reads no q_lora_rank for its 27-layer "lite" shape */
     if (s->q_lora || s->layers != 27) U("attention.q_lora_rank", s->q_lora);
     U("attention.kv_lora_rank", s->kv_lora);
     U("attention.key_length", s->kv_lora + s->rope);

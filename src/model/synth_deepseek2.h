@@ -7,6 +7,8 @@
  *                   v head 32; 8 experts of 128 rows, top-2, 1 shared;
  *                   DeepSeek-V3-style routing: sigmoid, exp_probs_b, 4
  *                   groups of which 2 are used, renormalised, scale 2.5
+ *   tiny-v2         tiny with V2-Lite's choices: plain q, softmax routing
+ *                   without bias, groups or renormalisation, 2 shared
  *   deepseek2-lite  DeepSeek-V2-Lite: dim 2048, 27 layers (the first dense,
  *                   ffn 10944), 16 heads, plain q, kv_lora_rank 512, nope
  *                   128, rope 64, v head 128; 64 experts of 1408 rows,
@@ -32,6 +34,8 @@ typedef void (*synth_ds2_add_fn)(void *ctx, const char *name, uint64_t ne0, uint
 bool synth_deepseek2_shape(const char *shape);
 /* Longest row (elements) of the shape's tensors. */
 uint32_t synth_deepseek2_row_max(const char *shape);
+/* The shape's vocabulary size (without --vocab). */
+uint32_t synth_deepseek2_vocab(const char *shape);
 /* Tensors of the shape (an upper bound, for the plan's array). */
 uint32_t synth_deepseek2_n_tensors(const char *shape);
 /* 0 if every quantized row of the shape is a multiple of blck elements. */

@@ -5,7 +5,8 @@
 #
 # The synthetic tiny f32 file (q LoRA, kv_lora_rank 64, rope 32; sigmoid
 # routing with exp_probs_b over 2 of 4 expert groups, a shared expert, one
-# leading dense layer) gives llama.cpp's greedy tokens exactly on two
+# leading dense layer) and the tiny-v2 file (V2-Lite's plain q and
+# softmax routing, 2 shared experts) give llama.cpp's greedy tokens exactly on two
 # prompts of 40 tokens, also with a chunked prefill, an f32 cache and YaRN
 # (with deepseek2's mscale), and its perplexity on the same ids within 1e-4
 # (f32 KV, flash attention off on both sides). f16, q8_0 and llama.cpp's
@@ -29,6 +30,7 @@ for t in f32 f16 q8_0; do
     fail "synth_deepseek2_$t" "$(head -c 300 "$T/synth.err")"
 done
 "$PAGELLM" synth --arch deepseek2 --shape tiny --rope-scaling yarn -o "$T/ds2-yarn.gguf" 2>/dev/null
+"$PAGELLM" synth --arch deepseek2 --shape tiny-v2 -o "$T/ds2-v2.gguf" 2>/dev/null
 
 # --- inspect: the latent kind and its formula (4 x (64 + 32) x 2 B at f16)
 j=$("$PAGELLM" inspect "$T/ds2-f32.gguf" --json)
@@ -47,7 +49,7 @@ expect_exit latent_cache_refuses_q4_0 1 'q4_0: the latent \(MLA\) cache takes f3
 expect_exit kvcalc_latent_needs_rope_dim 2 '--rope-dim is required' -- "$PAGELLM" kvcalc --layers 27 --kv-lora-rank 512
 check kvcalc_deepseek_v3_bf16 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype bf16 --json |
   jq -e '.kind == \"latent\" and .bytes_per_token == 70272 and .total_bytes == 70272 * 4096'"
-expect_exit synth_deepseek2_shape 1 "shape '110m' \(tiny, deepseek2-lite\)" -- \
+expect_exit synth_deepseek2_shape 1 "shape '110m' \(tiny, tiny-v2, deepseek2-lite\)" -- \
   "$PAGELLM" synth --arch deepseek2 --shape 110m -o "$T/x.gguf"
 
 # --- serve one request
@@ -115,6 +117,8 @@ same_as_peer f32_greedy_as_llama_cpp "$T/ds2-f32.gguf" "Once upon a time, the do
 same_as_peer f32_greedy_as_llama_cpp_2 "$T/ds2-f32.gguf" "the little cat was sad because"
 same_as_peer f32_chunked_prefill_as_llama_cpp "$T/ds2-f32.gguf" "Once upon a time, the dog" --batch 3
 same_as_peer yarn_greedy_as_llama_cpp "$T/ds2-yarn.gguf" "Once upon a time, the dog"
+same_as_peer v2_plain_q_greedy_as_llama_cpp "$T/ds2-v2.gguf" "Once upon a time, the dog"
+same_as_peer v2_plain_q_greedy_as_llama_cpp_2 "$T/ds2-v2.gguf" "the little cat was sad because"
 PEER_FLAGS="-ctk f32 -ctv f32"
 same_as_peer f32_cache_greedy_as_llama_cpp "$T/ds2-f32.gguf" "the little cat was sad because" --kv-dtype f32
 PEER_FLAGS=""
@@ -122,10 +126,12 @@ check yarn_changes_the_tokens test "$(gen "$T/ds2-yarn.gguf" "Once upon a time, 
   "$(gen "$T/ds2-f32.gguf" "Once upon a time, the dog" 40 | head -1)"
 
 if [ -x "$PEER_PPL" ]; then
-  read -r x y <<<"$(ppl_pair "$T/ds2-f32.gguf" f32)"
-  echo "INFO deepseek2 f32: perplexity pagellm $x, llama.cpp $y"
-  if [ -n "$x" ] && [ -n "$y" ] && within "$x" "$y" 1e-4; then pass f32_perplexity_as_llama_cpp
-  else fail f32_perplexity_as_llama_cpp "pagellm '$x' llama.cpp '$y'"; fi
+  for v in f32 v2; do
+    read -r x y <<<"$(ppl_pair "$T/ds2-$v.gguf" f32)"
+    echo "INFO deepseek2 $v: perplexity pagellm $x, llama.cpp $y"
+    if [ -n "$x" ] && [ -n "$y" ] && within "$x" "$y" 1e-4; then pass "${v}_perplexity_as_llama_cpp"
+    else fail "${v}_perplexity_as_llama_cpp" "pagellm '$x' llama.cpp '$y'"; fi
+  done
 else
   skip deepseek2_perplexity "peer-ppl not built"
 fi
