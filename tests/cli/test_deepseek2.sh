@@ -46,6 +46,8 @@ r=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time" -n 4 --temp 0 --kv
 check run_q8_0_latent_cache jq -e '.kv.bytes_per_token == 408 and (.gen_ids | length) == 4' <<<"$r"
 expect_exit latent_cache_refuses_q4_0 1 'q4_0: the latent \(MLA\) cache takes f32, f16, bf16 or q8_0' -- \
   "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-dtype q4_0
+expect_exit kv_window_refused_for_the_latent_cache 1 'kv_window.*latent KV rows' -- \
+  "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-window 64
 expect_exit kvcalc_latent_needs_rope_dim 2 '--rope-dim is required' -- "$PAGELLM" kvcalc --layers 27 --kv-lora-rank 512
 check kvcalc_deepseek_v3_bf16 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype bf16 --json |
   jq -e '.kind == \"latent\" and .bytes_per_token == 70272 and .total_bytes == 70272 * 4096'"
