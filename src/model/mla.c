@@ -100,7 +100,7 @@ struct mla_state {
     float *gout;     /* [T][max(R, V)] */
     float *att;      /* [T][H][R] attention in the latent space */
     float *rows;     /* [max_ctx][R+D] a sequence's cached rows, decoded */
-    float *scratch;  /* [threads][max_ctx + R + D] scores and the rounded query */
+    float *scratch;  /* [threads][H x (max_ctx + R + D)] scores and the rounded queries */
     size_t scratch_stride;
     int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
 };
@@ -126,7 +126,7 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
     s->n_threads = n_threads;
-    s->scratch_stride = ((size_t)max_ctx + row + 15) & ~(size_t)15;
+    s->scratch_stride = (H * ((size_t)max_ctx + row) + 15) & ~(size_t)15;
     s->q = mem_alloc_aligned(T * H * (N + D) * sizeof(float), 64);
     s->qa = mem_alloc_aligned(T * (a->q_lora_rank ? a->q_lora_rank : 1) * sizeof(float), 64);
     s->kv = mem_alloc_aligned(T * row * sizeof(float), 64);
@@ -174,44 +174,60 @@ typedef struct {
     const model_config *c;
     const kv_batch *b;
     int n_toks;        /* s->toks[0..n_toks): the sequence's tokens in the batch */
+    int group;         /* heads a work unit takes */
     uint32_t row_type; /* the cache's row type */
 } attn_job;
 
-/* (token, head) pairs split over the threads; each pair's result depends
- * only on its own inputs. */
+/* Work units (token, group of heads) split over the threads. A unit reads
+ * each cached row once for all its heads (scores), then once more (the
+ * weighted sum), instead of twice per head; each (token, head) result is
+ * still one fixed sequence of float operations, so neither the grouping
+ * nor the thread count changes a bit. */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
     mla_state *s = j->s;
     const model_config *c = j->c;
     const int H = (int)c->n_heads, R = (int)c->mla.kv_lora_rank, row = R + (int)c->rope_dim;
-    const int n_pairs = j->n_toks * H;
-    float *sc = s->scratch + (size_t)ith * s->scratch_stride, *q = sc + s->max_ctx;
-    for (int p = ith; p < n_pairs; p += nth) {
-        const int t = s->toks[p / H], h = p % H, n_ctx = j->b->slot[t] + 1;
-        memcpy(q, s->qc + ((size_t)t * H + h) * row, (size_t)row * sizeof(float));
-        round_to(j->row_type, q, row);
-        float mx = -INFINITY;
+    const int G = (H + j->group - 1) / j->group, n_units = j->n_toks * G;
+    float *sc = s->scratch + (size_t)ith * s->scratch_stride, *qs = sc + (size_t)H * s->max_ctx;
+    for (int u = ith; u < n_units; u += nth) {
+        const int t = s->toks[u / G], h0 = (u % G) * j->group, h1 = h0 + j->group < H ? h0 + j->group : H;
+        const int n_ctx = j->b->slot[t] + 1, nh = h1 - h0;
+        for (int h = 0; h < nh; h++) {
+            float *q = qs + (size_t)h * row;
+            memcpy(q, s->qc + ((size_t)t * H + h0 + h) * row, (size_t)row * sizeof(float));
+            round_to(j->row_type, q, row);
+        }
         for (int k = 0; k < n_ctx; k++) {
             const float *kr = s->rows + (size_t)k * row;
-            float dot = 0;
-            for (int i = 0; i < row; i++) dot += q[i] * kr[i];
-            sc[k] = dot * c->mla.kq_scale;
-            if (sc[k] > mx) mx = sc[k];
+            for (int h = 0; h < nh; h++) {
+                const float *q = qs + (size_t)h * row;
+                float dot = 0;
+                for (int i = 0; i < row; i++) dot += q[i] * kr[i];
+                sc[(size_t)h * s->max_ctx + k] = dot * c->mla.kq_scale;
+            }
         }
-        double sum = 0;
-        for (int k = 0; k < n_ctx; k++) {
-            sc[k] = expf(sc[k] - mx);
-            sum += (double)sc[k];
+        for (int h = 0; h < nh; h++) {
+            float *p = sc + (size_t)h * s->max_ctx, mx = -INFINITY;
+            for (int k = 0; k < n_ctx; k++) mx = p[k] > mx ? p[k] : mx;
+            double sum = 0;
+            for (int k = 0; k < n_ctx; k++) {
+                p[k] = expf(p[k] - mx);
+                sum += (double)p[k];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int k = 0; k < n_ctx; k++) p[k] *= inv;
+            round_to(j->row_type, p, n_ctx);
+            memset(s->att + ((size_t)t * H + h0 + h) * R, 0, (size_t)R * sizeof(float));
         }
-        const float inv = (float)(1.0 / sum);
-        for (int k = 0; k < n_ctx; k++) sc[k] *= inv;
-        round_to(j->row_type, sc, n_ctx);
-        float *o = s->att + ((size_t)t * H + h) * R;
-        memset(o, 0, (size_t)R * sizeof(float));
         for (int k = 0; k < n_ctx; k++) {
-            const float *vr = s->rows + (size_t)k * row, pk = sc[k];
-            for (int i = 0; i < R; i++) o[i] += pk * vr[i];
+            const float *vr = s->rows + (size_t)k * row;
+            for (int h = 0; h < nh; h++) {
+                float *o = s->att + ((size_t)t * H + h0 + h) * R;
+                const float pk = sc[(size_t)h * s->max_ctx + k];
+                for (int i = 0; i < R; i++) o[i] += pk * vr[i];
+            }
         }
     }
 }
@@ -256,7 +272,8 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             memcpy(s->qc + ((size_t)t * H + h) * row, s->gout + (size_t)t * R, (size_t)R * sizeof(float));
     }
     /* attention, one sequence at a time over its decoded rows */
-    attn_job job = {s, c, b, 0, kv_latent_row_type(kv->g.s.dtype)};
+    attn_job job = {s, c, b, 0, H, kv_latent_row_type(kv->g.s.dtype)};
+    const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
     for (int q = 0; q < b->n_seqs; q++) {
         int n = 0, last = -1;
         for (int t = 0; t < T; t++)
@@ -268,6 +285,9 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
         assert(last < s->max_ctx);
         kv_latent_read(kv, b->seqs[q].blocks, layer, (uint32_t)last + 1, s->rows);
         job.n_toks = n;
+        /* all heads of a token together, unless there are fewer tokens than threads */
+        const int groups = n >= nth ? 1 : (nth + n - 1) / n < H ? (nth + n - 1) / n : H;
+        job.group = (H + groups - 1) / groups;
         tp_run(tp, attn_worker, &job);
     }
     /* W_UV per head, into out[T][H*V] */
