@@ -61,6 +61,16 @@ if [ -n "$PORT" ]; then
     -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}')
   check serve_completion jq -e '.choices[0].text | length > 0' <<<"$body"
   check serve_completion_tokens jq -e '.usage.completion_tokens == 8' <<<"$body"
+  # the prefix cache and fork over latent blocks: a repeated 40-token prompt is served from the
+  # cache with the same greedy text; n = 2 shares the prompt's blocks and both samples agree
+  long='{"prompt":"the little cat was sad because the dog ran away and the sun went down over the hills","max_tokens":12,"temperature":0}'
+  a=$(curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d "$long")
+  b=$(curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d "$long")
+  check serve_prefix_cache_hit jq -e '.usage.prompt_tokens_details.cached_tokens >= 16' <<<"$b"
+  check serve_prefix_cache_same_text test "$(jq -r '.choices[0].text' <<<"$a")" = "$(jq -r '.choices[0].text' <<<"$b")"
+  c=$(curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d "${long%\}},\"n\":2}")
+  check serve_fork_n2 jq -e '(.choices | length) == 2 and .choices[0].text == .choices[1].text' <<<"$c"
+  check serve_fork_same_as_alone test "$(jq -r '.choices[0].text' <<<"$c")" = "$(jq -r '.choices[0].text' <<<"$a")"
   kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 else
   fail serve_starts "$(tail -3 "$T/serve.log")"
