@@ -110,6 +110,11 @@ TEST(bad_metadata_is_refused_naming_the_key)
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_group_used_count", "expected 1..");
     b = (breakage){.set_key = "deepseek2.leading_dense_block_count", .set_value = 5};
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.leading_dense_block_count", "more than block_count");
+    b = (breakage){.set_key = "deepseek2.nextn_predict_layers", .set_value = 1};
+    CHECK_REFUSED(p, b, PL_ERR_UNSUPPORTED, "deepseek2.nextn_predict_layers", "not supported");
+    /* shared experts of another total width than the tensors' */
+    b = (breakage){.set_key = "deepseek2.expert_shared_count", .set_value = 64};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.1.ffn_gate_shexp.weight", "expected [256, 8192]");
     b = (breakage){.drop_key = "deepseek2.rope.dimension_count"};
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.rope.dimension_count", "missing");
     unlink(p);

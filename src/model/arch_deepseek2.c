@@ -138,6 +138,9 @@ static int moe_keys(const gguf_file *f, model_config *c)
     if (!rc) rc = need_u32(f, "expert_shared_count", 64, "shared experts", &n_shared);
     if (rc) return rc;
     m.ffn_shexp = m.ffn_exp * n_shared;
+    if (m.ffn_shexp > 1u << 20)
+        return err_set(PL_EFORMAT, "%s: deepseek2.expert_shared_count: %u shared experts of %u rows, more than %u rows",
+                       p, n_shared, m.ffn_exp, 1u << 20);
     m.shared_ungated = true;
     rc = key_u32(f, "leading_dense_block_count", &m.n_dense_lead);
     if (rc && rc != PL_ENOTFOUND) return rc;
@@ -154,7 +157,9 @@ static int moe_keys(const gguf_file *f, model_config *c)
     if (rc && rc != PL_ENOTFOUND) return err_prefix(rc, "%s", p);
     rc = key_u32(f, "expert_gating_func", &gating);
     if (rc && rc != PL_ENOTFOUND) return rc;
-    /* llama.cpp: 0 (absent) is softmax for the V2 files that predate the key */
+    /* llama.cpp: 0 (absent) is softmax for the V2 files that predate the
+     * key, but sigmoid for GLM-4.7-Lite's shape (47 or 48 layers, vocab 154880) */
+    if (gating == 0 && (c->n_layers == 47 || c->n_layers == 48) && c->n_vocab == 154880) gating = 2;
     if (gating > 2)
         return err_set(PL_EUNSUPPORTED, "%s: deepseek2.expert_gating_func: %u not supported (1 softmax, 2 sigmoid)", p,
                        gating);
@@ -180,10 +185,30 @@ static int moe_keys(const gguf_file *f, model_config *c)
     return 0;
 }
 
+/* What llama.cpp reads for some deepseek2 files and pagellm does not
+ * compute yet: refused by key rather than run wrongly. */
+static int unsupported_keys(const gguf_file *f)
+{
+    uint32_t n = 0;
+    int rc = key_u32(f, "nextn_predict_layers", &n);
+    if (rc && rc != PL_ENOTFOUND) return rc;
+    if (!rc && n > 0)
+        return err_set(PL_EUNSUPPORTED, "%s: deepseek2.nextn_predict_layers: %u multi-token-prediction layers are not "
+                       "supported", gguf_path(f), n);
+    float t = 0;
+    rc = key_f32(f, "attention.temperature_scale", &t);
+    if (rc && rc != PL_ENOTFOUND) return rc;
+    if (!rc && t != 0.0f)
+        return err_set(PL_EUNSUPPORTED, "%s: deepseek2.attention.temperature_scale: attention temperature tuning "
+                       "is not supported", gguf_path(f));
+    return 0;
+}
+
 int arch_deepseek2_config(const gguf_file *f, model_config *c)
 {
     if (c->arch != ARCH_DEEPSEEK2) return 0;
-    int rc = attention_config(f, c);
+    int rc = unsupported_keys(f);
+    if (!rc) rc = attention_config(f, c);
     if (!rc) rc = moe_keys(f, c);
     return rc;
 }

@@ -21,7 +21,9 @@
  *   expert_group_count / expert_group_used_count (default none),
  *   rope.scaling.yarn_log_multiplier (the converter's 0.1 x mscale_all_dim).
  * Files without the _mla keys are the legacy ones with an unsplit
- * attn_kv_b: refused with an error naming the key.
+ * attn_kv_b: refused with an error naming the key; so are multi-token
+ * prediction layers (nextn_predict_layers > 0) and attention temperature
+ * tuning (attention.temperature_scale), which llama.cpp reads.
  */
 #ifndef PL_MODEL_ARCH_DEEPSEEK2_H
 #define PL_MODEL_ARCH_DEEPSEEK2_H
