@@ -44,6 +44,13 @@ r=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time" -n 4 --temp 0 --js
 check run_kv_bytes_per_token jq -e '.kv.bytes_per_token == 768' <<<"$r"
 r=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time" -n 4 --temp 0 --kv-dtype q8_0 --json 2>/dev/null)
 check run_q8_0_latent_cache jq -e '.kv.bytes_per_token == 408 and (.gen_ids | length) == 4' <<<"$r"
+# the cache's layouts and modes give the same greedy tokens
+ref=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time, the dog" -n 20 --temp 0 --ignore-eos --json 2>/dev/null | jq -c .gen_ids)
+for mode in --no-kv-cache "--kv-layout static" "-t 1"; do
+  # shellcheck disable=SC2086
+  got=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time, the dog" -n 20 --temp 0 --ignore-eos --json $mode 2>/dev/null | jq -c .gen_ids)
+  check "same_tokens_${mode// /_}" test -n "$ref" -a "$got" = "$ref"
+done
 expect_exit latent_cache_refuses_q4_0 1 'q4_0: the latent \(MLA\) cache takes f32, f16, bf16 or q8_0' -- \
   "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-dtype q4_0
 expect_exit kv_window_refused_for_the_latent_cache 1 'kv_window.*latent KV rows' -- \
