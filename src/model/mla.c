@@ -179,10 +179,10 @@ typedef struct {
 } attn_job;
 
 /* Work units (token, group of heads) split over the threads. A unit reads
- * each cached row once for all its heads (scores), then once more (the
+ * the cached rows once for all its heads (scores), then once more (the
  * weighted sum), instead of twice per head; each (token, head) result is
- * still one fixed sequence of float operations, so neither the grouping
- * nor the thread count changes a bit. */
+ * one fixed sequence of float operations, so neither the grouping nor the
+ * thread count changes a bit. */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
@@ -199,17 +199,15 @@ static void attn_worker(void *arg, int ith, int nth)
             memcpy(q, s->qc + ((size_t)t * H + h0 + h) * row, (size_t)row * sizeof(float));
             round_to(j->row_type, q, row);
         }
-        for (int k = 0; k < n_ctx; k++) {
-            const float *kr = s->rows + (size_t)k * row;
-            for (int h = 0; h < nh; h++) {
-                const float *q = qs + (size_t)h * row;
-                float dot = 0;
-                for (int i = 0; i < row; i++) dot += q[i] * kr[i];
-                sc[(size_t)h * s->max_ctx + k] = dot * c->mla.kq_scale;
-            }
-        }
+        /* scores: the unit's queries against the rows, in calls of at most 4
+         * queries (kern_matmul's decode path, whose rows do not depend on the
+         * call: a unit's size varies with the batch) */
+        for (int h = 0; h < nh; h += 4)
+            kern_matmul(sc + (size_t)h * n_ctx, qs + (size_t)h * row, s->rows, DT_F32, nh - h < 4 ? nh - h : 4, row,
+                        n_ctx, NULL);
+        for (size_t i = 0; i < (size_t)nh * n_ctx; i++) sc[i] *= c->mla.kq_scale;
         for (int h = 0; h < nh; h++) {
-            float *p = sc + (size_t)h * s->max_ctx, mx = -INFINITY;
+            float *p = sc + (size_t)h * n_ctx, mx = -INFINITY;
             for (int k = 0; k < n_ctx; k++) mx = p[k] > mx ? p[k] : mx;
             double sum = 0;
             for (int k = 0; k < n_ctx; k++) {
@@ -225,7 +223,7 @@ static void attn_worker(void *arg, int ith, int nth)
             const float *vr = s->rows + (size_t)k * row;
             for (int h = 0; h < nh; h++) {
                 float *o = s->att + ((size_t)t * H + h0 + h) * R;
-                const float pk = sc[(size_t)h * s->max_ctx + k];
+                const float pk = sc[(size_t)h * n_ctx + k];
                 for (int i = 0; i < R; i++) o[i] += pk * vr[i];
             }
         }
