@@ -4,6 +4,7 @@
 #include <assert.h>
 
 #include "base/err.h"
+#include "kernels/kernels.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_writer.h"
 #include "tensor/dtype.h"
@@ -58,6 +59,7 @@ void kv_latent_read(const kv_pool *pool, const uint32_t *blocks, uint32_t layer,
     const uint32_t type = kv_latent_row_type(s->dtype), T = s->block_size;
     for (uint32_t j = 0; j < n; j++) {
         const uint8_t *src = kv_block_k(pool, blocks[j / T], layer) + (uint64_t)(j % T) * pool->g.row_bytes[0];
-        quant_dequant_row(type, src, out + (size_t)j * s->head_dim, s->head_dim);
+        if (type == DT_F16) kern_f16_to_f32_row(out + (size_t)j * s->head_dim, (const uint16_t *)src, (int)s->head_dim);
+        else quant_dequant_row(type, src, out + (size_t)j * s->head_dim, s->head_dim);
     }
 }
