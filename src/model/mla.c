@@ -96,8 +96,9 @@ struct mla_state {
     float *qa;       /* [T][q_lora] */
     float *kv;       /* [T][R+D] the latent rows */
     float *qc;       /* [T][H][R+D] absorbed queries */
-    float *gin;      /* [T][max(N, R)] one head's rows, gathered */
-    float *gout;     /* [T][max(R, V)] */
+    float *gin;      /* [threads][T][max(N, R)] one head's rows, gathered */
+    float *gout;     /* [threads][T][max(R, V)] */
+    size_t gin_stride, gout_stride; /* floats per thread */
     float *att;      /* [T][H][R] attention in the latent space */
     float *rows;     /* [max_ctx][R+D] a sequence's cached rows, decoded */
     float *scratch;  /* [threads][H x (max_ctx + R + D)] scores and the rounded queries */
@@ -131,8 +132,10 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->qa = mem_alloc_aligned(T * (a->q_lora_rank ? a->q_lora_rank : 1) * sizeof(float), 64);
     s->kv = mem_alloc_aligned(T * row * sizeof(float), 64);
     s->qc = mem_alloc_aligned(T * H * row * sizeof(float), 64);
-    s->gin = mem_alloc_aligned(T * gi * sizeof(float), 64);
-    s->gout = mem_alloc_aligned(T * go * sizeof(float), 64);
+    s->gin_stride = (T * gi + 15) & ~(size_t)15;
+    s->gout_stride = (T * go + 15) & ~(size_t)15;
+    s->gin = mem_alloc_aligned((size_t)n_threads * s->gin_stride * sizeof(float), 64);
+    s->gout = mem_alloc_aligned((size_t)n_threads * s->gout_stride * sizeof(float), 64);
     s->att = mem_alloc_aligned(T * H * R * sizeof(float), 64);
     s->rows = mem_alloc_aligned((size_t)max_ctx * row * sizeof(float), 64);
     s->scratch = mem_alloc_aligned((size_t)n_threads * s->scratch_stride * sizeof(float), 64);
@@ -184,6 +187,34 @@ static void axpy(float *restrict o, const float *restrict v, float a, int n)
         memcpy(o + i, &y, sizeof y);
     }
     for (; i < n; i++) o[i] += a * v[i];
+}
+
+/* One matrix per head over the batch's rows, the heads shared out over the
+ * threads (one dispatch instead of one per head; kern_matmul's rows do not
+ * depend on the thread count): out[t][h] = in[t][h] W[h]^T, where in[t][h]
+ * is at in + t x in_ts + h x in_hs (n_in floats), out[t][h] likewise. */
+typedef struct {
+    mla_state *s;
+    const weight *w;
+    const float *in;
+    float *out;
+    size_t in_ts, in_hs, out_ts, out_hs;
+    int n_heads, T;
+} heads_job;
+
+static void heads_worker(void *arg, int ith, int nth)
+{
+    const heads_job *j = arg;
+    float *gin = j->s->gin + (size_t)ith * j->s->gin_stride, *gout = j->s->gout + (size_t)ith * j->s->gout_stride;
+    for (int h = ith; h < j->n_heads; h += nth) {
+        const weight *w = &j->w[h];
+        const size_t ni = w->n_in, no = w->n_out;
+        for (int t = 0; t < j->T; t++)
+            memcpy(gin + (size_t)t * ni, j->in + (size_t)t * j->in_ts + (size_t)h * j->in_hs, ni * sizeof(float));
+        matmul(gout, gin, w, j->T, NULL);
+        for (int t = 0; t < j->T; t++)
+            memcpy(j->out + (size_t)t * j->out_ts + (size_t)h * j->out_hs, gout + (size_t)t * no, no * sizeof(float));
+    }
 }
 
 typedef struct {
@@ -276,13 +307,8 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
     }
     kv_latent_store(kv, b, layer, s->kv);
     /* q_nope through W_UK, head by head, into the latent space */
-    for (int h = 0; h < H; h++) {
-        for (int t = 0; t < T; t++)
-            memcpy(s->gin + (size_t)t * N, s->q + ((size_t)t * H + h) * qh, (size_t)N * sizeof(float));
-        matmul(s->gout, s->gin, &w->wk_b[h], T, tp);
-        for (int t = 0; t < T; t++)
-            memcpy(s->qc + ((size_t)t * H + h) * row, s->gout + (size_t)t * R, (size_t)R * sizeof(float));
-    }
+    heads_job hk = {s, w->wk_b, s->q, s->qc, (size_t)H * qh, (size_t)qh, (size_t)H * row, (size_t)row, H, T};
+    tp_run(tp, heads_worker, &hk);
     /* attention, one sequence at a time over its decoded rows */
     attn_job job = {s, c, b, 0, H, kv_latent_row_type(kv->g.s.dtype)};
     const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
@@ -303,11 +329,6 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
         tp_run(tp, attn_worker, &job);
     }
     /* W_UV per head, into out[T][H*V] */
-    for (int h = 0; h < H; h++) {
-        for (int t = 0; t < T; t++)
-            memcpy(s->gin + (size_t)t * R, s->att + ((size_t)t * H + h) * R, (size_t)R * sizeof(float));
-        matmul(s->gout, s->gin, &w->wv_b[h], T, tp);
-        for (int t = 0; t < T; t++)
-            memcpy(out + (size_t)t * H * V + (size_t)h * V, s->gout + (size_t)t * V, (size_t)V * sizeof(float));
-    }
+    heads_job hv = {s, w->wv_b, s->att, out, (size_t)H * R, (size_t)R, (size_t)H * V, (size_t)V, H, T};
+    tp_run(tp, heads_worker, &hv);
 }
