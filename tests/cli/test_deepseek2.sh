@@ -77,6 +77,8 @@ if [ -n "$PORT" ]; then
   check serve_prefix_cache_same_text test "$(jq -r '.choices[0].text' <<<"$a")" = "$(jq -r '.choices[0].text' <<<"$b")"
   c=$(curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d "${long%\}},\"n\":2}")
   check serve_fork_n2 jq -e '(.choices | length) == 2 and .choices[0].text == .choices[1].text' <<<"$c"
+  check serve_kv_view_latent bash -c "curl -s -m 10 http://127.0.0.1:$PORT/v1/kv |
+    jq -e '.kv_kind == \"latent\" and .n_kv_heads == 1 and .head_dim == 96 and .bytes_per_token == 768'"
   check serve_fork_same_as_alone test "$(jq -r '.choices[0].text' <<<"$c")" = "$(jq -r '.choices[0].text' <<<"$a")"
   kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 else
