@@ -89,6 +89,7 @@ static int attention_config(const gguf_file *f, model_config *c)
     if (row > 65536) return err_set(PL_EFORMAT, "%s: deepseek2.attention.kv_lora_rank: %u too large", p, m.kv_lora_rank);
     c->head_dim = row;
     c->n_kv_heads = 1;
+    c->sliding_window = 0; /* llama.cpp's deepseek2 reads no window: every layer attends over everything */
     c->rope_dim = rope;
     c->rope_neox = false;
     /* YaRN as llama.cpp scales it for deepseek2: the converter writes 0.1
