@@ -54,10 +54,16 @@ void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const flo
 
 void kv_latent_read(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t n, float *out)
 {
+    kv_latent_read_range(pool, blocks, layer, 0, n, out);
+}
+
+void kv_latent_read_range(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t j0, uint32_t j1,
+                          float *out)
+{
     const kv_shape *s = &pool->g.s;
-    assert(s->kind == KV_KIND_LATENT);
+    assert(s->kind == KV_KIND_LATENT && j0 <= j1);
     const uint32_t type = kv_latent_row_type(s->dtype), T = s->block_size;
-    for (uint32_t j = 0; j < n; j++) {
+    for (uint32_t j = j0; j < j1; j++) {
         const uint8_t *src = kv_block_k(pool, blocks[j / T], layer) + (uint64_t)(j % T) * pool->g.row_bytes[0];
         if (type == DT_F16) kern_f16_to_f32_row(out + (size_t)j * s->head_dim, (const uint16_t *)src, (int)s->head_dim);
         else quant_dequant_row(type, src, out + (size_t)j * s->head_dim, s->head_dim);

@@ -34,5 +34,9 @@ void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const flo
 /* out[n][head_dim] = rows 0..n-1 of the sequence with block table blocks,
  * in layer. */
 void kv_latent_read(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t n, float *out);
+/* The same for rows j0..j1-1 only, into out + j0 x head_dim (so that
+ * threads can share a read out). */
+void kv_latent_read_range(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t j0, uint32_t j1,
+                          float *out);
 
 #endif

@@ -217,6 +217,21 @@ static void heads_worker(void *arg, int ith, int nth)
     }
 }
 
+/* A sequence's rows decoded into s->rows, a share of them per thread. */
+typedef struct {
+    const kv_pool *kv;
+    const uint32_t *blocks;
+    uint32_t layer, n;
+    float *rows;
+} read_job;
+
+static void read_worker(void *arg, int ith, int nth)
+{
+    const read_job *j = arg;
+    const uint32_t j0 = (uint32_t)((uint64_t)j->n * ith / nth), j1 = (uint32_t)((uint64_t)j->n * (ith + 1) / nth);
+    kv_latent_read_range(j->kv, j->blocks, j->layer, j0, j1, j->rows);
+}
+
 typedef struct {
     mla_state *s;
     const model_config *c;
@@ -321,7 +336,8 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             }
         if (!n) continue;
         assert(last < s->max_ctx);
-        kv_latent_read(kv, b->seqs[q].blocks, layer, (uint32_t)last + 1, s->rows);
+        read_job rj = {kv, b->seqs[q].blocks, layer, (uint32_t)last + 1, s->rows};
+        tp_run(tp, read_worker, &rj);
         job.n_toks = n;
         /* all heads of a token together, unless there are fewer tokens than threads */
         const int groups = n >= nth ? 1 : (nth + n - 1) / n < H ? (nth + n - 1) / n : H;
