@@ -177,12 +177,14 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     const size_t T = (size_t)max_tokens, qd = (size_t)c->n_heads * c->head_dim;
     const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t wide = c->dim > qd ? c->dim : qd;
+    /* latent attention keeps its q, rows and output in mla_state: these stay token-sized stubs */
+    const size_t qb = c->mla.kv_lora_rank ? 1 : qd, kvb = c->mla.kv_lora_rank ? 1 : kvd;
     s->x = mem_alloc_aligned(T * wide * sizeof(float), 64);
     s->xn = mem_alloc_aligned(T * wide * sizeof(float), 64);
-    s->q = mem_alloc_aligned(T * qd * sizeof(float), 64);
-    s->k = mem_alloc_aligned(T * kvd * sizeof(float), 64);
-    s->v = mem_alloc_aligned(T * kvd * sizeof(float), 64);
-    s->att = mem_alloc_aligned(T * qd * sizeof(float), 64);
+    s->q = mem_alloc_aligned(T * qb * sizeof(float), 64);
+    s->k = mem_alloc_aligned(T * kvb * sizeof(float), 64);
+    s->v = mem_alloc_aligned(T * kvb * sizeof(float), 64);
+    s->att = mem_alloc_aligned(T * qb * sizeof(float), 64);
     s->g = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->rope_cs = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
@@ -413,6 +415,7 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     const layer_weights *w = &m->w.layers[l];
     const int T = b->n_tokens, hd = (int)c->head_dim;
     const int qd = (int)c->n_heads * hd, kvd = (int)c->n_kv_heads * hd;
+    assert(!w->mla == !c->mla.kv_lora_rank); /* q/k/v/att are stubs for MLA models (fwd_state_new) */
     if (w->mla) {
         mla_attention(s->mla, c, w->mla, s->xn, s->mla_out, kv, &s->kvb, l, s->rope_cs, s->tp);
         fp_mark(s, FP_ATTN);

@@ -19,7 +19,7 @@
  * them as they are; q8_0 rows are read as the floats they encode (not
  * ggml's int8 dot: close, not bit for bit).
  *
- * Tensors (GGUF dims; E = H):
+ * Tensors (GGUF dims):
  *   blk.N.attn_q_a [dim, q_lora], attn_q_a_norm [q_lora], attn_q_b
  *     [q_lora, H*(N+D)]  or  attn_q [dim, H*(N+D)]
  *   blk.N.attn_kv_a_mqa [dim, R + D], attn_kv_a_norm [R]
