@@ -66,7 +66,9 @@ static void inspect_kv_size(const pl_file_info *in, uint32_t kv_heads, int block
     memset(out, 0, sizeof *out);
     if (!in->arch[0]) {
         snprintf(out->why, sizeof out->why, "no general.architecture: the file has no model shape");
-    } else if (pl_kv_size_of(&shape, t, &out->size) == 0) {
+    } else if (in->kv_lora_rank ? pl_kv_size_of_latent(in->n_layers, in->kv_lora_rank, in->rope_dim, (uint32_t)block, t,
+                                                       &out->size) == 0
+                                : pl_kv_size_of(&shape, t, &out->size) == 0) {
         out->ok = true;
     } else {
         snprintf(out->why, sizeof out->why, "%s", pl_last_error());
@@ -77,7 +79,7 @@ static void inspect_compute(inspect_report *r)
 {
     for (int t = 0; t < PL_KV_DTYPE_COUNT; t++)
         inspect_kv_size(&r->info, r->info.n_kv_heads, r->block, (pl_kv_dtype)t, &r->kv[t]);
-    inspect_kv_size(&r->info, r->info.n_heads, r->block, PL_KV_F16, &r->mha);
+    if (!r->info.kv_lora_rank) inspect_kv_size(&r->info, r->info.n_heads, r->block, PL_KV_F16, &r->mha);
 }
 
 /* ---------------------------------------------------------------- text */
@@ -127,8 +129,12 @@ static void inspect_print_model(const pl_file_info *in)
 static void inspect_print_kv(const inspect_report *r)
 {
     char h[32];
-    printf("\nKV cache per token = 2 x %u layers x %u KV heads x head dim %u x bytes/elem (blocks of %d tokens):\n",
-           r->info.n_layers, r->info.n_kv_heads, r->info.head_dim, r->block);
+    if (r->info.kv_lora_rank)
+        printf("\nKV cache per token (latent kind, MLA) = %u layers x (kv_lora_rank %u + rope dims %u) x bytes/elem, "
+               "no V (blocks of %d tokens):\n", r->info.n_layers, r->info.kv_lora_rank, r->info.rope_dim, r->block);
+    else
+        printf("\nKV cache per token = 2 x %u layers x %u KV heads x head dim %u x bytes/elem (blocks of %d tokens):\n",
+               r->info.n_layers, r->info.n_kv_heads, r->info.head_dim, r->block);
     for (int t = 0; t < PL_KV_DTYPE_COUNT; t++) {
         const inspect_kv *k = &r->kv[t];
         if (k->ok)
@@ -240,6 +246,8 @@ static void inspect_json_kv(const inspect_report *r, json_t *o)
                                                                     (double)inspect_ctx[c] * (double)inspect_batch[b]))));
     }
     json_object_set_new(o, "block_size", json_integer(r->block));
+    json_object_set_new(o, "kv_kind", json_string(r->info.kv_lora_rank ? "latent" : "kv"));
+    if (r->info.kv_lora_rank) json_object_set_new(o, "kv_lora_rank", json_integer(r->info.kv_lora_rank));
     json_object_set_new(o, "bytes_per_token", r->kv[PL_KV_F16].ok ? inspect_json_num(r->kv[PL_KV_F16].size.bytes_per_token)
                                                                    : json_null());
     json_object_set_new(o, "kv_bytes_per_token", per_tok);

@@ -2,6 +2,8 @@
  *
  *   bytes_per_token = 2 (K, V) x layers x kv_heads x head_dim x bytes/elem
  *                     (+ a block's scales shared by its tokens: fp8_e4m3)
+ *   latent kind (MLA, --kv-lora-rank R --rope-dim D): one row a token and
+ *   layer, bytes_per_token = layers x (R + D) x bytes/elem
  *   total_bytes     = bytes_per_token x ctx x batch        (the formula)
  *   allocated_bytes = ceil(ctx / block) x bytes_per_block x batch
  *                     (what a paged pool really holds: whole blocks)
@@ -24,6 +26,7 @@
 
 typedef struct {
     int layers, kv_heads, head_dim, heads, block;
+    int kv_lora_rank, rope_dim; /* the latent kind when kv_lora_rank > 0 */
     uint64_t ctx, batch;
     const char *dtype_name;
     bool json;
@@ -43,6 +46,28 @@ static json_t *kvcalc_json_num(double x)
     return json_real(x);
 }
 
+/* --kv-lora-rank R --rope-dim D: the latent kind, no K/V heads. */
+static int kvcalc_parse_latent(kvcalc_args *a)
+{
+    const char *missing = !a->layers ? "--layers" : !a->kv_lora_rank ? "--kv-lora-rank" : !a->rope_dim ? "--rope-dim" : NULL;
+    if (missing) { cli_error(KVCALC, "%s is required with the latent kind (see --help)", missing); return CLI_USAGE; }
+    const char *other = a->kv_heads ? "--kv-heads" : a->head_dim ? "--head-dim" : a->heads ? "--heads" : NULL;
+    if (other) {
+        cli_error(KVCALC, "%s describes K/V heads; the latent kind (--kv-lora-rank) has one row a token", other);
+        return CLI_USAGE;
+    }
+    if (pl_kv_dtype_from_name(a->dtype_name, &a->dtype) != 0) {
+        cli_error(KVCALC, "--dtype: %s", pl_last_error());
+        return CLI_USAGE;
+    }
+    if (pl_kv_size_of_latent((uint32_t)a->layers, (uint32_t)a->kv_lora_rank, (uint32_t)a->rope_dim, (uint32_t)a->block,
+                             a->dtype, &a->size) != 0) {
+        cli_error(KVCALC, "cannot size this shape with --dtype %s: %s", a->dtype_name, pl_last_error());
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
 static int kvcalc_parse(int argc, char **argv, kvcalc_args *a)
 {
     const cli_opt opts[] = {
@@ -55,14 +80,18 @@ static int kvcalc_parse(int argc, char **argv, kvcalc_args *a)
         {"batch", 0, CLI_U64, &a->batch, 1, 1e9, "B", "sequences (default 1)"},
         {"block-size", 0, CLI_INT, &a->block, 1, 1000000, "B", "tokens per KV block (default 16)"},
         {"heads", 0, CLI_INT, &a->heads, 1, 1000000, "N", "query heads, for the GQA-vs-MHA line"},
+        {"kv-lora-rank", 0, CLI_INT, &a->kv_lora_rank, 1, 1000000, "R",
+         "the latent (MLA) kind instead of K/V heads: kv_lora_rank values a token and layer (with --rope-dim)"},
+        {"rope-dim", 0, CLI_INT, &a->rope_dim, 1, 1000000, "D", "with --kv-lora-rank: the shared RoPE key's dims"},
         {"json", 0, CLI_FLAG, &a->json, 0, 0, NULL, "print JSON"},
         {0},
     };
     const char *pos[1];
     int npos = 0;
-    int rc = cli_parse(KVCALC, "--layers L --kv-heads H --head-dim D [--dtype T] [--ctx S] [--batch B] [--json]",
-                       opts, argc, argv, pos, 0, &npos);
+    int rc = cli_parse(KVCALC, "--layers L (--kv-heads H --head-dim D | --kv-lora-rank R --rope-dim D) [--dtype T] "
+                       "[--ctx S] [--batch B] [--json]", opts, argc, argv, pos, 0, &npos);
     if (rc != CLI_OK) return rc;
+    if (a->kv_lora_rank || a->rope_dim) return kvcalc_parse_latent(a);
     const char *missing = !a->layers ? "--layers" : !a->kv_heads ? "--kv-heads" : !a->head_dim ? "--head-dim" : NULL;
     if (missing) { cli_error(KVCALC, "%s is required (see --help)", missing); return CLI_USAGE; }
     if (pl_kv_dtype_from_name(a->dtype_name, &a->dtype) != 0) {
@@ -113,8 +142,14 @@ static void kvcalc_print_json(const kvcalc_args *a, const kvcalc_result *r)
 {
     json_t *o = json_object();
     json_object_set_new(o, "layers", json_integer(a->layers));
-    json_object_set_new(o, "kv_heads", json_integer(a->kv_heads));
-    json_object_set_new(o, "head_dim", json_integer(a->head_dim));
+    json_object_set_new(o, "kind", json_string(a->kv_lora_rank ? "latent" : "kv"));
+    if (a->kv_lora_rank) {
+        json_object_set_new(o, "kv_lora_rank", json_integer(a->kv_lora_rank));
+        json_object_set_new(o, "rope_dim", json_integer(a->rope_dim));
+    } else {
+        json_object_set_new(o, "kv_heads", json_integer(a->kv_heads));
+        json_object_set_new(o, "head_dim", json_integer(a->head_dim));
+    }
     json_object_set_new(o, "dtype", json_string(pl_kv_dtype_name(a->dtype)));
     json_object_set_new(o, "block_size", json_integer(a->block));
     json_object_set_new(o, "ctx", json_integer((json_int_t)a->ctx));
@@ -142,8 +177,12 @@ static void kvcalc_print_text(const kvcalc_args *a, const kvcalc_result *r)
 {
     char h[32];
     double bpt = a->size.bytes_per_token;
-    printf("KV cache: %d layers x %d KV heads x head dim %d, %s, blocks of %d tokens\n", a->layers, a->kv_heads,
-           a->head_dim, pl_kv_dtype_name(a->dtype), a->block);
+    if (a->kv_lora_rank)
+        printf("KV cache (latent, MLA): %d layers x (kv_lora_rank %d + rope dims %d), no V, %s, blocks of %d tokens\n",
+               a->layers, a->kv_lora_rank, a->rope_dim, pl_kv_dtype_name(a->dtype), a->block);
+    else
+        printf("KV cache: %d layers x %d KV heads x head dim %d, %s, blocks of %d tokens\n", a->layers, a->kv_heads,
+               a->head_dim, pl_kv_dtype_name(a->dtype), a->block);
     printf("  bytes per token   %.10g (%s)\n", bpt, cli_human_bytes(bpt, h, sizeof h));
     printf("  bytes per block   %llu (%s)\n", (unsigned long long)a->size.bytes_per_block,
            cli_human_bytes((double)a->size.bytes_per_block, h, sizeof h));

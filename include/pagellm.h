@@ -74,6 +74,14 @@ typedef struct {
  * if a dimension is 0 or the dtype's grouping does not divide the KV row. */
 int pl_kv_size_of(const pl_kv_shape *shape, pl_kv_dtype dt, pl_kv_size *out);
 
+/* The same for the latent KV kind of multi-head latent attention
+ * (deepseek2): one row of kv_lora_rank + rope_dim values a token and
+ * layer, no separate V: bytes per token = n_layers x (kv_lora_rank +
+ * rope_dim) x bytes per element. The dtype must be f32, f16, bf16 or q8_0
+ * (q8_0: the row a multiple of 32); else PL_EUNSUPPORTED. */
+int pl_kv_size_of_latent(uint32_t n_layers, uint32_t kv_lora_rank, uint32_t rope_dim, uint32_t block_size,
+                         pl_kv_dtype dt, pl_kv_size *out);
+
 /* ------------------------------------------------------- file inspection */
 
 #define PL_MAX_TYPES 32
@@ -108,6 +116,8 @@ typedef struct {
     uint32_t local_window;   /* gemma2/3: the window of their local layers (a mask; all layers
                                 keep their KV), 0 if none; sliding_window is then 0 */
     uint32_t local_layers;   /* how many of the n_layers are local */
+    uint32_t kv_lora_rank;   /* deepseek2 (MLA): the latent KV kind, n_layers x (kv_lora_rank + rope_dim)
+                                values a token (pl_kv_size_of_latent); 0 for K/V heads */
 } pl_file_info;
 
 /* Reads and validates a GGUF file and summarises it. */

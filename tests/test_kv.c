@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 /* 2 layers, 2 KV heads of 4, blocks of 4 tokens, f32: rows of 32 bytes. */
-static const kv_shape small = {2, 2, 4, 4, KV_F32};
+static const kv_shape small = {2, 2, 4, 4, KV_F32, KV_KIND_KV};
 
 /* ------------------------------------------------------------ helpers */
 
@@ -230,7 +230,7 @@ TEST(geom_layout_and_padding)
     CHECK_EQ_INT(g.block_bytes, g.block_bytes_exact);
     CHECK_EQ_INT(g.bytes_per_token, 2 * 2 * 8 * 4);
     /* q4_0, kv_dim 32, blocks of 1: an 18-byte plane is padded to 32. */
-    kv_shape q = {3, 1, 32, 1, KV_Q4_0};
+    kv_shape q = {3, 1, 32, 1, KV_Q4_0, KV_KIND_KV};
     CHECK_EQ_INT(kv_geom_init(&g, &q), 0);
     CHECK_EQ_INT(g.plane_bytes[0], 18);
     CHECK_EQ_INT(g.plane_stride[0], 32);
@@ -240,12 +240,12 @@ TEST(geom_layout_and_padding)
     /* TinyLlama at f16 (22 layers x 16 KiB, a multiple of 4 KiB): one line
      * more, so that consecutive blocks start on other cache sets; a block
      * that is already an odd number of lines keeps its size */
-    kv_shape tl = {22, 4, 64, 16, KV_F16};
+    kv_shape tl = {22, 4, 64, 16, KV_F16, KV_KIND_KV};
     CHECK_EQ_INT(kv_geom_init(&g, &tl), 0);
     CHECK_EQ_INT(g.block_bytes_exact, 22 * 2 * 16 * 256 * 2);
     CHECK_EQ_INT(g.block_bytes, g.block_bytes_exact + 64);
     CHECK_EQ_INT(g.block_bytes / 64 % 2, 1);
-    kv_shape odd = {1, 1, 8, 65, KV_F32}; /* 2 planes of 65 rows of 32 bytes: 65 lines */
+    kv_shape odd = {1, 1, 8, 65, KV_F32, KV_KIND_KV}; /* 2 planes of 65 rows of 32 bytes: 65 lines */
     CHECK_EQ_INT(kv_geom_init(&g, &odd), 0);
     CHECK_EQ_INT(g.block_bytes, 65 * 64);
 }
@@ -278,7 +278,7 @@ TEST(geom_rejects_bad_shapes)
 TEST(large_pool_is_on_a_2_mib_edge_and_zeroed)
 {
     kv_pool pool;
-    const kv_shape big = {4, 2, 64, 16, KV_F16}; /* 32 KiB a block */
+    const kv_shape big = {4, 2, 64, 16, KV_F16, KV_KIND_KV}; /* 32 KiB a block */
     CHECK_EQ_INT(kv_pool_init(&pool, &big, 100), 0);
     CHECK(pool.g.block_bytes * 100 >= ((uint64_t)2 << 20));
     CHECK((uintptr_t)pool.data % ((uintptr_t)2 << 20) == 0);
@@ -316,7 +316,7 @@ TEST(pool_init_addresses)
 
 TEST(pool_fp8_tail_address)
 {
-    kv_shape s = {2, 8, 128, 16, KV_FP8_E4M3};
+    kv_shape s = {2, 8, 128, 16, KV_FP8_E4M3, KV_KIND_KV};
     kv_pool pool;
     CHECK_EQ_INT(kv_pool_init(&pool, &s, 2), 0);
     uint8_t *t = kv_block_tail(&pool, 1, 1, KV_PLANE_V);
@@ -330,7 +330,7 @@ TEST(pool_kivi_planes)
 {
     /* kivi4, 2 layers, 2 heads of 32, blocks of 16: K 64 x (8 + 4) = 768,
      * V 16 x 2 x 20 = 640; both already multiples of 16 */
-    kv_shape s = {2, 2, 32, 16, KV_INT4};
+    kv_shape s = {2, 2, 32, 16, KV_INT4, KV_KIND_KV};
     kv_pool pool;
     CHECK_EQ_INT(kv_pool_init(&pool, &s, 2), 0);
     CHECK_EQ_INT(pool.g.row_bytes[KV_PLANE_K], 0);

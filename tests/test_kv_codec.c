@@ -81,7 +81,7 @@ typedef struct {
 static int fixture_init(fixture *f, kv_dtype t, uint32_t n_layers, uint32_t heads, uint32_t D, uint32_t T,
                         uint32_t n_blocks)
 {
-    kv_shape s = {n_layers, heads, D, T, t};
+    kv_shape s = {n_layers, heads, D, T, t, KV_KIND_KV};
     memset(f, 0, sizeof *f);
     int rc = kv_pool_init(&f->pool, &s, n_blocks);
     if (rc) return rc;
@@ -770,7 +770,7 @@ TEST(accounting_matches_kv_dtype_and_kvcalc)
     CHECK(kv_dtype_staged(KV_INT2) && !kv_dtype_staged(KV_Q4_0));
     /* the pool lays out exactly what kv_dtype counts; the stage is apart */
     for (int t = KV_INT4; t <= KV_INT2; t++) {
-        kv_shape s = {3, 4, 64, 16, (kv_dtype)t};
+        kv_shape s = {3, 4, 64, 16, (kv_dtype)t, KV_KIND_KV};
         kv_geom g;
         CHECK_EQ_INT(kv_geom_init(&g, &s), 0);
         CHECK_EQ_INT(g.plane_bytes[0], kv_dtype_plane_bytes((kv_dtype)t, KV_PLANE_K, 16, 4, 64));
@@ -808,7 +808,7 @@ TEST(forked_sequence_keeps_its_own_staged_rows)
 {
     const kv_dtype types[3] = {KV_INT4, KV_FP8_E4M3, KV_Q8_0};
     for (int ti = 0; ti < 3; ti++) {
-        kv_shape s = {2, 2, 32, 8, types[ti]};
+        kv_shape s = {2, 2, 32, 8, types[ti], KV_KIND_KV};
         kv_pool pool;
         CHECK_EQ_INT(kv_pool_init(&pool, &s, 16), 0);
         kv_seq a, b;

@@ -36,7 +36,7 @@ typedef struct {
 static void check_case(const shift_case *k, uint32_t p0, uint32_t delta, uint32_t n_rows, double *worst)
 {
     const uint32_t L = 2, H = 2, T = 4, D = k->head_dim, kvd = H * D;
-    const kv_shape sh = {L, H, D, T, k->dt};
+    const kv_shape sh = {L, H, D, T, k->dt, KV_KIND_KV};
     kv_pool pool;
     CHECK_EQ_INT(kv_pool_init(&pool, &sh, 2), 0);
     kv_rope rope = {.rope_dim = k->rope_dim, .neox = k->neox, .base = 10000.0f, .scale = k->scale};
@@ -158,7 +158,7 @@ TEST(stage_shift_equals_rope_at_new_position)
 {
     kern_init(0);
     const uint32_t L = 2, H = 2, T = 4, D = 8, kvd = H * D, n = 3, p0 = 300, delta = 64;
-    const kv_shape sh = {L, H, D, T, KV_FP8_E4M3};
+    const kv_shape sh = {L, H, D, T, KV_FP8_E4M3, KV_KIND_KV};
     kv_pool pool;
     CHECK_EQ_INT(kv_pool_init(&pool, &sh, 1), 0);
     kv_stage st;

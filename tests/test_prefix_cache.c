@@ -27,7 +27,7 @@
 #define MAXCTX 64    /* tokens per test sequence */
 
 /* 2 layers, 2 KV heads of 4, blocks of 4 tokens, f32: rows of 32 bytes. */
-static const kv_shape shape = {2, 2, 4, T, KV_F32};
+static const kv_shape shape = {2, 2, 4, T, KV_F32, KV_KIND_KV};
 static const uint64_t model_fp[2] = {0x1234, 0x5678};
 
 /* ------------------------------------------------------------ helpers */

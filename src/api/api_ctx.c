@@ -100,6 +100,9 @@ static int params_resolve(const model *m, pl_ctx_params *p, rt_params *out)
     uint32_t swa;
     int rc = swa_check(c, p, &swa);
     if (rc) return rc;
+    if (p->kv_window && c->mla.kv_lora_rank)
+        return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported for this %s model: its latent KV "
+                       "rows hold the RoPE key after the latent, which the re-rotation does not handle yet", c->arch_name);
     if (p->kv_window && !model_rope_shiftable(m))
         return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported for this %s model: its RoPE (YaRN, "
                        "LongRoPE or a second base for local layers) cannot re-rotate kept keys yet", c->arch_name);

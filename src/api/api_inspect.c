@@ -98,6 +98,7 @@ static void info_layers(const gguf_file *f, pl_file_info *o)
     if (model_config_read(f, &c) != 0) return;
     o->sliding_window = c.sliding_window;
     o->local_window = c.local_window;
+    o->kv_lora_rank = c.mla.kv_lora_rank;
     for (uint32_t l = 0; l < c.n_layers; l++) o->local_layers += model_config_layer_local(&c, l);
 }
 

@@ -44,12 +44,29 @@ int pl_kv_size_of(const pl_kv_shape *shape, pl_kv_dtype dt, pl_kv_size *out)
 {
     if (!shape || !out) return err_set(PL_EINVAL, "pl_kv_size_of: NULL argument");
     if ((unsigned)dt >= PL_KV_DTYPE_COUNT) return err_set(PL_EINVAL, "pl_kv_size_of: dtype %d out of range", (int)dt);
-    kv_shape s = {shape->n_layers, shape->n_kv_heads, shape->head_dim, shape->block_size, (kv_dtype)dt};
+    kv_shape s = {shape->n_layers, shape->n_kv_heads, shape->head_dim, shape->block_size, (kv_dtype)dt, KV_KIND_KV};
     kv_geom g;
     int rc = kv_geom_init(&g, &s);
     if (rc) return rc;
     out->bytes_per_token = g.bytes_per_token;
     out->bytes_per_block = g.block_bytes;
     out->stage_bytes = kv_dtype_stage_bytes(s.dtype, s.n_layers, s.n_kv_heads, s.head_dim, s.block_size);
+    return 0;
+}
+
+int pl_kv_size_of_latent(uint32_t n_layers, uint32_t kv_lora_rank, uint32_t rope_dim, uint32_t block_size,
+                         pl_kv_dtype dt, pl_kv_size *out)
+{
+    if (!out) return err_set(PL_EINVAL, "pl_kv_size_of_latent: NULL argument");
+    if ((unsigned)dt >= PL_KV_DTYPE_COUNT) return err_set(PL_EINVAL, "pl_kv_size_of_latent: dtype %d out of range", (int)dt);
+    if (kv_lora_rank == 0) return err_set(PL_EINVAL, "KV shape: kv_lora_rank must be >= 1");
+    if ((uint64_t)kv_lora_rank + rope_dim > UINT32_MAX / 2) return err_set(PL_EINVAL, "KV shape: latent row too large");
+    kv_shape s = {n_layers, 1, kv_lora_rank + rope_dim, block_size, (kv_dtype)dt, KV_KIND_LATENT};
+    kv_geom g;
+    int rc = kv_geom_init(&g, &s);
+    if (rc) return rc;
+    out->bytes_per_token = g.bytes_per_token;
+    out->bytes_per_block = g.block_bytes;
+    out->stage_bytes = 0;
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "api/api_impl.h"
 #include "base/err.h"
 #include "base/mem.h"
+#include "model/mla.h"
 #include "model/moe.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
@@ -90,6 +91,13 @@ uint64_t pl_model_step_bytes(const pl_model *pm, uint32_t n_tokens)
                                &w->q_norm, &w->k_norm, &w->ffn_norm, &w->w_gate, &w->w_up, &w->w_down};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b += weight_bytes(all[i]);
         if (w->moe) b += moe_step_bytes(w->moe, &m->cfg.moe, n_tokens);
+        if (w->mla) { /* deepseek2's attention matrices and norms (model/mla.h) */
+            const weight *a[] = {&w->mla->wq, &w->mla->wq_a, &w->mla->q_a_norm, &w->mla->wq_b, &w->mla->wkv_a,
+                                 &w->mla->kv_a_norm};
+            for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) b += weight_bytes(a[i]);
+            for (uint32_t h = 0; h < m->cfg.n_heads; h++)
+                b += weight_bytes(&w->mla->wk_b[h]) + weight_bytes(&w->mla->wv_b[h]);
+        }
     }
     return b;
 }

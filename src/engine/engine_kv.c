@@ -9,7 +9,8 @@
  * The JSON:
  *   {"block_size":16, "blocks_total":N, "blocks_used":.., "blocks_cached":..,
  *    "blocks_free":.., "block_bytes":.., "tokens":.., "utilisation":..,
- *    "kv_dtype":"f16", "n_layers":.., "n_kv_heads":.., "head_dim":..,
+ *    "kv_dtype":"f16", "kv_kind":"kv" (or "latent": one row a token and layer,
+ *    head_dim = kv_lora_rank + rope dims), "n_layers":.., "n_kv_heads":.., "head_dim":..,
  *    "bytes_per_token":.., "pool_bytes":..,
  *    "bytes_allocated":.., "bytes_live":.., "bytes_wasted":..,
  *    "running":.., "waiting":.., "steps":.., "preemptions":..,
@@ -52,6 +53,7 @@ struct eng_kv_snap {
     atomic_uint refs; /* callers still to format it; the last one frees it */
     pl_kv_stats st;
     const char *dtype; /* a static name */
+    bool latent;       /* KV_KIND_LATENT */
     uint32_t n_layers, n_kv_heads, head_dim;
     uint32_t running, waiting;
     uint64_t steps, preemptions, evictions, hit_tokens, query_tokens;
@@ -120,6 +122,7 @@ eng_kv_snap *eng_kv_snap_take(pl_engine *e)
     kv_pool *pool = rt_ctx_pool(e->ctx);
     pl_ctx_kv_stats(e->ctx, &s->st);
     s->dtype = kv_dtype_name(pool->g.s.dtype);
+    s->latent = pool->g.s.kind == KV_KIND_LATENT;
     s->n_layers = pool->g.s.n_layers, s->n_kv_heads = pool->g.s.n_kv_heads, s->head_dim = pool->g.s.head_dim;
     const sched *sc = &e->sc;
     const prefix_cache *pc = rt_ctx_prefix_cache(e->ctx);
@@ -242,6 +245,7 @@ char *eng_kv_snap_json(const eng_kv_snap *s, unsigned flags)
     jset_int(root, "tokens", (long long)st->tokens);
     json_object_set_new(root, "utilisation", json_real(st->utilisation));
     json_object_set_new(root, "kv_dtype", json_string(s->dtype));
+    json_object_set_new(root, "kv_kind", json_string(s->latent ? "latent" : "kv"));
     jset_int(root, "n_layers", s->n_layers);
     jset_int(root, "n_kv_heads", s->n_kv_heads);
     jset_int(root, "head_dim", s->head_dim);

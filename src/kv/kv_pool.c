@@ -7,6 +7,7 @@
  *   refcount > 0 iff USED; CACHED blocks are hashed, FREE blocks are not.
  */
 #include "kv/kv_pool.h"
+#include "kv/kv_latent.h"
 
 #include "base/err.h"
 #include "base/mem.h"
@@ -25,6 +26,8 @@ static int kv_shape_check(const kv_shape *s)
     if (s->block_size == 0) return err_set(PL_EINVAL, "KV shape: block_size must be >= 1");
     if ((unsigned)s->dtype >= KV_DTYPE_COUNT)
         return err_set(PL_EINVAL, "KV shape: dtype %d out of range", (int)s->dtype);
+    if (s->kind == KV_KIND_LATENT) return kv_latent_check(s->dtype, s->n_kv_heads, s->head_dim);
+    if (s->kind != KV_KIND_KV) return err_set(PL_EINVAL, "KV shape: kind %d out of range", (int)s->kind);
     return kv_dtype_check(s->dtype, s->n_kv_heads, s->head_dim);
 }
 
@@ -34,10 +37,14 @@ int kv_geom_init(kv_geom *g, const kv_shape *shape)
     if (rc) return rc;
     kv_geom t = {.s = *shape, .kv_dim = (uint64_t)shape->n_kv_heads * shape->head_dim};
     uint64_t exact = 0;
+    const bool latent = shape->kind == KV_KIND_LATENT;
     for (int p = 0; p < 2; p++) {
-        t.row_bytes[p] = kv_dtype_row_bytes(shape->dtype, (kv_plane)p, t.kv_dim);
-        t.plane_bytes[p] = kv_dtype_plane_bytes(shape->dtype, (kv_plane)p, shape->block_size,
-                                                shape->n_kv_heads, shape->head_dim);
+        if (latent && p == KV_PLANE_V) continue; /* values are read from the K rows */
+        t.row_bytes[p] = latent ? kv_latent_row_bytes(shape->dtype, shape->head_dim)
+                                : kv_dtype_row_bytes(shape->dtype, (kv_plane)p, t.kv_dim);
+        t.plane_bytes[p] = latent ? t.row_bytes[p] * shape->block_size
+                                  : kv_dtype_plane_bytes(shape->dtype, (kv_plane)p, shape->block_size,
+                                                         shape->n_kv_heads, shape->head_dim);
         /* 0 is an overflow (the fit was checked above); the 2^62 cap keeps
          * the rounding and the sums below from wrapping. */
         if (t.plane_bytes[p] == 0 || t.plane_bytes[p] > (UINT64_C(1) << 62))

@@ -21,6 +21,19 @@
  *         head h at h x head_dim (see kv_dtype.h for the quantized rows,
  *         and for f16, whose K plane is columns and V plane head runs)
  *
+ * KV kinds (kv_shape.kind), the second level of the pool: what a block
+ * holds per token and layer. The block table (first level) and everything
+ * that moves whole blocks (paging, prefix cache, fork, copy-on-write) do
+ * not look at it.
+ *   KV_KIND_KV      a K and a V plane as above (MHA, GQA, MQA).
+ *   KV_KIND_LATENT  multi-head latent attention (deepseek2): one plane of
+ *                   rows of head_dim = kv_lora_rank + rope dims (the
+ *                   compressed c_kv, then the shared RoPE key), n_kv_heads
+ *                   1; the V plane has 0 bytes, the attention reads its
+ *                   values from the first kv_lora_rank elements of the same
+ *                   row. Rows are ggml rows of f32, f16, bf16 or q8_0
+ *                   (kv/kv_latent.h writes and reads them).
+ *
  * A block is contiguous across layers so that copy-on-write is one memcpy
  * and a block can later be moved to another tier (disk, Redis) as one piece.
  *
@@ -49,10 +62,13 @@
 #define KV_PLANE_ALIGN 16 /* alignment of every plane inside a block */
 #define KV_NONE (-1)      /* "no block" in links and parents */
 
+typedef enum { KV_KIND_KV = 0, KV_KIND_LATENT = 1 } kv_kind;
+
 typedef struct {
     uint32_t n_layers, n_kv_heads, head_dim;
     uint32_t block_size; /* tokens per block */
     kv_dtype dtype;
+    kv_kind kind;        /* KV_KIND_KV (0) unless set */
 } kv_shape;
 
 /* Everything derived from a kv_shape. */
@@ -62,7 +78,7 @@ typedef struct {
     uint64_t row_bytes[2];      /* one token's row in the [K], [V] plane */
     uint64_t plane_bytes[2];    /* exact plane size (rows + tail) */
     uint64_t plane_stride[2];   /* plane_bytes rounded up to KV_PLANE_ALIGN */
-    uint64_t layer_stride;      /* plane_stride[K] + plane_stride[V] */
+    uint64_t layer_stride;      /* plane_stride[K] + plane_stride[V] (latent: V's is 0) */
     uint64_t block_bytes;       /* n_layers x layer_stride (+ the pad above): one block as laid out */
     uint64_t block_bytes_exact; /* n_layers x (plane_bytes[K] + plane_bytes[V]): the formula */
     double bytes_per_token;     /* block_bytes_exact / block_size */

@@ -62,7 +62,7 @@ static void prefix_key(const prefix_cache *pc, const uint64_t parent[2], const i
 
 void prefix_salt_make(uint64_t salt[2], const uint64_t model_fp[2], const kv_shape *s)
 {
-    uint8_t buf[8 + 16 + 5 * 4], *p = buf;
+    uint8_t buf[8 + 16 + 6 * 4], *p = buf;
     memcpy(p, "pagellm1", 8); /* bump if the key's byte layout changes */
     p = prefix_put_u64(p + 8, model_fp[0]);
     p = prefix_put_u64(p, model_fp[1]);
@@ -71,6 +71,7 @@ void prefix_salt_make(uint64_t salt[2], const uint64_t model_fp[2], const kv_sha
     p = prefix_put_u32(p, s->head_dim);
     p = prefix_put_u32(p, s->block_size);
     p = prefix_put_u32(p, (uint32_t)s->dtype);
+    p = prefix_put_u32(p, (uint32_t)s->kind);
     prefix_xxh3(salt, buf, (size_t)(p - buf));
 }
 

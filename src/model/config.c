@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "model/moe.h"
 #include "model/arch_gemma.h"
+#include "model/arch_deepseek2.h"
 
 static int get_u32(const gguf_file *f, const char *arch, const char *name, uint32_t *out, bool required)
 {
@@ -38,7 +39,7 @@ static int arch_parse(const gguf_file *f, model_config *c)
         {"qwen2", ARCH_QWEN2, true}, {"qwen3", ARCH_QWEN3, true},
         {"qwen2moe", ARCH_QWEN2MOE, true}, {"qwen3moe", ARCH_QWEN3MOE, true},
         {"gemma", ARCH_GEMMA, true}, {"gemma2", ARCH_GEMMA2, true}, {"gemma3", ARCH_GEMMA3, true},
-        {"phi3", ARCH_PHI3, true},
+        {"phi3", ARCH_PHI3, true}, {"deepseek2", ARCH_DEEPSEEK2, false},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (!gguf_str_eq(a, known[i].name)) continue;
@@ -48,7 +49,7 @@ static int arch_parse(const gguf_file *f, model_config *c)
         return 0;
     }
     return err_set(PL_EUNSUPPORTED, "%s: general.architecture: unsupported architecture '%.*s' "
-                   "(supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, qwen2moe, qwen3moe)", gguf_path(f), (int)(a.len > 64 ? 64 : a.len), a.ptr);
+                   "(supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, phi3, qwen2moe, qwen3moe, deepseek2)", gguf_path(f), (int)(a.len > 64 ? 64 : a.len), a.ptr);
 }
 
 static int vocab_size(const gguf_file *f, model_config *c)
@@ -126,6 +127,7 @@ int model_config_read(const gguf_file *f, model_config *out)
     rc = arch_gemma_config(f, &c);
     if (!rc) rc = config_check(f, &c);
     if (!rc) rc = moe_config_read(f, &c);
+    if (!rc) rc = arch_deepseek2_config(f, &c);
     if (rc) return rc;
     *out = c;
     return 0;

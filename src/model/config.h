@@ -8,6 +8,7 @@
  *   qwen2moe, qwen3moe: qwen2 / qwen3 attention with a mixture-of-experts
  *   FFN; llama with <arch>.expert_count > 0 is Mixtral (model/moe.h)
  *   gemma, gemma2, gemma3, phi3: see arch_gemma.h        rope NeoX order
+ *   deepseek2 (multi-head latent attention, MoE): arch_deepseek2.h, rope normal order
  * Keys are "<arch>.<name>", e.g. "llama.block_count". Every value is checked
  * (non-zero, divisibility, bounds) and an error names the key.
  */
@@ -21,7 +22,8 @@
 #include "model/rope_scaling.h"
 
 typedef enum { ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN2, ARCH_QWEN3,
-    ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3 } model_arch;
+    ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3,
+    ARCH_DEEPSEEK2 } model_arch;
 
 /* Mixture of experts (n_expert == 0: a dense FFN); model/moe.h. */
 typedef struct {
@@ -30,7 +32,28 @@ typedef struct {
     uint32_t ffn_exp;      /* rows of one expert's gate/up */
     uint32_t ffn_shexp;    /* rows of the shared expert (qwen2moe), 0 = none */
     bool norm_topk;        /* the k chosen probabilities renormalised to sum 1 */
+    /* deepseek2 (zero for the other families) */
+    uint8_t gating;        /* MOE_GATING_SOFTMAX (0) or MOE_GATING_SIGMOID: probabilities of the logits */
+    bool shared_ungated;   /* the shared expert is added as it is (no sigmoid gate) */
+    float w_scale;         /* the chosen weights x this (0 or 1: none) */
+    uint32_t n_group;      /* expert groups (<= 1: none); only n_group_used groups are chosen from */
+    uint32_t n_group_used;
+    uint32_t n_dense_lead; /* layers 0..n_dense_lead-1 have a dense FFN */
 } moe_config;
+
+enum { MOE_GATING_SOFTMAX = 0, MOE_GATING_SIGMOID = 1 };
+
+/* Multi-head latent attention (deepseek2); all zero for other families.
+ * The model's head_dim is then the latent KV row, kv_lora_rank + rope_dim,
+ * and n_kv_heads 1: what the cache holds per token and layer. */
+typedef struct {
+    uint32_t q_lora_rank;  /* 0: plain q projection */
+    uint32_t kv_lora_rank; /* latent width (c_kv) */
+    uint32_t qk_nope;      /* per-head query/key dims without RoPE */
+    uint32_t v_head;       /* per-head value dims after W_UV */
+    float kq_scale;        /* the attention scale: mscale^2 / sqrt(qk_nope + rope_dim) */
+    float rope_mscale;     /* cos/sin multiplier before YaRN's own (llama.cpp's attn_factor); 0: default */
+} mla_config;
 
 typedef struct {
     model_arch arch;
@@ -61,6 +84,7 @@ typedef struct {
     uint32_t local_pattern;  /* layer l is local iff l % pattern < pattern - 1 (0: all) */
     float rope_base_local, rope_scale_local; /* local layers' RoPE */
     moe_config moe;
+    mla_config mla;          /* deepseek2 */
     uint32_t pooling;    /* <arch>.pooling_type as llama.cpp numbers it: MODEL_POOL_* (absent: mean) */
 } model_config;
 

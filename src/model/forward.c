@@ -10,6 +10,8 @@
  *   x += att Wo
  *   xn = rmsnorm(x) * ffn_norm;  x += (silu(xn Wg) * (xn Wu)) Wd
  *     (or, in a mixture-of-experts layer, x += moe_ffn(xn): model/moe.h)
+ *   deepseek2: the attention is mla_attention (model/mla.h, the latent KV
+ *   kind) in place of q/k/v, RoPE, kv_store and attention, then Wo.
  * then logits = rmsnorm(x) * output_norm  Wout  for the rows asked for.
  * Each "x += ...; xn = rmsnorm(x) * norm" pair (after Wo, and after Wd
  * with the next layer's attn_norm) is one kern_add_rmsnorm pass, bit for
@@ -47,6 +49,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_view.h"
 #include "kv/kv_writer.h"
+#include "model/mla.h"
 #include "model/moe.h"
 #include "model/arch_gemma.h"
 #include "model/rope_scaling.h"
@@ -95,6 +98,8 @@ struct fwd_state {
     kv_batch_seq *kv_seqs;                    /* [max_tokens] the pass's sequences, as kv sees them */
     kv_batch kvb;                             /* the pass's batch, as kv sees it */
     moe_state *moe;                           /* mixture-of-experts scratch, NULL for a dense FFN */
+    mla_state *mla;                           /* latent attention scratch, NULL without MLA */
+    float *mla_out;                           /* [max_tokens][n_heads x v_head] MLA output before Wo */
 };
 
 /* Charges the time since the last mark to phase ph. */
@@ -153,6 +158,8 @@ void fwd_state_free(fwd_state *s)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     kv_writer_free(s->kvw);
     moe_state_free(s->moe);
+    mla_state_free(s->mla);
+    mem_free(s->mla_out);
     free(s->kv_seqs);
     free(s);
 }
@@ -170,12 +177,14 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     const size_t T = (size_t)max_tokens, qd = (size_t)c->n_heads * c->head_dim;
     const size_t kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t wide = c->dim > qd ? c->dim : qd;
+    /* latent attention keeps its q, rows and output in mla_state: these stay token-sized stubs */
+    const size_t qb = c->mla.kv_lora_rank ? 1 : qd, kvb = c->mla.kv_lora_rank ? 1 : kvd;
     s->x = mem_alloc_aligned(T * wide * sizeof(float), 64);
     s->xn = mem_alloc_aligned(T * wide * sizeof(float), 64);
-    s->q = mem_alloc_aligned(T * qd * sizeof(float), 64);
-    s->k = mem_alloc_aligned(T * kvd * sizeof(float), 64);
-    s->v = mem_alloc_aligned(T * kvd * sizeof(float), 64);
-    s->att = mem_alloc_aligned(T * qd * sizeof(float), 64);
+    s->q = mem_alloc_aligned(T * qb * sizeof(float), 64);
+    s->k = mem_alloc_aligned(T * kvb * sizeof(float), 64);
+    s->v = mem_alloc_aligned(T * kvb * sizeof(float), 64);
+    s->att = mem_alloc_aligned(T * qb * sizeof(float), 64);
     s->g = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->u = mem_alloc_aligned(T * c->ffn_dim * sizeof(float), 64);
     s->rope_cs = mem_alloc_aligned(T * c->rope_dim * sizeof(float), 64);
@@ -189,11 +198,18 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->rope[1] = rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base_local, c->rope_scale_local, c->rope_scale, ff);
     s->attn_rows = attn_rows_max(max_ctx);
     assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads && kvg->s.n_layers == c->n_layers);
+    assert((kvg->s.kind == KV_KIND_LATENT) == (c->mla.kv_lora_rank > 0));
+    if (c->mla.kv_lora_rank) s->rope[0].mscale = c->mla.rope_mscale; /* deepseek2's YaRN factor (arch_deepseek2.c) */
     s->attn_scratch_stride = (kv_view_scratch_floats(kvg, max_ctx) + 15) & ~(size_t)15;
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
     s->kv_seqs = mem_calloc(T, sizeof *s->kv_seqs);
     int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
     if (!wrc) wrc = moe_state_new(&s->moe, c, max_tokens);
+    if (!wrc) wrc = mla_state_new(&s->mla, c, max_tokens, max_ctx, tp_size(tp));
+    if (!wrc && c->mla.kv_lora_rank) {
+        s->mla_out = mem_alloc_aligned(T * c->n_heads * c->mla.v_head * sizeof(float), 64);
+        if (!s->mla_out) wrc = PL_ENOMEM;
+    }
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch ||
         !s->kv_seqs || wrc || (c->local_window && !s->rope_cs_local)) {
         fwd_state_free(s);
@@ -399,30 +415,38 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     const layer_weights *w = &m->w.layers[l];
     const int T = b->n_tokens, hd = (int)c->head_dim;
     const int qd = (int)c->n_heads * hd, kvd = (int)c->n_kv_heads * hd;
-    matmul3(s->q, s->k, s->v, s->xn, &w->wq, &w->wk, &w->wv, T, s);
-    add_bias(s->q, &w->bq, T, qd);
-    add_bias(s->k, &w->bk, T, kvd);
-    add_bias(s->v, &w->bv, T, kvd);
-    head_norm(s->q, &w->q_norm, T, (int)c->n_heads, hd, c->norm_eps);
-    head_norm(s->k, &w->k_norm, T, (int)c->n_kv_heads, hd, c->norm_eps);
-    fp_mark(s, FP_QKV);
-    const float *tab = model_config_layer_local(c, l) ? s->rope_cs_local : s->rope_cs;
-    for (int t = 0; t < T; t++) { /* with the tables model_forward made for this pass */
-        const float *cs = tab + (size_t)t * c->rope_dim;
-        kern_rope_apply(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
-        kern_rope_apply(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
+    assert(!w->mla == !c->mla.kv_lora_rank); /* q/k/v/att are stubs for MLA models (fwd_state_new) */
+    if (w->mla) {
+        mla_attention(s->mla, c, w->mla, s->xn, s->mla_out, kv, &s->kvb, l, s->rope_cs, s->tp);
+        fp_mark(s, FP_ATTN);
+        matmul(s->xn, s->mla_out, &w->wo, T, s);
+        fp_mark(s, FP_WO);
+    } else {
+        matmul3(s->q, s->k, s->v, s->xn, &w->wq, &w->wk, &w->wv, T, s);
+        add_bias(s->q, &w->bq, T, qd);
+        add_bias(s->k, &w->bk, T, kvd);
+        add_bias(s->v, &w->bv, T, kvd);
+        head_norm(s->q, &w->q_norm, T, (int)c->n_heads, hd, c->norm_eps);
+        head_norm(s->k, &w->k_norm, T, (int)c->n_kv_heads, hd, c->norm_eps);
+        fp_mark(s, FP_QKV);
+        const float *tab = model_config_layer_local(c, l) ? s->rope_cs_local : s->rope_cs;
+        for (int t = 0; t < T; t++) { /* with the tables model_forward made for this pass */
+            const float *cs = tab + (size_t)t * c->rope_dim;
+            kern_rope_apply(s->q + (size_t)t * qd, (int)c->n_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
+            kern_rope_apply(s->k + (size_t)t * kvd, (int)c->n_kv_heads, hd, (int)c->rope_dim, c->rope_neox, cs);
+        }
+        if (c->q_scale > 0)
+            for (size_t i = 0; i < (size_t)T * qd; i++) s->q[i] *= c->q_scale;
+        fp_mark(s, FP_ROPE);
+        kv_writer_store(s->kvw, kv, &s->kvb, l, s->k, s->v);
+        fp_mark(s, FP_KV_STORE);
+        attn_job job = {m, s, kv, b, l};
+        tp_run(s->tp, attn_worker, &job);
+        kv_writer_commit(s->kvw, &s->kvb, l);
+        fp_mark(s, FP_ATTN);
+        matmul(s->xn, s->att, &w->wo, T, s);
+        fp_mark(s, FP_WO);
     }
-    if (c->q_scale > 0)
-        for (size_t i = 0; i < (size_t)T * qd; i++) s->q[i] *= c->q_scale;
-    fp_mark(s, FP_ROPE);
-    kv_writer_store(s->kvw, kv, &s->kvb, l, s->k, s->v);
-    fp_mark(s, FP_KV_STORE);
-    attn_job job = {m, s, kv, b, l};
-    tp_run(s->tp, attn_worker, &job);
-    kv_writer_commit(s->kvw, &s->kvb, l);
-    fp_mark(s, FP_ATTN);
-    matmul(s->xn, s->att, &w->wo, T, s);
-    fp_mark(s, FP_WO);
     if (w->post_attn_norm.data) rmsnorm_rows(s->xn, s->xn, &w->post_attn_norm, T, (int)c->dim, c->norm_eps);
     add_rmsnorm_rows(s->x, s->xn, &w->ffn_norm, T, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_RESID_NORM);

@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "kv/kv_latent.h"
 
 int model_open(model **out, const char *path)
 {
@@ -47,6 +48,7 @@ void model_close(model *m)
 
 int model_kv_dtype_check(const model *m, kv_dtype t)
 {
+    if (m->cfg.mla.kv_lora_rank) return kv_latent_check(t, m->cfg.n_kv_heads, m->cfg.head_dim);
     return kv_dtype_check_heads(t, m->cfg.n_kv_heads, m->cfg.head_dim);
 }
 
@@ -59,6 +61,7 @@ kv_rope model_kv_rope(const model *m)
 bool model_rope_shiftable(const model *m)
 {
     const model_config *c = &m->cfg;
+    if (c->mla.kv_lora_rank) return false; /* the latent rows hold k_pe after c_kv: kv_shift does not know them */
     return c->rope_scaling.type != ROPE_SCALING_YARN && c->rope_scaling.attn_factor == 1.0f && !m->w.rope_long.data &&
            !m->w.rope_short.data && (!c->local_window || (c->rope_base_local == c->rope_base &&
                                                            c->rope_scale_local == c->rope_scale));

@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,10 @@ int moe_layer_bind(const gguf_file *f, const model_config *c, uint32_t l, moe_la
     if (!rc) rc = bind_experts(f, NAME("ffn_gate_exps.weight"), d, mc->ffn_exp, mc->n_expert, m->gate);
     if (!rc) rc = bind_experts(f, NAME("ffn_up_exps.weight"), d, mc->ffn_exp, mc->n_expert, m->up);
     if (!rc) rc = bind_experts(f, NAME("ffn_down_exps.weight"), mc->ffn_exp, d, mc->n_expert, m->down);
-    if (!rc && shared) rc = model_weight_bind(f, NAME("ffn_gate_inp_shexp.weight"), d, 0, false, &m->sh_gate_inp);
+    if (!rc && shared && !mc->shared_ungated)
+        rc = model_weight_bind(f, NAME("ffn_gate_inp_shexp.weight"), d, 0, false, &m->sh_gate_inp);
+    if (!rc && c->arch == ARCH_DEEPSEEK2)
+        rc = model_weight_bind(f, NAME("exp_probs_b.bias"), mc->n_expert, 0, true, &m->exp_probs_b);
     if (!rc && shared) rc = model_weight_bind(f, NAME("ffn_gate_shexp.weight"), d, mc->ffn_shexp, false, &m->sh_gate);
     if (!rc && shared) rc = model_weight_bind(f, NAME("ffn_up_shexp.weight"), d, mc->ffn_shexp, false, &m->sh_up);
     if (!rc && shared) rc = model_weight_bind(f, NAME("ffn_down_shexp.weight"), mc->ffn_shexp, d, false, &m->sh_down);
@@ -112,31 +116,79 @@ uint64_t moe_step_bytes(const moe_layer *m, const moe_config *c, uint32_t n_toke
 
 /* ------------------------------------------------------------ router */
 
-void moe_route(float *probs, int n_expert, int k, bool norm, int32_t *sel, float *w)
+/* sel[0..k) = the k largest of v[0..n) in descending order (a later
+ * index passes an earlier one only with a strictly larger value). */
+static void top_k(const float *v, int n, int k, int32_t *sel)
 {
-    assert(k >= 1 && k <= n_expert);
-    kern_softmax(probs, n_expert);
-    /* insertion into the sorted top k: a later expert passes an earlier
-     * one only with a strictly larger probability */
-    int n = 0;
-    for (int e = 0; e < n_expert; e++) {
-        const float v = probs[e];
-        if (n == k && !(v > probs[sel[k - 1]])) continue;
-        int i = n < k ? n++ : k - 1;
-        while (i > 0 && v > probs[sel[i - 1]]) {
+    int m = 0;
+    for (int e = 0; e < n; e++) {
+        const float x = v[e];
+        if (m == k && !(x > v[sel[k - 1]])) continue;
+        int i = m < k ? m++ : k - 1;
+        while (i > 0 && x > v[sel[i - 1]]) {
             sel[i] = sel[i - 1];
             i--;
         }
         sel[i] = e;
     }
+}
+
+/* Group-limited choice (DeepSeek-V3's, as llama.cpp's build_moe_ffn):
+ * each group scores the sum of its two best values; the experts outside
+ * the n_used best groups get -inf. */
+static void mask_groups(float *v, int n_expert, uint32_t n_group, uint32_t n_used)
+{
+    const int per = n_expert / (int)n_group;
+    float score[MOE_EXPERTS_MAX] = {0};
+    int32_t best[MOE_EXPERTS_MAX], two[2];
+    for (uint32_t g = 0; g < n_group; g++) {
+        top_k(v + g * per, per, 2, two);
+        score[g] = (float)((double)v[g * per + two[0]] + (double)v[g * per + two[1]]);
+    }
+    top_k(score, (int)n_group, (int)n_used, best);
+    bool keep[MOE_EXPERTS_MAX] = {false};
+    for (uint32_t i = 0; i < n_used; i++) keep[best[i]] = true;
+    for (uint32_t g = 0; g < n_group; g++)
+        if (!keep[g])
+            for (int e = 0; e < per; e++) v[g * per + e] = -INFINITY;
+}
+
+static void route(float *probs, int n_expert, int k, bool norm, const moe_config *c, const float *bias,
+                  float *selv, int32_t *sel, float *w)
+{
+    assert(k >= 1 && k <= n_expert);
+    if (c && c->gating == MOE_GATING_SIGMOID)
+        for (int e = 0; e < n_expert; e++) probs[e] = 1.0f / (1.0f + expf(-probs[e]));
+    else
+        kern_softmax(probs, n_expert);
+    const float *v = probs;
+    if (c && (bias || c->n_group > 1)) {
+        for (int e = 0; e < n_expert; e++) selv[e] = bias ? probs[e] + bias[e] : probs[e];
+        if (c->n_group > 1) mask_groups(selv, n_expert, c->n_group, c->n_group_used);
+        v = selv;
+    }
+    top_k(v, n_expert, k, sel);
     for (int j = 0; j < k; j++) w[j] = probs[sel[j]];
-    if (!norm) return;
-    /* as ggml: sum_rows in double, clamped to f16's smallest normal, then a division */
-    double sum = 0;
-    for (int j = 0; j < k; j++) sum += (double)w[j];
-    float s = (float)sum;
-    if (!(s >= 6.103515625e-5f)) s = 6.103515625e-5f;
-    for (int j = 0; j < k; j++) w[j] = w[j] / s;
+    if (norm) {
+        /* as ggml: sum_rows in double, clamped to f16's smallest normal, then a division */
+        double sum = 0;
+        for (int j = 0; j < k; j++) sum += (double)w[j];
+        float s = (float)sum;
+        if (!(s >= 6.103515625e-5f)) s = 6.103515625e-5f;
+        for (int j = 0; j < k; j++) w[j] = w[j] / s;
+    }
+    if (c && c->w_scale != 0.0f && c->w_scale != 1.0f)
+        for (int j = 0; j < k; j++) w[j] *= c->w_scale;
+}
+
+void moe_route(float *probs, int n_expert, int k, bool norm, int32_t *sel, float *w)
+{
+    route(probs, n_expert, k, norm, NULL, NULL, NULL, sel, w);
+}
+
+void moe_route_cfg(float *probs, const moe_config *c, const float *bias, float *sel_scratch, int32_t *sel, float *w)
+{
+    route(probs, (int)c->n_expert, (int)c->n_used, c->norm_topk, c, bias, sel_scratch, sel, w);
 }
 
 /* ------------------------------------------------------------- pass */
@@ -155,12 +207,13 @@ struct moe_state {
     float *sg, *su;    /* [T][ffn_shexp] shared expert */
     float *sd;         /* [T][dim] */
     float *sl;         /* [T] shared gate logits */
+    float *selv;       /* [n_expert] choice values (bias, groups) */
 };
 
 void moe_state_free(moe_state *s)
 {
     if (!s) return;
-    float *fb[] = {s->logits, s->wts, s->x, s->g, s->u, s->d, s->sg, s->su, s->sd, s->sl};
+    float *fb[] = {s->logits, s->wts, s->x, s->g, s->u, s->d, s->sg, s->su, s->sd, s->sl, s->selv};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
     free(s->sel);
     free(s->start);
@@ -188,7 +241,8 @@ int moe_state_new(moe_state **out, const model_config *c, int max_tokens)
     s->g = mem_alloc_aligned(P * mc->ffn_exp * sizeof(float), 64);
     s->u = mem_alloc_aligned(P * mc->ffn_exp * sizeof(float), 64);
     s->d = mem_alloc_aligned(P * c->dim * sizeof(float), 64);
-    bool ok = s->logits && s->wts && s->sel && s->start && s->fill && s->pair_row && s->x && s->g && s->u && s->d;
+    s->selv = mem_alloc_aligned(mc->n_expert * sizeof(float), 64);
+    bool ok = s->selv && s->logits && s->wts && s->sel && s->start && s->fill && s->pair_row && s->x && s->g && s->u && s->d;
     if (sh) {
         s->sg = mem_alloc_aligned(sh * mc->ffn_shexp * sizeof(float), 64);
         s->su = mem_alloc_aligned(sh * mc->ffn_shexp * sizeof(float), 64);
@@ -268,7 +322,7 @@ static void run_shared(moe_state *s, const model_config *c, const moe_layer *w, 
     matmul_n(2, s->sg, s->su, xn, &w->sh_gate, &w->sh_up, T, tp);
     for (int t = 0; t < T; t++) kern_swiglu(s->sg + t * F, s->su + t * F, (int)F);
     matmul_n(1, s->sd, NULL, s->sg, &w->sh_down, NULL, T, tp);
-    matmul_rows4(s->sl, xn, &w->sh_gate_inp, T, tp);
+    if (w->sh_gate_inp.data) matmul_rows4(s->sl, xn, &w->sh_gate_inp, T, tp);
 }
 
 void moe_ffn(moe_state *s, const model_config *c, const moe_layer *w, const float *xn, float *out, int T,
@@ -278,7 +332,7 @@ void moe_ffn(moe_state *s, const model_config *c, const moe_layer *w, const floa
     assert(s && T > 0 && T <= s->max_tokens);
     matmul_rows4(s->logits, xn, &w->gate_inp, T, tp);
     for (int t = 0; t < T; t++)
-        moe_route(s->logits + (size_t)t * E, E, k, c->moe.norm_topk, s->sel + t * k, s->wts + t * k);
+        moe_route_cfg(s->logits + (size_t)t * E, &c->moe, w->exp_probs_b.data, s->selv, s->sel + t * k, s->wts + t * k);
     group_rows(s, c, xn, T);
     run_experts(s, c, w, tp);
     const bool shared = w->sh_down.data != NULL;
@@ -297,8 +351,12 @@ void moe_ffn(moe_state *s, const model_config *c, const moe_layer *w, const floa
                 for (int i = 0; i < D; i++) o[i] += dj[i] * wj;
         }
         if (!shared) continue;
-        const float z = s->sl[t], gate = (z / (1.0f + expf(-z))) / z;
         const float *sd = s->sd + (size_t)t * D;
+        if (!w->sh_gate_inp.data) { /* deepseek2: shared experts added as they are */
+            for (int i = 0; i < D; i++) o[i] += sd[i];
+            continue;
+        }
+        const float z = s->sl[t], gate = (z / (1.0f + expf(-z))) / z;
         for (int i = 0; i < D; i++) o[i] += sd[i] * gate;
     }
 }

@@ -10,6 +10,13 @@
  *   out = sum_j w_j * expert_{sel_j}(xn)     summed in rank order
  *   qwen2moe adds the shared expert: out += sigmoid(xn . g) * shexp(xn),
  *   its sigmoid written silu(z)/z as llama.cpp does.
+ * deepseek2 (moe_config's gating, bias, groups, scale; arch_deepseek2.h):
+ *   p = softmax or sigmoid(xn Wr); the choice is made on p + exp_probs_b
+ *   (when the file has it), among the experts of the n_group_used groups
+ *   whose two best choice values sum highest (when groups are set); the
+ *   weights are p of the chosen, renormalised if expert_weights_norm, then
+ *   x expert_weights_scale; the shared experts are added ungated; the
+ *   first n_dense_lead layers have a dense FFN instead.
  *
  * Batched: the T x k (token, expert) pairs of a pass are grouped by expert,
  * the rows of each group gathered into one block, and each selected
@@ -45,6 +52,7 @@ typedef struct moe_layer {
     weight sh_gate_inp;        /* [dim -> 1] shared expert's gate logit (qwen2moe), else absent */
     weight sh_gate, sh_up;     /* [dim -> ffn_shexp] */
     weight sh_down;            /* [ffn_shexp -> dim] */
+    weight exp_probs_b;        /* [n_expert] selection bias (deepseek2, optional), else absent */
 } moe_layer;
 
 /* Reads c->moe from <arch>.expert_count, expert_used_count,
@@ -73,6 +81,11 @@ uint64_t moe_layer_expert_bytes(const moe_layer *m, uint32_t n_expert);
  * place; sel[0..k) the chosen experts in descending probability (ties:
  * lower index first), w[0..k) their weights (renormalised if norm). */
 void moe_route(float *probs, int n_expert, int k, bool norm, int32_t *sel, float *w);
+
+/* The general routing of c (gating, groups, scale: deepseek2) with the
+ * selection bias (NULL: none); sel_scratch holds n_expert floats. For the
+ * softmax families without bias or groups it is moe_route. */
+void moe_route_cfg(float *probs, const moe_config *c, const float *bias, float *sel_scratch, int32_t *sel, float *w);
 
 typedef struct moe_state moe_state;
 

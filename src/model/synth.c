@@ -32,6 +32,7 @@
 #include "base/mem.h"
 #include "gguf/gguf.h"
 #include "model/synth_arch.h"
+#include "model/synth_deepseek2.h"
 #include "model/synth_vocab.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
@@ -51,6 +52,9 @@ static const synth_shape shapes[] = {
     {"qwen3moe-3b", 1024, 24, 16, 4, 3072, 151936, 4096, 1000000.0f},
     {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 32768, 10000.0f}, /* head dim 256: synth_arch.c */
     {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f},
+    /* --arch deepseek2 only (synth_deepseek2.c has their MLA and expert dims) */
+    {"tiny-v2", 256, 4, 8, 1, 512, 512, 2048, 10000.0f},
+    {"deepseek2-lite", 2048, 27, 16, 1, 10944, 102400, 4096, 10000.0f},
 };
 
 /* The experts of a MoE architecture at a shape. Mixtral's are 8 of
@@ -359,17 +363,72 @@ int pl_synth(const pl_synth_params *p)
     return pl_synth_split(p, 1);
 }
 
+static void ds2_add(void *ctx, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2, float std, bool f32)
+{
+    plan_ctx *c = ctx;
+    tensor_add(c->t, &c->n, name, ne0, ne1, f32 ? DT_F32 : c->type, std);
+    synth_tensor *x = &c->t[c->n - 1];
+    x->ne[2] = ne2;
+    if (ne2 > 1) x->n_dims = 3;
+    if (f32) x->type = DT_F32;
+}
+
+/* --arch deepseek2: its own shapes, keys and tensors (synth_deepseek2.c). */
+static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
+{
+    if (!synth_deepseek2_shape(p->shape))
+        return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, tiny-v2, deepseek2-lite)", p->shape);
+    if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
+    const int type = dtype_from_name(p->type ? p->type : "f32");
+    if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)
+        return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
+    const dtype_traits *tr = dtype_get((uint32_t)type);
+    int rc = synth_deepseek2_check_type(p->shape, tr->blck_size, tr->name);
+    if (rc) return rc;
+    gguf_writer *w = gguf_writer_new();
+    if (!w) return PL_ENOMEM;
+    uint32_t n_vocab = synth_deepseek2_vocab(p->shape);
+    rc = p->vocab_path ? vocab_copy(w, p->vocab_path, &n_vocab) : synth_vocab_write(w, n_vocab);
+    char name[96];
+    snprintf(name, sizeof name, "pagellm-synth-deepseek2-%s-seed%llu", p->shape, (unsigned long long)p->seed);
+    const uint32_t ftype = type == DT_F32 ? 0 : type == DT_F16 ? 1 : type == DT_Q4_0 ? 2 : type == DT_Q8_0 ? 7
+                         : type == DT_BF16 ? 32 : type == DT_Q4_K ? 15 : 0;
+    if (!rc) rc = gguf_writer_set_str(w, "general.architecture", "deepseek2");
+    if (!rc) rc = gguf_writer_set_str(w, "general.name", name);
+    if (!rc) rc = gguf_writer_set_u32(w, "general.file_type", ftype);
+    if (!rc) rc = synth_deepseek2_meta(w, p->shape, n_vocab, p);
+    synth_tensor *t = mem_calloc(synth_deepseek2_n_tensors(p->shape), sizeof *t);
+    synth_fill_ctx fc = {p->seed, t, mem_calloc(synth_deepseek2_row_max(p->shape), sizeof(float))};
+    if (!t || !fc.row) rc = PL_ENOMEM;
+    plan_ctx pc = {t, 0, (uint32_t)type};
+    if (!rc) synth_deepseek2_plan(p->shape, n_vocab, ds2_add, &pc);
+    for (int i = 0; i < pc.n && !rc; i++) {
+        int idx = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL);
+        if (idx < 0) rc = idx;
+    }
+    if (!rc && n_split > 1) rc = synth_write_split(w, p->out_path, n_split, &fc);
+    else if (!rc) rc = gguf_writer_write(w, p->out_path, synth_fill, &fc);
+    free(fc.row);
+    free(t);
+    gguf_writer_free(w);
+    return rc;
+}
+
 int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
 {
+    if (p->arch && strcmp(p->arch, "deepseek2") == 0) return synth_deepseek2(p, n_split);
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
-    if (!s) return err_set(PL_EINVAL, "synth: unknown shape '%s'", p->shape ? p->shape : "(none)");
+    const bool ds2_only = s && synth_deepseek2_shape(s->name) && strcmp(s->name, "tiny") != 0;
+    if (!s || ds2_only)
+        return err_set(PL_EINVAL, "synth: unknown shape '%s'%s", p->shape ? p->shape : "(none)",
+                       s ? " (it is written with --arch deepseek2)" : "");
     /* a MoE shape is a qwen3moe model unless another architecture is asked for */
     const char *arch = p->arch ? p->arch : strncmp(s->name, "qwen3moe", 8) == 0 ? "qwen3moe" : "llama";
     const bool own = synth_arch_handles(arch); /* gemma family, phi3: synth_arch.c */
     synth_moe moe;
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !own && !synth_moe_of(arch, s->name, &moe))
         return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, "
-                       "mixtral, qwen2moe, qwen3moe)", arch);
+                       "mixtral, qwen2moe, qwen3moe, deepseek2)", arch);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     int type = dtype_from_name(p->type ? p->type : "f32");
     gguf_writer *w = gguf_writer_new();

@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "kernels/kernels.h"
+#include "model/mla.h"
 #include "model/moe.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
@@ -76,8 +77,33 @@ static int bind_phi3(const gguf_file *f, const model_config *c, uint32_t l, laye
     return rc;
 }
 
+/* deepseek2: latent attention (mla.h); a dense FFN on the leading layers,
+ * experts with shared experts on the others. */
+static int bind_deepseek2(const gguf_file *f, const model_config *c, uint32_t l, layer_weights *lw)
+{
+    const uint64_t d = c->dim, o = (uint64_t)c->n_heads * c->mla.v_head;
+    const bool dense = l < c->moe.n_dense_lead;
+    char n[96];
+    int rc = 0;
+#define B(suffix, in, out, dst) \
+    if (!rc) { snprintf(n, sizeof n, "blk.%u." suffix, l); rc = bind(f, n, in, out, false, dst); }
+    B("attn_norm.weight", d, 0, &lw->attn_norm);
+    B("attn_output.weight", o, d, &lw->wo);
+    B("ffn_norm.weight", d, 0, &lw->ffn_norm);
+    if (dense) {
+        B("ffn_gate.weight", d, c->ffn_dim, &lw->w_gate);
+        B("ffn_up.weight", d, c->ffn_dim, &lw->w_up);
+        B("ffn_down.weight", c->ffn_dim, d, &lw->w_down);
+    }
+#undef B
+    if (!rc) rc = mla_layer_bind(f, c, l, &lw->mla);
+    if (!rc && !dense) rc = moe_layer_bind(f, c, l, &lw->moe);
+    return rc;
+}
+
 static int bind_layer(const gguf_file *f, const model_config *c, uint32_t l, layer_weights *lw)
 {
+    if (c->arch == ARCH_DEEPSEEK2) return bind_deepseek2(f, c, l, lw);
     const uint64_t d = c->dim, q = (uint64_t)c->n_heads * c->head_dim, kv = (uint64_t)c->n_kv_heads * c->head_dim;
     const bool bias = c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN2MOE;
     const bool qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE || c->arch == ARCH_GEMMA3;
@@ -131,9 +157,13 @@ int model_weights_bind(const gguf_file *f, const model_config *c, model_weights 
     if (!w.layers) return PL_ENOMEM;
     w.n_layers = c->n_layers;
     w.n_expert = c->moe.n_expert;
+    w.n_heads = c->n_heads;
     for (uint32_t l = 0; l < c->n_layers && !rc; l++) rc = bind_layer(f, c, l, &w.layers[l]);
     if (rc) {
-        for (uint32_t l = 0; l < c->n_layers; l++) moe_layer_free(w.layers[l].moe);
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            moe_layer_free(w.layers[l].moe);
+            mla_layer_free(w.layers[l].mla);
+        }
         free(w.layers);
         return rc;
     }
@@ -157,6 +187,7 @@ static int matmul_weights(model_weights *w, uint32_t n_layers, uint32_t n_expert
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++, n++)
             if (out) out[n] = ws[i];
         if (lw->moe) n += moe_layer_matrices(lw->moe, n_expert, out ? out + n : NULL);
+        if (lw->mla) n += mla_layer_matrices(lw->mla, w->n_heads, out ? out + n : NULL);
     }
     if (out) out[n] = &w->output;
     return n + 1;
@@ -311,7 +342,10 @@ int model_weights_repack(model_weights *w, uint32_t n_layers, bool release_src)
 
 void model_weights_free(model_weights *w)
 {
-    for (uint32_t l = 0; w->layers && l < w->n_layers; l++) moe_layer_free(w->layers[l].moe);
+    for (uint32_t l = 0; w->layers && l < w->n_layers; l++) {
+        moe_layer_free(w->layers[l].moe);
+        mla_layer_free(w->layers[l].mla);
+    }
     free(w->layers);
     w->layers = NULL;
     if (w->pack_mem) munmap(w->pack_mem, w->pack_len);

@@ -45,6 +45,7 @@ typedef struct {
     weight w_gate, w_up;      /* [dim -> ffn]; phi3: the two halves of its fused ffn_up */
     weight w_down;            /* [ffn -> dim] */
     struct moe_layer *moe;    /* mixture-of-experts FFN (model/moe.h) in place of w_gate/w_up/w_down, or NULL */
+    struct mla_layer *mla;    /* latent attention (model/mla.h) in place of wq/wk/wv (wo stays), or NULL */
 } layer_weights;
 
 typedef struct {
@@ -56,6 +57,7 @@ typedef struct {
     layer_weights *layers;    /* [n_layers] */
     uint32_t n_layers;        /* of layers */
     uint32_t n_expert;        /* experts per MoE layer (config's moe.n_expert), 0 = dense */
+    uint32_t n_heads;         /* query heads (the per-head matrices of MLA layers) */
     void *pack_mem;           /* the packed or copied matmul matrices (anonymous mapping), or NULL */
     size_t pack_len;          /* its length in bytes */
 } model_weights;

@@ -32,7 +32,8 @@ static inline bool params_ok(const rt_params *p)
 static int pool_make(rt_ctx *c)
 {
     const model_config *mc = &c->m->cfg;
-    kv_shape sh = {mc->n_layers, mc->n_kv_heads, mc->head_dim, c->p.block_size, c->p.dtype};
+    kv_shape sh = {mc->n_layers, mc->n_kv_heads, mc->head_dim, c->p.block_size, c->p.dtype,
+                   mc->mla.kv_lora_rank ? KV_KIND_LATENT : KV_KIND_KV};
     kv_geom g;
     int rc = kv_geom_init(&g, &sh);
     if (rc) return rc;

@@ -10,11 +10,13 @@
  * buffer, expert views included (their first and last bytes are read, so
  * ASan flags a view past the tensor). A small accepted MoE layer is then
  * run on one and on three tokens (moe_ffn), which walks the routing and
- * grouping over the fuzzed shape.
+ * grouping over the fuzzed shape. deepseek2 files add the latent attention
+ * tensors (per-head views of attn_k_b / attn_v_b, touched like the experts)
+ * and the V3 routing keys (bias, groups, scale).
  *
  * Built with -DFUZZ_SEEDGEN instead, this file is a plain program that
- * writes seeds: small complete models of each MoE architecture and a dense
- * llama (f32 weights of zeros).
+ * writes seeds: small complete models of each MoE architecture, deepseek2
+ * and a dense llama (f32 weights of zeros).
  *
  *   tests/fuzz/run.sh SECONDS model
  */
@@ -26,6 +28,7 @@
 #include "base/err.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "model/mla.h"
 #include "model/moe.h"
 #include "model/weights.h"
 #include "tensor/dtype.h"
@@ -98,11 +101,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const layer_weights *lw = &w.layers[l];
         const weight *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) touch(ws[i]);
+        if (lw->mla) {
+            weight **hm = malloc(sizeof *hm * (size_t)mla_layer_matrices(lw->mla, c.n_heads, NULL));
+            if (!hm) fail("malloc");
+            const int n = mla_layer_matrices(lw->mla, c.n_heads, hm);
+            for (int i = 0; i < n; i++) touch(hm[i]);
+            free(hm);
+        }
         if (!lw->moe) continue;
         weight *mats[3 * MOE_EXPERTS_MAX + 5];
         const int n = moe_layer_matrices(lw->moe, mc->n_expert, mats);
         for (int i = 0; i < n; i++) touch(mats[i]);
-        if (l == 0) {
+        if (l == c.moe.n_dense_lead) { /* the first MoE layer */
             run_layer(&c, lw->moe, 1);
             run_layer(&c, lw->moe, 3);
         }
@@ -197,6 +207,79 @@ static void write_seed(const char *dir, const char *arch, uint32_t n_expert, uin
     gguf_writer_free(w);
 }
 
+/* A two-layer deepseek2 (the first dense): q LoRA, latent attention,
+ * V3-style routing over 2 groups of 2 experts with a shared expert. */
+static void write_deepseek2(const char *dir)
+{
+    gguf_writer *w = gguf_writer_new();
+    char name[64];
+    const uint32_t H = 2, R = 16, D = 8, N = 8, V = 8, QL = 16, E = 4, FE = 32;
+    gguf_writer_set_str(w, "general.architecture", "deepseek2");
+#define K(n, v) gguf_writer_set_u32(w, "deepseek2." n, v)
+    K("block_count", 2);
+    K("embedding_length", DIM);
+    K("attention.head_count", H);
+    K("attention.head_count_kv", 1);
+    K("feed_forward_length", FFN);
+    K("context_length", 64);
+    K("vocab_size", VOCAB);
+    K("rope.dimension_count", D);
+    K("attention.q_lora_rank", QL);
+    K("attention.kv_lora_rank", R);
+    K("attention.key_length", R + D);
+    K("attention.value_length", R);
+    K("attention.key_length_mla", N + D);
+    K("attention.value_length_mla", V);
+    K("expert_count", E);
+    K("expert_used_count", 2);
+    K("expert_feed_forward_length", FE);
+    K("expert_shared_count", 1);
+    K("leading_dense_block_count", 1);
+    K("expert_gating_func", 2);
+    K("expert_group_count", 2);
+    K("expert_group_used_count", 1);
+#undef K
+    gguf_writer_set_f32(w, "deepseek2.expert_weights_scale", 2.5f);
+    gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", true);
+    tensor(w, "token_embd.weight", DIM, VOCAB, 1);
+    tensor(w, "output_norm.weight", DIM, 1, 1);
+    for (int l = 0; l < 2; l++) {
+#define T(suffix, a, b, c) (snprintf(name, sizeof name, "blk.%d." suffix, l), tensor(w, name, a, b, c))
+        T("attn_norm.weight", DIM, 1, 1);
+        T("attn_q_a.weight", DIM, QL, 1);
+        T("attn_q_a_norm.weight", QL, 1, 1);
+        T("attn_q_b.weight", QL, H * (N + D), 1);
+        T("attn_kv_a_mqa.weight", DIM, R + D, 1);
+        T("attn_kv_a_norm.weight", R, 1, 1);
+        T("attn_k_b.weight", N, R, H);
+        T("attn_v_b.weight", R, V, H);
+        T("attn_output.weight", H * V, DIM, 1);
+        T("ffn_norm.weight", DIM, 1, 1);
+        if (l == 0) {
+            T("ffn_gate.weight", DIM, FFN, 1);
+            T("ffn_up.weight", DIM, FFN, 1);
+            T("ffn_down.weight", FFN, DIM, 1);
+            continue;
+        }
+        T("ffn_gate_inp.weight", DIM, E, 1);
+        T("exp_probs_b.bias", E, 1, 1);
+        T("ffn_gate_exps.weight", DIM, FE, E);
+        T("ffn_up_exps.weight", DIM, FE, E);
+        T("ffn_down_exps.weight", FE, DIM, E);
+        T("ffn_gate_shexp.weight", DIM, FE, 1);
+        T("ffn_up_shexp.weight", DIM, FE, 1);
+        T("ffn_down_shexp.weight", FE, DIM, 1);
+#undef T
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/seed-deepseek2.gguf", dir);
+    if (gguf_writer_write(w, path, NULL, NULL) != 0) {
+        fprintf(stderr, "seedgen: %s: %s\n", path, err_msg());
+        exit(1);
+    }
+    gguf_writer_free(w);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -208,6 +291,7 @@ int main(int argc, char **argv)
     write_seed(argv[1], "qwen2moe", 4, 2, true);
     write_seed(argv[1], "qwen3moe", 8, 8, false);
     write_seed(argv[1], "qwen3moe", 4, 1, false);
+    write_deepseek2(argv[1]);
     return 0;
 }
 

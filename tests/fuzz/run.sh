@@ -34,7 +34,7 @@ SAN="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 case "$TARGET" in
 gguf)
 SRC="src/base/err.c src/base/mem.c src/tensor/dtype.c $(ls src/gguf/*.c)"
-MODEL_SRC="src/model/config.c src/model/moe_config.c src/model/arch_gemma.c src/model/rope_scaling.c" # the config read from metadata
+MODEL_SRC="src/model/config.c src/model/moe_config.c src/model/arch_gemma.c src/model/arch_deepseek2.c src/model/rope_scaling.c" # the config read from metadata
 # shellcheck disable=SC2086
 $CLANG $FLAGS $SAN $SRC $MODEL_SRC tests/fuzz/fuzz_gguf.c -o "$OUT/fuzz_gguf" -lm || exit 2
 # shellcheck disable=SC2086
@@ -119,7 +119,7 @@ model)
 # fuzzed code is the reading, binding and routing around them.
 LIBPL=${FUZZ_LIBPL:-build/libpagellm.a}
 [ -f "$LIBPL" ] || { echo "run.sh: $LIBPL not built (make)" >&2; exit 2; }
-SRC="$(ls src/base/*.c src/tensor/*.c src/gguf/*.c) src/model/config.c src/model/weights.c src/model/moe.c"
+SRC="$(ls src/base/*.c src/tensor/*.c src/gguf/*.c) src/model/config.c src/model/arch_deepseek2.c src/model/weights.c src/model/moe.c src/model/mla.c"
 # shellcheck disable=SC2086
 $CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_model.c "$LIBPL" -o "$OUT/fuzz_model" -lm -lpthread || exit 2
 # shellcheck disable=SC2086
@@ -134,6 +134,24 @@ cat >"$OUT/model.dict" <<'DICT'
 "qwen2moe"
 "qwen3moe"
 "llama"
+"deepseek2"
+"attention.q_lora_rank"
+"attention.kv_lora_rank"
+"attention.key_length_mla"
+"attention.value_length_mla"
+"expert_shared_count"
+"leading_dense_block_count"
+"expert_gating_func"
+"expert_weights_scale"
+"expert_weights_norm"
+"expert_group_count"
+"expert_group_used_count"
+"rope.scaling.yarn_log_multiplier"
+"exp_probs_b.bias"
+"attn_kv_a_mqa.weight"
+"attn_k_b.weight"
+"attn_v_b.weight"
+"attn_q_a.weight"
 "\x04\x00\x00\x00"
 "\x00\x04\x00\x00"
 DICT

@@ -1,0 +1,350 @@
+/* mla.c - multi-head latent attention; see mla.h. */
+#include "model/mla.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/mem.h"
+#include "kernels/kernels.h"
+#include "kv/kv_latent.h"
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
+/* ----------------------------------------------------------- tensors */
+
+/* The 3-D tensor name [n_in, n_out, n] as n 2-D views. */
+static int bind_heads(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_out, uint32_t n, weight *out)
+{
+    const gguf_tensor *t = gguf_tensor_find(f, name);
+    if (!t) return err_set(PL_EFORMAT, "%s: tensor '%s' is missing", gguf_path(f), name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n || t->ne[3] != 1)
+        return err_set(PL_EFORMAT, "%s: tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu, %u]",
+                       gguf_path(f), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                       (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (unsigned long long)n_in,
+                       (unsigned long long)n_out, n);
+    const dtype_traits *tr = dtype_get(t->type);
+    if (!tr || !tr->computable || !quant_supported(t->type) || !kern_matmul_supports(t->type) ||
+        n_in % tr->blck_size)
+        return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s is not supported here", gguf_path(f), name,
+                       tr ? tr->name : "?");
+    const uint64_t bytes = dtype_row_bytes(t->type, n_in) * n_out;
+    for (uint32_t h = 0; h < n; h++)
+        out[h] = (weight){.data = (const uint8_t *)t->data + h * bytes, .type = t->type, .n_in = n_in, .n_out = n_out};
+    return 0;
+}
+
+int mla_layer_bind(const gguf_file *f, const model_config *c, uint32_t l, mla_layer **out)
+{
+    const mla_config *a = &c->mla;
+    const uint32_t H = c->n_heads, R = a->kv_lora_rank, D = c->rope_dim;
+    const uint64_t d = c->dim, qd = (uint64_t)H * (a->qk_nope + D);
+    mla_layer *m = mem_calloc(1, sizeof *m + 2 * (size_t)H * sizeof(weight));
+    if (!m) return PL_ENOMEM;
+    m->wk_b = (weight *)(m + 1);
+    m->wv_b = m->wk_b + H;
+    char n[96];
+    int rc = 0;
+#define NAME(suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), n)
+    if (a->q_lora_rank) {
+        rc = model_weight_bind(f, NAME("attn_q_a.weight"), d, a->q_lora_rank, false, &m->wq_a);
+        if (!rc) rc = model_weight_bind(f, NAME("attn_q_a_norm.weight"), a->q_lora_rank, 0, false, &m->q_a_norm);
+        if (!rc) rc = model_weight_bind(f, NAME("attn_q_b.weight"), a->q_lora_rank, qd, false, &m->wq_b);
+    } else {
+        rc = model_weight_bind(f, NAME("attn_q.weight"), d, qd, false, &m->wq);
+    }
+    if (!rc) rc = model_weight_bind(f, NAME("attn_kv_a_mqa.weight"), d, (uint64_t)R + D, false, &m->wkv_a);
+    if (!rc) rc = model_weight_bind(f, NAME("attn_kv_a_norm.weight"), R, 0, false, &m->kv_a_norm);
+    if (!rc && !gguf_tensor_find(f, NAME("attn_k_b.weight")) && gguf_tensor_find(f, NAME("attn_kv_b.weight")))
+        rc = err_set(PL_EUNSUPPORTED, "%s: tensor 'blk.%u.attn_kv_b.weight': the legacy unsplit form is not supported "
+                     "(convert again with a current llama.cpp: attn_k_b and attn_v_b)", gguf_path(f), l);
+    if (!rc) rc = bind_heads(f, NAME("attn_k_b.weight"), a->qk_nope, R, H, m->wk_b);
+    if (!rc) rc = bind_heads(f, NAME("attn_v_b.weight"), R, a->v_head, H, m->wv_b);
+#undef NAME
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void mla_layer_free(mla_layer *m) { free(m); }
+
+int mla_layer_matrices(mla_layer *m, uint32_t n_heads, weight **out)
+{
+    int n = 0;
+#define ADD(w) do { if (out) out[n] = (w); n++; } while (0)
+    ADD(&m->wq);
+    ADD(&m->wq_a);
+    ADD(&m->wq_b);
+    ADD(&m->wkv_a);
+    for (uint32_t h = 0; h < n_heads; h++) ADD(&m->wk_b[h]);
+    for (uint32_t h = 0; h < n_heads; h++) ADD(&m->wv_b[h]);
+#undef ADD
+    return n;
+}
+
+/* ------------------------------------------------------------- pass */
+
+struct mla_state {
+    int max_tokens, max_ctx, n_threads;
+    float *q;        /* [T][H*(N+D)] */
+    float *qa;       /* [T][q_lora] */
+    float *kv;       /* [T][R+D] the latent rows */
+    float *qc;       /* [T][H][R+D] absorbed queries */
+    float *gin;      /* [threads][T][max(N, R)] one head's rows, gathered */
+    float *gout;     /* [threads][T][max(R, V)] */
+    size_t gin_stride, gout_stride; /* floats per thread */
+    float *att;      /* [T][H][R] attention in the latent space */
+    float *rows;     /* [max_ctx][R+D] a sequence's cached rows, decoded */
+    float *scratch;  /* [threads][H x (max_ctx + R + D)] scores and the rounded queries */
+    size_t scratch_stride;
+    int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
+};
+
+void mla_state_free(mla_state *s)
+{
+    if (!s) return;
+    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->rows, s->scratch};
+    for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
+    free(s->toks);
+    free(s);
+}
+
+int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int n_threads)
+{
+    *out = NULL;
+    const mla_config *a = &c->mla;
+    if (!a->kv_lora_rank) return 0;
+    mla_state *s = calloc(1, sizeof *s);
+    if (!s) return PL_ENOMEM;
+    const size_t T = (size_t)max_tokens, H = c->n_heads, R = a->kv_lora_rank, D = c->rope_dim, N = a->qk_nope;
+    const size_t row = R + D, gi = N > R ? N : R, go = R > a->v_head ? R : a->v_head;
+    s->max_tokens = max_tokens;
+    s->max_ctx = max_ctx;
+    s->n_threads = n_threads;
+    s->scratch_stride = (H * ((size_t)max_ctx + row) + 15) & ~(size_t)15;
+    s->q = mem_alloc_aligned(T * H * (N + D) * sizeof(float), 64);
+    s->qa = mem_alloc_aligned(T * (a->q_lora_rank ? a->q_lora_rank : 1) * sizeof(float), 64);
+    s->kv = mem_alloc_aligned(T * row * sizeof(float), 64);
+    s->qc = mem_alloc_aligned(T * H * row * sizeof(float), 64);
+    s->gin_stride = (T * gi + 15) & ~(size_t)15;
+    s->gout_stride = (T * go + 15) & ~(size_t)15;
+    s->gin = mem_alloc_aligned((size_t)n_threads * s->gin_stride * sizeof(float), 64);
+    s->gout = mem_alloc_aligned((size_t)n_threads * s->gout_stride * sizeof(float), 64);
+    s->att = mem_alloc_aligned(T * H * R * sizeof(float), 64);
+    s->rows = mem_alloc_aligned((size_t)max_ctx * row * sizeof(float), 64);
+    s->scratch = mem_alloc_aligned((size_t)n_threads * s->scratch_stride * sizeof(float), 64);
+    s->toks = malloc(T * sizeof *s->toks);
+    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->rows || !s->scratch || !s->toks) {
+        mla_state_free(s);
+        return PL_ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+static kern_mat mat_of(const weight *w)
+{
+    return (kern_mat){w->packed ? NULL : w->data, w->packed, w->type, (int)w->n_in, (int)w->n_out};
+}
+
+static void matmul(float *y, const float *x, const weight *w, int m, threadpool *tp)
+{
+    const kern_mat a = mat_of(w), *ap = &a;
+    kern_matmul_mats(1, &y, x, &ap, m, tp);
+}
+
+/* The rounding ggml's mul_mat applies to the f32 operand against a cache
+ * of row type t (f16, bf16: to that type; else none). */
+static void round_to(uint32_t t, float *x, int n)
+{
+    if (t != DT_F16 && t != DT_BF16) return;
+    uint16_t h[64];
+    for (int i = 0; i < n; i += 64) {
+        const int m = n - i < 64 ? n - i : 64;
+        quant_quantize_row(t, x + i, h, m);
+        quant_dequant_row(t, h, x + i, m);
+    }
+}
+
+/* o[i] += a v[i], four lanes at a time (each element the same multiply and
+ * add as the scalar loop: the same bits, vectorised at the baseline ISA). */
+typedef float v4f __attribute__((vector_size(16)));
+static void axpy(float *restrict o, const float *restrict v, float a, int n)
+{
+    int i = 0;
+    const v4f av = {a, a, a, a};
+    for (; i + 4 <= n; i += 4) {
+        v4f x, y;
+        memcpy(&x, v + i, sizeof x);
+        memcpy(&y, o + i, sizeof y);
+        y += av * x;
+        memcpy(o + i, &y, sizeof y);
+    }
+    for (; i < n; i++) o[i] += a * v[i];
+}
+
+/* One matrix per head over the batch's rows, the heads shared out over the
+ * threads (one dispatch instead of one per head; kern_matmul's rows do not
+ * depend on the thread count): out[t][h] = in[t][h] W[h]^T, where in[t][h]
+ * is at in + t x in_ts + h x in_hs (n_in floats), out[t][h] likewise. */
+typedef struct {
+    mla_state *s;
+    const weight *w;
+    const float *in;
+    float *out;
+    size_t in_ts, in_hs, out_ts, out_hs;
+    int n_heads, T;
+} heads_job;
+
+static void heads_worker(void *arg, int ith, int nth)
+{
+    const heads_job *j = arg;
+    float *gin = j->s->gin + (size_t)ith * j->s->gin_stride, *gout = j->s->gout + (size_t)ith * j->s->gout_stride;
+    for (int h = ith; h < j->n_heads; h += nth) {
+        const weight *w = &j->w[h];
+        const size_t ni = w->n_in, no = w->n_out;
+        for (int t = 0; t < j->T; t++)
+            memcpy(gin + (size_t)t * ni, j->in + (size_t)t * j->in_ts + (size_t)h * j->in_hs, ni * sizeof(float));
+        matmul(gout, gin, w, j->T, NULL);
+        for (int t = 0; t < j->T; t++)
+            memcpy(j->out + (size_t)t * j->out_ts + (size_t)h * j->out_hs, gout + (size_t)t * no, no * sizeof(float));
+    }
+}
+
+/* A sequence's rows decoded into s->rows, a share of them per thread. */
+typedef struct {
+    const kv_pool *kv;
+    const uint32_t *blocks;
+    uint32_t layer, n;
+    float *rows;
+} read_job;
+
+static void read_worker(void *arg, int ith, int nth)
+{
+    const read_job *j = arg;
+    const uint32_t j0 = (uint32_t)((uint64_t)j->n * ith / nth), j1 = (uint32_t)((uint64_t)j->n * (ith + 1) / nth);
+    kv_latent_read_range(j->kv, j->blocks, j->layer, j0, j1, j->rows);
+}
+
+typedef struct {
+    mla_state *s;
+    const model_config *c;
+    const kv_batch *b;
+    int n_toks;        /* s->toks[0..n_toks): the sequence's tokens in the batch */
+    int group;         /* heads a work unit takes */
+    uint32_t row_type; /* the cache's row type */
+} attn_job;
+
+/* Work units (token, group of heads) split over the threads. A unit reads
+ * the cached rows once for all its heads (scores), then once more (the
+ * weighted sum), instead of twice per head; each (token, head) result is
+ * one fixed sequence of float operations, so neither the grouping nor the
+ * thread count changes a bit. */
+static void attn_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    mla_state *s = j->s;
+    const model_config *c = j->c;
+    const int H = (int)c->n_heads, R = (int)c->mla.kv_lora_rank, row = R + (int)c->rope_dim;
+    const int G = (H + j->group - 1) / j->group, n_units = j->n_toks * G;
+    float *sc = s->scratch + (size_t)ith * s->scratch_stride, *qs = sc + (size_t)H * s->max_ctx;
+    for (int u = ith; u < n_units; u += nth) {
+        const int t = s->toks[u / G], h0 = (u % G) * j->group, h1 = h0 + j->group < H ? h0 + j->group : H;
+        const int n_ctx = j->b->slot[t] + 1, nh = h1 - h0;
+        for (int h = 0; h < nh; h++) {
+            float *q = qs + (size_t)h * row;
+            memcpy(q, s->qc + ((size_t)t * H + h0 + h) * row, (size_t)row * sizeof(float));
+            round_to(j->row_type, q, row);
+        }
+        /* scores: the unit's queries against the rows, in calls of at most 4
+         * queries (kern_matmul's decode path, whose rows do not depend on the
+         * call: a unit's size varies with the batch) */
+        for (int h = 0; h < nh; h += 4)
+            kern_matmul(sc + (size_t)h * n_ctx, qs + (size_t)h * row, s->rows, DT_F32, nh - h < 4 ? nh - h : 4, row,
+                        n_ctx, NULL);
+        for (size_t i = 0; i < (size_t)nh * n_ctx; i++) sc[i] *= c->mla.kq_scale;
+        for (int h = 0; h < nh; h++) {
+            float *p = sc + (size_t)h * n_ctx, mx = -INFINITY;
+            for (int k = 0; k < n_ctx; k++) mx = p[k] > mx ? p[k] : mx;
+            double sum = 0;
+            for (int k = 0; k < n_ctx; k++) {
+                p[k] = expf(p[k] - mx);
+                sum += (double)p[k];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int k = 0; k < n_ctx; k++) p[k] *= inv;
+            round_to(j->row_type, p, n_ctx);
+            memset(s->att + ((size_t)t * H + h0 + h) * R, 0, (size_t)R * sizeof(float));
+        }
+        for (int k = 0; k < n_ctx; k++) {
+            const float *vr = s->rows + (size_t)k * row;
+            for (int h = 0; h < nh; h++)
+                axpy(s->att + ((size_t)t * H + h0 + h) * R, vr, sc[(size_t)h * n_ctx + k], R);
+        }
+    }
+}
+
+void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, const float *xn, float *out,
+                   kv_pool *kv, const kv_batch *b, uint32_t layer, const float *rope_cs, threadpool *tp)
+{
+    const mla_config *a = &c->mla;
+    const int T = b->n_tokens, H = (int)c->n_heads, R = (int)a->kv_lora_rank, D = (int)c->rope_dim;
+    const int N = (int)a->qk_nope, V = (int)a->v_head, qh = N + D, row = R + D;
+    assert(s && T > 0 && T <= s->max_tokens && kv->g.s.kind == KV_KIND_LATENT && kv->g.s.head_dim == (uint32_t)row);
+    /* queries */
+    if (w->wq.data) {
+        matmul(s->q, xn, &w->wq, T, tp);
+    } else {
+        matmul(s->qa, xn, &w->wq_a, T, tp);
+        for (int t = 0; t < T; t++)
+            kern_rmsnorm(s->qa + (size_t)t * a->q_lora_rank, s->qa + (size_t)t * a->q_lora_rank, w->q_a_norm.data,
+                         (int)a->q_lora_rank, c->norm_eps);
+        matmul(s->q, s->qa, &w->wq_b, T, tp);
+    }
+    /* the latent rows: normed c_kv, rotated k_pe */
+    matmul(s->kv, xn, &w->wkv_a, T, tp);
+    for (int t = 0; t < T; t++) {
+        float *r = s->kv + (size_t)t * row;
+        const float *cs = rope_cs + (size_t)t * D;
+        kern_rmsnorm(r, r, w->kv_a_norm.data, R, c->norm_eps);
+        kern_rope_apply(r + R, 1, D, D, false, cs);
+        for (int h = 0; h < H; h++) {
+            float *qp = s->q + ((size_t)t * H + h) * qh + N;
+            kern_rope_apply(qp, 1, D, D, false, cs);
+            memcpy(s->qc + ((size_t)t * H + h) * row + R, qp, (size_t)D * sizeof(float));
+        }
+    }
+    kv_latent_store(kv, b, layer, s->kv);
+    /* q_nope through W_UK, head by head, into the latent space */
+    heads_job hk = {s, w->wk_b, s->q, s->qc, (size_t)H * qh, (size_t)qh, (size_t)H * row, (size_t)row, H, T};
+    tp_run(tp, heads_worker, &hk);
+    /* attention, one sequence at a time over its decoded rows */
+    attn_job job = {s, c, b, 0, H, kv_latent_row_type(kv->g.s.dtype)};
+    const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
+    for (int q = 0; q < b->n_seqs; q++) {
+        int n = 0, last = -1;
+        for (int t = 0; t < T; t++)
+            if (b->seq[t] == q) {
+                s->toks[n++] = t;
+                if (b->slot[t] > last) last = b->slot[t];
+            }
+        if (!n) continue;
+        assert(last < s->max_ctx);
+        read_job rj = {kv, b->seqs[q].blocks, layer, (uint32_t)last + 1, s->rows};
+        tp_run(tp, read_worker, &rj);
+        job.n_toks = n;
+        /* all heads of a token together, unless there are fewer tokens than threads */
+        const int groups = n >= nth ? 1 : (nth + n - 1) / n < H ? (nth + n - 1) / n : H;
+        job.group = (H + groups - 1) / groups;
+        tp_run(tp, attn_worker, &job);
+    }
+    /* W_UV per head, into out[T][H*V] */
+    heads_job hv = {s, w->wv_b, s->att, out, (size_t)H * R, (size_t)R, (size_t)H * V, (size_t)V, H, T};
+    tp_run(tp, heads_worker, &hv);
+}

@@ -1,0 +1,418 @@
+/* test_deepseek2.c - deepseek2: bad metadata and tensors refused naming the
+ * key or tensor; its routing (sigmoid, selection bias, groups, scale)
+ * against a plain reference; the latent KV kind (geometry, rows, block
+ * copies, dtypes refused); and a sequence getting the same logits alone,
+ * in a batched decode step and with a chunked prefill. Agreement with
+ * llama.cpp is tests/cli/test_deepseek2.sh's. */
+#include "test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "kv/kv_latent.h"
+#include "kv/kv_pool.h"
+#include "kv/prefix_cache.h"
+#include "model/config.h"
+#include "model/moe.h"
+#include "model/synth_deepseek2.h"
+#include "pagellm.h"
+#include "rng.h"
+
+/* ------------------------------------------------- files for the tests */
+
+static int synth(const char *type, const char *path)
+{
+    pl_synth_params sp = {.shape = "tiny", .seed = 5, .type = type, .out_path = path, .arch = "deepseek2"};
+    return pl_synth(&sp);
+}
+
+typedef struct {
+    const char *drop_key, *set_key;
+    uint32_t set_value;
+    const char *drop_tensor, *reshape_tensor;
+} breakage;
+
+static int write_broken(const char *in, const breakage *b, const char *out)
+{
+    gguf_file *f;
+    if (gguf_open(&f, in) != 0) return -1;
+    gguf_writer *w = gguf_writer_new();
+    int rc = 0;
+    bool set = false;
+    for (uint64_t i = 0; i < gguf_meta_count(f) && !rc; i++) {
+        const gguf_meta *kv = gguf_meta_at(f, i);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (b->drop_key && strcmp(key, b->drop_key) == 0) continue;
+        if (b->set_key && strcmp(key, b->set_key) == 0) rc = gguf_writer_set_u32(w, key, b->set_value), set = true;
+        else rc = gguf_writer_set_value(w, key, &kv->value);
+    }
+    if (!rc && b->set_key && !set) rc = gguf_writer_set_u32(w, b->set_key, b->set_value);
+    for (uint64_t i = 0; i < gguf_tensor_count(f) && !rc; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (b->drop_tensor && strcmp(name, b->drop_tensor) == 0) continue;
+        uint64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (b->reshape_tensor && strcmp(name, b->reshape_tensor) == 0) ne[2] -= 1; /* one head short */
+        rc = gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, t->data) < 0;
+    }
+    if (!rc) rc = gguf_writer_write(w, out, NULL, NULL);
+    gguf_writer_free(w);
+    gguf_close(f);
+    return rc;
+}
+
+#define CHECK_REFUSED(in, brk, code, word1, word2) do { \
+    const char *out_ = "/tmp/pagellm-test-ds2-broken.gguf"; \
+    pl_model *m_ = NULL; \
+    CHECK(write_broken(in, &(brk), out_) == 0); \
+    const int rc_ = pl_model_load(&m_, out_); \
+    unlink(out_); \
+    CHECK_MSG(rc_ == (code) && m_ == NULL, "rc %d: %s", rc_, pl_last_error()); \
+    CHECK_MSG(strstr(pl_last_error(), word1) && strstr(pl_last_error(), word2), "%s", pl_last_error()); \
+} while (0)
+
+TEST(bad_metadata_is_refused_naming_the_key)
+{
+    const char *p = "/tmp/pagellm-test-ds2-keys.gguf";
+    CHECK(synth("f32", p) == 0);
+    breakage b = {.drop_key = "deepseek2.attention.kv_lora_rank"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.kv_lora_rank", "missing");
+    b = (breakage){.set_key = "deepseek2.attention.kv_lora_rank", .set_value = 0};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.kv_lora_rank", "0 out of range");
+    b = (breakage){.drop_key = "deepseek2.attention.q_lora_rank"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.q_lora_rank", "missing");
+    b = (breakage){.drop_key = "deepseek2.attention.key_length_mla"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.key_length_mla", "legacy");
+    b = (breakage){.set_key = "deepseek2.attention.key_length_mla", .set_value = 32};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.key_length_mla", "rope.dimension_count");
+    b = (breakage){.set_key = "deepseek2.attention.key_length", .set_value = 64};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.key_length", "kv_lora_rank + rope.dimension_count = 96");
+    b = (breakage){.set_key = "deepseek2.attention.head_count_kv", .set_value = 2};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.head_count_kv", "expected 1");
+    b = (breakage){.drop_key = "deepseek2.expert_count"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_count", "missing");
+    b = (breakage){.set_key = "deepseek2.expert_used_count", .set_value = 9};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_used_count", "9 out of range 1..8");
+    b = (breakage){.drop_key = "deepseek2.expert_shared_count"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_shared_count", "missing");
+    b = (breakage){.drop_key = "deepseek2.expert_feed_forward_length"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_feed_forward_length", "missing");
+    b = (breakage){.set_key = "deepseek2.expert_gating_func", .set_value = 3};
+    CHECK_REFUSED(p, b, PL_ERR_UNSUPPORTED, "deepseek2.expert_gating_func", "3 not supported");
+    b = (breakage){.set_key = "deepseek2.expert_group_count", .set_value = 3};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_group_count", "does not divide");
+    b = (breakage){.set_key = "deepseek2.expert_group_used_count", .set_value = 4};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.expert_group_used_count", "expected 1..");
+    b = (breakage){.set_key = "deepseek2.leading_dense_block_count", .set_value = 5};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.leading_dense_block_count", "more than block_count");
+    b = (breakage){.set_key = "deepseek2.nextn_predict_layers", .set_value = 1};
+    CHECK_REFUSED(p, b, PL_ERR_UNSUPPORTED, "deepseek2.nextn_predict_layers", "not supported");
+    /* shared experts of another total width than the tensors' */
+    b = (breakage){.set_key = "deepseek2.expert_shared_count", .set_value = 64};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.1.ffn_gate_shexp.weight", "expected [256, 8192]");
+    b = (breakage){.drop_key = "deepseek2.rope.dimension_count"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.rope.dimension_count", "missing");
+    unlink(p);
+}
+
+TEST(bad_tensors_are_refused_naming_the_tensor)
+{
+    const char *p = "/tmp/pagellm-test-ds2-tensors.gguf";
+    CHECK(synth("q8_0", p) == 0);
+    breakage b = {.reshape_tensor = "blk.1.attn_k_b.weight"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.1.attn_k_b.weight", "expected [32, 64, 8]");
+    b = (breakage){.drop_tensor = "blk.2.attn_kv_a_mqa.weight"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.2.attn_kv_a_mqa.weight", "missing");
+    b = (breakage){.drop_tensor = "blk.0.attn_q_a.weight"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.0.attn_q_a.weight", "missing");
+    b = (breakage){.drop_tensor = "blk.0.ffn_gate.weight"}; /* the leading dense layer */
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.0.ffn_gate.weight", "missing");
+    b = (breakage){.drop_tensor = "blk.3.ffn_up_shexp.weight"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.3.ffn_up_shexp.weight", "missing");
+    unlink(p);
+}
+
+/* The realistic V2-Lite shape's metadata (its 16B weights are not
+ * written here) reads as DeepSeek-V2-Lite's config: no q_lora_rank key at
+ * 27 layers, the 576-value latent row, kq_scale 1/sqrt(192). */
+TEST(deepseek2_lite_metadata_reads_as_v2_lite)
+{
+    const char *p = "/tmp/pagellm-test-ds2-lite-meta.gguf";
+    gguf_writer *w = gguf_writer_new();
+    pl_synth_params sp = {.shape = "deepseek2-lite"};
+    CHECK(w && gguf_writer_set_str(w, "general.architecture", "deepseek2") == 0);
+    CHECK_EQ_INT(synth_deepseek2_meta(w, "deepseek2-lite", 102400, &sp), 0);
+    CHECK_EQ_INT(gguf_writer_write(w, p, NULL, NULL), 0);
+    gguf_writer_free(w);
+    gguf_file *f;
+    CHECK_EQ_INT(gguf_open(&f, p), 0);
+    model_config c;
+    const int rc = model_config_read(f, &c);
+    gguf_close(f);
+    unlink(p);
+    CHECK_MSG(rc == 0, "%s", pl_last_error());
+    CHECK(c.arch == ARCH_DEEPSEEK2 && c.n_layers == 27 && c.n_heads == 16 && c.n_kv_heads == 1);
+    CHECK(c.head_dim == 576 && c.rope_dim == 64 && !c.rope_neox);
+    CHECK(c.mla.q_lora_rank == 0 && c.mla.kv_lora_rank == 512 && c.mla.qk_nope == 128 && c.mla.v_head == 128);
+    CHECK_NEAR(c.mla.kq_scale, 1.0 / sqrt(192.0), 1e-7);
+    CHECK(c.moe.n_expert == 64 && c.moe.n_used == 6 && c.moe.ffn_exp == 1408 && c.moe.ffn_shexp == 2816);
+    CHECK(c.moe.n_dense_lead == 1 && c.ffn_dim == 10944 && c.moe.gating == MOE_GATING_SOFTMAX && !c.moe.norm_topk);
+    pl_kv_size sz;
+    CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_F16, &sz), 0);
+    CHECK_NEAR(sz.bytes_per_token, 31104, 0); /* 27 x 576 x 2 */
+}
+
+/* ------------------------------------------------------------ router */
+
+/* The reference in double: sigmoid, choice on p + bias among the experts
+ * of the best groups (a group's score: its two best choice values), the
+ * chosen weights renormalised and scaled. */
+static void ref_route(const float *logits, const float *bias, int E, int k, int G, int Gu, double scale, int *sel,
+                      double *w)
+{
+    double p[64], v[64], score[16];
+    bool keep[16] = {false};
+    for (int e = 0; e < E; e++) p[e] = 1.0 / (1.0 + exp(-(double)logits[e])), v[e] = p[e] + bias[e];
+    const int per = E / G;
+    for (int g = 0; g < G; g++) {
+        double a = -INFINITY, b = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++)
+            if (v[e] > a) b = a, a = v[e];
+            else if (v[e] > b) b = v[e];
+        score[g] = a + b;
+    }
+    for (int i = 0; i < Gu; i++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || score[g] > score[best])) best = g;
+        keep[best] = true;
+    }
+    for (int e = 0; e < E; e++)
+        if (!keep[e / per]) v[e] = -INFINITY;
+    double sum = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= sel[i] == e;
+            if (!taken && (best < 0 || v[e] > v[best])) best = e;
+        }
+        sel[j] = best;
+        sum += p[best];
+    }
+    for (int j = 0; j < k; j++) w[j] = p[sel[j]] / sum * scale;
+}
+
+TEST(routing_matches_a_plain_reference)
+{
+    const int E = 16, k = 3;
+    moe_config c = {.n_expert = (uint32_t)E, .n_used = (uint32_t)k, .norm_topk = true, .gating = MOE_GATING_SIGMOID,
+                    .w_scale = 2.5f, .n_group = 4, .n_group_used = 2};
+    rng_seed(77);
+    for (int trial = 0; trial < 200; trial++) {
+        float logits[16], probs[16], bias[16], scratch[16], w[3];
+        int32_t sel[3];
+        int rsel[3];
+        double rw[3];
+        for (int e = 0; e < E; e++) logits[e] = (float)(rng_u32() % 2001) / 250.0f - 4.0f, probs[e] = logits[e];
+        for (int e = 0; e < E; e++) bias[e] = (float)(rng_u32() % 101) / 500.0f - 0.1f;
+        moe_route_cfg(probs, &c, bias, scratch, sel, w);
+        ref_route(logits, bias, E, k, 4, 2, 2.5, rsel, rw);
+        for (int j = 0; j < k; j++) {
+            CHECK_MSG(sel[j] == rsel[j], "trial %d rank %d: expert %d, reference %d", trial, j, sel[j], rsel[j]);
+            CHECK_NEAR(w[j], rw[j], 1e-5);
+        }
+    }
+    /* without groups, bias or scale, softmax gating is moe_route's */
+    moe_config plain = {.n_expert = 8, .n_used = 2, .norm_topk = true};
+    float a[8], b[8], wa[2], wb[2], scratch[8];
+    int32_t sa[2], sb[2];
+    for (int e = 0; e < 8; e++) a[e] = b[e] = (float)e * 0.37f - (float)(e % 3);
+    moe_route(a, 8, 2, true, sa, wa);
+    moe_route_cfg(b, &plain, NULL, scratch, sb, wb);
+    CHECK(sa[0] == sb[0] && sa[1] == sb[1] && wa[0] == wb[0] && wa[1] == wb[1]);
+}
+
+/* ------------------------------------------------------- latent KV kind */
+
+TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
+{
+    kv_geom g;
+    const kv_shape v3 = {61, 1, 512 + 64, 16, KV_BF16, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &v3), 0);
+    CHECK_NEAR(g.bytes_per_token, 70272.0, 0); /* 61 x 576 x 2: DeepSeek-V3 at bf16 */
+    CHECK_EQ_INT(g.plane_bytes[KV_PLANE_V], 0);
+    CHECK_EQ_INT(g.plane_stride[KV_PLANE_V], 0);
+    CHECK_EQ_INT(g.row_bytes[KV_PLANE_K], 1152);
+    const kv_shape q8 = {27, 1, 576, 16, KV_Q8_0, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &q8), 0);
+    CHECK_NEAR(g.bytes_per_token, 27.0 * 576 / 32 * 34, 0);
+    pl_kv_size sz;
+    CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_F16, &sz), 0);
+    CHECK_NEAR(sz.bytes_per_token, 27.0 * 576 * 2, 0);
+    /* what the kind cannot hold */
+    const kv_shape q4 = {2, 1, 96, 16, KV_Q4_0, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &q4), PL_EUNSUPPORTED);
+    CHECK(strstr(pl_last_error(), "latent"));
+    const kv_shape odd = {2, 1, 80, 16, KV_Q8_0, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &odd), PL_EUNSUPPORTED);
+    const kv_shape heads = {2, 2, 96, 16, KV_F16, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &heads), PL_EINVAL);
+    /* the prefix cache keys the kind apart */
+    const kv_shape kvk = {2, 1, 96, 16, KV_F16, KV_KIND_KV}, lat = {2, 1, 96, 16, KV_F16, KV_KIND_LATENT};
+    uint64_t fp[2] = {1, 2}, s1[2], s2[2];
+    prefix_salt_make(s1, fp, &kvk);
+    prefix_salt_make(s2, fp, &lat);
+    CHECK(s1[0] != s2[0] || s1[1] != s2[1]);
+}
+
+TEST(latent_rows_round_trip_and_move_with_their_block)
+{
+    const kv_dtype dts[] = {KV_F32, KV_F16, KV_BF16, KV_Q8_0};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        const uint32_t L = 3, D = 96, T = 4, n = 10;
+        const kv_shape s = {L, 1, D, T, dts[d], KV_KIND_LATENT};
+        kv_pool pool;
+        CHECK_EQ_INT(kv_pool_init(&pool, &s, 8), 0);
+        uint32_t blocks[3];
+        CHECK_EQ_INT(kv_pool_alloc_n(&pool, 3, blocks), 0);
+        float rows[10 * 96], back[10 * 96];
+        int32_t slot[10], seq[10];
+        rng_seed(9 + d);
+        for (uint32_t i = 0; i < n * D; i++) rows[i] = (float)(rng_u32() % 20001) / 10000.0f - 1.0f;
+        for (uint32_t t = 0; t < n; t++) slot[t] = (int32_t)t, seq[t] = 0;
+        const kv_batch_seq bs = {blocks, 3, NULL};
+        const kv_batch b = {(int)n, slot, seq, &bs, 1};
+        for (uint32_t l = 0; l < L; l++) kv_latent_store(&pool, &b, l, rows);
+        const double tol = dts[d] == KV_F32 ? 0 : dts[d] == KV_F16 ? 1e-3 : dts[d] == KV_BF16 ? 8e-3 : 1e-2;
+        for (uint32_t l = 0; l < L; l++) {
+            kv_latent_read(&pool, blocks, l, n, back);
+            for (uint32_t i = 0; i < n * D; i++) CHECK_NEAR(back[i], rows[i], tol);
+        }
+        /* copy-on-write copies a block whole: the copy reads the same rows */
+        uint32_t cow;
+        CHECK_EQ_INT(kv_pool_alloc(&pool, &cow), 0);
+        kv_pool_copy_block(&pool, cow, blocks[1]);
+        float a[4 * 96], c[4 * 96];
+        const uint32_t t1[1] = {blocks[1]}, t2[1] = {cow};
+        kv_latent_read(&pool, t1, 2, T, a);
+        kv_latent_read(&pool, t2, 2, T, c);
+        CHECK(memcmp(a, c, sizeof a) == 0);
+        kv_pool_free(&pool);
+    }
+}
+
+/* ------------------------------------------------------ batch vs alone */
+
+#define N_SEQS 6
+#define MAX_PROMPT 40
+
+static void prompt_of(int i, int32_t *ids, int *n)
+{
+    rng_seed(2000 + (uint64_t)i);
+    *n = 5 + 5 * i; /* 5..30 tokens: past one block */
+    for (int j = 0; j < *n; j++) ids[j] = 3 + (int32_t)(rng_u32() % 500);
+}
+
+static pl_ctx *ctx_open(pl_model *m, uint32_t max_seqs, uint32_t max_batch, const char *kv_dtype)
+{
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.n_ctx = 128;
+    cp.max_seqs = max_seqs;
+    cp.max_batch = max_batch;
+    cp.n_threads = 2;
+    if (kv_dtype) (void)pl_kv_dtype_from_name(kv_dtype, &cp.kv_dtype);
+    pl_ctx *c = NULL;
+    return pl_ctx_new(&c, m, &cp) == 0 ? c : NULL;
+}
+
+/* n sequences prefilled one by one, then one decode step of all n: each
+ * one's logits bit for bit those of the sequence decoding alone; and a
+ * prompt prefilled in chunks of 3 gives the logits of one chunk (packed
+ * matrices only: f32 ones take another path above 4 rows). */
+static int same_alone_batched_chunked(const char *type, const char *kvt, int n, char *why, size_t wn)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/pagellm-test-ds2-%s.gguf", type);
+    pl_model *m = NULL;
+    pl_ctx *cb = NULL, *ca = NULL, *c3 = NULL;
+    float *lb = NULL, *la = NULL, *l3 = NULL;
+    int rc = synth(type, path) || pl_model_load(&m, path);
+    const uint32_t nv = rc ? 0 : pl_model_n_vocab(m);
+    if (!rc) {
+        lb = malloc(sizeof(float) * nv * N_SEQS);
+        la = malloc(sizeof(float) * nv);
+        l3 = malloc(sizeof(float) * nv);
+        cb = ctx_open(m, (uint32_t)n, 512, kvt);
+        ca = ctx_open(m, 1, 512, kvt);
+        c3 = ctx_open(m, 1, 3, kvt);
+        rc = !lb || !la || !l3 || !cb || !ca || !c3;
+    }
+    int32_t seqs[N_SEQS], next[N_SEQS], ids[MAX_PROMPT];
+    for (int i = 0; i < n && !rc; i++) {
+        int np;
+        prompt_of(i, ids, &np);
+        next[i] = 7 + 31 * i;
+        rc = pl_seq_new(cb, &seqs[i]) || pl_seq_append(cb, seqs[i], ids, (size_t)np, NULL);
+    }
+    if (!rc) rc = pl_seq_step(cb, seqs, next, (size_t)n, lb);
+    if (rc) snprintf(why, wn, "%s: setup: %s", type, pl_last_error());
+    for (int i = 0; i < n && !rc; i++) {
+        int np;
+        int32_t s, s3;
+        prompt_of(i, ids, &np);
+        ids[np] = next[i];
+        rc = pl_seq_new(ca, &s) || pl_seq_append(ca, s, ids, (size_t)np, NULL) || pl_seq_append(ca, s, &next[i], 1, la) ||
+             pl_seq_new(c3, &s3) || pl_seq_append(c3, s3, ids, (size_t)np + 1, l3);
+        if (rc) {
+            snprintf(why, wn, "%s: alone: %s", type, pl_last_error());
+            break;
+        }
+        pl_seq_free(ca, s);
+        pl_seq_free(c3, s3);
+        uint32_t diff = 0, diff3 = 0;
+        const bool packed = strcmp(type, "f32") != 0;
+        for (uint32_t v = 0; v < nv; v++) diff += la[v] != lb[(size_t)i * nv + v], diff3 += packed && la[v] != l3[v];
+        if (diff || diff3) {
+            snprintf(why, wn, "%s kv %s: sequence %d of %d: %u logits differ batched, %u chunked", type,
+                     kvt ? kvt : "f16", i, n, diff, diff3);
+            rc = 1;
+        }
+    }
+    pl_ctx_free(cb);
+    pl_ctx_free(ca);
+    pl_ctx_free(c3);
+    pl_model_free(m);
+    free(lb);
+    free(la);
+    free(l3);
+    unlink(path);
+    return rc;
+}
+
+TEST(a_sequence_gets_its_logits_alone_batched_and_chunked)
+{
+    char why[512] = "";
+    CHECK_MSG(same_alone_batched_chunked("q8_0", NULL, 6, why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(same_alone_batched_chunked("q8_0", "q8_0", 6, why, sizeof why) == 0, "%s", why);
+    /* f32 matrices take the 4-row decode path up to 4 rows */
+    CHECK_MSG(same_alone_batched_chunked("f32", "f32", 3, why, sizeof why) == 0, "%s", why);
+}
+
+int main(void)
+{
+    RUN(bad_metadata_is_refused_naming_the_key);
+    RUN(bad_tensors_are_refused_naming_the_tensor);
+    RUN(deepseek2_lite_metadata_reads_as_v2_lite);
+    RUN(routing_matches_a_plain_reference);
+    RUN(latent_kind_geometry_is_one_row_a_token_and_layer);
+    RUN(latent_rows_round_trip_and_move_with_their_block);
+    RUN(a_sequence_gets_its_logits_alone_batched_and_chunked);
+    return test_summary();
+}
