@@ -270,8 +270,9 @@ static int eng_sync_init(pl_engine *e)
 
 static void eng_destroy(pl_engine *e)
 {
-    sched_free(&e->sc);
+    sched_free(&e->sc); /* releases its tier lookups */
     pl_ctx_free(e->ctx);
+    store_free(e->st);  /* writes what is still queued */
     free(e->out);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->mmu);
@@ -306,6 +307,7 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     rc = pl_ctx_new(&e->ctx, m, &cp);
     const uint32_t nv = pl_model_n_vocab(m);
     if (!rc) rc = sched_init(&e->sc, e->ctx, &p, nv);
+    if (!rc) rc = eng_tiers_open(e, &e->st);
     if (rc) { eng_destroy(e); return rc; }
     e->lim = (req_limits){pl_model_vocab(m), nv, pl_ctx_n_ctx(e->ctx), p.ctx.max_seqs, pl_ctx_unbounded(e->ctx)};
     e->accepting = true;

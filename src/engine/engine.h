@@ -82,6 +82,8 @@ struct pl_engine {
     bool prof;                 /* PAGELLM_ENGINE_PROFILE: fill pf */
     eng_prof pf;
 
+    store *st;                 /* the KV tiers, or NULL; its stats are thread-safe */
+
     /* engine thread only */
     sched sc;
     pl_engine_metrics m;
@@ -106,5 +108,11 @@ void eng_hist_init(pl_histogram *h);
 void eng_hist_observe(pl_histogram *h, double v);
 void eng_metrics_publish(pl_engine *e);
 char *eng_kv_json(pl_engine *e);
+
+/* engine_tiers.c: the KV tiers of p (kv_disk, kv_redis) as a store over
+ * ctx's prefix cache, attached to the context and the scheduler; *out =
+ * NULL when p names none. */
+int eng_tiers_open(pl_engine *e, store **out);
+void eng_tiers_metrics(store *st, pl_engine_metrics *m);
 
 #endif

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# test_kv_disk.sh - the disk KV tier end to end (`serve --kv-disk DIR`) on
+# ../shared/models/stories260K.gguf: a long prompt is served, the server is
+# stopped and started again on the same DIR, and the same prompt is then a
+# tier hit (cached_tokens >= 90% of the prompt) with the same greedy text;
+# then every entry file is corrupted (bytes flipped, truncated) and the
+# prompt is still answered with the same text, the entries counted as
+# rejected in /metrics. Also: a second server on the same DIR is refused,
+# and bad flags get clear errors.
+source "$(dirname "$0")/lib.sh"
+
+M=$SHARED/models/stories260K.gguf
+D=$T/kvdisk
+SPID=""
+cleanup() {
+  [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+if [ ! -f "$M" ]; then skip kv_disk "$M not found"; exit 0; fi
+command -v curl >/dev/null || { skip kv_disk "curl not installed"; exit 0; }
+command -v jq >/dev/null || { skip kv_disk "jq not installed"; exit 0; }
+
+# A prompt of ~400 tokens (stories260K's context is 512).
+PROMPT=$(printf 'Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park. %.0s' $(seq 1 16))
+BODY=$(jq -n --arg p "$PROMPT" '{prompt: $p, max_tokens: 24, temperature: 0}')
+
+start() {
+  serve_start "$T/serve$1.log" "$M" --kv-disk "$D" --kv-disk-max 64M --kv-tier-timeout-ms 2000 "${@:2}"
+  URL=http://127.0.0.1:$PORT
+  [ -n "$PORT" ]
+}
+
+stop() {
+  kill -TERM "$SPID" 2>/dev/null
+  for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$SPID" 2>/dev/null
+  wait "$SPID" 2>/dev/null
+  SPID=""
+}
+
+# complete OUT: the completion of $BODY into OUT.
+complete() { curl -s --max-time 60 -H 'Content-Type: application/json' --data-binary "$BODY" "$URL/v1/completions" >"$1"; }
+
+# metric NAME: the value of /metrics line NAME (with its labels), 0 if absent.
+metric() { curl -s --max-time 10 "$URL/metrics" | awk -v n="$1" '$1 == n { print $2; f = 1 } END { if (!f) print 0 }'; }
+
+# 1. cold: computed, and written behind to DIR
+if ! start 1; then fail kv_disk_start "$(tail -3 "$T/serve1.log")"; exit 0; fi
+complete "$T/a.json"
+PT=$(jq '.usage.prompt_tokens' "$T/a.json")
+TEXT1=$(jq -r '.choices[0].text' "$T/a.json")
+check kv_disk_cold_answer test "$PT" -ge 300 -a "$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/a.json")" -eq 0
+W=$(metric 'pagellm_kv_tier_writes_total{tier="disk"}')
+check kv_disk_written_behind test "$W" -ge $((PT / 16 - 1))
+# a second server on the same DIR is refused, naming the lock
+expect_exit kv_disk_second_server_refused 1 'in use by another process' -- \
+  "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --kv-disk "$D"
+stop
+NFILES=$(find "$D" -name '*.kv' | wc -l)
+check kv_disk_files_after_stop test "$NFILES" -ge $((PT / 16 - 1))
+
+# 2. restarted: the prompt is a disk hit, same greedy text
+start 2 || { fail kv_disk_restart "$(tail -3 "$T/serve2.log")"; exit 0; }
+complete "$T/b.json"
+CT=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/b.json")
+echo "# prompt $PT tokens, $CT served from disk after a restart"
+check kv_disk_restart_hit test $((CT * 10)) -ge $((PT * 9))
+check kv_disk_restart_same_text test "$(jq -r '.choices[0].text' "$T/b.json")" = "$TEXT1"
+H=$(metric 'pagellm_kv_tier_hits_total{tier="disk"}')
+check kv_disk_hits_counted test "$H" -ge $((PT / 16 - 1))
+check kv_disk_tier_hit_tokens test "$(metric pagellm_kv_tier_hit_tokens_total)" -eq "$CT"
+check kv_disk_latency_histogram test "$(metric 'pagellm_kv_tier_get_seconds_count{tier="disk"}')" -ge 1
+stop
+
+# 3. corrupt entries: a byte flipped in half of the files, the others truncated
+i=0
+for f in $(find "$D" -name '*.kv' | sort); do
+  if [ $((i % 2)) -eq 0 ]; then
+    printf '\xff\xfe' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") / 2 )) conv=notrunc status=none
+  else
+    truncate -s $(( $(stat -c %s "$f") - 7 )) "$f"
+  fi
+  i=$((i + 1))
+done
+start 3 || { fail kv_disk_restart_corrupt "$(tail -3 "$T/serve3.log")"; exit 0; }
+complete "$T/c.json"
+check kv_disk_corrupt_same_text test "$(jq -r '.choices[0].text' "$T/c.json")" = "$TEXT1"
+check kv_disk_corrupt_not_served test "$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/c.json")" -eq 0
+R=$(metric 'pagellm_kv_tier_rejected_total{tier="disk"}')
+echo "# $R corrupt entries rejected"
+check kv_disk_corrupt_rejected test "$R" -ge 1
+stop
+# the corrupt files were deleted and rewritten by the recompute: a restart hits again
+start 4 || { fail kv_disk_restart_rewritten "$(tail -3 "$T/serve4.log")"; exit 0; }
+complete "$T/d.json"
+CT=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/d.json")
+check kv_disk_rewritten_hit test $((CT * 10)) -ge $((PT * 9))
+check kv_disk_rewritten_same_text test "$(jq -r '.choices[0].text' "$T/d.json")" = "$TEXT1"
+stop
+
+# 4. flags
+expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
+expect_exit kv_disk_max_bad_size 2 'kv-disk-max' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --kv-disk-max 12Q
+expect_exit kv_disk_not_a_dir 1 'not a directory|cannot create' -- "$PAGELLM" serve -m "$M" --kv-disk "$M"
+expect_exit kv_disk_no_prefix_cache 2 'prefix cache' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --no-prefix-cache
+expect_exit kv_redis_ttl_needs_redis 2 'needs --kv-redis' -- "$PAGELLM" serve -m "$M" --kv-redis-ttl 5
