@@ -121,11 +121,12 @@ asan: deps
 	@$(MAKE) --no-print-directory peer
 	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 bash tests/run.sh
 
-# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, then the tokenizer
+# each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer, the KV tier entry reader
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) tokenizer
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) store
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh [SECONDS] [TARGET] - build a fuzz target with clang's libFuzzer +
 # ASan/UBSan, make its seed corpus, and fuzz for SECONDS (default 60).
-# TARGET: gguf (default; the GGUF reader and writer) or tokenizer (text ->
-# ids -> text over stories260K and ../shared/models/vocab/*.gguf).
+# TARGET: gguf (default; the GGUF reader and writer), tokenizer (text ->
+# ids -> text over stories260K and ../shared/models/vocab/*.gguf) or store
+# (the KV tier entry reader, src/store/store_entry.c).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -104,8 +105,18 @@ exec "$OUT/fuzz_tokenizer" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/tokenizer.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+store)
+SRC="src/base/err.c src/store/store_entry.c"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_store_entry.c -o "$OUT/fuzz_store_entry" -lxxhash || exit 2
+# shellcheck disable=SC2086
+$CLANG $FLAGS -DFUZZ_SEEDGEN $SRC tests/fuzz/fuzz_store_entry.c -o "$OUT/seedgen_store" -lxxhash || exit 2
+"$OUT/seedgen_store" "$CORPUS" || exit 2
+exec "$OUT/fuzz_store_entry" -max_total_time="$SECS" -max_len=2048 -timeout=10 \
+  -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | store)" >&2
 exit 2
 ;;
 esac
