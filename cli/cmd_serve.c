@@ -35,7 +35,7 @@ typedef struct {
     int max_queue, completions_max_tokens;
     double drain_s, gather_ms;
     bool no_prefix_cache, prefix_order;
-    const char *kv_disk, *kv_redis;
+    const char *kv_disk, *kv_redis, *role;
     uint64_t kv_disk_max;
     int kv_redis_ttl, kv_tier_timeout_ms;
     uint64_t max_body;
@@ -115,6 +115,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {"kv-redis", 0, CLI_STR, &o->kv_redis, 0, 0, "HOST:PORT[,...]", "KV tier in a Redis Cluster shared by replicas (asked after --kv-disk)"},
         {"kv-redis-ttl", 0, CLI_INT, &o->kv_redis_ttl, 0, 1 << 30, "S", "seconds a block lives in Redis (default 0: no expiry)"},
         {"kv-tier-timeout-ms", 0, CLI_INT, &o->kv_tier_timeout_ms, 1, 60000, "MS", "a prompt waits at most MS ms for the KV tiers; what is not found by then is recomputed (default 50)"},
+        {"role", 0, CLI_STR, &o->role, 0, 0, "ROLE", "mixed (default), prefill (fill and publish prompts' KV to the tiers, answer with at most 1 token) or decode (take prompts' KV from the tiers); prefill and decode need --kv-disk or --kv-redis"},
         {"verbose", 'v', CLI_FLAG, &o->http.verbose, 0, 0, NULL, "log every request on stderr"},
         {0},
     };
@@ -128,6 +129,14 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     if (!o->http.tls_cert != !o->http.tls_key) { cli_error("serve", "--tls-cert and --tls-key go together"); return 2; }
     if ((o->kv_disk_max || o->kv_tier_timeout_ms) && !o->kv_disk && !o->kv_redis) {
         cli_error("serve", "--kv-disk-max and --kv-tier-timeout-ms need --kv-disk or --kv-redis");
+        return 2;
+    }
+    if (o->role && strcmp(o->role, "mixed") && strcmp(o->role, "prefill") && strcmp(o->role, "decode")) {
+        cli_error("serve", "--role %s: expected mixed, prefill or decode", o->role);
+        return 2;
+    }
+    if (o->role && strcmp(o->role, "mixed") && !o->kv_disk && !o->kv_redis) {
+        cli_error("serve", "--role %s needs a KV tier (--kv-disk or --kv-redis) to share prompts through", o->role);
         return 2;
     }
     if (o->kv_redis_ttl && !o->kv_redis) { cli_error("serve", "--kv-redis-ttl needs --kv-redis"); return 2; }
@@ -174,6 +183,7 @@ static int serve_engine_params(const serve_opts *o, const pl_model *m, pl_engine
     ep->kv_redis = o->kv_redis;
     ep->kv_redis_ttl = (uint32_t)o->kv_redis_ttl;
     ep->kv_tier_timeout_ms = (uint32_t)o->kv_tier_timeout_ms;
+    ep->role = !o->role || !strcmp(o->role, "mixed") ? PL_ROLE_MIXED : !strcmp(o->role, "prefill") ? PL_ROLE_PREFILL : PL_ROLE_DECODE;
     return 0;
 }
 

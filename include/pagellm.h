@@ -403,7 +403,15 @@ typedef struct {
     const char *kv_redis;       /* "HOST:PORT[,HOST:PORT...]" of a Redis Cluster (NULL: none) */
     uint32_t kv_redis_ttl;      /* seconds an entry lives in Redis (0: no expiry) */
     uint32_t kv_tier_timeout_ms;/* a lookup's deadline, after which the keys not yet found are misses (0: 50) */
+    /* Disaggregated prefill (docs/kv-tiers.md): PL_ROLE_PREFILL fills and
+     * publishes prompts' blocks to the tiers and generates at most one
+     * token per completion (max_tokens is capped at 1, finish_reason
+     * "length"); PL_ROLE_DECODE serves whole requests, taking the prompts'
+     * blocks from the tiers. Both need a tier. PL_ROLE_MIXED (0): both. */
+    int role;
 } pl_engine_params;
+
+enum { PL_ROLE_MIXED = 0, PL_ROLE_PREFILL = 1, PL_ROLE_DECODE = 2 };
 
 void pl_engine_params_default(pl_engine_params *p);
 

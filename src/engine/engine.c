@@ -251,6 +251,10 @@ static int eng_params_check(const pl_engine_params *p)
                        p->max_batch_tokens, p->ctx.max_seqs);
     if (p->max_queue == 0) return err_set(PL_EINVAL, "engine: max_queue must be >= 1");
     if (p->gather_us > 1000000) return err_set(PL_EINVAL, "engine: gather_us %u out of range 0..1000000", p->gather_us);
+    if (p->role < PL_ROLE_MIXED || p->role > PL_ROLE_DECODE) return err_set(PL_EINVAL, "engine: role %d unknown", p->role);
+    if (p->role != PL_ROLE_MIXED && !p->kv_disk && !p->kv_redis)
+        return err_set(PL_EINVAL, "engine: the %s role needs a KV tier (--kv-disk or --kv-redis) to share prompts through",
+                       p->role == PL_ROLE_PREFILL ? "prefill" : "decode");
     return 0;
 }
 
@@ -376,6 +380,12 @@ int pl_engine_submit(pl_engine *e, const pl_request_params *p, pl_request **out)
     pthread_mutex_unlock(&e->mu);
     if (!open) return err_set(PL_EUNSUPPORTED, "engine: shut down, not taking requests");
     pl_request *r;
+    pl_request_params capped;
+    if (e->p.role == PL_ROLE_PREFILL && p && p->max_tokens > 1) { /* a prefill replica stops at the first token */
+        capped = *p;
+        capped.max_tokens = 1;
+        p = &capped;
+    }
     int rc = req_new(&r, p, &e->lim, id);
     if (rc) return rc;
     pthread_mutex_lock(&e->mu);

@@ -5,8 +5,10 @@
 # tier hit (cached_tokens >= 90% of the prompt) with the same greedy text;
 # then every entry file is corrupted (bytes flipped, truncated) and the
 # prompt is still answered with the same text, the entries counted as
-# rejected in /metrics. Also: a second server on the same DIR is refused,
-# and bad flags get clear errors.
+# rejected in /metrics. Also: a --role prefill replica answers with one
+# token and a --role decode replica on its DIR serves the prompt from the
+# tier; a second server on the same DIR is refused; bad flags get clear
+# errors.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -100,9 +102,28 @@ check kv_disk_rewritten_hit test $((CT * 10)) -ge $((PT * 9))
 check kv_disk_rewritten_same_text test "$(jq -r '.choices[0].text' "$T/d.json")" = "$TEXT1"
 stop
 
-# 4. flags
+# 4. disaggregated prefill: a prefill replica fills DIR2 and answers with one token; a decode
+#    replica on DIR2 then serves the prompt from the tier with the mixed replica's text
+D=$T/kvdisk2
+start 5 --role prefill || { fail kv_disk_prefill_start "$(tail -3 "$T/serve5.log")"; exit 0; }
+complete "$T/e.json"
+check kv_disk_prefill_one_token test "$(jq '.usage.completion_tokens' "$T/e.json")" -eq 1 -a \
+  "$(jq -r '.choices[0].finish_reason' "$T/e.json")" = length
+stop
+start 6 --role decode || { fail kv_disk_decode_start "$(tail -3 "$T/serve6.log")"; exit 0; }
+complete "$T/f.json"
+CT=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/f.json")
+check kv_disk_decode_hit test $((CT * 10)) -ge $((PT * 9))
+check kv_disk_decode_same_text test "$(jq -r '.choices[0].text' "$T/f.json")" = "$TEXT1"
+stop
+
+# 5. flags
+expect_exit kv_disk_role_bad 2 'expected mixed, prefill or decode' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --role both
+expect_exit kv_disk_role_needs_tier 2 'needs a KV tier' -- "$PAGELLM" serve -m "$M" --role prefill
 expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
 expect_exit kv_disk_max_bad_size 2 'kv-disk-max' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --kv-disk-max 12Q
 expect_exit kv_disk_not_a_dir 1 'not a directory|cannot create' -- "$PAGELLM" serve -m "$M" --kv-disk "$M"
 expect_exit kv_disk_no_prefix_cache 2 'prefix cache' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --no-prefix-cache
 expect_exit kv_redis_ttl_needs_redis 2 'needs --kv-redis' -- "$PAGELLM" serve -m "$M" --kv-redis-ttl 5
+# no Redis Cluster listens on port 1: refused at start with a message naming the Redis tier
+expect_exit kv_redis_unavailable 1 '[Rr]edis' -- "$PAGELLM" serve -m "$M" --kv-redis 127.0.0.1:1
