@@ -127,3 +127,9 @@ expect_exit kv_disk_no_prefix_cache 2 'prefix cache' -- "$PAGELLM" serve -m "$M"
 expect_exit kv_redis_ttl_needs_redis 2 'needs --kv-redis' -- "$PAGELLM" serve -m "$M" --kv-redis-ttl 5
 # no Redis Cluster listens on port 1: refused at start with a message naming the Redis tier
 expect_exit kv_redis_unavailable 1 '[Rr]edis' -- "$PAGELLM" serve -m "$M" --kv-redis 127.0.0.1:1
+# every server exited cleanly (under ASan: no report, no leak)
+if grep -lE 'Sanitizer|runtime error' "$T"/serve*.log >/dev/null 2>&1; then
+  fail kv_disk_servers_clean "$(grep -hE 'Sanitizer|runtime error' "$T"/serve*.log | head -3)"
+else
+  pass kv_disk_servers_clean
+fi
