@@ -5,7 +5,8 @@
  * second opener, torn temp files, corrupt files deleted), the store's
  * threads with a slow fake backend (the caller never waits: puts and polls
  * return at once, the deadline turns pending keys into misses, a full
- * staging buffer drops writes), and a randomized run of a RAM pool + prefix
+ * staging buffer drops writes), the scheduler stepping a decoding request
+ * while another waits on a slow lookup, and a randomized run of a RAM pool + prefix
  * cache + disk tier compared with a model of which prefix each block holds.
  */
 #include "test.h"
@@ -16,6 +17,8 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
 #include "kv/kv_check.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_seq.h"
@@ -565,6 +568,101 @@ TEST(random_ram_and_disk_against_model)
     rm_tmpdir();
 }
 
+/* ------------------------------------- the scheduler around a slow tier */
+
+static pl_request *sched_req(const req_limits *lim, uint32_t n, int32_t max_tokens, int32_t first, uint64_t id)
+{
+    int32_t *ids = malloc(n * sizeof *ids);
+    for (uint32_t i = 0; i < n; i++) ids[i] = first + (int32_t)(i % 200);
+    pl_request_params p = {.prompt = ids, .n_prompt = n, .max_tokens = max_tokens, .n = 1, .top_logprobs = -1};
+    pl_sampler_params_default(&p.sampling);
+    pl_request *r = NULL;
+    if (req_new(&r, &p, lim, id) != 0) r = NULL;
+    free(ids);
+    return r;
+}
+
+/* A request whose prompt waits on a 300 ms tier lookup stays in the waiting
+ * queue while a decoding request keeps stepping: no plan waits on the tier;
+ * at the lookup's deadline it is admitted and computes its prompt. */
+TEST(scheduler_steps_others_while_a_lookup_waits)
+{
+    pl_model *m;
+    if (pl_model_load(&m, SHARED_MODELS "/stories260K.gguf") != 0) {
+        test_skip("scheduler_steps_others_while_a_lookup_waits", "stories260K.gguf not found");
+        return;
+    }
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    ep.ctx.n_ctx = 512;
+    ep.ctx.max_seqs = 2;
+    ep.ctx.n_threads = 1;
+    ep.max_batch_tokens = 16;
+    ep.ctx.max_batch = 16;
+    pl_ctx *ctx;
+    CHECK_EQ_INT(pl_ctx_new(&ctx, m, &ep.ctx), 0);
+    const uint32_t nv = pl_model_n_vocab(m);
+    sched sc;
+    CHECK_EQ_INT(sched_init(&sc, ctx, &ep, nv), 0);
+    const kv_pool *pool = rt_ctx_pool(ctx);
+    store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = pool->g.block_bytes, .timeout_ms = 150};
+    memcpy(sp.salt, rt_ctx_prefix_cache(ctx)->salt, sizeof sp.salt);
+    store *st;
+    CHECK_EQ_INT(store_new(&st, &sp), 0);
+    fake_be *f = fake_new(0); /* a's own lookup (a miss) is quick; b's takes 300 ms */
+    CHECK_EQ_INT(store_add_tier(st, &f->base), 0);
+    rt_ctx_set_store(ctx, st);
+    sched_set_store(&sc, st);
+    req_limits lim = {pl_model_vocab(m), nv, 512, 2, false};
+    pl_request *a = sched_req(&lim, 40, 200, 3, 1), *b = sched_req(&lim, 64, 4, 7, 2);
+    CHECK(a && b);
+    CHECK_EQ_INT(sched_add(&sc, a), 0);
+    /* step until a runs, then b arrives; its lookup meets a 300 ms tier */
+    sched_seq *big;
+    double worst = 0, t_b = 0;
+    int steps_while_b_waits = 0, admitted_b_at = -1;
+    for (int step = 0; step < 60 && admitted_b_at < 0; step++) {
+        if (sc.n_running == 1 && t_b == 0) {
+            f->delay_ms = 300;
+            CHECK_EQ_INT(sched_add(&sc, b), 0);
+            t_b = mono();
+        }
+        sched_step_begin(&sc);
+        double t0 = mono();
+        int n = sched_plan(&sc, &big);
+        double dt = mono() - t0;
+        worst = dt > worst ? dt : worst;
+        CHECK(!big);
+        bool b_planned = false;
+        for (int i = 0; i < n; i++) b_planned |= sc.planned[i]->r == b;
+        if (t_b > 0 && !b_planned) steps_while_b_waits += n > 0;
+        if (b_planned) admitted_b_at = step;
+        if (n == 0) { usleep(5000); continue; }
+        CHECK_EQ_INT(rt_step(ctx, sc.items, n), 0);
+        sched_commit(&sc);
+        for (int i = 0; i < n; i++) /* what sampling does (the engine's part): one more token */
+            if (sc.items[i].logits) {
+                req_comp *c = &sc.planned[i]->r->comp[sc.planned[i]->comp_lo];
+                c->toks[sc.planned[i]->r->n_prompt + c->n_gen++] = 5;
+            }
+        CHECK_MSG(sched_check(&sc) == 0, "step %d: %s", step, err_msg());
+        usleep(10000); /* a step of a real model takes this long or more */
+    }
+    INFO("scheduler: %d steps of the other request while the lookup waited; slowest plan %.3f ms; admitted after %.0f ms",
+         steps_while_b_waits, worst * 1e3, (mono() - t_b) * 1e3);
+    CHECK_MSG(worst < 0.05, "a plan took %.3f s", worst);
+    CHECK_MSG(steps_while_b_waits >= 5, "%d steps", steps_while_b_waits);
+    CHECK(admitted_b_at > 0);
+    CHECK(mono() - t_b >= 0.14); /* the deadline, not the 300 ms tier */
+    while (sc.n_running) sched_remove(&sc, sc.running[0]);
+    while (sc.wait_head) sched_remove(&sc, sc.wait_head);
+    req_release(a), req_release(a), req_release(b), req_release(b);
+    sched_free(&sc);
+    pl_ctx_free(ctx);
+    store_free(st);
+    pl_model_free(m);
+}
+
 int main(void)
 {
     RUN(entry_round_trip);
@@ -578,5 +676,6 @@ int main(void)
     RUN(store_full_staging_drops_writes);
     RUN(store_two_tiers_chain);
     RUN(random_ram_and_disk_against_model);
+    RUN(scheduler_steps_others_while_a_lookup_waits);
     return test_summary();
 }
