@@ -5,7 +5,8 @@
  * second opener, torn temp files, corrupt files deleted), the store's
  * threads with a slow fake backend (the caller never waits: puts and polls
  * return at once, the deadline turns pending keys into misses, a full
- * staging buffer drops writes), the scheduler stepping a decoding request
+ * staging buffer drops writes, a two-tier chain where the second tier serves
+ * what the first lost and the hit is written back to the first), the scheduler stepping a decoding request
  * while another waits on a slow lookup, and a randomized run of a RAM pool + prefix
  * cache + disk tier compared with a model of which prefix each block holds.
  */
@@ -430,6 +431,11 @@ TEST(store_two_tiers_chain)
     store_tier_stats_get(s, 1, &sb);
     CHECK(sa.hits == 2 && sa.rejected == 1 && sb.hits == 1);
     CHECK_STR(store_tier_name(s, 1), "fake");
+    /* b's hit is written back to a, which missed it */
+    for (int i = 0; i < 200 && a->puts < 4; i++) usleep(5000);
+    CHECK_EQ_INT(a->puts, 4);
+    CHECK(a->keys[3].h[0] == 2 && a->lens[3] == store_entry_size(ST, SBYTES));
+    CHECK_EQ_INT(b->puts, 3);
     store_free(s);
 }
 

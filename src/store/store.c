@@ -125,6 +125,45 @@ static void get_push(tier *t, store_lookup *l)
     pthread_cond_signal(&t->cv);
 }
 
+/* Queues job j to tiers [0, n) if the staging bound allows (mu held);
+ * otherwise frees it and counts a dropped write on each. */
+static void put_queue(store *s, put_job *j, int n)
+{
+    if (s->staged + j->len > s->p.staging_bytes || s->stop) {
+        for (int i = 0; i < n; i++) s->tiers[i].st.dropped_writes++;
+        free(j->buf);
+        free(j);
+        return;
+    }
+    s->staged += j->len;
+    j->refs = n;
+    for (int i = 0; i < n; i++) {
+        tier *t = &s->tiers[i];
+        j->next[i] = NULL;
+        if (t->put_tail) t->put_tail->next[i] = j;
+        else t->put_head = j;
+        t->put_tail = j;
+        pthread_cond_signal(&t->cv);
+    }
+}
+
+/* Copies of the hits tier t served, to be written to the tiers before it
+ * (which missed them: a Redis hit lands on the local disk). No lock. */
+static void tier_promote_prepare(const tier *t, const store_lookup *l, const uint32_t *idx, uint32_t m,
+                                 uint8_t *const *vals, const size_t *lens, const uint8_t *verdict, put_job **out)
+{
+    for (uint32_t j = 0; j < m; j++) {
+        out[j] = NULL;
+        if (t->idx == 0 || verdict[j] != KEY_HIT) continue;
+        put_job *pj = calloc(1, sizeof *pj);
+        uint8_t *buf = malloc(lens[j]);
+        if (!pj || !buf) { free(pj), free(buf); continue; }
+        memcpy(buf, vals[j], lens[j]);
+        *pj = (put_job){.key = l->keys[idx[j]], .buf = buf, .len = lens[j]};
+        out[j] = pj;
+    }
+}
+
 /* Verifies the values a tier returned for keys idx[0, m) of l (no lock). */
 static void tier_verify(const tier *t, const store_lookup *l, const uint32_t *idx, uint32_t m, uint8_t **vals,
                         const size_t *lens, const uint8_t **pay, uint8_t *verdict)
@@ -155,15 +194,17 @@ static void tier_get(tier *t, store_lookup *l)
     uint8_t **vals = calloc(n, sizeof *vals), *verdict = calloc(n, 1);
     size_t *lens = calloc(n, sizeof *lens);
     const uint8_t **pay = calloc(n, sizeof *pay);
+    put_job **promote = calloc(n, sizeof *promote);
     int rc = 0;
     double dt = 0;
-    if (idx && keys && vals && verdict && lens && pay) {
+    if (idx && keys && vals && verdict && lens && pay && promote) {
         for (uint32_t i = l->from; i < l->n; i++)
             if (l->state[i] == KEY_PENDING) idx[m] = i, keys[m++] = l->keys[i];
         double t0 = now_s();
         rc = t->b->get_many(t->b, keys, m, vals, lens);
         dt = now_s() - t0;
         tier_verify(t, l, idx, m, vals, lens, pay, verdict);
+        tier_promote_prepare(t, l, idx, m, vals, lens, verdict, promote);
     } else {
         rc = PL_ENOMEM;
     }
@@ -171,6 +212,7 @@ static void tier_get(tier *t, store_lookup *l)
     hist_observe(&t->st.get_latency, dt);
     t->st.errors += rc < 0;
     for (uint32_t j = 0; j < m; j++) {
+        if (promote[j]) put_queue(s, promote[j], t->idx);
         t->st.bytes_read += lens[j];
         if (verdict[j] == KEY_HIT) {
             l->state[idx[j]] = KEY_HIT;
@@ -195,7 +237,7 @@ static void tier_get(tier *t, store_lookup *l)
     }
     pthread_mutex_unlock(&s->mu);
     for (uint32_t j = 0; vals && j < m; j++) free(vals[j]);
-    free(idx), free(keys), free(vals), free(verdict), free(lens), free(pay);
+    free(idx), free(keys), free(vals), free(verdict), free(lens), free(pay), free(promote);
 }
 
 /* ---------------------------------------------------------------- puts */
@@ -379,19 +421,14 @@ void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], 
     const size_t len = store_entry_size(s->p.block_size, s->p.block_bytes);
     pthread_mutex_lock(&s->mu);
     bool room = s->staged + len <= s->p.staging_bytes;
-    if (room) s->staged += len;
-    else
+    if (!room)
         for (int i = 0; i < s->n_tiers; i++) s->tiers[i].st.dropped_writes++;
     pthread_mutex_unlock(&s->mu);
-    if (!room) return;
+    if (!room) return; /* checked before the copy, so that a full buffer costs nothing */
     put_job *j = calloc(1, sizeof *j);
     uint8_t *buf = malloc(len);
     if (!j || !buf) {
         free(j), free(buf);
-        pthread_mutex_lock(&s->mu);
-        s->staged -= len;
-        for (int i = 0; i < s->n_tiers; i++) s->tiers[i].st.dropped_writes++;
-        pthread_mutex_unlock(&s->mu);
         return;
     }
     store_entry_meta m = {.salt = {s->p.salt[0], s->p.salt[1]},
@@ -404,14 +441,7 @@ void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], 
     *j = (put_job){.key = m.key, .buf = buf, .len = len};
     *r = m.key;
     pthread_mutex_lock(&s->mu);
-    j->refs = s->n_tiers;
-    for (int i = 0; i < s->n_tiers; i++) {
-        tier *t = &s->tiers[i];
-        if (t->put_tail) t->put_tail->next[i] = j;
-        else t->put_head = j;
-        t->put_tail = j;
-        pthread_cond_signal(&t->cv);
-    }
+    put_queue(s, j, s->n_tiers);
     pthread_mutex_unlock(&s->mu);
 }
 

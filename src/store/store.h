@@ -18,7 +18,8 @@
  * Tier 0 is asked for all; tier i+1 for tier i's misses from the first gap
  * on. Every value is verified on the I/O thread (salt, key, parent key,
  * token ids, length, checksum): one that fails is a miss counted as
- * rejected. The engine polls: the lookup is done when the leading run of
+ * rejected; a hit in tier i is queued as a write to tiers [0, i), which
+ * missed it. The engine polls: the lookup is done when the leading run of
  * hits is followed by a miss, when every key is resolved, or at the
  * deadline (the keys still pending then are misses).
  *
