@@ -23,6 +23,11 @@ ifeq ($(CI),true)
 CFLAGS  += -Werror
 endif
 LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
+# The Redis KV tier is referenced weakly (src/engine/engine_tiers.c), and a
+# weak reference does not pull an object out of a static library: when its
+# source is in the tree, -u does.
+comma   := ,
+LIBS    += $(if $(wildcard src/store/store_redis.c),-Wl$(comma)-u$(comma)store_redis_open)
 
 SRC     := $(sort $(wildcard src/*/*.c))
 SRVSRC  := $(sort $(wildcard server/*.c))
