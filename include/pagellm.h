@@ -406,7 +406,8 @@ typedef struct {
     /* Disaggregated prefill (docs/kv-tiers.md): PL_ROLE_PREFILL fills and
      * publishes prompts' blocks to the tiers and generates at most one
      * token per completion (max_tokens is capped at 1, finish_reason
-     * "length"); PL_ROLE_DECODE serves whole requests, taking the prompts'
+     * "length"); a request ends once its blocks are written to the tiers
+     * (at most 5 s later); PL_ROLE_DECODE serves whole requests, taking the prompts'
      * blocks from the tiers. Both need a tier. PL_ROLE_MIXED (0): both. */
     int role;
 } pl_engine_params;

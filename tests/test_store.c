@@ -351,10 +351,12 @@ TEST(store_never_waits_on_a_slow_tier)
     store_put_block(s, keys[0], root, tok, block);
     store_put_block(s, keys[1], keys[0], tok + ST, block);
     store_put_block(s, keys[1], keys[0], tok + ST, block); /* written already: skipped */
+    const uint64_t mark = store_put_mark(s);
     store_lookup *l = store_lookup_start(s, root, (const uint64_t(*)[2])keys, tok, 2);
     bool done;
     uint32_t hits = store_lookup_poll(l, &done);
     double dt = mono() - t0;
+    CHECK(mark == 2 && !store_put_done(s, mark) && store_put_done(s, 0));
     INFO("store: 2 puts + lookup start + poll against a 300 ms tier took %.3f ms on the caller", dt * 1e3);
     CHECK_MSG(dt < 0.05, "the caller waited %.3f s", dt);
     CHECK(!done && hits == 0);
@@ -364,8 +366,8 @@ TEST(store_never_waits_on_a_slow_tier)
     CHECK(done && hits == 0);
     store_lookup_free(l);
     /* once the puts are written, a lookup finds both, verified */
-    for (int i = 0; i < 200 && f->puts < 2; i++) usleep(10000);
-    CHECK_EQ_INT(f->puts, 2);
+    for (int i = 0; i < 200 && !store_put_done(s, mark); i++) usleep(10000);
+    CHECK_EQ_INT(f->puts, 2); /* done means written */
     f->delay_ms = 0;
     l = store_lookup_start(s, root, (const uint64_t(*)[2])keys, tok, 2);
     for (int i = 0; i < 200 && !(store_lookup_poll(l, &done), done); i++) usleep(2000);

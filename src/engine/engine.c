@@ -154,7 +154,7 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
     double t0 = e->prof ? eng_cpu_now() : 0;
     eng_metrics_publish(e);
     double t1 = e->prof ? eng_cpu_now() : 0;
-    eng_deliver(e);
+    eng_deliver(e, stop);
     if (e->prof) e->pf.publish += t1 - t0, e->pf.deliver += eng_cpu_now() - t1;
     if (e->check && sched_check(&e->sc) != 0) {
         /* a test hook: an invariant is broken, stop where it broke */
@@ -165,7 +165,7 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
      * one such iteration can happen (the next admits); two in a row would be
      * a scheduler bug, and must not become a busy loop. */
     e->stalls = stalled ? e->stalls + 1 : 0;
-    if (e->stalls > 1) {
+    if (e->stalls > 1 || (e->n_held && sched_idle(&e->sc))) { /* polls, not a busy loop */
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
@@ -173,7 +173,7 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
 
 static bool eng_should_sleep(const pl_engine *e)
 {
-    return !e->stop && !e->subq_head && !e->jobs && !e->draining && sched_idle(&e->sc);
+    return !e->stop && !e->subq_head && !e->jobs && !e->draining && sched_idle(&e->sc) && !e->n_held;
 }
 
 /* Slots the queued submissions will take (a request takes one per completion). */
@@ -213,7 +213,7 @@ static void *eng_main(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (eng_should_sleep(e)) pthread_cond_wait(&e->cv, &e->mu);
-        if (!e->stop && e->draining && !e->subq_head && sched_idle(&e->sc)) break; /* drained */
+        if (!e->stop && e->draining && !e->subq_head && sched_idle(&e->sc) && !e->n_held) break; /* drained */
         if (e->subq_head && e->p.gather_us && sched_idle(&e->sc)) eng_gather(e);
         pl_request *in = e->subq_head;
         e->subq_head = e->subq_tail = NULL;
@@ -278,6 +278,7 @@ static void eng_destroy(pl_engine *e)
     pl_ctx_free(e->ctx);
     store_free(e->st);  /* writes what is still queued */
     free(e->out);
+    free(e->held);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->mmu);
     pthread_cond_destroy(&e->cv);
@@ -364,7 +365,7 @@ void pl_engine_free(pl_engine *e)
     if (e->thread_ok) pthread_join(e->thread, NULL);
     /* The thread took every submission before it stopped; no request is
      * referenced by the engine any more. */
-    assert(!e->subq_head && sched_idle(&e->sc) && e->n_out == 0);
+    assert(!e->subq_head && sched_idle(&e->sc) && e->n_out == 0 && e->n_held == 0);
     if (e->prof) eng_prof_print(e);
     eng_destroy(e);
 }
@@ -419,6 +420,8 @@ void pl_engine_metrics_get(pl_engine *e, pl_engine_metrics *out)
     pthread_mutex_lock(&e->mmu);
     *out = e->pub;
     pthread_mutex_unlock(&e->mmu);
+    /* the tiers' counters move on their own threads, also while the engine sleeps: read them now */
+    eng_tiers_metrics(e->st, out);
 }
 
 char *pl_engine_kv_json(pl_engine *e)

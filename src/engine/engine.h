@@ -49,6 +49,17 @@ typedef struct {
     uint64_t steps, items, tokens;
 } eng_prof;
 
+/* A request's final event held back (prefill role) until the blocks its
+ * prompt published are written to the tiers, so that a decode replica
+ * asked next finds them; at most ENG_HOLD_MAX_S. */
+typedef struct {
+    eng_out o;
+    uint64_t mark;   /* store_put_mark when it was held */
+    double until;    /* eng_now() after which it goes anyway */
+} eng_held;
+
+#define ENG_HOLD_MAX_S 5.0
+
 /* A pl_engine_kv_json call waiting for the engine thread (on its stack). */
 typedef struct eng_job {
     struct eng_job *next;
@@ -90,6 +101,8 @@ struct pl_engine {
     eng_out *out;
     size_t n_out, cap_out;
     int stalls;                        /* iterations in a row that ran nothing with work left */
+    eng_held *held;                    /* prefill role: final events waiting for the tiers */
+    size_t n_held, cap_held;
     eng_out spare;                     /* out of memory: one event that could not be queued */
     bool spare_used;
     char piece[4096];                  /* one token's text from the detokenizer */
@@ -101,7 +114,8 @@ void eng_on_logits(pl_engine *e, sched_seq *q, const float *logits, double now);
 void eng_drop(pl_engine *e, sched_seq *q, double now);           /* cancel: DONE "cancelled", removed */
 void eng_fail(pl_engine *e, pl_request *r, const char *msg, double now); /* ERROR; sweep removes its seqs */
 void eng_sweep(pl_engine *e, double now);                        /* drops failed and cancelled seqs */
-void eng_deliver(pl_engine *e);
+/* Hands the step's events to their requests; with flush, also every held one. */
+void eng_deliver(pl_engine *e, bool flush);
 
 /* engine_stats.c */
 void eng_hist_init(pl_histogram *h);

@@ -31,6 +31,7 @@ typedef struct put_job {
     uint8_t *buf;
     size_t len;
     int refs;
+    uint64_t seq;              /* queue order, from 1 (store_put_mark) */
 } put_job;
 
 struct store_lookup {
@@ -56,6 +57,7 @@ typedef struct {
     bool th_ok;
     pthread_cond_t cv;
     put_job *put_head, *put_tail;
+    uint64_t inflight_min;     /* seq of the first job being written, 0 if none */
     store_lookup *get_head, *get_tail;
     store_tier_stats st;
 } tier;
@@ -66,6 +68,7 @@ struct store {
     tier tiers[STORE_MAX_TIERS];
     int n_tiers;
     uint64_t staged;                  /* bytes of put jobs alive */
+    uint64_t put_seq;                 /* jobs queued so far */
     bool stop;
     double stop_deadline;
     store_key recent[STORE_RECENT];   /* engine thread only */
@@ -137,6 +140,7 @@ static void put_queue(store *s, put_job *j, int n)
     }
     s->staged += j->len;
     j->refs = n;
+    j->seq = ++s->put_seq;
     for (int i = 0; i < n; i++) {
         tier *t = &s->tiers[i];
         j->next[i] = NULL;
@@ -272,12 +276,14 @@ static void tier_put_batch(tier *t)
     const uint8_t *vals[STORE_PUT_BATCH];
     size_t lens[STORE_PUT_BATCH], bytes = 0;
     for (int i = 0; i < k; i++) keys[i] = jobs[i]->key, vals[i] = jobs[i]->buf, lens[i] = jobs[i]->len, bytes += lens[i];
+    t->inflight_min = k ? jobs[0]->seq : 0;
     pthread_mutex_unlock(&s->mu);
     double t0 = now_s();
     int rc = t->b->put_many(t->b, keys, (size_t)k, vals, lens);
     double dt = now_s() - t0;
     pthread_mutex_lock(&s->mu);
     hist_observe(&t->st.put_latency, dt);
+    t->inflight_min = 0;
     t->st.puts += (uint64_t)k;
     if (rc < 0) t->st.errors++;
     else t->st.bytes_written += bytes;
@@ -443,6 +449,27 @@ void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], 
     pthread_mutex_lock(&s->mu);
     put_queue(s, j, s->n_tiers);
     pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t store_put_mark(store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t m = s->put_seq;
+    pthread_mutex_unlock(&s->mu);
+    return m;
+}
+
+bool store_put_done(store *s, uint64_t mark)
+{
+    bool done = true;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_tiers && done; i++) {
+        const tier *t = &s->tiers[i];
+        /* each tier writes its queue in order: its oldest pending job decides */
+        done = !(t->put_head && t->put_head->seq <= mark) && !(t->inflight_min && t->inflight_min <= mark);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return done;
 }
 
 /* --------------------------------------------------------------- lookup */

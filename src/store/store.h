@@ -84,6 +84,11 @@ int store_n_tiers(const store *s);
 const char *store_tier_name(const store *s, int i);
 void store_tier_stats_get(store *s, int i, store_tier_stats *out);
 
+/* A mark of the writes queued so far; store_put_done(mark) once every
+ * tier has written (or dropped) all of them. */
+uint64_t store_put_mark(store *s);
+bool store_put_done(store *s, uint64_t mark);
+
 /* Bytes of writes queued and not yet written by every tier. */
 uint64_t store_staged_bytes(store *s);
 
