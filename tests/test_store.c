@@ -7,7 +7,8 @@
  * return at once, the deadline turns pending keys into misses, a full
  * staging buffer drops writes, a two-tier chain where the second tier serves
  * what the first lost and the hit is written back to the first), the scheduler stepping a decoding request
- * while another waits on a slow lookup, and a randomized run of a RAM pool + prefix
+ * while another waits on a slow lookup, an engine restarted on its disk tier
+ * (and the prefill and decode roles), and a randomized run of a RAM pool + prefix
  * cache + disk tier compared with a model of which prefix each block holds.
  */
 #include "test.h"
@@ -671,6 +672,98 @@ TEST(scheduler_steps_others_while_a_lookup_waits)
     pl_model_free(m);
 }
 
+/* ------------------------------------------------- the engine, restarted */
+
+/* Runs one greedy request to its end: its tokens, cached_tokens, finish. */
+static int eng_run(pl_engine *e, const int32_t *ids, size_t n, int max_tokens, int32_t *out, int *n_out,
+                   uint32_t *cached, const char **finish)
+{
+    pl_request_params p = {.prompt = ids, .n_prompt = n, .max_tokens = max_tokens, .n = 1, .top_logprobs = -1};
+    pl_sampler_params_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.ignore_eos = true;
+    pl_request *r;
+    if (pl_engine_submit(e, &p, &r) != 0) return -1;
+    pl_event ev;
+    int rc;
+    *n_out = 0;
+    while ((rc = pl_request_next(r, &ev, 10000)) == 1) {
+        if (ev.kind == PL_EV_TOKEN) out[(*n_out)++] = ev.token;
+        if (ev.kind == PL_EV_DONE) *cached = ev.cached_tokens, *finish = ev.finish_reason;
+        if (ev.kind == PL_EV_ERROR) break;
+    }
+    pl_request_free(r);
+    return rc == 2 ? 0 : -1;
+}
+
+static pl_engine *eng_open(pl_model *m, int role)
+{
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    ep.ctx.n_ctx = 512;
+    ep.ctx.max_seqs = 2;
+    ep.ctx.n_threads = 1;
+    ep.kv_disk = tmpdir;
+    ep.kv_tier_timeout_ms = 5000;
+    ep.role = role;
+    pl_engine *e = NULL;
+    if (pl_engine_new(&e, m, &ep) != 0) return NULL;
+    return e;
+}
+
+/* The disk tier through the public API: a prompt computed by one engine is
+ * served from disk by the next (same greedy tokens); a prefill-role engine
+ * answers with one token and its blocks serve a decode-role engine; the
+ * tiers' counters say so. */
+TEST(engine_restart_is_served_from_disk)
+{
+    pl_model *m;
+    if (pl_model_load(&m, SHARED_MODELS "/stories260K.gguf") != 0) {
+        test_skip("engine_restart_is_served_from_disk", "stories260K.gguf not found");
+        return;
+    }
+    mk_tmpdir("eng");
+    int32_t ids[300], a[16], b[16];
+    for (int i = 0; i < 300; i++) ids[i] = 1 + (i * 37) % 400;
+    int na, nb;
+    uint32_t ca = 99, cb = 0;
+    const char *fin = NULL;
+    pl_engine *e = eng_open(m, PL_ROLE_MIXED);
+    CHECK_MSG(e, "%s", pl_last_error());
+    CHECK_EQ_INT(eng_run(e, ids, 300, 16, a, &na, &ca, &fin), 0);
+    pl_engine_free(e); /* writes what is queued */
+    e = eng_open(m, PL_ROLE_MIXED);
+    CHECK(e);
+    CHECK_EQ_INT(eng_run(e, ids, 300, 16, b, &nb, &cb, &fin), 0);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    CHECK(ca == 0 && na == 16 && nb == 16);
+    CHECK_MSG(cb == 288, "cached %u", cb); /* 18 full blocks of the 299 tokens before the last */
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(mt.n_tiers == 1 && strcmp(mt.tiers[0].name, "disk") == 0 && mt.tiers[0].hits == 18);
+    CHECK(mt.tier_hit_tokens == 288 && mt.tiers[0].get_latency.n >= 1);
+    /* prefill role on another prompt, then decode role */
+    ids[0] = 2;
+    e = eng_open(m, PL_ROLE_PREFILL);
+    CHECK(e);
+    CHECK_EQ_INT(eng_run(e, ids, 300, 16, a, &na, &ca, &fin), 0);
+    CHECK(na == 1 && ca == 0 && fin && strcmp(fin, "length") == 0);
+    pl_engine_free(e);
+    e = eng_open(m, PL_ROLE_DECODE);
+    CHECK(e);
+    CHECK_EQ_INT(eng_run(e, ids, 300, 16, b, &nb, &cb, &fin), 0);
+    pl_engine_free(e);
+    CHECK(nb == 16 && cb == 288 && a[0] == b[0]);
+    /* roles need a tier */
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    ep.role = PL_ROLE_PREFILL;
+    CHECK(pl_engine_new(&e, m, &ep) == PL_ERR_INVAL && strstr(pl_last_error(), "KV tier"));
+    pl_model_free(m);
+    rm_tmpdir();
+}
+
 int main(void)
 {
     RUN(entry_round_trip);
@@ -685,5 +778,6 @@ int main(void)
     RUN(store_two_tiers_chain);
     RUN(random_ram_and_disk_against_model);
     RUN(scheduler_steps_others_while_a_lookup_waits);
+    RUN(engine_restart_is_served_from_disk);
     return test_summary();
 }
