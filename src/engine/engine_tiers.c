@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "engine/engine.h"
 #include "store/store_disk.h"
+#include "store/store_entry.h"
 #include "store/store_redis.h"
 
 #pragma weak store_redis_open
@@ -32,6 +33,10 @@ int eng_tiers_open(pl_engine *e, store **out)
     store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = pool->g.block_bytes,
                        .timeout_ms = p->kv_tier_timeout_ms};
     memcpy(sp.salt, pc->salt, sizeof sp.salt);
+    const uint64_t entry = store_entry_size(sp.block_size, sp.block_bytes);
+    if (p->kv_disk && p->kv_disk_max && p->kv_disk_max < entry)
+        return err_set(PL_EINVAL, "--kv-disk-max %llu bytes is less than one KV block's entry (%llu bytes)",
+                       (unsigned long long)p->kv_disk_max, (unsigned long long)entry);
     store *st;
     int rc = store_new(&st, &sp);
     if (rc) return rc;

@@ -127,6 +127,7 @@ expect_exit kv_disk_role_bad 2 'expected mixed, prefill or decode' -- "$PAGELLM"
 expect_exit kv_disk_role_needs_tier 2 'needs a KV tier' -- "$PAGELLM" serve -m "$M" --role prefill
 expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
 expect_exit kv_disk_max_bad_size 2 'kv-disk-max' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --kv-disk-max 12Q
+expect_exit kv_disk_max_below_a_block 1 'less than one KV block' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --kv-disk-max 1K
 expect_exit kv_disk_not_a_dir 1 'not a directory|cannot create' -- "$PAGELLM" serve -m "$M" --kv-disk "$M"
 expect_exit kv_disk_no_prefix_cache 2 'prefix cache' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --no-prefix-cache
 expect_exit kv_redis_ttl_needs_redis 2 'needs --kv-redis' -- "$PAGELLM" serve -m "$M" --kv-redis-ttl 5
