@@ -122,7 +122,21 @@ check kv_disk_decode_hit test $((CT * 10)) -ge $((PT * 9))
 check kv_disk_decode_same_text test "$(jq -r '.choices[0].text' "$T/f.json")" = "$TEXT1"
 stop
 
-# 5. flags
+# 5. a limit of 8 entries: the least recently used files go, what is left on disk stays correct
+D=$T/kvdisk3
+E=$(stat -c %s "$(find "$T/kvdisk2" -name '*.kv' | head -1)")
+start 7 --kv-disk-max $((8 * E)) || { fail kv_disk_small_start "$(tail -3 "$T/serve7.log")"; exit 0; }
+complete "$T/g.json"
+stop
+check kv_disk_small_within_limit test "$(find "$D" -name '*.kv' | wc -l)" -le 8 -a "$(du -sb --exclude=lock "$D" | cut -f1)" -gt 0
+start 8 --kv-disk-max $((8 * E)) || { fail kv_disk_small_restart "$(tail -3 "$T/serve8.log")"; exit 0; }
+complete "$T/h.json"
+stop
+check kv_disk_small_same_text test "$(jq -r '.choices[0].text' "$T/h.json")" = "$TEXT1"
+CT=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/h.json")
+echo "# with 8 entries on disk, $CT of $PT prompt tokens served after a restart"
+
+# 6. flags
 expect_exit kv_disk_role_bad 2 'expected mixed, prefill or decode' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --role both
 expect_exit kv_disk_role_needs_tier 2 'needs a KV tier' -- "$PAGELLM" serve -m "$M" --role prefill
 expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
