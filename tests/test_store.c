@@ -228,6 +228,38 @@ TEST(disk_lru_within_limit_survives_restart)
     rm_tmpdir();
 }
 
+/* A batch in chain order (keys 1..4) within a limit of 3 entries: the
+ * deepest block goes, and a lookup of the chain keeps its head. */
+TEST(disk_lru_keeps_a_chain_head)
+{
+    mk_tmpdir("chain");
+    char err[300];
+    size_t one = store_entry_size(ET, 1000);
+    store_backend *b = store_disk_open(tmpdir, 3 * one, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    store_key k[5];
+    uint8_t *v[5];
+    size_t len[5];
+    for (int i = 1; i <= 4; i++) k[i] = dkey((uint64_t)i), v[i] = dval((uint64_t)i, 1000, &len[i]);
+    CHECK_EQ_INT(b->put_many(b, k + 1, 4, (const uint8_t *const *)v + 1, len + 1), 0);
+    CHECK(disk_has(b, 1) && disk_has(b, 2) && disk_has(b, 3) && !disk_has(b, 4));
+    /* a lookup of the chain 1, 2, 3 then a new block: 3, the deepest, goes */
+    uint8_t *g[3];
+    size_t gl[3];
+    b->get_many(b, k + 1, 3, g, gl);
+    for (int i = 0; i < 3; i++) free(g[i]);
+    CHECK_EQ_INT(disk_put(b, 9, 1000), 0);
+    store_key k3 = dkey(3), k1 = dkey(1);
+    b->get_many(b, &k3, 1, g, gl);
+    CHECK(!g[0]);
+    b->get_many(b, &k1, 1, g, gl);
+    CHECK(g[0]);
+    free(g[0]);
+    for (int i = 1; i <= 4; i++) free(v[i]);
+    b->close(b);
+    rm_tmpdir();
+}
+
 /* The file of key i (as store_disk names it). */
 static void disk_file(uint64_t i, char *out, size_t cap)
 {
@@ -772,6 +804,7 @@ int main(void)
     RUN(entry_wrong_salt_key_parent_tokens_rejected);
     RUN(disk_round_trip_and_lock);
     RUN(disk_lru_within_limit_survives_restart);
+    RUN(disk_lru_keeps_a_chain_head);
     RUN(disk_torn_and_corrupt_files);
     RUN(store_never_waits_on_a_slow_tier);
     RUN(store_full_staging_drops_writes);

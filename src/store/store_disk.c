@@ -190,22 +190,25 @@ static uint8_t *disk_read(const char *path, size_t *len)
     return buf;
 }
 
+/* Keys come in chain order (a prompt's blocks, first to last), and a lookup
+ * stops at its first miss: the LRU is updated last key first, so that a
+ * chain's head is the most recent and its tail goes first. */
 static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
 {
     disk *d = (disk *)b;
     int rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        vals[i] = NULL;
-        lens[i] = 0;
-        disk_entry *e = disk_find(d, &keys[i]);
+    for (size_t r = n; r-- > 0;) {
+        vals[r] = NULL;
+        lens[r] = 0;
+        disk_entry *e = disk_find(d, &keys[r]);
         if (!e) continue;
-        disk_path(d, d->path, &keys[i], ".kv", false);
-        vals[i] = disk_read(d->path, &lens[i]);
+        disk_path(d, d->path, &keys[r], ".kv", false);
+        vals[r] = disk_read(d->path, &lens[r]);
         store_entry_meta m;
-        if (!vals[i]) {
+        if (!vals[r]) {
             if (errno != ENOENT) rc = PL_EIO;
             disk_forget(d, e); /* removed behind our back, or unreadable */
-        } else if (store_entry_frame_check(vals[i], lens[i], &m) != 0) {
+        } else if (store_entry_frame_check(vals[r], lens[r], &m) != 0) {
             /* torn or corrupt: deleted now; the value still goes up, for the store to reject and count */
             unlink(d->path);
             disk_forget(d, e);
@@ -255,11 +258,12 @@ static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t le
     return 0;
 }
 
+/* Last key first, as disk_get_many: a batch of one chain leaves its head the most recent. */
 static int disk_put_many(store_backend *b, const store_key *keys, size_t n, const uint8_t *const *vals,
                          const size_t *lens)
 {
     int rc = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = n; i-- > 0;) {
         int r = disk_put_one((disk *)b, &keys[i], vals[i], lens[i]);
         if (r) rc = r;
     }
