@@ -23,6 +23,8 @@
 
 typedef struct disk_entry {
     store_key key;
+    store_key parent;                 /* from the entry's header */
+    bool has_parent;
     uint64_t bytes;
     struct timespec mtime;            /* at open only: the scan's order */
     struct disk_entry *prev, *next;   /* LRU */
@@ -58,6 +60,15 @@ static void lru_unlink(disk *d, disk_entry *e)
     if (e->next) e->next->prev = e->prev;
     else d->tail = e->prev;
     e->prev = e->next = NULL;
+}
+
+static void lru_push_head(disk *d, disk_entry *e)
+{
+    e->prev = NULL;
+    e->next = d->head;
+    if (d->head) d->head->prev = e;
+    else d->tail = e;
+    d->head = e;
 }
 
 static void lru_push_tail(disk *d, disk_entry *e)
@@ -153,6 +164,27 @@ static void disk_path(disk *d, char *out, const store_key *k, const char *ext, b
     snprintf(out, sizeof d->path, "%s/%.2s/%.2s/%s%s", d->dir, hex, hex + 2, hex, ext);
 }
 
+/* Makes e's ancestors on disk more recent than e, nearest first, so that
+ * a chain's deepest blocks are evicted first: a lookup stops at its first
+ * miss, so a chain's tail is worthless without its head. */
+static void disk_touch_ancestors(disk *d, const disk_entry *e)
+{
+    for (uint64_t depth = 0; e->has_parent && depth < d->n; depth++) {
+        disk_entry *p = disk_find(d, &e->parent);
+        if (!p || p == e) return;
+        lru_unlink(d, p);
+        lru_push_tail(d, p);
+        e = p;
+    }
+}
+
+static void disk_set_parent(disk_entry *e, const uint8_t *v, size_t len)
+{
+    store_entry_meta m;
+    e->has_parent = store_entry_peek(v, len, &m) == 0 && (m.parent.h[0] || m.parent.h[1]);
+    if (e->has_parent) e->parent = m.parent;
+}
+
 /* Deletes least recently used files until the bytes fit the limit. */
 static void disk_evict(disk *d)
 {
@@ -215,6 +247,7 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
         } else {
             lru_unlink(d, e);
             lru_push_tail(d, e);
+            disk_touch_ancestors(d, e);
         }
     }
     return rc;
@@ -250,20 +283,27 @@ static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t le
         e->bytes = len;
         lru_unlink(d, e);
         lru_push_tail(d, e);
-    } else if (!disk_add(d, k, len)) {
+    } else if (!(e = disk_add(d, k, len))) {
         unlink(d->path);
         return PL_ENOMEM;
+    }
+    disk_set_parent(e, v, len);
+    if (e->has_parent && !disk_find(d, &e->parent)) { /* unreachable from the disk alone: goes first */
+        lru_unlink(d, e);
+        lru_push_head(d, e);
+    } else {
+        disk_touch_ancestors(d, e);
     }
     disk_evict(d);
     return 0;
 }
 
-/* Last key first, as disk_get_many: a batch of one chain leaves its head the most recent. */
+/* In order: a chain's blocks come parent first, so each finds its parent. */
 static int disk_put_many(store_backend *b, const store_key *keys, size_t n, const uint8_t *const *vals,
                          const size_t *lens)
 {
     int rc = 0;
-    for (size_t i = n; i-- > 0;) {
+    for (size_t i = 0; i < n; i++) {
         int r = disk_put_one((disk *)b, &keys[i], vals[i], lens[i]);
         if (r) rc = r;
     }
@@ -320,8 +360,15 @@ static int disk_scan_leaf(disk *d, const char *leaf)
             struct stat st;
             if (stat(p, &st) != 0 || !S_ISREG(st.st_mode) || disk_find(d, &k)) continue;
             disk_entry *e = disk_add(d, &k, (uint64_t)st.st_size);
-            if (!e) rc = PL_ENOMEM;
-            else e->mtime = st.st_mtim;
+            if (!e) {
+                rc = PL_ENOMEM;
+                continue;
+            }
+            e->mtime = st.st_mtim;
+            uint8_t head[STORE_ENTRY_HEADER];
+            int fd = open(p, O_RDONLY | O_CLOEXEC);
+            if (fd >= 0 && pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head) disk_set_parent(e, head, sizeof head);
+            if (fd >= 0) close(fd);
         }
     }
     closedir(dh);
@@ -359,6 +406,7 @@ static int disk_scan(disk *d)
     qsort(v, k, sizeof *v, cmp_mtime);
     d->head = d->tail = NULL;
     for (size_t i = 0; i < k; i++) lru_push_tail(d, v[i]);
+    for (size_t i = 0; i < k; i++) disk_touch_ancestors(d, v[i]); /* ancestors after descendants, as when running */
     free(v);
     disk_evict(d);
     return 0;

@@ -12,7 +12,11 @@
  * file is then deleted on read and counted as rejected by the store).
  * An LRU by bytes keeps the files within max_bytes; the index is rebuilt
  * at open from the directory, least recently used first by mtime (a hit
- * touches its file's mtime), so the order survives restarts.
+ * touches its file's mtime), so the order survives restarts. Chains are
+ * kept from their head: a lookup stops at its first miss, so a block is
+ * worth nothing without its ancestors. Every use of a block also makes its
+ * ancestors on disk more recent (the deepest blocks go first), and a block
+ * whose parent is not on disk is written as the least recent.
  *
  * One I/O thread owns the backend (store_backend.h).
  */

@@ -89,6 +89,18 @@ int store_entry_frame_check(const uint8_t *e, size_t len, store_entry_meta *m)
     return 0;
 }
 
+int store_entry_peek(const uint8_t *e, size_t len, store_entry_meta *m)
+{
+    if (!e || len < STORE_ENTRY_HEADER || memcmp(e, entry_magic, 4) || get_u16(e + 4) != STORE_ENTRY_VERSION)
+        return PL_EFORMAT;
+    *m = (store_entry_meta){.salt = {get_u64(e + 8), get_u64(e + 16)},
+                            .parent = {{get_u64(e + 24), get_u64(e + 32)}},
+                            .key = {{get_u64(e + 40), get_u64(e + 48)}},
+                            .n_tokens = get_u32(e + 56),
+                            .payload_len = get_u64(e + 64)};
+    return 0;
+}
+
 static int key_eq(const store_key *a, const store_key *b) { return a->h[0] == b->h[0] && a->h[1] == b->h[1]; }
 
 int store_entry_verify(const uint8_t *e, size_t len, const store_entry_meta *want, const int32_t *tokens,

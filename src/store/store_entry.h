@@ -58,6 +58,11 @@ void store_entry_seal(uint8_t *e, size_t len);
  * 0, or PL_EFORMAT with the reason in the error text. *m filled on 0. */
 int store_entry_frame_check(const uint8_t *e, size_t len, store_entry_meta *m);
 
+/* The header's claims alone (magic and version checked, nothing else, no
+ * checksum): for an index that needs an entry's parent key cheaply. 0 or
+ * PL_EFORMAT. */
+int store_entry_peek(const uint8_t *e, size_t len, store_entry_meta *m);
+
 /* The frame, and that it is the entry `want` names holding tokens[0, T):
  * 0 with *payload pointing into e, or PL_EFORMAT naming the first field that
  * disagrees. */

@@ -3,8 +3,9 @@
  * disk file or a Redis value.
  *
  * Properties (a broken one aborts, which libFuzzer reports as a crash):
- *   - store_entry_frame_check and store_entry_verify never read out of
- *     bounds, whatever the bytes (ASan);
+ *   - store_entry_peek, store_entry_frame_check and store_entry_verify
+ *     never read out of bounds, whatever the bytes (ASan); peek agrees
+ *     with the frame check on every entry the latter accepts;
  *   - an entry they accept re-encodes from what they report (meta, tokens,
  *     payload) to exactly the input bytes: nothing in a verified entry goes
  *     unchecked;
@@ -42,8 +43,13 @@ static void reencode_equal(const uint8_t *data, size_t size, const store_entry_m
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    store_entry_meta m;
+    store_entry_meta m, peek;
+    const int peeked = store_entry_peek(data, size, &peek);
     if (store_entry_frame_check(data, size, &m) == 0) {
+        /* what an index reads from a header without the checksum agrees with the checked frame */
+        if (peeked != 0 || memcmp(peek.salt, m.salt, sizeof m.salt) || memcmp(&peek.parent, &m.parent, sizeof m.parent) ||
+            memcmp(&peek.key, &m.key, sizeof m.key) || peek.n_tokens != m.n_tokens || peek.payload_len != m.payload_len)
+            abort();
         if (store_entry_size(m.n_tokens, m.payload_len) != size) abort();
         reencode_equal(data, size, &m, data + STORE_ENTRY_HEADER);
     }
