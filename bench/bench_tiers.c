@@ -1,19 +1,21 @@
 /* bench_tiers.c - `pagellm bench tiers`: time to first token of a long
- * prompt served cold, from the RAM prefix cache, and from the disk tier.
+ * prompt served cold, from the RAM prefix cache, and from a KV tier (the
+ * disk, or with --kv-redis a Redis Cluster).
  *
  * Method, through the engine API (what `pagellm serve` runs):
  *   prompt     a shared prefix (BOS, then ids cycling from 100: --prefix-tokens
  *              in all) + a --suffix-tokens random suffix, distinct per request.
- *   cold, RAM  engine A with --kv-disk DIR (emptied first): a warm-up request
+ *   cold, RAM  engine A with the tier (--kv-disk DIR, emptied first; or
+ *              --kv-redis, whose keys must be new to it): a warm-up request
  *              sharing no block, then the prompt (cold: computed, its blocks
  *              written behind to DIR), then the prefix with another suffix
  *              (a RAM hit). Freeing A writes what is still queued.
- *   disk       per repetition a fresh engine on DIR (empty RAM): warm-up,
- *              then the prefix with a new suffix: its blocks come from disk.
+ *   tier       per repetition a fresh engine on the tier (empty RAM): warm-up,
+ *              then the prefix with a new suffix: its blocks come from the tier.
  *   timing     TTFT = pl_engine_submit to the first TOKEN event (1 token
  *              generated); cached_tokens of each request shows what served it.
- * Printed: ttft_cold_ms, ttft_ram_ms, ttft_disk_ms (median over --reps) and
- * cold / disk.
+ * Printed: ttft_cold_ms, ttft_ram_ms, ttft_tier_ms (median over --reps) and
+ * cold / tier.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -25,7 +27,7 @@
 #include "cli.h"
 
 typedef struct {
-    const char *model, *dir;
+    const char *model, *dir, *redis;
     int prefix_tokens, suffix_tokens, reps, threads, timeout_s;
     bool json;
 } bt_opts;
@@ -67,7 +69,8 @@ static int bt_engine(pl_engine **e, pl_model *m, const bt_opts *o, uint32_t n_ct
     ep.ctx.n_ctx = n_ctx;
     ep.ctx.max_seqs = 1;
     ep.ctx.n_threads = o->threads;
-    ep.kv_disk = o->dir;
+    ep.kv_disk = o->redis ? NULL : o->dir;
+    ep.kv_redis = o->redis;
     ep.kv_tier_timeout_ms = 10000; /* a benchmark measures the tier, it does not give up on it */
     if (pl_engine_new(e, m, &ep) != 0) {
         fprintf(stderr, "pagellm bench tiers: %s\n", pl_last_error());
@@ -119,6 +122,7 @@ static int bt_parse(int argc, char **argv, bt_opts *o)
         {"reps", 0, CLI_INT, &o->reps, 1, 100, "N", "disk hits, each from a fresh engine (default 3)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads (default: one per core)"},
         {"kv-disk", 0, CLI_STR, &o->dir, 0, 0, "DIR", "the disk tier's directory, emptied first (default: a temporary one)"},
+        {"kv-redis", 0, CLI_STR, &o->redis, 0, 0, "HOST:PORT[,...]", "measure a Redis Cluster tier instead of the disk (flush it first)"},
         {"timeout", 0, CLI_INT, &o->timeout_s, 1, 1 << 20, "S", "give up on a request after S seconds (default 600)"},
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "one JSON object"},
         {0},
@@ -150,7 +154,7 @@ int bench_tiers(int argc, char **argv)
         snprintf(tmp, sizeof tmp, "/tmp/pagellm-bench-tiers-%d", (int)getpid());
         o.dir = tmp;
     }
-    if (bt_fresh_dir(o.dir)) { cli_error("bench tiers", "cannot empty %s", o.dir); return 1; }
+    if (!o.redis && bt_fresh_dir(o.dir)) { cli_error("bench tiers", "cannot empty %s", o.dir); return 1; }
     pl_model *m;
     if (pl_model_load(&m, o.model) != 0) { cli_error("bench tiers", "%s", pl_last_error()); return 1; }
     const uint32_t train = pl_model_n_ctx_train(m);
@@ -162,17 +166,19 @@ int bench_tiers(int argc, char **argv)
     uint32_t cached[3] = {0};
     rc = disk ? bt_run(m, &o, &cold, &ram, disk, cached) : -1;
     const double d = disk ? bench_median(disk, (size_t)o.reps) * 1e3 : 0;
-    const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
+    const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model, *tier = o.redis ? "redis" : "disk";
     if (!rc && o.json)
-        printf("{\"model\":\"%s\",\"prefix_tokens\":%d,\"suffix_tokens\":%d,\"reps\":%d,\"ttft_cold_ms\":%.3f,"
-               "\"ttft_ram_ms\":%.3f,\"ttft_disk_ms\":%.3f,\"cached_cold\":%u,\"cached_ram\":%u,\"cached_disk\":%u}\n",
-               base, o.prefix_tokens, o.suffix_tokens, o.reps, cold * 1e3, ram * 1e3, d, cached[0], cached[1], cached[2]);
+        printf("{\"model\":\"%s\",\"tier\":\"%s\",\"prefix_tokens\":%d,\"suffix_tokens\":%d,\"reps\":%d,"
+               "\"ttft_cold_ms\":%.3f,\"ttft_ram_ms\":%.3f,\"ttft_tier_ms\":%.3f,\"cached_cold\":%u,\"cached_ram\":%u,"
+               "\"cached_tier\":%u}\n",
+               base, tier, o.prefix_tokens, o.suffix_tokens, o.reps, cold * 1e3, ram * 1e3, d, cached[0], cached[1],
+               cached[2]);
     else if (!rc)
-        printf("tiers: %s, prefix %d tokens + %d-token suffixes\n"
-               "ttft_cold_ms %.2f (cached %u)  ttft_ram_ms %.2f (cached %u)  ttft_disk_ms %.2f (cached %u, median of %d)  "
-               "cold/disk %.1fx\n",
-               base, o.prefix_tokens, o.suffix_tokens, cold * 1e3, cached[0], ram * 1e3, cached[1], d, cached[2], o.reps,
-               d > 0 ? cold * 1e3 / d : 0);
+        printf("tiers: %s, prefix %d tokens + %d-token suffixes, tier %s\n"
+               "ttft_cold_ms %.2f (cached %u)  ttft_ram_ms %.2f (cached %u)  ttft_tier_ms %.2f (cached %u, median of %d)  "
+               "cold/tier %.1fx\n",
+               base, o.prefix_tokens, o.suffix_tokens, tier, cold * 1e3, cached[0], ram * 1e3, cached[1], d, cached[2],
+               o.reps, d > 0 ? cold * 1e3 / d : 0);
     free(disk);
     pl_model_free(m);
     if (tmp[0]) {

@@ -50,7 +50,7 @@ jq_check bench_prefix_off "$T/pf0.json" '.cached_tokens_warm_min == 0'
 # tiers: the RAM hit and the disk hit (a fresh engine) serve the whole prefix (128 = 8 blocks)
 "$PAGELLM" bench tiers -m "$TINY" --prefix-tokens 128 --reps 1 -t 1 --kv-disk "$T/tiers" --json >"$T/bt.json" 2>"$T/bt.err"
 jq_check bench_tiers "$T/bt.json" \
-  '.cached_cold == 0 and .cached_ram >= 128 and .cached_disk == 128 and .ttft_cold_ms > 0 and .ttft_disk_ms > 0'
+  '.tier == "disk" and .cached_cold == 0 and .cached_ram >= 128 and .cached_tier == 128 and .ttft_cold_ms > 0 and .ttft_tier_ms > 0'
 
 # serve: a child server, two levels, every stream exactly --max-tokens long
 if [ -f "$M" ]; then
