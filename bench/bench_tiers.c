@@ -14,7 +14,9 @@
  *              then the prefix with a new suffix: its blocks come from the tier.
  *   timing     TTFT = pl_engine_submit to the first TOKEN event (1 token
  *              generated); cached_tokens of each request shows what served it.
- * Printed: ttft_cold_ms, ttft_ram_ms, ttft_tier_ms (median over --reps) and
+ * Printed: ttft_cold_ms, ttft_ram_ms, ttft_tier_ms (median over --reps),
+ * tier_read_ms (of that, the time the tier's backend spent in get_many, on
+ * its I/O thread; verification and the copy into the pool come on top) and
  * cold / tier.
  */
 #include <jansson.h>
@@ -89,7 +91,16 @@ static void bt_prompt(int32_t *ids, const bt_opts *o, int32_t n_vocab, int32_t b
         ids[o->prefix_tokens + j] = (int32_t)bench_rng_range(&rng, 1, (uint32_t)n_vocab - 1);
 }
 
-static int bt_run(pl_model *m, const bt_opts *o, double *cold, double *ram, double *disk, uint32_t cached[3])
+/* The seconds the engine's tier spent in reads so far (its get histogram's sum). */
+static double bt_read_s(pl_engine *e)
+{
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    return mt.n_tiers ? mt.tiers[0].get_latency.sum : 0;
+}
+
+static int bt_run(pl_model *m, const bt_opts *o, double *cold, double *ram, double *disk, double *read,
+                  uint32_t cached[3])
 {
     const int32_t n_vocab = (int32_t)pl_model_n_vocab(m), bos = pl_vocab_bos(pl_model_vocab(m));
     const size_t n = (size_t)o->prefix_tokens + (size_t)o->suffix_tokens;
@@ -105,7 +116,9 @@ static int bt_run(pl_model *m, const bt_opts *o, double *cold, double *ram, doub
     for (int r = 0; !rc && r < o->reps; r++) {
         rc = bt_engine(&e, m, o, (uint32_t)n + 1);
         if (!rc) bt_prompt(ids, o, n_vocab, bos, -2 - r), rc = bt_request(e, ids, (size_t)o->suffix_tokens + 16, o, &t, &c);
+        double r0 = rc ? 0 : bt_read_s(e);
         if (!rc) bt_prompt(ids, o, n_vocab, bos, 2 + r), rc = bt_request(e, ids, n, o, &disk[r], &cached[2]);
+        if (!rc) read[r] = bt_read_s(e) - r0;
         pl_engine_free(e);
     }
     free(ids);
@@ -162,24 +175,25 @@ int bench_tiers(int argc, char **argv)
         o.prefix_tokens = (int)train - o.suffix_tokens - 1;
         fprintf(stderr, "pagellm bench tiers: prefix cut to %d tokens to fit the model's context of %u\n", o.prefix_tokens, train);
     }
-    double cold = 0, ram = 0, *disk = calloc((size_t)o.reps, sizeof *disk);
+    double cold = 0, ram = 0, *disk = calloc((size_t)o.reps, sizeof *disk), *read = calloc((size_t)o.reps, sizeof *read);
     uint32_t cached[3] = {0};
-    rc = disk ? bt_run(m, &o, &cold, &ram, disk, cached) : -1;
-    const double d = disk ? bench_median(disk, (size_t)o.reps) * 1e3 : 0;
+    rc = disk && read ? bt_run(m, &o, &cold, &ram, disk, read, cached) : -1;
+    const double d = disk ? bench_median(disk, (size_t)o.reps) * 1e3 : 0, rd = read ? bench_median(read, (size_t)o.reps) * 1e3 : 0;
     const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model, *tier = o.redis ? "redis" : "disk";
     if (!rc && o.json)
         printf("{\"model\":\"%s\",\"tier\":\"%s\",\"prefix_tokens\":%d,\"suffix_tokens\":%d,\"reps\":%d,"
-               "\"ttft_cold_ms\":%.3f,\"ttft_ram_ms\":%.3f,\"ttft_tier_ms\":%.3f,\"cached_cold\":%u,\"cached_ram\":%u,"
-               "\"cached_tier\":%u}\n",
-               base, tier, o.prefix_tokens, o.suffix_tokens, o.reps, cold * 1e3, ram * 1e3, d, cached[0], cached[1],
+               "\"ttft_cold_ms\":%.3f,\"ttft_ram_ms\":%.3f,\"ttft_tier_ms\":%.3f,\"tier_read_ms\":%.3f,\"cached_cold\":%u,"
+               "\"cached_ram\":%u,\"cached_tier\":%u}\n",
+               base, tier, o.prefix_tokens, o.suffix_tokens, o.reps, cold * 1e3, ram * 1e3, d, rd, cached[0], cached[1],
                cached[2]);
     else if (!rc)
         printf("tiers: %s, prefix %d tokens + %d-token suffixes, tier %s\n"
-               "ttft_cold_ms %.2f (cached %u)  ttft_ram_ms %.2f (cached %u)  ttft_tier_ms %.2f (cached %u, median of %d)  "
-               "cold/tier %.1fx\n",
+               "ttft_cold_ms %.2f (cached %u)  ttft_ram_ms %.2f (cached %u)  ttft_tier_ms %.2f (cached %u, median of %d; "
+               "tier reads %.2f ms)  cold/tier %.1fx\n",
                base, o.prefix_tokens, o.suffix_tokens, tier, cold * 1e3, cached[0], ram * 1e3, cached[1], d, cached[2],
-               o.reps, d > 0 ? cold * 1e3 / d : 0);
+               o.reps, rd, d > 0 ? cold * 1e3 / d : 0);
     free(disk);
+    free(read);
     pl_model_free(m);
     if (tmp[0]) {
         char cmd[128];
