@@ -8,7 +8,7 @@
 # rejected in /metrics. Also: a --role prefill replica answers with one
 # token and a --role decode replica on its DIR serves the prompt from the
 # tier; a second server on the same DIR is refused; bad flags get clear
-# errors.
+# errors. The staged KV dtypes survive a restart the same way.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -136,7 +136,21 @@ stop
 check kv_disk_small_same_text test "$(jq -r '.choices[0].text' "$T/h.json")" = "$TEXT1"
 check kv_disk_small_keeps_the_head test "$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/h.json")" -eq 128
 
-# 6. flags
+# 6. the staged KV dtypes (a block quantized when it fills) and bf16: a restart serves the same
+#    text from disk (entries are salted by dtype, so each gets its own)
+for dt in bf16 fp8_e4m3 kivi4; do
+  start "9$dt" --kv-dtype "$dt" || { fail "kv_disk_${dt}_start" "$(tail -3 "$T/serve9$dt.log")"; continue; }
+  complete "$T/$dt-a.json"
+  stop
+  start "10$dt" --kv-dtype "$dt" || { fail "kv_disk_${dt}_restart" "$(tail -3 "$T/serve10$dt.log")"; continue; }
+  complete "$T/$dt-b.json"
+  stop
+  CT=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/$dt-b.json")
+  check "kv_disk_${dt}_hit_same_text" test $((CT * 10)) -ge $((PT * 9)) -a \
+    "$(jq -r '.choices[0].text' "$T/$dt-a.json")" = "$(jq -r '.choices[0].text' "$T/$dt-b.json")"
+done
+
+# 7. flags
 expect_exit kv_disk_role_bad 2 'expected mixed, prefill or decode' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --role both
 expect_exit kv_disk_role_needs_tier 2 'needs a KV tier' -- "$PAGELLM" serve -m "$M" --role prefill
 expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
