@@ -8,7 +8,8 @@
 # rejected in /metrics. Also: a --role prefill replica answers with one
 # token and a --role decode replica on its DIR serves the prompt from the
 # tier; a second server on the same DIR is refused; bad flags get clear
-# errors. The staged KV dtypes survive a restart the same way.
+# errors. The staged KV dtypes survive a restart the same way, and blocks
+# computed with sliding-window attention are never served without it.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -150,7 +151,30 @@ for dt in bf16 fp8_e4m3 kivi4; do
     "$(jq -r '.choices[0].text' "$T/$dt-a.json")" = "$(jq -r '.choices[0].text' "$T/$dt-b.json")"
 done
 
-# 7. flags
+# 7. sliding-window attention changes K/V past the window: blocks written with SWA on are never
+#    served to --swa off (their keys differ), whose own blocks then serve its restart
+SW=$T/swa.gguf
+if "$PAGELLM" synth --shape tiny --seed 3 --sliding-window 64 -o "$SW" >/dev/null 2>&1; then
+  D=$T/kvdisk-swa
+  SBODY=$BODY
+  BODY=$(jq -n --arg p "$(printf 'Once upon a time, there was a little girl named Lily. %.0s' $(seq 1 12))" \
+    '{prompt: $p, max_tokens: 16, temperature: 0}')
+  M0=$M; M=$SW
+  for run in on off off2; do
+    flags=(); [ "$run" != on ] && flags=(--swa off)
+    start "11$run" "${flags[@]}" || { fail kv_disk_swa_start "$(tail -3 "$T/serve11$run.log")"; break; }
+    complete "$T/swa-$run.json"
+    stop
+  done
+  M=$M0; BODY=$SBODY
+  check kv_disk_swa_off_not_served_swa_blocks test "$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/swa-off.json")" -eq 0
+  check kv_disk_swa_off_restart_hit test "$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/swa-off2.json")" -gt 0 -a \
+    "$(jq -r '.choices[0].text' "$T/swa-off.json")" = "$(jq -r '.choices[0].text' "$T/swa-off2.json")"
+else
+  fail kv_disk_swa_synth "pagellm synth --sliding-window failed"
+fi
+
+# 8. flags
 expect_exit kv_disk_role_bad 2 'expected mixed, prefill or decode' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --role both
 expect_exit kv_disk_role_needs_tier 2 'needs a KV tier' -- "$PAGELLM" serve -m "$M" --role prefill
 expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
