@@ -8,8 +8,9 @@
 # rejected in /metrics. Also: a --role prefill replica answers with one
 # token and a --role decode replica on its DIR serves the prompt from the
 # tier; a second server on the same DIR is refused; bad flags get clear
-# errors. The staged KV dtypes survive a restart the same way, and blocks
-# computed with sliding-window attention are never served without it.
+# errors. The staged KV dtypes survive a restart the same way; blocks
+# computed with sliding-window attention are never served without it, nor
+# a model's blocks to another with the same header but other weights.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -174,7 +175,27 @@ else
   fail kv_disk_swa_synth "pagellm synth --sliding-window failed"
 fi
 
-# 8. flags
+# 8. two models whose headers and sizes agree but whose weights differ (as fine-tunes of one
+#    base): the second is never served the first's blocks
+A=$T/fa.gguf; B=$T/fb.gguf
+if command -v perl >/dev/null && "$PAGELLM" synth --shape tiny --seed 5 -o "$A" >/dev/null 2>&1 &&
+   "$PAGELLM" synth --shape tiny --seed 6 -o "$T/fb0.gguf" >/dev/null 2>&1; then
+  perl -0777 -pe 's/pagellm-synth-tiny-seed6/pagellm-synth-tiny-seed5/' "$T/fb0.gguf" >"$B"
+  D=$T/kvdisk-fp
+  SBODY=$BODY
+  BODY=$(jq -n --arg p "$(printf 'Once upon a time, there was a little girl named Lily. %.0s' $(seq 1 12))" \
+    '{prompt: $p, max_tokens: 8, temperature: 0}')
+  M0=$M
+  M=$A; start 12a && complete "$T/fa.json"; stop
+  M=$B; start 12b && complete "$T/fb.json"; stop
+  M=$M0; BODY=$SBODY
+  check kv_disk_same_header_other_weights_not_served test "$(head -c 13600 "$A" | cmp -s - <(head -c 13600 "$B") && echo same)" = same -a \
+    "$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/fb.json")" -eq 0
+else
+  skip kv_disk_same_header_other_weights "perl or pagellm synth not available"
+fi
+
+# 9. flags
 expect_exit kv_disk_role_bad 2 'expected mixed, prefill or decode' -- "$PAGELLM" serve -m "$M" --kv-disk "$D" --role both
 expect_exit kv_disk_role_needs_tier 2 'needs a KV tier' -- "$PAGELLM" serve -m "$M" --role prefill
 expect_exit kv_disk_max_needs_tier 2 'need --kv-disk' -- "$PAGELLM" serve -m "$M" --kv-disk-max 1G
