@@ -10,6 +10,7 @@
  *   rt_ctx.c     create / free, the pool, accounting
  *   rt_seq.c     sequence slots: new, free, truncate, fork
  *   rt_prefix.c  the prefix cache: attach a cached prefix, publish full blocks
+ *                (and write them behind to the KV tiers; load tier hits)
  *   rt_step.c    one batched forward pass (rt_step) and one sequence's append
  *   rt_stage.c   staged KV dtypes: the stage across cuts
  *   rt_window.c  kv_window with sinks and sliding-window attention: drops,
