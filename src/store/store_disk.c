@@ -71,6 +71,16 @@ static void lru_push_head(disk *d, disk_entry *e)
     d->head = e;
 }
 
+/* Puts e just below p in recency (p stays the more recent). */
+static void lru_insert_before(disk *d, disk_entry *e, disk_entry *p)
+{
+    e->next = p;
+    e->prev = p->prev;
+    if (p->prev) p->prev->next = e;
+    else d->head = e;
+    p->prev = e;
+}
+
 static void lru_push_tail(disk *d, disk_entry *e)
 {
     e->prev = d->tail;
@@ -223,11 +233,12 @@ static uint8_t *disk_read(const char *path, size_t *len)
 }
 
 /* Keys come in chain order (a prompt's blocks, first to last), and a lookup
- * stops at its first miss: the LRU is updated last key first, so that a
- * chain's head is the most recent and its tail goes first. */
+ * stops at its first miss: the LRU is updated last key first, then the
+ * ancestors above the batch, so that a chain's head stays the most recent. */
 static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
 {
     disk *d = (disk *)b;
+    disk_entry *shallowest = NULL;
     int rc = 0;
     for (size_t r = n; r-- > 0;) {
         vals[r] = NULL;
@@ -247,9 +258,10 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
         } else {
             lru_unlink(d, e);
             lru_push_tail(d, e);
-            disk_touch_ancestors(d, e);
+            shallowest = e;
         }
     }
+    if (shallowest) disk_touch_ancestors(d, shallowest); /* the blocks above the batch (served from RAM) */
     return rc;
 }
 
@@ -287,13 +299,15 @@ static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t le
         unlink(d->path);
         return PL_ENOMEM;
     }
+    /* Ancestors stay more recent than descendants: a new block goes just
+     * below its parent (O(1)); a chain's first block is the most recent;
+     * a block whose parent is not on disk is unreachable from it: least. */
     disk_set_parent(e, v, len);
-    if (e->has_parent && !disk_find(d, &e->parent)) { /* unreachable from the disk alone: goes first */
-        lru_unlink(d, e);
-        lru_push_head(d, e);
-    } else {
-        disk_touch_ancestors(d, e);
-    }
+    disk_entry *par = e->has_parent ? disk_find(d, &e->parent) : NULL;
+    lru_unlink(d, e);
+    if (!e->has_parent) lru_push_tail(d, e);
+    else if (par && par != e) lru_insert_before(d, e, par);
+    else lru_push_head(d, e);
     disk_evict(d);
     return 0;
 }

@@ -14,9 +14,10 @@
  * at open from the directory, least recently used first by mtime (a hit
  * touches its file's mtime), so the order survives restarts. Chains are
  * kept from their head: a lookup stops at its first miss, so a block is
- * worth nothing without its ancestors. Every use of a block also makes its
- * ancestors on disk more recent (the deepest blocks go first), and a block
- * whose parent is not on disk is written as the least recent.
+ * worth nothing without its ancestors, so ancestors are kept more recent
+ * than their descendants (the deepest blocks go first): a new block goes
+ * just below its parent, a lookup moves its blocks and their ancestors up,
+ * and a block whose parent is not on disk is written as the least recent.
  *
  * One I/O thread owns the backend (store_backend.h).
  */
