@@ -29,6 +29,11 @@ ifeq ($(FAULTS),1)
 CFLAGS  += -DPL_FAULTS
 LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap,-Wl,--wrap=$(f))
 endif
+# The Redis KV tier is referenced weakly (src/engine/engine_tiers.c), and a
+# weak reference does not pull an object out of a static library: when its
+# source is in the tree, -u does.
+comma   := ,
+LIBS    += $(if $(wildcard src/store/store_redis.c),-Wl$(comma)-u$(comma)store_redis_open)
 
 SRC     := $(sort $(wildcard src/*/*.c))
 SRVSRC  := $(sort $(wildcard server/*.c))
@@ -155,7 +160,8 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 # each target fuzzes FUZZ_SECONDS: the GGUF reader/writer, the tokenizer,
 # the model's config and tensor binding (it links the kernels from LIBPL),
 # the server's request JSON and other request parsers, the command-line flags, the GBNF
-# parser/matcher, the JSON-schema compiler, the Jinja interpreter
+# parser/matcher, the JSON-schema compiler, the Jinja interpreter,
+# the KV tier entry reader
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
@@ -167,6 +173,7 @@ fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) schema
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) server
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) jinja
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) store
 
 bench: deps
 	@$(MAKE) --no-print-directory all

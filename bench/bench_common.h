@@ -29,6 +29,7 @@ int bench_prefix(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_kv_dtype(int argc, char **argv);
 int bench_speed(int argc, char **argv);
+int bench_tiers(int argc, char **argv);
 
 /* splitmix64: tiny, seedable, the same sequence on every platform. */
 typedef struct {

@@ -510,7 +510,26 @@ typedef struct {
                                  * for this long (at most 4x this after the first, and not once the
                                  * queue fills max_seqs) before its first step, so that requests sent
                                  * together prefill in one step (5000; 0 = start at once) */
+    /* KV tiers below the RAM prefix cache (docs/kv-tiers.md): full prompt
+     * blocks are written behind to each, and a prompt that misses in RAM
+     * asks them (disk first) before its prefill; every block read is
+     * verified, so a lost or corrupt entry costs a recompute. They need the
+     * paged layout with the prefix cache. */
+    const char *kv_disk;        /* a directory of its own (NULL: no disk tier); one process at a time */
+    uint64_t kv_disk_max;       /* its size limit in bytes, LRU beyond (0: 10 GiB) */
+    const char *kv_redis;       /* "HOST:PORT[,HOST:PORT...]" of a Redis Cluster (NULL: none) */
+    uint32_t kv_redis_ttl;      /* seconds an entry lives in Redis (0: no expiry) */
+    uint32_t kv_tier_timeout_ms;/* a lookup's deadline, after which the keys not yet found are misses (0: 50) */
+    /* Disaggregated prefill (docs/kv-tiers.md): PL_ROLE_PREFILL fills and
+     * publishes prompts' blocks to the tiers and generates at most one
+     * token per completion (max_tokens is capped at 1, finish_reason
+     * "length"); a request ends once its blocks are written to the tiers
+     * (at most 5 s later); PL_ROLE_DECODE serves whole requests, taking the prompts'
+     * blocks from the tiers. Both need a tier. PL_ROLE_MIXED (0): both. */
+    int role;
 } pl_engine_params;
+
+enum { PL_ROLE_MIXED = 0, PL_ROLE_PREFILL = 1, PL_ROLE_DECODE = 2 };
 
 void pl_engine_params_default(pl_engine_params *p);
 
@@ -616,6 +635,21 @@ typedef struct {
     uint64_t n;
 } pl_histogram;
 
+#define PL_MAX_TIERS 4
+
+/* One KV tier's counters since start. */
+typedef struct {
+    char name[16];                 /* "disk", "redis" */
+    uint64_t hits;                 /* blocks found and verified */
+    uint64_t misses;               /* blocks asked and absent */
+    uint64_t rejected;             /* blocks found that failed verification (corrupt, stale, colliding) */
+    uint64_t bytes_read, bytes_written;
+    uint64_t writes;               /* blocks handed to the tier */
+    uint64_t errors;               /* batches the tier reported an error for */
+    uint64_t dropped_writes;       /* writes dropped because the staging buffer was full */
+    pl_histogram get_latency, put_latency; /* seconds per batch */
+} pl_tier_metrics;
+
 typedef struct {
     pl_kv_stats kv;
     uint32_t running, waiting;
@@ -625,6 +659,9 @@ typedef struct {
     uint64_t prompt_tokens, generated_tokens;
     uint64_t steps;
     pl_histogram ttft, itl, e2e;   /* time to first token, inter-token latency, end-to-end */
+    uint64_t tier_hit_tokens;      /* of prefix_hit_tokens: loaded from the KV tiers */
+    uint32_t n_tiers;
+    pl_tier_metrics tiers[PL_MAX_TIERS]; /* in lookup order: disk, redis */
 } pl_engine_metrics;
 
 /* A consistent snapshot (taken after the newest step). Thread-safe. */

@@ -84,6 +84,8 @@ static void kv_metrics(srv_buf *b, int *rc, const pl_kv_stats *kv)
           (double)kv->bytes_wasted);
 }
 
+static void tier_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m);
+
 static void engine_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
 {
     gauge(b, rc, "pagellm_requests_running", "Requests being generated.", m->running);
@@ -104,6 +106,52 @@ static void engine_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
               &m->ttft);
     histogram(b, rc, "pagellm_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", &m->itl);
     histogram(b, rc, "pagellm_e2e_request_latency_seconds", "Time from submission to the end of a request.", &m->e2e);
+    tier_metrics(b, rc, m);
+}
+
+/* One counter of every KV tier, labelled by tier. */
+#define TIER_COUNTER(field, mname, help)                                                                 \
+    do {                                                                                                 \
+        head(b, rc, mname, "counter", help);                                                             \
+        for (uint32_t i = 0; i < m->n_tiers; i++)                                                        \
+            out(b, rc, "%s{tier=\"%s\"} %llu\n", mname, m->tiers[i].name, (unsigned long long)m->tiers[i].field); \
+    } while (0)
+
+static void tier_histogram(srv_buf *b, int *rc, const char *name, const char *help, const pl_engine_metrics *m,
+                           bool put)
+{
+    head(b, rc, name, "histogram", help);
+    for (uint32_t t = 0; t < m->n_tiers; t++) {
+        const pl_histogram *h = put ? &m->tiers[t].put_latency : &m->tiers[t].get_latency;
+        const char *tn = m->tiers[t].name;
+        for (int i = 0; i < PL_HIST_BUCKETS; i++) {
+            if (i == PL_HIST_BUCKETS - 1 || isinf(h->le[i])) {
+                out(b, rc, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n", name, tn, (unsigned long long)h->n);
+                break;
+            }
+            out(b, rc, "%s_bucket{tier=\"%s\",le=\"%g\"} %llu\n", name, tn, h->le[i], (unsigned long long)h->count[i]);
+        }
+        out(b, rc, "%s_sum{tier=\"%s\"} %.9g\n%s_count{tier=\"%s\"} %llu\n", name, tn, h->sum, name, tn,
+            (unsigned long long)h->n);
+    }
+}
+
+/* The KV tiers below RAM (--kv-disk, --kv-redis); nothing without them. */
+static void tier_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
+{
+    if (m->n_tiers == 0) return;
+    counter(b, rc, "pagellm_kv_tier_hit_tokens_total", "Prompt tokens loaded from the KV tiers (part of the prefix-cache hits).",
+            m->tier_hit_tokens);
+    TIER_COUNTER(hits, "pagellm_kv_tier_hits_total", "KV blocks found in the tier and verified.");
+    TIER_COUNTER(misses, "pagellm_kv_tier_misses_total", "KV blocks asked of the tier and absent.");
+    TIER_COUNTER(rejected, "pagellm_kv_tier_rejected_total", "KV blocks read from the tier that failed verification (recomputed).");
+    TIER_COUNTER(bytes_read, "pagellm_kv_tier_read_bytes_total", "Bytes read from the tier.");
+    TIER_COUNTER(bytes_written, "pagellm_kv_tier_written_bytes_total", "Bytes written to the tier.");
+    TIER_COUNTER(writes, "pagellm_kv_tier_writes_total", "KV blocks handed to the tier.");
+    TIER_COUNTER(errors, "pagellm_kv_tier_errors_total", "Tier batches that reported an error.");
+    TIER_COUNTER(dropped_writes, "pagellm_kv_tier_dropped_writes_total", "Writes dropped because the staging buffer was full.");
+    tier_histogram(b, rc, "pagellm_kv_tier_get_seconds", "Time of one batched tier read.", m, false);
+    tier_histogram(b, rc, "pagellm_kv_tier_put_seconds", "Time of one batched tier write.", m, true);
 }
 
 static void http_metrics(srv_buf *b, int *rc, const srv_http_stats *h)

@@ -163,7 +163,7 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
     double t0 = e->prof ? eng_cpu_now() : 0;
     eng_metrics_publish(e);
     double t1 = e->prof ? eng_cpu_now() : 0;
-    eng_deliver(e);
+    eng_deliver(e, stop);
     if (e->prof) e->pf.publish += t1 - t0, e->pf.deliver += eng_cpu_now() - t1;
     int crc = e->check ? sched_check(&e->sc) : 0;
     if (crc != 0 && crc != PL_ENOMEM) { /* ENOMEM: no room to check, nothing broken */
@@ -175,7 +175,7 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
      * one such iteration can happen (the next admits); two in a row would be
      * a scheduler bug, and must not become a busy loop. */
     e->stalls = stalled ? e->stalls + 1 : 0;
-    if (e->stalls > 1) {
+    if (e->stalls > 1 || (e->n_held && sched_idle(&e->sc))) { /* polls, not a busy loop */
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
@@ -183,7 +183,7 @@ static void eng_iteration(pl_engine *e, pl_request *in, bool stop)
 
 static bool eng_should_sleep(const pl_engine *e)
 {
-    return !e->stop && !e->subq_head && !e->jobs && !e->draining && sched_idle(&e->sc);
+    return !e->stop && !e->subq_head && !e->jobs && !e->draining && sched_idle(&e->sc) && !e->n_held;
 }
 
 /* Slots the queued submissions will take (a request takes one per completion). */
@@ -223,7 +223,7 @@ static void *eng_main(void *arg)
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (eng_should_sleep(e)) pthread_cond_wait(&e->cv, &e->mu);
-        if (!e->stop && e->draining && !e->subq_head && sched_idle(&e->sc)) break; /* drained */
+        if (!e->stop && e->draining && !e->subq_head && sched_idle(&e->sc) && !e->n_held) break; /* drained */
         if (e->subq_head && e->p.gather_us && sched_idle(&e->sc)) eng_gather(e);
         pl_request *in = e->subq_head;
         e->subq_head = e->subq_tail = NULL;
@@ -261,6 +261,10 @@ static int eng_params_check(const pl_engine_params *p)
                        p->max_batch_tokens, p->ctx.max_seqs);
     if (p->max_queue == 0) return err_set(PL_EINVAL, "engine: max_queue must be >= 1");
     if (p->gather_us > 1000000) return err_set(PL_EINVAL, "engine: gather_us %u out of range 0..1000000", p->gather_us);
+    if (p->role < PL_ROLE_MIXED || p->role > PL_ROLE_DECODE) return err_set(PL_EINVAL, "engine: role %d unknown", p->role);
+    if (p->role != PL_ROLE_MIXED && !p->kv_disk && !p->kv_redis)
+        return err_set(PL_EINVAL, "engine: the %s role needs a KV tier (--kv-disk or --kv-redis) to share prompts through",
+                       p->role == PL_ROLE_PREFILL ? "prefill" : "decode");
     return 0;
 }
 
@@ -280,11 +284,13 @@ static int eng_sync_init(pl_engine *e)
 
 static void eng_destroy(pl_engine *e)
 {
-    sched_free(&e->sc);
+    sched_free(&e->sc); /* releases its tier lookups */
     pl_ctx_free(e->ctx);
+    store_free(e->st);  /* writes what is still queued */
     free(e->out);
     eng_grammar_free(e);
     free(e->eog);
+    free(e->held);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->mmu);
     pthread_cond_destroy(&e->cv);
@@ -330,6 +336,7 @@ int pl_engine_new(pl_engine **out, pl_model *m, const pl_engine_params *params)
     rc = pl_ctx_new(&e->ctx, m, &cp);
     const uint32_t nv = pl_model_n_vocab(m);
     if (!rc) rc = sched_init(&e->sc, e->ctx, &p, nv);
+    if (!rc) rc = eng_tiers_open(e, &e->st);
     if (rc) { eng_destroy(e); return rc; }
     if (!rc) rc = eng_eog_init(e, pl_model_vocab(m));
     if (rc) { eng_destroy(e); return rc; }
@@ -385,7 +392,7 @@ void pl_engine_free(pl_engine *e)
     if (e->thread_ok) pthread_join(e->thread, NULL);
     /* The thread took every submission before it stopped; no request is
      * referenced by the engine any more. */
-    assert(!e->subq_head && sched_idle(&e->sc) && e->n_out == 0);
+    assert(!e->subq_head && sched_idle(&e->sc) && e->n_out == 0 && e->n_held == 0);
     if (e->prof) eng_prof_print(e);
     eng_destroy(e);
 }
@@ -401,6 +408,12 @@ int pl_engine_submit(pl_engine *e, const pl_request_params *p, pl_request **out)
     pthread_mutex_unlock(&e->mu);
     if (!open) return err_set(PL_EUNSUPPORTED, "engine: shut down, not taking requests");
     pl_request *r;
+    pl_request_params capped;
+    if (e->p.role == PL_ROLE_PREFILL && p && p->max_tokens > 1) { /* a prefill replica stops at the first token */
+        capped = *p;
+        capped.max_tokens = 1;
+        p = &capped;
+    }
     int rc = req_new(&r, p, &e->lim, id);
     if (rc) return rc;
     pthread_mutex_lock(&e->mu);
@@ -434,6 +447,8 @@ void pl_engine_metrics_get(pl_engine *e, pl_engine_metrics *out)
     pthread_mutex_lock(&e->mmu);
     *out = e->pub;
     pthread_mutex_unlock(&e->mmu);
+    /* the tiers' counters move on their own threads, also while the engine sleeps: read them now */
+    eng_tiers_metrics(e->st, out);
 }
 
 char *pl_engine_kv_json_ex(pl_engine *e, unsigned flags)

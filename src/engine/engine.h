@@ -51,6 +51,16 @@ typedef struct {
 
 /* engine_kv.c: a copy of the pool's and scheduler's state for /v1/kv. */
 typedef struct eng_kv_snap eng_kv_snap;
+/* A request's final event held back (prefill role) until the blocks its
+ * prompt published are written to the tiers, so that a decode replica
+ * asked next finds them; at most ENG_HOLD_MAX_S. */
+typedef struct {
+    eng_out o;
+    uint64_t mark;   /* store_put_mark when it was held */
+    double until;    /* eng_now() after which it goes anyway */
+} eng_held;
+
+#define ENG_HOLD_MAX_S 5.0
 
 /* A pl_engine_kv_json call waiting for the engine thread (on its stack). */
 typedef struct eng_job {
@@ -87,12 +97,16 @@ struct pl_engine {
     bool prof;                 /* PAGELLM_ENGINE_PROFILE: fill pf */
     eng_prof pf;
 
+    store *st;                 /* the KV tiers, or NULL; its stats are thread-safe */
+
     /* engine thread only */
     sched sc;
     pl_engine_metrics m;
     eng_out *out;
     size_t n_out, cap_out;
     int stalls;                        /* iterations in a row that ran nothing with work left */
+    eng_held *held;                    /* prefill role: final events waiting for the tiers */
+    size_t n_held, cap_held;
     eng_out spare;                     /* out of memory: one event that could not be queued */
     bool spare_used;
     char piece[4096];                  /* one token's text from the detokenizer */
@@ -109,7 +123,8 @@ void eng_prompt_rows(pl_engine *e, sched_seq *q, const float *rows, uint32_t n, 
 void eng_drop(pl_engine *e, sched_seq *q, double now);           /* cancel: DONE "cancelled", removed */
 void eng_fail(pl_engine *e, pl_request *r, const char *msg, double now); /* ERROR; sweep removes its seqs */
 void eng_sweep(pl_engine *e, double now);                        /* drops failed and cancelled seqs */
-void eng_deliver(pl_engine *e);
+/* Hands the step's events to their requests; with flush, also every held one. */
+void eng_deliver(pl_engine *e, bool flush);
 
 /* engine_grammar.c: constrained sampling. eng_grammar_logits returns the
  * logits with every token the grammar of c forbids at -inf (a scratch
@@ -133,5 +148,11 @@ void eng_kv_snap_set_refs(eng_kv_snap *s, unsigned n);
 char *eng_kv_snap_json(const eng_kv_snap *s, unsigned flags);
 void eng_kv_snap_release(eng_kv_snap *s);
 void eng_kv_snap_free(eng_kv_snap *s);
+
+/* engine_tiers.c: the KV tiers of p (kv_disk, kv_redis) as a store over
+ * ctx's prefix cache, attached to the context and the scheduler; *out =
+ * NULL when p names none. */
+int eng_tiers_open(pl_engine *e, store **out);
+void eng_tiers_metrics(store *st, pl_engine_metrics *m);
 
 #endif

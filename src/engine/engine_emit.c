@@ -75,15 +75,49 @@ static eng_out *eng_event(pl_engine *e, pl_request *r, pl_event_kind kind, int32
     return o;
 }
 
-void eng_deliver(pl_engine *e)
+/* Prefill role: holds a request's final event until the writes queued so
+ * far reach the tiers; false (deliver now) when not holding or out of memory. */
+static bool eng_hold(pl_engine *e, const eng_out *o, double now)
 {
+    if (e->p.role != PL_ROLE_PREFILL || !e->st || !o->final || o->pushed) return false;
+    if (e->n_held == e->cap_held) {
+        size_t cap = e->cap_held ? 2 * e->cap_held : 16;
+        eng_held *h = realloc(e->held, cap * sizeof *h);
+        if (!h) return false;
+        e->held = h;
+        e->cap_held = cap;
+    }
+    e->held[e->n_held++] = (eng_held){*o, store_put_mark(e->st), now + ENG_HOLD_MAX_S};
+    return true;
+}
+
+static void eng_release_held(pl_engine *e, bool flush, double now)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < e->n_held; i++) {
+        eng_held *h = &e->held[i];
+        if (flush || now >= h->until || store_put_done(e->st, h->mark)) {
+            req_push(h->o.r, &h->o.ev, true);
+            req_release(h->o.r);
+        } else {
+            e->held[k++] = *h;
+        }
+    }
+    e->n_held = k;
+}
+
+void eng_deliver(pl_engine *e, bool flush)
+{
+    const double now = eng_now();
     eng_spare_flush(e);
     for (size_t i = 0; i < e->n_out; i++) {
         eng_out *o = &e->out[i];
+        if (eng_hold(e, o, now)) continue;
         if (!o->pushed) req_push(o->r, &o->ev, o->final);
         if (o->final) req_release(o->r); /* the engine is done with it */
     }
     e->n_out = 0;
+    if (e->n_held) eng_release_held(e, flush, now);
 }
 
 /* --------------------------------------------------------------- text */

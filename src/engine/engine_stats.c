@@ -40,6 +40,7 @@ void eng_metrics_publish(pl_engine *e)
     m->prefix_query_tokens = s->st.prefix_query_tokens;
     m->prefix_hit_tokens = s->st.prefix_hit_tokens;
     m->prompt_tokens = s->st.prompt_tokens;
+    m->tier_hit_tokens = s->st.tier_hit_tokens; /* the tiers' own counters: pl_engine_metrics_get */
     pthread_mutex_lock(&e->mmu);
     e->pub = *m;
     pthread_mutex_unlock(&e->mmu);

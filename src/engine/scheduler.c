@@ -50,6 +50,7 @@ void sched_free(sched *s)
     for (uint32_t i = 0; s->running && i < s->n_running; i++) free(s->running[i]);
     for (sched_seq *q = s->wait_head, *nx; q; q = nx) {
         nx = q->next;
+        store_lookup_free(q->tier);
         free(q);
     }
     free(s->running);
@@ -133,6 +134,7 @@ void sched_remove(sched *s, sched_seq *q)
     } else {
         wait_unlink(s, q);
     }
+    store_lookup_free(q->tier);
     free(q);
 }
 
@@ -294,20 +296,83 @@ static int32_t sched_peek(sched *s, sched_seq *q)
     return k;
 }
 
+/* Starts q's tier lookup: the chain keys of its prompt's full blocks past
+ * those RAM holds. Nothing to ask (all in RAM, a short prompt, out of
+ * memory): no lookup. */
+static void sched_tier_start(sched *s, sched_seq *q)
+{
+    const int32_t *tok = q->r->comp[q->comp_lo].toks;
+    uint32_t n = sched_total(q), in_ram = 0;
+    uint64_t(*keys)[2] = malloc((n / s->pool->g.s.block_size + 1) * sizeof *keys);
+    if (!keys) return;
+    uint32_t nb = rt_prefix_chain(s->ctx, tok, n, keys, &in_ram);
+    if (nb > in_ram) {
+        const uint32_t T = s->pool->g.s.block_size;
+        q->tier = store_lookup_start(s->tiers, in_ram ? keys[in_ram - 1] : PREFIX_ROOT, (const uint64_t(*)[2])keys + in_ram,
+                                     tok + (size_t)in_ram * T, nb - in_ram);
+        q->tier_first = in_ram;
+    }
+    free(keys);
+}
+
+/* An embedding pools every token's state and prompt logprobs need every
+ * row: such a sequence takes no cached prefix, from RAM or a tier. */
+static bool sched_no_prefix(const sched_seq *q) { return q->r->embed || q->r->plp; }
+
+/* Whether q may be admitted now: no tier lookup, or one that is done.
+ * Starts the lookup of a sequence met for the first time. */
+static bool sched_tier_ready(sched *s, sched_seq *q)
+{
+    if (!s->tiers || !s->prefix_cache || sched_no_prefix(q)) return true;
+    if (!q->tier_tried) {
+        q->tier_tried = true;
+        sched_tier_start(s, q);
+    }
+    bool done = true;
+    if (q->tier) store_lookup_poll(q->tier, &done);
+    return done;
+}
+
 /* The waiting sequence to admit next: the front (FCFS; preempted ones are
  * there), or with prefix_order the fresh one with the longest cached
- * prefix among the first SCHED_PEEK_WINDOW (earliest on ties). */
+ * prefix among the first SCHED_PEEK_WINDOW (earliest on ties). Sequences
+ * waiting on a tier lookup are passed over; NULL if all in reach are. */
 static sched_seq *sched_pick(sched *s)
 {
     sched_seq *best = s->wait_head;
-    if (!s->prefix_order || !best->fresh || !s->prefix_cache) return best;
+    int k = 0;
+    while (best && !sched_tier_ready(s, best)) {
+        best = ++k < SCHED_PEEK_WINDOW ? best->next : NULL;
+    }
+    if (!best || !s->prefix_order || !best->fresh || !s->prefix_cache) return best;
     int32_t best_k = sched_peek(s, best);
-    int k = 1;
+    k++;
     for (sched_seq *q = best->next; q && k < SCHED_PEEK_WINDOW; q = q->next, k++) {
+        if (!sched_tier_ready(s, q)) continue;
         int32_t h = sched_peek(s, q);
         if (h > best_k) { best = q; best_k = h; }
     }
     return best;
+}
+
+/* Attaches q's cached prefix to ctx sequence id: RAM, then the blocks its
+ * finished tier lookup found (which is released). Returns the tokens held. */
+static int sched_attach(sched *s, sched_seq *q, int32_t id)
+{
+    const int32_t *tok = q->r->comp[q->comp_lo].toks;
+    if (!q->tier) return rt_seq_attach_prefix(s->ctx, id, tok, sched_total(q), !q->fresh);
+    bool done;
+    uint32_t nh = store_lookup_poll(q->tier, &done), loaded = 0;
+    const uint8_t **blocks = nh ? malloc(nh * sizeof *blocks) : NULL;
+    if (!blocks) nh = 0;
+    for (uint32_t i = 0; i < nh; i++) blocks[i] = store_lookup_block(q->tier, i);
+    /* one block kept available, so that the prompt's last token can run */
+    int h = rt_seq_attach_tiered(s->ctx, id, tok, sched_total(q), !q->fresh, q->tier_first, blocks, nh, 1, &loaded);
+    free(blocks);
+    store_lookup_free(q->tier);
+    q->tier = NULL;
+    if (q->fresh) s->st.tier_hit_tokens += (uint64_t)loaded * s->pool->g.s.block_size;
+    return h;
 }
 
 /* Makes q running with a ctx sequence holding its cached prefix. */
@@ -336,6 +401,7 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
 {
     while (!s->preempted_now && *budget > 0 && s->wait_head && s->slots_used < s->max_seqs) {
         sched_seq *q = sched_pick(s);
+        if (!q) break; /* every waiting sequence in reach waits on a tier */
         if (s->slots_used + (uint32_t)q->n_comp > s->max_seqs) break;
         int32_t id;
         int rc = rt_seq_new(s->ctx, &id);
@@ -345,7 +411,7 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
             break;
         }
         /* an embedding pools every token's state, prompt logprobs need every row: no cached prefix */
-        int h = s->prefix_cache && !q->r->embed && !q->r->plp ? rt_seq_attach_prefix(s->ctx, id, q->r->comp[q->comp_lo].toks, sched_total(q), !q->fresh) : 0;
+        int h = s->prefix_cache && !sched_no_prefix(q) ? sched_attach(s, q, id) : 0;
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
         uint32_t rem = sched_total(q) - hit, want = sched_cap(q, rem < *budget ? rem : *budget);
         uint32_t n = sched_fit(s, id, want, sched_avail(s, *held));

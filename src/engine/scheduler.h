@@ -18,7 +18,8 @@
  *      running sequence is preempted (until it fits);
  *   2. prefill chunks of running sequences fill the rest of the token
  *      budget, each chunk cut to what the free KV blocks can hold;
- *   3. waiting sequences are admitted while budget, sequence slots and
+ *   3. waiting sequences are admitted (a sequence waiting on a tier
+ *      lookup is passed over until it is done) while budget, sequence slots and
  *      blocks allow (none in a step that preempted): a slot per completion
  *      is reserved at admission, so the fork after prefill always finds
  *      slots. An admitted sequence first takes its cached prefix
@@ -54,6 +55,9 @@ typedef struct sched_seq {
     uint64_t order;           /* admission order, larger = newer (a fork keeps its parent's) */
     bool fresh;               /* never admitted: its admission counts prefix hits */
     uint32_t chunk;           /* tokens planned for this step */
+    store_lookup *tier;       /* a tier lookup of its prompt's blocks RAM lacks, in flight or done */
+    uint32_t tier_first;      /* ... from this chain block on */
+    bool tier_tried;          /* looked up once already (a preempted one is not asked again) */
     int32_t peek;             /* prefix_order: cached prefix seen at plan peek_at */
     uint64_t peek_at;
     struct sched_seq *prev, *next; /* waiting list links */
@@ -63,6 +67,7 @@ typedef struct {
     uint64_t preemptions;
     uint64_t prefix_query_tokens, prefix_hit_tokens; /* at first admissions only */
     uint64_t prompt_tokens;                          /* prompts admitted (once per request) */
+    uint64_t tier_hit_tokens;                        /* of prefix_hit_tokens: loaded from the tiers */
 } sched_stats;
 
 typedef struct {
@@ -70,6 +75,7 @@ typedef struct {
     kv_pool *pool;
     uint32_t max_seqs, budget;
     bool prefix_order, prefix_cache;
+    store *tiers;             /* the KV tiers, or NULL (sched_set_store) */
     sched_seq **running;      /* [max_seqs] oldest first */
     uint32_t n_running, slots_used;
     sched_seq *wait_head, *wait_tail;
@@ -91,6 +97,12 @@ int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_voca
 /* Frees the scheduler's own memory; entries left on the lists are freed
  * without touching the ctx (whose sequences die with it). */
 void sched_free(sched *s);
+
+/* Tiers below the prefix cache: a waiting sequence whose prompt has full
+ * blocks RAM lacks asks them once before its admission and waits (other
+ * sequences keep running) until the lookup is done or its deadline passed;
+ * then it takes the hits as cached blocks. */
+static inline void sched_set_store(sched *s, store *st) { s->tiers = st; }
 
 /* Queues a fresh request (all its completions) at the back. */
 int sched_add(sched *s, pl_request *r);

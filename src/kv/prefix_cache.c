@@ -374,6 +374,27 @@ uint32_t prefix_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_
     return done + m;
 }
 
+uint32_t prefix_chain_keys(const prefix_cache *pc, const int32_t *tokens, uint32_t n_blocks, uint64_t (*keys)[2])
+{
+    const uint32_t t = pc->block_size;
+    uint64_t h[2] = {PREFIX_ROOT[0], PREFIX_ROOT[1]};
+    uint32_t cached = 0;
+    bool run = true;
+    for (uint32_t i = 0; i < n_blocks; i++) {
+        const int32_t *tok = tokens + (size_t)i * t;
+        prefix_key(pc, h, tok, keys[i]);
+        if (run) {
+            int32_t b;
+            prefix_keys_find(pc, keys[i], &b);
+            run = b != KV_NONE && prefix_eq(pc->parent[b], h) && !memcmp(prefix_tok(pc, (uint32_t)b), tok, t * sizeof *tok);
+            cached += run;
+        }
+        h[0] = keys[i][0];
+        h[1] = keys[i][1];
+    }
+    return cached;
+}
+
 /* The token-granular tail: copies the best child's block into a fresh
  * block of seq (at a block boundary) holding its m matching tokens.
  * Returns m, 0 when there is no candidate or no block for the copy. */

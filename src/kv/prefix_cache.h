@@ -178,6 +178,12 @@ int prefix_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t
  * a tail copy; changes nothing, counts nothing (for scheduling). */
 uint32_t prefix_match_len(const prefix_cache *pc, const int32_t *tokens, uint32_t n);
 
+/* The chain keys of the first n_blocks full blocks of tokens (keys[i] names
+ * tokens[0, (i + 1) T)); returns how many leading ones the cache holds,
+ * verified (what prefix_attach would serve in full blocks). For the tiers
+ * below RAM (src/store), which look up the rest. Counts nothing. */
+uint32_t prefix_chain_keys(const prefix_cache *pc, const int32_t *tokens, uint32_t n_blocks, uint64_t (*keys)[2]);
+
 /* Keys every full block of seq from cur->n_blocks on: tokens[0,
  * seq->n_tokens) are seq's token ids, whose K/V have been WRITTEN (call it
  * after the forward step, never before: a key makes a block findable).

@@ -3,11 +3,33 @@
 #include "model/model.h"
 
 #include <stdlib.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "base/err.h"
 #include "base/mem.h"
 #include "kv/kv_latent.h"
+
+/* Slices of the tensor data in a fingerprint: two files whose headers and
+ * sizes agree (fine-tunes of one base, re-quantized weights) differ there. */
+#define MODEL_FP_SLICES 16
+#define MODEL_FP_SLICE_BYTES 4096
+
+/* One shard's part of the fingerprint: its header (metadata and tensor
+ * directory), its size, and MODEL_FP_SLICES slices spread over its data. */
+static XXH128_hash_t model_fp_shard(const gguf_file *f, uint64_t seed)
+{
+    const uint8_t *b = gguf_file_bytes(f);
+    const uint64_t size = gguf_file_size(f), data = gguf_data_offset(f), span = size > data ? size - data : 0;
+    XXH3_state_t st;
+    XXH3_128bits_reset_withSeed(&st, seed ^ size);
+    XXH3_128bits_update(&st, b, (size_t)data);
+    for (uint64_t i = 0; span && i < MODEL_FP_SLICES; i++) {
+        uint64_t at = data + span / MODEL_FP_SLICES * i, n = size - at < MODEL_FP_SLICE_BYTES ? size - at : MODEL_FP_SLICE_BYTES;
+        XXH3_128bits_update(&st, b + at, (size_t)n);
+    }
+    return XXH3_128bits_digest(&st);
+}
 
 int model_open(model **out, const char *path)
 {
@@ -24,14 +46,12 @@ int model_open(model **out, const char *path)
         free(m);
         return rc;
     }
-    /* The fingerprint names these weights in prefix-cache keys: the header
-     * (metadata and tensor directory) and the file size identify a file
-     * without reading gigabytes of weights; a split model chains its shards. */
-    XXH128_hash_t h = XXH3_128bits_withSeed(gguf_file_bytes(m->file), gguf_data_offset(m->file), gguf_file_size(m->file));
-    for (uint32_t i = 1; i < gguf_shard_count(m->file); i++) {
-        const gguf_file *s = gguf_shard(m->file, i);
-        h = XXH3_128bits_withSeed(gguf_file_bytes(s), gguf_data_offset(s), gguf_file_size(s) ^ h.low64 ^ h.high64);
-    }
+    /* The fingerprint names these weights in prefix-cache keys, which the
+     * KV tiers keep across runs and models: the header, the file size and
+     * 64 KiB of the weights identify a file without reading gigabytes; a
+     * split model chains its shards. */
+    XXH128_hash_t h = model_fp_shard(m->file, 0);
+    for (uint32_t i = 1; i < gguf_shard_count(m->file); i++) h = model_fp_shard(gguf_shard(m->file, i), h.low64 ^ h.high64);
     m->fingerprint[0] = h.low64;
     m->fingerprint[1] = h.high64;
     *out = m;

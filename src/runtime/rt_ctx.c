@@ -79,7 +79,11 @@ int rt_ctx_new(rt_ctx **out, const model *m, const rt_params *p)
     int rc = c->tp ? scratch_make(c) : err_set(PL_ENOMEM, "out of memory creating a context");
     if (!rc) rc = pool_make(c);
     if (!rc && !p->no_kv_cache && p->layout == KV_SEQ_PAGED) {
-        rc = prefix_init(&c->pc, &c->pool, m->fingerprint);
+        /* Sliding-window attention changes every layer's K/V past the window: its W is part of
+         * what a cached block means (the disk tier keeps blocks across runs with other settings). */
+        uint64_t fp[2] = {m->fingerprint[0], m->fingerprint[1]};
+        if (p->swa) fp[0] ^= (uint64_t)p->swa * UINT64_C(0x9e3779b97f4a7c15), fp[1] ^= UINT64_C(0x5357412d77696e64);
+        rc = prefix_init(&c->pc, &c->pool, fp);
         c->prefix_ok = rc == 0;
     }
     if (!rc) rc = fwd_state_new(&c->fs, m, (int)p->max_batch, (int)p->n_ctx, &c->pool.g, c->tp);

@@ -14,6 +14,15 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "store/store_kv.h"
+
+/* What a prefix may cover of an n-token prompt: the rest streams through
+ * the window (kv_window, or SWA's n_ctx slots). */
+static uint32_t rt_prefix_cap(const rt_ctx *c, uint32_t n)
+{
+    if (c->p.kv_window && n > rt_window_limit(&c->p)) n = rt_window_limit(&c->p);
+    return n > c->p.n_ctx ? c->p.n_ctx : n;
+}
 
 int rt_seq_attach_prefix(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t n, bool is_recompute)
 {
@@ -21,9 +30,7 @@ int rt_seq_attach_prefix(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t 
     if (!s) return err_set(PL_EINVAL, "sequence %d does not exist", id);
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
     if (!c->prefix_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
-    /* the rest streams through the window (kv_window, or SWA's n_ctx slots) */
-    if (c->p.kv_window && n > rt_window_limit(&c->p)) n = rt_window_limit(&c->p);
-    if (n > c->p.n_ctx) n = c->p.n_ctx;
+    n = rt_prefix_cap(c, n);
     uint32_t hit = 0;
     int rc = prefix_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
     if (rc) return rc;
@@ -43,8 +50,49 @@ const prefix_cache *rt_ctx_prefix_cache(const rt_ctx *c) { return c->prefix_ok ?
 void rt_seq_publish(rt_ctx *c, rt_seq *s)
 {
     if (!c->prefix_ok) return;
-    if (c->p.swa) /* positions are absolute: the chain goes on past the front drops */
-        prefix_register_at(&c->pc, &s->kv, s->tokens, (uint32_t)(s->n_dropped / c->p.block_size), &s->pcur);
-    else if (!s->shifted)
+    const prefix_cursor before = s->pcur;
+    uint32_t base = 0;
+    if (c->p.swa) { /* positions are absolute: the chain goes on past the front drops */
+        base = (uint32_t)(s->n_dropped / c->p.block_size);
+        prefix_register_at(&c->pc, &s->kv, s->tokens, base, &s->pcur);
+    } else if (!s->shifted) {
         prefix_register(&c->pc, &s->kv, s->tokens, &s->pcur);
+    }
+    /* write-behind of what the cursor newly covers (a restarted cursor re-walks: the store skips repeats) */
+    if (c->st && s->pcur.n_blocks > before.n_blocks)
+        store_kv_publish(c->st, &c->pool, &s->kv, s->tokens, base, before.n_blocks, s->pcur.n_blocks, before.hash);
+}
+
+void rt_ctx_set_store(rt_ctx *c, store *st) { c->st = c->prefix_ok ? st : NULL; }
+
+uint32_t rt_prefix_chain(const rt_ctx *c, const int32_t *tokens, uint32_t n, uint64_t (*keys)[2], uint32_t *in_ram)
+{
+    *in_ram = 0;
+    n = c->prefix_ok ? rt_prefix_cap(c, n) : 0;
+    if (n <= 1) return 0;
+    uint32_t nb = (n - 1) / c->p.block_size;
+    *in_ram = prefix_chain_keys(&c->pc, tokens, nb, keys);
+    return nb;
+}
+
+int rt_seq_attach_tiered(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t n, bool is_recompute, uint32_t first,
+                         const uint8_t *const *blocks, uint32_t n_blocks, uint32_t reserve, uint32_t *n_loaded)
+{
+    *n_loaded = 0;
+    int hit = rt_seq_attach_prefix(c, id, tokens, n, is_recompute);
+    if (hit < 0 || !c->prefix_ok) return hit;
+    rt_seq *s = rt_seq_get(c, id);
+    const uint32_t T = c->p.block_size, k = (uint32_t)hit / T;
+    /* the RAM may have lost blocks since the lookup began (a gap: unusable), or gained them all */
+    if (k < first || k >= first + n_blocks) return hit;
+    if ((uint32_t)hit % T) { /* a tail copy: whole tier blocks serve more */
+        rt_seq_kv_cut(c, s, k * T);
+        s->n_tokens = k * T;
+    }
+    uint32_t skip = k - first, got = store_kv_load(&c->pc, &s->kv, &s->pcur, tokens, blocks + skip, n_blocks - skip, reserve);
+    if (got == 0 && (uint32_t)hit % T) return (int)(k * T);
+    s->n_tokens = s->kv.n_tokens;
+    memcpy(s->tokens, tokens, s->n_tokens * sizeof *tokens);
+    *n_loaded = got;
+    return (int)s->n_tokens;
 }

@@ -10,6 +10,7 @@
  *   rt_ctx.c     create / free, the pool, accounting
  *   rt_seq.c     sequence slots: new, free, truncate, fork
  *   rt_prefix.c  the prefix cache: attach a cached prefix, publish full blocks
+ *                (and write them behind to the KV tiers; load tier hits)
  *   rt_step.c    one batched forward pass (rt_step) and one sequence's append
  *   rt_stage.c   staged KV dtypes: the stage across cuts
  *   rt_window.c  kv_window with sinks and sliding-window attention: drops,
@@ -29,6 +30,7 @@
 #include "kv/kv_seq.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
+#include "store/store.h"
 
 /* The most items (sequences) one rt_step carries. */
 #define RT_STEP_MAX_ITEMS 4096
@@ -131,6 +133,25 @@ int rt_seq_attach_prefix(rt_ctx *c, int32_t seq, const int32_t *tokens, uint32_t
 uint32_t rt_prefix_peek(const rt_ctx *c, const int32_t *tokens, uint32_t n);
 /* The context's prefix cache (its stats), or NULL if it has none. */
 const prefix_cache *rt_ctx_prefix_cache(const rt_ctx *c);
+
+/* ------------------------------------------------------------- tiers */
+
+/* The KV tiers below the prefix cache (src/store): every block the prefix
+ * cache keys from now on is also written behind to st. NULL: none. The
+ * store must outlive its use (not owned). */
+void rt_ctx_set_store(rt_ctx *c, store *st);
+/* The full blocks a prefix attach of tokens[0..n) may serve (within n - 1
+ * tokens and what a sequence holds at once): their chain keys go to keys[]
+ * (room for n / block_size), the count is returned; *in_ram = how many
+ * leading ones the prefix cache holds. 0 without a prefix cache. */
+uint32_t rt_prefix_chain(const rt_ctx *c, const int32_t *tokens, uint32_t n, uint64_t (*keys)[2], uint32_t *in_ram);
+/* rt_seq_attach_prefix, then the blocks a tier lookup found: blocks[j]
+ * holds chain block first + j (verified by the store). Used only if the
+ * cache served exactly `first` full blocks or more (a tail copy is dropped
+ * for them); loaded while the pool keeps `reserve` blocks available.
+ * Returns the tokens the sequence holds; *n_loaded = blocks from the tiers. */
+int rt_seq_attach_tiered(rt_ctx *c, int32_t seq, const int32_t *tokens, uint32_t n, bool is_recompute, uint32_t first,
+                         const uint8_t *const *blocks, uint32_t n_blocks, uint32_t reserve, uint32_t *n_loaded);
 
 /* ------------------------------------------------------------ running */
 

@@ -72,7 +72,7 @@ serve_start() {
   SPID=$!
   PORT=""
   for _ in $(seq 1 300); do
-    PORT=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$log" | sed 's/.*://')
+    PORT=$(grep -so 'listening on http://127\.0\.0\.1:[0-9]*' "$log" | sed 's/.*://') # -s: the server may not have opened it yet
     [ -n "$PORT" ] && break
     kill -0 "$SPID" 2>/dev/null || break
     sleep 0.1

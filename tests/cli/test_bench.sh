@@ -2,7 +2,8 @@
 # test_bench.sh - smoke runs of every `pagellm bench` with tiny sizes, so that
 # `make test` notices when a benchmark stops working (not its speed): gen and
 # cache on a synthetic tiny model, kv-memory on stories260K, prefix on the
-# tiny model, serve (a child `pagellm serve` on 127.0.0.1, no peer) on
+# tiny model, tiers (cold, RAM and disk hits) on the tiny model, serve (a
+# child `pagellm serve` on 127.0.0.1, no peer) on
 # stories260K; plus usage errors (exit 2). Well under a minute.
 source "$(dirname "$0")/lib.sh"
 
@@ -63,6 +64,11 @@ jq_check bench_prefix "$T/pf.json" \
   '.cached_tokens_cold == 0 and .cached_tokens_warm_min == 128 and .ttft_cold_ms > 0 and .ttft_warm_ms > 0 and (.rows|length) == 3'
 "$PAGELLM" bench prefix -m "$TINY" --system-tokens 64 --requests 2 -t 1 --no-prefix-cache --json >"$T/pf0.json" 2>&1
 jq_check bench_prefix_off "$T/pf0.json" '.cached_tokens_warm_min == 0'
+
+# tiers: the RAM hit and the disk hit (a fresh engine) serve the whole prefix (128 = 8 blocks)
+"$PAGELLM" bench tiers -m "$TINY" --prefix-tokens 128 --reps 1 -t 1 --kv-disk "$T/tiers" --json >"$T/bt.json" 2>"$T/bt.err"
+jq_check bench_tiers "$T/bt.json" \
+  '.tier == "disk" and .cached_cold == 0 and .cached_ram >= 128 and .cached_tier == 128 and .ttft_cold_ms > 0 and .ttft_tier_ms > 0'
 
 # serve: a child server, two levels, every stream exactly --max-tokens long
 if [ -f "$M" ]; then

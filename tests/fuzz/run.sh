@@ -7,8 +7,9 @@
 # openai (the server's request JSON -> generation parameters), cli (flag
 # parsing: numbers, sizes like 512M, strings), grammar (the GBNF parser,
 # matcher and token mask), schema (JSON schema -> GBNF), server (the
-# server's other request parsers over stories260K) or jinja (any bytes as a
-# chat template, seeded with ../shared/templates).
+# server's other request parsers over stories260K), jinja (any bytes as a
+# chat template, seeded with ../shared/templates) or store (the KV tier
+# entry reader, src/store/store_entry.c).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -360,8 +361,18 @@ exec "$OUT/fuzz_jinja" -max_total_time="$SECS" -max_len=16384 -timeout=10 \
   -malloc_limit_mb=64 -rss_limit_mb=2048 -dict="$OUT/jinja.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+store)
+SRC="src/base/err.c src/store/store_entry.c"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_store_entry.c -o "$OUT/fuzz_store_entry" -lxxhash || exit 2
+# shellcheck disable=SC2086
+$CLANG $FLAGS -DFUZZ_SEEDGEN $SRC tests/fuzz/fuzz_store_entry.c -o "$OUT/seedgen_store" -lxxhash || exit 2
+"$OUT/seedgen_store" "$CORPUS" || exit 2
+exec "$OUT/fuzz_store_entry" -max_total_time="$SECS" -max_len=2048 -timeout=10 \
+  -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store)" >&2
 exit 2
 ;;
 esac

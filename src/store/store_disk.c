@@ -1,0 +1,474 @@
+/* store_disk.c - the directory tier: index (hash + LRU list by bytes),
+ * open-time scan, temp-and-rename puts, verified gets; see store_disk.h.
+ *
+ *   buckets[hash(key) & mask] -> entry -> entry (hnext chain)
+ *   lru: head (least recent) <-> ... <-> tail (most recent), bytes summed
+ */
+#include "store/store_disk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "store/store_entry.h"
+
+typedef struct disk_entry {
+    store_key key;
+    store_key parent;                 /* from the entry's header */
+    bool has_parent;
+    uint64_t bytes;
+    struct timespec mtime;            /* at open only: the scan's order */
+    struct disk_entry *prev, *next;   /* LRU */
+    struct disk_entry *hnext;         /* bucket chain */
+} disk_entry;
+
+typedef struct {
+    store_backend base;
+    char *dir;
+    int lock_fd;
+    uint64_t max_bytes, bytes, n;
+    disk_entry **buckets;
+    size_t mask;                      /* buckets - 1, a power of two minus one */
+    disk_entry *head, *tail;
+    char path[4096], tmp[4096];
+} disk;
+
+/* ----------------------------------------------------------------- index */
+
+static size_t disk_home(const disk *d, const store_key *k) { return (size_t)(k->h[0] ^ (k->h[1] >> 7)) & d->mask; }
+
+static disk_entry *disk_find(const disk *d, const store_key *k)
+{
+    for (disk_entry *e = d->buckets[disk_home(d, k)]; e; e = e->hnext)
+        if (e->key.h[0] == k->h[0] && e->key.h[1] == k->h[1]) return e;
+    return NULL;
+}
+
+static void lru_unlink(disk *d, disk_entry *e)
+{
+    if (e->prev) e->prev->next = e->next;
+    else d->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else d->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void lru_push_head(disk *d, disk_entry *e)
+{
+    e->prev = NULL;
+    e->next = d->head;
+    if (d->head) d->head->prev = e;
+    else d->tail = e;
+    d->head = e;
+}
+
+/* Puts e just below p in recency (p stays the more recent). */
+static void lru_insert_before(disk *d, disk_entry *e, disk_entry *p)
+{
+    e->next = p;
+    e->prev = p->prev;
+    if (p->prev) p->prev->next = e;
+    else d->head = e;
+    p->prev = e;
+}
+
+static void lru_push_tail(disk *d, disk_entry *e)
+{
+    e->prev = d->tail;
+    e->next = NULL;
+    if (d->tail) d->tail->next = e;
+    else d->head = e;
+    d->tail = e;
+}
+
+/* Doubles the buckets when they hold more entries than slots (best effort). */
+static void disk_grow(disk *d)
+{
+    if (d->n <= d->mask + 1) return;
+    size_t nb = (d->mask + 1) * 2;
+    disk_entry **b = calloc(nb, sizeof *b);
+    if (!b) return;
+    for (size_t i = 0; i <= d->mask; i++)
+        for (disk_entry *e = d->buckets[i], *nx; e; e = nx) {
+            nx = e->hnext;
+            size_t h = (size_t)(e->key.h[0] ^ (e->key.h[1] >> 7)) & (nb - 1);
+            e->hnext = b[h];
+            b[h] = e;
+        }
+    free(d->buckets);
+    d->buckets = b;
+    d->mask = nb - 1;
+}
+
+static disk_entry *disk_add(disk *d, const store_key *k, uint64_t bytes)
+{
+    disk_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->key = *k;
+    e->bytes = bytes;
+    size_t h = disk_home(d, k);
+    e->hnext = d->buckets[h];
+    d->buckets[h] = e;
+    lru_push_tail(d, e);
+    d->bytes += bytes;
+    d->n++;
+    disk_grow(d);
+    return e;
+}
+
+static void disk_forget(disk *d, disk_entry *e)
+{
+    disk_entry **pp = &d->buckets[disk_home(d, &e->key)];
+    while (*pp != e) pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    lru_unlink(d, e);
+    d->bytes -= e->bytes;
+    d->n--;
+    free(e);
+}
+
+/* ----------------------------------------------------------------- paths */
+
+static void disk_hex(const store_key *k, char out[33])
+{
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        uint8_t byte = (uint8_t)(k->h[i / 8] >> (56 - 8 * (i % 8)));
+        out[2 * i] = hx[byte >> 4];
+        out[2 * i + 1] = hx[byte & 15];
+    }
+    out[32] = 0;
+}
+
+static bool disk_unhex(const char *s, store_key *k)
+{
+    k->h[0] = k->h[1] = 0;
+    for (int i = 0; i < 32; i++) {
+        int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return false;
+        k->h[i / 16] = k->h[i / 16] << 4 | (uint64_t)v;
+    }
+    return true;
+}
+
+/* d->path = DIR/ab/cd/<hex><ext>; with mk, the two directories are made. */
+static void disk_path(disk *d, char *out, const store_key *k, const char *ext, bool mk)
+{
+    char hex[33];
+    disk_hex(k, hex);
+    if (mk) {
+        snprintf(out, sizeof d->path, "%s/%.2s", d->dir, hex);
+        mkdir(out, 0755);
+        snprintf(out, sizeof d->path, "%s/%.2s/%.2s", d->dir, hex, hex + 2);
+        mkdir(out, 0755);
+    }
+    snprintf(out, sizeof d->path, "%s/%.2s/%.2s/%s%s", d->dir, hex, hex + 2, hex, ext);
+}
+
+/* Makes e's ancestors on disk more recent than e, nearest first, so that
+ * a chain's deepest blocks are evicted first: a lookup stops at its first
+ * miss, so a chain's tail is worthless without its head. */
+static void disk_touch_ancestors(disk *d, const disk_entry *e)
+{
+    for (uint64_t depth = 0; e->has_parent && depth < d->n; depth++) {
+        disk_entry *p = disk_find(d, &e->parent);
+        if (!p || p == e) return;
+        lru_unlink(d, p);
+        lru_push_tail(d, p);
+        e = p;
+    }
+}
+
+static void disk_set_parent(disk_entry *e, const uint8_t *v, size_t len)
+{
+    store_entry_meta m;
+    e->has_parent = store_entry_peek(v, len, &m) == 0 && (m.parent.h[0] || m.parent.h[1]);
+    if (e->has_parent) e->parent = m.parent;
+}
+
+/* Deletes least recently used files until the bytes fit the limit. */
+static void disk_evict(disk *d)
+{
+    while (d->bytes > d->max_bytes && d->head) {
+        disk_path(d, d->path, &d->head->key, ".kv", false);
+        unlink(d->path);
+        disk_forget(d, d->head);
+    }
+}
+
+/* ------------------------------------------------------------ get / put */
+
+static uint8_t *disk_read(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && (buf = malloc((size_t)st.st_size))) {
+        size_t got = 0;
+        while (got < (size_t)st.st_size) {
+            ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        if (got == (size_t)st.st_size) {
+            futimens(fd, NULL); /* the LRU order survives a restart */
+            *len = got;
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    close(fd);
+    return buf;
+}
+
+/* Keys come in chain order (a prompt's blocks, first to last), and a lookup
+ * stops at its first miss: the LRU is updated last key first, then the
+ * ancestors above the batch, so that a chain's head stays the most recent. */
+static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
+{
+    disk *d = (disk *)b;
+    disk_entry *shallowest = NULL;
+    int rc = 0;
+    for (size_t r = n; r-- > 0;) {
+        vals[r] = NULL;
+        lens[r] = 0;
+        disk_entry *e = disk_find(d, &keys[r]);
+        if (!e) continue;
+        disk_path(d, d->path, &keys[r], ".kv", false);
+        vals[r] = disk_read(d->path, &lens[r]);
+        store_entry_meta m;
+        if (!vals[r]) {
+            if (errno != ENOENT) rc = PL_EIO;
+            disk_forget(d, e); /* removed behind our back, or unreadable */
+        } else if (store_entry_frame_check(vals[r], lens[r], &m) != 0) {
+            /* torn or corrupt: deleted now; the value still goes up, for the store to reject and count */
+            unlink(d->path);
+            disk_forget(d, e);
+        } else {
+            lru_unlink(d, e);
+            lru_push_tail(d, e);
+            shallowest = e;
+        }
+    }
+    if (shallowest) disk_touch_ancestors(d, shallowest); /* the blocks above the batch (served from RAM) */
+    return rc;
+}
+
+static bool disk_write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t len)
+{
+    if (len > d->max_bytes) return PL_EFULL;
+    disk_path(d, d->tmp, k, ".tmp", true);
+    int fd = open(d->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return PL_EIO;
+    bool ok = disk_write_all(fd, v, len);
+    ok = close(fd) == 0 && ok;
+    disk_path(d, d->path, k, ".kv", false);
+    if (!ok || rename(d->tmp, d->path) != 0) {
+        unlink(d->tmp);
+        return PL_EIO;
+    }
+    disk_entry *e = disk_find(d, k);
+    if (e) {
+        d->bytes = d->bytes - e->bytes + len;
+        e->bytes = len;
+        lru_unlink(d, e);
+        lru_push_tail(d, e);
+    } else if (!(e = disk_add(d, k, len))) {
+        unlink(d->path);
+        return PL_ENOMEM;
+    }
+    /* Ancestors stay more recent than descendants: a new block goes just
+     * below its parent (O(1)); a chain's first block is the most recent;
+     * a block whose parent is not on disk is unreachable from it: least. */
+    disk_set_parent(e, v, len);
+    disk_entry *par = e->has_parent ? disk_find(d, &e->parent) : NULL;
+    lru_unlink(d, e);
+    if (!e->has_parent) lru_push_tail(d, e);
+    else if (par && par != e) lru_insert_before(d, e, par);
+    else lru_push_head(d, e);
+    disk_evict(d);
+    return 0;
+}
+
+/* In order: a chain's blocks come parent first, so each finds its parent. */
+static int disk_put_many(store_backend *b, const store_key *keys, size_t n, const uint8_t *const *vals,
+                         const size_t *lens)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        int r = disk_put_one((disk *)b, &keys[i], vals[i], lens[i]);
+        if (r) rc = r;
+    }
+    return rc;
+}
+
+static void disk_close(store_backend *b)
+{
+    disk *d = (disk *)b;
+    if (!d) return;
+    while (d->head) disk_forget(d, d->head);
+    free(d->buckets);
+    if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
+    free(d->dir);
+    free(d);
+}
+
+void store_disk_usage(store_backend *b, uint64_t *files, uint64_t *bytes)
+{
+    disk *d = (disk *)b;
+    *files = d->n;
+    *bytes = d->bytes;
+}
+
+/* ------------------------------------------------------------------ open */
+
+static bool is_hex2(const char *s)
+{
+    return strlen(s) == 2 && strspn(s, "0123456789abcdef") == 2;
+}
+
+static int cmp_mtime(const void *a, const void *b)
+{
+    const disk_entry *x = *(disk_entry *const *)a, *y = *(disk_entry *const *)b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
+}
+
+/* Indexes the entries of one DIR/ab/cd; removes temp files left by a crash. */
+static int disk_scan_leaf(disk *d, const char *leaf)
+{
+    DIR *dh = opendir(leaf);
+    if (!dh) return 0;
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(dh))) {
+        size_t l = strlen(de->d_name);
+        char p[4096];
+        store_key k;
+        if (snprintf(p, sizeof p, "%s/%s", leaf, de->d_name) >= (int)sizeof p) continue;
+        if (l == 36 && strcmp(de->d_name + 32, ".tmp") == 0) {
+            unlink(p);
+        } else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0 && disk_unhex(de->d_name, &k)) {
+            struct stat st;
+            if (stat(p, &st) != 0 || !S_ISREG(st.st_mode) || disk_find(d, &k)) continue;
+            disk_entry *e = disk_add(d, &k, (uint64_t)st.st_size);
+            if (!e) {
+                rc = PL_ENOMEM;
+                continue;
+            }
+            e->mtime = st.st_mtim;
+            uint8_t head[STORE_ENTRY_HEADER];
+            int fd = open(p, O_RDONLY | O_CLOEXEC);
+            if (fd >= 0 && pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head) disk_set_parent(e, head, sizeof head);
+            if (fd >= 0) close(fd);
+        }
+    }
+    closedir(dh);
+    return rc;
+}
+
+/* Rebuilds the index from DIR, least recent first, and applies the limit. */
+static int disk_scan(disk *d)
+{
+    DIR *top = opendir(d->dir);
+    if (!top) return PL_EIO;
+    struct dirent *a;
+    int rc = 0;
+    while (!rc && (a = readdir(top))) {
+        if (!is_hex2(a->d_name)) continue;
+        char mid[4096];
+        if (snprintf(mid, sizeof mid, "%s/%s", d->dir, a->d_name) >= (int)sizeof mid) continue;
+        DIR *dm = opendir(mid);
+        if (!dm) continue;
+        struct dirent *b;
+        while (!rc && (b = readdir(dm))) {
+            if (!is_hex2(b->d_name)) continue;
+            char leaf[4096];
+            if (snprintf(leaf, sizeof leaf, "%s/%s", mid, b->d_name) >= (int)sizeof leaf) continue;
+            rc = disk_scan_leaf(d, leaf);
+        }
+        closedir(dm);
+    }
+    closedir(top);
+    if (rc || d->n == 0) return rc;
+    disk_entry **v = malloc(d->n * sizeof *v);
+    if (!v) return PL_ENOMEM;
+    size_t k = 0;
+    for (disk_entry *e = d->head; e; e = e->next) v[k++] = e;
+    qsort(v, k, sizeof *v, cmp_mtime);
+    d->head = d->tail = NULL;
+    for (size_t i = 0; i < k; i++) lru_push_tail(d, v[i]);
+    for (size_t i = 0; i < k; i++) disk_touch_ancestors(d, v[i]); /* ancestors after descendants, as when running */
+    free(v);
+    disk_evict(d);
+    return 0;
+}
+
+static store_backend *disk_fail(disk *d, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static store_backend *disk_fail(disk *d, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    disk_close(&d->base);
+    return NULL;
+}
+
+store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, size_t errlen)
+{
+    disk *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "kv-disk: out of memory");
+        return NULL;
+    }
+    d->lock_fd = -1;
+    d->base = (store_backend){.name = "disk", .get_many = disk_get_many, .put_many = disk_put_many, .close = disk_close};
+    d->max_bytes = max_bytes;
+    d->dir = strdup(dir ? dir : "");
+    d->buckets = calloc(1024, sizeof *d->buckets);
+    d->mask = 1023;
+    if (!d->dir || !d->buckets) return disk_fail(d, err, errlen, "kv-disk: out of memory");
+    if (!dir || !*dir) return disk_fail(d, err, errlen, "kv-disk: empty directory name");
+    if (max_bytes == 0) return disk_fail(d, err, errlen, "kv-disk: the size limit must be at least 1 byte");
+    if (strlen(dir) > 3000) return disk_fail(d, err, errlen, "kv-disk: directory name too long");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return disk_fail(d, err, errlen, "kv-disk: cannot create %s: %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return disk_fail(d, err, errlen, "kv-disk: %s is not a directory", dir);
+    char lock[4096];
+    snprintf(lock, sizeof lock, "%s/lock", dir);
+    d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (d->lock_fd < 0) return disk_fail(d, err, errlen, "kv-disk: cannot open %s: %s", lock, strerror(errno));
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return disk_fail(d, err, errlen,
+                         errno == EWOULDBLOCK ? "kv-disk: %s is in use by another process (%s is locked)"
+                                              : "kv-disk: cannot lock %s (%s)",
+                         dir, errno == EWOULDBLOCK ? lock : strerror(errno));
+    int rc = disk_scan(d);
+    if (rc) return disk_fail(d, err, errlen, "kv-disk: cannot read %s: %s", dir, rc == PL_ENOMEM ? "out of memory" : strerror(errno));
+    return &d->base;
+}
