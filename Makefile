@@ -22,7 +22,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -D_GNU_SOURCE -pthread $(SAN)
 ifeq ($(CI),true)
 CFLAGS  += -Werror
 endif
-LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
+LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lhiredis -lm -lpthread
 
 SRC     := $(sort $(wildcard src/*/*.c))
 SRVSRC  := $(sort $(wildcard server/*.c))

@@ -5,7 +5,9 @@ set -euo pipefail
 pkgs=(gcc make clang pkg-config libpcre2-dev libxxhash-dev libjansson-dev libmicrohttpd-dev nodejs npm git jq curl
       gcc-aarch64-linux-gnu qemu-user # tests/arm64.sh (NEON kernels under qemu)
       libsimde-dev                    # tests/avx512.sh (AVX-512 kernels on SIMDe's emulation)
-      openssl)                        # tests/cli/test_serve_auth.sh (a self-signed certificate for --tls-cert)
+      openssl                         # tests/cli/test_serve_auth.sh (a self-signed certificate for --tls-cert)
+      libhiredis-dev                  # src/store/redis_cluster.c (the Redis Cluster KV tier's client)
+      redis-server redis-tools)       # tests/cli/test_redis_cluster.sh (a 3-master cluster on loopback)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
