@@ -123,6 +123,7 @@ void store_redis_stats_get(const store_backend *b, store_redis_stats *out)
                                .errors = k.errors,
                                .redirects = k.redirects,
                                .reconnects = k.reconnects,
+                               .connect_failures = k.connect_failures,
                                .bytes_read = k.bytes_read,
                                .bytes_written = k.bytes_written};
 }

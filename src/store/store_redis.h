@@ -30,6 +30,7 @@ typedef struct {
     uint64_t errors;         /* bad replies, I/O errors, timeouts, failed connects */
     uint64_t redirects;      /* MOVED + ASK followed */
     uint64_t reconnects;     /* connections again to a node that had failed */
+    uint64_t connect_failures; /* connect attempts that failed (each starts a backoff) */
     uint64_t bytes_read, bytes_written; /* value bytes */
 } store_redis_stats;
 

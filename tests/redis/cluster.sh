@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# cluster.sh - a throwaway Redis Cluster on loopback for the tests and the
+# benchmarks (Debian's redis-server and redis-cli).
+#
+#   cluster.sh start DIR [MASTERS]   start MASTERS (3) nodes, each in DIR/PORT,
+#                                    create the cluster (no replicas), wait for
+#                                    cluster_state:ok; prints the ports "P1,P2,P3"
+#   cluster.sh stop DIR              shut every node down (no save), rm -rf DIR
+#   cluster.sh kill DIR PORT         SIGKILL one node (a crash)
+#   cluster.sh restart DIR PORT      start that node again (same port, same
+#                                    nodes.conf: it rejoins with its slots)
+#
+# The nodes run with cluster-require-full-coverage no (a dead master costs
+# only its own slots, as docs/kv-redis.md recommends) and a 2 s node timeout.
+# Ports: a random base in 20000..44999 whose port and bus port (+10000) are
+# free for every node.
+set -u
+
+port_free() { ! ss -Htln "( sport = :$1 )" 2>/dev/null | grep -q .; }
+
+# node_start DIR PORT: one cluster-mode node, daemonized, state in DIR/PORT
+node_start() {
+  local d=$1/$2
+  mkdir -p "$d"
+  redis-server --port "$2" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-node-timeout 2000 --cluster-require-full-coverage no \
+    --appendonly no --save '' --daemonize yes --dir "$d" --pidfile "$d/redis.pid" \
+    --logfile "$d/redis.log" >/dev/null
+}
+
+# wait_up PORT: until the node answers PING (5 s)
+wait_up() {
+  for _ in $(seq 1 100); do
+    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+cmd_start() {
+  local dir=$1 n=${2:-3} base ports=() tries
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
+    { echo "cluster.sh: redis-server / redis-cli not installed" >&2; return 1; }
+  mkdir -p "$dir" || return 1
+  for tries in $(seq 1 20); do
+    base=$((20000 + RANDOM % 25000)); ports=()
+    local ok=1 i
+    for i in $(seq 0 $((n - 1))); do
+      port_free $((base + i)) && port_free $((base + i + 10000)) || { ok=0; break; }
+      ports+=($((base + i)))
+    done
+    [ "$ok" = 1 ] && break
+  done
+  [ ${#ports[@]} -eq "$n" ] || { echo "cluster.sh: no free ports after $tries tries" >&2; return 1; }
+  printf '%s\n' "${ports[@]}" >"$dir/ports"
+  for p in "${ports[@]}"; do node_start "$dir" "$p" || { echo "cluster.sh: node $p did not start" >&2; return 1; }; done
+  for p in "${ports[@]}"; do wait_up "$p" || { echo "cluster.sh: node $p does not answer" >&2; return 1; }; done
+  local addrs=()
+  for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 ||
+    { echo "cluster.sh: redis-cli --cluster create failed: $(tail -n 3 "$dir/create.log")" >&2; return 1; }
+  wait_ok "${ports[@]}" || return 1
+  local IFS=,
+  echo "${ports[*]}"
+}
+
+# wait_ok PORT...: until every node says cluster_state:ok (15 s)
+wait_ok() {
+  local p all
+  for _ in $(seq 1 300); do
+    all=1
+    for p in "$@"; do
+      redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || { all=0; break; }
+    done
+    [ "$all" = 1 ] && return 0
+    sleep 0.05
+  done
+  echo "cluster.sh: cluster_state is not ok on every node of $*" >&2
+  return 1
+}
+
+cmd_stop() {
+  local dir=$1 p pid
+  [ -f "$dir/ports" ] || { rm -rf "$dir"; return 0; }
+  while read -r p; do
+    redis-cli -p "$p" shutdown nosave >/dev/null 2>&1
+    pid=$(cat "$dir/$p/redis.pid" 2>/dev/null)
+    # a node that did not go (hung, or not ours any more) is killed by its pid
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      sleep 0.2
+      kill -KILL "$pid" 2>/dev/null
+    fi
+  done <"$dir/ports"
+  rm -rf "$dir"
+}
+
+cmd_kill() {
+  local pid
+  pid=$(cat "$1/$2/redis.pid" 2>/dev/null) || { echo "cluster.sh: no pid file for $2" >&2; return 1; }
+  kill -KILL "$pid" || return 1
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+  rm -f "$1/$2/redis.pid"
+}
+
+cmd_restart() {
+  node_start "$1" "$2" && wait_up "$2"
+}
+
+case ${1:-} in
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  kill) shift; cmd_kill "$@" ;;
+  restart) shift; cmd_restart "$@" ;;
+  *) echo "usage: cluster.sh start DIR [MASTERS] | stop DIR | kill DIR PORT | restart DIR PORT" >&2; exit 2 ;;
+esac
