@@ -27,6 +27,10 @@
 /* Connections a slot-map refresh may open besides the ones already open:
  * bounds the time a refresh spends when most nodes are unreachable. */
 #define RC_REFRESH_NEW_CONNECTS 2
+/* While keys go unserved because their node is in backoff, the map is
+ * reloaded this often from the live nodes: a replica promoted in the dead
+ * master's place shows there, long before a capped backoff would expire. */
+#define RC_REFRESH_WHILE_DOWN_MS 500
 
 typedef struct {
     char host[256];
@@ -48,6 +52,7 @@ struct redis_cluster {
     int n_nodes, n_seeds; /* nodes[0 .. n_seeds) are the user's seeds */
     int16_t slot_node[REDIS_CLUSTER_SLOTS];
     int want_refresh; /* a node failed or redirected: reload the map */
+    int64_t next_down_refresh_ms;
     char last_err[256];
     rc_counters k;
 };
@@ -73,7 +78,7 @@ typedef struct {
     char ttl[24];              /* PX argument, "" for none */
     rc_op *ops;
     int status;                /* PL_EIO once anything went wrong */
-    int moved;                 /* a MOVED was seen this round */
+    int moved;                 /* node named by the last MOVED of this round, -1 if none */
 } rc_batch;
 
 static int64_t now_ms(void)
@@ -289,20 +294,24 @@ static int parse_slots(redis_cluster *rc, const redisReply *r, int from, int16_t
     return covered;
 }
 
-/* Reloads the map from the first node that answers: open connections
- * first, then up to max_new connection attempts. */
-static int refresh_slots(redis_cluster *rc, int max_new)
+/* Reloads the map from the first node that answers: `prefer` first (the
+ * target of a MOVED knows its new slot before gossip reaches the others;
+ * -1 for none), then open connections, then up to max_new connection
+ * attempts. */
+static int refresh_slots(redis_cluster *rc, int max_new, int prefer)
 {
     rc->want_refresh = 0;
     int16_t *map = malloc(sizeof rc->slot_node);
     if (!map) return err_set(PL_ENOMEM, "Redis Cluster: slot map");
     int rc_status = PL_EIO;
-    for (int pass = 0; pass < 2 && rc_status; pass++) {
+    for (int pass = 0; pass < 3 && rc_status; pass++) {
         for (int i = 0; i < rc->n_nodes && rc_status; i++) {
             rc_node *nd = &rc->nodes[i];
-            if (pass == 0 && !nd->c) continue;
-            if (pass == 1) {
-                if (nd->c || max_new <= 0) continue;
+            if ((pass == 0) != (i == prefer)) continue;
+            if (pass == 1 && !nd->c) continue; /* pass 1: the open connections */
+            if (pass == 2 && nd->c) continue;  /* pass 2: new ones (tried in pass 1) */
+            if (pass != 1 && !nd->c) {
+                if (max_new <= 0) continue;
                 if (now_ms() < nd->next_try_ms) continue;
                 max_new--;
                 if (node_connect(rc, i) != CONN_OK) continue;
@@ -365,7 +374,7 @@ redis_cluster *redis_cluster_open(const char *hostports, const redis_cluster_opt
     for (int i = 0; i < n; i++) node_find_or_add(rc, hosts[i], strlen(hosts[i]), ports[i]);
     rc->n_seeds = rc->n_nodes;
     free(hosts);
-    if (refresh_slots(rc, rc->n_seeds)) {
+    if (refresh_slots(rc, rc->n_seeds, -1)) {
         err_set(PL_EIO, "Redis Cluster %s: no seed gave a slot map (last: %s)", hostports,
                 rc->last_err[0] ? rc->last_err : "no answer");
         redis_cluster_close(rc);
@@ -425,7 +434,7 @@ static int op_redirect(redis_cluster *rc, rc_batch *b, size_t i, int from, const
     if (node < 0) return -1;
     if (!ask) {
         rc->slot_node[slot] = (int16_t)node;
-        b->moved = 1;
+        b->moved = node;
     }
     b->ops[i].node = node;
     b->ops[i].asking = (uint8_t)ask;
@@ -500,7 +509,14 @@ static void run_node(redis_cluster *rc, rc_batch *b, int node, const size_t *idx
     rc_conn st = node_connect(rc, node);
     if (st != CONN_OK) {
         for (size_t j = 0; j < m; j++) op_settle_miss(rc, b, idx[j], 0);
-        if (st == CONN_BACKOFF) COUNT(rc, skipped_down, m);
+        if (st == CONN_BACKOFF) {
+            COUNT(rc, skipped_down, m);
+            int64_t now = now_ms();
+            if (now >= rc->next_down_refresh_ms) {
+                rc->want_refresh = 1;
+                rc->next_down_refresh_ms = now + RC_REFRESH_WHILE_DOWN_MS;
+            }
+        }
         b->status = PL_EIO;
         return;
     }
@@ -582,14 +598,14 @@ static int run_batch(redis_cluster *rc, rc_batch *b)
         for (size_t i = 0; i < b->n; i++)
             if (b->ops[i].node >= 0) order[start[b->ops[i].node]++] = i;
         /* start[k] now ends node k's run; node k's run begins at start[k-1] */
-        b->moved = 0;
+        b->moved = -1;
         size_t from = 0;
         int n_nodes = rc->n_nodes; /* redirections may add nodes: next round */
         for (int k = 0; k < n_nodes; k++) {
             if (start[k] > from) run_node(rc, b, k, order + from, start[k] - from);
             from = start[k];
         }
-        if (b->moved || rc->want_refresh) refresh_slots(rc, RC_REFRESH_NEW_CONNECTS);
+        if (b->moved >= 0 || rc->want_refresh) refresh_slots(rc, RC_REFRESH_NEW_CONNECTS, b->moved);
     }
     for (size_t i = 0; i < b->n; i++)
         if (b->ops[i].node >= 0) op_settle_miss(rc, b, i, 1); /* redirected too often */
