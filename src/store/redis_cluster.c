@@ -1,10 +1,11 @@
 /* redis_cluster.c - Redis Cluster client for batched GET/SET; see redis_cluster.h.
  *
  * A batch is a list of ops (one per key), each aimed at a node. A round
- * groups the pending ops by node (a counting sort), sends each node its
- * ops as pipelined chunks (appended, then their replies read in order) and
- * settles each op from its reply: a value, a miss, or a redirection that
- * re-aims it for the next round. Chunks bound the client's buffers: a
+ * groups the pending ops by node (a counting sort) into lanes, sends the
+ * ops as pipelined chunks, one chunk to every node before reading any
+ * replies (so that the nodes work in parallel), and settles each op from
+ * its reply: a value, a miss, or a redirection that re-aims it for the
+ * next round. Chunks bound the client's buffers: a
  * chunk ends after RC_CHUNK_OPS ops or RC_CHUNK_BYTES of SET values.
  *
  * SET chunks bypass hiredis's output buffer: the command heads are
@@ -61,6 +62,14 @@ typedef struct {
     char text[RC_CHUNK_OPS][3][RC_HEAD_MAX];
 } rc_set_scratch;
 
+/* One node's share of a round: its ops idx[0 .. m); [a, e) is the chunk
+ * in flight, [0, a) is settled or re-aimed. */
+typedef struct {
+    int node;
+    const size_t *idx;
+    size_t m, a, e;
+} rc_lane;
+
 typedef struct {
     _Atomic uint64_t hits, misses, sets_ok, sets_dropped, errors, redirects, connects, reconnects,
         connect_failures, skipped_down, slot_refreshes, bytes_read, bytes_written;
@@ -76,6 +85,7 @@ struct redis_cluster {
     char last_err[256];
     rc_counters k;
     rc_set_scratch set;
+    rc_lane lanes[REDIS_CLUSTER_MAX_NODES];
 };
 
 #define COUNT(rc, field, v) atomic_fetch_add_explicit(&(rc)->k.field, (uint64_t)(v), memory_order_relaxed)
@@ -552,72 +562,108 @@ static int send_sets(redis_cluster *rc, const rc_batch *b, redisContext *c, cons
     return -1;
 }
 
-/* Sends node its ops idx[0 .. m) in pipelined chunks and settles them. */
-static void run_node(redis_cluster *rc, rc_batch *b, int node, const size_t *idx, size_t m)
+/* Marks the node of lane l failed (why) and settles its unsettled ops. */
+static void lane_fail(redis_cluster *rc, rc_batch *b, rc_lane *l, const char *why)
 {
-    rc_node *nd = &rc->nodes[node];
-    rc_conn st = node_connect(rc, node);
-    if (st != CONN_OK) {
-        for (size_t j = 0; j < m; j++) op_settle_miss(rc, b, idx[j], 0);
-        if (st == CONN_BACKOFF) {
-            COUNT(rc, skipped_down, m);
-            int64_t now = now_ms();
-            if (now >= rc->next_down_refresh_ms) {
-                rc->want_refresh = 1;
-                rc->next_down_refresh_ms = now + RC_REFRESH_WHILE_DOWN_MS;
-            }
+    char text[160];
+    rc_node *nd = &rc->nodes[l->node];
+    snprintf(text, sizeof text, "%s", why ? why : nd->c && nd->c->errstr[0] ? nd->c->errstr : "pipeline failed");
+    node_failed(rc, l->node, text);
+    for (size_t j = l->a; j < l->m; j++)
+        if (b->ops[l->idx[j]].node == l->node) op_settle_miss(rc, b, l->idx[j], 0);
+    b->status = PL_EIO;
+    l->a = l->e = l->m;
+}
+
+/* Connects lane l's node, or settles its ops as misses; 1 if connected. */
+static int lane_open(redis_cluster *rc, rc_batch *b, rc_lane *l)
+{
+    rc_conn st = node_connect(rc, l->node);
+    if (st == CONN_OK) return 1;
+    for (size_t j = 0; j < l->m; j++) op_settle_miss(rc, b, l->idx[j], 0);
+    if (st == CONN_BACKOFF) {
+        COUNT(rc, skipped_down, l->m);
+        int64_t now = now_ms();
+        if (now >= rc->next_down_refresh_ms) {
+            rc->want_refresh = 1;
+            rc->next_down_refresh_ms = now + RC_REFRESH_WHILE_DOWN_MS;
         }
-        b->status = PL_EIO;
+    }
+    b->status = PL_EIO;
+    l->a = l->e = l->m;
+    return 0;
+}
+
+/* Sends lane l's next chunk [a, e) without waiting for replies. */
+static void lane_send(redis_cluster *rc, rc_batch *b, rc_lane *l)
+{
+    redisContext *c = rc->nodes[l->node].c;
+    size_t e = l->a, bytes = 0;
+    char why[160];
+    if (b->kind == OP_SET) {
+        while (e < l->m && e - l->a < RC_CHUNK_OPS && bytes < RC_CHUNK_BYTES) bytes += b->in_lens[l->idx[e++]];
+        l->e = e;
+        if (send_sets(rc, b, c, l->idx + l->a, e - l->a, why, sizeof why)) lane_fail(rc, b, l, why);
         return;
     }
-    size_t a = 0;
-    char why[160] = "";
-    while (a < m) {
-        size_t e = a, bytes = 0;
-        int failed = 0;
-        if (b->kind == OP_SET) {
-            while (e < m && e - a < RC_CHUNK_OPS && bytes < RC_CHUNK_BYTES) bytes += b->in_lens[idx[e++]];
-            failed = send_sets(rc, b, nd->c, idx + a, e - a, why, sizeof why) != 0;
-        } else {
-            while (e < m && e - a < RC_CHUNK_OPS) {
-                if (append_get(nd->c, b, idx[e])) {
-                    failed = 1;
-                    break;
-                }
-                e++;
-            }
-        }
-        for (size_t j = a; j < e && !failed; j++) {
-            size_t i = idx[j];
-            void *r = NULL;
-            if (b->ops[i].asking) {
-                if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
-                    failed = 1;
-                    break;
-                }
-                freeReplyObject(r);
-                r = NULL;
-            }
-            if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
-                failed = 1;
-                break;
-            }
-            node_ok(nd);
-            b->ops[i].asking = 0;
-            op_reply(rc, b, i, node, r);
-            freeReplyObject(r);
-        }
-        if (failed) {
-            /* the connection is unusable (timeout, reset, protocol error):
-             * every op of this node not settled yet is a miss */
-            if (!why[0]) snprintf(why, sizeof why, "%s", nd->c->errstr[0] ? nd->c->errstr : "pipeline failed");
-            node_failed(rc, node, why);
-            for (size_t j = a; j < m; j++)
-                if (b->ops[idx[j]].node == node) op_settle_miss(rc, b, idx[j], 0);
-            b->status = PL_EIO;
+    while (e < l->m && e - l->a < RC_CHUNK_OPS) {
+        if (append_get(c, b, l->idx[e])) {
+            lane_fail(rc, b, l, "out of memory");
             return;
         }
-        a = e;
+        e++;
+    }
+    l->e = e;
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK) {
+            lane_fail(rc, b, l, NULL);
+            return;
+        }
+}
+
+/* Reads and settles the replies of lane l's chunk [a, e). */
+static void lane_recv(redis_cluster *rc, rc_batch *b, rc_lane *l)
+{
+    rc_node *nd = &rc->nodes[l->node];
+    for (size_t j = l->a; j < l->e; j++) {
+        size_t i = l->idx[j];
+        void *r = NULL;
+        if (b->ops[i].asking) {
+            if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
+                lane_fail(rc, b, l, NULL);
+                return;
+            }
+            freeReplyObject(r);
+            r = NULL;
+        }
+        if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
+            lane_fail(rc, b, l, NULL);
+            return;
+        }
+        node_ok(nd);
+        b->ops[i].asking = 0;
+        op_reply(rc, b, i, l->node, r);
+        freeReplyObject(r);
+    }
+    l->a = l->e;
+}
+
+/* One round: every lane's ops in chunks, in waves: each wave sends one
+ * chunk to every node, then reads their replies, so that the nodes work
+ * in parallel. */
+static void run_lanes(redis_cluster *rc, rc_batch *b, rc_lane *lanes, int n)
+{
+    int live = 0;
+    for (int k = 0; k < n; k++) live += lane_open(rc, b, &lanes[k]);
+    while (live) {
+        for (int k = 0; k < n; k++)
+            if (lanes[k].a < lanes[k].m) lane_send(rc, b, &lanes[k]);
+        live = 0;
+        for (int k = 0; k < n; k++) {
+            if (lanes[k].a < lanes[k].e) lane_recv(rc, b, &lanes[k]);
+            live += lanes[k].a < lanes[k].m;
+        }
     }
 }
 
@@ -699,11 +745,13 @@ static int run_batch_held(redis_cluster *rc, rc_batch *b)
         /* start[k] now ends node k's run; node k's run begins at start[k-1] */
         b->moved = -1;
         size_t from = 0;
-        int n_nodes = rc->n_nodes; /* redirections may add nodes: next round */
+        int n_nodes = rc->n_nodes, n_lanes = 0; /* redirections may add nodes: next round */
         for (int k = 0; k < n_nodes; k++) {
-            if (start[k] > from) run_node(rc, b, k, order + from, start[k] - from);
+            if (start[k] > from)
+                rc->lanes[n_lanes++] = (rc_lane){.node = k, .idx = order + from, .m = start[k] - from};
             from = start[k];
         }
+        run_lanes(rc, b, rc->lanes, n_lanes);
         if (b->moved >= 0 || rc->want_refresh) refresh_slots(rc, RC_REFRESH_NEW_CONNECTS, b->moved);
     }
     for (size_t i = 0; i < b->n; i++)
