@@ -14,6 +14,13 @@
  * write, move the unwritten rest to the front (quadratic in the chunk:
  * 1 MiB values were set at 0.06 GB/s that way). The replies are still
  * read by hiredis; its output buffer is empty whenever a chunk is sent.
+ *
+ * GET replies are read here too, not by hiredis, which would grow a buffer
+ * 16 KiB at a time and then copy each value out of it: a value's length
+ * line is read through a small buffer (rbuf), its bytes straight into the
+ * malloc'd block handed to the caller. Both readers' buffers are empty at
+ * a chunk's end (a node sends nothing it was not asked for), so commands
+ * read by hiredis (CLUSTER SLOTS, SET) and by this reader may alternate.
  */
 #include "store/redis_cluster.h"
 
@@ -26,6 +33,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,12 +50,17 @@
  * reloaded this often from the live nodes: a replica promoted in the dead
  * master's place shows there, long before a capped backoff would expire. */
 #define RC_REFRESH_WHILE_DOWN_MS 500
+#define RC_RBUF_SIZE (64 << 10)
+#define RC_VALUE_MAX (1LL << 30) /* a longer value is taken for a broken stream (Redis caps them at 512 MB) */
+#define RC_LINE_MAX 1024 /* longest reply line read (error texts; a longer one fails the connection) */
 
 typedef struct {
     char host[256];
     int port;
     char name[272]; /* "host:port" */
     redisContext *c;
+    uint8_t *rbuf;       /* GET replies read past hiredis: rbuf[rpos .. rlen) unread */
+    size_t rpos, rlen;
     int64_t next_try_ms; /* no connect attempt before this (backoff) */
     int backoff_ms;      /* the last wait; 0 while the node is healthy */
 } rc_node;
@@ -246,6 +259,7 @@ static void node_failed(redis_cluster *rc, int i, const char *why)
     snprintf(rc->last_err, sizeof rc->last_err, "%s: %s", nd->name, why); /* why may live in nd->c */
     if (nd->c) redisFree(nd->c);
     nd->c = NULL;
+    nd->rpos = nd->rlen = 0;
     nd->backoff_ms = nd->backoff_ms ? nd->backoff_ms * 2 : rc->o.backoff_min_ms;
     if (nd->backoff_ms > rc->o.backoff_max_ms) nd->backoff_ms = rc->o.backoff_max_ms;
     nd->next_try_ms = now_ms() + nd->backoff_ms;
@@ -269,6 +283,12 @@ static rc_conn node_connect(redis_cluster *rc, int i)
         node_failed(rc, i, why);
         return CONN_FAILED;
     }
+    if (!nd->rbuf && !(nd->rbuf = malloc(RC_RBUF_SIZE))) {
+        redisFree(c);
+        node_failed(rc, i, "out of memory");
+        return CONN_FAILED;
+    }
+    nd->rpos = nd->rlen = 0;
     nd->c = c;
     COUNT(rc, connects, 1);
     if (nd->backoff_ms) COUNT(rc, reconnects, 1);
@@ -419,6 +439,7 @@ void redis_cluster_close(redis_cluster *rc)
     if (!rc) return;
     for (int i = 0; i < rc->n_nodes; i++)
         if (rc->nodes[i].c) redisFree(rc->nodes[i].c);
+    for (int i = 0; i < rc->n_nodes; i++) free(rc->nodes[i].rbuf);
     free(rc);
 }
 
@@ -473,31 +494,23 @@ static int op_redirect(redis_cluster *rc, rc_batch *b, size_t i, int from, const
     return 0;
 }
 
-/* Settles (or re-aims) op i from its reply r, got from node `from`. */
+/* An error reply txt (len bytes, no '-') to op i from node `from`: a
+ * redirection re-aims the op, anything else settles it as an error miss. */
+static void op_error(redis_cluster *rc, rc_batch *b, size_t i, int from, const char *txt, size_t len)
+{
+    int moved = len > 6 && memcmp(txt, "MOVED ", 6) == 0;
+    int ask = len > 4 && memcmp(txt, "ASK ", 4) == 0;
+    if ((moved || ask) && op_redirect(rc, b, i, from, txt, len, ask) == 0) return;
+    snprintf(rc->last_err, sizeof rc->last_err, "%s: %.*s", rc->nodes[from].name, (int)(len > 160 ? 160 : len),
+             txt);
+    op_settle_miss(rc, b, i, 1);
+}
+
+/* Settles (or re-aims) SET op i from its reply r, got from node `from`. */
 static void op_reply(redis_cluster *rc, rc_batch *b, size_t i, int from, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {
-        int moved = r->len > 6 && memcmp(r->str, "MOVED ", 6) == 0;
-        int ask = r->len > 4 && memcmp(r->str, "ASK ", 4) == 0;
-        if ((moved || ask) && op_redirect(rc, b, i, from, r->str, r->len, ask) == 0) return;
-        snprintf(rc->last_err, sizeof rc->last_err, "%s: %.*s", rc->nodes[from].name,
-                 (int)(r->len > 160 ? 160 : r->len), r->str);
-        op_settle_miss(rc, b, i, 1);
-        return;
-    }
-    if (b->kind == OP_GET) {
-        if (r->type == REDIS_REPLY_STRING && r->str) {
-            /* hand hiredis's buffer (malloc'd, len + 1 bytes) to the caller
-             * instead of copying the value */
-            b->out[i] = (uint8_t *)r->str;
-            b->out_lens[i] = r->len;
-            r->str = NULL;
-            b->ops[i].node = -1;
-            COUNT(rc, hits, 1);
-            COUNT(rc, bytes_read, b->out_lens[i]);
-            return;
-        }
-        op_settle_miss(rc, b, i, r->type != REDIS_REPLY_NIL);
+        op_error(rc, b, i, from, r->str, r->len);
         return;
     }
     if (r->type == REDIS_REPLY_STATUS && r->len == 2 && memcmp(r->str, "OK", 2) == 0) {
@@ -507,6 +520,170 @@ static void op_reply(redis_cluster *rc, rc_batch *b, size_t i, int from, redisRe
         return;
     }
     op_settle_miss(rc, b, i, 1);
+}
+
+/* ------------------------------------------------ the GET reply reader */
+
+/* Reads more bytes into nd->rbuf (compacting it first); -1 on EOF, error
+ * or timeout. */
+static int rd_fill(rc_node *nd)
+{
+    if (nd->rpos > 0) {
+        memmove(nd->rbuf, nd->rbuf + nd->rpos, nd->rlen - nd->rpos);
+        nd->rlen -= nd->rpos;
+        nd->rpos = 0;
+    }
+    if (nd->rlen == RC_RBUF_SIZE) return -1;
+    for (;;) {
+        ssize_t r = recv(nd->c->fd, nd->rbuf + nd->rlen, RC_RBUF_SIZE - nd->rlen, 0);
+        if (r > 0) {
+            nd->rlen += (size_t)r;
+            return 0;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        snprintf(nd->c->errstr, sizeof nd->c->errstr, "%s",
+                 r == 0 ? "connection closed" : errno == EAGAIN ? "timeout" : strerror(errno));
+        return -1;
+    }
+}
+
+/* The next line (without CRLF): *line points into rbuf, valid until the
+ * next read. -1 on I/O failure or a line longer than RC_LINE_MAX. */
+static int rd_line(rc_node *nd, const char **line, size_t *len)
+{
+    for (;;) {
+        const uint8_t *p = nd->rbuf + nd->rpos;
+        size_t avail = nd->rlen - nd->rpos;
+        const uint8_t *nl = avail ? memchr(p, '\n', avail) : NULL;
+        if (nl) {
+            if (nl == p || nl[-1] != '\r') return -1;
+            *line = (const char *)p;
+            *len = (size_t)(nl - p) - 1;
+            nd->rpos += (size_t)(nl - p) + 1;
+            return 0;
+        }
+        if (avail > RC_LINE_MAX || rd_fill(nd)) return -1;
+    }
+}
+
+/* Reads exactly n bytes into dst: the buffered ones, then straight from
+ * the socket. */
+static int rd_exact(rc_node *nd, uint8_t *dst, size_t n)
+{
+    size_t have = nd->rlen - nd->rpos;
+    size_t k = have < n ? have : n;
+    memcpy(dst, nd->rbuf + nd->rpos, k);
+    nd->rpos += k;
+    while (k < n) {
+        ssize_t r = recv(nd->c->fd, dst + k, n - k, 0);
+        if (r > 0) {
+            k += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        snprintf(nd->c->errstr, sizeof nd->c->errstr, "%s",
+                 r == 0 ? "connection closed" : errno == EAGAIN ? "timeout" : strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A RESP integer line body ("-1", "65536"); -1 if malformed. */
+static int rd_int(const char *s, size_t n, long long *v)
+{
+    char buf[24];
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    *v = strtoll(buf, &end, 10);
+    return errno || *end ? -1 : 0;
+}
+
+/* Skips one reply of any type (depth: nesting left); -1 on failure. */
+static int rd_skip(rc_node *nd, int depth)
+{
+    const char *l;
+    size_t n;
+    long long v;
+    if (rd_line(nd, &l, &n) || n == 0) return -1;
+    switch (l[0]) {
+    case '+': case '-': case ':': return 0;
+    case '$':
+        if (rd_int(l + 1, n - 1, &v)) return -1;
+        for (long long left = v < 0 ? 0 : v + 2; left > 0;) {
+            if (nd->rpos == nd->rlen && rd_fill(nd)) return -1;
+            size_t k = nd->rlen - nd->rpos;
+            if ((long long)k > left) k = (size_t)left;
+            nd->rpos += k;
+            left -= (long long)k;
+        }
+        return 0;
+    case '*':
+        if (depth <= 0 || rd_int(l + 1, n - 1, &v)) return -1;
+        for (long long e = 0; e < v; e++)
+            if (rd_skip(nd, depth - 1)) return -1;
+        return 0;
+    default: return -1;
+    }
+}
+
+/* Reads the reply to ASKING; -1 when the connection is unusable. */
+static int rd_asking(rc_node *nd)
+{
+    const char *l;
+    size_t n;
+    if (rd_line(nd, &l, &n) || n == 0 || (l[0] != '+' && l[0] != '-')) return -1;
+    return 0;
+}
+
+/* Reads the reply to GET op i from node `from` and settles (or re-aims)
+ * the op; -1 when the connection is unusable (I/O, protocol error). */
+static int rd_get(redis_cluster *rc, rc_batch *b, size_t i, int from)
+{
+    rc_node *nd = &rc->nodes[from];
+    const char *l;
+    size_t n;
+    long long v;
+    if (rd_line(nd, &l, &n) || n == 0) return -1;
+    switch (l[0]) {
+    case '$':
+        if (rd_int(l + 1, n - 1, &v) || v < -1 || v > RC_VALUE_MAX) return -1;
+        if (v == -1) {
+            op_settle_miss(rc, b, i, 0);
+            return 0;
+        }
+        {
+            uint8_t *val = malloc(v ? (size_t)v : 1), crlf[2];
+            if (!val) return -1;
+            if (rd_exact(nd, val, (size_t)v) || rd_exact(nd, crlf, 2) || crlf[0] != '\r' || crlf[1] != '\n') {
+                free(val);
+                return -1;
+            }
+            b->out[i] = val;
+            b->out_lens[i] = (size_t)v;
+            b->ops[i].node = -1;
+            COUNT(rc, hits, 1);
+            COUNT(rc, bytes_read, (size_t)v);
+        }
+        return 0;
+    case '-':
+        op_error(rc, b, i, from, l + 1, n - 1);
+        return 0;
+    case '+': case ':':
+        op_settle_miss(rc, b, i, 1);
+        return 0;
+    case '*':
+        /* an array where a value was due: skip it, an error miss */
+        nd->rpos -= n + 2; /* the line is still in rbuf: rd_skip reads it again */
+        if (rd_skip(nd, 8)) return -1;
+        op_settle_miss(rc, b, i, 1);
+        return 0;
+    default:
+        snprintf(nd->c->errstr, sizeof nd->c->errstr, "protocol error: reply type '%c'", l[0]);
+        return -1;
+    }
 }
 
 /* Appends [ASKING +] GET of op i to hiredis's output buffer. */
@@ -628,6 +805,16 @@ static void lane_recv(redis_cluster *rc, rc_batch *b, rc_lane *l)
     rc_node *nd = &rc->nodes[l->node];
     for (size_t j = l->a; j < l->e; j++) {
         size_t i = l->idx[j];
+        if (b->kind == OP_GET) {
+            int asking = b->ops[i].asking;
+            b->ops[i].asking = 0;
+            if ((asking && rd_asking(nd)) || rd_get(rc, b, i, l->node)) {
+                lane_fail(rc, b, l, NULL);
+                return;
+            }
+            node_ok(nd);
+            continue;
+        }
         void *r = NULL;
         if (b->ops[i].asking) {
             if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
