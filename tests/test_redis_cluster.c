@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -154,6 +155,12 @@ static void fake_get(int fd, const fake_node *f, const char *key, size_t klen)
         send_all(fd, buf, strlen(buf));
         return;
     case 'x': send_all(fd, "!not resp\r\n", 11); return;       /* protocol error */
+    case 'R': { /* a redirect to a new address each time, where nothing listens */
+        static int next;
+        snprintf(buf, sizeof buf, "-MOVED 7 127.0.0.1:%d\r\n", 61000 + next++ % 400);
+        send_all(fd, buf, strlen(buf));
+        return;
+    }
     default: send_all(fd, "$-1\r\n", 5); return;
     }
 }
@@ -225,7 +232,9 @@ static void *fake_main(void *arg)
         struct pollfd pf = {.fd = f->lfd, .events = POLLIN};
         if (poll(&pf, 1, 20) <= 0) continue;
         int fd = accept(f->lfd, NULL, NULL);
-        if (fd >= 0) fake_serve(f, fd);
+        int one = 1; /* as Redis does: no Nagle wait between replies */
+        if (fd >= 0 && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0) fake_serve(f, fd);
+        else if (fd >= 0) close(fd);
     }
     return NULL;
 }
@@ -323,6 +332,40 @@ TEST(fake_bad_replies_are_misses)
     CHECK_EQ_INT(st_after, PL_EIO);
     CHECK_EQ_INT(s4.skipped_down - s3.skipped_down, 1);
     CHECK_EQ_INT(s4.connect_failures, s3.connect_failures);
+}
+
+/* 300 MOVED to 300 addresses: the client follows each one, keeps serving,
+ * and forgets the nodes that left the map (the table never fills). */
+TEST(fake_address_churn_stays_bounded)
+{
+    fake_node f;
+    CHECK(fake_start(&f, FAKE_BAD_REPLIES) == 0);
+    char seeds[64];
+    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", f.port);
+    redis_cluster *rc = redis_cluster_open(seeds, NULL);
+    if (!rc) {
+        fake_stop(&f);
+        CHECK_MSG(0, "open: %s", err_msg());
+    }
+    const char *keys[] = {"R", "h1"};
+    size_t kl[] = {1, 2}, lens[2];
+    uint8_t *vals[2];
+    int hits = 0;
+    unsigned most = 0;
+    for (int i = 0; i < 300; i++) {
+        redis_cluster_get_many(rc, keys, kl, 2, vals, lens);
+        hits += vals[1] != NULL && vals[0] == NULL;
+        free(vals[0]), free(vals[1]);
+        unsigned nn = redis_cluster_node_count(rc);
+        most = nn > most ? nn : most;
+    }
+    redis_cluster_stats s;
+    redis_cluster_stats_get(rc, &s);
+    redis_cluster_close(rc);
+    fake_stop(&f);
+    CHECK_EQ_INT(hits, 300);
+    CHECK_EQ_INT(s.redirects, 300);
+    CHECK_MSG(most <= REDIS_CLUSTER_MAX_NODES / 2 + 1, "%u nodes known at most", most);
 }
 
 TEST(fake_silent_node_times_out)
@@ -923,6 +966,7 @@ int main(void)
         RUN(unreachable_seed_refused);
         RUN(fake_garbage_slot_map_refused);
         RUN(fake_bad_replies_are_misses);
+        RUN(fake_address_churn_stays_bounded);
         RUN(fake_silent_node_times_out);
         return test_summary();
     }

@@ -252,6 +252,35 @@ static int node_find_or_add(redis_cluster *rc, const char *host, size_t hl, int 
     return rc->n_nodes++;
 }
 
+/* Nodes that left the map (slots moved away, a master replaced) stay in
+ * rc->nodes, so that an op in flight may still name them. Between batches,
+ * once the table is half full, those that are neither seeds nor in the map
+ * are dropped and the map renumbered: address churn over a long life (new
+ * pod IPs) never fills the table. */
+static void nodes_compact(redis_cluster *rc)
+{
+    if (rc->n_nodes < REDIS_CLUSTER_MAX_NODES / 2) return;
+    uint8_t used[REDIS_CLUSTER_MAX_NODES] = {0};
+    int16_t remap[REDIS_CLUSTER_MAX_NODES];
+    for (int i = 0; i < rc->n_seeds; i++) used[i] = 1;
+    for (int s = 0; s < REDIS_CLUSTER_SLOTS; s++)
+        if (rc->slot_node[s] >= 0) used[rc->slot_node[s]] = 1;
+    int k = 0;
+    for (int i = 0; i < rc->n_nodes; i++) {
+        if (!used[i]) {
+            if (rc->nodes[i].c) redisFree(rc->nodes[i].c);
+            free(rc->nodes[i].rbuf);
+            remap[i] = -1;
+            continue;
+        }
+        if (k != i) rc->nodes[k] = rc->nodes[i];
+        remap[i] = (int16_t)k++;
+    }
+    for (int s = 0; s < REDIS_CLUSTER_SLOTS; s++)
+        if (rc->slot_node[s] >= 0) rc->slot_node[s] = remap[rc->slot_node[s]];
+    rc->n_nodes = k;
+}
+
 /* Drops the node's connection and starts (or doubles) its backoff. */
 static void node_failed(redis_cluster *rc, int i, const char *why)
 {
@@ -943,6 +972,7 @@ static int run_batch_held(redis_cluster *rc, rc_batch *b)
     }
     for (size_t i = 0; i < b->n; i++)
         if (b->ops[i].node >= 0) op_settle_miss(rc, b, i, 1); /* redirected too often */
+    nodes_compact(rc); /* no op names a node any more */
     free(b->ops);
     free(order);
     free(start);
@@ -993,6 +1023,8 @@ const char *redis_cluster_slot_owner(const redis_cluster *rc, unsigned slot)
     if (slot >= REDIS_CLUSTER_SLOTS || rc->slot_node[slot] < 0) return NULL;
     return rc->nodes[rc->slot_node[slot]].name;
 }
+
+unsigned redis_cluster_node_count(const redis_cluster *rc) { return (unsigned)rc->n_nodes; }
 
 unsigned redis_cluster_slots_covered(const redis_cluster *rc)
 {

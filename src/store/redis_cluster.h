@@ -94,6 +94,11 @@ const char *redis_cluster_slot_owner(const redis_cluster *rc, unsigned slot);
 /* Number of slots with a known master (16384 when the cluster is whole). */
 unsigned redis_cluster_slots_covered(const redis_cluster *rc);
 
+/* Number of nodes the client knows: seeds, the map's masters, and nodes
+ * left from earlier maps until they are dropped (between batches, once
+ * REDIS_CLUSTER_MAX_NODES / 2 are known). */
+unsigned redis_cluster_node_count(const redis_cluster *rc);
+
 void redis_cluster_close(redis_cluster *rc);
 
 #endif
