@@ -53,6 +53,10 @@
 #define RC_RBUF_SIZE (64 << 10)
 #define RC_VALUE_MAX (1LL << 30) /* a longer value is taken for a broken stream (Redis caps them at 512 MB) */
 #define RC_LINE_MAX 1024 /* longest reply line read (error texts; a longer one fails the connection) */
+/* Bytes asked of the socket when a reply's first line is due: enough for
+ * many small replies at once, little of a large value (which would be
+ * copied twice: into rbuf, then out of it). */
+#define RC_LINE_READ 4096
 
 typedef struct {
     char host[256];
@@ -553,9 +557,9 @@ static void op_reply(redis_cluster *rc, rc_batch *b, size_t i, int from, redisRe
 
 /* ------------------------------------------------ the GET reply reader */
 
-/* Reads more bytes into nd->rbuf (compacting it first); -1 on EOF, error
- * or timeout. */
-static int rd_fill(rc_node *nd)
+/* Reads at most max more bytes into nd->rbuf (compacting it first); -1 on
+ * EOF, error or timeout. */
+static int rd_fill(rc_node *nd, size_t max)
 {
     if (nd->rpos > 0) {
         memmove(nd->rbuf, nd->rbuf + nd->rpos, nd->rlen - nd->rpos);
@@ -564,7 +568,8 @@ static int rd_fill(rc_node *nd)
     }
     if (nd->rlen == RC_RBUF_SIZE) return -1;
     for (;;) {
-        ssize_t r = recv(nd->c->fd, nd->rbuf + nd->rlen, RC_RBUF_SIZE - nd->rlen, 0);
+        size_t room = RC_RBUF_SIZE - nd->rlen;
+        ssize_t r = recv(nd->c->fd, nd->rbuf + nd->rlen, room < max ? room : max, 0);
         if (r > 0) {
             nd->rlen += (size_t)r;
             return 0;
@@ -591,7 +596,7 @@ static int rd_line(rc_node *nd, const char **line, size_t *len)
             nd->rpos += (size_t)(nl - p) + 1;
             return 0;
         }
-        if (avail > RC_LINE_MAX || rd_fill(nd)) return -1;
+        if (avail > RC_LINE_MAX || rd_fill(nd, RC_LINE_READ)) return -1;
     }
 }
 
@@ -642,7 +647,7 @@ static int rd_skip(rc_node *nd, int depth)
     case '$':
         if (rd_int(l + 1, n - 1, &v)) return -1;
         for (long long left = v < 0 ? 0 : v + 2; left > 0;) {
-            if (nd->rpos == nd->rlen && rd_fill(nd)) return -1;
+            if (nd->rpos == nd->rlen && rd_fill(nd, RC_RBUF_SIZE)) return -1;
             size_t k = nd->rlen - nd->rpos;
             if ((long long)k > left) k = (size_t)left;
             nd->rpos += k;
