@@ -1,30 +1,28 @@
 /* redis_cluster.c - Redis Cluster client for batched GET/SET; see redis_cluster.h.
  *
  * A batch is a list of ops (one per key), each aimed at a node. A round
- * groups the pending ops by node (a counting sort) into lanes, sends the
- * ops as pipelined chunks, one chunk to every node before reading any
- * replies (so that the nodes work in parallel), and settles each op from
- * its reply: a value, a miss, or a redirection that re-aims it for the
- * next round. Chunks bound the client's buffers: a
- * chunk ends after RC_CHUNK_OPS ops or RC_CHUNK_BYTES of SET values.
+ * groups the pending ops by node (a counting sort) into lanes and works in
+ * waves: each wave sends one chunk to every node, then reads their replies
+ * (so that the nodes work in parallel), settling each op from its reply: a
+ * value, a miss, or a redirection that re-aims it for the next round. A
+ * chunk ends after RC_CHUNK_OPS ops or RC_CHUNK_BYTES of SET values, which
+ * bounds the buffers.
  *
- * SET chunks bypass hiredis's output buffer: the command heads are
- * formatted here and written with writev next to the caller's values.
- * hiredis would copy each value into its buffer and, after every partial
- * write, move the unwritten rest to the front (quadratic in the chunk:
- * 1 MiB values were set at 0.06 GB/s that way). The replies are still
- * read by hiredis; its output buffer is empty whenever a chunk is sent.
- *
- * GET replies are read here too, not by hiredis, which would grow a buffer
- * 16 KiB at a time and then copy each value out of it: a value's length
- * line is read through a small buffer (rbuf), its bytes straight into the
- * malloc'd block handed to the caller. Both readers' buffers are empty at
- * a chunk's end (a node sends nothing it was not asked for), so commands
- * read by hiredis (CLUSTER SLOTS, SET) and by this reader may alternate.
+ * hiredis connects, sends GETs and runs CLUSTER SLOTS. The rest bypasses
+ * it, because its buffers made large values slow:
+ *   - SET chunks are written with writev next to the caller's values
+ *     (hiredis would copy each value into its output buffer and, after
+ *     every partial write, move the unwritten rest to the front: quadratic
+ *     in the chunk; 1 MiB values were set at 0.06 GB/s that way);
+ *   - batch replies are read by resp_reader.h, values straight from the
+ *     socket into the caller's block.
+ * hiredis's buffers and resp_reader's are all empty at a chunk's end (a
+ * node sends nothing it was not asked for), so both may use one socket.
  */
 #include "store/redis_cluster.h"
 
 #include "base/err.h"
+#include "store/resp_reader.h"
 
 #include <hiredis/hiredis.h>
 
@@ -50,21 +48,13 @@
  * reloaded this often from the live nodes: a replica promoted in the dead
  * master's place shows there, long before a capped backoff would expire. */
 #define RC_REFRESH_WHILE_DOWN_MS 500
-#define RC_RBUF_SIZE (64 << 10)
-#define RC_VALUE_MAX (1LL << 30) /* a longer value is taken for a broken stream (Redis caps them at 512 MB) */
-#define RC_LINE_MAX 1024 /* longest reply line read (error texts; a longer one fails the connection) */
-/* Bytes asked of the socket when a reply's first line is due: enough for
- * many small replies at once, little of a large value (which would be
- * copied twice: into rbuf, then out of it). */
-#define RC_LINE_READ 4096
 
 typedef struct {
     char host[256];
     int port;
     char name[272]; /* "host:port" */
     redisContext *c;
-    uint8_t *rbuf;       /* GET replies read past hiredis: rbuf[rpos .. rlen) unread */
-    size_t rpos, rlen;
+    resp_reader rd;      /* batch replies, read past hiredis on c's socket */
     int64_t next_try_ms; /* no connect attempt before this (backoff) */
     int backoff_ms;      /* the last wait; 0 while the node is healthy */
 } rc_node;
@@ -273,7 +263,7 @@ static void nodes_compact(redis_cluster *rc)
     for (int i = 0; i < rc->n_nodes; i++) {
         if (!used[i]) {
             if (rc->nodes[i].c) redisFree(rc->nodes[i].c);
-            free(rc->nodes[i].rbuf);
+            resp_reader_free(&rc->nodes[i].rd);
             remap[i] = -1;
             continue;
         }
@@ -292,7 +282,6 @@ static void node_failed(redis_cluster *rc, int i, const char *why)
     snprintf(rc->last_err, sizeof rc->last_err, "%s: %s", nd->name, why); /* why may live in nd->c */
     if (nd->c) redisFree(nd->c);
     nd->c = NULL;
-    nd->rpos = nd->rlen = 0;
     nd->backoff_ms = nd->backoff_ms ? nd->backoff_ms * 2 : rc->o.backoff_min_ms;
     if (nd->backoff_ms > rc->o.backoff_max_ms) nd->backoff_ms = rc->o.backoff_max_ms;
     nd->next_try_ms = now_ms() + nd->backoff_ms;
@@ -316,12 +305,12 @@ static rc_conn node_connect(redis_cluster *rc, int i)
         node_failed(rc, i, why);
         return CONN_FAILED;
     }
-    if (!nd->rbuf && !(nd->rbuf = malloc(RC_RBUF_SIZE))) {
+    if (resp_reader_init(&nd->rd)) {
         redisFree(c);
         node_failed(rc, i, "out of memory");
         return CONN_FAILED;
     }
-    nd->rpos = nd->rlen = 0;
+    resp_reader_reset(&nd->rd, c->fd);
     nd->c = c;
     COUNT(rc, connects, 1);
     if (nd->backoff_ms) COUNT(rc, reconnects, 1);
@@ -472,7 +461,7 @@ void redis_cluster_close(redis_cluster *rc)
     if (!rc) return;
     for (int i = 0; i < rc->n_nodes; i++)
         if (rc->nodes[i].c) redisFree(rc->nodes[i].c);
-    for (int i = 0; i < rc->n_nodes; i++) free(rc->nodes[i].rbuf);
+    for (int i = 0; i < rc->n_nodes; i++) resp_reader_free(&rc->nodes[i].rd);
     free(rc);
 }
 
@@ -539,136 +528,12 @@ static void op_error(redis_cluster *rc, rc_batch *b, size_t i, int from, const c
     op_settle_miss(rc, b, i, 1);
 }
 
-/* Settles (or re-aims) SET op i from its reply r, got from node `from`. */
-static void op_reply(redis_cluster *rc, rc_batch *b, size_t i, int from, redisReply *r)
-{
-    if (r->type == REDIS_REPLY_ERROR) {
-        op_error(rc, b, i, from, r->str, r->len);
-        return;
-    }
-    if (r->type == REDIS_REPLY_STATUS && r->len == 2 && memcmp(r->str, "OK", 2) == 0) {
-        b->ops[i].node = -1;
-        COUNT(rc, sets_ok, 1);
-        COUNT(rc, bytes_written, b->in_lens[i]);
-        return;
-    }
-    op_settle_miss(rc, b, i, 1);
-}
-
-/* ------------------------------------------------ the GET reply reader */
-
-/* Reads at most max more bytes into nd->rbuf (compacting it first); -1 on
- * EOF, error or timeout. */
-static int rd_fill(rc_node *nd, size_t max)
-{
-    if (nd->rpos > 0) {
-        memmove(nd->rbuf, nd->rbuf + nd->rpos, nd->rlen - nd->rpos);
-        nd->rlen -= nd->rpos;
-        nd->rpos = 0;
-    }
-    if (nd->rlen == RC_RBUF_SIZE) return -1;
-    for (;;) {
-        size_t room = RC_RBUF_SIZE - nd->rlen;
-        ssize_t r = recv(nd->c->fd, nd->rbuf + nd->rlen, room < max ? room : max, 0);
-        if (r > 0) {
-            nd->rlen += (size_t)r;
-            return 0;
-        }
-        if (r < 0 && errno == EINTR) continue;
-        snprintf(nd->c->errstr, sizeof nd->c->errstr, "%s",
-                 r == 0 ? "connection closed" : errno == EAGAIN ? "timeout" : strerror(errno));
-        return -1;
-    }
-}
-
-/* The next line (without CRLF): *line points into rbuf, valid until the
- * next read. -1 on I/O failure or a line longer than RC_LINE_MAX. */
-static int rd_line(rc_node *nd, const char **line, size_t *len)
-{
-    for (;;) {
-        const uint8_t *p = nd->rbuf + nd->rpos;
-        size_t avail = nd->rlen - nd->rpos;
-        const uint8_t *nl = avail ? memchr(p, '\n', avail) : NULL;
-        if (nl) {
-            if (nl == p || nl[-1] != '\r') return -1;
-            *line = (const char *)p;
-            *len = (size_t)(nl - p) - 1;
-            nd->rpos += (size_t)(nl - p) + 1;
-            return 0;
-        }
-        if (avail > RC_LINE_MAX || rd_fill(nd, RC_LINE_READ)) return -1;
-    }
-}
-
-/* Reads exactly n bytes into dst: the buffered ones, then straight from
- * the socket. */
-static int rd_exact(rc_node *nd, uint8_t *dst, size_t n)
-{
-    size_t have = nd->rlen - nd->rpos;
-    size_t k = have < n ? have : n;
-    memcpy(dst, nd->rbuf + nd->rpos, k);
-    nd->rpos += k;
-    while (k < n) {
-        ssize_t r = recv(nd->c->fd, dst + k, n - k, 0);
-        if (r > 0) {
-            k += (size_t)r;
-            continue;
-        }
-        if (r < 0 && errno == EINTR) continue;
-        snprintf(nd->c->errstr, sizeof nd->c->errstr, "%s",
-                 r == 0 ? "connection closed" : errno == EAGAIN ? "timeout" : strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
-/* A RESP integer line body ("-1", "65536"); -1 if malformed. */
-static int rd_int(const char *s, size_t n, long long *v)
-{
-    char buf[24];
-    if (n == 0 || n >= sizeof buf) return -1;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    char *end;
-    errno = 0;
-    *v = strtoll(buf, &end, 10);
-    return errno || *end ? -1 : 0;
-}
-
-/* Skips one reply of any type (depth: nesting left); -1 on failure. */
-static int rd_skip(rc_node *nd, int depth)
-{
-    const char *l;
-    size_t n;
-    long long v;
-    if (rd_line(nd, &l, &n) || n == 0) return -1;
-    switch (l[0]) {
-    case '+': case '-': case ':': return 0;
-    case '$':
-        if (rd_int(l + 1, n - 1, &v)) return -1;
-        for (long long left = v < 0 ? 0 : v + 2; left > 0;) {
-            if (nd->rpos == nd->rlen && rd_fill(nd, RC_RBUF_SIZE)) return -1;
-            size_t k = nd->rlen - nd->rpos;
-            if ((long long)k > left) k = (size_t)left;
-            nd->rpos += k;
-            left -= (long long)k;
-        }
-        return 0;
-    case '*':
-        if (depth <= 0 || rd_int(l + 1, n - 1, &v)) return -1;
-        for (long long e = 0; e < v; e++)
-            if (rd_skip(nd, depth - 1)) return -1;
-        return 0;
-    default: return -1;
-    }
-}
-
 /* Reads the reply to ASKING; -1 when the connection is unusable. */
 static int rd_asking(rc_node *nd)
 {
-    const char *l;
-    size_t n;
-    if (rd_line(nd, &l, &n) || n == 0 || (l[0] != '+' && l[0] != '-')) return -1;
+    resp_reply r;
+    if (resp_read(&nd->rd, &r)) return -1;
+    if (r.kind == RESP_VALUE) free(r.value);
     return 0;
 }
 
@@ -676,48 +541,39 @@ static int rd_asking(rc_node *nd)
  * the op; -1 when the connection is unusable (I/O, protocol error). */
 static int rd_get(redis_cluster *rc, rc_batch *b, size_t i, int from)
 {
-    rc_node *nd = &rc->nodes[from];
-    const char *l;
-    size_t n;
-    long long v;
-    if (rd_line(nd, &l, &n) || n == 0) return -1;
-    switch (l[0]) {
-    case '$':
-        if (rd_int(l + 1, n - 1, &v) || v < -1 || v > RC_VALUE_MAX) return -1;
-        if (v == -1) {
-            op_settle_miss(rc, b, i, 0);
-            return 0;
-        }
-        {
-            uint8_t *val = malloc(v ? (size_t)v : 1), crlf[2];
-            if (!val) return -1;
-            if (rd_exact(nd, val, (size_t)v) || rd_exact(nd, crlf, 2) || crlf[0] != '\r' || crlf[1] != '\n') {
-                free(val);
-                return -1;
-            }
-            b->out[i] = val;
-            b->out_lens[i] = (size_t)v;
-            b->ops[i].node = -1;
-            COUNT(rc, hits, 1);
-            COUNT(rc, bytes_read, (size_t)v);
-        }
+    resp_reply r;
+    if (resp_read(&rc->nodes[from].rd, &r)) return -1;
+    switch (r.kind) {
+    case RESP_VALUE:
+        b->out[i] = r.value;
+        b->out_lens[i] = r.len;
+        b->ops[i].node = -1;
+        COUNT(rc, hits, 1);
+        COUNT(rc, bytes_read, r.len);
         return 0;
-    case '-':
-        op_error(rc, b, i, from, l + 1, n - 1);
-        return 0;
-    case '+': case ':':
-        op_settle_miss(rc, b, i, 1);
-        return 0;
-    case '*':
-        /* an array where a value was due: skip it, an error miss */
-        nd->rpos -= n + 2; /* the line is still in rbuf: rd_skip reads it again */
-        if (rd_skip(nd, 8)) return -1;
-        op_settle_miss(rc, b, i, 1);
-        return 0;
-    default:
-        snprintf(nd->c->errstr, sizeof nd->c->errstr, "protocol error: reply type '%c'", l[0]);
-        return -1;
+    case RESP_NIL: op_settle_miss(rc, b, i, 0); return 0;
+    case RESP_ERROR: op_error(rc, b, i, from, r.text, r.len); return 0;
+    default: op_settle_miss(rc, b, i, 1); return 0; /* a status, an integer, an array */
     }
+}
+
+/* Reads the reply to SET op i from node `from` and settles (or re-aims)
+ * the op; -1 when the connection is unusable. */
+static int rd_set(redis_cluster *rc, rc_batch *b, size_t i, int from)
+{
+    resp_reply r;
+    if (resp_read(&rc->nodes[from].rd, &r)) return -1;
+    if (r.kind == RESP_STATUS && r.len == 2 && memcmp(r.text, "OK", 2) == 0) {
+        b->ops[i].node = -1;
+        COUNT(rc, sets_ok, 1);
+        COUNT(rc, bytes_written, b->in_lens[i]);
+    } else if (r.kind == RESP_ERROR) {
+        op_error(rc, b, i, from, r.text, r.len);
+    } else {
+        if (r.kind == RESP_VALUE) free(r.value);
+        op_settle_miss(rc, b, i, 1);
+    }
+    return 0;
 }
 
 /* Appends [ASKING +] GET of op i to hiredis's output buffer. */
@@ -839,33 +695,14 @@ static void lane_recv(redis_cluster *rc, rc_batch *b, rc_lane *l)
     rc_node *nd = &rc->nodes[l->node];
     for (size_t j = l->a; j < l->e; j++) {
         size_t i = l->idx[j];
-        if (b->kind == OP_GET) {
-            int asking = b->ops[i].asking;
-            b->ops[i].asking = 0;
-            if ((asking && rd_asking(nd)) || rd_get(rc, b, i, l->node)) {
-                lane_fail(rc, b, l, NULL);
-                return;
-            }
-            node_ok(nd);
-            continue;
-        }
-        void *r = NULL;
-        if (b->ops[i].asking) {
-            if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
-                lane_fail(rc, b, l, NULL);
-                return;
-            }
-            freeReplyObject(r);
-            r = NULL;
-        }
-        if (redisGetReply(nd->c, &r) != REDIS_OK || !r) {
-            lane_fail(rc, b, l, NULL);
+        int asking = b->ops[i].asking;
+        b->ops[i].asking = 0; /* an ASK in this reply sets it again */
+        if ((asking && rd_asking(nd)) ||
+            (b->kind == OP_GET ? rd_get(rc, b, i, l->node) : rd_set(rc, b, i, l->node))) {
+            lane_fail(rc, b, l, nd->rd.err[0] ? nd->rd.err : NULL);
             return;
         }
         node_ok(nd);
-        b->ops[i].asking = 0;
-        op_reply(rc, b, i, l->node, r);
-        freeReplyObject(r);
     }
     l->a = l->e;
 }
