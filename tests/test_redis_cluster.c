@@ -405,6 +405,10 @@ TEST(fake_silent_node_times_out)
 /* ================================================================ cluster */
 
 static char g_seed[64];         /* one node: the rest comes from the slot map */
+/* Timeouts for the cluster tests: longer than the defaults, so that a
+ * loaded test machine's scheduling stall is not taken for a dead node (the
+ * tests about dead nodes need no timeout: a killed node refuses at once). */
+static redis_cluster_opts g_opts;
 static int g_ports[8], g_nports;
 static const char *g_dir, *g_ctl;
 
@@ -463,7 +467,7 @@ static void free_vals(uint8_t **v, size_t n)
 
 TEST(cluster_open_one_seed_maps_all_slots)
 {
-    redis_cluster *rc = redis_cluster_open(g_seed, NULL);
+    redis_cluster *rc = redis_cluster_open(g_seed, &g_opts);
     CHECK_MSG(rc, "open %s: %s", g_seed, err_msg());
     unsigned covered = redis_cluster_slots_covered(rc);
     int seen[8] = {0};
@@ -480,7 +484,7 @@ static void roundtrip(size_t n, size_t len, const char **why)
     static char whybuf[1024];
     *why = NULL;
     char err[512];
-    store_backend *b = store_redis_open(g_seed, 60, err, sizeof err);
+    store_backend *b = store_redis_open_opts(g_seed, 60, &g_opts, err, sizeof err);
     if (!b) {
         snprintf(whybuf, sizeof whybuf, "open: %.500s", err);
         *why = whybuf;
@@ -511,7 +515,7 @@ static void roundtrip(size_t n, size_t len, const char **why)
     long long pttl = -3;
     char name[STORE_REDIS_KEY_LEN];
     store_redis_key(&keys[0], name);
-    redis_cluster *probe = redis_cluster_open(g_seed, NULL);
+    redis_cluster *probe = redis_cluster_open(g_seed, &g_opts);
     redisContext *c = probe ? admin(owner_port(probe, redis_cluster_key_slot(name, sizeof name))) : NULL;
     redisReply *r = c ? redisCommand(c, "PTTL %b", name, sizeof name) : NULL;
     if (r && r->type == REDIS_REPLY_INTEGER) pttl = r->integer;
@@ -552,7 +556,7 @@ TEST(cluster_batch_1m_values)
 
 TEST(cluster_ttl_expires)
 {
-    redis_cluster *rc = redis_cluster_open(g_seed, NULL);
+    redis_cluster *rc = redis_cluster_open(g_seed, &g_opts);
     CHECK_MSG(rc, "open: %s", err_msg());
     enum { N = 12 };
     char names[N][32];
@@ -565,11 +569,11 @@ TEST(cluster_ttl_expires)
         keys[i] = names[i], kl[i] = strlen(names[i]);
         v[i] = (const uint8_t *)"short-lived\0value", vl[i] = 17;
     }
-    int st = redis_cluster_set_many(rc, keys, kl, N, v, vl, 300);
+    int st = redis_cluster_set_many(rc, keys, kl, N, v, vl, 800);
     redis_cluster_get_many(rc, keys, kl, N, got, lens);
     int before = 0;
     for (int i = 0; i < N; i++) before += got[i] && lens[i] == 17 && !memcmp(got[i], v[i], 17), free(got[i]);
-    sleep_ms(650);
+    sleep_ms(1200);
     redis_cluster_get_many(rc, keys, kl, N, got, lens);
     int after = 0;
     for (int i = 0; i < N; i++) after += got[i] != NULL, free(got[i]);
@@ -581,7 +585,7 @@ TEST(cluster_ttl_expires)
 
 TEST(cluster_wrong_type_is_an_error_miss)
 {
-    redis_cluster *rc = redis_cluster_open(g_seed, NULL);
+    redis_cluster *rc = redis_cluster_open(g_seed, &g_opts);
     CHECK_MSG(rc, "open: %s", err_msg());
     const char *key = "wrongtype-test:list";
     size_t kl = strlen(key), len = 7;
@@ -632,7 +636,7 @@ static int admin_cmd(int port, const char *fmt, ...)
 TEST(cluster_slot_migration_ask_then_moved)
 {
     enum { N = 20 };
-    redis_cluster *rc = redis_cluster_open(g_seed, NULL);
+    redis_cluster *rc = redis_cluster_open(g_seed, &g_opts);
     CHECK_MSG(rc, "open: %s", err_msg());
     /* N keys in one slot through a hash tag; a different (random) tag per
      * run would also do, the slot is taken from the client's map */
@@ -701,12 +705,12 @@ TEST(cluster_slot_migration_ask_then_moved)
 TEST(cluster_master_killed_then_restarted)
 {
     enum { N = 240, LEN = 16 << 10 };
-    redis_cluster_opts o = redis_cluster_default_opts();
+    redis_cluster_opts o = g_opts;
     o.backoff_max_ms = 800; /* so that the restart is noticed within the test's time */
     char err[512];
     store_backend *b = store_redis_open_opts(g_seed, 60, &o, err, sizeof err);
     CHECK_MSG(b, "open: %s", err);
-    redis_cluster *probe = redis_cluster_open(g_seed, NULL);
+    redis_cluster *probe = redis_cluster_open(g_seed, &g_opts);
     if (!probe) {
         b->close(b);
         CHECK_MSG(0, "open: %s", err_msg());
@@ -826,9 +830,9 @@ TEST(cluster_replica_promoted_after_master_dies)
 {
     enum { N = 120, LEN = 8 << 10 };
     char err[512];
-    store_backend *b = store_redis_open(g_seed, 60, err, sizeof err);
+    store_backend *b = store_redis_open_opts(g_seed, 60, &g_opts, err, sizeof err);
     CHECK_MSG(b, "open: %s", err);
-    redis_cluster *probe = redis_cluster_open(g_seed, NULL);
+    redis_cluster *probe = redis_cluster_open(g_seed, &g_opts);
     if (!probe) {
         b->close(b);
         CHECK_MSG(0, "open: %s", err_msg());
@@ -881,7 +885,7 @@ TEST(cluster_replica_promoted_after_master_dies)
         if (!back) sleep_ms(100);
     }
     double t_back = now_s() - t_kill;
-    redis_cluster *after = redis_cluster_open(g_seed, NULL);
+    redis_cluster *after = redis_cluster_open(g_seed, &g_opts);
     int new_owner = after ? owner_port(after, victim_slot) : -1;
     redis_cluster_close(after);
     store_redis_stats s;
@@ -977,6 +981,9 @@ int main(void)
         return 1;
     }
     snprintf(g_seed, sizeof g_seed, "127.0.0.1:%d", g_ports[0]);
+    g_opts = redis_cluster_default_opts();
+    g_opts.connect_timeout_ms = 500;
+    g_opts.command_timeout_ms = 500;
     if (getenv("PL_REDIS_BENCH")) {
         size_t mb = (size_t)atoi(getenv("PL_REDIS_BENCH"));
         if (mb < 16) mb = 256;
