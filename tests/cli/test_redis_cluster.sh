@@ -24,6 +24,8 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
+trap 'exit 130' INT # bash runs no EXIT trap when a signal kills it: exit through it,
+trap 'exit 143' TERM # so that the daemonized nodes are stopped on Ctrl-C or kill too
 
 if ! ports=$($CTL start "$CL" 3 2>"$T/start.err"); then
   fail redis_cluster_start "$(tr '\n' ' ' <"$T/start.err")"
