@@ -382,6 +382,11 @@ static int refresh_slots(redis_cluster *rc, int max_new, int prefer)
             rc_node *nd = &rc->nodes[i];
             if ((pass == 0) != (i == prefer)) continue;
             if (pass == 1 && !nd->c) continue; /* pass 1: the open connections */
+            if (nd->c && resp_reader_pending(&nd->rd)) {
+                /* bytes no command asked for: the stream is out of step */
+                node_failed(rc, i, "unexpected bytes after a batch's replies");
+                continue;
+            }
             if (pass == 2 && nd->c) continue;  /* pass 2: new ones (tried in pass 1) */
             if (pass != 1 && !nd->c) {
                 if (max_new <= 0) continue;
@@ -442,6 +447,7 @@ redis_cluster *redis_cluster_open(const char *hostports, const redis_cluster_opt
     if (rc->o.connect_timeout_ms < 1) rc->o.connect_timeout_ms = 1;
     if (rc->o.command_timeout_ms < 1) rc->o.command_timeout_ms = 1;
     if (rc->o.backoff_min_ms < 1) rc->o.backoff_min_ms = 1;
+    if (rc->o.backoff_max_ms > 3600 * 1000) rc->o.backoff_max_ms = 3600 * 1000; /* doubling stays in an int */
     if (rc->o.backoff_max_ms < rc->o.backoff_min_ms) rc->o.backoff_max_ms = rc->o.backoff_min_ms;
     for (int s = 0; s < REDIS_CLUSTER_SLOTS; s++) rc->slot_node[s] = -1;
     for (int i = 0; i < n; i++) node_find_or_add(rc, hosts[i], strlen(hosts[i]), ports[i]);
