@@ -789,6 +789,8 @@ TEST(cluster_master_killed_then_restarted)
     CHECK_MSG(s1.connect_failures <= (uint64_t)batches / 2, "%llu connect attempts in %d batches over %.0f ms",
               (unsigned long long)s1.connect_failures, batches, t_down * 1e3);
     CHECK(s1.misses - s0.misses == (uint64_t)(n_victim * batches));
+    CHECK(s1.dropped - s0.dropped == (uint64_t)(n_victim * batches));
+    CHECK(s1.puts - s0.puts == (uint64_t)((N - n_victim) * batches));
     CHECK(restarted);
     CHECK_MSG(back, "the restarted master never served again");
     CHECK_MSG(worst2 < 1.0, "a batch took %.3f s while the master came back", worst2);
