@@ -797,6 +797,72 @@ TEST(cluster_master_killed_then_restarted)
     CHECK(s2.reconnects >= 1);
 }
 
+/* A master hangs (SIGSTOP: its kernel still accepts connections and
+ * queues commands, nothing answers): a batch waits one command timeout at
+ * most, its keys miss and the others hit; within the backoff the next
+ * batches do not wait at all; resumed, it serves again. */
+TEST(cluster_master_hung_costs_one_timeout)
+{
+    enum { N = 90, LEN = 4 << 10 };
+    char err[512];
+    redis_cluster_opts o = g_opts;
+    o.backoff_min_ms = 1000; /* the batches after the first surely fall within it */
+    store_backend *b = store_redis_open_opts(g_seed, 60, &o, err, sizeof err);
+    CHECK_MSG(b, "open: %s", err);
+    redis_cluster *probe = redis_cluster_open(g_seed, &g_opts);
+    if (!probe) {
+        b->close(b);
+        CHECK_MSG(0, "open: %s", err_msg());
+    }
+    rng_seed(5);
+    store_key keys[N];
+    size_t lens[N], glens[N];
+    uint8_t *got[N];
+    uint8_t **vals = rand_vals(N, LEN);
+    int on_victim[N], n_victim = 0, victim = g_ports[1];
+    for (int i = 0; i < N; i++) {
+        keys[i] = rand_key();
+        lens[i] = LEN;
+        char name[STORE_REDIS_KEY_LEN];
+        store_redis_key(&keys[i], name);
+        on_victim[i] = owner_port(probe, redis_cluster_key_slot(name, sizeof name)) == victim;
+        n_victim += on_victim[i];
+    }
+    redis_cluster_close(probe);
+    int st_put = b->put_many(b, keys, N, (const uint8_t *const *)vals, lens);
+    int paused = ctl("pause", victim) == 0;
+    double t[3];
+    int wrong = 0;
+    for (int k = 0; k < 3; k++) {
+        double t0 = now_s();
+        b->get_many(b, keys, N, got, glens);
+        t[k] = now_s() - t0;
+        for (int i = 0; i < N; i++) {
+            int hit = got[i] && glens[i] == LEN && !memcmp(got[i], vals[i], LEN);
+            wrong += on_victim[i] ? got[i] != NULL : !hit;
+            free(got[i]);
+        }
+    }
+    int resumed = ctl("resume", victim) == 0;
+    int back = 0;
+    for (double t_end = now_s() + 5.0; !back && now_s() < t_end;) {
+        b->get_many(b, keys, N, got, glens);
+        back = 1;
+        for (int i = 0; i < N; i++) back &= got[i] != NULL, free(got[i]);
+        if (!back) sleep_ms(50);
+    }
+    INFO("redis node hung: batches of %.0f, %.0f, %.0f ms", t[0] * 1e3, t[1] * 1e3, t[2] * 1e3);
+    free_vals(vals, N);
+    b->close(b);
+    CHECK_EQ_INT(st_put, 0);
+    CHECK(paused && resumed);
+    CHECK_MSG(n_victim > 0, "no key on the hung master");
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_MSG(t[0] >= g_opts.command_timeout_ms * 1e-3 * 0.8 && t[0] < 1.0, "the first batch took %.3f s", t[0]);
+    CHECK_MSG(t[1] < 0.05 && t[2] < 0.05, "batches within the backoff took %.3f, %.3f s", t[1], t[2]);
+    CHECK_MSG(back, "the resumed master never served again");
+}
+
 /* The replication offset a node reports (master_repl_offset for a master,
  * slave_repl_offset for a replica), -1 if unknown. */
 static long long repl_offset(int port, const char *field)
@@ -1004,6 +1070,7 @@ int main(void)
     RUN(cluster_ttl_expires);
     RUN(cluster_wrong_type_is_an_error_miss);
     RUN(cluster_slot_migration_ask_then_moved);
+    RUN(cluster_master_hung_costs_one_timeout);
     RUN(cluster_master_killed_then_restarted);
     return test_summary();
 }

@@ -12,6 +12,8 @@
 #   cluster.sh kill DIR PORT         SIGKILL one node (a crash)
 #   cluster.sh restart DIR PORT      start that node again (same port, same
 #                                    nodes.conf: it rejoins with its slots)
+#   cluster.sh pause|resume DIR PORT SIGSTOP / SIGCONT one node (a hang: the
+#                                    kernel still accepts connections)
 #
 # The nodes run with cluster-require-full-coverage no (a dead master costs
 # only its own slots, as docs/kv-redis.md recommends) and a 2 s node timeout.
@@ -130,6 +132,12 @@ cmd_kill() {
   rm -f "$1/$2/redis.pid"
 }
 
+cmd_signal() {
+  local pid
+  pid=$(cat "$2/$3/redis.pid" 2>/dev/null) || { echo "cluster.sh: no pid file for $3" >&2; return 1; }
+  kill "-$1" "$pid"
+}
+
 cmd_restart() {
   node_start "$1" "$2" && wait_up "$2"
 }
@@ -139,5 +147,7 @@ case ${1:-} in
   stop) shift; cmd_stop "$@" ;;
   kill) shift; cmd_kill "$@" ;;
   restart) shift; cmd_restart "$@" ;;
-  *) echo "usage: cluster.sh start DIR [MASTERS] | stop DIR | kill DIR PORT | restart DIR PORT" >&2; exit 2 ;;
+  pause) shift; cmd_signal STOP "$@" ;;
+  resume) shift; cmd_signal CONT "$@" ;;
+  *) echo "usage: cluster.sh start DIR [MASTERS [REPLICAS]] | stop DIR | kill|restart|pause|resume DIR PORT" >&2; exit 2 ;;
 esac
