@@ -10,8 +10,8 @@
  * With PL_REDIS_PORTS=P1,P2,P3, PL_REDIS_DIR and PL_REDIS_CTL (set by
  * tests/cli/test_redis_cluster.sh, which starts a 3-master cluster with
  * tests/redis/cluster.sh): batches against the real cluster, TTL, a slot
- * migrated mid-test (ASK then MOVED), a wrong-type value, and a master
- * killed and restarted. PL_REDIS_HA_PORTS instead of PL_REDIS_PORTS: a
+ * migrated mid-test (ASK then MOVED), a wrong-type value, a master hung
+ * (SIGSTOP), and a master killed and restarted. PL_REDIS_HA_PORTS instead of PL_REDIS_PORTS: a
  * cluster of 3 masters + 3 replicas, where a master dies and its replica
  * takes over. PL_REDIS_BENCH=MB: throughput figures (INFO) only.
  */

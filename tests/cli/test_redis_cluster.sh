@@ -3,10 +3,10 @@
 # 3-master cluster on loopback (tests/redis/cluster.sh starts it, the trap
 # stops it, also on failure): build/tests/test_redis_cluster run with the
 # ports in PL_REDIS_PORTS (batches of 64 KiB and 1 MiB values, TTL, a slot
-# migrated mid-test for ASK and MOVED, a wrong-type value, a master killed
-# and restarted); then, on a cluster of 3 masters + 3 replicas, a master
-# killed and its replica promoted. SKIP only without redis-server /
-# redis-cli. About 25 s.
+# migrated mid-test for ASK and MOVED, a wrong-type value, a master hung,
+# a master killed and restarted); then, on a cluster of 3 masters + 3
+# replicas, a master killed and its replica promoted. SKIP only without
+# redis-server / redis-cli. About 20 s.
 source "$(dirname "$0")/lib.sh"
 
 CTL="bash tests/redis/cluster.sh"
