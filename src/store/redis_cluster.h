@@ -3,12 +3,13 @@
  *
  * Slot map. Keys hash to one of 16384 slots (CRC16 of the key, or of its
  * {hash tag}); each slot is served by one master. The map slot -> master
- * comes from CLUSTER SLOTS, asked of a seed at open and of any live node
- * after a MOVED reply or a node failure (a promoted replica shows there).
+ * comes from CLUSTER SLOTS, asked of a seed at open and of a live node
+ * after a MOVED reply, after a node failure, and every 500 ms while a
+ * node's keys go unserved (a promoted replica shows there).
  *
- * Batches. get_many / set_many group the keys by master and send one
- * pipeline per master per round (all commands appended, then all replies
- * read). MOVED updates the map and sends the key again to the named node in
+ * Batches. get_many / set_many group the keys by master and pipeline them
+ * per master per round (in chunks of at most 512 commands or 16 MiB, each
+ * sent to every master before their replies are read). MOVED updates the map and sends the key again to the named node in
  * the next round; ASK sends ASKING + the command to the named node without
  * changing the map. At most REDIS_CLUSTER_MAX_ROUNDS rounds per batch; keys
  * still redirected after that are misses.
