@@ -20,6 +20,7 @@
 
 #include "base/err.h"
 #include "store/redis_cluster.h"
+#include "store/resp_reader.h"
 #include "store/store_redis.h"
 
 #include <hiredis/hiredis.h>
@@ -114,6 +115,115 @@ TEST(unreachable_seed_refused)
     CHECK(b == NULL);
     CHECK_MSG(now_s() - t0 < 1.0, "took %.2f s", now_s() - t0);
     CHECK_MSG(strstr(err, "127.0.0.1:1") && strstr(err, "connect"), "message: %s", err);
+}
+
+/* resp_reader over one end of a socketpair; the test writes the other end
+ * (a writer thread for streams larger than the socket buffer). */
+typedef struct {
+    int fd;
+    const char *data;
+    size_t len;
+} feed_job;
+
+static void *feed_main(void *arg)
+{
+    feed_job *j = arg;
+    size_t off = 0;
+    while (off < j->len) { /* small writes: replies arrive split anywhere */
+        size_t k = j->len - off < 7001 ? j->len - off : 7001;
+        ssize_t w = send(j->fd, j->data + off, k, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    shutdown(j->fd, SHUT_WR);
+    return NULL;
+}
+
+/* Reads replies from `stream` until one fails; fills kinds (max n) and
+ * returns how many were read. *last_err gets the failure text. */
+static int feed_read(const char *stream, size_t len, resp_reply *out, int n, char *last_err, size_t errlen)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return -1;
+    struct timeval tv = {2, 0};
+    setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    feed_job job = {sv[1], stream, len};
+    pthread_t th;
+    pthread_create(&th, NULL, feed_main, &job);
+    resp_reader r = {0};
+    resp_reader_init(&r);
+    resp_reader_reset(&r, sv[0]);
+    int k = 0;
+    while (k < n && resp_read(&r, &out[k]) == 0) {
+        if (out[k].kind != RESP_VALUE) out[k].text = NULL; /* points into r's buffer */
+        k++;
+    }
+    snprintf(last_err, errlen, "%s", r.err);
+    pthread_join(th, NULL);
+    resp_reader_free(&r);
+    close(sv[0]);
+    close(sv[1]);
+    return k;
+}
+
+TEST(resp_reader_replies_and_garbage)
+{
+    /* every kind, a value split across writes and past the 64 KiB buffer,
+     * an empty value, nested arrays holding values */
+    size_t big = 200000;
+    char *stream = malloc(big + 512);
+    CHECK(stream);
+    size_t n = (size_t)sprintf(stream, "+OK\r\n-MOVED 1 h:1\r\n:42\r\n$-1\r\n*-1\r\n$0\r\n\r\n"
+                                       "*2\r\n*1\r\n$3\r\nabc\r\n:7\r\n$%zu\r\n", big);
+    for (size_t i = 0; i < big; i++) stream[n + i] = (char)(i * 131 + (i >> 9));
+    n += big;
+    memcpy(stream + n, "\r\n$3\r\na\0b\r\n", 11);
+    n += 11;
+    resp_reply out[16];
+    char err[128];
+    int k = feed_read(stream, n, out, 16, err, sizeof err);
+    int ok_big = k > 7 && out[7].kind == RESP_VALUE && out[7].len == big;
+    for (size_t i = 0; ok_big && i < big; i++) ok_big = out[7].value[i] == (uint8_t)(char)(i * 131 + (i >> 9));
+    int ok_nul = k > 8 && out[8].kind == RESP_VALUE && out[8].len == 3 && !memcmp(out[8].value, "a\0b", 3);
+    int kinds_ok = k == 9 && out[0].kind == RESP_STATUS && out[1].kind == RESP_ERROR && out[2].kind == RESP_INT &&
+                   out[3].kind == RESP_NIL && out[4].kind == RESP_NIL && out[5].kind == RESP_VALUE &&
+                   out[5].len == 0 && out[6].kind == RESP_ARRAY;
+    for (int i = 0; i < k; i++)
+        if (out[i].kind == RESP_VALUE) free(out[i].value);
+    free(stream);
+    CHECK_MSG(kinds_ok, "read %d replies (%s)", k, err);
+    CHECK(ok_big);
+    CHECK(ok_nul);
+    CHECK_STR(err, "connection closed"); /* the 10th read meets the end */
+
+    /* each of these breaks the stream after the good reply before it */
+    static const struct {
+        const char *s, *why;
+    } bad[] = {
+        {"+OK\r\n!x\r\n", "reply type"},
+        {"+OK\r\n$5\r\nabc\r\n", "connection closed"},     /* value cut short */
+        {"+OK\r\n$3\r\nabcXY", "not followed by CR LF"},
+        {"+OK\r\n$99999999999\r\n", "value length"},         /* over 1 GiB */
+        {"+OK\r\n$-2\r\n", "value length"},
+        {"+OK\r\n$12x\r\n", "bad length"},
+        {"+OK\r\n+no cr\n", "CR LF"},
+        {"+OK\r\n\r\n", "empty line"},
+        {"+OK\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", "nested"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        k = feed_read(bad[b].s, strlen(bad[b].s), out, 16, err, sizeof err);
+        for (int i = 0; i < k; i++)
+            if (out[i].kind == RESP_VALUE) free(out[i].value);
+        CHECK_MSG(k == 1 && strstr(err, bad[b].why), "case %zu: %d replies, error \"%s\"", b, k, err);
+    }
+    /* a line that never ends */
+    char *longline = malloc(5000);
+    CHECK(longline);
+    memset(longline, 'x', 5000);
+    longline[0] = '+';
+    k = feed_read(longline, 5000, out, 16, err, sizeof err);
+    free(longline);
+    CHECK_MSG(k == 0 && strstr(err, "over 1024"), "%d replies, error \"%s\"", k, err);
 }
 
 /* ---------------------------------------------------- the fake node
@@ -1035,6 +1145,7 @@ int main(void)
         RUN(seed_strings_parse);
         RUN(bad_seed_strings_refused);
         RUN(store_key_encoding);
+        RUN(resp_reader_replies_and_garbage);
         RUN(unreachable_seed_refused);
         RUN(fake_garbage_slot_map_refused);
         RUN(fake_bad_replies_are_misses);
