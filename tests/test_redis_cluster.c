@@ -232,10 +232,11 @@ TEST(resp_reader_replies_and_garbage)
  * depends on the key's first byte (see fake_get); SET gets an integer. In
  * FAKE_SILENT it never answers GET. */
 
-enum { FAKE_BAD_SLOTS, FAKE_BAD_REPLIES, FAKE_SILENT };
+enum { FAKE_BAD_SLOTS, FAKE_BAD_REPLIES, FAKE_SILENT, FAKE_AUTH };
 
 typedef struct {
     int mode, port, lfd;
+    int authed; /* FAKE_AUTH: this connection sent AUTH pagellm s3cret */
     atomic_int stop;
     pthread_t th;
 } fake_node;
@@ -313,7 +314,14 @@ static void fake_serve(fake_node *f, int fd)
         size_t l[3], used;
         while ((used = resp_parse(buf, n, &argc, a, l)) > 0) {
             char reply[256];
-            if (argc >= 2 && l[0] == 7 && !strncasecmp(a[0], "CLUSTER", 7)) {
+            if (argc >= 1 && l[0] == 4 && !strncasecmp(a[0], "AUTH", 4)) {
+                f->authed = argc == 3 && l[1] == 7 && !memcmp(a[1], "pagellm", 7) && l[2] == 6 &&
+                            !memcmp(a[2], "s3cret", 6);
+                if (f->authed) send_all(fd, "+OK\r\n", 5);
+                else send_all(fd, "-WRONGPASS invalid username-password pair\r\n", 43);
+            } else if (f->mode == FAKE_AUTH && !f->authed) {
+                send_all(fd, "-NOAUTH Authentication required.\r\n", 34);
+            } else if (argc >= 2 && l[0] == 7 && !strncasecmp(a[0], "CLUSTER", 7)) {
                 if (f->mode == FAKE_BAD_SLOTS) send_all(fd, "*2\r\n:5\r\n$3\r\nabc\r\n", 18);
                 else {
                     snprintf(reply, sizeof reply, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
@@ -342,6 +350,7 @@ static void *fake_main(void *arg)
         struct pollfd pf = {.fd = f->lfd, .events = POLLIN};
         if (poll(&pf, 1, 20) <= 0) continue;
         int fd = accept(f->lfd, NULL, NULL);
+        f->authed = 0;
         int one = 1; /* as Redis does: no Nagle wait between replies */
         if (fd >= 0 && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0) fake_serve(f, fd);
         else if (fd >= 0) close(fd);
@@ -476,6 +485,46 @@ TEST(fake_address_churn_stays_bounded)
     CHECK_EQ_INT(hits, 300);
     CHECK_EQ_INT(s.redirects, 300);
     CHECK_MSG(most <= REDIS_CLUSTER_MAX_NODES / 2 + 1, "%u nodes known at most", most);
+}
+
+/* A node that requires AUTH: refused without a password or with a wrong
+ * one (the node's words in the message), served with the right one. */
+TEST(fake_auth_required)
+{
+    fake_node f;
+    CHECK(fake_start(&f, FAKE_AUTH) == 0);
+    char seeds[64];
+    snprintf(seeds, sizeof seeds, "127.0.0.1:%d", f.port);
+    redis_cluster *none = redis_cluster_open(seeds, NULL);
+    char msg_none[512], msg_wrong[512];
+    snprintf(msg_none, sizeof msg_none, "%.500s", err_msg());
+    redis_cluster_opts o = redis_cluster_default_opts();
+    o.user = "pagellm";
+    o.password = "wrong";
+    redis_cluster *wrong = redis_cluster_open(seeds, &o);
+    snprintf(msg_wrong, sizeof msg_wrong, "%.500s", err_msg());
+    char pw[8] = "s3cret"; /* copied at open: changing it after must not matter */
+    o.password = pw;
+    redis_cluster *rc = redis_cluster_open(seeds, &o);
+    memset(pw, 0, sizeof pw);
+    int hit = 0;
+    if (rc) {
+        const char *k = "h1";
+        size_t kl = 2, len;
+        uint8_t *v;
+        redis_cluster_get_many(rc, &k, &kl, 1, &v, &len);
+        hit = v && len == 3;
+        free(v);
+    }
+    redis_cluster_close(none);
+    redis_cluster_close(wrong);
+    redis_cluster_close(rc);
+    fake_stop(&f);
+    CHECK(none == NULL && wrong == NULL);
+    CHECK_MSG(strstr(msg_none, "NOAUTH"), "message: %s", msg_none);
+    CHECK_MSG(strstr(msg_wrong, "AUTH: WRONGPASS"), "message: %s", msg_wrong);
+    CHECK(rc != NULL);
+    CHECK(hit);
 }
 
 TEST(fake_silent_node_times_out)
@@ -973,6 +1022,40 @@ TEST(cluster_master_hung_costs_one_timeout)
     CHECK_MSG(back, "the resumed master never served again");
 }
 
+/* Last of the cluster tests (the nodes then require a password): with
+ * requirepass set on every node, a client without the password is refused
+ * at open with Redis's NOAUTH, one with it works. */
+TEST(cluster_requirepass)
+{
+    int set = 1;
+    for (int i = 0; i < g_nports; i++) set &= admin_cmd(g_ports[i], "CONFIG SET requirepass %s", "pl test pw") == 0;
+    redis_cluster *none = redis_cluster_open(g_seed, &g_opts);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%.500s", err_msg());
+    redis_cluster_opts o = g_opts;
+    o.password = "pl test pw"; /* AUTH's argument is binary-safe: spaces are fine */
+    char err[512];
+    store_backend *b = store_redis_open_opts(g_seed, 60, &o, err, sizeof err);
+    int ok = 0;
+    if (b) {
+        store_key k = {{42, 43}};
+        const uint8_t *v = (const uint8_t *)"authenticated";
+        size_t vl = 13, gl;
+        uint8_t *got;
+        b->put_many(b, &k, 1, &v, &vl);
+        b->get_many(b, &k, 1, &got, &gl);
+        ok = got && gl == 13 && !memcmp(got, v, 13);
+        free(got);
+        b->close(b);
+    }
+    redis_cluster_close(none);
+    CHECK(set);
+    CHECK(none == NULL);
+    CHECK_MSG(strstr(msg, "NOAUTH"), "message: %s", msg);
+    CHECK_MSG(b != NULL, "open with the password: %s", err);
+    CHECK(ok);
+}
+
 /* The replication offset a node reports (master_repl_offset for a master,
  * slave_repl_offset for a replica), -1 if unknown. */
 static long long repl_offset(int port, const char *field)
@@ -1150,6 +1233,7 @@ int main(void)
         RUN(fake_garbage_slot_map_refused);
         RUN(fake_bad_replies_are_misses);
         RUN(fake_address_churn_stays_bounded);
+        RUN(fake_auth_required);
         RUN(fake_silent_node_times_out);
         return test_summary();
     }
@@ -1183,5 +1267,6 @@ int main(void)
     RUN(cluster_slot_migration_ask_then_moved);
     RUN(cluster_master_hung_costs_one_timeout);
     RUN(cluster_master_killed_then_restarted);
+    RUN(cluster_requirepass);
     return test_summary();
 }

@@ -84,6 +84,7 @@ typedef struct {
 
 struct redis_cluster {
     redis_cluster_opts o;
+    char user[256], password[256]; /* o.user / o.password point here */
     rc_node nodes[REDIS_CLUSTER_MAX_NODES];
     int n_nodes, n_seeds; /* nodes[0 .. n_seeds) are the user's seeds */
     int16_t slot_node[REDIS_CLUSTER_SLOTS];
@@ -305,6 +306,22 @@ static rc_conn node_connect(redis_cluster *rc, int i)
         node_failed(rc, i, why);
         return CONN_FAILED;
     }
+    if (rc->o.password) {
+        redisReply *r = rc->o.user ? redisCommand(c, "AUTH %s %s", rc->o.user, rc->o.password)
+                                   : redisCommand(c, "AUTH %s", rc->o.password);
+        int ok = r && r->type == REDIS_REPLY_STATUS;
+        char why[200];
+        if (!ok)
+            snprintf(why, sizeof why, "AUTH: %.160s",
+                     !r ? c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        if (r) freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            COUNT(rc, connect_failures, 1);
+            node_failed(rc, i, why);
+            return CONN_FAILED;
+        }
+    }
     if (resp_reader_init(&nd->rd)) {
         redisFree(c);
         node_failed(rc, i, "out of memory");
@@ -444,6 +461,15 @@ redis_cluster *redis_cluster_open(const char *hostports, const redis_cluster_opt
         return NULL;
     }
     rc->o = opts ? *opts : redis_cluster_default_opts();
+    if ((rc->o.user && strlen(rc->o.user) >= sizeof rc->user) ||
+        (rc->o.password && strlen(rc->o.password) >= sizeof rc->password)) {
+        free(rc);
+        free(hosts);
+        err_set(PL_EINVAL, "Redis Cluster: user or password longer than %zu bytes", sizeof rc->user - 1);
+        return NULL;
+    }
+    if (rc->o.user) rc->o.user = strcpy(rc->user, rc->o.user);
+    if (rc->o.password) rc->o.password = strcpy(rc->password, rc->o.password);
     if (rc->o.connect_timeout_ms < 1) rc->o.connect_timeout_ms = 1;
     if (rc->o.command_timeout_ms < 1) rc->o.command_timeout_ms = 1;
     if (rc->o.backoff_min_ms < 1) rc->o.backoff_min_ms = 1;

@@ -41,6 +41,8 @@ typedef struct {
     int command_timeout_ms; /* per socket read or write (200) */
     int backoff_min_ms;     /* first wait after a node failure (100) */
     int backoff_max_ms;     /* cap of the doubling wait (5000) */
+    const char *user;       /* AUTH [user] password on every connection when password is set */
+    const char *password;   /* (NULL: no AUTH; both are copied at open) */
 } redis_cluster_opts;
 
 /* The defaults above. */

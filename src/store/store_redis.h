@@ -37,8 +37,10 @@ typedef struct {
 /* Opens the tier on the cluster reached through hostports
  * ("HOST:PORT[,HOST:PORT...]", any subset of the nodes), entries living
  * ttl_s seconds (0: no expiry). NULL on failure with err (errlen bytes)
- * saying why: a bad seed string, or no seed answering CLUSTER SLOTS. opts
- * may be NULL (redis_cluster_default_opts). */
+ * saying why: a bad seed string, or no seed answering CLUSTER SLOTS (a
+ * refused connection, NOAUTH / WRONGPASS, cluster support disabled). opts
+ * may be NULL (redis_cluster_default_opts); its timeouts, backoff and
+ * AUTH user / password are copied. */
 store_backend *store_redis_open_opts(const char *hostports, int ttl_s, const redis_cluster_opts *opts, char *err,
                                      size_t errlen);
 store_backend *store_redis_open(const char *hostports, int ttl_s, char *err, size_t errlen);
