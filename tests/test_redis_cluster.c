@@ -1,19 +1,22 @@
-/* test_redis_cluster.c - the Redis Cluster client (src/store/redis_cluster.c)
- * and the redis store_backend over it (src/store/store_redis.c).
+/* test_redis_cluster.c - the Redis Cluster client (src/store/redis_cluster.c),
+ * its reply reader (resp_reader.c) and the redis store_backend over it
+ * (store_redis.c).
  *
  * Without PL_REDIS_PORTS (as tests/run.sh runs every binary): the parts
  * that need no Redis: key slots against values from `redis-cli cluster
- * keyslot`, seed parsing, key encoding, an unreachable seed, and a fake
- * node (a thread speaking RESP on loopback) that answers with every kind of
- * bad reply, garbage and silence.
+ * keyslot`, seed parsing, key encoding, the reader over a socketpair, an
+ * unreachable seed, and a fake node (a thread speaking RESP on loopback)
+ * that answers with every kind of bad reply, garbage, endless redirections,
+ * a password check and silence.
  *
  * With PL_REDIS_PORTS=P1,P2,P3, PL_REDIS_DIR and PL_REDIS_CTL (set by
  * tests/cli/test_redis_cluster.sh, which starts a 3-master cluster with
  * tests/redis/cluster.sh): batches against the real cluster, TTL, a slot
  * migrated mid-test (ASK then MOVED), a wrong-type value, a master hung
- * (SIGSTOP), and a master killed and restarted. PL_REDIS_HA_PORTS instead of PL_REDIS_PORTS: a
- * cluster of 3 masters + 3 replicas, where a master dies and its replica
- * takes over. PL_REDIS_BENCH=MB: throughput figures (INFO) only.
+ * (SIGSTOP), a master killed and restarted, and requirepass.
+ * PL_REDIS_HA_PORTS instead of PL_REDIS_PORTS: a cluster of 3 masters + 3
+ * replicas, where a master dies and its replica takes over.
+ * PL_REDIS_BENCH=MB: throughput figures (INFO) only.
  */
 #include "test.h"
 #include "rng.h"
