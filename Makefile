@@ -22,18 +22,13 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -D_GNU_SOURCE -pthread $(SAN)
 ifeq ($(CI),true)
 CFLAGS  += -Werror
 endif
-LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread
+LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lhiredis -lm -lpthread
 # FAULTS=1 (make faults): our allocation and file-read calls pass through
 # src/base/fault.c, where PAGELLM_FAULT can make the Nth one fail
 ifeq ($(FAULTS),1)
 CFLAGS  += -DPL_FAULTS
 LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap,-Wl,--wrap=$(f))
 endif
-# The Redis KV tier is referenced weakly (src/engine/engine_tiers.c), and a
-# weak reference does not pull an object out of a static library: when its
-# source is in the tree, -u does.
-comma   := ,
-LIBS    += $(if $(wildcard src/store/store_redis.c),-Wl$(comma)-u$(comma)store_redis_open)
 
 SRC     := $(sort $(wildcard src/*/*.c))
 SRVSRC  := $(sort $(wildcard server/*.c))

@@ -1,10 +1,6 @@
 /* engine_tiers.c - the engine's KV tiers (src/store): the disk and Redis
  * backends named by pl_engine_params, chained disk first, keyed and salted
  * like the context's prefix cache; and their counters for the metrics.
- *
- * The Redis backend (store_redis.h) is referenced weakly, so that a build
- * without src/store/store_redis.c links and refuses --kv-redis with a clear
- * error instead; the Makefile's -u pulls it in when its source exists.
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,8 +10,6 @@
 #include "store/store_disk.h"
 #include "store/store_entry.h"
 #include "store/store_redis.h"
-
-#pragma weak store_redis_open
 
 #define ENG_KV_DISK_MAX_DEFAULT ((uint64_t)10 << 30)
 
@@ -27,8 +21,6 @@ int eng_tiers_open(pl_engine *e, store **out)
     const prefix_cache *pc = rt_ctx_prefix_cache(e->ctx);
     if (!pc || !p->prefix_cache)
         return err_set(PL_EINVAL, "KV tiers (--kv-disk, --kv-redis) need the paged layout with the prefix cache");
-    if (p->kv_redis && !store_redis_open)
-        return err_set(PL_EUNSUPPORTED, "--kv-redis: this build has no Redis tier");
     const kv_pool *pool = rt_ctx_pool(e->ctx);
     store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = pool->g.block_bytes,
                        .timeout_ms = p->kv_tier_timeout_ms};

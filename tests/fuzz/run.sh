@@ -169,7 +169,7 @@ LIBPL=${BUILD:-build}/libpagellm.a
 make -s --no-print-directory BUILD="${BUILD:-build}" "$LIBPL" || exit 2
 # shellcheck disable=SC2086
 $CLANG $FLAGS -Iserver $SAN tests/fuzz/fuzz_openai.c $SRV_PARSERS \
-  "$LIBPL" -o "$OUT/fuzz_openai" -lpcre2-8 -lxxhash -ljansson -lm -lpthread || exit 2
+  "$LIBPL" -o "$OUT/fuzz_openai" -lpcre2-8 -lxxhash -ljansson -lhiredis -lm -lpthread || exit 2
 export FUZZ_OPENAI_MODEL=$SHARED/stories260K.gguf
 [ -f "$FUZZ_OPENAI_MODEL" ] || { echo "run.sh: $FUZZ_OPENAI_MODEL not found" >&2; exit 2; }
 # Seeds: byte 0 selects endpoint and context (fuzz_openai.c), then a body.
@@ -283,7 +283,7 @@ server)
 make --no-print-directory BUILD=build build/libpagellm.a >"$OUT/lib.log" 2>&1 || { cat "$OUT/lib.log" >&2; exit 2; }
 # shellcheck disable=SC2086
 $CLANG $FLAGS -Iserver $SAN $SRV_PARSERS tests/fuzz/fuzz_server.c build/libpagellm.a -o "$OUT/fuzz_server" \
-  -ljansson -lpcre2-8 -lxxhash -lm -lpthread || exit 2
+  -ljansson -lpcre2-8 -lxxhash -lhiredis -lm -lpthread || exit 2
 # Seeds: one body per parser (byte 0 picks it: 0 completions, 1 chat,
 # 2 tokenize, 3 detokenize, 4 embeddings, 5 CORS origins).
 seed() { printf "\\x$1"; printf '%s' "$2"; }
