@@ -662,6 +662,12 @@ typedef struct {
     uint64_t tier_hit_tokens;      /* of prefix_hit_tokens: loaded from the KV tiers */
     uint32_t n_tiers;
     pl_tier_metrics tiers[PL_MAX_TIERS]; /* in lookup order: disk, redis */
+    /* The Redis Cluster client's own counters (all 0 without --kv-redis). */
+    bool has_redis;                /* a Redis tier is configured */
+    uint64_t redis_redirects;      /* MOVED + ASK replies followed */
+    uint64_t redis_reconnects;     /* connections again to a node that had failed */
+    uint64_t redis_connect_failures; /* connect attempts that failed (each starts a backoff) */
+    uint64_t redis_errors;         /* bad replies, I/O errors, timeouts, failed connects */
 } pl_engine_metrics;
 
 /* A consistent snapshot (taken after the newest step). Thread-safe. */

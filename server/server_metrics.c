@@ -152,6 +152,15 @@ static void tier_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
     TIER_COUNTER(dropped_writes, "pagellm_kv_tier_dropped_writes_total", "Writes dropped because the staging buffer was full.");
     tier_histogram(b, rc, "pagellm_kv_tier_get_seconds", "Time of one batched tier read.", m, false);
     tier_histogram(b, rc, "pagellm_kv_tier_put_seconds", "Time of one batched tier write.", m, true);
+    if (!m->has_redis) return;
+    counter(b, rc, "pagellm_kv_redis_redirects_total", "MOVED and ASK replies the Redis Cluster client followed.",
+            m->redis_redirects);
+    counter(b, rc, "pagellm_kv_redis_reconnects_total", "Connections again to a Redis node that had failed.",
+            m->redis_reconnects);
+    counter(b, rc, "pagellm_kv_redis_connect_failures_total", "Connects to a Redis node that failed (each starts a backoff).",
+            m->redis_connect_failures);
+    counter(b, rc, "pagellm_kv_redis_errors_total", "Redis bad replies, I/O errors, timeouts and failed connects.",
+            m->redis_errors);
 }
 
 static void http_metrics(srv_buf *b, int *rc, const srv_http_stats *h)

@@ -64,6 +64,7 @@ static void eng_tier_hist(pl_histogram *h, const store_hist *s)
 void eng_tiers_metrics(store *st, pl_engine_metrics *m)
 {
     m->n_tiers = 0;
+    m->has_redis = false;
     for (int i = 0; st && i < store_n_tiers(st) && i < PL_MAX_TIERS; i++) {
         store_tier_stats s;
         store_tier_stats_get(st, i, &s);
@@ -79,5 +80,14 @@ void eng_tiers_metrics(store *st, pl_engine_metrics *m)
         t->dropped_writes = s.dropped_writes;
         eng_tier_hist(&t->get_latency, &s.get_latency);
         eng_tier_hist(&t->put_latency, &s.put_latency);
+        if (strcmp(t->name, "redis") == 0) {
+            store_redis_stats r;
+            store_redis_stats_get(store_tier_backend(st, i), &r);
+            m->has_redis = true;
+            m->redis_redirects = r.redirects;
+            m->redis_reconnects = r.reconnects;
+            m->redis_connect_failures = r.connect_failures;
+            m->redis_errors = r.errors;
+        }
     }
 }

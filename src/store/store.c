@@ -395,6 +395,7 @@ void store_free(store *s)
 int store_n_tiers(const store *s) { return s->n_tiers; }
 
 const char *store_tier_name(const store *s, int i) { return s->tiers[i].b->name; }
+const store_backend *store_tier_backend(const store *s, int i) { return s->tiers[i].b; }
 
 void store_tier_stats_get(store *s, int i, store_tier_stats *out)
 {

@@ -83,6 +83,9 @@ void store_free(store *s);
 int store_n_tiers(const store *s);
 const char *store_tier_name(const store *s, int i);
 void store_tier_stats_get(store *s, int i, store_tier_stats *out);
+/* Tier i's backend, for a backend's own counters (store_redis_stats_get);
+ * the store keeps owning it. */
+const store_backend *store_tier_backend(const store *s, int i);
 
 /* A mark of the writes queued so far; store_put_done(mark) once every
  * tier has written (or dropped) all of them. */
