@@ -10,7 +10,8 @@ pkgs=(gcc make clang pkg-config libpcre2-dev libxxhash-dev libjansson-dev libmic
       libxml2-utils                   # xmllint: the bench --svg plots are well-formed XML
       python3-jinja2                  # tests/cli/test_templates.sh (the reference renderer of chat templates)
       libhiredis-dev                  # src/store/redis_cluster.c (the Redis Cluster KV tier's client)
-      redis-server redis-tools)       # tests/cli/test_redis_cluster.sh (a 3-master cluster on loopback)
+      redis-server redis-tools        # tests/cli/test_redis_cluster.sh (a 3-master cluster on loopback)
+      haproxy)                        # tests/cli/test_kv_balancer.sh (round robin over replicas: docs/deploy/haproxy.cfg)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
