@@ -99,7 +99,8 @@ check kv_redis_a_written test "$(keys_total)" -ge "$NB"
 complete "$URL_B" 1 "$T/b1.json"
 CT=$(cached "$T/b1.json")
 echo "# prompt $PT tokens; replica B served $CT from Redis"
-echo "INFO ttft (8 tokens, end to end) A cold $(cut -d' ' -f2 "$T/a1.json.st") s, B from Redis $(cut -d' ' -f2 "$T/b1.json.st") s"
+# one request each so far: the TTFT histograms' sums are those requests' TTFTs
+echo "INFO TTFT of the $PT-token prompt: A computing it $(metric "$URL_A" pagellm_time_to_first_token_seconds_sum) s, B from Redis $(metric "$URL_B" pagellm_time_to_first_token_seconds_sum) s"
 check kv_redis_b_hit test $((CT * 10)) -ge $((PT * 9))
 check kv_redis_b_same_text test "$(text "$T/b1.json")" = "$(text "$T/a1.json")"
 H=$(metric "$URL_B" 'pagellm_kv_tier_hits_total{tier="redis"}')
@@ -130,7 +131,7 @@ for i in $(seq 11 16); do
     else bad="$bad $r$i($(cut -d' ' -f1 "$f.st" 2>/dev/null))"; fi
   done
 done
-echo "# master ${NP[0]} killed: $ok of 12 requests answered 200 with the cold text"
+echo "# master on port ${NP[0]} killed: $ok of 12 requests answered 200 with the cold text"
 if [ "$ok" -eq 12 ]; then pass kv_redis_master_killed_answers_right; else fail kv_redis_master_killed_answers_right "$bad"; fi
 F=$(( $(metric "$URL_A" pagellm_kv_redis_connect_failures_total) + $(metric "$URL_A" pagellm_kv_redis_errors_total) ))
 check kv_redis_master_killed_counted test "$F" -ge 1
