@@ -13,26 +13,9 @@
 # redis-server / redis-cli or the model.
 source "$(dirname "$0")/lib.sh"
 
-M=$SHARED/models/stories260K.gguf
-CTL="bash tests/redis/cluster.sh"
-CL=$T/cluster
+source tests/redis/test_lib.sh
 N=9
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  $CTL stop "$CL"
-  rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT # bash runs no EXIT trap when a signal kills it: exit through it
-trap 'exit 143' TERM
-
-for c in haproxy redis-server redis-cli curl jq; do
-  command -v $c >/dev/null || { skip kv_balancer "$c not installed (scripts/deps.sh)"; exit 0; }
-done
-[ -f "$M" ] || { skip kv_balancer "$M not found"; exit 0; }
+redis_test_need kv_balancer haproxy redis-server redis-cli curl jq
 
 if ! NODES=$($CTL start "$CL" 3 2>"$T/start.err"); then
   fail kv_balancer_cluster_start "$(tr '\n' ' ' <"$T/start.err")"
