@@ -7,9 +7,12 @@
 #   - 400s naming the field: a tool without a name, a malformed message, a
 #     template that raises (its message quoted), a bad add_generation_prompt;
 #   - --chat-template-file and --reasoning-format usage errors;
+#   - forced tool calls (tool_choice required / named) through four
+#     templates' call formats, whole and streamed;
 #   - the official `openai` npm client (tests/serve/tools.mjs) with the
 #     DeepSeek-R1 template: tools accepted, reasoning_content whole and
-#     streamed (SKIP when npm cannot install the package).
+#     streamed, forced calls whole and streamed (SKIP when npm cannot
+#     install the package).
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf

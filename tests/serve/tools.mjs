@@ -101,6 +101,22 @@ await check('openai_tool_choice_named_forces_a_call', async () => {
   const args = JSON.parse(calls[0].function.arguments);
   return ['celsius', 'fahrenheit'].includes(args.unit) ? null : `arguments ${calls[0].function.arguments}`;
 });
+await check('openai_tool_choice_required_streamed', async () => {
+  // the same forced call as stream chunks: the client sees one delta.tool_calls entry and finish_reason tool_calls
+  const unit = { type: 'function', function: { name: 'set_unit', parameters: { type: 'object',
+    properties: { unit: { enum: ['celsius', 'fahrenheit'] } }, required: ['unit'], additionalProperties: false } } };
+  const stream = await client.chat.completions.create({ ...base, max_tokens: 300, stream: true, tools: [unit],
+    tool_choice: 'required', temperature: 0.7, seed: 11 });
+  const calls = [];
+  let finish = null;
+  for await (const ch of stream) {
+    for (const tc of ch.choices[0]?.delta?.tool_calls ?? []) calls.push(tc);
+    if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+  }
+  if (finish !== 'tool_calls' || calls.length !== 1) return `finish ${finish}, ${calls.length} call deltas`;
+  if (calls[0].function?.name !== 'set_unit' || calls[0].index !== 0) return `delta ${show(calls[0])}`;
+  return ['celsius', 'fahrenheit'].includes(JSON.parse(calls[0].function.arguments).unit) ? null : `arguments ${calls[0].function.arguments}`;
+});
 await bad('openai_tool_without_name_refused', { tools: [{ type: 'function', function: { description: 'x' } }] }, 'tools');
 await bad('openai_named_tool_not_in_tools_refused',
   { tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice');
