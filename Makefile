@@ -23,11 +23,11 @@ ifeq ($(CI),true)
 CFLAGS  += -Werror
 endif
 LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lhiredis -lm -lpthread
-# FAULTS=1 (make faults): our allocation and file-read calls pass through
+# FAULTS=1 (make faults): our allocation, file-read and file-write calls pass through
 # src/base/fault.c, where PAGELLM_FAULT can make the Nth one fail
 ifeq ($(FAULTS),1)
 CFLAGS  += -DPL_FAULTS
-LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap,-Wl,--wrap=$(f))
+LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap write,-Wl,--wrap=$(f))
 endif
 
 SRC     := $(sort $(wildcard src/*/*.c))

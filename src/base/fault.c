@@ -12,6 +12,8 @@
  *   alloc:N   the Nth allocation returns NULL (ENOMEM)
  *   read:N    the Nth file open (for reading) or file mmap fails with EIO
  *   write:N   the Nth socket send fails with EPIPE
+ *   disk:N    the Nth write() to a regular file fails with ENOSPC (a full
+ *             disk: the KV disk tier's entries)
  *   KIND:N+   the Nth and every later one fail (a persistent fault)
  *   count     print at exit how many of each were made
  *   trace     print the call stack of each injected failure (to find it)
@@ -33,9 +35,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const fault_names[FAULT_KINDS] = {"alloc", "read", "write"};
+static const char *const fault_names[FAULT_KINDS] = {"alloc", "read", "write", "disk"};
 
 static struct {
     atomic_flag inited;
@@ -48,10 +51,11 @@ static struct {
 
 static void fault_report(void)
 {
-    fprintf(stderr, "pagellm faults: alloc=%llu read=%llu write=%llu\n",
+    fprintf(stderr, "pagellm faults: alloc=%llu read=%llu write=%llu disk=%llu\n",
             (unsigned long long)atomic_load(&fs.n[FAULT_ALLOC]),
             (unsigned long long)atomic_load(&fs.n[FAULT_READ]),
-            (unsigned long long)atomic_load(&fs.n[FAULT_WRITE]));
+            (unsigned long long)atomic_load(&fs.n[FAULT_WRITE]),
+            (unsigned long long)atomic_load(&fs.n[FAULT_DISK]));
 }
 
 /* Parses PAGELLM_FAULT once. A malformed value is an error of the test
@@ -79,7 +83,7 @@ static void fault_init(void)
             unsigned long long at = 0;
             if (k >= 0) at = strtoull(s + strlen(fault_names[k]) + 1, &end, 10);
             if (k < 0 || at == 0 || !end || (end != s + len && !(*end == '+' && end + 1 == s + len))) {
-                fprintf(stderr, "PAGELLM_FAULT: bad entry '%.*s' (alloc:N, read:N, write:N, KIND:N+, count or trace)\n",
+                fprintf(stderr, "PAGELLM_FAULT: bad entry '%.*s' (alloc:N, read:N, write:N, disk:N, KIND:N+, count or trace)\n",
                         (int)len, s);
                 _exit(2);
             }
@@ -125,6 +129,19 @@ char *__wrap_strndup(const char *s, size_t n) { return FAULT_ALLOC_FAILS() ? NUL
 int __wrap_posix_memalign(void **p, size_t align, size_t n)
 {
     return fault_hit(FAULT_ALLOC) ? ENOMEM : __real_posix_memalign(p, align, n);
+}
+
+/* ---- file writes (a full disk) ---- */
+
+ssize_t __real_write(int fd, const void *buf, size_t n);
+
+/* Only writes to regular files count: our code writes sockets and pipes
+ * too (the server, the CLI's output), and those are not the disk. */
+ssize_t __wrap_write(int fd, const void *buf, size_t n)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fault_hit(FAULT_DISK)) return errno = ENOSPC, -1;
+    return __real_write(fd, buf, n);
 }
 
 /* ---- file reads ---- */

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-typedef enum { FAULT_ALLOC = 0, FAULT_READ, FAULT_WRITE, FAULT_KINDS } fault_kind;
+typedef enum { FAULT_ALLOC = 0, FAULT_READ, FAULT_WRITE, FAULT_DISK, FAULT_KINDS } fault_kind;
 
 #ifdef PL_FAULTS
 /* Counts one operation of kind k; true when PAGELLM_FAULT says it fails. */

@@ -14,6 +14,9 @@
 #       JSON error, or (a failed write) a dropped connection; then the server
 #       still answers, its pool is back to 0 used blocks, and it exits 0
 #       without a leak.
+#   the disk KV tier             serve --kv-disk on a full disk (disk:1+) and
+#       with EIO on every entry read after a restart: the text of a server
+#       without tiers, the failures counted, a clean exit.
 # Nothing may crash, hang, leak, break an invariant or fail without a word.
 # FAULTS_SPARSE (default 12) sets how many N are tried beyond the first 100,
 # FAULTS_SERVE_POINTS (12) how many allocations inside the served requests.
@@ -187,3 +190,62 @@ serve_sweep requests alloc $((c0 + 1)) "$cs" "${FAULTS_SERVE_POINTS:-12}"
 serve_sweep requests_write write 1 "$cw" "$cw"
 r=$(serve_case "alloc:$((c0 + (cs - c0) / 3))+")
 [ "$r" = OK ] && pass faults_serve_persistent_alloc || fail faults_serve_persistent_alloc "$r"
+
+# ------------------------------------------------------- the disk KV tier
+# A full disk (every file write fails with ENOSPC) and EIO on every entry
+# read after a restart: the answers equal a run without tiers (recomputed,
+# never wrong), the failures are counted in /metrics, and the server exits
+# 0 without a leak.
+TIER_BODY=$(jq -nc --arg p "$LONG $LONG $LONG" '{prompt: $p, max_tokens: 8, temperature: 0}')
+tier_text() { curl -s -m 60 -H 'Content-Type: application/json' -d "$TIER_BODY" "$URL/v1/completions" | jq -r '.choices[0].text // "no answer"'; }
+tier_metric() { curl -s -m 10 "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# tier_serve FAULT LOG ARGS...: a server (PAGELLM_FAULT=FAULT unless empty); sets URL
+tier_serve() {
+  local fault=$1 log=$2; shift 2
+  if [ -n "$fault" ]; then PAGELLM_FAULT=$fault serve_start "$log" "$M" "$@"; else serve_start "$log" "$M" "$@"; fi
+  SPIDS+=("$SPID")
+  URL=http://127.0.0.1:$PORT
+  [ -n "$PORT" ]
+}
+# tier_stop LOG: SIGTERM; STOP = OK or why not (not in a subshell: the
+# server is this shell's child)
+tier_stop() {
+  local r
+  kill -TERM "$SPID"; wait "$SPID"; r=$?
+  if sanitized "$1"; then STOP="sanitizer: $(grep -m1 -E 'Sanitizer|runtime error' "$1")"
+  elif [ "$r" -ne 0 ]; then STOP="exit $r after SIGTERM: $(tail -2 "$1")"
+  else STOP=OK; fi
+}
+D=$T/tier
+if tier_serve "" "$T/ref.log"; then REF=$(tier_text); tier_stop "$T/ref.log"; else REF=""; fi
+if [ -z "$REF" ] || [ "$REF" = "no answer" ]; then fail faults_tier_reference "no answer without tiers: $(tail -2 "$T/ref.log")"
+else
+  mkdir -p "$D/full"
+  if tier_serve "disk:1+" "$T/full.log" --kv-disk "$D/full"; then
+    a=$(tier_text); b=$(tier_text)
+    sleep 0.5 # the write-behind thread meets the full disk
+    errs=$(tier_metric 'pagellm_kv_tier_errors_total{tier="disk"}')
+    tier_stop "$T/full.log"
+    if [ "$a" != "$REF" ] || [ "$b" != "$REF" ]; then fail faults_tier_disk_full "text '$a' / '$b', expected '$REF'"
+    elif ! [ "${errs:-0}" -gt 0 ] 2>/dev/null; then fail faults_tier_disk_full "no disk tier error counted (errors '${errs}')"
+    elif [ "$STOP" != OK ]; then fail faults_tier_disk_full "$STOP"
+    else pass faults_tier_disk_full; fi
+  else fail faults_tier_disk_full "no start: $(tail -2 "$T/full.log")"; fi
+
+  # fill a directory, then read every entry with EIO after a restart
+  mkdir -p "$D/eio"
+  tier_serve "" "$T/fill.log" --kv-disk "$D/eio" && { tier_text >/dev/null; tier_stop "$T/fill.log"; }
+  tier_serve count "$T/count.log" --kv-disk "$D/eio" && tier_stop "$T/count.log"
+  c=$(count_of read "$T/count.log")
+  if [ -z "$c" ] || [ -z "$(find "$D/eio" -name '*.kv' | head -1)" ]; then
+    fail faults_tier_read_eio "no entries written or no read count: $(tail -2 "$T/fill.log")"
+  elif tier_serve "read:$((c + 1))+" "$T/eio.log" --kv-disk "$D/eio"; then
+    a=$(tier_text)
+    hits=$(tier_metric 'pagellm_kv_tier_hits_total{tier="disk"}')
+    tier_stop "$T/eio.log"
+    if [ "$a" != "$REF" ]; then fail faults_tier_read_eio "text '$a', expected '$REF'"
+    elif [ "${hits:-x}" != 0 ]; then fail faults_tier_read_eio "disk hits '$hits' with every entry read failing"
+    elif [ "$STOP" != OK ]; then fail faults_tier_read_eio "$STOP"
+    else pass faults_tier_read_eio; fi
+  else fail faults_tier_read_eio "no start: $(tail -2 "$T/eio.log")"; fi
+fi
