@@ -2,14 +2,10 @@
  * against `pagellm serve`, beside llama.cpp's batched decode in the same run.
  *
  * Method:
- *   server   this binary (/proc/self/exe) is started as a child:
- *            `serve -m MODEL --host 127.0.0.1 --port P --max-seqs MAX(clients)
- *            -t T --ctx PROMPT+MAX_TOKENS --temp 0`; its stderr is read for
- *            "listening on http://HOST:PORT" (up to 120 s), then drained by a
- *            thread so the server can never block on a full pipe. At the end
- *            it gets SIGTERM (SIGKILL after 30 s) - only this child, by pid.
- *   client   a small HTTP/1.1 client over a POSIX socket to 127.0.0.1 only
- *            (no libcurl is linked): POST /v1/completions with stream:true,
+ *   server   `pagellm serve -m MODEL --host 127.0.0.1 --port P --max-seqs
+ *            MAX(clients) -t T --ctx PROMPT+MAX_TOKENS --temp 0`, a child
+ *            started and stopped as bench_http.h says.
+ *   client   bench_http.h's client: POST /v1/completions with stream:true,
  *            the prompt as token ids (peer-bench's -np prompt: BOS, then ids
  *            cycling from 100; tokens 1 and 2 are changed per request so
  *            that no request is served another's prompt from the prefix
@@ -19,8 +15,7 @@
  *            chunk even when its text is held back as incomplete UTF-8;
  *            --no-logprobs drops it and times text chunks instead) and
  *            stream_options.include_usage (completion_tokens is the count).
- *            Chunked transfer coding is decoded; SSE "data:" lines are
- *            parsed with jansson. Every read has a deadline (--timeout).
+ *            Every read has a deadline (--timeout).
  *   level    after one warm-up stream, for each N in --clients, N threads
  *            start together (a gate), each with one streaming request:
  *              total_tok_s   completion tokens / (last stream end - first start)
@@ -84,6 +79,7 @@
 #include <math.h>
 
 #include "bench_common.h"
+#include "bench_http.h"
 #include "cli.h"
 #include "svg.h"
 
@@ -97,37 +93,6 @@ typedef struct {
     int levels[SV_MAX_LEVELS], n_levels, max_clients;
 } sv_opts;
 
-/* ------------------------------------------------------------ buffers */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sv_buf;
-
-static int sv_buf_add(sv_buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
-
-/* Drops the first n bytes. */
-static void sv_buf_consume(sv_buf *b, size_t n)
-{
-    memmove(b->p, b->p + n, b->len - n);
-    b->len -= n;
-    b->p[b->len] = 0;
-}
-
 /* ----------------------------------------------------------- a client */
 
 /* Clients wait here so that a level's streams start together; ABORT
@@ -139,189 +104,28 @@ typedef struct {
     int state;
 } sv_gate;
 
+/* One stream: over HTTP (h), or to the in-process engine when engine is
+ * set (h's out fields are then filled the same way). */
 typedef struct {
-    /* in */
-    int port;
-    char *body;             /* owned */
-    double timeout_s;
-    bool logprobs;
+    bench_http h;
     sv_gate *gate;
-    pl_engine *engine;      /* in-process: submit params to it instead of HTTP */
+    pl_engine *engine;      /* in-process: submit rp to it instead of HTTP */
     pl_request_params rp;   /* in-process request (prompt owned) */
-    /* out */
     double t_start, t_end;
-    double *tok_t;          /* [max_tokens + 8] arrival time of each token chunk */
-    int n_tok, cap_tok;
-    int usage_tokens;       /* completion_tokens of the usage chunk, -1 if none */
-    int status;             /* HTTP status */
-    bool done;              /* data: [DONE] seen */
-    char err[256];
-    /* parser state */
-    int phase;              /* 0 headers, 1 body */
-    sv_buf hdr, sse;
-    bool chunked;
-    int cst;                /* chunk decoder: 0 size line, 1 data, 2 CRLF after data, 3 end */
-    uint64_t crem;
-    char cline[64];
-    size_t cll;
 } sv_client;
 
-static void sv_fail(sv_client *c, const char *fmt, const char *arg)
+static void sv_fail(bench_http *c, const char *fmt, const char *arg)
 {
     if (!c->err[0]) snprintf(c->err, sizeof c->err, fmt, arg);
 }
 
-/* One SSE data payload (a JSON chunk or [DONE]) that arrived at time t. */
-static void sv_on_data(sv_client *c, const char *d, double t)
-{
-    if (strcmp(d, "[DONE]") == 0) {
-        c->done = true;
-        return;
-    }
-    json_error_t je;
-    json_t *j = json_loads(d, 0, &je);
-    if (!j) { sv_fail(c, "bad JSON chunk: %.200s", d); return; }
-    json_t *err = json_object_get(j, "error");
-    if (err) sv_fail(c, "server error: %.200s", json_string_value(json_object_get(err, "message")));
-    json_t *u = json_object_get(j, "usage");
-    if (json_is_object(u)) c->usage_tokens = (int)json_integer_value(json_object_get(u, "completion_tokens"));
-    json_t *ch = json_object_get(j, "choices");
-    for (size_t i = 0; json_is_array(ch) && i < json_array_size(ch); i++) {
-        json_t *x = json_array_get(ch, i);
-        if (!json_is_null(json_object_get(x, "finish_reason"))) continue; /* the end, not a token */
-        const char *text = json_string_value(json_object_get(x, "text"));
-        bool token = c->logprobs ? !json_is_null(json_object_get(x, "logprobs")) : text && *text;
-        if (token && c->n_tok < c->cap_tok) c->tok_t[c->n_tok++] = t;
-    }
-    json_decref(j);
-}
-
-/* Body bytes: complete lines of the SSE stream. */
-static void sv_on_body(sv_client *c, const char *s, size_t n, double t)
-{
-    if (sv_buf_add(&c->sse, s, n)) { sv_fail(c, "%s", "out of memory"); return; }
-    char *nl;
-    while (c->sse.len && (nl = memchr(c->sse.p, '\n', c->sse.len))) {
-        size_t ll = (size_t)(nl - c->sse.p);
-        *nl = 0;
-        if (ll && c->sse.p[ll - 1] == '\r') c->sse.p[ll - 1] = 0;
-        if (strncmp(c->sse.p, "data:", 5) == 0) sv_on_data(c, c->sse.p + 5 + (c->sse.p[5] == ' '), t);
-        sv_buf_consume(&c->sse, ll + 1);
-    }
-}
-
-/* Transfer-Encoding: chunked, byte by byte between states. */
-static void sv_dechunk(sv_client *c, const char *s, size_t n, double t)
-{
-    size_t i = 0;
-    while (i < n && c->cst != 3) {
-        if (c->cst == 0) { /* hex size, optional extensions, CRLF */
-            char ch = s[i++];
-            if (ch != '\n') {
-                if (c->cll + 1 < sizeof c->cline) c->cline[c->cll++] = ch;
-                continue;
-            }
-            c->cline[c->cll] = 0;
-            c->cll = 0;
-            char *end;
-            c->crem = strtoull(c->cline, &end, 16);
-            if (end == c->cline) { sv_fail(c, "bad chunk size line '%.40s'", c->cline); c->cst = 3; return; }
-            c->cst = c->crem ? 1 : 3;
-        } else if (c->cst == 1) {
-            size_t k = n - i < c->crem ? n - i : (size_t)c->crem;
-            sv_on_body(c, s + i, k, t);
-            i += k;
-            c->crem -= k;
-            if (!c->crem) c->cst = 2, c->crem = 2;
-        } else { /* CRLF after the data */
-            i++;
-            if (--c->crem == 0) c->cst = 0;
-        }
-    }
-}
-
-/* Response bytes as they arrive. */
-static void sv_on_bytes(sv_client *c, const char *s, size_t n, double t)
-{
-    if (c->phase == 0) {
-        if (sv_buf_add(&c->hdr, s, n)) { sv_fail(c, "%s", "out of memory"); return; }
-        char *end = strstr(c->hdr.p, "\r\n\r\n");
-        if (!end) return;
-        *end = 0;
-        c->status = atoi(c->hdr.p + (strncmp(c->hdr.p, "HTTP/1.", 7) == 0 ? 9 : 0));
-        for (char *h = strstr(c->hdr.p, "\r\n"); h; h = strstr(h + 2, "\r\n"))
-            if (strncasecmp(h + 2, "transfer-encoding:", 18) == 0 && strstr(h + 20, "chunked")) c->chunked = true;
-        size_t used = (size_t)(end - c->hdr.p) + 4;
-        c->phase = 1;
-        sv_buf_consume(&c->hdr, used); /* what is left is body */
-        if (c->hdr.len) {
-            if (c->chunked) sv_dechunk(c, c->hdr.p, c->hdr.len, t);
-            else sv_on_body(c, c->hdr.p, c->hdr.len, t);
-        }
-        return;
-    }
-    if (c->chunked) sv_dechunk(c, s, n, t);
-    else sv_on_body(c, s, n, t);
-}
-
-static int sv_write_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        s += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Sends the request and reads the stream to its end or the deadline. */
-static void sv_stream(sv_client *c)
-{
-    const double deadline = bench_now() + c->timeout_s;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) { sv_fail(c, "socket: %s", strerror(errno)); return; }
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* loopback only: our own child */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char head[512];
-    int hn = snprintf(head, sizeof head,
-                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-                      "Accept: text/event-stream\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                      c->port, strlen(c->body));
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || sv_write_all(fd, head, (size_t)hn) ||
-        sv_write_all(fd, c->body, strlen(c->body))) {
-        sv_fail(c, "cannot send the request: %s", strerror(errno));
-        close(fd);
-        return;
-    }
-    char buf[16384];
-    while (!c->done && !c->err[0]) {
-        double left = deadline - bench_now();
-        if (left <= 0) { sv_fail(c, "%s", "timed out (--timeout)"); break; }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) continue; /* the deadline check ends it */
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break; /* EOF (or reset) */
-        sv_on_bytes(c, buf, (size_t)n, bench_now());
-    }
-    close(fd);
-    if (!c->err[0] && c->status != 200)
-        snprintf(c->err, sizeof c->err, "HTTP status %d: %.200s", c->status, c->sse.p ? c->sse.p : "");
-    if (!c->err[0] && !c->done) sv_fail(c, "%s", "the stream ended without data: [DONE]");
-}
-
 /* In-process: the same request straight to the engine; a token is timed
  * when its event is read, as the HTTP client times its chunk. */
-static void sv_local_stream(sv_client *c)
+static void sv_local_stream(sv_client *cl)
 {
+    bench_http *c = &cl->h;
     pl_request *r;
-    if (pl_engine_submit(c->engine, &c->rp, &r) != 0) { sv_fail(c, "submit: %s", pl_last_error()); return; }
+    if (pl_engine_submit(cl->engine, &cl->rp, &r) != 0) { sv_fail(c, "submit: %s", pl_last_error()); return; }
     pl_event ev;
     int rc;
     while ((rc = pl_request_next(r, &ev, -1)) == 1) {
@@ -345,7 +149,7 @@ static void *sv_client_main(void *arg)
     if (st == SV_ABORT) return NULL;
     c->t_start = bench_now();
     if (c->engine) sv_local_stream(c);
-    else sv_stream(c);
+    else bench_http_run(&c->h);
     c->t_end = bench_now();
     return NULL;
 }
@@ -488,7 +292,7 @@ static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, sv_
     long tok = 0, dec = 0;
     int rc = 0;
     for (int i = 0; i < n; i++) {
-        const sv_client *c = &cl[i];
+        const bench_http *c = &cl[i].h;
         if (c->err[0]) {
             fprintf(stderr, "pagellm bench serve: client %d of %d: %s\n", i, n, c->err);
             rc = -1;
@@ -499,15 +303,15 @@ static int sv_collect(const sv_client *cl, int n, sv_vec *ttft, sv_vec *itl, sv_
         tok += k;
         if (c->n_tok > 0) {
             dec += k - 1;
-            if (sv_vec_add(ttft, (c->tok_t[0] - c->t_start) * 1e3)) rc = -1;
+            if (sv_vec_add(ttft, (c->tok_t[0] - cl[i].t_start) * 1e3)) rc = -1;
             for (int j = 1; j < c->n_tok; j++)
                 if (sv_vec_add(itl, (c->tok_t[j] - c->tok_t[j - 1]) * 1e3)) rc = -1;
             if (c->tok_t[0] < f0) f0 = c->tok_t[0];
             if (c->tok_t[0] > f0_last) f0_last = c->tok_t[0];
             if (c->tok_t[c->n_tok - 1] > f1) f1 = c->tok_t[c->n_tok - 1];
         }
-        if (c->t_start < t0) t0 = c->t_start;
-        if (c->t_end > t1) t1 = c->t_end;
+        if (cl[i].t_start < t0) t0 = cl[i].t_start;
+        if (cl[i].t_end > t1) t1 = cl[i].t_end;
     }
     out->tokens = tok;
     out->total = t1 > t0 ? (double)tok / (t1 - t0) : 0;
@@ -526,11 +330,13 @@ static int sv_run_once(const sv_opts *o, int port, pl_engine *eng, sv_prompts *p
     sv_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, SV_WAIT};
     int rc = cl && th ? 0 : -1, started = 0, made = 0;
     for (int i = 0; i < n && !rc; i++, made++) {
-        cl[i] = (sv_client){.port = port, .timeout_s = o->timeout_s, .logprobs = !o->no_logprobs, .gate = &gate,
-                            .engine = eng, .usage_tokens = -1, .cap_tok = o->max_tokens + 8};
-        bool req_ok = eng ? sv_local_params(o, pr, &cl[i].rp) == 0 : (cl[i].body = sv_body(o, pr)) != NULL;
-        cl[i].tok_t = calloc((size_t)cl[i].cap_tok, sizeof(double));
-        if (!cl[i].tok_t || !req_ok || pthread_create(&th[i], NULL, sv_client_main, &cl[i])) rc = -1;
+        cl[i] = (sv_client){.h = {.port = port, .path = "/v1/completions", .timeout_s = o->timeout_s,
+                                  .logprobs = !o->no_logprobs, .sse = true, .usage_tokens = -1,
+                                  .cap_tok = o->max_tokens + 8},
+                            .gate = &gate, .engine = eng};
+        bool req_ok = eng ? sv_local_params(o, pr, &cl[i].rp) == 0 : (cl[i].h.body = sv_body(o, pr)) != NULL;
+        cl[i].h.tok_t = calloc((size_t)cl[i].h.cap_tok, sizeof(double));
+        if (!cl[i].h.tok_t || !req_ok || pthread_create(&th[i], NULL, sv_client_main, &cl[i])) rc = -1;
         else started++;
     }
     if (rc) fprintf(stderr, "pagellm bench serve: could not start %d client threads\n", n);
@@ -542,11 +348,10 @@ static int sv_run_once(const sv_opts *o, int port, pl_engine *eng, sv_prompts *p
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     if (!rc) rc = sv_collect(cl, n, ttft, itl, out);
     for (int i = 0; i < made; i++) {
-        free(cl[i].body);
+        free(cl[i].h.body);
         free((void *)cl[i].rp.prompt);
-        free(cl[i].tok_t);
-        free(cl[i].hdr.p);
-        free(cl[i].sse.p);
+        free(cl[i].h.tok_t);
+        bench_http_free(&cl[i].h);
     }
     free(cl);
     free(th);
@@ -580,46 +385,9 @@ static double sv_peer(const sv_opts *o, int n)
 
 /* ----------------------------------------------------------- the server */
 
-typedef struct {
-    bench_child c;
-    int fd;              /* the child's stderr, owned by the drain thread */
-    pthread_t drain;
-    bool draining;
-    char tail[2048];     /* the newest stderr bytes, for error reports */
-    size_t tail_len;
-    pthread_mutex_t mu;
-} sv_server;
-
-/* Keeps reading the server's stderr so that it never blocks on the pipe;
- * keeps the tail; exits at EOF (the server exited). */
-static void *sv_drain_main(void *arg)
+/* Starts `pagellm serve` for these options and waits for its port. 0 or -1. */
+static int sv_server_start(bench_server *s, const sv_opts *o, int *port)
 {
-    sv_server *s = arg;
-    char buf[1024];
-    for (;;) {
-        ssize_t n = read(s->fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        pthread_mutex_lock(&s->mu);
-        for (ssize_t i = 0; i < n; i++) {
-            if (s->tail_len + 1 >= sizeof s->tail) {
-                memmove(s->tail, s->tail + sizeof s->tail / 2, sizeof s->tail / 2);
-                s->tail_len -= sizeof s->tail / 2;
-            }
-            s->tail[s->tail_len++] = buf[i];
-        }
-        s->tail[s->tail_len] = 0;
-        pthread_mutex_unlock(&s->mu);
-    }
-    close(s->fd);
-    return NULL;
-}
-
-/* Starts `pagellm serve` and waits for its port. 0 or -1. */
-static int sv_server_start(sv_server *s, const sv_opts *o, int *port)
-{
-    memset(s, 0, sizeof *s);
-    pthread_mutex_init(&s->mu, NULL);
     char p[16], seqs[16], t[16], ctx[16];
     snprintf(p, sizeof p, "%d", o->port);
     snprintf(seqs, sizeof seqs, "%d", o->max_clients);
@@ -628,52 +396,7 @@ static int sv_server_start(sv_server *s, const sv_opts *o, int *port)
     char *const argv[] = {"/proc/self/exe", "serve", "-m", (char *)o->model, "--host", "127.0.0.1", "--port", p,
                           "--max-seqs", seqs, "-t", t, "--ctx", ctx, "--temp", "0", "--seed", "0",
                           "--max-conns-per-ip", "0", NULL}; /* up to SV_MAX_CLIENTS from loopback */
-    if (bench_child_spawn(&s->c, argv, 2) != 0) return -1;
-    const double deadline = bench_now() + 120;
-    char line[512], last[512] = "";
-    int r;
-    *port = 0;
-    while ((r = bench_child_readline(&s->c, line, sizeof line, deadline)) == 1) {
-        const char *at = strstr(line, "listening on http://");
-        if (!at) {
-            if (line[0]) memcpy(last, line, sizeof last); /* the newest says why, should it not start */
-            continue;
-        }
-        const char *colon = strrchr(at, ':');
-        *port = colon ? atoi(colon + 1) : 0;
-        break;
-    }
-    if (*port <= 0) {
-        fprintf(stderr, "pagellm bench serve: the server did not start (%s); its last line: %s\n",
-                r == 0 ? "it exited" : "no \"listening on\" line within 120 s", last);
-        bench_child_stop(&s->c, 5);
-        return -1;
-    }
-    s->fd = s->c.fd;
-    s->c.fd = -1; /* the drain thread owns it now */
-    if (pthread_create(&s->drain, NULL, sv_drain_main, s) != 0) {
-        close(s->fd);
-        bench_child_stop(&s->c, 5);
-        return -1;
-    }
-    s->draining = true;
-    return 0;
-}
-
-/* Stops the server; 0 if it exited cleanly (status 0 after SIGTERM). Its
- * stderr tail is shown when asked or when it did not. */
-static int sv_server_stop(sv_server *s, bool show_tail)
-{
-    int st = bench_child_stop(&s->c, 30);
-    if (s->draining) pthread_join(s->drain, NULL); /* EOF once the server is gone */
-    const bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (!clean) {
-        if (st != -1 && WIFSIGNALED(st)) fprintf(stderr, "pagellm bench serve: the server died of signal %d\n", WTERMSIG(st));
-        else fprintf(stderr, "pagellm bench serve: the server exited with status %d\n", st == -1 ? -1 : WEXITSTATUS(st));
-    }
-    if ((show_tail || !clean) && s->tail_len) fprintf(stderr, "pagellm bench serve: server stderr (tail):\n%s\n", s->tail);
-    pthread_mutex_destroy(&s->mu);
-    return clean ? 0 : -1;
+    return bench_server_start(s, "bench serve", argv, port);
 }
 
 /* --------------------------------------------------------------- report */
@@ -878,7 +601,7 @@ int bench_serve(int argc, char **argv)
     if (rc) return rc < 0 ? 0 : rc;
     sv_prompts pr;
     if (sv_prompts_init(&o, &pr) != 0) { free(pr.ids); pl_model_free(pr.model); return 1; }
-    sv_server srv;
+    bench_server srv;
     int port;
     if (sv_server_start(&srv, &o, &port) != 0) { free(pr.ids); pl_model_free(pr.model); return 1; }
     sv_level lv[SV_MAX_LEVELS];
@@ -889,7 +612,7 @@ int bench_serve(int argc, char **argv)
     for (int i = 0; i < o.n_levels && !rc; i++) rc = sv_level_run(&o, port, eng, &pr, o.levels[i], &lv[i]);
     pl_engine_free(eng);
     pl_model_free(pr.model);
-    if (sv_server_stop(&srv, rc != 0) != 0) rc = -1;
+    if (bench_server_stop(&srv, rc != 0) != 0) rc = -1;
     free(pr.ids);
     if (rc) return 1;
     const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
