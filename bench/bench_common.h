@@ -9,6 +9,8 @@
  *   bench prefix     bench_prefix.c  time to first token, cold vs prefix-cache hit
  *   bench serve      bench_serve.c   streaming clients against `pagellm serve`
  *   bench speed      bench_speed.c   pp/tg/depth/batched decode vs the peer, roofline, peak RSS
+ *   bench tiers      bench_tiers.c   time to first token, cold vs RAM vs disk-tier hit
+ *   bench soak       bench_soak.c    many clients for a while: errors, KV back to 0, RSS flat
  *
  * Invariants: results are reproducible for a given --seed (the RNG is ours,
  * not libc's); medians and percentiles never read past n; children are
@@ -30,6 +32,7 @@ int bench_serve(int argc, char **argv);
 int bench_kv_dtype(int argc, char **argv);
 int bench_speed(int argc, char **argv);
 int bench_tiers(int argc, char **argv);
+int bench_soak(int argc, char **argv);
 
 /* splitmix64: tiny, seedable, the same sequence on every platform. */
 typedef struct {

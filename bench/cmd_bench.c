@@ -18,6 +18,9 @@
  *                    f16 (bench_kvdtype.c)
  *   bench speed      the speed table vs the peer, roofline, RSS (bench_speed.c)
  *   bench tiers      TTFT cold vs RAM hit vs disk-tier hit (bench_tiers.c)
+ *   bench soak       many streaming clients for a while in a small KV pool,
+ *                    some disconnecting: errors, latency, KV blocks back to
+ *                    0, RSS flat; exit 1 if a check fails (bench_soak.c)
  * bench/run.sh runs these side by side with the llama.cpp peer. Every
  * benchmark prints a table, or JSON with --json.
  */
@@ -303,13 +306,13 @@ int cmd_bench(int argc, char **argv)
     } benches[] = {
         {"gen", bench_gen}, {"cache", bench_cache}, {"kv-memory", bench_kv_memory},
         {"prefix", bench_prefix}, {"serve", bench_serve}, {"kv-dtype", bench_kv_dtype},
-        {"speed", bench_speed}, {"tiers", bench_tiers},
+        {"speed", bench_speed}, {"tiers", bench_tiers}, {"soak", bench_soak},
     };
     for (size_t i = 0; argc >= 2 && i < sizeof benches / sizeof benches[0]; i++)
         if (strcmp(argv[1], benches[i].name) == 0) return benches[i].fn(argc - 1, argv + 1);
     bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
     fprintf(help ? stdout : stderr,
-            "usage: pagellm bench gen|cache|kv-memory|prefix|serve|kv-dtype|speed|tiers [options]   (pagellm bench gen --help)\n"
+            "usage: pagellm bench gen|cache|kv-memory|prefix|serve|kv-dtype|speed|tiers|soak [options]   (pagellm bench gen --help)\n"
             "  gen        prefill and decode tokens/s on a synthetic prompt\n"
             "  cache      ms per decoded token with and without the KV cache at positions 128..2048\n"
             "  kv-memory  concurrency and KV utilisation, paged vs static, in one KV memory\n"
@@ -317,7 +320,8 @@ int cmd_bench(int argc, char **argv)
             "  serve      streaming clients against pagellm serve vs llama.cpp's batched decode\n"
             "  kv-dtype   decode tokens/s at depth 2048 for each KV dtype, against f16\n"
             "  speed      pp512, tg128, depth and batched decode vs llama.cpp, roofline, peak RSS\n"
-            "  tiers      time to first token of a long prompt: cold vs RAM prefix cache vs disk tier\n");
+            "  tiers      time to first token of a long prompt: cold vs RAM prefix cache vs disk tier\n"
+            "  soak       many streaming clients for a while in a small KV pool: errors, KV back to 0, RSS flat\n");
 
     if (!help && argc >= 2) fprintf(stderr, "pagellm bench: unknown benchmark '%s'\n", argv[1]);
     return help ? 0 : 2;

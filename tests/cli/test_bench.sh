@@ -3,8 +3,9 @@
 # `make test` notices when a benchmark stops working (not its speed): gen and
 # cache on a synthetic tiny model, kv-memory on stories260K, prefix on the
 # tiny model, tiers (cold, RAM and disk hits) on the tiny model, serve (a
-# child `pagellm serve` on 127.0.0.1, no peer) on
-# stories260K; plus usage errors (exit 2). Well under a minute.
+# child `pagellm serve` on 127.0.0.1, no peer) and soak (a few seconds of
+# streaming clients, its checks passing and failing) on stories260K; plus
+# usage errors (exit 2). Well under a minute.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -93,6 +94,25 @@ else
   skip bench_serve "$M not found"
 fi
 
+# soak: 8 streaming clients for 4 s in a 20-block pool (so that sequences
+# are preempted), 20% hanging up mid-stream: no error, the pool back to 0,
+# RSS flat, exit 0; with a context too small for its prompts the errors
+# make it exit 1 and name the failed check
+if [ -f "$M" ]; then
+  timeout 120 "$PAGELLM" bench soak -m "$M" --seconds 4 --kv-blocks 20 --ctx 256 --disconnect 0.2 -t 1 --json \
+    >"$T/soak.json" 2>"$T/soak.err"
+  rc=$?
+  check bench_soak_exit [ "$rc" -eq 0 ]
+  jq_check bench_soak_fields "$T/soak.json" \
+    '.ok == true and .failed == [] and .errors == 0 and .completed > 0 and .disconnects > 0 and .requests == .completed + .disconnects + .errors and .kv_blocks_total == 20 and .kv_blocks_used_end == 0 and .requests_running_end == 0 and .preemptions > 0 and .latency_p99_ms >= .latency_p50_ms and .latency_p50_ms > 0 and .rss_start_kb > 0 and .rss_end_kb > 0 and .server_clean_exit == true'
+  timeout 60 "$PAGELLM" bench soak -m "$M" --seconds 1 --clients 2 --ctx 48 -t 1 --json >"$T/soak_bad.json" 2>"$T/soak_bad.err"
+  rc=$?
+  check bench_soak_fails_exit_1 [ "$rc" -eq 1 ]
+  jq_check bench_soak_fails_names_check "$T/soak_bad.json" '.ok == false and .errors > 0 and (.failed | index("errors")) != null'
+else
+  skip bench_soak "$M not found"
+fi
+
 # usage errors name the flag and exit 2
 # kv-dtype: one JSON line per dtype asked for, f16 first (the reference)
 "$PAGELLM" bench kv-dtype -m "$TINY" --depth 40 --n-gen 4 -t 1 --dtypes kivi4,fp8_e4m3 --json >"$T/kvd.json" 2>"$T/kvd.err"
@@ -105,6 +125,7 @@ expect_exit bench_unknown 2 "unknown benchmark" -- "$PAGELLM" bench nosuch
 expect_exit bench_kvm_no_model 2 "missing -m" -- "$PAGELLM" bench kv-memory
 expect_exit bench_kvm_lengths 2 "min-len" -- "$PAGELLM" bench kv-memory -m "$TINY" --min-len 64 --max-len 32
 expect_exit bench_serve_clients 2 "clients" -- "$PAGELLM" bench serve -m "$TINY" --clients 0,4
+expect_exit bench_soak_pool 2 "--kv-blocks or --kv-mem" -- "$PAGELLM" bench soak -m "$TINY" --kv-blocks 4 --kv-mem 1M
 expect_exit bench_cache_positions 2 "positions" -- "$PAGELLM" bench cache -m "$TINY" --positions 64,32
 for f in "$T"/*.err; do
   if grep -q Sanitizer "$f"; then fail "bench_sanitizer_$(basename "$f" .err)" "$(head -c 400 "$f")"; fi

@@ -8,6 +8,9 @@
 # no answer was unexpected, the pool is back to 0 used blocks, there were
 # preemptions, and the server exits 0 on SIGTERM without a sanitizer report
 # (LeakSanitizer runs at its exit: that is the leak check; RSS is reported).
+# The streaming soak as a command, with its own checks and no Node, is
+# `pagellm bench soak` (docs/security.md); this script keeps the wider
+# request mix under the sanitizers.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
