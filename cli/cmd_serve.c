@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "gen_opts.h"
+#include "tier_opts.h"
 #include "server_http.h"
 #include "server_openai.h"
 #include "server_tokens.h"
@@ -35,9 +36,8 @@ typedef struct {
     int max_queue, completions_max_tokens;
     double drain_s, gather_ms;
     bool no_prefix_cache, prefix_order;
-    const char *kv_disk, *kv_redis, *role;
-    uint64_t kv_disk_max;
-    int kv_redis_ttl, kv_tier_timeout_ms;
+    tier_opts tiers;
+    const char *role;
     uint64_t max_body;
     const char *api_key, *api_key_file, *metrics_key;
     srv_keys api_keys, metrics_keys; /* what http.api_keys / metrics_keys point to */
@@ -114,11 +114,6 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {"default-max-tokens", 0, CLI_INT, &o->completions_max_tokens, 1, 1 << 20, "N", "/v1/completions max_tokens when not given (default 16)"},
         {"no-prefix-cache", 0, CLI_FLAG, &o->no_prefix_cache, 0, 0, NULL, "do not reuse cached prompt blocks across requests"},
         {"prefix-order", 0, CLI_FLAG, &o->prefix_order, 0, 0, NULL, "schedule waiting requests with the longest cached prefix first"},
-        {"kv-disk", 0, CLI_STR, &o->kv_disk, 0, 0, "DIR", "KV tier on disk: prompt blocks are written behind to DIR and found again after a restart (one server per DIR)"},
-        {"kv-disk-max", 0, CLI_SIZE, &o->kv_disk_max, 1, 1e18, "BYTES", "size limit of --kv-disk, e.g. 20G; least recently used blocks go first (default 10G)"},
-        {"kv-redis", 0, CLI_STR, &o->kv_redis, 0, 0, "HOST:PORT[,...]", "KV tier in a Redis Cluster shared by replicas (asked after --kv-disk)"},
-        {"kv-redis-ttl", 0, CLI_INT, &o->kv_redis_ttl, 0, 1 << 30, "S", "seconds a block lives in Redis (default 0: no expiry)"},
-        {"kv-tier-timeout-ms", 0, CLI_INT, &o->kv_tier_timeout_ms, 1, 60000, "MS", "a prompt waits at most MS ms for the KV tiers; what is not found by then is recomputed (default 50)"},
         {"role", 0, CLI_STR, &o->role, 0, 0, "ROLE", "mixed (default), prefill (fill and publish prompts' KV to the tiers, answer with at most 1 token) or decode (take prompts' KV from the tiers); prefill and decode need --kv-disk or --kv-redis"},
         {"verbose", 'v', CLI_FLAG, &o->http.verbose, 0, 0, NULL, "log every request on stderr"},
         {"cors-origin", 0, CLI_STRS, &o->cors_flags, 0, 0, "ORIGIN", "browser origins allowed to read answers (repeatable or a comma list; default *: any)"},
@@ -127,6 +122,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {0},
     };
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
+    tier_opts_table(&o->tiers, opts, &n);
     opts[n] = (cli_opt){0};
     const char *pos[1];
     int np, rc = cli_parse("serve", "-m MODEL [--host ADDR] [--port N] [options]", opts, argc, argv, pos, 0, &np);
@@ -134,21 +130,13 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     if (rc != CLI_OK) return 2;
     if (!o->g.model) { cli_error("serve", "missing -m MODEL"); return 2; }
     if (!o->http.tls_cert != !o->http.tls_key) { cli_error("serve", "--tls-cert and --tls-key go together"); return 2; }
-    if ((o->kv_disk_max || o->kv_tier_timeout_ms) && !o->kv_disk && !o->kv_redis) {
-        cli_error("serve", "--kv-disk-max and --kv-tier-timeout-ms need --kv-disk or --kv-redis");
-        return 2;
-    }
+    if ((rc = tier_opts_check("serve", &o->tiers, &o->g, o->no_prefix_cache))) return rc;
     if (o->role && strcmp(o->role, "mixed") && strcmp(o->role, "prefill") && strcmp(o->role, "decode")) {
         cli_error("serve", "--role %s: expected mixed, prefill or decode", o->role);
         return 2;
     }
-    if (o->role && strcmp(o->role, "mixed") && !o->kv_disk && !o->kv_redis) {
+    if (o->role && strcmp(o->role, "mixed") && !tier_opts_any(&o->tiers)) {
         cli_error("serve", "--role %s needs a KV tier (--kv-disk or --kv-redis) to share prompts through", o->role);
-        return 2;
-    }
-    if (o->kv_redis_ttl && !o->kv_redis) { cli_error("serve", "--kv-redis-ttl needs --kv-redis"); return 2; }
-    if ((o->kv_disk || o->kv_redis) && o->no_prefix_cache) {
-        cli_error("serve", "--kv-disk / --kv-redis need the prefix cache (drop --no-prefix-cache)");
         return 2;
     }
     if (o->metrics_key && o->http.metrics_public) {
@@ -219,11 +207,7 @@ static int serve_engine_params(const serve_opts *o, const pl_model *m, pl_engine
     ep->prefix_cache = !o->no_prefix_cache;
     ep->prefix_order = o->prefix_order;
     ep->gather_us = (uint32_t)(o->gather_ms * 1000 + 0.5);
-    ep->kv_disk = o->kv_disk;
-    ep->kv_disk_max = o->kv_disk_max;
-    ep->kv_redis = o->kv_redis;
-    ep->kv_redis_ttl = (uint32_t)o->kv_redis_ttl;
-    ep->kv_tier_timeout_ms = (uint32_t)o->kv_tier_timeout_ms;
+    tier_opts_engine_params(&o->tiers, ep);
     ep->role = !o->role || !strcmp(o->role, "mixed") ? PL_ROLE_MIXED : !strcmp(o->role, "prefill") ? PL_ROLE_PREFILL : PL_ROLE_DECODE;
     return 0;
 }
