@@ -1,6 +1,8 @@
 /* cmd_run.c - `pagellm run`: generate from a prompt, streaming text to
  * stdout and a report (tokens, speed, KV blocks and bytes) to stderr, or one
- * JSON object with --json. */
+ * JSON object with --json. With a KV tier (--kv-disk, --kv-redis) the
+ * generation goes through an engine instead (run_engine.c), so that a later
+ * run finds the prompt's blocks there. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,16 +10,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "gen_opts.h"
-#include "generate.h"
-
-typedef struct {
-    gen_opts g;
-    const char *prompt, *prompt_file;
-    int n_predict;
-    bool json, ignore_eos, no_bos, special;
-    cli_strs stops;
-} run_opts;
+#include "run.h"
 
 static json_t *kv_json(pl_ctx *c, int32_t seq)
 {
@@ -32,15 +25,20 @@ static json_t *kv_json(pl_ctx *c, int32_t seq)
                      "seq_bytes", (json_int_t)pl_seq_kv_bytes(c, seq));
 }
 
-static void print_report(pl_ctx *c, int n_prompt, double t_prefill, const gen_result *r)
+void run_print_head(int n_prompt, double t_prefill, const gen_result *r)
 {
-    pl_kv_stats st;
-    pl_ctx_kv_stats(c, &st);
     int steps = r->n_ids > 1 ? r->n_ids - 1 : 0;
     fprintf(stderr, "\n\n--- pagellm run\n");
     fprintf(stderr, "prompt    %d tokens, %.1f tok/s prefill\n", n_prompt, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9));
     fprintf(stderr, "generated %d tokens, %.1f tok/s decode (stop: %s)\n", r->n_ids,
             steps / (r->decode_s > 0 ? r->decode_s : 1e-9), r->stop_reason);
+}
+
+static void print_report(pl_ctx *c, int n_prompt, double t_prefill, const gen_result *r)
+{
+    pl_kv_stats st;
+    pl_ctx_kv_stats(c, &st);
+    run_print_head(n_prompt, t_prefill, r);
     fprintf(stderr, "kv blocks %u used / %u total (block %u tokens, %llu bytes)\n", st.blocks_used, st.blocks_total,
             st.block_size, (unsigned long long)st.block_bytes);
     fprintf(stderr, "kv bytes  %llu held for %llu tokens; formula %.1f B/token x %llu = %llu live, %llu wasted in block tails and pad (%.1f%% used)\n",
@@ -49,28 +47,38 @@ static void print_report(pl_ctx *c, int n_prompt, double t_prefill, const gen_re
             100.0 * st.utilisation);
 }
 
-static void print_json(pl_ctx *c, int32_t seq, const int32_t *prompt, size_t n_prompt, double t_prefill,
-                       const gen_result *r)
+json_t *run_json_base(const int32_t *prompt, size_t n_prompt, double t_prefill, const gen_result *r)
 {
     json_t *pi = json_array(), *gi = json_array();
     for (size_t i = 0; i < n_prompt; i++) json_array_append_new(pi, json_integer(prompt[i]));
     for (int i = 0; i < r->n_ids; i++) json_array_append_new(gi, json_integer(r->ids[i]));
     int steps = r->n_ids > 1 ? r->n_ids - 1 : 0;
-    json_t *o = json_pack("{s:o, s:o, s:s%, s:f, s:f, s:s, s:o}", "prompt_ids", pi, "gen_ids", gi, "text", r->text,
-                          r->text_len, "prefill_tok_s", n_prompt / (t_prefill > 0 ? t_prefill : 1e-9),
-                          "decode_tok_s", steps / (r->decode_s > 0 ? r->decode_s : 1e-9), "stop_reason",
-                          r->stop_reason, "kv", kv_json(c, seq));
+    return json_pack("{s:o, s:o, s:s%, s:f, s:f, s:s}", "prompt_ids", pi, "gen_ids", gi, "text", r->text, r->text_len,
+                     "prefill_tok_s", n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), "decode_tok_s",
+                     steps / (r->decode_s > 0 ? r->decode_s : 1e-9), "stop_reason", r->stop_reason);
+}
+
+void run_json_print(json_t *o)
+{
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-    puts(s);
+    if (s) puts(s);
     free(s);
     json_decref(o);
+}
+
+static void print_json(pl_ctx *c, int32_t seq, const int32_t *prompt, size_t n_prompt, double t_prefill,
+                       const gen_result *r)
+{
+    json_t *o = run_json_base(prompt, n_prompt, t_prefill, r);
+    json_object_set_new(o, "kv", kv_json(c, seq));
+    run_json_print(o);
 }
 
 static int run_parse(int argc, char **argv, run_opts *o)
 {
     gen_opts_default(&o->g);
     o->n_predict = 128;
-    cli_opt opts[32];
+    cli_opt opts[40];
     int n = 0;
     gen_opts_table(&o->g, opts, &n);
     const cli_opt mine[] = {
@@ -85,6 +93,7 @@ static int run_parse(int argc, char **argv, run_opts *o)
         {0},
     };
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
+    tier_opts_table(&o->tiers, opts, &n);
     opts[n] = (cli_opt){0};
     const char *pos[1];
     int np, rc = cli_parse("run", "-m MODEL -p PROMPT [options]", opts, argc, argv, pos, 0, &np);
@@ -92,31 +101,39 @@ static int run_parse(int argc, char **argv, run_opts *o)
     if (rc != CLI_OK) return 2;
     if (!o->g.model) { cli_error("run", "missing -m MODEL"); return 2; }
     if (!o->prompt == !o->prompt_file) { cli_error("run", "give exactly one of -p PROMPT or -f FILE"); return 2; }
+    return tier_opts_check("run", &o->tiers, &o->g, false);
+}
+
+/* The prompt's token ids (malloc'd into *ids); 0, or the exit status with
+ * the reason printed. */
+static int run_tokenize(const run_opts *o, const pl_model *m, const char *prompt, size_t plen, int32_t **ids,
+                        size_t *n_ids)
+{
+    const pl_vocab *v = pl_model_vocab(m);
+    if (pl_tokenize(v, prompt, plen, !o->no_bos && pl_vocab_add_bos(v), o->special, ids, n_ids) != 0) {
+        cli_error("run", "cannot tokenize the prompt: %s", pl_last_error());
+        return 1;
+    }
+    if (*n_ids == 0) { cli_error("run", "the prompt is empty (no tokens)"); free(*ids); *ids = NULL; return 2; }
     return 0;
 }
 
-static int run_generate(const run_opts *o, pl_model *m, pl_ctx *c, const char *prompt, size_t plen)
+static int run_generate(const run_opts *o, pl_model *m, pl_ctx *c, const int32_t *ids, size_t n_ids)
 {
-    const pl_vocab *v = pl_model_vocab(m);
-    int32_t *ids = NULL, seq = -1;
-    size_t n_ids = 0;
+    int32_t seq = -1;
     pl_sampler *s = NULL;
     pl_sampler_params sp;
     gen_opts_sampler_params(&o->g, &sp);
+    if (!pl_ctx_unbounded(c) && n_ids >= pl_ctx_n_ctx(c)) {
+        cli_error("run", "prompt of %zu tokens does not fit the context of %u tokens (--ctx)", n_ids, pl_ctx_n_ctx(c));
+        return 2;
+    }
     float *logits = malloc(sizeof(float) * pl_model_n_vocab(m));
     if (!logits) {
         cli_error("run", "out of memory for the logits");
         return 1;
     }
-    int rc = 0;
-    if (!rc) rc = pl_tokenize(v, prompt, plen, !o->no_bos && pl_vocab_add_bos(v), o->special, &ids, &n_ids);
-    if (!rc && n_ids == 0) { cli_error("run", "the prompt is empty (no tokens)"); free(logits); return 2; }
-    if (!rc && !pl_ctx_unbounded(c) && n_ids >= pl_ctx_n_ctx(c)) {
-        cli_error("run", "prompt of %zu tokens does not fit the context of %u tokens (--ctx)", n_ids, pl_ctx_n_ctx(c));
-        free(ids); free(logits);
-        return 2;
-    }
-    if (!rc) rc = pl_sampler_new(&s, &sp, (int32_t)pl_model_n_vocab(m));
+    int rc = pl_sampler_new(&s, &sp, (int32_t)pl_model_n_vocab(m));
     if (!rc) rc = pl_seq_new(c, &seq);
     double t0 = now_seconds(), t_prefill = 0;
     if (!rc) rc = pl_seq_append(c, seq, ids, n_ids, logits);
@@ -132,7 +149,6 @@ static int run_generate(const run_opts *o, pl_model *m, pl_ctx *c, const char *p
         cli_error("run", "%s", pl_last_error());
     }
     pl_sampler_free(s);
-    free(ids);
     free(logits);
     return rc ? 1 : 0;
 }
@@ -153,8 +169,16 @@ int cmd_run(int argc, char **argv)
     }
     pl_model *m = NULL;
     pl_ctx *c = NULL;
-    rc = gen_opts_open("run", &o.g, &m, &c);
-    if (!rc) rc = run_generate(&o, m, c, from_file ? from_file : o.prompt, (size_t)plen);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (tier_opts_any(&o.tiers)) { /* the engine makes its own context */
+        if (pl_model_load(&m, o.g.model) != 0) { cli_error("run", "%s", pl_last_error()); rc = 1; }
+    } else {
+        rc = gen_opts_open("run", &o.g, &m, &c);
+    }
+    if (!rc) rc = run_tokenize(&o, m, from_file ? from_file : o.prompt, (size_t)plen, &ids, &n_ids);
+    if (!rc) rc = c ? run_generate(&o, m, c, ids, n_ids) : run_engine(&o, m, ids, n_ids);
+    free(ids);
     pl_ctx_free(c);
     pl_model_free(m);
     free(from_file);

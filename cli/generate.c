@@ -13,7 +13,7 @@ double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int text_append(gen_result *r, size_t *cap, const char *s, size_t n)
+int gen_result_add_text(gen_result *r, size_t *cap, const char *s, size_t n)
 {
     if (r->text_len + n + 1 > *cap) {
         size_t nc = (r->text_len + n + 1) * 2;
@@ -35,7 +35,7 @@ static bool emit(pl_stop *st, const gen_config *cfg, gen_result *r, size_t *cap,
     bool stopped = false;
     size_t k = pl_stop_feed(st, piece, n, buf, &stopped);
     if (k) {
-        text_append(r, cap, buf, k);
+        gen_result_add_text(r, cap, buf, k);
         if (cfg->stream) { fwrite(buf, 1, k, cfg->stream); fflush(cfg->stream); }
     }
     return stopped;
@@ -78,7 +78,7 @@ int generate(pl_ctx *c, const pl_model *m, int32_t seq, pl_sampler *s, float *lo
         if (stopped) r.stop_reason = "stop";
         size_t k = pl_stop_flush(st, buf);
         if (k) {
-            text_append(&r, &cap, buf, k);
+            gen_result_add_text(&r, &cap, buf, k);
             if (cfg->stream) fwrite(buf, 1, k, cfg->stream);
         }
     }

@@ -30,6 +30,9 @@ typedef struct {
 int generate(pl_ctx *c, const pl_model *m, int32_t seq, pl_sampler *s, float *logits, const gen_config *cfg,
              gen_result *out);
 void gen_result_free(gen_result *r);
+/* Appends n bytes to r->text (kept NUL-terminated; *cap is its capacity).
+ * 0 or -1 (out of memory). */
+int gen_result_add_text(gen_result *r, size_t *cap, const char *s, size_t n);
 
 double now_seconds(void);
 

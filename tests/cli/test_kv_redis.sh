@@ -13,6 +13,8 @@
 #      is then served >= 90% with a mixed replica's text.
 #   4. entries corrupted in Redis (garbage, truncated, another entry's
 #      bytes under a key) are rejected, counted, and the text is right.
+#   5. `pagellm run --kv-redis` is served >= 90% of a prompt a replica
+#      wrote, with the replica's greedy text.
 # Every server and node started here is stopped by the EXIT trap, also on
 # failure. SKIP only without redis-server / redis-cli (or the model).
 source "$(dirname "$0")/lib.sh"
@@ -180,3 +182,17 @@ echo "# corrupt entries: B rejected $((R1 - R0)), served $(cached "$T/b51.json")
 check kv_redis_corrupt_rejected test $((R1 - R0)) -ge 1
 check kv_redis_corrupt_same_text test "$(text "$T/b51.json")" = "$(text "$T/ref51.json")"
 check kv_redis_corrupt_200 test "$(cut -d' ' -f1 "$T/b51.json.st")" = 200
+
+# 5. `pagellm run --kv-redis`: a process of its own is served a prompt that replica A
+#    wrote to the cluster, with a replica's greedy text (a fresh prompt: 2. lost the
+#    killed master's entries)
+K0=$(keys_total)
+complete "$URL_A" 61 "$T/a61.json"
+complete "$URL_REF" 61 "$T/ref61.json"
+wait_keys $((K0 + $(ptok "$T/a61.json") / 16))
+"$PAGELLM" run -m "$M" -p "$(prompt 61)" -n 8 --temp 0 -t 1 --kv-redis "$SEEDS" --kv-tier-timeout-ms 2000 --json \
+  >"$T/run61.json" 2>"$T/run61.err"
+check kv_redis_run_exit test $? -eq 0
+echo "# run --kv-redis: $(jq '.tier_tokens' "$T/run61.json") of $(jq '.prompt_ids | length' "$T/run61.json") prompt tokens from Redis"
+check kv_redis_run_hit jq -e '.tier_tokens * 10 >= (.prompt_ids | length) * 9 and .cached_tokens >= .tier_tokens' "$T/run61.json"
+check kv_redis_run_same_text test "$(jq -r .text "$T/run61.json")" = "$(text "$T/ref61.json")"
