@@ -104,7 +104,7 @@ if [ -f "$M" ]; then
   rc=$?
   check bench_soak_exit [ "$rc" -eq 0 ]
   jq_check bench_soak_fields "$T/soak.json" \
-    '.ok == true and .failed == [] and .errors == 0 and .completed > 0 and .disconnects > 0 and .requests == .completed + .disconnects + .errors and .kv_blocks_total == 20 and .kv_blocks_used_end == 0 and .requests_running_end == 0 and .preemptions > 0 and .latency_p99_ms >= .latency_p50_ms and .latency_p50_ms > 0 and .rss_start_kb > 0 and .rss_end_kb > 0 and .server_clean_exit == true'
+    '.ok == true and .failed == [] and .errors == 0 and .completed > 0 and .disconnects > 0 and .requests == .completed + .disconnects + .errors and .kv_blocks_total == 20 and .kv_blocks_used_end == 0 and .requests_running_end == 0 and .preemptions > 0 and .latency_p99_ms >= .latency_p50_ms and .latency_p50_ms > 0 and .rss_start_kb > 0 and .rss_end_kb > 0 and .server_clean_exit == true and (.rss_judged | type) == "boolean"'
   timeout 60 "$PAGELLM" bench soak -m "$M" --seconds 1 --clients 2 --ctx 48 -t 1 --json >"$T/soak_bad.json" 2>"$T/soak_bad.err"
   rc=$?
   check bench_soak_fails_exit_1 [ "$rc" -eq 1 ]
