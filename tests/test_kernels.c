@@ -1099,14 +1099,19 @@ TEST(rmsnorm_known_values)
     }
 }
 
-static int softmax_check(void (*fn)(float *, int), const char *name, char *why, size_t wn)
+static int softmax_check(float (*fn)(float *, int), const char *name, char *why, size_t wn)
 {
     static float x[1031];
     rng_seed(9);
     for (int n = 1; n <= 1031; n += 103) {
         for (int i = 0; i < n; i++) x[i] = rng_gauss() * 20.0f + 500.0f; /* large: max subtraction needed */
         if (n > 3) x[1] = -INFINITY;
-        fn(x, n);
+        double mx = -INFINITY, se = 0.0; /* the log-sum-exp it must return, in double */
+        for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < n; i++) se += exp((double)x[i] - mx);
+        const float lse = fn(x, n);
+        if (fabs(lse - (mx + log(se))) > 1e-3)
+            return snprintf(why, wn, "%s n=%d: log-sum-exp %.7g, want %.7g", name, n, lse, mx + log(se)), 0;
         double s = 0.0;
         for (int i = 0; i < n; i++) {
             if (!(x[i] >= 0.0f && x[i] <= 1.0f)) return snprintf(why, wn, "%s n=%d x[%d] = %g", name, n, i, x[i]), 0;

@@ -3,7 +3,11 @@
  * read of the same bytes, layer by layer as the engine runs it.
  *
  *   bench_attention [--shape tinyllama|110m|gqa4] [--ctx N[,N...]] [--kv f16|q8_0]
- *                   [--threads T] [--reps R]
+ *                   [--threads T] [--reps R] [--one-call]
+ *
+ * Long rows go through attn_chunks_run as in the engine (keys in chunks,
+ * merged by log-sum-exp); --one-call makes one attn_paged call of all keys
+ * instead (what the chunks save).
  *
  * Why cold: in a decode step every layer's matmuls stream far more than the
  * caches hold between two visits of a layer's KV, so attention always finds
@@ -33,6 +37,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/attention.h"
+#include "kernels/attention_chunks.h"
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
@@ -84,7 +89,8 @@ typedef struct {
     uint32_t *blocks;
     int n_ctx, layer, nth;
     float *q, *out, **scratch;
-    size_t scratch_floats;
+    size_t scratch_floats, work_floats; /* work_floats at the end of scratch: attn_chunks_run's */
+    bool one_call;                      /* --one-call: one attn_paged call per thread, no chunks */
     uint64_t sink; /* the read jobs' sums (atomic adds), so the reads are not optimised away */
 } bench;
 
@@ -149,7 +155,15 @@ static void attn_job(void *arg, int ith, int nth)
         .kv_type = b->kv_type,
         .head_dim = hd,
     };
-    attn_paged(&kv, rows, h1 - h0, 1.0f / sqrtf((float)hd), b->scratch[ith], b->scratch_floats);
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (b->one_call) {
+        attn_paged(&kv, rows, h1 - h0, scale, b->scratch[ith], b->scratch_floats);
+    } else { /* as the engine calls it: long rows in chunks */
+        const attn_row *tile = rows;
+        const int n = h1 - h0;
+        attn_chunks_run(&kv, &tile, &n, 1, scale, b->scratch[ith], b->scratch_floats - b->work_floats,
+                        b->scratch[ith] + (b->scratch_floats - b->work_floats));
+    }
 }
 
 static void read_job(void *arg, int ith, int nth)
@@ -186,8 +200,13 @@ int main(int argc, char **argv)
     const shape *s = &shapes[0];
     int ctx[MAX_CTX_LIST] = {576, 2112}, n_ctx_list = 2, nth = 2, reps = 5;
     uint32_t kv_type = DT_F16;
+    bool one_call = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--one-call")) {
+            one_call = true;
+            continue;
+        }
         if (!v) { fprintf(stderr, "bench_attention: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--shape")) {
@@ -221,7 +240,7 @@ int main(int argc, char **argv)
     kern_init(0);
     int max_ctx = 0;
     for (int i = 0; i < n_ctx_list; i++) max_ctx = ctx[i] > max_ctx ? ctx[i] : max_ctx;
-    if (s->n_heads / nth > attn_rows_max(max_ctx)) {
+    if (one_call && s->n_heads / nth > attn_rows_max(max_ctx)) {
         fprintf(stderr, "bench_attention: %d rows a call over %d keys exceed the kernel's %d\n", s->n_heads / nth,
                 max_ctx, attn_rows_max(max_ctx));
         return 2;
@@ -246,7 +265,14 @@ int main(int argc, char **argv)
         return 1;
     }
     madvise(b.pool, pool_bytes, MADV_HUGEPAGE); /* as kv_pool does */
-    b.scratch_floats = attn_scratch_floats(max_ctx, s->head_dim);
+    if (!one_call) {
+        const int call = max_ctx < (int)attn_chunk_call_max(BLOCK) ? max_ctx : (int)attn_chunk_call_max(BLOCK);
+        b.work_floats = attn_chunks_work_floats(s->head_dim);
+        b.scratch_floats = attn_scratch_floats(call, s->head_dim) + b.work_floats;
+    } else {
+        b.scratch_floats = attn_scratch_floats(max_ctx, s->head_dim);
+    }
+    b.one_call = one_call;
     for (int t = 0; t < nth; t++)
         if (!(b.scratch[t] = malloc(sizeof(float) * b.scratch_floats))) return 1;
     /* values: f16 in [0.125, 0.25), q8_0 blocks of d = 2^-7 and small quants */

@@ -118,7 +118,7 @@ static void fp8_row(const attn_kv *kv, const uint8_t *plane, int j, int g, float
 
 /* One row, scalar, in the plainest order: the definition the SIMD variants
  * are tested against. */
-static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *scratch)
+static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *scratch, float *lse)
 {
     const int hd = kv->head_dim, n_ctx = row->n_ctx, g = row->g;
     const size_t hdp = attn_round8((size_t)hd);
@@ -152,6 +152,7 @@ static void ref_row(const attn_kv *kv, const attn_row *row, float scale, float *
         sum += scores[j];
     }
     const float inv = (float)(1.0 / sum);
+    if (lse) *lse = mx + (float)log(sum);
     memset(acc, 0, sizeof(float) * (size_t)hd);
     for (int j = lo; j < n_ctx; j++) {
         fp8_row(kv, kv->v_base, j, g, tmp);
@@ -171,7 +172,7 @@ void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float s
         assert(rows[r].n_ctx >= 1 && rows[r].lo >= 0 && rows[r].lo < rows[r].n_ctx);
         assert(attn_round8((size_t)rows[r].n_ctx) + 3 * attn_round8((size_t)kv->head_dim) <= scratch_floats);
         (void)scratch_floats;
-        ref_row(kv, &rows[r], scale, scratch);
+        ref_row(kv, &rows[r], scale, scratch, kv->lse ? kv->lse + r : NULL);
     }
 }
 
@@ -238,7 +239,8 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
                 }
                 if (v < 0) continue;
                 for (int k = a; k < e; k++) qp[k - a] = rows[k].q;
-                rd->k_dot(rd->ctx, g, blk, n, v == 1, qp, e - a, sc + (size_t)a * ncp + blk * T, ncp, rs);
+                rd->k_dot(rd->ctx, g, kv->reader_blk0 + blk, n, v == 1 && !kv->reader_past, qp, e - a,
+                          sc + (size_t)a * ncp + blk * T, ncp, rs);
             }
         /* 2. softmax of each row over its own scores lo..n_ctx-1; the
          * scores of its first block before lo (read, not wanted) weigh 0 */
@@ -247,7 +249,8 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
             float *x = sc + (size_t)r * ncp;
             for (int j = lo; j < rows[r].n_ctx; j++) x[j] *= scale;
             attn_softcap(x + lo, rows[r].n_ctx - lo, kv->softcap);
-            kern_softmax(x + lo, rows[r].n_ctx - lo);
+            const float lse = kern_softmax(x + lo, rows[r].n_ctx - lo);
+            if (kv->lse) kv->lse[r] = lse;
             for (int j = lo0; j < lo; j++) x[j] = 0;
             memset(rows[r].out, 0, sizeof(float) * (size_t)hd);
         }
@@ -260,7 +263,8 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
                     e++;
                 if (v < 0) continue;
                 for (int k = a; k < e; k++) op[k - a] = rows[k].out;
-                rd->v_axpy(rd->ctx, g, blk, n, v == 1, sc + (size_t)a * ncp + blk * T, ncp, e - a, op, rs);
+                rd->v_axpy(rd->ctx, g, kv->reader_blk0 + blk, n, v == 1 && !kv->reader_past, sc + (size_t)a * ncp + blk * T,
+                           ncp, e - a, op, rs);
             }
     }
 }

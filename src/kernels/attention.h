@@ -112,7 +112,29 @@ typedef struct {
     float softcap;                  /* > 0: each score s (after x scale) becomes
                                        softcap x tanhf(s x (1 / softcap)) before the softmax,
                                        as llama.cpp caps gemma2's logits; 0: none */
+    uint32_t reader_blk0;           /* with a reader: the call's logical block 0 is the
+                                       reader's block reader_blk0 (attn_kv_chunk) */
+    bool reader_past;               /* with a reader: every block of the call is a past block
+                                       of its rows, none their own (attn_kv_chunk) */
+    float *lse;                     /* if not NULL, lse[r] receives the log-sum-exp of row r's
+                                       scores lo..n_ctx-1 (after scale and softcap): max +
+                                       log(sum of exp(s - max)), with which the caller merges
+                                       one row's results over chunks of its keys */
 } attn_kv;
+
+/* The view of blocks [blk0, ...) of kv as a cache of its own (token blk0 x
+ * block_size becomes token 0): one chunk of a long context, attended by
+ * rows whose n_ctx and lo are counted from the chunk's start. last: the
+ * chunk holds the rows' own (last) block; false for a chunk that ends
+ * before it, whose blocks are all full past blocks. */
+static inline attn_kv attn_kv_chunk(const attn_kv *kv, uint32_t blk0, bool last)
+{
+    attn_kv c = *kv;
+    c.blocks = kv->blocks + blk0;
+    c.reader_blk0 = kv->reader_blk0 + blk0;
+    c.reader_past = kv->reader_past || !last;
+    return c;
+}
 
 /* K in columns (attn_kv.k_cols, kv_type DT_F16): a block's K plane holds,
  * channel after channel (channel c = g x head_dim + d), one column of

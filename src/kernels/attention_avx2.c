@@ -759,7 +759,8 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         const int lo = rows[r].lo;
         assert(lo >= 0 && lo < rows[r].n_ctx);
         attn_softcap(s + lo, rows[r].n_ctx - lo, kv->softcap);
-        vt2->softmax(s + lo, rows[r].n_ctx - lo);
+        const float lse = vt2->softmax(s + lo, rows[r].n_ctx - lo);
+        if (kv->lse) kv->lse[r] = lse;
         for (int j = 0; j < lo; j++) s[j] = 0;
         if (t == ATTN_KV_FP8_E4M3) scale_by_block(kv, kv->v_base, rows[r].g, s, rows[r].n_ctx);
         if (t == DT_F16) /* lanes past n_ctx hold scores never read: rounding them is harmless */

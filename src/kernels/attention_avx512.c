@@ -516,7 +516,7 @@ static K5 void vrows(int kind, int nr, bool first, float *const *o, const float 
  * rounding rides on the last pass instead of a pass of its own (about a
  * quarter off the softmax stage in cache: docs/speed.md). Row results do
  * not depend on R (row independence). */
-K5AI void softmax_group(int R, float *const *x, int n, bool f16)
+K5AI void softmax_group(int R, float *const *x, int n, bool f16, float *const *lse)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 vm[8];
@@ -552,7 +552,11 @@ K5AI void softmax_group(int R, float *const *x, int n, bool f16)
         }
     __m512 vi[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) vi[r] = _mm512_set1_ps((float)(1.0 / sum_pd8(_mm512_add_pd(lo[r], hi[r]))));
+    for (int r = 0; r < R; r++) {
+        const double sum = sum_pd8(_mm512_add_pd(lo[r], hi[r]));
+        vi[r] = _mm512_set1_ps((float)(1.0 / sum));
+        if (lse[r]) *lse[r] = _mm_cvtss_f32(_mm512_castps512_ps128(vm[r])) + (float)log(sum);
+    }
     for (i = 0; i < n; i += 16) {
         const __mmask16 k = lanes16(n - i < 16 ? n - i : 16);
 #pragma GCC unroll 8
@@ -567,23 +571,25 @@ K5AI void softmax_group(int R, float *const *x, int n, bool f16)
 /* Step 2 of a call: each row's softmax over its own scores lo..n_ctx-1
  * (the keys before lo weigh 0), the weights rounded to f16 for an f16
  * cache; rows with the same range (a decode call's) 4 at a time. */
-static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap)
+static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap,
+                            float *kv_lse)
 {
     for (int r = 0; r < n_rows && softcap > 0; r++)
         attn_softcap(sc + (size_t)r * ncp + rows[r].lo, rows[r].n_ctx - rows[r].lo, softcap);
     for (int r0 = 0, r1; r0 < n_rows; r0 = r1) {
         const int lo = rows[r0].lo, n = rows[r0].n_ctx;
         for (r1 = r0 + 1; r1 < n_rows && r1 < r0 + 4 && rows[r1].lo == lo && rows[r1].n_ctx == n; r1++) {}
-        float *x[4];
+        float *x[4], *lse[4];
         for (int r = r0; r < r1; r++) {
+            lse[r - r0] = kv_lse ? kv_lse + r : NULL;
             x[r - r0] = sc + (size_t)r * ncp + lo;
             for (int j = 0; j < lo; j++) sc[(size_t)r * ncp + j] = 0;
         }
         switch (r1 - r0) {
-        case 1: softmax_group(1, x, n - lo, f16); break;
-        case 2: softmax_group(2, x, n - lo, f16); break;
-        case 3: softmax_group(3, x, n - lo, f16); break;
-        default: softmax_group(4, x, n - lo, f16); break;
+        case 1: softmax_group(1, x, n - lo, f16, lse); break;
+        case 2: softmax_group(2, x, n - lo, f16, lse); break;
+        case 3: softmax_group(3, x, n - lo, f16, lse); break;
+        default: softmax_group(4, x, n - lo, f16, lse); break;
         }
     }
 }
@@ -711,7 +717,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     }
 
     /* 2. softmax */
-    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap);
+    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap, kv->lse);
     /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
     kv_cursor vc = cursor_at(kv, kv->v_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {

@@ -901,7 +901,7 @@ static KA void conv_bf16_avx2(void *dst, const float *src, int n)
 
 /* ------------------------------------------------------------ row kernels */
 
-static KA void softmax_avx2(float *x, int n)
+static KA float softmax_avx2(float *x, int n)
 {
     __m256 vm = _mm256_set1_ps(-INFINITY);
     int i = 0;
@@ -919,6 +919,7 @@ static KA void softmax_avx2(float *x, int n)
     const __m256 vi = _mm256_set1_ps(inv);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vi));
     for (; i < n; i++) x[i] *= inv;
+    return kern_softmax_lse(max, sum);
 }
 
 static KA void swiglu_avx2(float *a, const float *b, int n)

@@ -166,7 +166,7 @@ static K5 void add_rmsnorm_avx512(float *x, const float *d, float *y, const floa
 
 /* ---------------------------------------------- softmax, swiglu, exp_row */
 
-static K5 void softmax_avx512(float *x, int n)
+static K5 float softmax_avx512(float *x, int n)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 vm = ninf;
@@ -194,6 +194,7 @@ static K5 void softmax_avx512(float *x, int n)
         const __mmask16 k = lanes16(n - i);
         _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vi));
     }
+    return kern_softmax_lse(max, sum);
 }
 
 /* a / (1 + e^-a) * b on 16 lanes (the reference's operations, expf16). */

@@ -188,7 +188,7 @@ void kern_add_rmsnorm(float *x, const float *d, float *y, const float *w, int n,
     kern_active()->add_rmsnorm(x, d, y, w, n, eps);
 }
 
-void kern_softmax(float *x, int n) { kern_active()->softmax(x, n); }
+float kern_softmax(float *x, int n) { return kern_active()->softmax(x, n); }
 
 void kern_swiglu(float *a, const float *b, int n) { kern_active()->swiglu(a, b, n); }
 

@@ -161,7 +161,7 @@ typedef struct kern_vtable {
                  float freq_scale, bool neox, const float *freq_factors);
     void (*rope_apply)(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);
     void (*add_rmsnorm)(float *x, const float *d, float *y, const float *w, int n, float eps);
-    void (*softmax)(float *x, int n);
+    float (*softmax)(float *x, int n); /* returns the log-sum-exp (kern_softmax) */
     void (*swiglu)(float *a, const float *b, int n);
     void (*exp_row)(float *y, const float *x, int n); /* y = expf(x); y may alias x */
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
@@ -176,6 +176,10 @@ static inline float kern_softmax_max_tail(const float *x, int i, int n, float ma
     for (; i < n; i++) max = x[i] > max ? x[i] : max;
     return max;
 }
+
+/* The log-sum-exp of the scores a softmax normalized: max + log(sum of
+ * exp(x - max)), what a caller needs to merge softmaxes over parts. */
+static inline float kern_softmax_lse(float max, double sum) { return max + (float)log(sum); }
 
 static inline double kern_softmax_exp_tail(float *x, int i, int n, float max, double sum)
 {

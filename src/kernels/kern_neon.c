@@ -546,7 +546,7 @@ static void rmsnorm_neon(float *y, const float *x, const float *w, int n, float 
     for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
 }
 
-static void softmax_neon(float *x, int n)
+static float softmax_neon(float *x, int n)
 {
     float32x4_t vm = vdupq_n_f32(-INFINITY);
     int i = 0;
@@ -563,6 +563,7 @@ static void softmax_neon(float *x, int n)
     const float inv = (float)(1.0 / sum);
     for (i = 0; i + 4 <= n; i += 4) vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
     for (; i < n; i++) x[i] *= inv;
+    return kern_softmax_lse(max, sum);
 }
 
 static void swiglu_neon(float *a, const float *b, int n)

@@ -249,7 +249,7 @@ static void add_rmsnorm_ref(float *x, const float *d, float *y, const float *w, 
     rmsnorm_ref(y, x, w, n, eps);
 }
 
-static void softmax_ref(float *x, int n)
+static float softmax_ref(float *x, int n)
 {
     float max = -INFINITY;
     for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
@@ -260,6 +260,7 @@ static void softmax_ref(float *x, int n)
     }
     const float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++) x[i] *= inv;
+    return kern_softmax_lse(max, sum);
 }
 
 static void swiglu_ref(float *a, const float *b, int n)

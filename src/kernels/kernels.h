@@ -122,8 +122,9 @@ void kern_add_rmsnorm(float *x, const float *d, float *y, const float *w, int n,
 
 /* In place softmax over n values (n >= 1, at least one finite): as ggml,
  * exp(x - max), sum in double, multiply by (float)(1/sum). SIMD variants use
- * a vector expf within ~2 ulp of libm's. */
-void kern_softmax(float *x, int n);
+ * a vector expf within ~2 ulp of libm's. Returns the log-sum-exp of the
+ * input, max + log(sum), for merging softmaxes over parts of a row. */
+float kern_softmax(float *x, int n);
 
 /* a[i] = silu(a[i]) * b[i], silu(x) = x / (1 + expf(-x)). SIMD variants use
  * a vector expf for whole vectors and libm's for the tail, so call it per

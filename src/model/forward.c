@@ -46,6 +46,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "kernels/attention.h"
+#include "kernels/attention_chunks.h"
 #include "kernels/kernels.h"
 #include "kv/kv_view.h"
 #include "kv/kv_writer.h"
@@ -92,7 +93,9 @@ struct fwd_state {
     float *rope_cs_local;                     /* the same for local layers (rope[1]), or NULL */
     rope_spec rope[2];                        /* global layers', local layers' RoPE */
     float *attn_scratch;                      /* [threads][attn_scratch_stride] */
-    size_t attn_scratch_stride;               /* kv_view_scratch_floats(kvg, max_ctx), rounded to 16 */
+    size_t attn_scratch_stride;               /* attn_work + attn_chunks_work_floats, rounded to 16 */
+    size_t attn_work;                         /* where the chunks' work starts in a thread's scratch:
+                                                 kv_view_scratch_floats(kvg, a call's max keys) */
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
     kv_writer *kvw;                           /* writes the layers' K/V rows into the pool */
     kv_batch_seq *kv_seqs;                    /* [max_tokens] the pass's sequences, as kv sees them */
@@ -196,11 +199,15 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
                                                                                   : m->w.rope_short.data;
     s->rope[0] = rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base, c->rope_scale, c->rope_scale, ff);
     s->rope[1] = rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base_local, c->rope_scale_local, c->rope_scale, ff);
-    s->attn_rows = attn_rows_max(max_ctx);
+    /* attention calls never see more keys than a chunk pair (attention_chunks.h) */
+    const uint32_t call_max = attn_chunk_call_max(kvg->s.block_size);
+    const int call_ctx = (uint32_t)max_ctx < call_max ? max_ctx : (int)call_max;
+    s->attn_rows = attn_rows_max(call_ctx);
     assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads && kvg->s.n_layers == c->n_layers);
     assert((kvg->s.kind == KV_KIND_LATENT) == (c->mla.kv_lora_rank > 0));
     if (c->mla.kv_lora_rank) s->rope[0].mscale = c->mla.rope_mscale; /* deepseek2's YaRN factor (arch_deepseek2.c) */
-    s->attn_scratch_stride = (kv_view_scratch_floats(kvg, max_ctx) + 15) & ~(size_t)15;
+    s->attn_work = (kv_view_scratch_floats(kvg, call_ctx) + 15) & ~(size_t)15;
+    s->attn_scratch_stride = s->attn_work + ((attn_chunks_work_floats((int)c->head_dim) + 15) & ~(size_t)15);
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
     s->kv_seqs = mem_calloc(T, sizeof *s->kv_seqs);
     int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
@@ -382,26 +389,42 @@ static void attn_worker(void *arg, int ith, int nth)
     int64_t total = 0, done = 0;
     attn_plan_begin(&it);
     while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it, lw);
+    /* this thread's tiles, in groups of one sequence's run (attn_chunks_run
+     * walks a long context's chunks once for the whole group) */
+    attn_row rows[ATTN_TILES_CAP][ATTN_ROWS_CAP];
+    const attn_row *tiles[ATTN_TILES_CAP];
+    int n_rows[ATTN_TILES_CAP], n_tiles = 0, run_t0 = -1;
     attn_plan_begin(&it);
-    while (attn_plan_next(b, n_heads, tile, &it)) {
-        const int64_t cost = attn_tile_cost(b, rep, &it, lw);
-        int64_t owner = (done + cost / 2) * nth / total;
-        done += cost;
-        if (owner > nth - 1) owner = nth - 1;
-        if (owner < ith) continue;
-        if (owner > ith) break; /* tiles are handed out in plan order */
-        kv_view view; /* this sequence's cache in this layer, as the kernel reads it */
-        kv_view_init(&view, j->kv, j->s->kvw, &j->s->kvb, b->seq[it.t0], j->layer);
-        view.kv.softcap = c->attn_softcap;
-        attn_row rows[ATTN_ROWS_CAP];
+    for (bool more = true; more;) {
+        more = attn_plan_next(b, n_heads, tile, &it);
+        bool mine = false;
+        if (more) {
+            const int64_t cost = attn_tile_cost(b, rep, &it, lw);
+            int64_t owner = (done + cost / 2) * nth / total;
+            done += cost;
+            if (owner > nth - 1) owner = nth - 1;
+            mine = owner == ith;
+            if (owner > ith) more = false; /* tiles are handed out in plan order */
+        }
+        if (n_tiles && (!mine || it.t0 != run_t0 || n_tiles == ATTN_TILES_CAP)) { /* the group ends */
+            kv_view view; /* this sequence's cache in this layer, as the kernel reads it */
+            kv_view_init(&view, j->kv, j->s->kvw, &j->s->kvb, b->seq[run_t0], j->layer);
+            view.kv.softcap = c->attn_softcap;
+            attn_chunks_run(&view.kv, tiles, n_rows, n_tiles, scale, scratch, j->s->attn_work,
+                            scratch + j->s->attn_work);
+            n_tiles = 0;
+        }
+        if (!mine) continue;
+        run_t0 = it.t0;
         for (int v = 0; v < it.nv; v++) {
             int g, dt, h;
             attn_vector(it.v0 + v, it.t1 - it.t0, rep, &g, &dt, &h);
             const int t = it.t0 + dt;
             const size_t off = (size_t)t * qd + (size_t)h * hd;
-            rows[v] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t, lw)};
+            rows[n_tiles][v] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t, lw)};
         }
-        attn_paged(&view.kv, rows, it.nv, scale, scratch, j->s->attn_scratch_stride);
+        tiles[n_tiles] = rows[n_tiles];
+        n_rows[n_tiles++] = it.nv;
     }
 }
 

@@ -1,0 +1,274 @@
+/* test_attention_chunks.c - long rows in chunks of keys
+ * (kernels/attention_chunks.h) against one attn_paged call over all keys.
+ *
+ * - Short rows (at most attn_chunk_call_max keys from their window's first
+ *   block) take one call over a view that starts at that block: equal to
+ *   the call over the whole table (== on every element: the kernel's
+ *   skipped keys only ever add +-0).
+ * - Long rows, chunked and merged by log-sum-exp: within the tolerance of
+ *   test_attention.c's SIMD-vs-reference (f16: 2^-10 of max|v|, as the
+ *   weights are rounded to f16 per chunk; else 1e-5 of max|v|, times 2 for
+ *   the merge's own rounding), for every KV row type, windows included.
+ * - Row independence: a long row gives the same bits alone, in a tile of
+ *   rows that straddle a chunk boundary, and in a run of several tiles.
+ * - Through a block reader (KIVI's path), each block is read at its true
+ *   index and as the row's own block exactly when it is (a wrong flag
+ *   reads poisoned values).
+ */
+#include "test.h"
+#include "fake_kv.h"
+#include "rng.h"
+
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "kernels/attention_chunks.h"
+#include "kernels/kernels.h"
+#include "tensor/dtype.h"
+
+typedef struct {
+    float *scratch, *work;
+    size_t sf; /* scratch floats, without work */
+} chunk_buf;
+
+static int buf_make(chunk_buf *b, int max_ctx, int hd, size_t reader_floats)
+{
+    b->sf = attn_scratch_floats(max_ctx, hd) + reader_floats + 64;
+    b->scratch = malloc(sizeof(float) * b->sf);
+    b->work = malloc(sizeof(float) * attn_chunks_work_floats(hd));
+    return b->scratch && b->work ? 0 : -1;
+}
+
+static void buf_free(chunk_buf *b)
+{
+    free(b->scratch);
+    free(b->work);
+}
+
+static void run_chunks(const attn_kv *kv, const attn_row *rows, int n, float scale, chunk_buf *b)
+{
+    attn_chunks_run(kv, &rows, &n, 1, scale, b->scratch, b->sf, b->work);
+}
+
+/* max |v| over the V rows of head g in [lo, n) (the tolerance's scale) */
+static float max_abs_v(const fake_kv *f, int g, int lo, int n)
+{
+    const int hd = f->kv.head_dim;
+    float *tmp = malloc(sizeof(float) * (size_t)hd), m = 0;
+    for (int j = lo; j < n; j++) {
+        const uint8_t *blk = f->kv.v_base + (size_t)f->kv.blocks[j / f->kv.block_size] * f->kv.block_bytes;
+        float sc;
+        memcpy(&sc, blk + f->kv.scale_off + 4 * (size_t)g, 4);
+        const size_t at = f->kv.head_bytes > f->kv.row_bytes ? (size_t)g * f->kv.head_bytes + (size_t)(j % f->kv.block_size) * f->kv.row_bytes
+                                                             : (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes;
+        fake_kv_decode_row(fake_kv_elem_type(f->kv.kv_type), blk + at, tmp, hd, sc);
+        for (int i = 0; i < hd; i++) m = fabsf(tmp[i]) > m ? fabsf(tmp[i]) : m;
+    }
+    free(tmp);
+    return m;
+}
+
+TEST(short_rows_equal_one_call_over_the_whole_table)
+{
+    static const struct { int n, lo; } rows_of[] = {{1, 0}, {17, 0}, {300, 0}, {4096, 0}, {4100, 10}, {6000, 5000}, {9000, 7000}};
+    for (int ti = 0; ti < FAKE_KV_N_TYPES; ti++) {
+        const uint32_t t = fake_kv_types[ti];
+        fake_kv f;
+        CHECK(fake_kv_make(&f, t, 64, 2, 9000, 16, 500u + ti) == 0);
+        chunk_buf b;
+        CHECK(buf_make(&b, 9000, 64, 0) == 0);
+        float q[64], o1[64], o2[64];
+        for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
+            for (int i = 0; i < 64; i++) q[i] = 0.8f * rng_gauss();
+            const attn_row a = {q, o1, rows_of[k].n, 1, rows_of[k].lo}, c = {q, o2, rows_of[k].n, 1, rows_of[k].lo};
+            attn_paged(&f.kv, &a, 1, 0.125f, b.scratch, b.sf);
+            run_chunks(&f.kv, &c, 1, 0.125f, &b);
+            int same = 1;
+            for (int i = 0; i < 64; i++) same &= o1[i] == o2[i];
+            if (rows_of[k].n - rows_of[k].lo / 16 * 16 <= (int)attn_chunk_call_max(16))
+                CHECK_MSG(same, "%s n_ctx %d lo %d: not the one call's bits", fake_kv_type_name(t), rows_of[k].n,
+                          rows_of[k].lo);
+        }
+        buf_free(&b);
+        fake_kv_free(&f);
+    }
+}
+
+TEST(long_rows_in_chunks_match_one_call_within_tolerance)
+{
+    static const int bss[] = {16, 48};
+    static const struct { int n, lo; } rows_of[] = {{4097, 0}, {6145, 0}, {9000, 0}, {9000, 3000}, {8200, 2047}};
+    double worst[FAKE_KV_N_TYPES] = {0};
+    for (int ti = 0; ti < FAKE_KV_N_TYPES; ti++)
+        for (int bi = 0; bi < 2; bi++) {
+            const uint32_t t = fake_kv_types[ti];
+            fake_kv f;
+            CHECK(fake_kv_make(&f, t, 64, 2, 9000, bss[bi], 900u + 7u * ti + bi) == 0);
+            chunk_buf b;
+            CHECK(buf_make(&b, 9000, 64, 0) == 0);
+            float q[8 * 64], o1[8 * 64], o2[8 * 64];
+            for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
+                attn_row a[8], c[8];
+                for (int r = 0; r < 8; r++) { /* a GQA group of one token */
+                    for (int i = 0; i < 64; i++) q[r * 64 + i] = 0.8f * rng_gauss();
+                    a[r] = (attn_row){q + r * 64, o1 + r * 64, rows_of[k].n, 0, rows_of[k].lo};
+                    c[r] = (attn_row){q + r * 64, o2 + r * 64, rows_of[k].n, 0, rows_of[k].lo};
+                }
+                for (int r = 0; r < 8; r++) attn_paged(&f.kv, &a[r], 1, 0.125f, b.scratch, b.sf);
+                run_chunks(&f.kv, c, 8, 0.125f, &b);
+                const double vmax = max_abs_v(&f, 0, rows_of[k].lo, rows_of[k].n);
+                const double tol = (fake_kv_elem_type(t) == DT_F16 ? 1.0 / 1024 : 2e-5) * vmax;
+                double md = 0;
+                for (int i = 0; i < 8 * 64; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
+                worst[ti] = fmax(worst[ti], md / vmax);
+                CHECK_MSG(md <= tol, "%s bs %d n_ctx %d lo %d: max diff %.3g > tol %.3g", fake_kv_type_name(t), bss[bi],
+                          rows_of[k].n, rows_of[k].lo, md, tol);
+            }
+            buf_free(&b);
+            fake_kv_free(&f);
+        }
+    INFO("worst |chunks - one call| / max|v|: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g, e4m3 %.2g, "
+         "e5m2 %.2g, f16 pool %.2g", worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6], worst[7]);
+}
+
+TEST(a_long_row_gets_the_same_bits_alone_in_a_tile_and_in_a_run_of_tiles)
+{
+    const uint32_t types[] = {DT_F16, DT_Q8_0, FAKE_KV_F16C, ATTN_KV_FP8_E5M2};
+    for (int ti = 0; ti < 4; ti++) {
+        fake_kv f;
+        CHECK(fake_kv_make(&f, types[ti], 64, 2, 6200, 16, 31u + ti) == 0);
+        chunk_buf b;
+        CHECK(buf_make(&b, 6200, 64, 0) == 0);
+        enum { R = 16 };
+        float q[R * 64], o_tile[R * 64], o_one[R * 64], o_run[R * 64];
+        attn_row tile[R], run[4][R / 4];
+        /* 8 tokens x 2 heads of a prefill across the chunk boundary at 6144,
+         * and across the short/long boundary at 4096 */
+        const int base[2] = {6140, 4092};
+        for (int s = 0; s < 2; s++) {
+            for (int i = 0; i < R * 64; i++) q[i] = 0.8f * rng_gauss();
+            for (int v = 0; v < R; v++) {
+                const int g = v / 8, n = base[s] + v % 8;
+                tile[v] = (attn_row){q + v * 64, o_tile + v * 64, n, g, 0};
+                run[v / 4][v % 4] = (attn_row){q + v * 64, o_run + v * 64, n, g, 0};
+            }
+            run_chunks(&f.kv, tile, R, 0.125f, &b);
+            for (int v = 0; v < R; v++) {
+                const attn_row one = {q + v * 64, o_one + v * 64, tile[v].n_ctx, tile[v].g, 0};
+                run_chunks(&f.kv, &one, 1, 0.125f, &b);
+            }
+            const attn_row *tiles[4] = {run[0], run[1], run[2], run[3]};
+            const int nr[4] = {4, 4, 4, 4};
+            attn_chunks_run(&f.kv, tiles, nr, 4, 0.125f, b.scratch, b.sf, b.work);
+            for (int v = 0; v < R; v++) {
+                CHECK_MSG(memcmp(o_tile + v * 64, o_one + v * 64, 64 * sizeof(float)) == 0,
+                          "%s row %d (n_ctx %d): tile vs alone", fake_kv_type_name(types[ti]), v, tile[v].n_ctx);
+                CHECK_MSG(memcmp(o_run + v * 64, o_one + v * 64, 64 * sizeof(float)) == 0,
+                          "%s row %d (n_ctx %d): run of tiles vs alone", fake_kv_type_name(types[ti]), v, tile[v].n_ctx);
+            }
+        }
+        buf_free(&b);
+        fake_kv_free(&f);
+    }
+}
+
+/* A reader over an F32 fake_kv that poisons (K and V x 3) any block read
+ * with the wrong own flag: the row's own block is own_blk. */
+typedef struct {
+    const fake_kv *f;
+    uint32_t own_blk;
+    int wrong; /* reads with a wrong flag or a block past the context */
+} poison_reader;
+
+static const float *pr_row(const poison_reader *p, int plane, uint32_t blk, uint32_t t, int g)
+{
+    const attn_kv *kv = &p->f->kv;
+    return (const float *)((plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[blk] * kv->block_bytes +
+                           (size_t)t * kv->row_bytes + (size_t)g * kv->head_bytes);
+}
+
+static float pr_factor(poison_reader *p, uint32_t blk, bool own)
+{
+    const bool bad = (blk == p->own_blk) != own || blk > p->own_blk;
+    p->wrong += bad;
+    return bad ? 3.0f : 1.0f;
+}
+
+static void pr_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
+                     float *scores, size_t ld, float *scratch)
+{
+    (void)scratch;
+    poison_reader *p = (poison_reader *)ctx;
+    const float f = pr_factor(p, blk, own);
+    for (int k = 0; k < n_q; k++)
+        for (uint32_t t = 0; t < n; t++) {
+            const float *r = pr_row(p, 0, blk, t, g);
+            float s = 0;
+            for (int i = 0; i < p->f->kv.head_dim; i++) s += q[k][i] * r[i] * f;
+            scores[(size_t)k * ld + t] = s;
+        }
+}
+
+static void pr_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw, int n_q,
+                      float *const *acc, float *scratch)
+{
+    (void)scratch;
+    poison_reader *p = (poison_reader *)ctx;
+    const float f = pr_factor(p, blk, own);
+    for (int k = 0; k < n_q; k++)
+        for (uint32_t t = 0; t < n; t++) {
+            const float *r = pr_row(p, 1, blk, t, g);
+            for (int i = 0; i < p->f->kv.head_dim; i++) acc[k][i] += w[(size_t)k * ldw + t] * r[i] * f;
+        }
+}
+
+TEST(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own)
+{
+    fake_kv f;
+    CHECK(fake_kv_make(&f, DT_F32, 64, 2, 9000, 16, 77) == 0);
+    const int ns[] = {300, 5000, 8999};
+    for (int k = 0; k < 3; k++) {
+        poison_reader p = {&f, (uint32_t)(ns[k] - 1) / 16, 0};
+        const attn_reader rd = {pr_k_dot, pr_v_axpy, &p, 0};
+        attn_kv kr = f.kv;
+        kr.reader = &rd;
+        chunk_buf b;
+        CHECK(buf_make(&b, 9000, 64, 0) == 0);
+        float q[4 * 64], o1[4 * 64], o2[4 * 64];
+        attn_row a[4], c[4];
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < 64; i++) q[r * 64 + i] = 0.8f * rng_gauss();
+            a[r] = (attn_row){q + r * 64, o1 + r * 64, ns[k], 1, 0};
+            c[r] = (attn_row){q + r * 64, o2 + r * 64, ns[k], 1, 0};
+        }
+        attn_paged(&f.kv, a, 4, 0.125f, b.scratch, b.sf); /* in place: no reader, no poison */
+        run_chunks(&kr, c, 4, 0.125f, &b);
+        CHECK_MSG(p.wrong == 0, "n_ctx %d: %d reads with a wrong own flag or block", ns[k], p.wrong);
+        double md = 0;
+        for (int i = 0; i < 4 * 64; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
+        CHECK_MSG(md <= 1e-4, "n_ctx %d: reader chunks differ from the in-place call by %.3g", ns[k], md);
+        buf_free(&b);
+    }
+    fake_kv_free(&f);
+}
+
+TEST(chunk_sizes_are_whole_blocks_and_bound_every_call)
+{
+    const uint32_t bss[] = {1, 16, 48, 4096};
+    for (int i = 0; i < 4; i++) {
+        const uint32_t ck = attn_chunk_keys(bss[i]);
+        CHECK(ck % bss[i] == 0 && ck >= 2048 && ck < 2048 + bss[i]);
+        CHECK(attn_chunk_call_max(bss[i]) == 2 * ck);
+    }
+}
+
+int main(void)
+{
+    kern_init(0);
+    RUN(short_rows_equal_one_call_over_the_whole_table);
+    RUN(long_rows_in_chunks_match_one_call_within_tolerance);
+    RUN(a_long_row_gets_the_same_bits_alone_in_a_tile_and_in_a_run_of_tiles);
+    RUN(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own);
+    RUN(chunk_sizes_are_whole_blocks_and_bound_every_call);
+    return test_summary();
+}
