@@ -23,6 +23,16 @@
  *                (pl_seq_step); tok/s counts all 8: `-np 128 -ng 128 -b 8`.
  *                Our 8 prompts differ (offset ids) so that the prefix cache
  *                shares nothing: llama.cpp keeps 8 separate copies too.
+ *   tg32@dN      long contexts, for each KV dtype of --kv-dtypes (default
+ *                f16): an N-id prompt (untimed), then 31 timed decode
+ *                steps; the peer's `-np N -ng 32 -fa 1 -ctk T -ctv T` (its
+ *                flash attention, as its quantized KV needs; KV dtypes it
+ *                has: f16, q8_0, q4_0). Roofline bytes: the weights + the
+ *                dtype's KV bytes at depth N + 16.
+ *   pp512@dN     an N-id prompt (untimed), then 512 more ids timed. The
+ *                peer fills its depth in one batch and times only its
+ *                prompt, so its figure is 512 / (t(N + 512) - t(N)) from
+ *                two runs with -np N and -np N + 512 (`-fa 1`, same dtype).
  *   rss          peak RSS (wait4's ru_maxrss) of `pagellm run -c 2048` on
  *                --rss-model against peer-bench with n_ctx 2048, both with
  *                the same batch, processing the same number of tokens
@@ -89,11 +99,24 @@ static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048",
 /* The shapes of the tests (peer-bench's -np / -ng / -depth / -b). */
 enum { PP_N = 512, TG_N = 128, DEPTH_N = 2048, X8_B = 8, X8_PROMPT = 128 };
 
+/* Long-context rows (tg32@dN, pp512@dN), each run for every --kv-dtypes. */
+#define SP_MAX_DEPTH_ROWS 8
+#define SP_MAX_KV_DTYPES 8
+enum { DEPTH_TG_N = 32, DEPTH_PP_N = 512 };
 typedef struct {
-    const char *dir, *models, *tests, *peer, *rss_model, *json_out, *svg;
+    bool pp;   /* pp512@dN, else tg32@dN */
+    int depth; /* N */
+} sp_depth_row;
+
+typedef struct {
+    const char *dir, *models, *tests, *peer, *rss_model, *json_out, *svg, *kv_dtypes;
     int reps, threads, bw_mib, rss_ctx;
     bool json, no_peer;
     bool want[T_COUNT];
+    sp_depth_row dep[SP_MAX_DEPTH_ROWS];
+    int n_dep;
+    pl_kv_dtype kvd[SP_MAX_KV_DTYPES];
+    int n_kvd;
 } sp_opts;
 
 typedef struct {
@@ -175,16 +198,46 @@ static int parse_models(const char *list, sp_model *out, int *n)
     return 0;
 }
 
-static int parse_tests(const char *list, bool *want)
+/* tg32@dN or pp512@dN (s holds len chars) into *r; false if not one. */
+static bool parse_depth_row(const char *s, size_t len, sp_depth_row *r)
 {
+    char buf[32], tail;
+    int n;
+    if (len >= sizeof buf) return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    if (sscanf(buf, "tg32@d%d%c", &n, &tail) == 1) r->pp = false;
+    else if (sscanf(buf, "pp512@d%d%c", &n, &tail) == 1) r->pp = true;
+    else return false;
+    r->depth = n;
+    return n >= 1 && n <= (1 << 20);
+}
+
+static int parse_tests(sp_opts *o, const char *list)
+{
+    bool *want = o->want;
     memset(want, 0, sizeof(bool) * T_COUNT);
+    o->n_dep = 0;
     int n = 0;
     for (const char *s = list; *s;) {
         size_t len = strcspn(s, ",");
         int t = 0;
         while (t < T_COUNT && !(strlen(test_names[t]) == len && strncmp(test_names[t], s, len) == 0)) t++;
+        sp_depth_row dr;
+        if (t == T_COUNT && parse_depth_row(s, len, &dr)) {
+            if (o->n_dep == SP_MAX_DEPTH_ROWS) {
+                cli_error("bench speed", "--tests: at most %d tg32@dN / pp512@dN rows", SP_MAX_DEPTH_ROWS);
+                return 2;
+            }
+            o->dep[o->n_dep++] = dr;
+            n++;
+            s += len;
+            if (*s == ',') s++;
+            continue;
+        }
         if (t == T_COUNT) {
-            cli_error("bench speed", "unknown test '%.*s' in --tests (pp512, tg128, tg128@d2048, tg128x8, rss)", (int)len, s);
+            cli_error("bench speed", "unknown test '%.*s' in --tests (pp512, tg128, tg128@d2048, tg128x8, rss, "
+                      "tg32@dN, pp512@dN with N in 1..1048576)", (int)len, s);
             return 2;
         }
         want[t] = true;
@@ -290,14 +343,20 @@ static void decode_lap(sp_ours *o, int g, double *t0, double *sec)
     *t0 = bench_now();
 }
 
-static int ctx_open(sp_ours *o, uint32_t n_ctx, uint32_t seqs, pl_ctx **c)
+static int ctx_open_kv(sp_ours *o, uint32_t n_ctx, uint32_t seqs, pl_kv_dtype kv, pl_ctx **c)
 {
     pl_ctx_params p;
     pl_ctx_params_default(&p);
     p.n_ctx = n_ctx;
     p.max_seqs = seqs;
     p.n_threads = o->threads;
+    p.kv_dtype = kv;
     return pl_ctx_new(c, o->m, &p);
+}
+
+static int ctx_open(sp_ours *o, uint32_t n_ctx, uint32_t seqs, pl_ctx **c)
+{
+    return ctx_open_kv(o, n_ctx, seqs, PL_KV_F16, c);
 }
 
 /* Appends ids in chunks of 512 (one forward pass each). */
@@ -352,6 +411,33 @@ static int ours_depth(sp_ours *o, double *tg)
     if (!rc) rc = append(c, seq, ids, DEPTH_N, o->logits);
     if (!rc) rc = decode_steps(o, c, seq, TG_N - 1, &sec);
     *tg = (TG_N - 1) / sec;
+    pl_ctx_free(c);
+    free(ids);
+    return rc;
+}
+
+/* A long-context row in KV dtype kv: depth ids (untimed), then 31 timed
+ * decode steps (tg32) or 512 more ids timed (pp512); tok/s. */
+static int ours_at_depth(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
+{
+    pl_ctx *c;
+    const int n = r->depth + (r->pp ? DEPTH_PP_N : 0);
+    int32_t seq, *ids = malloc(sizeof *ids * (size_t)n);
+    int rc = ids ? ctx_open_kv(o, (uint32_t)(n + DEPTH_TG_N + 8), 1, kv, &c) : PL_ERR_NOMEM;
+    if (rc) { free(ids); return rc; }
+    fill_ids((int32_t)o->nv, o->bos, ids, n, 0, true);
+    rc = pl_seq_new(c, &seq);
+    if (!rc) rc = append(c, seq, ids, r->depth, o->logits);
+    double sec = 0;
+    if (!rc && r->pp) {
+        const double t0 = bench_now();
+        rc = append(c, seq, ids + r->depth, DEPTH_PP_N, o->logits);
+        sec = bench_now() - t0;
+        *tok = DEPTH_PP_N / sec;
+    } else if (!rc) {
+        rc = decode_steps(o, c, seq, DEPTH_TG_N - 1, &sec);
+        *tok = (DEPTH_TG_N - 1) / sec;
+    }
     pl_ctx_free(c);
     free(ids);
     return rc;
@@ -700,17 +786,17 @@ static void emit_json(const sp_opts *o, json_t *j)
 /* roof, share, bw: the medians over our runs of the test of each run's
  * roofline, share of it and bandwidth (0 for pp512, which has no
  * roofline). */
-static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double share,
-                      double bw)
+static void print_row_as(const sp_opts *o, const sp_model *m, int test, const char *label, double ours, double peer,
+                         double roof, double share, double bw)
 {
-    if (sp_n_rows < (int)(sizeof sp_rows / sizeof sp_rows[0])) {
+    if (test >= 0 && sp_n_rows < (int)(sizeof sp_rows / sizeof sp_rows[0])) {
         snprintf(sp_rows[sp_n_rows].label, sizeof sp_rows[0].label, "%s %s", m->name, m->weights);
         sp_rows[sp_n_rows].test = test, sp_rows[sp_n_rows].ours = ours, sp_rows[sp_n_rows].peer = peer;
         sp_n_rows++;
     }
     if (o->json || json_out_f) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
-                              "test", test_names[test], "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
+                              "test", label, "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
                               num_or_null(peer), "ratio", num_or_null(peer > 0 ? ours / peer : 0),
                               "roofline_tok_s", num_or_null(roof), "roofline_share", num_or_null(share),
                               "bandwidth_gb_s", num_or_null(bw));
@@ -722,10 +808,16 @@ static void print_row(const sp_opts *o, const sp_model *m, int test, double ours
         if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * share);
         if (roof > 0 && peer > 0) snprintf(fp, sizeof fp, "%.0f%%", 100 * peer / roof);
         if (bw > 0) snprintf(bs, sizeof bs, "%.1f", bw);
-        printf("%-16s %-7s %-12s %10.1f %10s %7s %10s %7s %9s %6s\n", m->name, m->weights, test_names[test], ours, pr,
-               ra, rf, fo, fp, bs);
+        printf("%-16s %-7s %-18s %10.1f %10s %7s %10s %7s %9s %6s\n", m->name, m->weights, label, ours, pr, ra, rf,
+               fo, fp, bs);
     }
     fflush(stdout);
+}
+
+static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double share,
+                      double bw)
+{
+    print_row_as(o, m, test, test_names[test], ours, peer, roof, share, bw);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -740,10 +832,13 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
                    .tests = "pp512,tg128,tg128@d2048,tg128x8,rss",
                    .peer = env && *env ? env : peer_default,
                    .rss_model = "tinyllama-1.1b:q4_0",
+                   .kv_dtypes = "f16",
                    .reps = 3, .threads = 2, .bw_mib = 1024, .rss_ctx = 2048};
     const cli_opt opts[] = {
         {"models", 0, CLI_STR, &o->models, 0, 0, "LIST", "SHAPE:TYPE items or .gguf paths (default: 110m q8_0/q4_0, tinyllama-1.1b q8_0/q4_0/f16)"},
-        {"tests", 0, CLI_STR, &o->tests, 0, 0, "LIST", "of pp512,tg128,tg128@d2048,tg128x8,rss (default: all)"},
+        {"tests", 0, CLI_STR, &o->tests, 0, 0, "LIST", "of pp512,tg128,tg128@d2048,tg128x8,rss (default: all), "
+                                                       "and long-context rows tg32@dN, pp512@dN"},
+        {"kv-dtypes", 0, CLI_STR, &o->kv_dtypes, 0, 0, "LIST", "KV dtypes of the tg32@dN / pp512@dN rows (default f16)"},
         {"reps", 0, CLI_INT, &o->reps, 1, SP_MAX_REPS, "N", "runs per test and engine; the median is reported (default 3)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 64, "N", "threads, both engines (default 2)"},
         {"dir", 0, CLI_STR, &o->dir, 0, 0, "DIR", "where generated models live (default /tmp/pagellm-bench)"},
@@ -762,7 +857,22 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
     if (rc == CLI_HELP) return -1;
     if (rc != CLI_OK) return 2;
     if ((o->rss_ctx - 328) / 2 < 16) { cli_error("bench speed", "--rss-ctx %d too small (>= 360)", o->rss_ctx); return 2; }
-    return parse_tests(o->tests, o->want);
+    o->n_kvd = 0;
+    for (const char *s = o->kv_dtypes; *s;) {
+        char name[32];
+        const size_t len = strcspn(s, ",");
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+        if (o->n_kvd == SP_MAX_KV_DTYPES || len >= sizeof name || pl_kv_dtype_from_name(name, &o->kvd[o->n_kvd]) != 0) {
+            cli_error("bench speed", "--kv-dtypes: '%.*s' is not a KV dtype (or more than %d given)", (int)len, s,
+                      SP_MAX_KV_DTYPES);
+            return 2;
+        }
+        o->n_kvd++;
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (o->n_kvd == 0) { cli_error("bench speed", "--kv-dtypes is empty"); return 2; }
+    return parse_tests(o, o->tests);
 }
 
 /* bw == 0: no speed test, so no bandwidth either (only rss). */
@@ -838,6 +948,70 @@ static void run_medians(const double *tok, const double *bw, int n, double per_g
     *roof = bench_median(r, (size_t)k);
     *share = bench_median(f, (size_t)k);
     *bw_med = bench_median(w, (size_t)k);
+}
+
+/* The peer's figure for a long-context row in KV dtype kv (see the top);
+ * 0 or -1 (also for a dtype it lacks). */
+static int peer_at_depth(const sp_opts *o, const sp_model *m, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
+{
+    const char *t = pl_kv_dtype_name(kv);
+    if (strcmp(t, "f16") != 0 && strcmp(t, "q8_0") != 0 && strcmp(t, "q4_0") != 0) return -1;
+    char np[16], ng[16];
+    double pp = 0, tg = 0;
+    snprintf(np, sizeof np, "%d", r->depth);
+    snprintf(ng, sizeof ng, "%d", r->pp ? 1 : DEPTH_TG_N);
+    const char *args[] = {"-np", np, "-ng", ng, "-fa", "1", "-ctk", t, "-ctv", t, NULL};
+    if (peer_run(o->peer, m->path, o->threads, args, &pp, &tg) != 0) return -1;
+    if (!r->pp) {
+        *tok = tg;
+        return 0;
+    }
+    const double t0 = r->depth / pp; /* its prefill of N ids, seconds */
+    snprintf(np, sizeof np, "%d", r->depth + DEPTH_PP_N);
+    if (peer_run(o->peer, m->path, o->threads, args, &pp, &tg) != 0) return -1;
+    const double dt = (r->depth + DEPTH_PP_N) / pp - t0;
+    if (!(dt > 0)) return -1;
+    *tok = DEPTH_PP_N / dt;
+    return 0;
+}
+
+/* The tg32@dN / pp512@dN rows of one model, each in every --kv-dtypes,
+ * ours then the peer, reps times. w: the weight bytes of a decode step. */
+static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, const bw_probe *probe, bool peer_ok,
+                            double w, const pl_file_info *fi)
+{
+    static double g[SP_MAX_SAMPLES];
+    for (int d = 0; d < o->n_dep; d++)
+        for (int k = 0; k < o->n_kvd; k++) {
+            const sp_depth_row *r = &o->dep[d];
+            double a[SP_MAX_REPS], b[SP_MAX_REPS], ra[SP_MAX_REPS];
+            int na = 0, nb = 0, ng = 0, rc = 0;
+            bw_sampler smp = {probe, g, &ng};
+            for (int rep = 0; rep < o->reps && !rc; rep++) {
+                const int s0 = ng;
+                if (!r->pp) bw_sample(&smp);
+                us->sample = r->pp ? NULL : bw_sample, us->sample_arg = &smp;
+                rc = ours_at_depth(us, r, o->kvd[k], &a[na]);
+                if (!r->pp) bw_sample(&smp);
+                ra[na++] = mean_of(g + s0, ng - s0);
+                double pt;
+                if (!rc && peer_ok && peer_at_depth(o, m, r, o->kvd[k], &pt) == 0) b[nb++] = pt;
+            }
+            us->sample = NULL;
+            if (rc) return rc;
+            /* decode: the weights + this dtype's KV at the run's mean depth */
+            pl_kv_shape ks = {fi->n_layers, fi->n_kv_heads, fi->head_dim, 16};
+            pl_kv_size kvs = {0};
+            pl_kv_size_of(&ks, o->kvd[k], &kvs);
+            const double per_gbs = r->pp ? 0 : 1e9 / (w + kvs.bytes_per_token * (r->depth + DEPTH_TG_N / 2));
+            double roof = 0, share = 0, bw = 0;
+            if (per_gbs > 0) run_medians(a, ra, na, per_gbs, &roof, &share, &bw);
+            char label[48];
+            snprintf(label, sizeof label, "%s@d%d:%s", r->pp ? "pp512" : "tg32", r->depth, pl_kv_dtype_name(o->kvd[k]));
+            print_row_as(o, m, -1, label, bench_median(a, (size_t)na), nb ? bench_median(b, (size_t)nb) : 0, roof, share,
+                         bw);
+        }
+    return 0;
 }
 
 /* Runs the selected tests of one model, ours then the peer, reps times. */
@@ -925,6 +1099,8 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
         if (per_gbs[t] > 0) run_medians(a[t], ra[t], na[t], per_gbs[t], &roof, &share, &bw);
         print_row(o, m, t, bench_median(a[t], (size_t)na[t]), bench_median(b[t], (size_t)nb[t]), roof, share, bw);
     }
+    if (!rc && (rc = bench_depth_rows(o, m, &us, probe, peer_ok, w, &fi)) != 0)
+        cli_error("bench speed", "%s: %s", m->path, pl_last_error());
     free(us.logits);
     pl_model_free(us.m);
     return rc ? 1 : 0;
@@ -955,7 +1131,7 @@ int bench_speed(int argc, char **argv)
     if (rc) return rc < 0 ? 0 : rc;
     sp_model models[SP_MAX_MODELS], rss_m;
     int n_models = 0;
-    bool any_speed = o.want[T_PP] || o.want[T_TG] || o.want[T_DEPTH] || o.want[T_X8];
+    bool any_speed = o.want[T_PP] || o.want[T_TG] || o.want[T_DEPTH] || o.want[T_X8] || o.n_dep > 0;
     if (any_speed && (rc = parse_models(o.models, models, &n_models))) return rc;
     if (o.want[T_RSS] && (rc = parse_model("rss-model", o.rss_model, strlen(o.rss_model), &rss_m))) return rc;
     if (o.json_out && !(json_out_f = fopen(o.json_out, "w"))) {
@@ -995,7 +1171,7 @@ int bench_speed(int argc, char **argv)
     print_header(&o, bw, bw_best, probe.pf, calib, peer_ok, peer_note);
     if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed)
-        printf("%-16s %-7s %-12s %10s %10s %7s %10s %7s %9s %6s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
+        printf("%-16s %-7s %-18s %10s %10s %7s %10s %7s %9s %6s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
                "roofline", "pl/roof", "peer/roof", "GB/s");
     int status = 0;
     for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], &probe, peer_ok);
