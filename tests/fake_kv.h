@@ -106,7 +106,7 @@ static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, in
         f->table[k] = x;
     }
     f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
-                      rows_bytes, false, 0.0f, 0, false, NULL};
+                      rows_bytes, false, 0.0f, 0, false, NULL, NULL};
     for (int b = 0; b < n_phys; b++) /* scales 2^-4 .. 2^-1 (|x| / s stays within e4m3's range) */
         for (int pv = 0; pv < 2; pv++)
             for (int g = 0; g < n_kv; g++) {

@@ -14,6 +14,9 @@
  * - Through a block reader (KIVI's path), each block is read at its true
  *   index and as the row's own block exactly when it is (a wrong flag
  *   reads poisoned values).
+ * - With a sealed view beside the reader (fp8_e4m3), every block before a
+ *   row's own is read in place and only the own block through the reader;
+ *   the result matches one in-place call.
  */
 #include "test.h"
 #include "fake_kv.h"
@@ -252,6 +255,89 @@ TEST(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own)
     fake_kv_free(&f);
 }
 
+/* A reader over any fake_kv type (rows decoded with their block scale)
+ * that counts the blocks it is asked for that are not the row's own. */
+typedef struct {
+    const fake_kv *f;
+    uint32_t own_blk;
+    int past_reads;
+    float *tmp;
+} dec_reader;
+
+static const float *dec_row(dec_reader *p, int plane, uint32_t blk, uint32_t t, int g)
+{
+    const attn_kv *kv = &p->f->kv;
+    const uint8_t *b = (plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[blk] * kv->block_bytes;
+    float sc;
+    memcpy(&sc, b + kv->scale_off + 4 * (size_t)g, 4);
+    fake_kv_decode_row(kv->kv_type, b + (size_t)t * kv->row_bytes + (size_t)g * kv->head_bytes, p->tmp, kv->head_dim, sc);
+    return p->tmp;
+}
+
+static void dec_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
+                      float *scores, size_t ld, float *scratch)
+{
+    (void)scratch;
+    dec_reader *p = (dec_reader *)ctx;
+    p->past_reads += !own || blk != p->own_blk;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *r = dec_row(p, 0, blk, t, g);
+        for (int k = 0; k < n_q; k++) {
+            float s = 0;
+            for (int i = 0; i < p->f->kv.head_dim; i++) s += q[k][i] * r[i];
+            scores[(size_t)k * ld + t] = s;
+        }
+    }
+}
+
+static void dec_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw,
+                       int n_q, float *const *acc, float *scratch)
+{
+    (void)scratch;
+    dec_reader *p = (dec_reader *)ctx;
+    p->past_reads += !own || blk != p->own_blk;
+    for (uint32_t t = 0; t < n; t++) {
+        const float *r = dec_row(p, 1, blk, t, g);
+        for (int k = 0; k < n_q; k++)
+            for (int i = 0; i < p->f->kv.head_dim; i++) acc[k][i] += w[(size_t)k * ldw + t] * r[i];
+    }
+}
+
+TEST(with_a_sealed_view_only_the_own_block_goes_through_the_reader)
+{
+    fake_kv f;
+    CHECK(fake_kv_make(&f, ATTN_KV_FP8_E4M3, 64, 2, 9000, 16, 123) == 0);
+    float tmp[64];
+    const struct { int n, lo; } rows_of[] = {{1, 0}, {16, 0}, {17, 0}, {300, 0}, {300, 290}, {5000, 0}, {8999, 100}};
+    for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
+        dec_reader p = {&f, (uint32_t)(rows_of[k].n - 1) / 16, 0, tmp};
+        const attn_reader rd = {dec_k_dot, dec_v_axpy, &p, 0};
+        attn_kv kr = f.kv;
+        kr.reader = &rd;
+        kr.sealed = &f.kv;
+        chunk_buf b;
+        CHECK(buf_make(&b, 9000, 64, 0) == 0);
+        float q[8 * 64], o1[8 * 64], o2[8 * 64];
+        attn_row a[8], c[8];
+        for (int r = 0; r < 8; r++) {
+            for (int i = 0; i < 64; i++) q[r * 64 + i] = 0.8f * rng_gauss();
+            a[r] = (attn_row){q + r * 64, o1 + r * 64, rows_of[k].n, 1, rows_of[k].lo};
+            c[r] = (attn_row){q + r * 64, o2 + r * 64, rows_of[k].n, 1, rows_of[k].lo};
+        }
+        attn_paged(&f.kv, a, 8, 0.125f, b.scratch, b.sf); /* all in place, one call */
+        run_chunks(&kr, c, 8, 0.125f, &b);
+        CHECK_MSG(p.past_reads == 0, "n_ctx %d: %d reader calls for blocks other than the own one", rows_of[k].n,
+                  p.past_reads);
+        const double vmax = max_abs_v(&f, 1, rows_of[k].lo, rows_of[k].n);
+        double md = 0;
+        for (int i = 0; i < 8 * 64; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
+        CHECK_MSG(md <= 2e-5 * vmax, "n_ctx %d lo %d: split differs from one in-place call by %.3g (max|v| %.3g)",
+                  rows_of[k].n, rows_of[k].lo, md, vmax);
+        buf_free(&b);
+    }
+    fake_kv_free(&f);
+}
+
 TEST(chunk_sizes_are_whole_blocks_and_bound_every_call)
 {
     const uint32_t bss[] = {1, 16, 48, 4096};
@@ -269,6 +355,7 @@ int main(void)
     RUN(long_rows_in_chunks_match_one_call_within_tolerance);
     RUN(a_long_row_gets_the_same_bits_alone_in_a_tile_and_in_a_run_of_tiles);
     RUN(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own);
+    RUN(with_a_sealed_view_only_the_own_block_goes_through_the_reader);
     RUN(chunk_sizes_are_whole_blocks_and_bound_every_call);
     return test_summary();
 }

@@ -92,7 +92,7 @@ typedef struct attn_reader {
     size_t scratch_floats;
 } attn_reader;
 
-typedef struct {
+typedef struct attn_kv {
     const uint32_t *blocks;         /* the sequence's block table */
     const uint8_t *k_base, *v_base; /* K / V plane of this layer in block 0 */
     size_t block_bytes;             /* distance between consecutive blocks */
@@ -116,6 +116,11 @@ typedef struct {
                                        reader's block reader_blk0 (attn_kv_chunk) */
     bool reader_past;               /* with a reader: every block of the call is a past block
                                        of its rows, none their own (attn_kv_chunk) */
+    const struct attn_kv *sealed;   /* with a reader, if not NULL: the same cache's blocks
+                                       before each row's own block as rows the kernel reads
+                                       in place (a staged encoding's sealed fp8 blocks);
+                                       attn_chunks_run then reads only own blocks through the
+                                       reader. attn_paged itself ignores it. */
     float *lse;                     /* if not NULL, lse[r] receives the log-sum-exp of row r's
                                        scores lo..n_ctx-1 (after scale and softcap): max +
                                        log(sum of exp(s - max)), with which the caller merges

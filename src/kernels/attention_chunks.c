@@ -24,80 +24,132 @@ size_t attn_chunks_work_floats(int head_dim)
     return (size_t)ATTN_ROWS_CAP * ((size_t)head_dim + 1) + (size_t)ATTN_TILES_CAP * ATTN_ROWS_CAP;
 }
 
-/* Keys a row reads from the first block of its window on. */
-static inline uint32_t row_span(const attn_row *r, uint32_t bs)
+/* A row's keys as pieces (see attention_chunks.h): it reads [k0, n_ctx),
+ * k0 its window's first block. Split mode (a reader with a sealed view):
+ * [k0, own) in chunks through the sealed view, then its own block [own,
+ * n_ctx) through the reader. Else one call if the span fits a call, or
+ * [k0, n_ctx) in chunks. */
+typedef struct {
+    uint32_t k0, own; /* first key read; start of the keys read by the own-block pass (n_ctx: none) */
+    uint32_t c0, c1;  /* its chunks c0..c1 over [k0, own) (c0 > c1: none) */
+    bool whole;       /* one plain call */
+} row_plan;
+
+static row_plan plan_row(const attn_kv *kv, const attn_row *r)
 {
-    return (uint32_t)r->n_ctx - (uint32_t)r->lo / bs * bs;
+    const uint32_t bs = kv->block_size, ck = attn_chunk_keys(bs), n = (uint32_t)r->n_ctx;
+    const bool split = kv->reader && kv->sealed;
+    row_plan p = {(uint32_t)r->lo / bs * bs, split ? (n - 1) / bs * bs : n, 1, 0, false};
+    p.whole = !split && n - p.k0 <= attn_chunk_call_max(bs);
+    if (!p.whole && p.own > p.k0) {
+        p.c0 = p.k0 / ck;
+        p.c1 = (p.own - 1) / ck;
+    }
+    return p;
 }
 
-static inline bool row_chunked(const attn_row *r, uint32_t bs) { return row_span(r, bs) > attn_chunk_call_max(bs); }
-
-/* The rows of a tile that are not chunked, in one call per first block
+/* The rows of a tile that take one call, in one call per first block
  * (rows of one tile share a window, so one or two calls): over a view
  * starting at that block. */
 static void run_short(const attn_kv *kv, const attn_row *rows, int n, float scale, float *scratch, size_t sf)
 {
-    const uint32_t bs = kv->block_size;
     bool done[ATTN_ROWS_CAP] = {false};
     for (int i = 0; i < n; i++) {
-        if (done[i] || row_chunked(&rows[i], bs)) continue;
-        const uint32_t b0 = (uint32_t)rows[i].lo / bs, k0 = b0 * bs;
+        const row_plan pi = plan_row(kv, &rows[i]);
+        if (done[i] || !pi.whole) continue;
         attn_row sub[ATTN_ROWS_CAP];
         int m = 0;
         for (int j = i; j < n; j++) {
-            if (done[j] || row_chunked(&rows[j], bs) || (uint32_t)rows[j].lo / bs != b0) continue;
+            const row_plan pj = plan_row(kv, &rows[j]);
+            if (done[j] || !pj.whole || pj.k0 != pi.k0) continue;
             done[j] = true;
             sub[m] = rows[j];
-            sub[m].n_ctx -= (int)k0;
-            sub[m++].lo -= (int)k0;
+            sub[m].n_ctx -= (int)pi.k0;
+            sub[m++].lo -= (int)pi.k0;
         }
-        const attn_kv v = attn_kv_chunk(kv, b0, true);
+        const attn_kv v = attn_kv_chunk(kv, pi.k0 / kv->block_size, true);
         attn_paged(&v, sub, m, scale, scratch, sf);
     }
 }
 
-/* Folds a chunk's result (o, l) into a row's running one (out, *L). */
+/* Folds a piece's result (o, l) into a row's running one (out, *L; -inf:
+ * none yet). */
 static void fold(float *out, float *L, const float *o, float l, int hd)
 {
+    if (*L == -INFINITY) {
+        memcpy(out, o, sizeof(float) * (size_t)hd);
+        *L = l;
+        return;
+    }
     const float mx = *L > l ? *L : l, a = expf(*L - mx), b = expf(l - mx), inv = 1.0f / (a + b);
     for (int i = 0; i < hd; i++) out[i] = (out[i] * a + o[i] * b) * inv;
     *L = mx + logf(a + b);
 }
 
-/* Chunk c of the chunked rows of one tile: one call for the rows whose own
- * block lies in it and one for those it is past to (a reader reads an own
- * block from its stage), each folded into the running results. */
+/* One call over the piece [ks, ke) of each selected row (sel[k] = row
+ * index, ks/ke per row, all in view v that starts at key base), folded
+ * into the running results. */
+static void run_piece(const attn_kv *v, uint32_t base, const attn_row *rows, const int *sel, const uint32_t *ke,
+                      int m, float scale, float *scratch, size_t sf, float *part, float *plse, float *run)
+{
+    if (!m) return;
+    const int hd = v->head_dim;
+    attn_row sub[ATTN_ROWS_CAP] = {{0}};
+    for (int k = 0; k < m; k++) {
+        const attn_row *r = &rows[sel[k]];
+        const uint32_t lo = (uint32_t)r->lo > base ? (uint32_t)r->lo - base : 0;
+        sub[k] = (attn_row){r->q, part + (size_t)k * hd, (int)(ke[k] - base), r->g, (int)lo};
+    }
+    attn_kv c = *v;
+    c.lse = plse;
+    attn_paged(&c, sub, m, scale, scratch, sf);
+    for (int k = 0; k < m; k++) fold(rows[sel[k]].out, &run[sel[k]], sub[k].out, plse[k], hd);
+}
+
+/* Chunk c of the chunked rows of one tile: [c ck, (c + 1) ck) cut at each
+ * row's own start. Without a split, one call for the rows whose own block
+ * lies in it and one for those it is past to (a reader reads an own block
+ * from its stage); with one, the sealed view (every block a past one). */
 static void run_chunk(const attn_kv *kv, const attn_row *rows, int n, uint32_t c, float scale, float *scratch,
                       size_t sf, float *part, float *plse, float *run)
 {
     const uint32_t bs = kv->block_size, ck = attn_chunk_keys(bs), cs = c * ck;
-    const int hd = kv->head_dim;
+    const bool split = kv->reader && kv->sealed;
     for (int last = 0; last < 2; last++) {
-        attn_row sub[ATTN_ROWS_CAP];
-        int idx[ATTN_ROWS_CAP], m = 0;
+        int sel[ATTN_ROWS_CAP], m = 0;
+        uint32_t ke[ATTN_ROWS_CAP];
         for (int i = 0; i < n; i++) {
-            const attn_row *r = &rows[i];
-            if (!row_chunked(r, bs)) continue;
-            const uint32_t c0 = (uint32_t)r->lo / ck, c1 = (uint32_t)(r->n_ctx - 1) / ck;
-            if (c < c0 || c > c1 || (c == c1) != (last == 1)) continue;
-            const uint32_t end = (uint32_t)r->n_ctx < cs + ck ? (uint32_t)r->n_ctx : cs + ck;
-            const uint32_t lo = (uint32_t)r->lo > cs ? (uint32_t)r->lo - cs : 0;
-            sub[m] = (attn_row){r->q, part + (size_t)m * hd, (int)(end - cs), r->g, (int)lo};
-            idx[m++] = i;
+            const row_plan p = plan_row(kv, &rows[i]);
+            if (p.whole || c < p.c0 || c > p.c1) continue;
+            const bool own_here = !split && c == p.c1;
+            if (own_here != (last == 1)) continue;
+            ke[m] = p.own < cs + ck ? p.own : cs + ck;
+            sel[m++] = i;
         }
-        if (!m) continue;
-        attn_kv v = attn_kv_chunk(kv, cs / bs, last == 1);
-        v.lse = plse;
-        attn_paged(&v, sub, m, scale, scratch, sf);
-        for (int k = 0; k < m; k++) {
-            const attn_row *r = &rows[idx[k]];
-            if (c == (uint32_t)r->lo / ck) { /* its first chunk */
-                memcpy(r->out, sub[k].out, sizeof(float) * (size_t)hd);
-                run[idx[k]] = plse[k];
-            } else {
-                fold(r->out, &run[idx[k]], sub[k].out, plse[k], hd);
+        const attn_kv v = split ? attn_kv_chunk(kv->sealed, cs / bs, false) : attn_kv_chunk(kv, cs / bs, last == 1);
+        run_piece(&v, cs, rows, sel, ke, m, scale, scratch, sf, part, plse, run);
+    }
+}
+
+/* Split mode's last pass: each row's own block through the reader, one
+ * call per own block. */
+static void run_own(const attn_kv *kv, const attn_row *rows, int n, float scale, float *scratch, size_t sf,
+                    float *part, float *plse, float *run)
+{
+    bool done[ATTN_ROWS_CAP] = {false};
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        const uint32_t own = plan_row(kv, &rows[i]).own;
+        int sel[ATTN_ROWS_CAP], m = 0;
+        uint32_t ke[ATTN_ROWS_CAP];
+        for (int j = i; j < n; j++)
+            if (!done[j] && plan_row(kv, &rows[j]).own == own) {
+                done[j] = true;
+                ke[m] = (uint32_t)rows[j].n_ctx;
+                sel[m++] = j;
             }
-        }
+        const attn_kv v = attn_kv_chunk(kv, own / kv->block_size, true);
+        run_piece(&v, own, rows, sel, ke, m, scale, scratch, sf, part, plse, run);
     }
 }
 
@@ -105,23 +157,26 @@ void attn_chunks_run(const attn_kv *kv, const attn_row *const *tiles, const int 
                      float *scratch, size_t scratch_floats, float *work)
 {
     assert(n_tiles >= 1 && n_tiles <= ATTN_TILES_CAP);
-    const uint32_t bs = kv->block_size, ck = attn_chunk_keys(bs);
+    assert(!kv->sealed || (kv->sealed->block_size == kv->block_size && !kv->sealed->reader));
     const int hd = kv->head_dim;
     float *part = work, *plse = part + (size_t)ATTN_ROWS_CAP * hd, *run = plse + ATTN_ROWS_CAP;
     uint32_t cmin = UINT32_MAX, cmax = 0;
+    for (int i = 0; i < ATTN_TILES_CAP * ATTN_ROWS_CAP; i++) run[i] = -INFINITY;
     for (int t = 0; t < n_tiles; t++) {
         assert(n_rows[t] >= 1 && n_rows[t] <= ATTN_ROWS_CAP);
         run_short(kv, tiles[t], n_rows[t], scale, scratch, scratch_floats);
         for (int i = 0; i < n_rows[t]; i++) {
-            const attn_row *r = &tiles[t][i];
-            if (!row_chunked(r, bs)) continue;
-            const uint32_t c0 = (uint32_t)r->lo / ck, c1 = (uint32_t)(r->n_ctx - 1) / ck;
-            cmin = c0 < cmin ? c0 : cmin;
-            cmax = c1 > cmax ? c1 : cmax;
+            const row_plan p = plan_row(kv, &tiles[t][i]);
+            if (p.whole || p.c0 > p.c1) continue;
+            cmin = p.c0 < cmin ? p.c0 : cmin;
+            cmax = p.c1 > cmax ? p.c1 : cmax;
         }
     }
     for (uint32_t c = cmin; cmin != UINT32_MAX && c <= cmax; c++)
         for (int t = 0; t < n_tiles; t++)
             run_chunk(kv, tiles[t], n_rows[t], c, scale, scratch, scratch_floats, part, plse,
                       run + (size_t)t * ATTN_ROWS_CAP);
+    if (kv->reader && kv->sealed)
+        for (int t = 0; t < n_tiles; t++)
+            run_own(kv, tiles[t], n_rows[t], scale, scratch, scratch_floats, part, plse, run + (size_t)t * ATTN_ROWS_CAP);
 }

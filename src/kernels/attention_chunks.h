@@ -21,6 +21,13 @@
  * differs from the one-call softmax within float tolerance (the f16
  * weights of an f16 cache are rounded per chunk).
  *
+ * Split mode: a cache read through a reader (attn_kv.reader) that also
+ * offers a sealed view (attn_kv.sealed: fp8_e4m3, whose full blocks are
+ * rows the kernel reads in place) cuts every row at its own block: the
+ * blocks before it in chunks through the sealed view, in place, then the
+ * own block (still in the f16 stage) through the reader, folded last. The
+ * reader then decodes one block per row instead of the whole context.
+ *
  * Several tiles (calls' worth of rows, the same sequence) run chunk by
  * chunk: every tile's rows over chunk c, then over chunk c + 1, so that a
  * chunk's K/V, read once from memory, serves every tile from L2 (prefill

@@ -118,4 +118,21 @@ void kv_view_init(kv_view *v, const kv_pool *pool, const kv_writer *w, const kv_
         .scale_off = fp8 ? kv_row_stride(pool, KV_PLANE_K) * g->s.block_size : 0,
         .k_cols = rows_ok && kv_plane_cols(pool, KV_PLANE_K),
     };
+    if (dt == KV_FP8_E4M3 && kv_dtype_staged(dt)) { /* sealed blocks in place: e4m3 rows, scales in the tail */
+        const size_t rb = g->row_bytes[KV_PLANE_K];
+        assert(rb == g->row_bytes[KV_PLANE_V] && rb == (size_t)g->kv_dim);
+        v->sealed = (attn_kv){
+            .blocks = sq->blocks,
+            .k_base = v->kv.k_base,
+            .v_base = v->kv.v_base,
+            .block_bytes = g->block_bytes,
+            .block_size = g->s.block_size,
+            .row_bytes = rb,
+            .head_bytes = hd,
+            .kv_type = ATTN_KV_FP8_E4M3,
+            .head_dim = (int)hd,
+            .scale_off = rb * g->s.block_size,
+        };
+        v->kv.sealed = &v->sealed;
+    }
 }

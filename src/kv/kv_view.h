@@ -13,9 +13,10 @@
  *       and reads a row's own block in f16: from the sequence's stage for
  *       slots before the batch, from the writer's batch rows for the slots
  *       in it (step 2 of kv_writer.h).
- * The kernel's in-place e4m3 path (scales in each plane's tail) stays
- * tested in test_attention for a hybrid reader: sealed blocks in place,
- * the own block from the stage -- not wired here.
+ * fp8_e4m3's sealed blocks are also rows the kernel reads in place (e4m3
+ * bytes, the block scales in each plane's tail): kv.sealed is that view,
+ * and attn_chunks_run reads every block before a row's own in place and
+ * only the own block (f16 stage or batch rows) through the reader.
  */
 #ifndef PL_KV_KV_VIEW_H
 #define PL_KV_KV_VIEW_H
@@ -40,6 +41,7 @@ typedef struct {
  * where it is used, never copy it. */
 typedef struct {
     attn_kv kv;        /* what attn_paged takes */
+    attn_kv sealed;    /* fp8_e4m3: its sealed blocks read in place (kv.sealed) */
     attn_reader rd;    /* kv.reader for kv_codec's encodings */
     kv_view_reader rc; /* rd.ctx */
 } kv_view;
