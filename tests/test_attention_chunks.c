@@ -338,6 +338,60 @@ TEST(with_a_sealed_view_only_the_own_block_goes_through_the_reader)
     fake_kv_free(&f);
 }
 
+/* rows' outputs of attn_chunks_run against its pieces computed one by one
+ * (in reverse order, as threads might finish them) and folded: the same
+ * bits; 0 if they differ */
+static int pieces_equal_run(const attn_kv *kv, const float *q, int n_ctx, int lo, chunk_buf *b)
+{
+    enum { R = 8 };
+    float o1[R * 64], o2[R * 64];
+    attn_row a[R], c[R];
+    for (int r = 0; r < R; r++) {
+        a[r] = (attn_row){q + r * 64, o1 + r * 64, n_ctx, 1, lo};
+        c[r] = (attn_row){q + r * 64, o2 + r * 64, n_ctx, 1, lo};
+    }
+    run_chunks(kv, a, R, 0.125f, b);
+    uint32_t c0;
+    const int np = attn_chunks_n_pieces(kv, c, R, &c0);
+    if (np <= 0) return 0;
+    const size_t pf = attn_chunks_piece_floats(R, 64);
+    float *parts = malloc(sizeof(float) * pf * (size_t)np);
+    for (int p = np - 1; p >= 0; p--) attn_chunks_piece(kv, c, R, p, c0, 0.125f, b->scratch, b->sf, b->work, parts + pf * (size_t)p);
+    attn_chunks_fold(c, R, 64, parts, np);
+    free(parts);
+    return memcmp(o1, o2, sizeof o1) == 0;
+}
+
+TEST(pieces_folded_after_give_the_bits_of_one_run)
+{
+    float q[8 * 64];
+    for (int i = 0; i < 8 * 64; i++) q[i] = 0.8f * rng_gauss();
+    for (int ti = 0; ti < FAKE_KV_N_TYPES; ti++) {
+        fake_kv f;
+        CHECK(fake_kv_make(&f, fake_kv_types[ti], 64, 2, 9000, 16, 600u + ti) == 0);
+        chunk_buf b;
+        CHECK(buf_make(&b, 9000, 64, 0) == 0);
+        CHECK_MSG(pieces_equal_run(&f.kv, q, 9000, 0, &b), "%s n_ctx 9000", fake_kv_type_name(fake_kv_types[ti]));
+        CHECK_MSG(pieces_equal_run(&f.kv, q, 8191, 2100, &b), "%s n_ctx 8191 lo 2100", fake_kv_type_name(fake_kv_types[ti]));
+        uint32_t c0;
+        attn_row shortr = {q, q, 300, 0, 0};
+        CHECK(attn_chunks_n_pieces(&f.kv, &shortr, 1, &c0) == 0); /* one call: nothing to split */
+        if (fake_kv_types[ti] == ATTN_KV_FP8_E4M3) { /* split mode: the own block is the last piece */
+            float tmp[64];
+            dec_reader p = {&f, (uint32_t)(9000 - 1) / 16, 0, tmp};
+            const attn_reader rd = {dec_k_dot, dec_v_axpy, &p, 0};
+            attn_kv kr = f.kv;
+            kr.reader = &rd;
+            kr.sealed = &f.kv;
+            CHECK_MSG(pieces_equal_run(&kr, q, 9000, 0, &b), "e4m3 split mode n_ctx 9000");
+            attn_row one = {q, q, 300, 0, 0};
+            CHECK(attn_chunks_n_pieces(&kr, &one, 1, &c0) == 2); /* split mode splits short rows too */
+        }
+        buf_free(&b);
+        fake_kv_free(&f);
+    }
+}
+
 TEST(chunk_sizes_are_whole_blocks_and_bound_every_call)
 {
     const uint32_t bss[] = {1, 16, 48, 4096};
@@ -356,6 +410,7 @@ int main(void)
     RUN(a_long_row_gets_the_same_bits_alone_in_a_tile_and_in_a_run_of_tiles);
     RUN(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own);
     RUN(with_a_sealed_view_only_the_own_block_goes_through_the_reader);
+    RUN(pieces_folded_after_give_the_bits_of_one_run);
     RUN(chunk_sizes_are_whole_blocks_and_bound_every_call);
     return test_summary();
 }

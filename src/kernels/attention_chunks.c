@@ -180,3 +180,55 @@ void attn_chunks_run(const attn_kv *kv, const attn_row *const *tiles, const int 
         for (int t = 0; t < n_tiles; t++)
             run_own(kv, tiles[t], n_rows[t], scale, scratch, scratch_floats, part, plse, run + (size_t)t * ATTN_ROWS_CAP);
 }
+
+/* ------------------------------------------- flash-decoding across threads */
+
+int attn_chunks_n_pieces(const attn_kv *kv, const attn_row *rows, int n, uint32_t *c0)
+{
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int i = 0; i < n; i++) {
+        const row_plan p = plan_row(kv, &rows[i]);
+        if (p.whole) return 0;
+        if (p.c0 > p.c1) continue;
+        lo = p.c0 < lo ? p.c0 : lo;
+        hi = p.c1 > hi ? p.c1 : hi;
+    }
+    const int chunks = lo == UINT32_MAX ? 0 : (int)(hi - lo + 1);
+    *c0 = lo == UINT32_MAX ? 0 : lo;
+    return chunks + (kv->reader && kv->sealed ? 1 : 0);
+}
+
+size_t attn_chunks_piece_floats(int n, int head_dim) { return (size_t)n * ((size_t)head_dim + 1); }
+
+void attn_chunks_piece(const attn_kv *kv, const attn_row *rows, int n, int p, uint32_t c0, float scale,
+                       float *scratch, size_t scratch_floats, float *work, float *parts)
+{
+    assert(n >= 1 && n <= ATTN_ROWS_CAP);
+    const int hd = kv->head_dim;
+    float *part = work, *plse = part + (size_t)ATTN_ROWS_CAP * hd, *run = plse + ATTN_ROWS_CAP;
+    attn_row to[ATTN_ROWS_CAP]; /* the rows, each writing into its slot of parts */
+    for (int i = 0; i < n; i++) {
+        to[i] = rows[i];
+        to[i].out = parts + (size_t)i * (hd + 1);
+        run[i] = -INFINITY;
+    }
+    uint32_t first;
+    const int np = attn_chunks_n_pieces(kv, rows, n, &first);
+    assert(np > 0 && p < np && first == c0);
+    (void)np, (void)first;
+    if (kv->reader && kv->sealed && p == np - 1) run_own(kv, to, n, scale, scratch, scratch_floats, part, plse, run);
+    else run_chunk(kv, to, n, c0 + (uint32_t)p, scale, scratch, scratch_floats, part, plse, run);
+    for (int i = 0; i < n; i++) parts[(size_t)i * (hd + 1) + hd] = run[i];
+}
+
+void attn_chunks_fold(const attn_row *rows, int n, int head_dim, const float *parts, int n_pieces)
+{
+    const size_t stride = attn_chunks_piece_floats(n, head_dim);
+    for (int i = 0; i < n; i++) {
+        float L = -INFINITY;
+        for (int p = 0; p < n_pieces; p++) {
+            const float *o = parts + (size_t)p * stride + (size_t)i * (head_dim + 1);
+            if (o[head_dim] != -INFINITY) fold(rows[i].out, &L, o, o[head_dim], head_dim);
+        }
+    }
+}

@@ -68,4 +68,26 @@ size_t attn_chunks_work_floats(int head_dim);
 void attn_chunks_run(const attn_kv *kv, const attn_row *const *tiles, const int *n_rows, int n_tiles, float scale,
                      float *scratch, size_t scratch_floats, float *work);
 
+/* Flash-decoding across threads: the same results, a row's pieces
+ * computed anywhere and folded afterwards. Pieces of rows[0..n): chunk
+ * c0 + p for p < the count's chunks, then (split mode) the own-block
+ * pass. Returns the number of pieces and sets *c0; 0 when a row takes one
+ * call (nothing to split). */
+int attn_chunks_n_pieces(const attn_kv *kv, const attn_row *rows, int n, uint32_t *c0);
+
+/* Floats a piece's results of n rows take: n x (head_dim + 1). */
+size_t attn_chunks_piece_floats(int n, int head_dim);
+
+/* Piece p (< attn_chunks_n_pieces) of every row into parts: row r's
+ * result at parts + r (head_dim + 1), its log-sum-exp after it (-inf: the
+ * row has no such piece). The rows' out buffers are not touched. scratch,
+ * work: as attn_chunks_run. */
+void attn_chunks_piece(const attn_kv *kv, const attn_row *rows, int n, int p, uint32_t c0, float scale,
+                       float *scratch, size_t scratch_floats, float *work, float *parts);
+
+/* out of every row from its pieces 0..n_pieces-1 (piece p at parts + p x
+ * attn_chunks_piece_floats(n, head_dim)), folded in order: the bits of
+ * attn_chunks_run. */
+void attn_chunks_fold(const attn_row *rows, int n, int head_dim, const float *parts, int n_pieces);
+
 #endif

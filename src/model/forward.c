@@ -94,6 +94,8 @@ struct fwd_state {
     rope_spec rope[2];                        /* global layers', local layers' RoPE */
     float *attn_scratch;                      /* [threads][attn_scratch_stride] */
     size_t attn_scratch_stride;               /* attn_work + attn_chunks_work_floats, rounded to 16 */
+    float *attn_parts;                        /* flash-decoding's pieces (attn_split), attn_parts_floats */
+    size_t attn_parts_floats;
     size_t attn_work;                         /* where the chunks' work starts in a thread's scratch:
                                                  kv_view_scratch_floats(kvg, a call's max keys) */
     int attn_rows;                            /* attn_rows_max(max_ctx): rows per attention call */
@@ -157,7 +159,8 @@ void fwd_state_free(fwd_state *s)
     if (!s) return;
     if (s->prof) fp_print(s->prof);
     free(s->prof);
-    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->g, s->u, s->rope_cs, s->rope_cs_local, s->attn_scratch};
+    float *bufs[] = {s->x,       s->xn,      s->q,       s->k,           s->v,        s->att,
+                     s->g,       s->u,       s->rope_cs, s->rope_cs_local, s->attn_scratch, s->attn_parts};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     kv_writer_free(s->kvw);
     moe_state_free(s->moe);
@@ -209,6 +212,10 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->attn_work = (kv_view_scratch_floats(kvg, call_ctx) + 15) & ~(size_t)15;
     s->attn_scratch_stride = s->attn_work + ((attn_chunks_work_floats((int)c->head_dim) + 15) & ~(size_t)15);
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
+    /* fewer GQA groups than threads, each with at most max_ctx / chunk + 2 pieces (attn_split) */
+    s->attn_parts_floats = (size_t)tp_size(tp) * ((size_t)max_ctx / attn_chunk_keys(kvg->s.block_size) + 2) *
+                           attn_chunks_piece_floats(ATTN_ROWS_CAP, (int)c->head_dim);
+    s->attn_parts = mem_alloc_aligned(s->attn_parts_floats * sizeof(float), 64);
     s->kv_seqs = mem_calloc(T, sizeof *s->kv_seqs);
     int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
     if (!wrc) wrc = moe_state_new(&s->moe, c, max_tokens);
@@ -218,6 +225,7 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
         if (!s->mla_out) wrc = PL_ENOMEM;
     }
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->att || !s->g || !s->u || !s->rope_cs || !s->attn_scratch ||
+        !s->attn_parts ||
         !s->kv_seqs || wrc || (c->local_window && !s->rope_cs_local)) {
         fwd_state_free(s);
         return err_set(PL_ENOMEM, "out of memory for the forward pass's scratch (%d tokens a pass)", max_tokens);
@@ -369,6 +377,101 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
     return c;
 }
 
+/* Flash-decoding: a batch of fewer GQA groups (token x KV head) than
+ * threads, every group's rows long enough to be chunked, splits each
+ * group's keys across the threads instead of its query heads. A unit is
+ * one piece (chunk) of one group; the units are shared out in order like
+ * tiles, each writes its rows' partial results into s->attn_parts, and the
+ * calling thread folds them in order after the pass (attn_chunks_fold): the
+ * bits of attn_chunks_run whatever the thread count. So one long sequence
+ * on a machine with more threads than KV heads reads each KV head once,
+ * not once per thread that holds some of its query heads. */
+#define ATTN_SPLIT_GROUPS_MAX 64
+typedef struct {
+    int n_groups, rep;
+    int np[ATTN_SPLIT_GROUPS_MAX];     /* pieces of group i */
+    uint32_t c0[ATTN_SPLIT_GROUPS_MAX]; /* its first chunk */
+    size_t off[ATTN_SPLIT_GROUPS_MAX];  /* its pieces in attn_parts */
+} attn_split;
+
+static inline float attn_scale_of(const model_config *c)
+{
+    /* q is pre-scaled where llama.cpp scales it (gemma, phi3: attention scale 1) */
+    return c->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)c->head_dim);
+}
+
+/* The view of group gi's sequence and its rows (token gi / n_kv, KV head
+ * gi % n_kv: the rep query heads of that head). */
+static void split_group(const attn_job *j, int gi, kv_view *view, attn_row *rows)
+{
+    const model_config *c = &j->m->cfg;
+    const fwd_batch *b = j->b;
+    const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
+    const int t = gi / n_kv, g = gi % n_kv;
+    const uint32_t lw = model_config_layer_local(c, j->layer) ? c->local_window : 0;
+    kv_view_init(view, j->kv, j->s->kvw, &j->s->kvb, b->seq[t], j->layer);
+    view->kv.softcap = c->attn_softcap;
+    for (int r = 0; r < rep; r++) {
+        const size_t off = (size_t)t * c->n_heads * hd + (size_t)(g * rep + r) * hd;
+        rows[r] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t, lw)};
+    }
+}
+
+/* Whether this pass splits keys across nth threads, and how (see above). */
+static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
+{
+    const model_config *c = &j->m->cfg;
+    const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads);
+    const int groups = j->b->n_tokens * n_kv;
+    if (nth < 2 || groups >= nth || groups > ATTN_SPLIT_GROUPS_MAX || rep > ATTN_ROWS_CAP) return false;
+    const size_t pf = attn_chunks_piece_floats(rep, (int)c->head_dim);
+    size_t off = 0;
+    sp->n_groups = groups;
+    sp->rep = rep;
+    for (int gi = 0; gi < groups; gi++) {
+        kv_view view;
+        attn_row rows[ATTN_ROWS_CAP];
+        split_group(j, gi, &view, rows);
+        sp->np[gi] = attn_chunks_n_pieces(&view.kv, rows, rep, &sp->c0[gi]);
+        if (sp->np[gi] < 2) return false; /* short rows: no split */
+        sp->off[gi] = off;
+        off += (size_t)sp->np[gi] * pf;
+    }
+    return off <= j->s->attn_parts_floats;
+}
+
+/* This thread's units of a split pass: units (group, piece) in order, a
+ * unit to the thread its index's midpoint falls to. */
+static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, int nth, float *scratch)
+{
+    const model_config *c = &j->m->cfg;
+    const size_t pf = attn_chunks_piece_floats(sp->rep, (int)c->head_dim);
+    int total = 0;
+    for (int gi = 0; gi < sp->n_groups; gi++) total += sp->np[gi];
+    for (int gi = 0, u = 0; gi < sp->n_groups; gi++) {
+        kv_view view;
+        attn_row rows[ATTN_ROWS_CAP];
+        bool made = false;
+        for (int p = 0; p < sp->np[gi]; p++, u++) {
+            if ((int)(((int64_t)2 * u + 1) * nth / (2 * (int64_t)total)) != ith) continue;
+            if (!made) split_group(j, gi, &view, rows), made = true;
+            attn_chunks_piece(&view.kv, rows, sp->rep, p, sp->c0[gi], attn_scale_of(c), scratch, j->s->attn_work,
+                              scratch + j->s->attn_work, j->s->attn_parts + sp->off[gi] + (size_t)p * pf);
+        }
+    }
+}
+
+/* After a split pass: each group's pieces folded into its rows' outputs. */
+static void attn_split_fold(const attn_job *j, const attn_split *sp)
+{
+    for (int gi = 0; gi < sp->n_groups; gi++) {
+        kv_view view;
+        attn_row rows[ATTN_ROWS_CAP];
+        split_group(j, gi, &view, rows);
+        attn_chunks_fold(rows, sp->rep, (int)j->m->cfg.head_dim, j->s->attn_parts + sp->off[gi], sp->np[gi]);
+    }
+}
+
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
@@ -377,8 +480,12 @@ static void attn_worker(void *arg, int ith, int nth)
     const int n_heads = (int)c->n_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
     const size_t qd = (size_t)n_heads * hd;
     float *scratch = j->s->attn_scratch + (size_t)ith * j->s->attn_scratch_stride;
-    /* q is pre-scaled where llama.cpp scales it (gemma, phi3: attention scale 1) */
-    const float scale = c->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)hd);
+    attn_split sp;
+    if (attn_split_plan(j, nth, &sp)) {
+        attn_split_work(j, &sp, ith, nth, scratch);
+        return;
+    }
+    const float scale = attn_scale_of(c);
     const uint32_t lw = model_config_layer_local(c, j->layer) ? c->local_window : 0;
     /* Tiles as large as the scratch allows (each K/V row fetched serves
      * more rows), but small enough that every thread gets work when the
@@ -465,6 +572,8 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
         fp_mark(s, FP_KV_STORE);
         attn_job job = {m, s, kv, b, l};
         tp_run(s->tp, attn_worker, &job);
+        attn_split sp;
+        if (attn_split_plan(&job, tp_size(s->tp), &sp)) attn_split_fold(&job, &sp);
         kv_writer_commit(s->kvw, &s->kvb, l);
         fp_mark(s, FP_ATTN);
         matmul(s->xn, s->att, &w->wo, T, s);

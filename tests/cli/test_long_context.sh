@@ -3,9 +3,10 @@
 # with --ctx 32768 and no other flag, on a tiny synthetic model (the cost is
 # attention's, O(n^2), small at dim 128). Its rows attend far more keys than
 # one attention call takes, so every layer goes through attention_chunks.c's
-# chunks: the text is the same with 1 and 2 threads (the cut and the merge
-# depend only on each row, never on the threads), and `serve` answers the
-# same greedy text as `run`.
+# chunks: the text is the same with 1, 2 and 3 threads (the cut and the
+# merge depend only on each row, never on the threads; with 3 threads and 2
+# KV heads decode splits each head's keys across threads), and `serve`
+# answers the same greedy text as `run`.
 source "$(dirname "$0")/lib.sh"
 
 M="$T/tiny.gguf"
@@ -23,6 +24,13 @@ check long_ctx_run_prompt_over_28k [ "${toks:-0}" -gt 28000 ]
 run_long 1 "$T/t1.txt"
 check long_ctx_run_one_thread_exit [ $? -eq 0 ]
 check long_ctx_same_text_any_threads cmp -s "$T/t1.txt" "$T/t2.txt"
+# 3 threads, 2 KV heads: each decode step splits its keys across the threads
+# (flash-decoding); a ~5.4k-token prompt is long enough to be chunked
+python3 -c "print(' '.join('word%d' % (i % 500) for i in range(800)))" >"$T/mid.txt"
+"$PAGELLM" run -m "$M" --ctx 32768 -f "$T/mid.txt" -n 12 -t 1 --temp 0 >"$T/m1.txt" 2>/dev/null
+"$PAGELLM" run -m "$M" --ctx 32768 -f "$T/mid.txt" -n 12 -t 3 --temp 0 >"$T/m3.txt" 2>/dev/null
+check long_ctx_run_three_threads_exit [ $? -eq 0 ]
+check long_ctx_same_text_keys_split_across_threads cmp -s "$T/m1.txt" "$T/m3.txt"
 
 command -v curl >/dev/null || { skip long_ctx_serve "curl not installed"; exit 0; }
 command -v jq >/dev/null || { skip long_ctx_serve "jq not installed"; exit 0; }
