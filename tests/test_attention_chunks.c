@@ -175,96 +175,27 @@ TEST(a_long_row_gets_the_same_bits_alone_in_a_tile_and_in_a_run_of_tiles)
     }
 }
 
-/* A reader over an F32 fake_kv that poisons (K and V x 3) any block read
- * with the wrong own flag: the row's own block is own_blk. */
+/* A block reader over any fake_kv type (rows decoded with their block
+ * scale) that knows the row's own block: a block read with the wrong own
+ * flag, or past the own one, is poisoned (values x 3) and counted in
+ * wrong; every call for a block other than the own one counts in
+ * past_reads. */
 typedef struct {
     const fake_kv *f;
     uint32_t own_blk;
-    int wrong; /* reads with a wrong flag or a block past the context */
-} poison_reader;
+    int wrong, past_reads;
+    float *tmp; /* head_dim floats */
+} test_reader;
 
-static const float *pr_row(const poison_reader *p, int plane, uint32_t blk, uint32_t t, int g)
-{
-    const attn_kv *kv = &p->f->kv;
-    return (const float *)((plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[blk] * kv->block_bytes +
-                           (size_t)t * kv->row_bytes + (size_t)g * kv->head_bytes);
-}
-
-static float pr_factor(poison_reader *p, uint32_t blk, bool own)
+static float tr_factor(test_reader *p, uint32_t blk, bool own)
 {
     const bool bad = (blk == p->own_blk) != own || blk > p->own_blk;
     p->wrong += bad;
+    p->past_reads += !own || blk != p->own_blk;
     return bad ? 3.0f : 1.0f;
 }
 
-static void pr_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
-                     float *scores, size_t ld, float *scratch)
-{
-    (void)scratch;
-    poison_reader *p = (poison_reader *)ctx;
-    const float f = pr_factor(p, blk, own);
-    for (int k = 0; k < n_q; k++)
-        for (uint32_t t = 0; t < n; t++) {
-            const float *r = pr_row(p, 0, blk, t, g);
-            float s = 0;
-            for (int i = 0; i < p->f->kv.head_dim; i++) s += q[k][i] * r[i] * f;
-            scores[(size_t)k * ld + t] = s;
-        }
-}
-
-static void pr_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw, int n_q,
-                      float *const *acc, float *scratch)
-{
-    (void)scratch;
-    poison_reader *p = (poison_reader *)ctx;
-    const float f = pr_factor(p, blk, own);
-    for (int k = 0; k < n_q; k++)
-        for (uint32_t t = 0; t < n; t++) {
-            const float *r = pr_row(p, 1, blk, t, g);
-            for (int i = 0; i < p->f->kv.head_dim; i++) acc[k][i] += w[(size_t)k * ldw + t] * r[i] * f;
-        }
-}
-
-TEST(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own)
-{
-    fake_kv f;
-    CHECK(fake_kv_make(&f, DT_F32, 64, 2, 9000, 16, 77) == 0);
-    const int ns[] = {300, 5000, 8999};
-    for (int k = 0; k < 3; k++) {
-        poison_reader p = {&f, (uint32_t)(ns[k] - 1) / 16, 0};
-        const attn_reader rd = {pr_k_dot, pr_v_axpy, &p, 0};
-        attn_kv kr = f.kv;
-        kr.reader = &rd;
-        chunk_buf b;
-        CHECK(buf_make(&b, 9000, 64, 0) == 0);
-        float q[4 * 64], o1[4 * 64], o2[4 * 64];
-        attn_row a[4], c[4];
-        for (int r = 0; r < 4; r++) {
-            for (int i = 0; i < 64; i++) q[r * 64 + i] = 0.8f * rng_gauss();
-            a[r] = (attn_row){q + r * 64, o1 + r * 64, ns[k], 1, 0};
-            c[r] = (attn_row){q + r * 64, o2 + r * 64, ns[k], 1, 0};
-        }
-        attn_paged(&f.kv, a, 4, 0.125f, b.scratch, b.sf); /* in place: no reader, no poison */
-        run_chunks(&kr, c, 4, 0.125f, &b);
-        CHECK_MSG(p.wrong == 0, "n_ctx %d: %d reads with a wrong own flag or block", ns[k], p.wrong);
-        double md = 0;
-        for (int i = 0; i < 4 * 64; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
-        CHECK_MSG(md <= 1e-4, "n_ctx %d: reader chunks differ from the in-place call by %.3g", ns[k], md);
-        buf_free(&b);
-    }
-    fake_kv_free(&f);
-}
-
-/* A reader over any fake_kv type (rows decoded with their block scale)
- * that counts the blocks it is asked for that are not the row's own. */
-typedef struct {
-    const fake_kv *f;
-    uint32_t own_blk;
-    int past_reads;
-    float *tmp;
-} dec_reader;
-
-static const float *dec_row(dec_reader *p, int plane, uint32_t blk, uint32_t t, int g)
+static const float *tr_row(test_reader *p, int plane, uint32_t blk, uint32_t t, int g)
 {
     const attn_kv *kv = &p->f->kv;
     const uint8_t *b = (plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[blk] * kv->block_bytes;
@@ -274,33 +205,74 @@ static const float *dec_row(dec_reader *p, int plane, uint32_t blk, uint32_t t, 
     return p->tmp;
 }
 
-static void dec_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
-                      float *scores, size_t ld, float *scratch)
+static void tr_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
+                     float *scores, size_t ld, float *scratch)
 {
     (void)scratch;
-    dec_reader *p = (dec_reader *)ctx;
-    p->past_reads += !own || blk != p->own_blk;
+    test_reader *p = (test_reader *)ctx;
+    const float f = tr_factor(p, blk, own);
     for (uint32_t t = 0; t < n; t++) {
-        const float *r = dec_row(p, 0, blk, t, g);
+        const float *r = tr_row(p, 0, blk, t, g);
         for (int k = 0; k < n_q; k++) {
             float s = 0;
-            for (int i = 0; i < p->f->kv.head_dim; i++) s += q[k][i] * r[i];
+            for (int i = 0; i < p->f->kv.head_dim; i++) s += q[k][i] * r[i] * f;
             scores[(size_t)k * ld + t] = s;
         }
     }
 }
 
-static void dec_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw,
-                       int n_q, float *const *acc, float *scratch)
+static void tr_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw, int n_q,
+                      float *const *acc, float *scratch)
 {
     (void)scratch;
-    dec_reader *p = (dec_reader *)ctx;
-    p->past_reads += !own || blk != p->own_blk;
+    test_reader *p = (test_reader *)ctx;
+    const float f = tr_factor(p, blk, own);
     for (uint32_t t = 0; t < n; t++) {
-        const float *r = dec_row(p, 1, blk, t, g);
+        const float *r = tr_row(p, 1, blk, t, g);
         for (int k = 0; k < n_q; k++)
-            for (int i = 0; i < p->f->kv.head_dim; i++) acc[k][i] += w[(size_t)k * ldw + t] * r[i];
+            for (int i = 0; i < p->f->kv.head_dim; i++) acc[k][i] += w[(size_t)k * ldw + t] * r[i] * f;
     }
+}
+
+/* 8 GQA rows (n_ctx n, window lo) of KV head 1 through attn_chunks_run
+ * with f read by a test_reader (sealed: with f itself as the sealed view)
+ * against one in-place call over f; the largest difference. */
+static double reader_vs_in_place(const fake_kv *f, int n, int lo, bool sealed, test_reader *p)
+{
+    const attn_reader rd = {tr_k_dot, tr_v_axpy, p, 0};
+    attn_kv kr = f->kv;
+    kr.reader = &rd;
+    kr.sealed = sealed ? &f->kv : NULL;
+    chunk_buf b;
+    if (buf_make(&b, 9000, 64, 0) != 0) return INFINITY;
+    float q[8 * 64], o1[8 * 64], o2[8 * 64];
+    attn_row a[8], c[8];
+    for (int r = 0; r < 8; r++) {
+        for (int i = 0; i < 64; i++) q[r * 64 + i] = 0.8f * rng_gauss();
+        a[r] = (attn_row){q + r * 64, o1 + r * 64, n, 1, lo};
+        c[r] = (attn_row){q + r * 64, o2 + r * 64, n, 1, lo};
+    }
+    attn_paged(&f->kv, a, 8, 0.125f, b.scratch, b.sf); /* in place: no reader, no poison */
+    run_chunks(&kr, c, 8, 0.125f, &b);
+    double md = 0;
+    for (int i = 0; i < 8 * 64; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
+    buf_free(&b);
+    return md;
+}
+
+TEST(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own)
+{
+    fake_kv f;
+    CHECK(fake_kv_make(&f, DT_F32, 64, 2, 9000, 16, 77) == 0);
+    const int ns[] = {300, 5000, 8999};
+    float tmp[64];
+    for (int k = 0; k < 3; k++) {
+        test_reader p = {&f, (uint32_t)(ns[k] - 1) / 16, 0, 0, tmp};
+        const double md = reader_vs_in_place(&f, ns[k], 0, false, &p);
+        CHECK_MSG(p.wrong == 0, "n_ctx %d: %d reads with a wrong own flag or block", ns[k], p.wrong);
+        CHECK_MSG(md <= 1e-4, "n_ctx %d: reader chunks differ from the in-place call by %.3g", ns[k], md);
+    }
+    fake_kv_free(&f);
 }
 
 TEST(with_a_sealed_view_only_the_own_block_goes_through_the_reader)
@@ -310,30 +282,13 @@ TEST(with_a_sealed_view_only_the_own_block_goes_through_the_reader)
     float tmp[64];
     const struct { int n, lo; } rows_of[] = {{1, 0}, {16, 0}, {17, 0}, {300, 0}, {300, 290}, {5000, 0}, {8999, 100}};
     for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
-        dec_reader p = {&f, (uint32_t)(rows_of[k].n - 1) / 16, 0, tmp};
-        const attn_reader rd = {dec_k_dot, dec_v_axpy, &p, 0};
-        attn_kv kr = f.kv;
-        kr.reader = &rd;
-        kr.sealed = &f.kv;
-        chunk_buf b;
-        CHECK(buf_make(&b, 9000, 64, 0) == 0);
-        float q[8 * 64], o1[8 * 64], o2[8 * 64];
-        attn_row a[8], c[8];
-        for (int r = 0; r < 8; r++) {
-            for (int i = 0; i < 64; i++) q[r * 64 + i] = 0.8f * rng_gauss();
-            a[r] = (attn_row){q + r * 64, o1 + r * 64, rows_of[k].n, 1, rows_of[k].lo};
-            c[r] = (attn_row){q + r * 64, o2 + r * 64, rows_of[k].n, 1, rows_of[k].lo};
-        }
-        attn_paged(&f.kv, a, 8, 0.125f, b.scratch, b.sf); /* all in place, one call */
-        run_chunks(&kr, c, 8, 0.125f, &b);
+        test_reader p = {&f, (uint32_t)(rows_of[k].n - 1) / 16, 0, 0, tmp};
+        const double md = reader_vs_in_place(&f, rows_of[k].n, rows_of[k].lo, true, &p);
         CHECK_MSG(p.past_reads == 0, "n_ctx %d: %d reader calls for blocks other than the own one", rows_of[k].n,
                   p.past_reads);
         const double vmax = max_abs_v(&f, 1, rows_of[k].lo, rows_of[k].n);
-        double md = 0;
-        for (int i = 0; i < 8 * 64; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
         CHECK_MSG(md <= 2e-5 * vmax, "n_ctx %d lo %d: split differs from one in-place call by %.3g (max|v| %.3g)",
                   rows_of[k].n, rows_of[k].lo, md, vmax);
-        buf_free(&b);
     }
     fake_kv_free(&f);
 }
@@ -378,8 +333,8 @@ TEST(pieces_folded_after_give_the_bits_of_one_run)
         CHECK(attn_chunks_n_pieces(&f.kv, &shortr, 1, &c0) == 0); /* one call: nothing to split */
         if (fake_kv_types[ti] == ATTN_KV_FP8_E4M3) { /* split mode: the own block is the last piece */
             float tmp[64];
-            dec_reader p = {&f, (uint32_t)(9000 - 1) / 16, 0, tmp};
-            const attn_reader rd = {dec_k_dot, dec_v_axpy, &p, 0};
+            test_reader p = {&f, (uint32_t)(9000 - 1) / 16, 0, 0, tmp};
+            const attn_reader rd = {tr_k_dot, tr_v_axpy, &p, 0};
             attn_kv kr = f.kv;
             kr.reader = &rd;
             kr.sealed = &f.kv;
