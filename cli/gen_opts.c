@@ -15,6 +15,7 @@ void gen_opts_default(gen_opts *o)
     o->kv_layout = "paged";
     o->kv_dtype = "f16";
     o->swa = "auto";
+    o->kv_groups = "on";
     o->temp = sp.temperature;
     o->top_k = sp.top_k;
     o->top_p = sp.top_p;
@@ -37,6 +38,7 @@ void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
         {"kv-window", 0, CLI_INT, &o->kv_window, 1, 1 << 20, "W", "sliding window: keep the last W tokens (+ sinks), dropping whole blocks, and run past --ctx and the train context"},
         {"kv-sinks", 0, CLI_INT, &o->kv_sinks, 0, 1 << 20, "S", "with --kv-window: keep the first S tokens too, pinned in whole blocks (default 4, StreamingLLM's; 0 = window only)"},
         {"swa", 0, CLI_STR, &o->swa, 0, 0, "M", "sliding-window attention of models that declare one (Mistral: 4096): auto (default) = the model's window, each token attends to the last W positions and older KV blocks are freed, so runs go past --ctx; on = the same, an error without one; off = full attention (llama.cpp's choice for llama-arch models); not with --kv-window"},
+        {"kv-groups", 0, CLI_STR, &o->kv_groups, 0, 0, "M", "layer groups for models with local sliding-window layers beside global ones (gemma2/3): on (default) = a block table per group, the local groups free their KV behind the window; off = one table for all layers"},
         {"no-kv-cache", 0, CLI_FLAG, &o->no_kv_cache, 0, 0, NULL, "recompute every earlier token at each step (O(n^2) baseline)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 256, "N", "threads (default: one per core)"},
         {"batch", 'b', CLI_INT, &o->batch, 1, 65536, "N", "tokens per forward pass / prefill chunk (default 512)"},
@@ -69,6 +71,9 @@ int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp)
     else if (strcmp(o->swa, "on") == 0) cp->swa = PL_SWA_ON;
     else if (strcmp(o->swa, "off") == 0) cp->swa = PL_SWA_OFF;
     else { cli_error(cmd, "bad value '%s' for --swa (auto | on | off)", o->swa); return 2; }
+    if (strcmp(o->kv_groups, "on") == 0) cp->kv_one_table = false;
+    else if (strcmp(o->kv_groups, "off") == 0) cp->kv_one_table = true;
+    else { cli_error(cmd, "bad value '%s' for --kv-groups (on | off)", o->kv_groups); return 2; }
     if (strcmp(o->kv_layout, "paged") == 0) cp->layout = PL_KV_PAGED;
     else if (strcmp(o->kv_layout, "static") == 0) cp->layout = PL_KV_STATIC;
     else { cli_error(cmd, "bad value '%s' for --kv-layout (paged | static)", o->kv_layout); return 2; }

@@ -14,6 +14,7 @@ typedef struct {
     uint64_t kv_mem;
     const char *kv_layout, *kv_dtype;
     const char *swa; /* auto | on | off */
+    const char *kv_groups; /* on | off */
     bool no_kv_cache;
     double temp, top_p, min_p, repeat_penalty;
     int top_k, repeat_last_n;
@@ -24,7 +25,7 @@ void gen_opts_default(gen_opts *o);
 
 /* Appends the shared flag descriptions to opts (which must have room for
  * GEN_OPTS_N more entries) starting at *n. */
-#define GEN_OPTS_N 20
+#define GEN_OPTS_N 21
 void gen_opts_table(gen_opts *o, cli_opt *opts, int *n);
 
 /* Turns the parsed flags into parameters; prints the problem and returns 2

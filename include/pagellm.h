@@ -292,6 +292,13 @@ typedef struct {
      * diagnosis): apply the mask but free nothing (sequences stop at n_ctx). */
     int swa;
     bool swa_keep_blocks;
+    /* Models with local sliding-window layers beside global ones (gemma2,
+     * gemma3) keep a block table per layer group, and the local groups
+     * free their blocks behind the window (docs/kv-cache.md, layer
+     * groups), with the paged layout, a KV cache, no kv_window and a dtype
+     * other than fp8_e4m3 / kivi. kv_one_table: one table for all layers
+     * instead (the baseline the groups are measured against). */
+    bool kv_one_table;
 } pl_ctx_params;
 
 enum { PL_SWA_AUTO = 0, PL_SWA_ON = 1, PL_SWA_OFF = 2 };

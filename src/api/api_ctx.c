@@ -141,6 +141,7 @@ static int params_resolve(const model *m, pl_ctx_params *p, rt_params *out)
         .kv_sinks = p->kv_sinks,
         .swa = swa,
         .swa_keep_blocks = p->swa_keep_blocks,
+        .layer_groups = !p->kv_one_table,
     };
     return 0;
 }

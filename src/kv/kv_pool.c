@@ -164,6 +164,13 @@ void kv_pool_set_evict(kv_pool *pool, kv_evict_fn fn, void *user)
     pool->evict_user = user;
 }
 
+void kv_pool_set_layer_slots(kv_pool *pool, const uint16_t *slot, uint32_t n)
+{
+    for (uint32_t l = 0; l < n; l++) assert(slot[l] < pool->g.s.n_layers);
+    pool->layer_slot = slot;
+    pool->n_mapped = n;
+}
+
 /* ------------------------------------------------------ taking, returning */
 
 static void kv_block_wipe_hash(kv_block *k)

@@ -22,7 +22,9 @@
  *         and for f16, whose K plane is columns and V plane head runs)
  *
  * KV kinds (kv_shape.kind), the second level of the pool: what a block
- * holds per token and layer. The block table (first level) and everything
+ * holds per token and layer. Layer groups (kv_groups.h) are a kind of the
+ * same level: the pool's "layers" are then slots, a block belongs to one
+ * group at a time and holds that group's layers, one slot each. The block table (first level) and everything
  * that moves whole blocks (paging, prefix cache, fork, copy-on-write) do
  * not look at it.
  *   KV_KIND_KV      a K and a V plane as above (MHA, GQA, MQA).
@@ -120,6 +122,10 @@ typedef struct kv_pool {
     uint32_t *scratch;  /* [n_blocks] for kv_check / kv_stats_get, so they need no malloc */
     kv_evict_fn on_evict;
     void *evict_user;
+    /* Layer groups (kv_groups.h): model layer l lives in slot layer_slot[l]
+     * of the blocks of its group ([n_mapped]; not owned). NULL: slot = layer. */
+    const uint16_t *layer_slot;
+    uint32_t n_mapped;
 } kv_pool;
 
 /* Validates the shape (dims >= 1, dtype fits: PL_EINVAL naming the field)
@@ -136,6 +142,11 @@ int kv_pool_init(kv_pool *pool, const kv_shape *shape, uint32_t n_blocks);
 void kv_pool_free(kv_pool *pool);
 
 void kv_pool_set_evict(kv_pool *pool, kv_evict_fn fn, void *user);
+
+/* Layer groups: the pool's n_layers are slots, and model layer l (< n)
+ * lives in slot slot[l] (< n_layers, asserted) of whichever block its
+ * group's table names. slot must outlive the pool. */
+void kv_pool_set_layer_slots(kv_pool *pool, const uint16_t *slot, uint32_t n);
 
 /* Blocks that can be taken now: FREE plus CACHED (evictable). */
 static inline uint32_t kv_pool_available(const kv_pool *pool)
@@ -176,11 +187,14 @@ static inline uint8_t *kv_block_data(const kv_pool *pool, uint32_t b)
     return pool->data + (uint64_t)b * pool->g.block_bytes;
 }
 
-/* Base of the plane p (K or V) of layer in block b: row 0. */
+/* Base of the plane p (K or V) of layer in block b: row 0. With layer
+ * groups, layer is the model's and names its slot (kv_pool_set_layer_slots). */
 static inline uint8_t *kv_block_plane(const kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p)
 {
-    assert(layer < pool->g.s.n_layers);
-    return kv_block_data(pool, b) + (uint64_t)layer * pool->g.layer_stride +
+    assert(!pool->layer_slot || layer < pool->n_mapped);
+    const uint32_t slot = pool->layer_slot ? pool->layer_slot[layer] : layer;
+    assert(slot < pool->g.s.n_layers);
+    return kv_block_data(pool, b) + (uint64_t)slot * pool->g.layer_stride +
            (p == KV_PLANE_V ? pool->g.plane_stride[KV_PLANE_K] : 0);
 }
 

@@ -285,11 +285,23 @@ void prefix_free(prefix_cache *pc)
     memset(pc, 0, sizeof *pc);
 }
 
-void prefix_cursor_init(prefix_cursor *cur) { *cur = (prefix_cursor){0, {PREFIX_ROOT[0], PREFIX_ROOT[1]}}; }
+void prefix_cursor_init(prefix_cursor *cur) { prefix_cursor_init_root(cur, PREFIX_ROOT); }
+
+void prefix_cursor_init_root(prefix_cursor *cur, const uint64_t root[2])
+{
+    *cur = (prefix_cursor){0, {root[0], root[1]}, {root[0], root[1]}};
+}
+
+void prefix_group_root(uint32_t group, uint64_t root[2])
+{
+    /* group 0 is the plain chain; the others differ from it and each other */
+    root[0] = group ? prefix_mix(group) : PREFIX_ROOT[0];
+    root[1] = group ? UINT64_C(0x4c61796572477270) ^ group : PREFIX_ROOT[1];
+}
 
 void prefix_cursor_truncate(const prefix_cache *pc, prefix_cursor *cur, uint32_t n_tokens)
 {
-    if (cur->n_blocks > n_tokens / pc->block_size) prefix_cursor_init(cur);
+    if (cur->n_blocks > n_tokens / pc->block_size) prefix_cursor_init_root(cur, cur->root);
 }
 
 void prefix_stats_get(const prefix_cache *pc, prefix_stats *out) { *out = pc->st; }
@@ -464,6 +476,64 @@ int prefix_attach(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t
     return 0;
 }
 
+int64_t prefix_range_missing(const prefix_cache *pc, const uint64_t root[2], const int32_t *tokens, uint32_t first,
+                             uint32_t k)
+{
+    const uint32_t t = pc->block_size;
+    uint64_t h[2] = {root[0], root[1]};
+    int64_t missing = -1;
+    bool collision = false;
+    for (uint32_t i = 0; i < k; i++) {
+        uint64_t key[2];
+        const int32_t *tok = tokens + (size_t)i * t;
+        if (i >= first) {
+            if (prefix_find_verified(pc, h, tok, key, &collision) == KV_NONE) missing = i;
+        } else {
+            prefix_key(pc, h, tok, key);
+        }
+        h[0] = key[0];
+        h[1] = key[1];
+    }
+    return missing;
+}
+
+void prefix_attach_range(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t first, uint32_t k,
+                         prefix_cursor *cur)
+{
+    assert(seq->pool == pc->pool && seq->mode == KV_SEQ_PAGED && seq->n_tokens == 0);
+    const uint32_t t = pc->block_size;
+    uint64_t h[2] = {cur->root[0], cur->root[1]};
+    bool collision = false;
+    for (uint32_t i = 0; i < k; i++) {
+        uint64_t key[2];
+        const int32_t *tok = tokens + (size_t)i * t;
+        if (i >= first) {
+            const int32_t b = prefix_find_verified(pc, h, tok, key, &collision);
+            assert(b != KV_NONE); /* the caller checked with prefix_range_missing */
+            int rc = kv_seq_push_block(seq, (uint32_t)b);
+            assert(rc == 0);
+            (void)rc;
+        } else {
+            prefix_key(pc, h, tok, key);
+        }
+        h[0] = key[0];
+        h[1] = key[1];
+    }
+    cur->n_blocks = k;
+    cur->hash[0] = h[0];
+    cur->hash[1] = h[1];
+}
+
+void prefix_count_missed(prefix_cache *pc, uint32_t n, bool is_recompute)
+{
+    if (is_recompute) {
+        pc->st.recompute_tokens += n;
+        return;
+    }
+    pc->st.query_tokens += n;
+    pc->st.miss_tokens += n;
+}
+
 /* ------------------------------------------------------------ registering */
 
 /* seq's full block i holds what keyed block e holds (same key): seq takes
@@ -500,7 +570,7 @@ uint32_t prefix_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens
     const uint32_t t = pc->block_size, full = base + seq->n_tokens / t;
     uint32_t added = 0;
     if (seq->mode != KV_SEQ_PAGED) return 0; /* the static baseline stays uncached */
-    if (cur->n_blocks > full) prefix_cursor_init(cur); /* truncated without prefix_cursor_truncate */
+    if (cur->n_blocks > full) prefix_cursor_init_root(cur, cur->root); /* truncated without prefix_cursor_truncate */
     if (cur->n_blocks < base) return 0; /* the chain's next block is gone: nothing can be keyed */
     for (uint32_t i = cur->n_blocks; i < full; i++) {
         const int32_t *tok = tokens + (size_t)(i - base) * t;

@@ -129,6 +129,7 @@ typedef void (*prefix_hash_fn)(uint64_t out[2], const void *data, size_t len);
 typedef struct {
     uint32_t n_blocks;
     uint64_t hash[2];
+    uint64_t root[2]; /* the chain's parent of block 0: PREFIX_ROOT, or a layer group's root */
 } prefix_cursor;
 
 typedef struct prefix_cache {
@@ -202,6 +203,30 @@ uint32_t prefix_register_at(prefix_cache *pc, kv_seq *seq, const int32_t *tokens
 
 /* A cursor at the start of a sequence (nothing registered yet). */
 void prefix_cursor_init(prefix_cursor *cur);
+
+/* Layer groups (kv_groups.h): each local group's blocks form a chain of
+ * their own, rooted at prefix_group_root(g) instead of PREFIX_ROOT, so
+ * that its keys never meet another group's (the same tokens, other layers).
+ * A cursor made with prefix_cursor_init_root keeps its root across resets. */
+void prefix_group_root(uint32_t group, uint64_t root[2]);
+void prefix_cursor_init_root(prefix_cursor *cur, const uint64_t root[2]);
+
+/* The highest chain block in [first, k) of tokens, chain rooted at root,
+ * that the cache does not hold verified; -1 when it holds them all.
+ * Counts nothing. */
+int64_t prefix_range_missing(const prefix_cache *pc, const uint64_t root[2], const int32_t *tokens, uint32_t first,
+                             uint32_t k);
+
+/* Pushes the cached blocks of chain blocks [first, k) (root as above; all
+ * held: prefix_range_missing said -1) onto the EMPTY paged seq, whose slot
+ * 0 is then position first x T, and sets *cur (made with the root) to k
+ * blocks. Counts nothing: the group 0 lookup counts the hit. */
+void prefix_attach_range(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t first, uint32_t k,
+                         prefix_cursor *cur);
+
+/* Adds n query tokens that were not looked up (and so missed) to the
+ * stats: prefix_attach of a capped prompt counts the rest with this. */
+void prefix_count_missed(prefix_cache *pc, uint32_t n, bool is_recompute);
 
 /* To call when a sequence is truncated to n_tokens: if blocks the cursor
  * covers are gone, it restarts from the root (the next prefix_register

@@ -206,7 +206,8 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     const uint32_t call_max = attn_chunk_call_max(kvg->s.block_size);
     const int call_ctx = (uint32_t)max_ctx < call_max ? max_ctx : (int)call_max;
     s->attn_rows = attn_rows_max(call_ctx);
-    assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads && kvg->s.n_layers == c->n_layers);
+    assert(kvg->s.head_dim == c->head_dim && kvg->s.n_kv_heads == c->n_kv_heads &&
+           kvg->s.n_layers <= c->n_layers); /* fewer: slots of layer groups (kv_groups.h) */
     assert((kvg->s.kind == KV_KIND_LATENT) == (c->mla.kv_lora_rank > 0));
     if (c->mla.kv_lora_rank) s->rope[0].mscale = c->mla.rope_mscale; /* deepseek2's YaRN factor (arch_deepseek2.c) */
     s->attn_work = (kv_view_scratch_floats(kvg, call_ctx) + 15) & ~(size_t)15;
@@ -604,6 +605,23 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
     fp_mark(s, FP_RESID);
 }
 
+/* Layer l of a local group (kv/kv_groups.h): the same layer over that
+ * group's tables, whose slots start at the first block the window keeps
+ * (the window bound holds in slots as in positions; RoPE was taken from
+ * the absolute positions already). */
+static void layer_forward_local(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b, uint32_t l,
+                                const weight *next_norm)
+{
+    const fwd_groups *gr = b->groups;
+    const kv_batch glob = s->kvb;
+    fwd_batch bl = *b;
+    bl.pos = gr->slot;
+    s->kvb.slot = gr->slot;
+    s->kvb.seqs = gr->seqs + (size_t)(gr->kg->group[l] - 1) * (size_t)b->n_seqs;
+    layer_forward(m, s, kv, &bl, l, next_norm);
+    s->kvb = glob;
+}
+
 /* Embeddings: the output-normed rows of the sequences that pool, into
  * their fwd_seq.pool (s->xn's first row is scratch; the logits reuse it). */
 static void pool_rows(const model *m, fwd_state *s, const fwd_batch *b)
@@ -641,8 +659,11 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     fp_mark(s, FP_EMBED);
     rmsnorm_rows(s->xn, s->x, &m->w.layers[0].attn_norm, b->n_tokens, (int)c->dim, c->norm_eps);
     fp_mark(s, FP_ATTN_NORM);
-    for (uint32_t l = 0; l < c->n_layers; l++)
-        layer_forward(m, s, kv, b, l, l + 1 < c->n_layers ? &m->w.layers[l + 1].attn_norm : NULL);
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const weight *next = l + 1 < c->n_layers ? &m->w.layers[l + 1].attn_norm : NULL;
+        if (b->groups && b->groups->kg->group[l]) layer_forward_local(m, s, kv, b, l, next);
+        else layer_forward(m, s, kv, b, l, next);
+    }
     pool_rows(m, s, b);
     if (b->n_logits == 0) {
         fp_end(s);

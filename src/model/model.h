@@ -17,6 +17,7 @@
 
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
+#include "kv/kv_groups.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_shift.h"
 #include "kv/kv_writer.h"
@@ -45,6 +46,15 @@ typedef struct {
     int pool_kind;          /* MODEL_POOL_MEAN: added; LAST: the last row is kept; CLS: slot 0's row */
 } fwd_seq;
 
+/* Layer groups (kv/kv_groups.h): the local groups' tables of the batch's
+ * sequences and the tokens' slots in them; the global group's are the
+ * fwd_seqs' and fwd_batch.pos. */
+typedef struct {
+    const kv_groups *kg;
+    const kv_batch_seq *seqs; /* [kg->n_groups - 1][n_seqs] group g's at (g - 1) x n_seqs */
+    const int32_t *slot;      /* [n_tokens] slot in the local tables: pos - dropped x block_size */
+} fwd_groups;
+
 /* A sequence's tokens in a batch are at consecutive positions, in order;
  * with a staged KV dtype they must also be adjacent in the batch
  * (kv_writer.h). n_seqs <= the fwd_state's max_tokens. */
@@ -58,6 +68,7 @@ typedef struct {
     int n_seqs;
     const int32_t *logit_idx; /* [n_logits] token indexes that want logits */
     int n_logits;
+    const fwd_groups *groups; /* NULL: one table for all layers */
 } fwd_batch;
 
 typedef struct fwd_state fwd_state;

@@ -32,12 +32,18 @@ static inline bool params_ok(const rt_params *p)
 static int pool_make(rt_ctx *c)
 {
     const model_config *mc = &c->m->cfg;
-    kv_shape sh = {mc->n_layers, mc->n_kv_heads, mc->head_dim, c->p.block_size, c->p.dtype,
+    /* layer groups: a block holds one group's layers (kv_groups.h) */
+    const uint32_t n_layers = rt_groups_on(c) ? c->kg.slots : mc->n_layers;
+    kv_shape sh = {n_layers, mc->n_kv_heads, mc->head_dim, c->p.block_size, c->p.dtype,
                    mc->mla.kv_lora_rank ? KV_KIND_LATENT : KV_KIND_KV};
     kv_geom g;
     int rc = kv_geom_init(&g, &sh);
     if (rc) return rc;
     uint64_t per_seq = (c->p.n_ctx + c->p.block_size - 1) / c->p.block_size;
+    if (rt_groups_on(c)) { /* the global table's, and each local group's window plus a batch */
+        const uint64_t local = (c->kg.window + c->p.block_size + c->p.max_batch) / c->p.block_size + 1;
+        per_seq += (c->kg.n_groups - 1) * (local < per_seq ? local : per_seq);
+    }
     uint64_t n_blocks = c->p.kv_mem ? kv_geom_blocks_for_bytes(&g, c->p.kv_mem) : per_seq * c->p.max_seqs;
     if (n_blocks == 0)
         return err_set(PL_EINVAL, "kv_mem %llu bytes holds no KV block (%llu bytes each)",
@@ -46,6 +52,7 @@ static int pool_make(rt_ctx *c)
         return err_set(PL_EINVAL, "KV pool of %llu blocks is too large", (unsigned long long)n_blocks);
     rc = kv_pool_init(&c->pool, &sh, (uint32_t)n_blocks);
     if (!rc) c->pool_ok = true;
+    if (!rc && rt_groups_on(c)) kv_pool_set_layer_slots(&c->pool, c->kg.slot, mc->n_layers);
     return rc;
 }
 
@@ -62,6 +69,14 @@ static int scratch_make(rt_ctx *c)
     c->b_fseq = mem_calloc(p->max_seqs, sizeof *c->b_fseq);
     c->b_logits = mem_calloc((size_t)rows * c->m->cfg.n_vocab, sizeof *c->b_logits);
     c->b_logits_rows = rows;
+    c->n_tables = (size_t)p->max_seqs * (rt_groups_on(c) ? c->kg.n_groups : 1);
+    c->b_tables = mem_calloc(c->n_tables, sizeof *c->b_tables);
+    if (!c->b_tables) return err_set(PL_ENOMEM, "out of memory creating a context");
+    if (rt_groups_on(c)) {
+        c->b_gseqs = mem_calloc((size_t)(c->kg.n_groups - 1) * p->max_seqs, sizeof *c->b_gseqs);
+        c->b_gslot = mem_calloc(p->max_batch, sizeof *c->b_gslot);
+        if (!c->b_gseqs || !c->b_gslot) return err_set(PL_ENOMEM, "out of memory creating a context");
+    }
     if (!c->seqs || !c->b_tok || !c->b_pos || !c->b_seq || !c->b_lidx || !c->b_fseq || !c->b_logits)
         return err_set(PL_ENOMEM, "out of memory creating a context");
     return 0;
@@ -75,6 +90,7 @@ int rt_ctx_new(rt_ctx **out, const model *m, const rt_params *p)
     c->m = m;
     c->p = *p;
     kern_init(0);
+    rt_groups_plan(c);
     c->tp = tp_new(p->n_threads);
     int rc = c->tp ? scratch_make(c) : err_set(PL_ENOMEM, "out of memory creating a context");
     if (!rc) rc = pool_make(c);
@@ -116,6 +132,9 @@ void rt_ctx_free(rt_ctx *c)
     free(c->b_lidx);
     free(c->b_fseq);
     free(c->b_logits);
+    free(c->b_gseqs);
+    free(c->b_tables);
+    free(c->b_gslot);
     free(c->shift_scratch);
     free(c);
 }
@@ -130,15 +149,50 @@ bool rt_ctx_slides(const rt_ctx *c)
 
 kv_pool *rt_ctx_pool(rt_ctx *c) { return &c->pool; }
 
+/* Every table of the live sequences into live[] (the global group's first
+ * per sequence); returns how many, and the global ones' count in *n_glob. */
+static size_t ctx_tables(rt_ctx *c, kv_seq **live, size_t cap, size_t *n_glob)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < c->p.max_seqs && n < cap; i++)
+        if (c->seqs[i].alive) live[n++] = &c->seqs[i].kv;
+    *n_glob = n;
+    for (uint32_t i = 0; rt_groups_on(c) && i < c->p.max_seqs; i++)
+        if (c->seqs[i].alive && n + c->kg.n_groups - 1 <= cap) n += kv_glocal_tables(&c->seqs[i].lg, &c->kg, live + n);
+    return n;
+}
+
 void rt_ctx_kv_stats(rt_ctx *c, rt_kv_stats *out)
 {
-    kv_seq *live[RT_STEP_MAX_ITEMS];
-    size_t n = 0;
-    for (uint32_t i = 0; i < c->p.max_seqs && n < RT_STEP_MAX_ITEMS; i++)
-        if (c->seqs[i].alive) live[n++] = &c->seqs[i].kv;
+    kv_seq **live = c->b_tables;
+    size_t n_glob, n = ctx_tables(c, live, c->n_tables, &n_glob);
+    *out = (rt_kv_stats){.n_groups = rt_groups_on(c) ? c->kg.n_groups : 0};
+    if (rt_groups_on(c)) { /* each group's distinct blocks, then all of them */
+        kv_stats_get(&c->pool, live + n_glob, n - n_glob, &out->kv);
+        out->group_bytes[1] = out->kv.bytes_allocated;
+        kv_stats_get(&c->pool, live, n_glob, &out->kv);
+        out->group_bytes[0] = out->kv.bytes_allocated;
+    }
     kv_stats_get(&c->pool, live, n, &out->kv);
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < n_glob; i++) tokens += live[i]->n_tokens;
+    out->kv.tokens = tokens;
+    out->kv.n_seqs = (uint32_t)n_glob;
     const kv_shape *sh = &c->pool.g.s;
     out->stage_bytes_per_seq =
         kv_dtype_stage_bytes(sh->dtype, sh->n_layers, sh->n_kv_heads, sh->head_dim, sh->block_size);
-    out->stage_bytes = out->stage_bytes_per_seq * n;
+    out->stage_bytes = out->stage_bytes_per_seq * n_glob;
+}
+
+const kv_groups *rt_ctx_groups(const rt_ctx *c) { return rt_groups_on(c) ? &c->kg : NULL; }
+
+int rt_ctx_check(rt_ctx *c)
+{
+    kv_seq **live = c->b_tables;
+    size_t n_glob, n = ctx_tables(c, live, c->n_tables, &n_glob);
+    int rc = kv_check(&c->pool, live, n);
+    for (uint32_t i = 0; !rc && rt_groups_on(c) && i < c->p.max_seqs; i++)
+        if (c->seqs[i].alive) rc = kv_glocal_check(&c->seqs[i].lg, &c->kg, c->seqs[i].kv.n_tokens);
+    if (!rc && c->prefix_ok) rc = prefix_check(&c->pc);
+    return rc;
 }

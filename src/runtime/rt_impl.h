@@ -28,6 +28,8 @@ typedef struct {
     uint64_t n_dropped;  /* window: tokens dropped from the middle so far; SWA: from the front
                             (= the absolute position of slot 0) */
     bool shifted;        /* window: positions compacted; SWA: blocks dropped (rt_window.c) */
+    kv_glocal lg;        /* layer groups: the local groups' tables (kv is the global group's) */
+    prefix_cursor lcur[KV_GROUPS_MAX - 1]; /* ... and their prefix cursors, on their own chains */
 } rt_seq;
 
 struct pl_ctx {
@@ -48,6 +50,12 @@ struct pl_ctx {
     uint32_t b_logits_rows;         /* min(max_seqs, max_batch); grown (rt_run) for all-logits items */
     float *shift_scratch;           /* kv_window: kv_shift_scratch_floats(pool) */
     kv_rope rope;                   /* kv_window: the model's RoPE, for kv_shift */
+    kv_groups kg;                   /* layer groups (n_groups 0: one table); rt_groups.c */
+    kv_batch_seq *b_gseqs;          /* [n_groups - 1][max_seqs] the local groups' tables of a batch */
+    int32_t *b_gslot;               /* [max_batch] the tokens' slots in the local tables */
+    fwd_groups b_groups;            /* what the forward pass is given of the two above */
+    kv_seq **b_tables;              /* [n_tables] every live table, for accounting and checks */
+    size_t n_tables;                /* max_seqs x groups (1 without) */
 };
 
 /* The live sequence id, or NULL. */
@@ -85,6 +93,27 @@ void rt_seq_publish(rt_ctx *c, rt_seq *s);
 /* rt_stage.c: cuts s's KV to n tokens (n <= kv.n_tokens), keeping the
  * stage right. */
 void rt_seq_kv_cut(rt_ctx *c, rt_seq *s, uint32_t n);
+
+/* rt_groups.c: layer groups (kv/kv_groups.h) */
+static inline bool rt_groups_on(const rt_ctx *c) { return c->kg.n_groups > 1; }
+/* Plans the groups for the context's model and settings (c->kg). */
+void rt_groups_plan(rt_ctx *c);
+/* The batch's local tables and slots for items it[0, n) (after their
+ * append); the pass's fwd_groups. */
+const fwd_groups *rt_groups_batch(rt_ctx *c, const rt_run_item *it, int n);
+/* Reserves n positions at s's end in every table, all or nothing
+ * (PL_EFULL; the local groups' drop behind the window is kept). */
+int rt_groups_append(rt_ctx *c, rt_seq *s, uint32_t n);
+/* Cuts every table of s to n positions; the local groups must hold n's
+ * window (kv_glocal_holds_window). */
+void rt_groups_cut(rt_ctx *c, rt_seq *s, uint32_t n);
+/* Prefix attach for an empty s: the largest whole-block hit every group
+ * can serve, taken. Returns the tokens held. */
+int rt_groups_attach(rt_ctx *c, rt_seq *s, const int32_t *tokens, uint32_t n, bool is_recompute);
+/* What rt_groups_attach would serve of tokens[0, n). */
+uint32_t rt_groups_peek(const rt_ctx *c, const int32_t *tokens, uint32_t n);
+/* Keys the local groups' newly full blocks (after a forward pass). */
+void rt_groups_publish(rt_ctx *c, rt_seq *s);
 
 /* rt_window.c */
 /* Drops what s must drop so that n more tokens fit (and then fit n_ctx). */

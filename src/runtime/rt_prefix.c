@@ -31,6 +31,13 @@ int rt_seq_attach_prefix(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t 
     if (s->n_tokens != 0) return err_set(PL_EINVAL, "prefix attach to a non-empty sequence %d", id);
     if (!c->prefix_ok) return 0; /* static layout or no-kv-cache mode: nothing is cached */
     n = rt_prefix_cap(c, n);
+    if (rt_groups_on(c)) {
+        int hit = rt_groups_attach(c, s, tokens, n, is_recompute);
+        if (hit < 0) return hit;
+        memcpy(s->tokens, tokens, (size_t)hit * sizeof *tokens);
+        s->n_tokens = (uint32_t)hit;
+        return hit;
+    }
     uint32_t hit = 0;
     int rc = prefix_attach(&c->pc, &s->kv, tokens, n, is_recompute, &s->pcur, &hit);
     if (rc) return rc;
@@ -42,6 +49,7 @@ int rt_seq_attach_prefix(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t 
 
 uint32_t rt_prefix_peek(const rt_ctx *c, const int32_t *tokens, uint32_t n)
 {
+    if (c->prefix_ok && rt_groups_on(c)) return rt_groups_peek(c, tokens, n);
     return c->prefix_ok ? prefix_match_len(&c->pc, tokens, n) : 0;
 }
 
@@ -58,17 +66,20 @@ void rt_seq_publish(rt_ctx *c, rt_seq *s)
     } else if (!s->shifted) {
         prefix_register(&c->pc, &s->kv, s->tokens, &s->pcur);
     }
+    if (rt_groups_on(c)) rt_groups_publish(c, s);
     /* write-behind of what the cursor newly covers (a restarted cursor re-walks: the store skips repeats) */
     if (c->st && s->pcur.n_blocks > before.n_blocks)
         store_kv_publish(c->st, &c->pool, &s->kv, s->tokens, base, before.n_blocks, s->pcur.n_blocks, before.hash);
 }
 
-void rt_ctx_set_store(rt_ctx *c, store *st) { c->st = c->prefix_ok ? st : NULL; }
+/* Layer groups keep no tiers yet: a tier holds the global group's blocks
+ * only, and a hit needs the local groups' window too. */
+void rt_ctx_set_store(rt_ctx *c, store *st) { c->st = c->prefix_ok && !rt_groups_on(c) ? st : NULL; }
 
 uint32_t rt_prefix_chain(const rt_ctx *c, const int32_t *tokens, uint32_t n, uint64_t (*keys)[2], uint32_t *in_ram)
 {
     *in_ram = 0;
-    n = c->prefix_ok ? rt_prefix_cap(c, n) : 0;
+    n = c->prefix_ok && !rt_groups_on(c) ? rt_prefix_cap(c, n) : 0;
     if (n <= 1) return 0;
     uint32_t nb = (n - 1) / c->p.block_size;
     *in_ram = prefix_chain_keys(&c->pc, tokens, nb, keys);

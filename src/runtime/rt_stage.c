@@ -26,7 +26,7 @@ static void stage_rebuild(rt_ctx *c, rt_seq *s, uint32_t n)
             c->b_seq[j] = 0;
         }
         c->b_fseq[0] = rt_seq_fwd(c, s, &s->stage);
-        fwd_batch b = {(int)k, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, 1, c->b_lidx, 0};
+        fwd_batch b = {(int)k, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, 1, c->b_lidx, 0, NULL};
         int rc = model_forward(c->m, c->fs, &c->pool, &b, NULL);
         assert(rc == 0); /* it fails only for a dtype the context refused */
         (void)rc;
@@ -39,6 +39,7 @@ void rt_seq_kv_cut(rt_ctx *c, rt_seq *s, uint32_t n)
 {
     const uint32_t T = c->p.block_size;
     kv_seq_truncate(&s->kv, n);
+    rt_groups_cut(c, s, n);
     if (!s->stage.rows || n % T == 0) return;
     if (s->stage_end >= n && (s->stage_end - 1) / T == n / T) return; /* the stage still holds the block */
     stage_rebuild(c, s, n);

@@ -58,15 +58,16 @@ int rt_run(rt_ctx *c, const rt_run_item *it, int n_items)
     int rc = 0, k = 0;
     for (; k < n_items && !rc; k++) {
         assert(it[k].s->kv.n_tokens == it[k].from);
-        rc = kv_seq_append(&it[k].s->kv, it[k].n);
+        rc = rt_groups_append(c, it[k].s, it[k].n);
     }
     if (rc) { /* undo the reservations that succeeded */
-        for (int i = 0; i < k - 1; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
+        for (int i = 0; i < k - 1; i++) kv_seq_truncate(&it[i].s->kv, it[i].from), rt_groups_cut(c, it[i].s, it[i].from);
         return rc;
     }
     int t;
     const int n_logits = batch_build(c, it, n_items, &t);
-    fwd_batch b = {t, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, n_items, c->b_lidx, n_logits};
+    fwd_batch b = {t, c->b_tok, c->b_pos, c->b_seq, c->b_fseq, n_items, c->b_lidx, n_logits,
+                   rt_groups_batch(c, it, n_items)};
     /* a lone all-logits item takes its rows straight into the caller's buffer */
     const bool direct = n_items == 1 && it[0].all;
     if (!direct && (uint32_t)n_logits > c->b_logits_rows) { /* all-logits items beside others (prompt logprobs) */
@@ -76,7 +77,7 @@ int rt_run(rt_ctx *c, const rt_run_item *it, int n_items)
     }
     if (!rc) rc = model_forward(c->m, c->fs, &c->pool, &b, direct ? it[0].logits : c->b_logits);
     if (rc) {
-        for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from);
+        for (int i = 0; i < n_items; i++) kv_seq_truncate(&it[i].s->kv, it[i].from), rt_groups_cut(c, it[i].s, it[i].from);
         return rc;
     }
     for (int i = 0; i < n_items; i++) it[i].s->stage_end = it[i].from + it[i].n;
@@ -183,6 +184,12 @@ int rt_seq_append(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t n, floa
             from = (uint32_t)hit;
         }
         rc = run_range(c, s, from, old + n, logits);
+        if (rc && rt_groups_on(c) && !kv_glocal_holds_window(&c->kg, &s->lg, old)) {
+            /* the local groups dropped old's window: the pieces that ran stay, as a window's do */
+            s->n_tokens = s->kv.n_tokens;
+            rt_seq_publish(c, s);
+            return rc;
+        }
         if (rc) {
             if (c->prefix_ok) prefix_cursor_truncate(&c->pc, &s->pcur, old);
             rt_seq_kv_cut(c, s, old);
@@ -209,6 +216,11 @@ int rt_seq_append_all(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t n, 
         rt_run_item it = {.s = s, .from = at, .n = k, .logits = logits + (size_t)(at - old) * nv, .all = true};
         rc = rt_run(c, &it, 1);
         at += k;
+    }
+    if (rc && rt_groups_on(c) && !kv_glocal_holds_window(&c->kg, &s->lg, old)) {
+        s->n_tokens = s->kv.n_tokens; /* as rt_seq_append: the pieces that ran stay */
+        rt_seq_publish(c, s);
+        return rc;
     }
     if (rc) {
         if (c->prefix_ok) prefix_cursor_truncate(&c->pc, &s->pcur, old);

@@ -206,5 +206,9 @@ uint32_t rt_seq_append_cost(const rt_ctx *c, int32_t id, uint32_t n)
     const rt_seq *s = rt_seq_get(c, id);
     if (!s) return 0;
     const int64_t w = win_cost(c, s, n);
+    if (rt_groups_on(c)) { /* no window with groups: the local tables' drop and appends beside */
+        const int64_t g = (int64_t)kv_seq_append_cost(&s->kv, n) + kv_glocal_append_cost(&c->kg, &s->lg, s->kv.n_tokens, n);
+        return g > 0 ? (uint32_t)g : 0;
+    }
     return w >= 0 ? (uint32_t)w : kv_seq_append_cost(&s->kv, n);
 }

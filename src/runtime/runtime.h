@@ -59,6 +59,10 @@ typedef struct {
      * with kv_window; when it frees blocks, n_ctx >= swa + block_size */
     uint32_t swa;
     bool swa_keep_blocks; /* apply the SWA mask, free nothing */
+    /* layer groups (kv/kv_groups.h) where the model has local sliding-window
+     * layers beside global ones, with the paged layout, a KV cache, an
+     * unstaged dtype, no kv_window and no SWA; else one table */
+    bool layer_groups;
 } rt_params;
 
 /* kv_window: the sinks in whole blocks (ceil(kv_sinks / block_size)), and
@@ -81,7 +85,9 @@ typedef struct {
 
 /* Pool accounting plus the staging blocks, which live outside the pool. */
 typedef struct {
-    kv_stats kv;
+    kv_stats kv;                  /* over every table; tokens counts the global group's */
+    uint32_t n_groups;            /* layer groups: 0 when off */
+    uint64_t group_bytes[2];      /* ... bytes the [global], [local] groups' blocks hold */
     uint64_t stage_bytes_per_seq; /* staged dtypes: one sequence's f16 staging block */
     uint64_t stage_bytes;         /* ... times the live sequences */
 } rt_kv_stats;
@@ -99,6 +105,11 @@ uint32_t rt_ctx_n_vocab(const rt_ctx *c); /* floats in one row of logits */
 bool rt_ctx_slides(const rt_ctx *c);
 /* The KV pool (for snapshots and kv_check). */
 kv_pool *rt_ctx_pool(rt_ctx *c);
+/* The layer groups in force, or NULL (one table for all layers). */
+const kv_groups *rt_ctx_groups(const rt_ctx *c);
+/* kv_check over the pool and every table of every live sequence, with the
+ * layer groups' invariants (kv_glocal_check). For tests. */
+int rt_ctx_check(rt_ctx *c);
 void rt_ctx_kv_stats(rt_ctx *c, rt_kv_stats *out);
 
 /* ---------------------------------------------------------- sequences */
@@ -109,7 +120,9 @@ int rt_seq_new(rt_ctx *c, int32_t *out);
 void rt_seq_free(rt_ctx *c, int32_t seq);    /* no-op if not live */
 uint32_t rt_seq_len(const rt_ctx *c, int32_t seq);         /* tokens held; 0 if not live */
 const int32_t *rt_seq_tokens(const rt_ctx *c, int32_t seq); /* their ids; NULL if not live */
-const kv_seq *rt_seq_kv(const rt_ctx *c, int32_t seq);     /* NULL if not live */
+const kv_seq *rt_seq_kv(const rt_ctx *c, int32_t seq);     /* NULL if not live; the global group's */
+/* Layer groups: the local groups' tables of seq (NULL if not live or off). */
+const kv_glocal *rt_seq_kv_local(const rt_ctx *c, int32_t seq);
 /* Window: tokens dropped so far (the logical length is rt_seq_len + this). */
 uint64_t rt_seq_dropped(const rt_ctx *c, int32_t seq);
 /* Keeps the first n tokens (PL_EINVAL not live, PL_ERANGE n > length). */
