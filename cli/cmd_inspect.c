@@ -9,6 +9,7 @@
  * Exit: 0 ok, 1 the file is missing or not a valid GGUF, 2 usage.
  */
 #include "cli.h"
+#include "inspect_groups.h"
 #include "commands.h"
 #include "pagellm.h"
 
@@ -108,7 +109,8 @@ static void inspect_print_model(const pl_file_info *in)
                "before them freed; --swa off for full attention, as llama.cpp does for llama-arch models)\n",
                in->sliding_window, in->sliding_window);
     else if (in->local_window)
-        printf("  local layers   %u of %u attend over the last %u positions (a mask: every layer keeps its KV)\n",
+        printf("  local layers   %u of %u attend over the last %u positions (layer groups: their KV is freed behind "
+               "the window; --kv-groups off keeps every layer's)\n",
                in->local_layers, in->n_layers, in->local_window);
     else
         printf("  sliding window none (full causal attention)\n");
@@ -320,6 +322,8 @@ int cmd_inspect(int argc, char **argv)
     if (json) {
         json_t *o = inspect_json_model(&r.info);
         inspect_json_kv(&r, o);
+        json_t *groups = inspect_groups_json(&r.info, r.block);
+        if (groups) json_object_set_new(o, "layer_groups", groups);
         if (tensors && inspect_tensors(pos[0], o) != 0) { json_decref(o); return 1; }
         json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
         fputc('\n', stdout);
@@ -330,5 +334,6 @@ int cmd_inspect(int argc, char **argv)
     inspect_print_kv(&r);
     inspect_print_table(&r);
     inspect_print_gqa(&r);
+    inspect_groups_print(&r.info, r.block);
     return tensors ? inspect_tensors(pos[0], NULL) : 0;
 }

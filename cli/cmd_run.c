@@ -16,13 +16,14 @@ static json_t *kv_json(pl_ctx *c, int32_t seq)
 {
     pl_kv_stats st;
     pl_ctx_kv_stats(c, &st);
-    return json_pack("{s:i, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:f, s:I}",
+    return json_pack("{s:i, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:I, s:I}",
                      "block_size", (int)st.block_size, "blocks_total", (json_int_t)st.blocks_total,
                      "blocks_used", (json_int_t)st.blocks_used, "blocks_free", (json_int_t)st.blocks_free,
                      "bytes_per_token", st.bytes_per_token, "bytes_used", (json_int_t)st.bytes_allocated,
                      "bytes_live", (json_int_t)st.bytes_live, "bytes_wasted", (json_int_t)st.bytes_wasted,
                      "tokens", (json_int_t)st.tokens, "utilisation", st.utilisation,
-                     "seq_bytes", (json_int_t)pl_seq_kv_bytes(c, seq));
+                     "seq_bytes", (json_int_t)pl_seq_kv_bytes(c, seq), "layer_groups", (int)st.layer_groups,
+                     "global_bytes", (json_int_t)st.global_bytes, "local_bytes", (json_int_t)st.local_bytes);
 }
 
 void run_print_head(int n_prompt, double t_prefill, const gen_result *r)
@@ -45,6 +46,9 @@ static void print_report(pl_ctx *c, int n_prompt, double t_prefill, const gen_re
             (unsigned long long)st.bytes_allocated, (unsigned long long)st.tokens, st.bytes_per_token,
             (unsigned long long)st.tokens, (unsigned long long)st.bytes_live, (unsigned long long)st.bytes_wasted,
             100.0 * st.utilisation);
+    if (st.layer_groups) /* the formula above is per block slot: a block holds one group's layers */
+        fprintf(stderr, "kv groups %u: %llu bytes in the global group (every token), %llu in the local groups (their window)\n",
+                st.layer_groups, (unsigned long long)st.global_bytes, (unsigned long long)st.local_bytes);
 }
 
 json_t *run_json_base(const int32_t *prompt, size_t n_prompt, double t_prefill, const gen_result *r)

@@ -364,10 +364,15 @@ typedef struct {
     double utilisation;       /* live / allocated */
     uint64_t stage_bytes_per_seq; /* KIVI, fp8_e4m3: each live sequence's f16 staging block (pl_kv_size) */
     uint64_t stage_bytes;     /* ... times the live sequences (not in the pool) */
+    /* Layer groups (pl_ctx_params.kv_one_table): their count (0: one table)
+     * and the bytes of the blocks the sequences hold in the global group
+     * and in the local groups; bytes_allocated is their sum. */
+    uint32_t layer_groups;
+    uint64_t global_bytes, local_bytes;
 } pl_kv_stats;
 
 void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out);
-/* Bytes of KV blocks sequence seq holds. */
+/* Bytes of KV blocks sequence seq holds (every layer group's). */
 uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t seq);
 
 /* --------------------------------------------------------------- sampling */

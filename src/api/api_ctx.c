@@ -231,11 +231,16 @@ void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out)
         .utilisation = st->utilisation,
         .stage_bytes_per_seq = r.stage_bytes_per_seq,
         .stage_bytes = r.stage_bytes,
+        .layer_groups = r.n_groups,
+        .global_bytes = r.n_groups ? r.group_bytes[0] : st->bytes_allocated,
+        .local_bytes = r.group_bytes[1],
     };
 }
 
 uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)
 {
     const kv_seq *kv = rt_seq_kv(c, id);
-    return kv ? kv_seq_bytes_held(kv) : 0;
+    const kv_glocal *lg = rt_seq_kv_local(c, id);
+    const kv_groups *g = rt_ctx_groups(c);
+    return (kv ? kv_seq_bytes_held(kv) : 0) + (lg ? kv_glocal_bytes(lg, g) : 0);
 }

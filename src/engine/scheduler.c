@@ -538,7 +538,8 @@ int sched_check(sched *s)
     if (!live) return PL_ENOMEM;
     int rc = sched_check_running(s, live);
     if (!rc) rc = sched_check_waiting(s);
-    if (!rc) rc = kv_check(s->pool, live, s->n_running);
+    /* every live table of the context, layer groups' local ones included */
+    if (!rc) rc = rt_ctx_check(s->ctx);
     free(live);
     return rc;
 }
