@@ -1,0 +1,315 @@
+/* test_kv_groups.c - layer groups, the KV kind of gemma2/3's local
+ * sliding-window layers (kv/kv_groups.h, runtime/rt_groups.c).
+ *
+ * Plan: gemma3-1b's 26 layers (pattern 6) give a global group of 4 layers
+ * and 6 local groups of 4 slots (22 layers, 2 padded); a model without
+ * local or global layers gets none.
+ * Model: synthetic gemma2 and gemma3 (tiny: 4 layers, 2 local, window 32),
+ * blocks of 16, run far past the window:
+ *   - logits bit for bit equal with layer groups and with one table, token
+ *     by token and with a prompt prefilled in pieces, and the local groups
+ *     hold at most the window's blocks while the global one keeps all;
+ *   - several sequences, forks and prefix hits with the context's checks
+ *     (kv_check over every table, the groups' invariants, prefix_check)
+ *     after every step; a prefix hit gives the logits a fresh context
+ *     computes; a hit whose local window block was evicted shrinks to
+ *     before it and still gives them; a truncation below the local window
+ *     recomputes it;
+ *   - the engine with a pool too small for its requests: preemption and
+ *     recomputation through the groups, its invariant checks every step.
+ */
+#include "test.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+#include "kv/kv_check.h"
+#include "kv/kv_groups.h"
+#include "kv/prefix_cache.h"
+#include "runtime/runtime.h"
+#include "gen_util.h"
+
+#define BS 16
+#define W 32 /* synth's gemma window */
+
+static char path2[256], path3[256];
+static pl_model *M2, *M3;
+
+TEST(plan_gemma3_1b_and_refusals)
+{
+    bool local[26];
+    for (int l = 0; l < 26; l++) local[l] = l % 6 < 5;
+    kv_groups g;
+    kv_groups_plan(&g, 26, local, 512);
+    CHECK_EQ_INT(g.n_groups, 7);
+    CHECK_EQ_INT(g.slots, 4);
+    CHECK_EQ_INT(g.group[5], 0);
+    CHECK_EQ_INT(g.slot[11], 1);
+    CHECK_EQ_INT(g.group[25], 6); /* the 22nd local layer: group 6, slot 1 */
+    CHECK_EQ_INT(g.slot[25], 1);
+    bool seen[7][4] = {{false}};
+    for (int l = 0; l < 26; l++) {
+        CHECK(!seen[g.group[l]][g.slot[l]]);
+        seen[g.group[l]][g.slot[l]] = true;
+        CHECK(local[l] == (g.group[l] != 0));
+    }
+    for (int l = 0; l < 26; l++) local[l] = true;
+    kv_groups_plan(&g, 26, local, 512);
+    CHECK_EQ_INT(g.n_groups, 0);
+    for (int l = 0; l < 26; l++) local[l] = false;
+    kv_groups_plan(&g, 26, local, 512);
+    CHECK_EQ_INT(g.n_groups, 0);
+}
+
+static void params(pl_ctx_params *p, bool one_table)
+{
+    pl_ctx_params_default(p);
+    p->n_threads = 2;
+    p->block_size = BS;
+    p->n_ctx = 512;
+    p->kv_dtype = PL_KV_F32;
+    p->kv_one_table = one_table;
+}
+
+static int32_t tok(int i, int salt) { return (int32_t)(1 + (i * 37 + salt * 101 + (i * i) % 11) % 500); }
+
+/* The most blocks any local table of seq holds now (0 without groups). */
+static uint32_t local_blocks(pl_ctx *c, int32_t seq)
+{
+    const kv_glocal *lg = rt_seq_kv_local(c, seq);
+    return lg ? lg->t[0].n_blocks : 0;
+}
+
+/* Prompt of P tokens in one call (cut in pieces of max_batch), then N
+ * tokens one at a time; every step's logits into out[(1 + N)][nv]. */
+static int run_seq(pl_ctx *c, size_t nv, int P, int N, float *out, uint32_t *max_local)
+{
+    int32_t seq, ids[256];
+    for (int i = 0; i < P; i++) ids[i] = tok(i, 1);
+    int rc = pl_seq_new(c, &seq);
+    if (!rc) rc = pl_seq_append(c, seq, ids, (size_t)P, out);
+    for (int i = 0; i < N && !rc; i++) {
+        const int32_t t = tok(P + i, 1);
+        rc = pl_seq_append(c, seq, &t, 1, out + (size_t)(i + 1) * nv);
+        if (!rc) rc = rt_ctx_check(c);
+        if (max_local && local_blocks(c, seq) > *max_local) *max_local = local_blocks(c, seq);
+    }
+    return rc;
+}
+
+TEST(groups_equal_one_table_bit_for_bit_past_the_window)
+{
+    pl_model *ms[2] = {M2, M3};
+    enum { P = 100, N = 4 * W + 30 };
+    for (int k = 0; k < 2; k++) {
+        const size_t nv = pl_model_n_vocab(ms[k]);
+        float *a = malloc(sizeof(float) * nv * (N + 1)), *b = malloc(sizeof(float) * nv * (N + 1));
+        pl_ctx_params pg, po;
+        params(&pg, false);
+        params(&po, true);
+        pg.max_batch = po.max_batch = 24; /* the prompt runs in pieces, the drop between them */
+        pl_ctx *cg = NULL, *co = NULL;
+        CHECK_MSG(pl_ctx_new(&cg, ms[k], &pg) == 0 && pl_ctx_new(&co, ms[k], &po) == 0, "%s", pl_last_error());
+        CHECK(rt_ctx_groups(cg) && rt_ctx_groups(cg)->n_groups == 2 && !rt_ctx_groups(co));
+        uint32_t held = 0;
+        CHECK_MSG(run_seq(cg, nv, P, N, a, &held) == 0, "groups: %s", pl_last_error());
+        CHECK_MSG(run_seq(co, nv, P, N, b, NULL) == 0, "one table: %s", pl_last_error());
+        for (int i = 0; i <= N; i++)
+            CHECK_MSG(memcmp(a + (size_t)i * nv, b + (size_t)i * nv, sizeof(float) * nv) == 0,
+                      "model %d step %d: logits differ with layer groups", k, i);
+        /* decoding: the window's blocks and the one being filled; the prompt's pieces held more */
+        CHECK_MSG(held <= (W - 1 + BS - 1) / BS + 2 + 24 / BS, "%u local blocks held", held);
+        CHECK(local_blocks(cg, 0) <= (W - 1 + BS - 1) / BS + 2);
+        pl_kv_stats sg, so;
+        pl_ctx_kv_stats(cg, &sg);
+        pl_ctx_kv_stats(co, &so);
+        INFO("model %d, %d tokens: groups %llu bytes (global %llu, local %llu), one table %llu", k, P + N,
+             (unsigned long long)sg.bytes_allocated, (unsigned long long)sg.global_bytes,
+             (unsigned long long)sg.local_bytes, (unsigned long long)so.bytes_allocated);
+        CHECK(sg.layer_groups == 2 && sg.global_bytes + sg.local_bytes == sg.bytes_allocated);
+        /* half the layers, every token (blocks of 4 KiB and more carry a line of pad: kv_pool.h) */
+        CHECK(fabs(2.0 * (double)sg.global_bytes - (double)so.bytes_allocated) <= 0.01 * (double)so.bytes_allocated);
+        CHECK(sg.bytes_allocated < so.bytes_allocated * 6 / 10);
+        CHECK_EQ_INT(pl_seq_kv_bytes(cg, 0), sg.bytes_allocated);
+        pl_ctx_free(cg);
+        pl_ctx_free(co);
+        free(a);
+        free(b);
+    }
+}
+
+/* max |a - b| over nv floats */
+static double diff(const float *a, const float *b, size_t nv)
+{
+    double w = 0;
+    for (size_t j = 0; j < nv; j++) w = fmax(w, fabs(a[j] - b[j]));
+    return w;
+}
+
+/* Logits of tokens ids[0, n) in a fresh one-table context. */
+static int fresh_logits(const int32_t *ids, int n, float *out)
+{
+    pl_ctx_params p;
+    params(&p, true);
+    pl_ctx *c = NULL;
+    int32_t s;
+    int rc = pl_ctx_new(&c, M3, &p);
+    if (!rc) rc = pl_seq_new(c, &s);
+    if (!rc) rc = pl_seq_append(c, s, ids, (size_t)n, out);
+    pl_ctx_free(c);
+    return rc;
+}
+
+/* Appends ids[0, n) one at a time with the checks after each. */
+static int feed(pl_ctx *c, int32_t s, const int32_t *ids, int n, float *logits)
+{
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = pl_seq_append(c, s, ids + i, 1, logits);
+        if (!rc) rc = rt_ctx_check(c);
+    }
+    return rc;
+}
+
+TEST(forks_prefix_hits_and_truncation_keep_every_invariant)
+{
+    enum { N = 5 * W + 7 };
+    const size_t nv = pl_model_n_vocab(M3);
+    int32_t ids[N + 40], alt[N + 40];
+    for (int i = 0; i < N + 40; i++) ids[i] = tok(i, 3), alt[i] = i < N ? ids[i] : tok(i, 9);
+    float *l = malloc(sizeof(float) * nv), *f = malloc(sizeof(float) * nv);
+    pl_ctx_params p;
+    params(&p, false);
+    p.max_seqs = 4;
+    pl_ctx *c = NULL;
+    int32_t a, b, d, e;
+    CHECK(pl_ctx_new(&c, M3, &p) == 0);
+    CHECK(pl_seq_new(c, &a) == 0 && feed(c, a, ids, N, l) == 0);
+    /* a fork shares every group's blocks; both go on with other tokens (copy-on-write) */
+    CHECK_MSG(rt_seq_fork(c, a, &b) == 0 && rt_ctx_check(c) == 0, "%s", pl_last_error());
+    CHECK(feed(c, a, ids + N, 40, l) == 0);
+    CHECK(fresh_logits(ids, N + 40, f) == 0);
+    CHECK_MSG(diff(l, f, nv) < 2e-3, "parent after fork: %g", diff(l, f, nv));
+    CHECK(feed(c, b, alt + N, 40, l) == 0);
+    CHECK(fresh_logits(alt, N + 40, f) == 0);
+    CHECK_MSG(diff(l, f, nv) < 2e-3, "child after fork: %g", diff(l, f, nv));
+    /* a prompt equal to a's history: a hit of whole blocks in every group */
+    prefix_stats s0, s1;
+    prefix_stats_get(rt_ctx_prefix_cache(c), &s0);
+    CHECK(pl_seq_new(c, &d) == 0 && pl_seq_append(c, d, ids, N + 40, l) == 0 && rt_ctx_check(c) == 0);
+    prefix_stats_get(rt_ctx_prefix_cache(c), &s1);
+    const uint64_t hit = s1.hit_tokens - s0.hit_tokens;
+    CHECK(fresh_logits(ids, N + 40, f) == 0);
+    INFO("prefix hit %llu of %d tokens; hit vs fresh max |diff| %.3g", (unsigned long long)hit, N + 40, diff(l, f, nv));
+    CHECK_EQ_INT(hit, (N + 39) / BS * BS);
+    CHECK_MSG(diff(l, f, nv) < 2e-3, "hit vs fresh: %g", diff(l, f, nv));
+    CHECK_EQ_INT(s1.query_tokens - s0.query_tokens, N + 40);
+    /* evict one block of the window the local group needs at the end of a's
+     * history: a later hit stops before it */
+    const kv_glocal *lg = rt_seq_kv_local(c, a);
+    const uint32_t victim = lg->t[0].table[lg->t[0].n_blocks - 2], victim_at = lg->dropped + lg->t[0].n_blocks - 2;
+    pl_seq_free(c, a);
+    pl_seq_free(c, d);
+    kv_pool *pool = rt_ctx_pool(c);
+    CHECK(pool->blocks[victim].state == KV_BLOCK_CACHED);
+    kv_pool_acquire(pool, victim);
+    pool->on_evict(pool->evict_user, victim, pool->blocks[victim].hash);
+    kv_pool_clear_hash(pool, victim);
+    kv_pool_decref(pool, victim);
+    CHECK(rt_ctx_check(c) == 0);
+    prefix_stats_get(rt_ctx_prefix_cache(c), &s0);
+    CHECK(pl_seq_new(c, &e) == 0 && pl_seq_append(c, e, ids, N + 40, l) == 0 && rt_ctx_check(c) == 0);
+    prefix_stats_get(rt_ctx_prefix_cache(c), &s1);
+    INFO("with local block %u evicted: hit %llu tokens", victim_at, (unsigned long long)(s1.hit_tokens - s0.hit_tokens));
+    CHECK(s1.hit_tokens - s0.hit_tokens <= (uint64_t)victim_at * BS);
+    CHECK(s1.hit_tokens - s0.hit_tokens > 0);
+    CHECK_MSG(diff(l, f, nv) < 2e-3, "shrunk hit vs fresh: %g", diff(l, f, nv));
+    /* truncation below the local window: recomputed, then the same logits */
+    CHECK_MSG(pl_seq_truncate(c, e, 50) == 0 && rt_ctx_check(c) == 0, "%s", pl_last_error());
+    CHECK_EQ_INT(pl_seq_len(c, e), 50);
+    CHECK(feed(c, e, ids + 50, 1, l) == 0);
+    CHECK(fresh_logits(ids, 51, f) == 0);
+    CHECK_MSG(diff(l, f, nv) < 2e-3, "after truncation: %g", diff(l, f, nv));
+    pl_ctx_free(c);
+    free(l);
+    free(f);
+}
+
+TEST(engine_preemption_through_the_groups)
+{
+    pl_ctx_params cp;
+    params(&cp, false);
+    pl_ctx *c = NULL;
+    CHECK(pl_ctx_new(&c, M3, &cp) == 0);
+    pl_kv_stats ks;
+    pl_ctx_kv_stats(c, &ks);
+    pl_ctx_free(c);
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    params(&ep.ctx, false);
+    ep.ctx.max_seqs = 4;
+    ep.ctx.kv_mem = 40 * ks.block_bytes; /* 4 sequences of 220 tokens need about 4 x (14 + 4) blocks */
+    ep.max_batch_tokens = 64;
+    pl_engine *e = NULL;
+    setenv("PAGELLM_ENGINE_CHECK", "1", 1); /* rt_ctx_check and the scheduler's invariants every step */
+    int erc = pl_engine_new(&e, M3, &ep);
+    unsetenv("PAGELLM_ENGINE_CHECK");
+    CHECK_MSG(erc == 0, "%s", pl_last_error());
+    enum { R = 4, G = 200 };
+    int32_t prompts[R][20];
+    pl_request *r[R];
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < 20; j++) prompts[i][j] = tok(j, i < 2 ? 10 : 10 + i); /* two share a prompt */
+        pl_request_params rp;
+        memset(&rp, 0, sizeof rp);
+        rp.prompt = prompts[i];
+        rp.n_prompt = 20;
+        rp.max_tokens = G;
+        rp.n = 1;
+        pl_sampler_params_default(&rp.sampling);
+        rp.sampling.temperature = 0;
+        rp.ignore_eos = true;
+        rp.top_logprobs = -1;
+        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+    }
+    int n[R] = {0}, errors = 0, done = 0;
+    for (int i = 0; i < R; i++) {
+        pl_event ev;
+        for (int k; (k = pl_request_next(r[i], &ev, 60000)) == 1;) {
+            if (ev.kind == PL_EV_ERROR) errors++;
+            else if (ev.kind == PL_EV_DONE) done += ev.completion_tokens == G;
+            else n[i]++;
+        }
+        pl_request_free(r[i]);
+    }
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    pl_engine_free(e);
+    INFO("layer groups in 40 blocks, %d requests x %d tokens: %llu preemptions, %llu steps", R, G,
+         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
+    CHECK_MSG(errors == 0 && done == R, "%d errors, %d of %d done", errors, done, R);
+    for (int i = 0; i < R; i++) CHECK_EQ_INT(n[i], G);
+    CHECK(mt.preemptions > 0);
+}
+
+int main(void)
+{
+    (void)peer_greedy, (void)peer_logits, (void)peer_available, (void)ids_equal, (void)first_difference, (void)file_exists, (void)our_greedy;
+    RUN(plan_gemma3_1b_and_refusals);
+    snprintf(path2, sizeof path2, "/tmp/pagellm-test-lg2-%d.gguf", (int)getpid());
+    snprintf(path3, sizeof path3, "/tmp/pagellm-test-lg3-%d.gguf", (int)getpid());
+    pl_synth_params s2 = {.shape = "tiny", .seed = 5, .type = "f32", .out_path = path2, .arch = "gemma2"};
+    pl_synth_params s3 = {.shape = "tiny", .seed = 6, .type = "f32", .out_path = path3, .arch = "gemma3"};
+    if (pl_synth(&s2) || pl_synth(&s3) || pl_model_load(&M2, path2) || pl_model_load(&M3, path3)) {
+        printf("FAIL model: %s\n", pl_last_error());
+        return 1;
+    }
+    RUN(groups_equal_one_table_bit_for_bit_past_the_window);
+    RUN(forks_prefix_hits_and_truncation_keep_every_invariant);
+    RUN(engine_preemption_through_the_groups);
+    pl_model_free(M2);
+    pl_model_free(M3);
+    unlink(path2);
+    unlink(path3);
+    return test_summary();
+}
