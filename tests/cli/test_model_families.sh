@@ -46,6 +46,9 @@ if have_peer; then
     same_as_peer "${a}_greedy_as_llama_cpp" "$T/$a.gguf"
   done
   same_as_peer gemma2_chunked_prefill_as_llama_cpp "$T/gemma2.gguf" --batch 3
+  # layer groups (the default) free the local layers' blocks behind the window; one table keeps them
+  same_as_peer gemma3_one_table_as_llama_cpp "$T/gemma3.gguf" --kv-groups off
+  same_as_peer gemma3_groups_chunked_prefill_as_llama_cpp "$T/gemma3.gguf" --batch 5 --block-size 4
   same_as_peer gemma3_q8_0_as_llama_cpp "$T/gemma3_q8.gguf"
   same_as_peer yarn_llama_as_llama_cpp "$T/llama_yarn.gguf"
   same_as_peer yarn_qwen2_as_llama_cpp "$T/qwen2_yarn.gguf"
