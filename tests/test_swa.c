@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "runtime/runtime.h"
+#include "engine_util.h"
 #include "gen_util.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -463,31 +464,13 @@ TEST(engine_preemption_with_swa_keeps_every_invariant)
     CHECK_MSG(erc == 0, "%s", pl_last_error());
     enum { R = 4, G = 200 };
     int32_t prompts[R][20];
-    pl_request *r[R];
+    const int32_t *pp[R];
     for (int i = 0; i < R; i++) {
         for (int j = 0; j < 20; j++) prompts[i][j] = tok(j, 10 + i);
-        pl_request_params rp;
-        memset(&rp, 0, sizeof rp);
-        rp.prompt = prompts[i];
-        rp.n_prompt = 20;
-        rp.max_tokens = G;
-        rp.n = 1;
-        pl_sampler_params_default(&rp.sampling);
-        rp.sampling.temperature = 0;
-        rp.ignore_eos = true;
-        rp.top_logprobs = -1;
-        CHECK_MSG(pl_engine_submit(e, &rp, &r[i]) == 0, "%s", pl_last_error());
+        pp[i] = prompts[i];
     }
-    int n[R] = {0}, errors = 0, done = 0;
-    for (int i = 0; i < R; i++) {
-        pl_event ev;
-        for (int k; (k = pl_request_next(r[i], &ev, 60000)) == 1;) {
-            if (ev.kind == PL_EV_ERROR) errors++;
-            else if (ev.kind == PL_EV_DONE) done += ev.completion_tokens == G;
-            else n[i]++;
-        }
-        pl_request_free(r[i]);
-    }
+    int n[R], errors, done;
+    CHECK_MSG(engine_run_greedy(e, pp, 20, R, G, n, &errors, &done) == 0, "%s", pl_last_error());
     pl_engine_metrics mt;
     pl_engine_metrics_get(e, &mt);
     pl_engine_free(e);
