@@ -240,22 +240,6 @@ TEST(engine_preemption_through_the_groups)
 {
     pl_ctx_params cp;
     params(&cp, false);
-    pl_ctx *c = NULL;
-    CHECK(pl_ctx_new(&c, M3, &cp) == 0);
-    pl_kv_stats ks;
-    pl_ctx_kv_stats(c, &ks);
-    pl_ctx_free(c);
-    pl_engine_params ep;
-    pl_engine_params_default(&ep);
-    params(&ep.ctx, false);
-    ep.ctx.max_seqs = 4;
-    ep.ctx.kv_mem = 40 * ks.block_bytes; /* 4 sequences of 220 tokens need about 4 x (14 + 4) blocks */
-    ep.max_batch_tokens = 64;
-    pl_engine *e = NULL;
-    setenv("PAGELLM_ENGINE_CHECK", "1", 1); /* rt_ctx_check and the scheduler's invariants every step */
-    int erc = pl_engine_new(&e, M3, &ep);
-    unsetenv("PAGELLM_ENGINE_CHECK");
-    CHECK_MSG(erc == 0, "%s", pl_last_error());
     enum { R = 4, G = 200 };
     int32_t prompts[R][20];
     const int32_t *pp[R];
@@ -263,16 +247,13 @@ TEST(engine_preemption_through_the_groups)
         for (int j = 0; j < 20; j++) prompts[i][j] = tok(j, i < 2 ? 10 : 10 + i); /* two share a prompt */
         pp[i] = prompts[i];
     }
-    int n[R], errors, done;
-    CHECK_MSG(engine_run_greedy(e, pp, 20, R, G, n, &errors, &done) == 0, "%s", pl_last_error());
-    pl_engine_metrics mt;
-    pl_engine_metrics_get(e, &mt);
-    pl_engine_free(e);
+    /* 4 sequences of 220 tokens need about 4 x (14 + 4) blocks */
+    engine_run_result res;
+    CHECK_MSG(engine_preempt_run(M3, &cp, 40, 4, pp, 20, R, G, &res) == 0, "%s", pl_last_error());
     INFO("layer groups in 40 blocks, %d requests x %d tokens: %llu preemptions, %llu steps", R, G,
-         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
-    CHECK_MSG(errors == 0 && done == R, "%d errors, %d of %d done", errors, done, R);
-    for (int i = 0; i < R; i++) CHECK_EQ_INT(n[i], G);
-    CHECK(mt.preemptions > 0);
+         (unsigned long long)res.mt.preemptions, (unsigned long long)res.mt.steps);
+    char why[128];
+    CHECK_MSG(engine_run_complete(&res, R, G, why, sizeof why), "%s", why);
 }
 
 int main(void)

@@ -405,20 +405,9 @@ TEST(engine_generates_past_4w_like_the_api)
     ctx_params(&ep.ctx);
     ep.ctx.max_seqs = 2;
     pl_engine *e = NULL;
-    setenv("PAGELLM_ENGINE_CHECK", "1", 1); /* kv_check and the scheduler's invariants every step */
-    int erc = pl_engine_new(&e, M, &ep);
-    unsetenv("PAGELLM_ENGINE_CHECK");
-    CHECK_MSG(erc == 0, "%s", pl_last_error());
+    CHECK_MSG(engine_checked_new(&e, M, &ep) == 0, "%s", pl_last_error());
     pl_request_params rp;
-    memset(&rp, 0, sizeof rp);
-    rp.prompt = prompt->ids;
-    rp.n_prompt = P;
-    rp.max_tokens = G;
-    rp.n = 1;
-    pl_sampler_params_default(&rp.sampling);
-    rp.sampling.temperature = 0;
-    rp.ignore_eos = true;
-    rp.top_logprobs = -1;
+    engine_greedy_params(&rp, prompt->ids, P, G);
     pl_request *r = NULL;
     int n = 0, same = 1, done = 0;
     CHECK_MSG(pl_engine_submit(e, &rp, &r) == 0, "%s", pl_last_error());
@@ -446,22 +435,6 @@ TEST(engine_preemption_with_swa_keeps_every_invariant)
 {
     pl_ctx_params cp;
     ctx_params(&cp);
-    pl_ctx *c = NULL;
-    CHECK(pl_ctx_new(&c, M, &cp) == 0);
-    pl_kv_stats ks;
-    pl_ctx_kv_stats(c, &ks);
-    pl_ctx_free(c);
-    pl_engine_params ep;
-    pl_engine_params_default(&ep);
-    ctx_params(&ep.ctx);
-    ep.ctx.max_seqs = 4;
-    ep.ctx.kv_mem = 10 * ks.block_bytes; /* 4 sequences of up to 4 blocks each do not fit */
-    ep.max_batch_tokens = 64;
-    pl_engine *e = NULL;
-    setenv("PAGELLM_ENGINE_CHECK", "1", 1);
-    int erc = pl_engine_new(&e, M, &ep);
-    unsetenv("PAGELLM_ENGINE_CHECK");
-    CHECK_MSG(erc == 0, "%s", pl_last_error());
     enum { R = 4, G = 200 };
     int32_t prompts[R][20];
     const int32_t *pp[R];
@@ -469,16 +442,13 @@ TEST(engine_preemption_with_swa_keeps_every_invariant)
         for (int j = 0; j < 20; j++) prompts[i][j] = tok(j, 10 + i);
         pp[i] = prompts[i];
     }
-    int n[R], errors, done;
-    CHECK_MSG(engine_run_greedy(e, pp, 20, R, G, n, &errors, &done) == 0, "%s", pl_last_error());
-    pl_engine_metrics mt;
-    pl_engine_metrics_get(e, &mt);
-    pl_engine_free(e);
+    /* 4 sequences of up to 4 blocks each do not fit 10 */
+    engine_run_result res;
+    CHECK_MSG(engine_preempt_run(M, &cp, 10, 4, pp, 20, R, G, &res) == 0, "%s", pl_last_error());
     INFO("SWA 40 in 10 blocks, %d requests x %d tokens: %llu preemptions, %llu steps", R, G,
-         (unsigned long long)mt.preemptions, (unsigned long long)mt.steps);
-    CHECK_MSG(errors == 0 && done == R, "%d errors, %d of %d done", errors, done, R);
-    for (int i = 0; i < R; i++) CHECK_EQ_INT(n[i], G);
-    CHECK(mt.preemptions > 0);
+         (unsigned long long)res.mt.preemptions, (unsigned long long)res.mt.steps);
+    char why[128];
+    CHECK_MSG(engine_run_complete(&res, R, G, why, sizeof why), "%s", why);
 }
 
 TEST(params_errors_name_the_flags)
