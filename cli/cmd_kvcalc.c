@@ -4,6 +4,9 @@
  *                     (+ a block's scales shared by its tokens: fp8_e4m3)
  *   latent kind (MLA, --kv-lora-rank R --rope-dim D): one row a token and
  *   layer, bytes_per_token = layers x (R + D) x bytes/elem
+ *   layer groups (--local-layers N --window W): the global layers keep
+ *   every token, each local group at most the blocks of its window
+ *   (pl_kv_size_of_groups); beside the one-table figures
  *   total_bytes     = bytes_per_token x ctx x batch        (the formula)
  *   allocated_bytes = ceil(ctx / block) x bytes_per_block x batch
  *                     (what a paged pool really holds: whole blocks)
@@ -27,6 +30,7 @@
 typedef struct {
     int layers, kv_heads, head_dim, heads, block;
     int kv_lora_rank, rope_dim; /* the latent kind when kv_lora_rank > 0 */
+    int local_layers, window;   /* layer groups when local_layers > 0 */
     uint64_t ctx, batch;
     const char *dtype_name;
     bool json;
@@ -37,6 +41,7 @@ typedef struct {
 typedef struct {
     uint64_t total, allocated, blocks_per_seq, tail_waste;
     double mha_bytes_per_token; /* 0 without --heads */
+    pl_kv_groups_size groups;   /* groups 0 without --local-layers */
 } kvcalc_result;
 
 /* An integer when exact, else a real (fp8_e4m3 scales shared by a block). */
@@ -83,14 +88,25 @@ static int kvcalc_parse(int argc, char **argv, kvcalc_args *a)
         {"kv-lora-rank", 0, CLI_INT, &a->kv_lora_rank, 1, 1000000, "R",
          "the latent (MLA) kind instead of K/V heads: kv_lora_rank values a token and layer (with --rope-dim)"},
         {"rope-dim", 0, CLI_INT, &a->rope_dim, 1, 1000000, "D", "with --kv-lora-rank: the shared RoPE key's dims"},
+        {"local-layers", 0, CLI_INT, &a->local_layers, 1, 1000000, "N",
+         "layer groups (gemma2/3): N of the layers attend over the last --window positions only"},
+        {"window", 0, CLI_INT, &a->window, 2, 1 << 24, "W", "with --local-layers: the local layers' window"},
         {"json", 0, CLI_FLAG, &a->json, 0, 0, NULL, "print JSON"},
         {0},
     };
     const char *pos[1];
     int npos = 0;
     int rc = cli_parse(KVCALC, "--layers L (--kv-heads H --head-dim D | --kv-lora-rank R --rope-dim D) [--dtype T] "
-                       "[--ctx S] [--batch B] [--json]", opts, argc, argv, pos, 0, &npos);
+                       "[--local-layers N --window W] [--ctx S] [--batch B] [--json]", opts, argc, argv, pos, 0, &npos);
     if (rc != CLI_OK) return rc;
+    if ((a->local_layers > 0) != (a->window > 0) || a->local_layers >= (a->layers ? a->layers : 1)) {
+        cli_error(KVCALC, "--local-layers N and --window W go together, N below --layers (some layers global)");
+        return CLI_USAGE;
+    }
+    if (a->local_layers && (a->kv_lora_rank || a->rope_dim)) {
+        cli_error(KVCALC, "--local-layers: layer groups are for K/V heads, not the latent kind");
+        return CLI_USAGE;
+    }
     if (a->kv_lora_rank || a->rope_dim) return kvcalc_parse_latent(a);
     const char *missing = !a->layers ? "--layers" : !a->kv_heads ? "--kv-heads" : !a->head_dim ? "--head-dim" : NULL;
     if (missing) { cli_error(KVCALC, "%s is required (see --help)", missing); return CLI_USAGE; }
@@ -135,6 +151,14 @@ static int kvcalc_compute(const kvcalc_args *a, kvcalc_result *r)
         pl_kv_size s;
         if (pl_kv_size_of(&mha, a->dtype, &s) == 0) r->mha_bytes_per_token = s.bytes_per_token;
     }
+    memset(&r->groups, 0, sizeof r->groups);
+    if (a->local_layers) { /* per sequence, times the batch below */
+        pl_kv_shape sh = {(uint32_t)a->layers, (uint32_t)a->kv_heads, (uint32_t)a->head_dim, (uint32_t)a->block};
+        if (pl_kv_size_of_groups(&sh, (uint32_t)a->local_layers, (uint32_t)a->window, a->dtype, a->ctx, &r->groups) ||
+            __builtin_mul_overflow(r->groups.global_bytes, a->batch, &r->groups.global_bytes) ||
+            __builtin_mul_overflow(r->groups.local_bytes, a->batch, &r->groups.local_bytes))
+            return -1;
+    }
     return 0;
 }
 
@@ -168,6 +192,15 @@ static void kvcalc_print_json(const kvcalc_args *a, const kvcalc_result *r)
         json_object_set_new(o, "gqa_saved_bytes_per_token",
                             kvcalc_json_num(r->mha_bytes_per_token - a->size.bytes_per_token));
     }
+    if (a->local_layers) {
+        const pl_kv_groups_size *g = &r->groups;
+        json_object_set_new(o, "layer_groups",
+                            json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I}", "local_layers", a->local_layers,
+                                      "window", a->window, "groups", (int)g->groups, "slots", (int)g->slots,
+                                      "bytes_per_block", (json_int_t)g->bytes_per_block, "global_bytes",
+                                      (json_int_t)g->global_bytes, "local_bytes", (json_int_t)g->local_bytes,
+                                      "total_bytes", (json_int_t)(g->global_bytes + g->local_bytes)));
+    }
     json_dumpf(o, stdout, JSON_INDENT(2));
     fputc('\n', stdout);
     json_decref(o);
@@ -194,6 +227,18 @@ static void kvcalc_print_text(const kvcalc_args *a, const kvcalc_result *r)
     if (a->size.stage_bytes) /* KIVI, fp8_e4m3: the f16 block being filled, per sequence, outside the pool */
         printf("  stage bytes       %llu (%s) per sequence: the f16 block being filled, besides the blocks\n",
                (unsigned long long)a->size.stage_bytes, cli_human_bytes((double)a->size.stage_bytes, h, sizeof h));
+    if (r->groups.groups) {
+        const pl_kv_groups_size *g = &r->groups;
+        char h2[32], h3[32], h4[32];
+        printf("  layer groups      %u of %u layers local (window %d) in %u groups of %u layers a block: global %s "
+               "(every token) + local %s (their windows) = %s allocated, against %s in one table\n",
+               a->local_layers, a->layers, a->window, g->groups, g->slots, cli_human_bytes((double)g->global_bytes, h, sizeof h),
+               cli_human_bytes((double)g->local_bytes, h2, sizeof h2),
+               cli_human_bytes((double)(g->global_bytes + g->local_bytes), h3, sizeof h3),
+               cli_human_bytes((double)r->allocated, h4, sizeof h4));
+    } else if (a->local_layers) {
+        printf("  layer groups      none for this shape (too many local groups for the global layers): one table\n");
+    }
     if (a->heads) {
         double saved = r->mha_bytes_per_token - bpt;
         printf("  GQA: %d query heads share %d KV heads (%dx): MHA would need %.10g bytes per token;"

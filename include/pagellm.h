@@ -82,6 +82,25 @@ int pl_kv_size_of(const pl_kv_shape *shape, pl_kv_dtype dt, pl_kv_size *out);
 int pl_kv_size_of_latent(uint32_t n_layers, uint32_t kv_lora_rank, uint32_t rope_dim, uint32_t block_size,
                          pl_kv_dtype dt, pl_kv_size *out);
 
+/* Layer groups (gemma2/3): local_layers of shape's n_layers attend over the
+ * last `window` positions only. One sequence of ctx tokens holds, in blocks
+ * of the global layers' count: the global group's ceil(ctx / block) blocks,
+ * and per local group (the local layers cut into groups of that count, the
+ * last padded) at most ceil((window - 1) / block) + 1 blocks, against
+ * ceil(ctx / block) blocks of all layers in one table. groups = 0 when the
+ * shape has no layer groups (no local or no global layer, window < 2, too
+ * many groups); the one-table figure is filled then too. */
+typedef struct {
+    uint32_t groups;          /* the global group + the local ones; 0: none */
+    uint32_t slots;           /* layers one block holds */
+    uint64_t bytes_per_block; /* one block of `slots` layers */
+    uint64_t global_bytes;    /* the global group's blocks for ctx tokens */
+    uint64_t local_bytes;     /* the local groups' blocks at most */
+    uint64_t one_table_bytes; /* one table of all layers for ctx tokens */
+} pl_kv_groups_size;
+int pl_kv_size_of_groups(const pl_kv_shape *shape, uint32_t local_layers, uint32_t window, pl_kv_dtype dt,
+                         uint64_t ctx, pl_kv_groups_size *out);
+
 /* ------------------------------------------------------- file inspection */
 
 #define PL_MAX_TYPES 32

@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "kv/kv_dtype.h"
+#include "kv/kv_groups.h"
 #include "kv/kv_pool.h"
 
 #include <assert.h>
@@ -68,5 +69,38 @@ int pl_kv_size_of_latent(uint32_t n_layers, uint32_t kv_lora_rank, uint32_t rope
     out->bytes_per_token = g.bytes_per_token;
     out->bytes_per_block = g.block_bytes;
     out->stage_bytes = 0;
+    return 0;
+}
+
+int pl_kv_size_of_groups(const pl_kv_shape *shape, uint32_t local_layers, uint32_t window, pl_kv_dtype dt,
+                         uint64_t ctx, pl_kv_groups_size *out)
+{
+    if (!shape || !out) return err_set(PL_EINVAL, "pl_kv_size_of_groups: NULL argument");
+    if (local_layers > shape->n_layers)
+        return err_set(PL_EINVAL, "layer groups: %u local layers of %u", local_layers, shape->n_layers);
+    pl_kv_size one;
+    int rc = pl_kv_size_of(shape, dt, &one);
+    if (rc) return rc;
+    const uint64_t T = shape->block_size, blocks = (ctx + T - 1) / T;
+    *out = (pl_kv_groups_size){.one_table_bytes = blocks * one.bytes_per_block};
+    if (shape->n_layers > KV_GROUPS_MAX_LAYERS) return 0;
+    bool local[KV_GROUPS_MAX_LAYERS];
+    for (uint32_t l = 0; l < shape->n_layers; l++) local[l] = l >= shape->n_layers - local_layers;
+    kv_groups g;
+    kv_groups_plan(&g, shape->n_layers, local, window);
+    if (g.n_groups == 0) return 0;
+    pl_kv_shape gs = *shape;
+    gs.n_layers = g.slots;
+    pl_kv_size b;
+    rc = pl_kv_size_of(&gs, dt, &b);
+    if (rc) return rc;
+    /* before an append at p a local table keeps blocks p / T back to (p + 1 - W) / T */
+    uint64_t held = (window - 1 + T - 1) / T + 1;
+    if (held > blocks) held = blocks;
+    out->groups = g.n_groups;
+    out->slots = g.slots;
+    out->bytes_per_block = b.bytes_per_block;
+    out->global_bytes = blocks * b.bytes_per_block;
+    out->local_bytes = (uint64_t)(g.n_groups - 1) * held * b.bytes_per_block;
     return 0;
 }

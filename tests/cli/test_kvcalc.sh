@@ -66,6 +66,15 @@ field kvcalc_gqa_ratio .gqa_ratio 4 -- $L8 --heads 32
 field kvcalc_gqa_mha_bytes .mha_bytes_per_token 524288 -- $L8 --heads 32
 field kvcalc_gqa_saved .gqa_saved_bytes_per_token 393216 -- $L8 --heads 32
 
+# Layer groups: gemma3-1b (26 layers, 22 local, W 512, 1 KV head of 256) at 32K: blocks of the 4
+# global layers (16 x 16 KiB + 64 pad = 65600 B); 2048 of them global, 6 local groups x 33 blocks
+G3="--layers 26 --kv-heads 1 --head-dim 256 --local-layers 22 --window 512 --ctx 32768"
+field kvcalc_groups_global .layer_groups.global_bytes $((2048 * 65600)) -- $G3
+field kvcalc_groups_local .layer_groups.local_bytes $((6 * 33 * 65600)) -- $G3
+field kvcalc_groups_count .layer_groups.groups 7 -- $G3
+expect_exit kvcalc_groups_need_a_global_layer 2 "--local-layers" -- "$PAGELLM" kvcalc --layers 4 --kv-heads 1 --head-dim 8 --local-layers 4 --window 8
+expect_exit kvcalc_groups_window_alone 2 "--window" -- "$PAGELLM" kvcalc $L8 --window 64
+
 out=$("$PAGELLM" kvcalc $L70 --dtype bf16 --heads 64 2>&1)
 check kvcalc_text_per_token grep -q "bytes per token *327680 (320.00 KiB)" <<<"$out"
 check kvcalc_text_gqa grep -q "GQA: 64 query heads share 8 KV heads (8x)" <<<"$out"
