@@ -157,3 +157,16 @@ int kv_glocal_check(const kv_glocal *x, const kv_groups *g, uint32_t n)
                           (unsigned long long)base - 1, g->window, n);
     return 0;
 }
+
+int kv_groups_check_owners(kv_pool *pool, kv_seq *const *tables, const uint8_t *group, size_t n)
+{
+    memset(pool->scratch, 0, (size_t)pool->n_blocks * sizeof *pool->scratch);
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < tables[i]->n_blocks; j++) {
+            const uint32_t b = tables[i]->table[j], mark = (uint32_t)group[i] + 1;
+            if (pool->scratch[b] && pool->scratch[b] != mark)
+                return GROUPS_BAD("block %u is in tables of groups %u and %u", b, pool->scratch[b] - 1, group[i]);
+            pool->scratch[b] = mark;
+        }
+    return 0;
+}

@@ -117,4 +117,10 @@ uint32_t kv_glocal_tables(kv_glocal *x, const kv_groups *g, kv_seq **out);
  * PL_EFORMAT naming the first violation. */
 int kv_glocal_check(const kv_glocal *x, const kv_groups *g, uint32_t n);
 
+/* A block belongs to one group at a time (its slots hold that group's
+ * layers): no block is named by tables of two groups. group[i] is the
+ * group of tables[i]. Uses pool->scratch (run it after kv_check, not
+ * during). 0, or PL_EFORMAT naming the block. */
+int kv_groups_check_owners(kv_pool *pool, kv_seq *const *tables, const uint8_t *group, size_t n);
+
 #endif

@@ -193,6 +193,13 @@ int rt_ctx_check(rt_ctx *c)
     int rc = kv_check(&c->pool, live, n);
     for (uint32_t i = 0; !rc && rt_groups_on(c) && i < c->p.max_seqs; i++)
         if (c->seqs[i].alive) rc = kv_glocal_check(&c->seqs[i].lg, &c->kg, c->seqs[i].kv.n_tokens);
+    if (!rc && rt_groups_on(c)) { /* ctx_tables' order: the global tables, then each sequence's local ones */
+        uint8_t *group = mem_calloc(n ? n : 1, 1);
+        if (!group) return PL_ENOMEM;
+        for (size_t i = n_glob; i < n; i++) group[i] = (uint8_t)(1 + (i - n_glob) % (c->kg.n_groups - 1));
+        rc = kv_groups_check_owners(&c->pool, live, group, n);
+        free(group);
+    }
     if (!rc && c->prefix_ok) rc = prefix_check(&c->pc);
     return rc;
 }
