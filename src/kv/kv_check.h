@@ -1,6 +1,9 @@
 /* kv_check.h - the pool's accounting (kv_stats_get) and the invariant walk
  * over the pool and its live sequences (kv_check). Both run at any moment
- * without allocating (they use pool->scratch). */
+ * without allocating (they use pool->scratch). Layer groups pass every
+ * group's tables here, and add their own invariants (kv_groups.h:
+ * kv_glocal_check, kv_groups_check_owners); the runtime's rt_ctx_check runs
+ * them all. */
 #ifndef PL_KV_CHECK_H
 #define PL_KV_CHECK_H
 

@@ -4,7 +4,8 @@
  *   struct pl_ctx
  *   |  p (rt_params)       m (the model, not owned)
  *   |  pool --- pc (prefix cache over the pool; prefix_ok)
- *   |  seqs[max_seqs]: rt_seq { kv (block table), stage, tokens[n_ctx], ... }
+ *   |  seqs[max_seqs]: rt_seq { kv (block table), stage, tokens[n_ctx], lg (the local
+ *   |                  groups' tables with layer groups), ... }
  *   |  b_* (one batch's scratch), fs (the forward pass's scratch)
  *
  * A sequence slot is live iff alive; a free slot is all zero.

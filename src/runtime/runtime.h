@@ -15,6 +15,8 @@
  *   rt_stage.c   staged KV dtypes: the stage across cuts
  *   rt_window.c  kv_window with sinks and sliding-window attention: drops,
  *                re-rotation, pieces, and the blocks an append will take
+ *   rt_groups.c  layer groups (kv/kv_groups.h): the local groups' tables
+ *                beside the global one, their batch, prefix hits across groups
  *
  * Invariant: for every live slot, kv.n_tokens == n_tokens (its history),
  * except in no-cache mode where the KV is emptied after every append.
