@@ -10,7 +10,9 @@
  *   {"block_size":16, "blocks_total":N, "blocks_used":.., "blocks_cached":..,
  *    "blocks_free":.., "block_bytes":.., "tokens":.., "utilisation":..,
  *    "kv_dtype":"f16", "kv_kind":"kv" (or "latent": one row a token and layer,
- *    head_dim = kv_lora_rank + rope dims), "n_layers":.., "n_kv_heads":.., "head_dim":..,
+ *    head_dim = kv_lora_rank + rope dims; or "layer_groups" with "layer_groups",
+ *    "global_bytes", "local_bytes": n_layers is then a block's layer slots and a
+ *    sequence's "blocks" its global group's), "n_layers":.., "n_kv_heads":.., "head_dim":..,
  *    "bytes_per_token":.., "pool_bytes":..,
  *    "bytes_allocated":.., "bytes_live":.., "bytes_wasted":..,
  *    "running":.., "waiting":.., "steps":.., "preemptions":..,
@@ -259,7 +261,12 @@ char *eng_kv_snap_json(const eng_kv_snap *s, unsigned flags)
     jset_int(root, "tokens", (long long)st->tokens);
     json_object_set_new(root, "utilisation", json_real(st->utilisation));
     json_object_set_new(root, "kv_dtype", json_string(s->dtype));
-    json_object_set_new(root, "kv_kind", json_string(s->latent ? "latent" : "kv"));
+    json_object_set_new(root, "kv_kind", json_string(s->latent ? "latent" : st->layer_groups ? "layer_groups" : "kv"));
+    if (st->layer_groups) { /* the sequences' blocks below are the global group's; the local ones are counted here */
+        jset_int(root, "layer_groups", st->layer_groups);
+        jset_int(root, "global_bytes", (long long)st->global_bytes);
+        jset_int(root, "local_bytes", (long long)st->local_bytes);
+    }
     jset_int(root, "n_layers", s->n_layers);
     jset_int(root, "n_kv_heads", s->n_kv_heads);
     jset_int(root, "head_dim", s->head_dim);
