@@ -9,6 +9,8 @@
  *   - logits bit for bit equal with layer groups and with one table, token
  *     by token and with a prompt prefilled in pieces, and the local groups
  *     hold at most the window's blocks while the global one keeps all;
+ *   - gemma3 at the 110m shape (6 groups of 2 slots): three sequences in
+ *     batched steps give one table's logits bit for bit;
  *   - several sequences, forks and prefix hits with the context's checks
  *     (kv_check over every table, the groups' invariants, prefix_check)
  *     after every step; a prefix hit gives the logits a fresh context
@@ -172,6 +174,53 @@ static int feed(pl_ctx *c, int32_t s, const int32_t *ids, int n, float *logits)
     return rc;
 }
 
+/* gemma3 at the 110m shape: 12 layers, 10 local, so 6 groups of 2 slots.
+ * Three sequences decode in batched steps (pl_seq_step) past 3W; every
+ * step's logits equal one table's bit for bit, and the checks hold. */
+TEST(batched_steps_over_six_groups)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/pagellm-test-lg110-%d.gguf", (int)getpid());
+    pl_synth_params sp = {.shape = "110m", .seed = 7, .type = "q8_0", .out_path = path, .arch = "gemma3"};
+    pl_model *m = NULL;
+    CHECK_MSG(pl_synth(&sp) == 0 && pl_model_load(&m, path) == 0, "%s", pl_last_error());
+    unlink(path);
+    enum { S = 3, P = 20, N = 3 * W + 10 };
+    const size_t nv = pl_model_n_vocab(m);
+    pl_ctx *c[2] = {NULL, NULL};
+    int32_t seq[2][S];
+    float *l[2] = {malloc(sizeof(float) * nv * S), malloc(sizeof(float) * nv * S)};
+    int bad = -1;
+    for (int k = 0; k < 2 && bad < 0; k++) {
+        pl_ctx_params p;
+        params(&p, k == 1);
+        p.max_seqs = S;
+        CHECK_MSG(pl_ctx_new(&c[k], m, &p) == 0, "%s", pl_last_error());
+        for (int i = 0; i < S; i++) {
+            int32_t ids[P];
+            for (int j = 0; j < P; j++) ids[j] = tok(j, 20 + i);
+            CHECK(pl_seq_new(c[k], &seq[k][i]) == 0 && pl_seq_append(c[k], seq[k][i], ids, P, l[k] + i * nv) == 0);
+        }
+    }
+    CHECK(rt_ctx_groups(c[0]) && rt_ctx_groups(c[0])->n_groups == 6 && rt_ctx_groups(c[0])->slots == 2);
+    for (int step = 0; step < N && bad < 0; step++) {
+        int32_t next[S];
+        for (int i = 0; i < S; i++) next[i] = tok(step, 30 + i);
+        for (int k = 0; k < 2; k++) CHECK_MSG(pl_seq_step(c[k], seq[k], next, S, l[k]) == 0, "%s", pl_last_error());
+        CHECK_MSG(rt_ctx_check(c[0]) == 0, "step %d: %s", step, pl_last_error());
+        if (memcmp(l[0], l[1], sizeof(float) * nv * S)) bad = step;
+    }
+    CHECK_MSG(bad < 0, "step %d: logits differ with 6 layer groups", bad);
+    pl_kv_stats st;
+    pl_ctx_kv_stats(c[0], &st);
+    INFO("6 groups, %d sequences of %d tokens: global %llu bytes, local %llu", S, P + N,
+         (unsigned long long)st.global_bytes, (unsigned long long)st.local_bytes);
+    for (int k = 0; k < 2; k++) pl_ctx_free(c[k]);
+    free(l[0]);
+    free(l[1]);
+    pl_model_free(m);
+}
+
 TEST(forks_prefix_hits_and_truncation_keep_every_invariant)
 {
     enum { N = 5 * W + 7 };
@@ -269,6 +318,7 @@ int main(void)
         return 1;
     }
     RUN(groups_equal_one_table_bit_for_bit_past_the_window);
+    RUN(batched_steps_over_six_groups);
     RUN(forks_prefix_hits_and_truncation_keep_every_invariant);
     RUN(engine_preemption_through_the_groups);
     pl_model_free(M2);
