@@ -373,7 +373,7 @@ uint64_t pl_seq_n_dropped(const pl_ctx *c, int32_t seq);
 typedef struct {
     uint32_t block_size;
     uint32_t blocks_total, blocks_used, blocks_cached, blocks_free;
-    double bytes_per_token;   /* by the formula, for the context's KV dtype */
+    double bytes_per_token;   /* by the formula, for the context's KV dtype (layer groups: of a block's layers) */
     uint64_t block_bytes;     /* one block as allocated */
     uint64_t pool_bytes;      /* the whole pool */
     uint64_t tokens;          /* live tokens over all sequences */
