@@ -1,0 +1,135 @@
+/* kern_avx512_kgemm.c - the AVX-512 (VNNI) GEMM on kern_kpack.c's packed
+ * groups of Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
+ * (kern_kgemm, kern_impl.h): the batched path of these formats.
+ *
+ * One tile is one group of 16 weight rows (the 16 int32 lanes) against
+ * nx <= 8 activation rows. Per 64-byte weight vector (4 values of each
+ * row) one vpdpbusd per activation row, its 4 activation bytes a
+ * broadcast operand: 8 rows reuse one weight load, and no lane is ever
+ * summed across. Per sub-block the lanes' int32 sums are scaled by the
+ * rows' scales (vpmullo) into a per-super-block int32 sum; the offset or
+ * min term is 8 vpdpwssd of the group's int16 pairs against the
+ * activation's bsums (broadcast pairs). All of it exact, so the float
+ * part is the reference's own operations per super-block, in its order
+ * (kern_ref.c, kern_ref_quants.c):
+ *
+ *   s = s + (d * y.d) * (float)isum          (Q6_K, IQ4_XS: isum + pairs)
+ *   s = s - (dmin * y.d) * (float)msum       (Q4_K, Q5_K: msum = pairs)
+ *
+ * with no fused multiply-add (the build's -std=c11 contracts none, here
+ * or there), and so the same bits as the reference tile.
+ */
+#include "kernels/kern_impl.h"
+#include "kernels/avx512_intrin.h"
+
+#ifdef PL_HAVE_AVX512_CODE
+
+#include <string.h>
+
+#include "tensor/blocks.h"
+
+/* 4 bytes at p broadcast to the 16 lanes (the compiler folds it into the
+ * vpdpbusd/vpdpwssd as a {1to16} memory operand). */
+K5AI __m512i kg_bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* One group wp (nw rows stored) against NX rows of Q8_K x (xs bytes
+ * apart): y[r * ys + c] for c < nw. SB: values per sub-block (32, or 16
+ * for Q6_K); MIN: the pairs are a min term (Q4_K, Q5_K), else added to
+ * the integer sum. */
+K5AI void kg_tile(int SB, bool MIN, int NX, int nb, float *y, size_t ys, const uint8_t *wp, int nw,
+                  const uint8_t *x, size_t xs)
+{
+    __m512 s[KERN_KPACK_NX];
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) s[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *sl = wp + (size_t)b * KPACK_SLAB;
+        const block_q8_K *xb[KERN_KPACK_NX];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) xb[r] = (const block_q8_K *)(x + r * xs) + b;
+        __m512i isum[KERN_KPACK_NX];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) isum[r] = _mm512_setzero_si512();
+        for (int j = 0; j < QK_K / SB; j++) {
+            __m512i acc[KERN_KPACK_NX];
+#pragma GCC unroll 8
+            for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int v = j * SB / 4; v < (j + 1) * SB / 4; v++) {
+                const __m512i wv = _mm512_load_si512((const void *)(sl + 64 * v));
+#pragma GCC unroll 8
+                for (int r = 0; r < NX; r++) acc[r] = _mm512_dpbusd_epi32(acc[r], wv, kg_bcast4(xb[r]->qs + 4 * v));
+            }
+            const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(sl + KPACK_SC + 16 * j)));
+#pragma GCC unroll 8
+            for (int r = 0; r < NX; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(acc[r], scv));
+        }
+        __m512i ps[KERN_KPACK_NX];
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) ps[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m512i pv = _mm512_load_si512((const void *)(sl + KPACK_PAIRS + 64 * i));
+#pragma GCC unroll 8
+            for (int r = 0; r < NX; r++) ps[r] = _mm512_dpwssd_epi32(ps[r], pv, kg_bcast4(xb[r]->bsums + 2 * i));
+        }
+        const __m512 dv = _mm512_load_ps((const float *)(sl + KPACK_D));
+        const __m512 dmv = _mm512_load_ps((const float *)(sl + KPACK_DMIN));
+#pragma GCC unroll 8
+        for (int r = 0; r < NX; r++) {
+            const __m512 xd = _mm512_set1_ps(xb[r]->d);
+            if (MIN) {
+                s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_mul_ps(dv, xd), _mm512_cvtepi32_ps(isum[r])));
+                s[r] = _mm512_sub_ps(s[r], _mm512_mul_ps(_mm512_mul_ps(dmv, xd), _mm512_cvtepi32_ps(ps[r])));
+            } else {
+                const __m512i t = _mm512_add_epi32(isum[r], ps[r]);
+                s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_mul_ps(dv, xd), _mm512_cvtepi32_ps(t)));
+            }
+        }
+    }
+    const __mmask16 keep = nw >= KERN_KPACK_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << nw) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; r++) _mm512_mask_storeu_ps(y + r * ys, keep, s[r]);
+}
+
+/* Every tile height its own instantiation (accumulators in registers). */
+#define KG_DRIVER(name, SB, MIN)                                                                       \
+    static K5 void name(int n, float *y, size_t ys, const uint8_t *wp, int nw, const void *x, size_t xs,\
+                        int nx)                                                                        \
+    {                                                                                                  \
+        const int nb = n / QK_K;                                                                       \
+        const uint8_t *xq = x;                                                                         \
+        switch (nx) {                                                                                  \
+        case 1: kg_tile(SB, MIN, 1, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        case 2: kg_tile(SB, MIN, 2, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        case 3: kg_tile(SB, MIN, 3, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        case 4: kg_tile(SB, MIN, 4, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        case 5: kg_tile(SB, MIN, 5, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        case 6: kg_tile(SB, MIN, 6, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        case 7: kg_tile(SB, MIN, 7, nb, y, ys, wp, nw, xq, xs); break;                                 \
+        default: kg_tile(SB, MIN, 8, nb, y, ys, wp, nw, xq, xs); break;                                \
+        }                                                                                              \
+    }
+
+KG_DRIVER(kgemm_min_x512, 32, true)   /* Q4_K, Q5_K */
+KG_DRIVER(kgemm_sb32_x512, 32, false) /* IQ4_XS */
+KG_DRIVER(kgemm_sb16_x512, 16, false) /* Q6_K */
+
+void kern_avx512_fill_kgemm(kern_vtable *t)
+{
+    t->kgemm[DT_Q4_K].gemm = kgemm_min_x512;
+    t->kgemm[DT_Q5_K].gemm = kgemm_min_x512;
+    t->kgemm[DT_IQ4_XS].gemm = kgemm_sb32_x512;
+    t->kgemm[DT_Q6_K].gemm = kgemm_sb16_x512;
+}
+
+#else
+
+void kern_avx512_fill_kgemm(kern_vtable *t) { (void)t; }
+
+#endif
