@@ -786,7 +786,7 @@ TEST(packed_matmul_equals_reference)
 /* The K-quant/IQ4_XS packed GEMM (kern_kgemm) of every SIMD variant that
  * has one, tile by tile: one packed group of nw rows (partial groups
  * included) against nx = 1..KERN_KPACK_NX rows equals the reference tile
- * bit for bit, on random blocks and on extreme ones (every byte 0xFF or
+ * bit for bit, and the variant's own packing writes kern_kpack_group's bytes, on random blocks and on extreme ones (every byte 0xFF or
  * random, so the largest quants and scales, with a small finite d) against
  * activations of all +-127. */
 TEST(kgemm_tiles_equal_reference)
@@ -817,10 +817,18 @@ TEST(kgemm_tiles_equal_reference)
                     }
                     const size_t xr = dtype_row_bytes(DT_Q8_K, (uint64_t)n);
                     uint8_t *xa = malloc(xr * M), *wp = aligned_alloc(64, kern_kpack_group_bytes(n));
+                    uint8_t *wp2 = aligned_alloc(64, kern_kpack_group_bytes(n));
                     for (int r = 0; r < M; r++) kern_vt_ref.conv[DT_Q8_K](xa + r * xr, x + (size_t)r * n, n);
                     for (int wi = 0; wi < 3 && !why[0]; wi++) {
                         const int nw = nws[wi];
                         kern_kpack_group(t, wp, w, wr, nw, n);
+                        if (vs[v]->kgemm[t].pack) { /* the variant's packing: the same bytes */
+                            memset(wp2, 0x5A, kern_kpack_group_bytes(n));
+                            vs[v]->kgemm[t].pack(t, wp2, w, wr, nw, n);
+                            if (memcmp(wp, wp2, kern_kpack_group_bytes(n)) != 0)
+                                snprintf(why, sizeof why, "%s %s n=%d pattern %d nw=%d: packing differs from kern_kpack_group",
+                                         vs[v]->name, dtype_get(t)->name, n, pat, nw);
+                        }
                         for (int nx = 1; nx <= M && !why[0]; nx++) {
                             float yr[KERN_KPACK_NX][KERN_KPACK_ROWS], yv[KERN_KPACK_NX][KERN_KPACK_ROWS];
                             memset(yv, 0xAB, sizeof yv); /* lanes past nw must stay */
@@ -839,7 +847,7 @@ TEST(kgemm_tiles_equal_reference)
                                 }
                         }
                     }
-                    free(w), free(x), free(xa), free(wp);
+                    free(w), free(x), free(xa), free(wp), free(wp2);
                 }
         }
     CHECK_MSG(!why[0], "%s", why);

@@ -27,6 +27,18 @@
 #include <string.h>
 
 #include "tensor/blocks.h"
+#include "tensor/dtype.h"
+
+/* The emulation build (tests/avx512.sh) runs one generic tile: the 24
+ * unrolled instantiations on SIMDe's vectors took cc1 over 10 minutes and
+ * 2.6 GB. */
+#ifdef PL_AVX512_EMU
+#define KG_TILE_FN static
+#define KG_UNROLL _Pragma("GCC unroll 1")
+#else
+#define KG_TILE_FN K5AI
+#define KG_UNROLL _Pragma("GCC unroll 8")
+#endif
 
 /* 4 bytes at p broadcast to the 16 lanes (the compiler folds it into the
  * vpdpbusd/vpdpwssd as a {1to16} memory operand). */
@@ -41,46 +53,46 @@ K5AI __m512i kg_bcast4(const void *p)
  * apart): y[r * ys + c] for c < nw. SB: values per sub-block (32, or 16
  * for Q6_K); MIN: the pairs are a min term (Q4_K, Q5_K), else added to
  * the integer sum. */
-K5AI void kg_tile(int SB, bool MIN, int NX, int nb, float *y, size_t ys, const uint8_t *wp, int nw,
+KG_TILE_FN void kg_tile(int SB, bool MIN, int NX, int nb, float *y, size_t ys, const uint8_t *wp, int nw,
                   const uint8_t *x, size_t xs)
 {
     __m512 s[KERN_KPACK_NX];
-#pragma GCC unroll 8
+KG_UNROLL
     for (int r = 0; r < NX; r++) s[r] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *sl = wp + (size_t)b * KPACK_SLAB;
         const block_q8_K *xb[KERN_KPACK_NX];
-#pragma GCC unroll 8
+KG_UNROLL
         for (int r = 0; r < NX; r++) xb[r] = (const block_q8_K *)(x + r * xs) + b;
         __m512i isum[KERN_KPACK_NX];
-#pragma GCC unroll 8
+KG_UNROLL
         for (int r = 0; r < NX; r++) isum[r] = _mm512_setzero_si512();
         for (int j = 0; j < QK_K / SB; j++) {
             __m512i acc[KERN_KPACK_NX];
-#pragma GCC unroll 8
+KG_UNROLL
             for (int r = 0; r < NX; r++) acc[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
+KG_UNROLL
             for (int v = j * SB / 4; v < (j + 1) * SB / 4; v++) {
                 const __m512i wv = _mm512_load_si512((const void *)(sl + 64 * v));
-#pragma GCC unroll 8
+KG_UNROLL
                 for (int r = 0; r < NX; r++) acc[r] = _mm512_dpbusd_epi32(acc[r], wv, kg_bcast4(xb[r]->qs + 4 * v));
             }
             const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(sl + KPACK_SC + 16 * j)));
-#pragma GCC unroll 8
+KG_UNROLL
             for (int r = 0; r < NX; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(acc[r], scv));
         }
         __m512i ps[KERN_KPACK_NX];
-#pragma GCC unroll 8
+KG_UNROLL
         for (int r = 0; r < NX; r++) ps[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
+KG_UNROLL
         for (int i = 0; i < 8; i++) {
             const __m512i pv = _mm512_load_si512((const void *)(sl + KPACK_PAIRS + 64 * i));
-#pragma GCC unroll 8
+KG_UNROLL
             for (int r = 0; r < NX; r++) ps[r] = _mm512_dpwssd_epi32(ps[r], pv, kg_bcast4(xb[r]->bsums + 2 * i));
         }
         const __m512 dv = _mm512_load_ps((const float *)(sl + KPACK_D));
         const __m512 dmv = _mm512_load_ps((const float *)(sl + KPACK_DMIN));
-#pragma GCC unroll 8
+KG_UNROLL
         for (int r = 0; r < NX; r++) {
             const __m512 xd = _mm512_set1_ps(xb[r]->d);
             if (MIN) {
@@ -93,7 +105,7 @@ K5AI void kg_tile(int SB, bool MIN, int NX, int nb, float *y, size_t ys, const u
         }
     }
     const __mmask16 keep = nw >= KERN_KPACK_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << nw) - 1);
-#pragma GCC unroll 8
+KG_UNROLL
     for (int r = 0; r < NX; r++) _mm512_mask_storeu_ps(y + r * ys, keep, s[r]);
 }
 
@@ -120,11 +132,78 @@ KG_DRIVER(kgemm_min_x512, 32, true)   /* Q4_K, Q5_K */
 KG_DRIVER(kgemm_sb32_x512, 32, false) /* IQ4_XS */
 KG_DRIVER(kgemm_sb16_x512, 16, false) /* Q6_K */
 
+/* IQ4_XS's values + 128 (kern_kpack.c's u) of one super-block: sub-block
+ * j's 16 bytes hold its values l (low nibbles) and 16 + l (high). */
+K5AI void kg_iq4_xs_values(uint8_t *u, const block_iq4_xs *w)
+{
+    const __m128i tab = _mm_add_epi8(_mm_loadu_si128((const __m128i *)quant_iq4nl_values), _mm_set1_epi8((char)0x80));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int j = 0; j < 8; j++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(w->qs + 16 * j));
+        _mm_storeu_si128((__m128i *)(u + 32 * j), _mm_shuffle_epi8(tab, _mm_and_si128(q, m4)));
+        _mm_storeu_si128((__m128i *)(u + 32 * j + 16), _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(q, 4), m4)));
+    }
+}
+
+/* kern_kpack_group's bytes: the 16 rows' super-block unpacked one by one
+ * (kern_kpack_unpack), then their values moved into the slab's vectors by
+ * 16 x 16 transposes of 4-byte words in registers, not 64 scattered 4-byte
+ * stores per row (packing was a third of a 64-row product that way). */
+static K5 void kpack_x512(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
+{
+    const int nb = n / QK_K;
+    const size_t wb = dtype_row_bytes(t, QK_K);
+    kern_kpack_row rows[KERN_KPACK_ROWS];
+    if (nw < KERN_KPACK_ROWS) {
+        memset(dst, 0, kern_kpack_group_bytes(n)); /* the padding rows' scales */
+        memset(rows, 0, sizeof rows);              /* and values */
+    }
+    for (int b = 0; b < nb; b++) {
+        uint8_t *s = dst + (size_t)b * KPACK_SLAB;
+        for (int c = 0; c < nw; c++) {
+            const void *blk = w + (size_t)c * ws + (size_t)b * wb;
+            kern_kpack_unpack(t, &rows[c], blk, false);
+            if (t == DT_IQ4_XS) kg_iq4_xs_values(rows[c].u, blk);
+        }
+        for (int k = 0; k < QK_K / 64; k++) {
+            __m512i r[16], tt[16], u[16];
+            for (int c = 0; c < 16; c++) r[c] = _mm512_load_si512((const void *)(rows[c].u + 64 * k));
+            for (int c = 0; c < 16; c += 2) {
+                tt[c] = _mm512_unpacklo_epi32(r[c], r[c + 1]);
+                tt[c + 1] = _mm512_unpackhi_epi32(r[c], r[c + 1]);
+            }
+            /* u[4g + e], 128-bit lane L: element 4L + e of rows 4g..4g+3 */
+            for (int g = 0; g < 4; g++) {
+                u[4 * g + 0] = _mm512_unpacklo_epi64(tt[4 * g], tt[4 * g + 2]);
+                u[4 * g + 1] = _mm512_unpackhi_epi64(tt[4 * g], tt[4 * g + 2]);
+                u[4 * g + 2] = _mm512_unpacklo_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+                u[4 * g + 3] = _mm512_unpackhi_epi64(tt[4 * g + 1], tt[4 * g + 3]);
+            }
+            /* vector 16k + 4L + e: lane L of u[e], u[4 + e], u[8 + e], u[12 + e] */
+            uint8_t *q = s + 64 * 16 * k;
+            for (int e = 0; e < 4; e++) {
+                const __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xDD);
+                const __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
+                const __m512i v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xDD);
+                _mm512_store_si512((void *)(q + 64 * (0 + e)), _mm512_shuffle_i32x4(v0, v2, 0x88));
+                _mm512_store_si512((void *)(q + 64 * (8 + e)), _mm512_shuffle_i32x4(v0, v2, 0xDD));
+                _mm512_store_si512((void *)(q + 64 * (4 + e)), _mm512_shuffle_i32x4(v1, v3, 0x88));
+                _mm512_store_si512((void *)(q + 64 * (12 + e)), _mm512_shuffle_i32x4(v1, v3, 0xDD));
+            }
+        }
+        kern_kpack_slab_tail(s, rows, nw);
+    }
+}
+
 void kern_avx512_fill_kgemm(kern_vtable *t)
 {
+    t->kgemm[DT_Q4_K].pack = kpack_x512;
     t->kgemm[DT_Q4_K].gemm = kgemm_min_x512;
+    t->kgemm[DT_Q5_K].pack = kpack_x512;
     t->kgemm[DT_Q5_K].gemm = kgemm_min_x512;
+    t->kgemm[DT_IQ4_XS].pack = kpack_x512;
     t->kgemm[DT_IQ4_XS].gemm = kgemm_sb32_x512;
+    t->kgemm[DT_Q6_K].pack = kpack_x512;
     t->kgemm[DT_Q6_K].gemm = kgemm_sb16_x512;
 }
 

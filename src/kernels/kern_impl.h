@@ -153,6 +153,8 @@ typedef struct {
 typedef struct {
     void (*gemm)(int n, float *y, size_t y_stride, const uint8_t *wp, int nw, const void *x, size_t x_stride,
                  int nx);
+    /* kern_kpack_group's bytes, faster (the variant's own), or NULL: kern_kpack_group */
+    void (*pack)(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
 } kern_kgemm;
 
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
@@ -261,6 +263,20 @@ const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
 bool kern_kpack_layout(uint32_t t);
 size_t kern_kpack_group_bytes(int n);
 void kern_kpack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+/* The pieces a variant's faster packing (kern_kgemm.pack) is built from:
+ * one row's super-block blk unpacked (the values u, the scales, the pairs,
+ * d and dmin of kern_kpack.c's table; IQ4_XS's values only if iq4_values:
+ * a table lookup per value the compiler does not vectorize, which the
+ * variant does with a byte shuffle), and everything of a slab s but the
+ * quants, from rows 0..nw-1. */
+typedef struct {
+    _Alignas(64) uint8_t u[256];
+    int8_t sc[16];
+    int16_t pair[8][2];
+    float d, dmin;
+} kern_kpack_row;
+void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool iq4_values);
+void kern_kpack_slab_tail(uint8_t *s, const kern_kpack_row *rows, int nw);
 /* One super-block of a group (KPACK_SLAB bytes): the quants, vector v
  * (0..63) at 64 v holding values 4v..4v+3 of row c at bytes 4c..4c+3;
  * per sub-block j the 16 rows' scales as int8 (KPACK_SC + 16 j); eight

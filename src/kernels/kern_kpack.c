@@ -55,16 +55,8 @@ bool kern_kpack_layout(uint32_t t)
 
 size_t kern_kpack_group_bytes(int n) { return (size_t)(n / QK_K) * KPACK_SLAB; }
 
-/* One row's super-block b unpacked: the values u, the scales, the pairs,
- * d and dmin (see the table above). */
-typedef struct {
-    uint8_t u[QK_K];
-    int8_t sc[16];
-    int16_t pair[8][2];
-    float d, dmin;
-} kp_block;
 
-static void kp_q4_K(kp_block *o, const block_q4_K *w)
+static void kp_q4_K(kern_kpack_row *restrict o, const block_q4_K *restrict w)
 {
     /* loops of constant length on bytes, so that the compiler vectorizes them */
     for (int g = 0; g < 4; g++)
@@ -81,7 +73,7 @@ static void kp_q4_K(kp_block *o, const block_q4_K *w)
     o->d = f16_to_f32(w->d), o->dmin = f16_to_f32(w->dmin);
 }
 
-static void kp_q5_K(kp_block *o, const block_q5_K *w)
+static void kp_q5_K(kern_kpack_row *restrict o, const block_q5_K *restrict w)
 {
     for (int g = 0; g < 4; g++)
         for (int l = 0; l < 32; l++) {
@@ -97,7 +89,7 @@ static void kp_q5_K(kp_block *o, const block_q5_K *w)
     o->d = f16_to_f32(w->d), o->dmin = f16_to_f32(w->dmin);
 }
 
-static void kp_q6_K(kp_block *o, const block_q6_K *w)
+static void kp_q6_K(kern_kpack_row *restrict o, const block_q6_K *restrict w)
 {
     for (int h = 0; h < 2; h++)
         for (int l = 0; l < 32; l++) {
@@ -114,10 +106,10 @@ static void kp_q6_K(kp_block *o, const block_q6_K *w)
     o->d = f16_to_f32(w->d), o->dmin = 0.0f;
 }
 
-static void kp_iq4_xs(kp_block *o, const block_iq4_xs *w)
+static void kp_iq4_xs(kern_kpack_row *restrict o, const block_iq4_xs *restrict w, bool values)
 {
     for (int j = 0; j < 8; j++) {
-        for (int l = 0; l < 16; l++) {
+        for (int l = 0; values && l < 16; l++) {
             o->u[32 * j + l] = (uint8_t)(quant_iq4nl_values[w->qs[16 * j + l] & 0xF] + 128);
             o->u[32 * j + l + 16] = (uint8_t)(quant_iq4nl_values[w->qs[16 * j + l] >> 4] + 128);
         }
@@ -128,25 +120,37 @@ static void kp_iq4_xs(kp_block *o, const block_iq4_xs *w)
     o->d = f16_to_f32(w->d), o->dmin = 0.0f;
 }
 
+void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool iq4_values)
+{
+    memset(o->sc, 0, sizeof o->sc);
+    if (t == DT_Q4_K) kp_q4_K(o, blk);
+    else if (t == DT_Q5_K) kp_q5_K(o, blk);
+    else if (t == DT_Q6_K) kp_q6_K(o, blk);
+    else kp_iq4_xs(o, blk, iq4_values);
+}
+
+void kern_kpack_slab_tail(uint8_t *s, const kern_kpack_row *rows, int nw)
+{
+    for (int c = 0; c < nw; c++) {
+        for (int j = 0; j < 16; j++) s[KPACK_SC + 16 * j + c] = (uint8_t)rows[c].sc[j];
+        for (int i = 0; i < 8; i++) memcpy(s + KPACK_PAIRS + 64 * i + 4 * c, rows[c].pair[i], 4);
+        memcpy(s + KPACK_D + 4 * c, &rows[c].d, 4);
+        memcpy(s + KPACK_DMIN + 4 * c, &rows[c].dmin, 4);
+    }
+}
+
 void kern_kpack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
 {
     const int nb = n / QK_K;
     const size_t wb = dtype_row_bytes(t, QK_K);
     if (nw < KERN_KPACK_ROWS) memset(dst, 0, kern_kpack_group_bytes(n)); /* the padding rows */
-    for (int c = 0; c < nw; c++)
-        for (int b = 0; b < nb; b++) {
-            const void *blk = w + (size_t)c * ws + (size_t)b * wb;
-            kp_block o;
-            memset(o.sc, 0, sizeof o.sc);
-            if (t == DT_Q4_K) kp_q4_K(&o, blk);
-            else if (t == DT_Q5_K) kp_q5_K(&o, blk);
-            else if (t == DT_Q6_K) kp_q6_K(&o, blk);
-            else kp_iq4_xs(&o, blk);
-            uint8_t *s = dst + (size_t)b * KPACK_SLAB;
-            for (int v = 0; v < QK_K / 4; v++) memcpy(s + 64 * v + 4 * c, o.u + 4 * v, 4);
-            for (int j = 0; j < 16; j++) s[KPACK_SC + 16 * j + c] = (uint8_t)o.sc[j];
-            for (int i = 0; i < 8; i++) memcpy(s + KPACK_PAIRS + 64 * i + 4 * c, o.pair[i], 4);
-            memcpy(s + KPACK_D + 4 * c, &o.d, 4);
-            memcpy(s + KPACK_DMIN + 4 * c, &o.dmin, 4);
+    kern_kpack_row o[KERN_KPACK_ROWS];
+    for (int b = 0; b < nb; b++) {
+        uint8_t *s = dst + (size_t)b * KPACK_SLAB;
+        for (int c = 0; c < nw; c++) {
+            kern_kpack_unpack(t, &o[c], w + (size_t)c * ws + (size_t)b * wb, true);
+            for (int v = 0; v < QK_K / 4; v++) memcpy(s + 64 * v + 4 * c, o[c].u + 4 * v, 4);
         }
+        kern_kpack_slab_tail(s, o, nw);
+    }
 }

@@ -48,9 +48,11 @@
  *   dots_match_llama_cpp). Rows go KERN_DOT_NX_MAX at a time; a row is the
  *   same whatever m <= KERN_DOT_MAX_M.
  * - ggml rows, m > KERN_DOT_MAX_M: the GEMM tiles (for Q8_0/Q4_0 the
- *   packed GEMM, packing each chunk per call; F16 is not packed per call:
+ *   packed GEMM, packing each chunk per call; for Q4_K, Q5_K, Q6_K and
+ *   IQ4_XS the variant's kern_kgemm where it has one, packing each chunk
+ *   per call into kern_kpack.c's layout; F16 is not packed per call:
  *   its transposition cost 7x the product at m = 8), every element in one fixed
- *   order (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
+ *   order (the reference's for Q8_0/Q4_0 and kern_kgemm), so a row is the same bit for bit
  *   whatever m > KERN_DOT_MAX_M. The two orders agree within rounding
  *   (tests/test_kernels.c checks every property above).
  *
@@ -328,8 +330,8 @@ static void mm_kpack_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     }
     for (int g = 0; g < ng; g++) {
         const int c = c0 + g * R;
-        kern_kpack_group(p->wtype, buf + (size_t)g * p->gb, p->w + (size_t)c * p->w_row, p->w_row,
-                         c1 - c < R ? c1 - c : R, j->n_in);
+        (p->kg.pack ? p->kg.pack : kern_kpack_group)(p->wtype, buf + (size_t)g * p->gb, p->w + (size_t)c * p->w_row,
+                                                     p->w_row, c1 - c < R ? c1 - c : R, j->n_in);
     }
     const int m = j->m, n_in = j->n_in, gx = mm_row_group(m, KERN_KPACK_NX);
     const size_t gb = p->gb, x_row = p->x_row, n_out = (size_t)p->n_out;
