@@ -1,5 +1,5 @@
 /* kern_avx512_kgemm.c - the AVX-512 (VNNI) GEMM on kern_kpack.c's packed
- * groups of Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
+ * groups of Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
  * (kern_kgemm, kern_impl.h): the batched path of these formats.
  *
  * One tile is one group of 16 weight rows (the 16 int32 lanes) against
@@ -13,7 +13,7 @@
  * part is the reference's own operations per super-block, in its order
  * (kern_ref.c, kern_ref_quants.c):
  *
- *   s = s + (d * y.d) * (float)isum          (Q6_K, IQ4_XS: isum + pairs)
+ *   s = s + (d * y.d) * (float)isum          (Q3_K, Q6_K, IQ4_XS: isum + pairs)
  *   s = s - (dmin * y.d) * (float)msum       (Q4_K, Q5_K: msum = pairs)
  *
  * with no fused multiply-add (the build's -std=c11 contracts none, here
@@ -130,7 +130,7 @@ KG_UNROLL
 
 KG_DRIVER(kgemm_min_x512, 32, true)   /* Q4_K, Q5_K */
 KG_DRIVER(kgemm_sb32_x512, 32, false) /* IQ4_XS */
-KG_DRIVER(kgemm_sb16_x512, 16, false) /* Q6_K */
+KG_DRIVER(kgemm_sb16_x512, 16, false) /* Q3_K, Q6_K */
 
 /* IQ4_XS's values + 128 (kern_kpack.c's u) of one super-block: sub-block
  * j's 16 bytes hold its values l (low nibbles) and 16 + l (high). */
@@ -203,6 +203,8 @@ void kern_avx512_fill_kgemm(kern_vtable *t)
     t->kgemm[DT_Q5_K].gemm = kgemm_min_x512;
     t->kgemm[DT_IQ4_XS].pack = kpack_x512;
     t->kgemm[DT_IQ4_XS].gemm = kgemm_sb32_x512;
+    t->kgemm[DT_Q3_K].pack = kpack_x512;
+    t->kgemm[DT_Q3_K].gemm = kgemm_sb16_x512;
     t->kgemm[DT_Q6_K].pack = kpack_x512;
     t->kgemm[DT_Q6_K].gemm = kgemm_sb16_x512;
 }

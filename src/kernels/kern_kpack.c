@@ -1,4 +1,4 @@
-/* kern_kpack.c - the packed layout of Q4_K, Q5_K, Q6_K and IQ4_XS weights
+/* kern_kpack.c - the packed layout of Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights
  * for the batched GEMM (kern_kgemm, kern_impl.h), and its packing.
  *
  * Why: a dot-layout tile (one weight row against 4 activation rows)
@@ -27,10 +27,11 @@
  *   Q4_K    32  q (0..15)       sc (0..63)     (m_i, m_i): the min term, times dmin
  *   Q5_K    32  q (0..31)       sc (0..63)     (m_i, m_i): the min term, times dmin
  *   Q6_K    16  q (0..63)       sc (int8)      (-32 sc_2i, -32 sc_2i+1)
+ *   Q3_K    16  q + 4 (0..7)    sc - 32        (-4 sc_2i, -4 sc_2i+1)
  *   IQ4_XS  32  value + 128     ls - 32        (-128 sc_i, -128 sc_i)
  *
  * so that per super-block sum_j sc_j (u.y)_j + sum_i pair_i . bsums_i is
- * the reference's exact integer sum (Q6_K, IQ4_XS), or the two sums are
+ * the reference's exact integer sum (Q3_K, Q6_K, IQ4_XS), or the two sums are
  * the reference's isum and msum (Q4_K, Q5_K). The tile's bound: |u.y| over
  * a sub-block <= 32 * 241 * 127 < 2^20, times |sc| <= 128 and summed over
  * 16 sub-blocks < 2^31.
@@ -50,7 +51,7 @@
 
 bool kern_kpack_layout(uint32_t t)
 {
-    return t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K || t == DT_IQ4_XS;
+    return t == DT_Q3_K || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K || t == DT_IQ4_XS;
 }
 
 size_t kern_kpack_group_bytes(int n) { return (size_t)(n / QK_K) * KPACK_SLAB; }
@@ -106,6 +107,21 @@ static void kp_q6_K(kern_kpack_row *restrict o, const block_q6_K *restrict w)
     o->d = f16_to_f32(w->d), o->dmin = 0.0f;
 }
 
+static void kp_q3_K(kern_kpack_row *restrict o, const block_q3_K *restrict w)
+{
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++)
+                o->u[128 * h + 32 * k + l] =
+                    (uint8_t)(((w->qs[32 * h + l] >> (2 * k)) & 3) | (((w->hmask[l] >> (4 * h + k)) & 1) << 2));
+    for (int j = 0; j < 16; j++) {
+        const int sc = block_q3_K_scale(j, w->scales) - 32;
+        o->sc[j] = (int8_t)sc;
+        o->pair[j / 2][j % 2] = (int16_t)(-4 * sc);
+    }
+    o->d = f16_to_f32(w->d), o->dmin = 0.0f;
+}
+
 static void kp_iq4_xs(kern_kpack_row *restrict o, const block_iq4_xs *restrict w, bool values)
 {
     for (int j = 0; j < 8; j++) {
@@ -126,6 +142,7 @@ void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool iq4_
     if (t == DT_Q4_K) kp_q4_K(o, blk);
     else if (t == DT_Q5_K) kp_q5_K(o, blk);
     else if (t == DT_Q6_K) kp_q6_K(o, blk);
+    else if (t == DT_Q3_K) kp_q3_K(o, blk);
     else kp_iq4_xs(o, blk, iq4_values);
 }
 
