@@ -20,7 +20,9 @@
  * reduction), never on nw, nx, the position in the tile or the thread. So
  * kern_matmul's rows are bit-identical whatever m > KERN_DOT_MAX_M (any m
  * for a type without decode dot tiles, and any m for weights packed at
- * load), batching or threads; the tests check it. Tiling only decides which
+ * load; for the K-quants and IQ4_XS with kern_kgemm, within each band of
+ * m below and from KERN_KPACK_MIN_M), batching or threads; the tests
+ * check it. Tiling only decides which
  * values sit in registers.
  *
  * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_MAX_M
@@ -150,6 +152,14 @@ typedef struct {
  * threads or variant, and equal the reference's. */
 #define KERN_KPACK_ROWS 16
 #define KERN_KPACK_NX 8
+/* Activation rows from which kern_matmul takes kern_kgemm: packing costs
+ * about 20-30 rows of the product (AVX-512, 2048 x 5632, one thread: Q4_K
+ * breaks even near m = 20, Q6_K near 64, Q3_K at once, docs/speed.md),
+ * so below it the GEMM tiles stay. Rows of KERN_DOT_MAX_M < m <
+ * KERN_KPACK_MIN_M are the same bits whatever m in that band, rows of
+ * m >= KERN_KPACK_MIN_M the reference's bits; the two agree within
+ * rounding. */
+#define KERN_KPACK_MIN_M 32
 typedef struct {
     void (*gemm)(int n, float *y, size_t y_stride, const uint8_t *wp, int nw, const void *x, size_t x_stride,
                  int nx);
