@@ -56,6 +56,17 @@ bool kern_kpack_layout(uint32_t t)
 
 size_t kern_kpack_group_bytes(int n) { return (size_t)(n / QK_K) * KPACK_SLAB; }
 
+/* Q4_K's and Q5_K's scales, mins (as pairs), d and dmin. */
+static void kp_scales_mins(kern_kpack_row *restrict o, const uint8_t *scales, uint16_t d, uint16_t dmin)
+{
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        block_q4_K_scale_min(j, scales, &sc, &m);
+        o->sc[j] = (int8_t)sc;
+        o->pair[j][0] = o->pair[j][1] = m;
+    }
+    o->d = f16_to_f32(d), o->dmin = f16_to_f32(dmin);
+}
 
 static void kp_q4_K(kern_kpack_row *restrict o, const block_q4_K *restrict w)
 {
@@ -65,13 +76,7 @@ static void kp_q4_K(kern_kpack_row *restrict o, const block_q4_K *restrict w)
             o->u[64 * g + l] = w->qs[32 * g + l] & 0xF;
             o->u[64 * g + 32 + l] = w->qs[32 * g + l] >> 4;
         }
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        block_q4_K_scale_min(j, w->scales, &sc, &m);
-        o->sc[j] = (int8_t)sc;
-        o->pair[j][0] = o->pair[j][1] = m;
-    }
-    o->d = f16_to_f32(w->d), o->dmin = f16_to_f32(w->dmin);
+    kp_scales_mins(o, w->scales, w->d, w->dmin);
 }
 
 static void kp_q5_K(kern_kpack_row *restrict o, const block_q5_K *restrict w)
@@ -81,13 +86,7 @@ static void kp_q5_K(kern_kpack_row *restrict o, const block_q5_K *restrict w)
             o->u[64 * g + l] = (uint8_t)((w->qs[32 * g + l] & 0xF) | (((w->qh[l] >> (2 * g)) & 1) << 4));
             o->u[64 * g + 32 + l] = (uint8_t)((w->qs[32 * g + l] >> 4) | (((w->qh[l] >> (2 * g + 1)) & 1) << 4));
         }
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        block_q4_K_scale_min(j, w->scales, &sc, &m);
-        o->sc[j] = (int8_t)sc;
-        o->pair[j][0] = o->pair[j][1] = m;
-    }
-    o->d = f16_to_f32(w->d), o->dmin = f16_to_f32(w->dmin);
+    kp_scales_mins(o, w->scales, w->d, w->dmin);
 }
 
 static void kp_q6_K(kern_kpack_row *restrict o, const block_q6_K *restrict w)

@@ -274,6 +274,18 @@ static void mm_gemm_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     }
 }
 
+/* This thread's buffer for weights packed per call; out of memory is fatal
+ * (a tile has no way to fail). */
+static uint8_t *mm_pack_buf(size_t bytes)
+{
+    uint8_t *b = mm_scratch_get(MM_SCRATCH_PACK, bytes);
+    if (!b) {
+        fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
+        abort();
+    }
+    return b;
+}
+
 /* The packed paths: the chunk's groups (packed at load, or packed now into
  * this thread's buffer), swept once per group of activation rows. The m
  * rows go in equal groups of at most pk->nx (AVX2: 8, so m = 8 sweeps the
@@ -286,11 +298,7 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     if (p->mode == MM_PACKED) {
         buf = p->w + (size_t)(c0 / R) * p->gb; /* chunks are whole groups */
     } else {
-        uint8_t *b = mm_scratch_get(MM_SCRATCH_PACK, (size_t)ng * p->gb);
-        if (!b) {
-            fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
-            abort();
-        }
+        uint8_t *b = mm_pack_buf((size_t)ng * p->gb);
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * R;
             kern_pack_group(p->wtype, b + (size_t)g * p->gb, p->w + (size_t)c * p->w_row, p->w_row,
@@ -323,11 +331,7 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 static void mm_kpack_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
     const int R = KERN_KPACK_ROWS, ng = (c1 - c0 + R - 1) / R;
-    uint8_t *buf = mm_scratch_get(MM_SCRATCH_PACK, (size_t)ng * p->gb);
-    if (!buf) {
-        fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
-        abort();
-    }
+    uint8_t *buf = mm_pack_buf((size_t)ng * p->gb);
     for (int g = 0; g < ng; g++) {
         const int c = c0 + g * R;
         (p->kg.pack ? p->kg.pack : kern_kpack_group)(p->wtype, buf + (size_t)g * p->gb, p->w + (size_t)c * p->w_row,
