@@ -581,8 +581,8 @@ TEST(threaded_matmul_equals_single)
  *   the same row computed alone (m = 1);
  * - m > KERN_DOT_MAX_M (GEMM): every row equals, bit for bit, the same row
  *   of the full 33-row product: THE INVARIANT of kern_impl.h (the K-quants
- *   and IQ4_XS with kern_kgemm: below KERN_KPACK_MIN_M, of the
- *   KERN_KPACK_MIN_M - 1 row product);
+ *   and IQ4_XS with kern_kgemm: below its min_m, of the widest product
+ *   below it);
  * - the GEMM agrees with the reference within the SIMD tolerance (exactly
  *   for Q8_0/Q4_0 with packed tiles and the K-quants and IQ4_XS with
  *   kern_kgemm tiles: their SIMD paths perform the reference's own float
@@ -601,7 +601,7 @@ TEST(gemm_bit_identical_to_single_rows)
         const int n_in = blk == 1 ? 259 : blk == 32 ? 288 : 512;
         for (int oi = 0; oi < 4 && !why[0]; oi++) {
             const int n_out = n_outs[oi], M = 33;
-            _Static_assert(KERN_KPACK_MIN_M <= 33, "the 33-row product reaches kern_kgemm");
+            _Static_assert(KERN_KPACK_MIN_M <= 33, "the 33-row product reaches kern_kgemm (most types)");
             mm_case c;
             case_make(&c, t, M, n_in, n_out, 5000 + (uint64_t)(ti * 8 + oi));
             const size_t ny = (size_t)M * n_out;
@@ -620,7 +620,8 @@ TEST(gemm_bit_identical_to_single_rows)
                 case_naive(&c, k / n_out, k % n_out, &mag);
                 const double tol = TOL_SIMD_VS_REF * mag + 1e-30;
                 /* the packed GEMMs perform the reference's own float operations */
-                const bool exact = ((t == DT_Q8_0 || t == DT_Q4_0) && kern_vt.packed[t].gemm) || kern_vt.kgemm[t].gemm;
+                const bool exact = ((t == DT_Q8_0 || t == DT_Q4_0) && kern_vt.packed[t].gemm) ||
+                                   (kern_vt.kgemm[t].gemm && M >= kern_vt.kgemm[t].min_m);
                 const double tol_gemm = exact ? 0.0 : tol;
                 const char *what = NULL;
                 double a = 0, b = 0;
@@ -635,10 +636,11 @@ TEST(gemm_bit_identical_to_single_rows)
             /* the K-quants and IQ4_XS with kern_kgemm: the GEMM tiles below
              * KERN_KPACK_MIN_M rows, a band of its own (its widest product) */
             const bool banded = kern_vt.kgemm[t].gemm && kern_kpack_layout(t);
+            const int kmin = banded ? kern_vt.kgemm[t].min_m : 0, mid_m = kmin - 1 < M ? kmin - 1 : M;
             float *mid = malloc(sizeof(float) * ny);
             if (banded) {
-                kern_matmul(mid, c.x, c.w, t, KERN_KPACK_MIN_M - 1, n_in, n_out, NULL);
-                for (int k = 0; k < (KERN_KPACK_MIN_M - 1) * n_out && !why[0]; k++) {
+                kern_matmul(mid, c.x, c.w, t, mid_m, n_in, n_out, NULL);
+                for (int k = 0; k < mid_m * n_out && !why[0]; k++) {
                     double mag;
                     case_naive(&c, k / n_out, k % n_out, &mag);
                     if (!(fabs((double)mid[k] - ref[k]) <= TOL_SIMD_VS_REF * mag + 1e-30))
@@ -648,7 +650,7 @@ TEST(gemm_bit_identical_to_single_rows)
             }
             for (int m = 1; m <= M && !why[0]; m++) {
                 const size_t nm = (size_t)m * n_out;
-                const float *want = m <= KERN_DOT_MAX_M ? one : banded && m < KERN_KPACK_MIN_M ? mid : big;
+                const float *want = m <= KERN_DOT_MAX_M ? one : banded && m < kmin ? mid : big;
                 for (size_t k = 0; k < nm; k++) y[k] = y2[k] = NAN;
                 kern_matmul(y, c.x, c.w, t, m, n_in, n_out, NULL);
                 kern_matmul(y2, c.x, c.w, t, m, n_in, n_out, tp2);

@@ -213,16 +213,14 @@ static K5 void kpack_x512(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws,
 
 void kern_avx512_fill_kgemm(kern_vtable *t)
 {
-    t->kgemm[DT_Q4_K].pack = kpack_x512;
-    t->kgemm[DT_Q4_K].gemm = kgemm_min_x512;
-    t->kgemm[DT_Q5_K].pack = kpack_x512;
-    t->kgemm[DT_Q5_K].gemm = kgemm_min_x512;
-    t->kgemm[DT_IQ4_XS].pack = kpack_x512;
-    t->kgemm[DT_IQ4_XS].gemm = kgemm_sb32_x512;
-    t->kgemm[DT_Q3_K].pack = kpack_x512;
-    t->kgemm[DT_Q3_K].gemm = kgemm_sb16_x512;
-    t->kgemm[DT_Q6_K].pack = kpack_x512;
-    t->kgemm[DT_Q6_K].gemm = kgemm_sb16_x512;
+    /* Q6_K from 64 rows: its packing (6-bit values from two planes, 16
+     * scales) costs ~45 rows of the product, 1.16x the GEMM tiles' time
+     * at m = 32 (docs/speed.md) */
+    t->kgemm[DT_Q3_K] = (kern_kgemm){kgemm_sb16_x512, kpack_x512, KERN_KPACK_MIN_M};
+    t->kgemm[DT_Q4_K] = (kern_kgemm){kgemm_min_x512, kpack_x512, KERN_KPACK_MIN_M};
+    t->kgemm[DT_Q5_K] = (kern_kgemm){kgemm_min_x512, kpack_x512, KERN_KPACK_MIN_M};
+    t->kgemm[DT_Q6_K] = (kern_kgemm){kgemm_sb16_x512, kpack_x512, 2 * KERN_KPACK_MIN_M};
+    t->kgemm[DT_IQ4_XS] = (kern_kgemm){kgemm_sb32_x512, kpack_x512, KERN_KPACK_MIN_M};
 }
 
 #else

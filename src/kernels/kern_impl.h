@@ -21,7 +21,7 @@
  * kern_matmul's rows are bit-identical whatever m > KERN_DOT_MAX_M (any m
  * for a type without decode dot tiles, and any m for weights packed at
  * load; for the K-quants and IQ4_XS with kern_kgemm, within each band of
- * m below and from KERN_KPACK_MIN_M), batching or threads; the tests
+ * m below and from its min_m), batching or threads; the tests
  * check it. Tiling only decides which
  * values sit in registers.
  *
@@ -152,12 +152,12 @@ typedef struct {
  * threads or variant, and equal the reference's. */
 #define KERN_KPACK_ROWS 16
 #define KERN_KPACK_NX 8
-/* Activation rows from which kern_matmul takes kern_kgemm: packing costs
- * about 20-30 rows of the product (AVX-512, 2048 x 5632, one thread: Q4_K
- * breaks even near m = 20, Q6_K near 64, Q3_K at once, docs/speed.md),
- * so below it the GEMM tiles stay. Rows of KERN_DOT_MAX_M < m <
- * KERN_KPACK_MIN_M are the same bits whatever m in that band, rows of
- * m >= KERN_KPACK_MIN_M the reference's bits; the two agree within
+/* Activation rows from which kern_matmul takes kern_kgemm (its min_m; a
+ * type may ask for more): packing costs about 20-45 rows of the product
+ * (AVX-512, 2048 x 5632, one thread: Q4_K breaks even near m = 20, Q6_K
+ * near 64, Q3_K at once, docs/speed.md), so below it the GEMM tiles stay.
+ * Rows of KERN_DOT_MAX_M < m < min_m are the same bits whatever m in that
+ * band, rows of m >= min_m the reference's bits; the two agree within
  * rounding. */
 #define KERN_KPACK_MIN_M 32
 typedef struct {
@@ -165,6 +165,7 @@ typedef struct {
                  int nx);
     /* kern_kpack_group's bytes, faster (the variant's own), or NULL: kern_kpack_group */
     void (*pack)(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+    int min_m; /* activation rows from which kern_matmul takes it (KERN_KPACK_MIN_M or more) */
 } kern_kgemm;
 
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one

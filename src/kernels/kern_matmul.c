@@ -49,7 +49,7 @@
  *   same whatever m <= KERN_DOT_MAX_M.
  * - ggml rows, m > KERN_DOT_MAX_M: the GEMM tiles (for Q8_0/Q4_0 the
  *   packed GEMM, packing each chunk per call; for Q4_K, Q5_K, Q6_K and
- *   IQ4_XS from m = KERN_KPACK_MIN_M the variant's kern_kgemm where it
+ *   IQ4_XS from m = kern_kgemm.min_m the variant's kern_kgemm where it
  *   has one, packing each chunk per call into kern_kpack.c's layout; F16 is not packed per call:
  *   its transposition cost 7x the product at m = 8), every element in one fixed
  *   order (the reference's for Q8_0/Q4_0 and kern_kgemm), so a row is the same bit for bit
@@ -559,7 +559,7 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         } else {
             p->w = wi->data;
             if (m <= KERN_DOT_MAX_M && vt->dot[wi->type]) p->mode = MM_DOT, p->dot = vt->dot[wi->type];
-            else if (vt->kgemm[wi->type].gemm && m >= KERN_KPACK_MIN_M && kern_kpack_layout(wi->type))
+            else if (vt->kgemm[wi->type].gemm && m >= vt->kgemm[wi->type].min_m && kern_kpack_layout(wi->type))
                 p->mode = MM_KPACK, p->kg = vt->kgemm[wi->type], p->gb = kern_kpack_group_bytes(n_in);
             else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && wi->type != DT_F16 &&
                      kern_pack_supports(wi->type, n_in))
