@@ -26,6 +26,7 @@
 #include "rng.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/threadpool.h"
@@ -579,11 +580,14 @@ TEST(threaded_matmul_equals_single)
  * - m <= KERN_DOT_MAX_M (decode dot tiles): every row equals, bit for bit,
  *   the same row computed alone (m = 1);
  * - m > KERN_DOT_MAX_M (GEMM): every row equals, bit for bit, the same row
- *   of the full 33-row product: THE INVARIANT of kern_impl.h;
- * - the GEMM agrees with the reference within the SIMD tolerance (Q8_0/Q4_0
- *   with packed tiles: exactly, their SIMD paths perform the reference's own
- *   float operations), and so does the decode path; a type without decode
- *   dot tiles takes the GEMM for every m, so its two results are equal. */
+ *   of the full 33-row product: THE INVARIANT of kern_impl.h (the K-quants
+ *   and IQ4_XS with kern_kgemm: below its min_m, of the widest product
+ *   below it);
+ * - the GEMM agrees with the reference within the SIMD tolerance (exactly
+ *   for Q8_0/Q4_0 with packed tiles and the K-quants and IQ4_XS with
+ *   kern_kgemm tiles: their SIMD paths perform the reference's own float
+ *   operations), and so does the decode path; a type without decode dot
+ *   tiles takes the GEMM for every m, so its two results are equal. */
 TEST(gemm_bit_identical_to_single_rows)
 {
     static const int n_outs[] = {1, 7, 33, 77};
@@ -597,6 +601,7 @@ TEST(gemm_bit_identical_to_single_rows)
         const int n_in = blk == 1 ? 259 : blk == 32 ? 288 : 512;
         for (int oi = 0; oi < 4 && !why[0]; oi++) {
             const int n_out = n_outs[oi], M = 33;
+            _Static_assert(KERN_KPACK_MIN_M <= 33, "the 33-row product reaches kern_kgemm (most types)");
             mm_case c;
             case_make(&c, t, M, n_in, n_out, 5000 + (uint64_t)(ti * 8 + oi));
             const size_t ny = (size_t)M * n_out;
@@ -614,7 +619,10 @@ TEST(gemm_bit_identical_to_single_rows)
                 double mag;
                 case_naive(&c, k / n_out, k % n_out, &mag);
                 const double tol = TOL_SIMD_VS_REF * mag + 1e-30;
-                const double tol_gemm = (t == DT_Q8_0 || t == DT_Q4_0) && kern_vt.packed[t].gemm ? 0.0 : tol;
+                /* the packed GEMMs perform the reference's own float operations */
+                const bool exact = ((t == DT_Q8_0 || t == DT_Q4_0) && kern_vt.packed[t].gemm) ||
+                                   (kern_vt.kgemm[t].gemm && M >= kern_vt.kgemm[t].min_m);
+                const double tol_gemm = exact ? 0.0 : tol;
                 const char *what = NULL;
                 double a = 0, b = 0;
                 if (!(fabs((double)big[k] - ref[k]) <= tol_gemm)) what = "GEMM vs ref", a = big[k], b = ref[k];
@@ -625,9 +633,24 @@ TEST(gemm_bit_identical_to_single_rows)
                     snprintf(why, sizeof why, "%s %s n_out=%d: y[%d][%d] %s: %.9g vs %.9g (|wx| %.3g)", kern_variant(),
                              dtype_get(t)->name, n_out, k / n_out, k % n_out, what, a, b, mag);
             }
+            /* the K-quants and IQ4_XS with kern_kgemm: the GEMM tiles below
+             * KERN_KPACK_MIN_M rows, a band of its own (its widest product) */
+            const bool banded = kern_vt.kgemm[t].gemm && kern_kpack_layout(t);
+            const int kmin = banded ? kern_vt.kgemm[t].min_m : 0, mid_m = kmin - 1 < M ? kmin - 1 : M;
+            float *mid = malloc(sizeof(float) * ny);
+            if (banded) {
+                kern_matmul(mid, c.x, c.w, t, mid_m, n_in, n_out, NULL);
+                for (int k = 0; k < mid_m * n_out && !why[0]; k++) {
+                    double mag;
+                    case_naive(&c, k / n_out, k % n_out, &mag);
+                    if (!(fabs((double)mid[k] - ref[k]) <= TOL_SIMD_VS_REF * mag + 1e-30))
+                        snprintf(why, sizeof why, "%s %s n_out=%d: y[%d][%d] GEMM tiles vs ref: %.9g vs %.9g", kern_variant(),
+                                 dtype_get(t)->name, n_out, k / n_out, k % n_out, mid[k], ref[k]);
+                }
+            }
             for (int m = 1; m <= M && !why[0]; m++) {
                 const size_t nm = (size_t)m * n_out;
-                const float *want = m <= KERN_DOT_MAX_M ? one : big;
+                const float *want = m <= KERN_DOT_MAX_M ? one : banded && m < kmin ? mid : big;
                 for (size_t k = 0; k < nm; k++) y[k] = y2[k] = NAN;
                 kern_matmul(y, c.x, c.w, t, m, n_in, n_out, NULL);
                 kern_matmul(y2, c.x, c.w, t, m, n_in, n_out, tp2);
@@ -636,8 +659,9 @@ TEST(gemm_bit_identical_to_single_rows)
                         snprintf(why, sizeof why,
                                  "%s %s m=%d n_out=%d: y[%zu][%zu] = %.9g (2 threads %.9g), %s %.9g: not batch-invariant",
                                  kern_variant(), dtype_get(t)->name, m, n_out, k / n_out, k % n_out, y[k], y2[k],
-                                 m <= KERN_DOT_MAX_M ? "alone" : "in the 33-row product", want[k]);
+                                 m <= KERN_DOT_MAX_M ? "alone" : "in the band's widest product", want[k]);
             }
+            free(mid);
             free(one);
             free(big);
             free(ref);
@@ -779,6 +803,77 @@ TEST(packed_matmul_equals_reference)
  * (m 1..8): the int16 accumulations (Q4_0's sums with their -8 sum x
  * start, Q8_0's pair products up to 2 * 128 * 127) must neither overflow
  * nor saturate, so the packed product equals the reference bit for bit. */
+/* The K-quant/IQ4_XS packed GEMM (kern_kgemm) of every SIMD variant that
+ * has one, tile by tile: one packed group of nw rows (partial groups
+ * included) against nx = 1..KERN_KPACK_NX rows equals the reference tile
+ * bit for bit, and the variant's own packing writes kern_kpack_group's bytes, on random blocks and on extreme ones (every byte 0xFF or
+ * random, so the largest quants and scales, with a small finite d) against
+ * activations of all +-127. */
+TEST(kgemm_tiles_equal_reference)
+{
+    static const uint32_t types[] = {DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    static const int ns[] = {256, 768, 4096}, nws[] = {1, 5, KERN_KPACK_ROWS};
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    char why[320] = "";
+    rng_seed(8900);
+    for (int v = 0; v < nv && !why[0]; v++)
+        for (int ti = 0; ti < 5 && !why[0]; ti++) {
+            const uint32_t t = types[ti];
+            if (!vs[v]->kgemm[t].gemm) continue;
+            for (int q = 0; q < 3 && !why[0]; q++)
+                for (int pat = 0; pat < 3 && !why[0]; pat++) {
+                    const int n = ns[q], rows = KERN_KPACK_ROWS, M = KERN_KPACK_NX;
+                    const size_t wr = dtype_row_bytes(t, (uint64_t)n), bb = dtype_row_bytes(t, QK_K);
+                    uint8_t *w = mm_weights_make(t, rows, n);
+                    float *x = mm_acts_make(M, n);
+                    for (int k = 0; pat > 0 && k < M * n; k++) x[k] = (rng_u32() & 1) ? 1.0f : -1.0f;
+                    for (int b = 0; pat > 0 && b < rows * n / QK_K; b++) {
+                        uint8_t *blk = w + (size_t)b * bb;
+                        for (size_t k = 0; k < bb; k++) blk[k] = pat == 1 ? 0xFF : (uint8_t)rng_u32();
+                        const uint16_t d = f32_to_f16(0.001f * (float)(1 + b % 7));
+                        const size_t d_at = t == DT_Q6_K ? offsetof(block_q6_K, d) : t == DT_Q3_K ? offsetof(block_q3_K, d) : 0;
+                        memcpy(blk + d_at, &d, 2);
+                        if (t == DT_Q4_K || t == DT_Q5_K) memcpy(blk + 2, &d, 2); /* dmin */
+                    }
+                    const size_t xr = dtype_row_bytes(DT_Q8_K, (uint64_t)n);
+                    uint8_t *xa = malloc(xr * M), *wp = aligned_alloc(64, kern_kpack_group_bytes(n));
+                    uint8_t *wp2 = aligned_alloc(64, kern_kpack_group_bytes(n));
+                    for (int r = 0; r < M; r++) kern_vt_ref.conv[DT_Q8_K](xa + r * xr, x + (size_t)r * n, n);
+                    for (int wi = 0; wi < 3 && !why[0]; wi++) {
+                        const int nw = nws[wi];
+                        kern_kpack_group(t, wp, w, wr, nw, n);
+                        if (vs[v]->kgemm[t].pack) { /* the variant's packing: the same bytes */
+                            memset(wp2, 0x5A, kern_kpack_group_bytes(n));
+                            vs[v]->kgemm[t].pack(t, wp2, w, wr, nw, n);
+                            if (memcmp(wp, wp2, kern_kpack_group_bytes(n)) != 0)
+                                snprintf(why, sizeof why, "%s %s n=%d pattern %d nw=%d: packing differs from kern_kpack_group",
+                                         vs[v]->name, dtype_get(t)->name, n, pat, nw);
+                        }
+                        for (int nx = 1; nx <= M && !why[0]; nx++) {
+                            float yr[KERN_KPACK_NX][KERN_KPACK_ROWS], yv[KERN_KPACK_NX][KERN_KPACK_ROWS];
+                            memset(yv, 0xAB, sizeof yv); /* lanes past nw must stay */
+                            kern_vt_ref.gemm[t].fn(n, &yr[0][0], rows, w, wr, nw, xa, xr, nx);
+                            vs[v]->kgemm[t].gemm(n, &yv[0][0], rows, wp, nw, xa, xr, nx);
+                            for (int r = 0; r < M && !why[0]; r++)
+                                for (int c = 0; c < rows && !why[0]; c++) {
+                                    uint32_t bits;
+                                    memcpy(&bits, &yv[r][c], 4);
+                                    const bool bad = r < nx && c < nw ? memcmp(&yv[r][c], &yr[r][c], 4) != 0
+                                                                      : bits != 0xABABABABu;
+                                    if (bad)
+                                        snprintf(why, sizeof why, "%s %s n=%d pattern %d nw=%d nx=%d: y[%d][%d] = %.9g, ref %.9g",
+                                                 vs[v]->name, dtype_get(t)->name, n, pat, nw, nx, r, c, yv[r][c],
+                                                 r < nx && c < nw ? yr[r][c] : 0.0f);
+                                }
+                        }
+                    }
+                    free(w), free(x), free(xa), free(wp), free(wp2);
+                }
+        }
+    CHECK_MSG(!why[0], "%s", why);
+}
+
 TEST(packed_matmul_extreme_values)
 {
     static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
@@ -1302,6 +1397,7 @@ int main(void)
     RUN(pack_round_trip);
     RUN(packed_matmul_equals_reference);
     RUN(packed_matmul_extreme_values);
+    RUN(kgemm_tiles_equal_reference);
     RUN(pack_f16_round_trip);
     RUN(packed_f16_matmul_same_bits);
     RUN(matmul_mats_equal_single);

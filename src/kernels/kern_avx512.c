@@ -59,6 +59,7 @@ static void avx512_tables_init(void)
         kern_avx512_fill_elem(t);
         kern_avx512_fill_f16p(t);
         kern_avx512_fill_quants(t);
+        kern_avx512_fill_kgemm(t);
     }
 }
 

@@ -27,6 +27,7 @@ void kern_vt_overlay(kern_vtable *dst, const kern_vtable *v)
         if (v->gemm[t].fn) dst->gemm[t] = v->gemm[t];
         if (v->dot[t]) dst->dot[t] = v->dot[t];
         if (v->packed[t].gemm) dst->packed[t] = v->packed[t];
+        if (v->kgemm[t].gemm) dst->kgemm[t] = v->kgemm[t];
         if (v->conv[t]) dst->conv[t] = v->conv[t];
     }
 #define KERN_TAKE(f) if (v->f) dst->f = v->f

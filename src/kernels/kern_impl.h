@@ -20,7 +20,9 @@
  * reduction), never on nw, nx, the position in the tile or the thread. So
  * kern_matmul's rows are bit-identical whatever m > KERN_DOT_MAX_M (any m
  * for a type without decode dot tiles, and any m for weights packed at
- * load), batching or threads; the tests check it. Tiling only decides which
+ * load; for the K-quants and IQ4_XS with kern_kgemm, within each band of
+ * m below and from its min_m), batching or threads; the tests
+ * check it. Tiling only decides which
  * values sit in registers.
  *
  * DECODE DOT TILES (dot[], optional per type): for m <= KERN_DOT_MAX_M
@@ -136,6 +138,36 @@ typedef struct {
     void (*pxf_row)(float *f, size_t rows, const void *x, int n);
 } kern_packed;
 
+/* Optional per-call packed GEMM of a K-quant or IQ4_XS type against Q8_K
+ * activations (kern_kpack.c has the layout and the packing): for m >
+ * KERN_DOT_MAX_M kern_matmul packs each chunk of ggml rows once into
+ * groups of KERN_KPACK_ROWS rows (the quants as unsigned bytes, four
+ * consecutive values of every row in one 64-byte vector, then per-row
+ * scales) and sweeps it against every group of nx activation rows, so a
+ * super-block is unpacked once per call instead of once per tile of 4
+ * rows. gemm: one group wp (nw <= KERN_KPACK_ROWS rows stored) against nx
+ * (1..KERN_KPACK_NX) rows of Q8_K x. Every element in the reference's
+ * float operations (exact integer sums per super-block, then its products
+ * and sums in its order), so rows are the same bits whatever m, nx,
+ * threads or variant, and equal the reference's. */
+#define KERN_KPACK_ROWS 16
+#define KERN_KPACK_NX 8
+/* Activation rows from which kern_matmul takes kern_kgemm (its min_m; a
+ * type may ask for more): packing costs about 20-45 rows of the product
+ * (AVX-512, 2048 x 5632, one thread: Q4_K breaks even near m = 20, Q6_K
+ * near 64, Q3_K at once, docs/speed.md), so below it the GEMM tiles stay.
+ * Rows of KERN_DOT_MAX_M < m < min_m are the same bits whatever m in that
+ * band, rows of m >= min_m the reference's bits; the two agree within
+ * rounding. */
+#define KERN_KPACK_MIN_M 32
+typedef struct {
+    void (*gemm)(int n, float *y, size_t y_stride, const uint8_t *wp, int nw, const void *x, size_t x_stride,
+                 int nx);
+    /* kern_kpack_group's bytes, faster (the variant's own), or NULL: kern_kpack_group */
+    void (*pack)(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+    int min_m; /* activation rows from which kern_matmul takes it (KERN_KPACK_MIN_M or more) */
+} kern_kgemm;
+
 /* Decode dot tile: nx (1..KERN_DOT_NX_MAX) activation rows against one
  * weight row (see DECODE DOT TILES above). */
 #define KERN_DOT_NX_MAX 2
@@ -155,6 +187,7 @@ typedef struct kern_vtable {
     kern_gemm gemm[DT_COUNT];    /* by weight type */
     kern_dot_fn dot[DT_COUNT];   /* by weight type; NULL = the GEMM tiles for every m */
     kern_packed packed[DT_COUNT]; /* by weight type; .gemm NULL = none */
+    kern_kgemm kgemm[DT_COUNT];   /* by weight type; .gemm NULL = none */
     kern_conv_fn conv[DT_COUNT]; /* by dot type: F16, BF16, Q8_0, Q8_K */
     void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
     void (*rope)(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base,
@@ -238,6 +271,37 @@ static inline const uint16_t *kern_pack_scales(const uint8_t *g, size_t gq, int 
     } while (0)
 void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
+/* kern_kpack.c: the K-quant/IQ4_XS packed layout (kern_kgemm). Whether t
+ * has one, bytes of one group of KERN_KPACK_ROWS rows of n values (a
+ * multiple of 64), and packing of nw <= KERN_KPACK_ROWS ggml rows (w,
+ * stride ws) into one group (rows past nw zero). */
+bool kern_kpack_layout(uint32_t t);
+size_t kern_kpack_group_bytes(int n);
+void kern_kpack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+/* The pieces a variant's faster packing (kern_kgemm.pack) is built from:
+ * one row's super-block blk unpacked (the values u, the scales, the pairs,
+ * d and dmin of kern_kpack.c's table; IQ4_XS's values only if iq4_values:
+ * a table lookup per value the compiler does not vectorize, which the
+ * variant does with a byte shuffle), and everything of a slab s but the
+ * quants, from rows 0..nw-1. */
+typedef struct {
+    _Alignas(64) uint8_t u[256];
+    int8_t sc[16];
+    int16_t pair[8][2];
+    float d, dmin;
+} kern_kpack_row;
+void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool iq4_values);
+void kern_kpack_slab_tail(uint8_t *s, const kern_kpack_row *rows, int nw);
+/* One super-block of a group (KPACK_SLAB bytes): the quants, vector v
+ * (0..63) at 64 v holding values 4v..4v+3 of row c at bytes 4c..4c+3;
+ * per sub-block j the 16 rows' scales as int8 (KPACK_SC + 16 j); eight
+ * int16 pairs per row for the activations' bsums (KPACK_PAIRS + 64 i:
+ * row c's pair for bsums 2i, 2i+1 at 4c); d and dmin as f32. */
+#define KPACK_SC 4096
+#define KPACK_PAIRS (KPACK_SC + 256)
+#define KPACK_D (KPACK_PAIRS + 512)
+#define KPACK_DMIN (KPACK_D + 64)
+#define KPACK_SLAB (KPACK_DMIN + 64)
 
 /* The reference variant (complete). */
 extern const kern_vtable kern_vt_ref;
@@ -331,6 +395,7 @@ void kern_avx512_fill_elem(kern_vtable *t);
 void kern_avx512_fill_f16p(kern_vtable *t);
 void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4_XS */
 void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_0, Q5_1, IQ4_NL */
+void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product

@@ -48,9 +48,11 @@
  *   dots_match_llama_cpp). Rows go KERN_DOT_NX_MAX at a time; a row is the
  *   same whatever m <= KERN_DOT_MAX_M.
  * - ggml rows, m > KERN_DOT_MAX_M: the GEMM tiles (for Q8_0/Q4_0 the
- *   packed GEMM, packing each chunk per call; F16 is not packed per call:
+ *   packed GEMM, packing each chunk per call; for Q4_K, Q5_K, Q6_K and
+ *   IQ4_XS from m = kern_kgemm.min_m the variant's kern_kgemm where it
+ *   has one, packing each chunk per call into kern_kpack.c's layout; F16 is not packed per call:
  *   its transposition cost 7x the product at m = 8), every element in one fixed
- *   order (the reference's for Q8_0/Q4_0), so a row is the same bit for bit
+ *   order (the reference's for Q8_0/Q4_0 and kern_kgemm), so a row is the same bit for bit
  *   whatever m > KERN_DOT_MAX_M. The two orders agree within rounding
  *   (tests/test_kernels.c checks every property above).
  *
@@ -202,6 +204,7 @@ enum {
     MM_GEMM,      /* GEMM tiles, ggml rows */
     MM_PACK_CALL, /* ggml rows packed per chunk, then the packed GEMM */
     MM_PACKED,    /* packed at load: the packed GEMM for every m */
+    MM_KPACK,     /* K-quant/IQ4_XS rows packed per chunk (kern_kpack.c), then kern_kgemm */
 };
 
 typedef struct {
@@ -219,6 +222,7 @@ typedef struct {
     kern_gemm gemm;
     kern_dot_fn dot;
     const kern_packed *pk;
+    kern_kgemm kg;
 } mm_part;
 
 /* Threads with a share of their own; a bigger pool shares one counter. */
@@ -270,6 +274,18 @@ static void mm_gemm_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     }
 }
 
+/* This thread's buffer for weights packed per call; out of memory is fatal
+ * (a tile has no way to fail). */
+static uint8_t *mm_pack_buf(size_t bytes)
+{
+    uint8_t *b = mm_scratch_get(MM_SCRATCH_PACK, bytes);
+    if (!b) {
+        fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
+        abort();
+    }
+    return b;
+}
+
 /* The packed paths: the chunk's groups (packed at load, or packed now into
  * this thread's buffer), swept once per group of activation rows. The m
  * rows go in equal groups of at most pk->nx (AVX2: 8, so m = 8 sweeps the
@@ -282,11 +298,7 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     if (p->mode == MM_PACKED) {
         buf = p->w + (size_t)(c0 / R) * p->gb; /* chunks are whole groups */
     } else {
-        uint8_t *b = mm_scratch_get(MM_SCRATCH_PACK, (size_t)ng * p->gb);
-        if (!b) {
-            fprintf(stderr, "kern_matmul: out of memory for packed weights\n");
-            abort();
-        }
+        uint8_t *b = mm_pack_buf((size_t)ng * p->gb);
         for (int g = 0; g < ng; g++) {
             const int c = c0 + g * R;
             kern_pack_group(p->wtype, b + (size_t)g * p->gb, p->w + (size_t)c * p->w_row, p->w_row,
@@ -313,6 +325,32 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
     }
 }
 
+/* The K-quant/IQ4_XS batched path: the chunk's rows packed once into this
+ * thread's buffer (groups of KERN_KPACK_ROWS), then swept once per group of
+ * up to KERN_KPACK_NX activation rows. */
+static void mm_kpack_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
+{
+    const int R = KERN_KPACK_ROWS, ng = (c1 - c0 + R - 1) / R;
+    uint8_t *buf = mm_pack_buf((size_t)ng * p->gb);
+    for (int g = 0; g < ng; g++) {
+        const int c = c0 + g * R;
+        (p->kg.pack ? p->kg.pack : kern_kpack_group)(p->wtype, buf + (size_t)g * p->gb, p->w + (size_t)c * p->w_row,
+                                                     p->w_row, c1 - c < R ? c1 - c : R, j->n_in);
+    }
+    const int m = j->m, n_in = j->n_in, gx = mm_row_group(m, KERN_KPACK_NX);
+    const size_t gb = p->gb, x_row = p->x_row, n_out = (size_t)p->n_out;
+    __typeof__(p->kg.gemm) const gemm = p->kg.gemm;
+    for (int i0 = 0; i0 < m; i0 += gx) {
+        const int nx = m - i0 < gx ? m - i0 : gx;
+        const uint8_t *xg = p->xa + (size_t)i0 * x_row;
+        float *yg = p->y + (size_t)i0 * n_out;
+        for (int g = 0; g < ng; g++) {
+            const int c = c0 + g * R;
+            gemm(n_in, yg + c, n_out, buf + (size_t)g * gb, c1 - c < R ? c1 - c : R, xg, x_row, nx);
+        }
+    }
+}
+
 /* Chunk i of part p: columns [*c0, *c1). */
 static void mm_chunk_cols(const mm_part *p, int i, int *c0, int *c1)
 {
@@ -330,6 +368,7 @@ static void mm_do_chunk(const mm_job *j, int c)
     mm_chunk_cols(p, c - p->c_begin, &c0, &c1);
     if (p->mode == MM_DOT) mm_decode_chunk(j, p, c0, c1);
     else if (p->mode == MM_GEMM) mm_gemm_chunk(j, p, c0, c1);
+    else if (p->mode == MM_KPACK) mm_kpack_chunk(j, p, c0, c1);
     else mm_packed_chunk(j, p, c0, c1);
 }
 
@@ -520,6 +559,8 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         } else {
             p->w = wi->data;
             if (m <= KERN_DOT_MAX_M && vt->dot[wi->type]) p->mode = MM_DOT, p->dot = vt->dot[wi->type];
+            else if (vt->kgemm[wi->type].gemm && m >= vt->kgemm[wi->type].min_m && kern_kpack_layout(wi->type))
+                p->mode = MM_KPACK, p->kg = vt->kgemm[wi->type], p->gb = kern_kpack_group_bytes(n_in);
             else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && wi->type != DT_F16 &&
                      kern_pack_supports(wi->type, n_in))
                 p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
@@ -550,14 +591,19 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
         mm_part *p = &j.p[i];
         p->xa = cv[cv_of[i]].xa;
         if (p->pk) p->px = (kern_px){cv[cv_of[i]].pxq, cv[cv_of[i]].pxa, 0, cv[cv_of[i]].pxf};
-        const size_t tile_row = p->pk ? p->gb / (size_t)kern_pack_rows(p->wtype) : p->w_row;
+        const size_t tile_row = p->pk                  ? p->gb / (size_t)kern_pack_rows(p->wtype)
+                                : p->mode == MM_KPACK ? p->gb / KERN_KPACK_ROWS
+                                                      : p->w_row;
         /* packed GEMMs of several groups a call (gw >= 2: F16 on x86, Q8_0
          * and Q4_0 on AVX-512) at m > 1: chunks of whole pairs of groups,
          * the width of the AVX-512 F16 tile at nx > 4 and of the Q8_0/Q4_0
          * pair tile, not one pair and a lone group (one weight stream a
          * tile; docs/speed.md) */
         const int pair = m > 1 && p->pk && p->pk->gw >= 2 ? 2 : 1;
-        const int nw = p->mode == MM_DOT ? 1 : p->pk ? kern_pack_rows(p->wtype) * pair : p->gemm.nw;
+        const int nw = p->mode == MM_DOT     ? 1
+                       : p->pk                ? kern_pack_rows(p->wtype) * pair
+                       : p->mode == MM_KPACK  ? KERN_KPACK_ROWS
+                                              : p->gemm.nw;
         if (p->n_out <= 0) {
             p->chunk = p->small = nw, p->n_big = p->n_chunks = 0;
         } else {
