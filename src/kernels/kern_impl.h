@@ -398,10 +398,11 @@ void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_
 void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
- * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product
+ * needed; its name says whether the integer dots use the dot-product
  * instructions ("neon-dotprod", chosen at compile time from
- * __ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod) or the widening
- * multiplies ("neon"). */
+ * __ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod; every kern_neon*.c
+ * file must be built with the same flags) or the widening multiplies
+ * ("neon"). */
 const kern_vtable *kern_vt_neon(void);
 /* kern_neon_quants.c: the NEON table's GEMM tiles ({1, 4}) and decode dot
  * tiles of the other block formats (aarch64 only). */
