@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Cross-builds the kernel unit tests for aarch64 and runs them under
-# qemu-user, so that the NEON variant (src/kernels/kern_neon.c) is checked
+# qemu-user, so that the NEON variant (src/kernels/kern_neon*.c) is checked
 # against the reference by every `make test` on an x86 machine.
 #
 # The tests need only src/{base,tensor,kernels} (no pcre2/xxhash/jansson),
 # linked statically, so no aarch64 libraries are needed at run time. Two
-# builds, which differ only in kern_neon.c:
+# builds, which differ only in the NEON files (kern_neon*.c):
 #   neon          -march=armv8-a: integer dots by widening multiplies, run
 #                 on qemu's Cortex-A53 (no dot-product instructions);
-#   neon-dotprod  kern_neon.c with -march=armv8.2-a+dotprod (SDOT), run on
+#   neon-dotprod  those with -march=armv8.2-a+dotprod (SDOT), run on
 #                 qemu's "max" CPU.
 # Objects are rebuilt only when a source or header they use changed.
 #
@@ -44,30 +44,37 @@ compile() {
 }
 export -f compile; export CC newest_header
 src=(src/base/*.c src/tensor/*.c src/kernels/*.c)
+neon_src=(src/kernels/kern_neon*.c)
 objs=()
 obj_of() { local f=${1%.c}; echo "$out/obj/${f//\//_}.o"; } # src/a/b.c -> obj/src_a_b.o
+dotprod_of() { local f=${1##*/}; echo "$out/obj-dotprod/${f%.c}.o"; }
 for f in "${src[@]}"; do objs+=("$(obj_of "$f")"); done
+neon_dotprod=()
+for f in "${neon_src[@]}"; do neon_dotprod+=("$(dotprod_of "$f")"); done
 # two compilers at a time (the machine's cores); xargs fails if any does
 if ! for f in "${src[@]}"; do echo "$f $(obj_of "$f") -march=armv8-a"; done |
-     { cat; echo "src/kernels/kern_neon.c $out/obj-dotprod/kern_neon.o -march=armv8.2-a+dotprod"; } |
+     { cat; for f in "${neon_src[@]}"; do echo "$f $(dotprod_of "$f") -march=armv8.2-a+dotprod"; done; } |
      xargs -P 2 -L 1 bash -c 'flags=('"${flags[*]}"'); compile "$@"' "$0"; then
   echo "FAIL arm64/build: cross compilation failed"
   exit 1
 fi
 
 rc=0
-# name : qemu -cpu : the kern_neon object
-for cfg in "neon:cortex-a53:$(obj_of src/kernels/kern_neon.c)" "neon-dotprod:max:$out/obj-dotprod/kern_neon.o"; do
-  IFS=: read -r name cpu kn <<<"$cfg"
+# name : qemu -cpu : the NEON objects (space-separated)
+plain_neon=()
+for f in "${neon_src[@]}"; do plain_neon+=("$(obj_of "$f")"); done
+for cfg in "neon:cortex-a53:${plain_neon[*]}" "neon-dotprod:max:${neon_dotprod[*]}"; do
+  IFS=: read -r name cpu kn_list <<<"$cfg"
+  read -r -a kn <<<"$kn_list"
   lib=()
-  for o in "${objs[@]}"; do [[ $o == */src_kernels_kern_neon.o ]] || lib+=("$o"); done
+  for o in "${objs[@]}"; do [[ $o == */src_kernels_kern_neon*.o ]] || lib+=("$o"); done
   for t in "${tests[@]}"; do
     bin=$out/$name-$t
     if ! { [ "$bin" -nt "tests/$t.c" ] && [ "$bin" -nt "$newest_header" ] &&
-           [ -z "$(find "${lib[@]}" "$kn" -newer "$bin")" ]; }; then
+           [ -z "$(find "${lib[@]}" "${kn[@]}" -newer "$bin")" ]; }; then
       # dlopen (test_kernels' llama.cpp oracle, x86-only, skipped here)
       # warns when linked statically: filtered
-      if ! "$CC" "${flags[@]}" -static -o "$bin" "tests/$t.c" "${lib[@]}" "$kn" -lm -lpthread \
+      if ! "$CC" "${flags[@]}" -static -o "$bin" "tests/$t.c" "${lib[@]}" "${kn[@]}" -lm -lpthread \
            2> >(grep -Ev "statically linked applications|in function .ggml_oracle" >&2); then
         echo "FAIL $name/$t: link failed"; rc=1; continue
       fi

@@ -8,7 +8,9 @@
  * - The reference matmul vs a naive double computation from dequantized
  *   weights and dequantized converted activations.
  * - Every SIMD variant's decode dot tiles (nx <= KERN_DOT_NX_MAX) vs the
- *   reference, same tolerance.
+ *   reference, same tolerance; one PASS line per variant and weight type,
+ *   the block formats also on extreme blocks, NEON's tiles of those
+ *   bit for bit; every variant has tiles of its own for every block format.
  * - Threaded matmul equals single-threaded bit for bit; within each of
  *   matmul's two paths rows are batch-invariant bit for bit (m <= 4: the
  *   decode dot tiles; m = 5..33: the GEMM), and the two paths agree within
@@ -52,6 +54,20 @@ typedef struct {
     float *xd;    /* dequantized converted activations [m][n_in] */
 } mm_case;
 
+/* xa, wd and xd from w and x (again after a test rewrote them). */
+static void case_derive(mm_case *c)
+{
+    const int m = c->m, n_in = c->n_in, n_out = c->n_out;
+    for (int j = 0; j < n_out; j++)
+        quant_dequant_row(c->wtype, c->w + (size_t)j * c->w_row, c->wd + (size_t)j * n_in, n_in);
+    for (int i = 0; i < m; i++) {
+        uint8_t *xr = c->xa + (size_t)i * c->x_row;
+        if (c->dt == DT_F32) memcpy(xr, c->x + (size_t)i * n_in, c->x_row);
+        else kern_vt_ref.conv[c->dt](xr, c->x + (size_t)i * n_in, n_in);
+        quant_dequant_row((uint32_t)c->dt, xr, c->xd + (size_t)i * n_in, n_in);
+    }
+}
+
 static void case_make(mm_case *c, uint32_t wtype, int m, int n_in, int n_out, uint64_t seed)
 {
     rng_seed(seed);
@@ -65,14 +81,7 @@ static void case_make(mm_case *c, uint32_t wtype, int m, int n_in, int n_out, ui
     c->xa = malloc(c->x_row * (size_t)m);
     c->wd = malloc(sizeof(float) * (size_t)n_out * (size_t)n_in);
     c->xd = malloc(sizeof(float) * (size_t)m * (size_t)n_in);
-    for (int j = 0; j < n_out; j++)
-        quant_dequant_row(wtype, c->w + (size_t)j * c->w_row, c->wd + (size_t)j * n_in, n_in);
-    for (int i = 0; i < m; i++) {
-        uint8_t *xr = c->xa + (size_t)i * c->x_row;
-        if (c->dt == DT_F32) memcpy(xr, c->x + (size_t)i * n_in, c->x_row);
-        else kern_vt_ref.conv[c->dt](xr, c->x + (size_t)i * n_in, n_in);
-        quant_dequant_row((uint32_t)c->dt, xr, c->xd + (size_t)i * n_in, n_in);
-    }
+    case_derive(c);
 }
 
 /* The activations as tile g takes them: c->xa, or, for a tile with a form
@@ -259,67 +268,143 @@ TEST(stream_prefetch_follows_cpu_and_env)
 
 /* ------------------------------------------------- dots and conversions */
 
-TEST(simd_dots_match_ref)
+/* The block formats beside Q8_0/Q4_0/Q4_K/Q6_K for which every SIMD
+ * variant has GEMM and decode dot tiles of its own (TQ1_0 keeps the
+ * reference). */
+static const uint32_t block_formats[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K,
+                                         DT_Q3_K, DT_Q5_K, DT_IQ4_XS, DT_TQ2_0};
+#define N_BLOCK_FORMATS (int)(sizeof block_formats / sizeof block_formats[0])
+
+TEST(simd_variants_cover_block_formats)
 {
     const kern_vtable *vs[4] = {0};
     const int nv = simd_variants(vs);
+    for (int v = 0; v < nv; v++)
+        for (int i = 0; i < N_BLOCK_FORMATS; i++) {
+            const uint32_t t = block_formats[i];
+            CHECK_MSG(vs[v]->gemm[t].fn && vs[v]->dot[t], "%s has no %s of its own for %s", vs[v]->name,
+                      vs[v]->gemm[t].fn ? "decode dot" : "GEMM tile", dtype_get(t)->name);
+        }
+}
+
+/* Whether variant v's tiles of type t give the reference's bits: the NEON
+ * tiles of the block formats (kern_neon_quants.c). */
+static bool tiles_exact(const kern_vtable *v, uint32_t t)
+{
+    if (v != kern_vt_neon()) return false;
+    for (int i = 0; i < N_BLOCK_FORMATS; i++)
+        if (block_formats[i] == t) return true;
+    return false;
+}
+
+/* Rewrites a block format's case into extreme blocks against activations
+ * of +-1 (quantized to +-127): pattern 1 every weight byte 0xFF (the
+ * largest levels, scale codes and mins), 2 every byte 0, 3 each byte 0 or
+ * 0xFF at random; activations all +1 (1, 2) or -1 (pattern 3: each at
+ * random), so the integer sums reach their bounds. d, m, dmin stay small
+ * and finite. */
+static void case_extreme(mm_case *c, int pat)
+{
+    const size_t bs = dtype_get(c->wtype)->type_size, nb = c->w_row / bs * (size_t)c->n_out;
+    size_t d_at = 0, m_at = 0; /* m_at 0: none */
+    switch (c->wtype) {
+    case DT_Q4_1: m_at = offsetof(block_q4_1, m); break;
+    case DT_Q5_1: m_at = offsetof(block_q5_1, m); break;
+    case DT_Q2_K: d_at = offsetof(block_q2_K, d), m_at = offsetof(block_q2_K, dmin); break;
+    case DT_Q3_K: d_at = offsetof(block_q3_K, d); break;
+    case DT_Q5_K: m_at = offsetof(block_q5_K, dmin); break;
+    case DT_TQ2_0: d_at = offsetof(block_tq2_0, d); break;
+    default: break; /* Q5_0, IQ4_NL, IQ4_XS: d first */
+    }
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = c->w + b * bs;
+        for (size_t k = 0; k < bs; k++) blk[k] = pat == 1 ? 0xFF : pat == 2 ? 0x00 : (rng_u32() & 1) ? 0xFF : 0x00;
+        const uint16_t d = f32_to_f16(0.001f * (float)(1 + b % 7)), m = f32_to_f16(0.002f * (float)(1 + b % 3));
+        memcpy(blk + d_at, &d, 2);
+        if (m_at) memcpy(blk + m_at, &m, 2);
+    }
+    for (int k = 0; k < c->m * c->n_in; k++) c->x[k] = pat == 3 && (rng_u32() & 1) ? -1.0f : 1.0f;
+    case_derive(c);
+}
+
+/* Variant v's GEMM tiles (every shape up to KERN_NW_MAX x KERN_NX_MAX) and
+ * decode dot tiles on case c against the reference tile: within
+ * TOL_SIMD_VS_REF of sum |w*x|, or equal where tiles_exact. Returns false
+ * with the first difference in why. */
+static bool tiles_match_ref(const kern_vtable *v, mm_case *c, const char *what, char *why, size_t why_size)
+{
+    const uint32_t t = c->wtype;
+    const double tol = tiles_exact(v, t) ? 0.0 : TOL_SIMD_VS_REF;
+    size_t gx_row;
+    uint8_t *gx_own;
+    const uint8_t *gx = case_gemm_x(c, &v->gemm[t], &gx_row, &gx_own);
+    bool ok = true;
+    for (int nx = 1; ok && nx <= KERN_NX_MAX; nx++)
+        for (int nw = 1; ok && nw <= KERN_NW_MAX; nw++) {
+            float sr[KERN_NX_MAX][KERN_NW_MAX], sv[KERN_NX_MAX][KERN_NW_MAX];
+            kern_vt_ref.gemm[t].fn(c->n_in, &sr[0][0], KERN_NW_MAX, c->w, c->w_row, nw, c->xa, c->x_row, nx);
+            v->gemm[t].fn(c->n_in, &sv[0][0], KERN_NW_MAX, c->w, c->w_row, nw, gx, gx_row, nx);
+            for (int r = 0; ok && r < nx; r++)
+                for (int j = 0; ok && j < nw; j++) {
+                    double mag;
+                    case_naive(c, r, j, &mag);
+                    if (!(fabs((double)sv[r][j] - sr[r][j]) <= tol * mag + (tol ? 1e-30 : 0.0))) {
+                        snprintf(why, why_size, "%s %s %s n=%d tile %dx%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
+                                 v->name, dtype_get(t)->name, what, c->n_in, nw, nx, r, j, sv[r][j], sr[r][j], mag);
+                        ok = false;
+                    }
+                }
+        }
+    for (int nx = 1; ok && v->dot[t] && nx <= KERN_DOT_NX_MAX; nx++)
+        for (int j = 0; ok && j < KERN_NW_MAX; j++) {
+            float sr[KERN_DOT_NX_MAX], sv[KERN_DOT_NX_MAX];
+            const uint8_t *wj = c->w + (size_t)j * c->w_row;
+            kern_vt_ref.gemm[t].fn(c->n_in, sr, 1, wj, c->w_row, 1, c->xa, c->x_row, nx);
+            v->dot[t](c->n_in, sv, 1, wj, c->xa, c->x_row, nx);
+            for (int r = 0; ok && r < nx; r++) {
+                double mag;
+                case_naive(c, r, j, &mag);
+                if (!(fabs((double)sv[r] - sr[r]) <= tol * mag + (tol ? 1e-30 : 0.0))) {
+                    snprintf(why, why_size, "%s %s %s n=%d decode dot nx=%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
+                             v->name, dtype_get(t)->name, what, c->n_in, nx, r, j, sv[r], sr[r], mag);
+                    ok = false;
+                }
+            }
+        }
+    free(gx_own);
+    return ok;
+}
+
+/* The (variant, weight type) simd_dots_match_ref checks, one PASS line each. */
+static const kern_vtable *dots_variant;
+static uint32_t dots_type;
+
+/* dots_variant's tiles of dots_type vs the reference on random operands of
+ * several lengths, and for the block formats on extreme blocks too. */
+TEST(simd_dots_match_ref)
+{
+    const kern_vtable *v = dots_variant;
+    const uint32_t t = dots_type;
     static const int n_small[] = {32, 96, 256, 288, 4096};
     static const int n_k[] = {256, 512, 4096};
     static const int n_float[] = {1, 7, 33, 256, 259, 4096};
-    for (int v = 0; v < nv; v++) {
-        for (int ti = 0; ti < N_MM_TYPES; ti++) {
-            const uint32_t t = mm_types[ti];
-            if (!vs[v]->gemm[t].fn) continue;
-            const int blk = (int)dtype_get(t)->blck_size;
-            const int *ns = blk == 1 ? n_float : blk == 32 ? n_small : n_k;
-            const int nn = blk == 1 ? 6 : blk == 32 ? 5 : 3;
-            for (int q = 0; q < nn; q++) {
-                mm_case c;
-                case_make(&c, t, KERN_NX_MAX, ns[q], KERN_NW_MAX, 100 + (uint64_t)q);
-                size_t gx_row;
-                uint8_t *gx_own;
-                const uint8_t *gx = case_gemm_x(&c, &vs[v]->gemm[t], &gx_row, &gx_own);
-                for (int nx = 1; nx <= KERN_NX_MAX; nx++)
-                    for (int nw = 1; nw <= KERN_NW_MAX; nw++) {
-                        float sr[KERN_NX_MAX][KERN_NW_MAX], sv[KERN_NX_MAX][KERN_NW_MAX];
-                        kern_vt_ref.gemm[t].fn(c.n_in, &sr[0][0], KERN_NW_MAX, c.w, c.w_row, nw, c.xa, c.x_row, nx);
-                        vs[v]->gemm[t].fn(c.n_in, &sv[0][0], KERN_NW_MAX, c.w, c.w_row, nw, gx, gx_row, nx);
-                        for (int r = 0; r < nx; r++)
-                            for (int j = 0; j < nw; j++) {
-                                double mag;
-                                case_naive(&c, r, j, &mag);
-                                const double err = fabs((double)sv[r][j] - sr[r][j]);
-                                if (!(err <= TOL_SIMD_VS_REF * mag + 1e-30)) {
-                                    case_free(&c);
-                                    free(gx_own);
-                                    CHECK_MSG(0, "%s %s n=%d tile %dx%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
-                                              vs[v]->name, dtype_get(t)->name, ns[q], nw, nx, r, j, sv[r][j],
-                                              sr[r][j], mag);
-                                }
-                            }
-                    }
-                for (int nx = 1; vs[v]->dot[t] && nx <= KERN_DOT_NX_MAX; nx++)
-                    for (int j = 0; j < KERN_NW_MAX; j++) {
-                        float sr[KERN_DOT_NX_MAX], sv[KERN_DOT_NX_MAX];
-                        const uint8_t *wj = c.w + (size_t)j * c.w_row;
-                        kern_vt_ref.gemm[t].fn(c.n_in, sr, 1, wj, c.w_row, 1, c.xa, c.x_row, nx);
-                        vs[v]->dot[t](c.n_in, sv, 1, wj, c.xa, c.x_row, nx);
-                        for (int r = 0; r < nx; r++) {
-                            double mag;
-                            case_naive(&c, r, j, &mag);
-                            if (!(fabs((double)sv[r] - sr[r]) <= TOL_SIMD_VS_REF * mag + 1e-30)) {
-                                case_free(&c);
-                                free(gx_own);
-                                CHECK_MSG(0, "%s %s n=%d decode dot nx=%d row %d col %d: %.9g vs ref %.9g (|wx| %.3g)",
-                                          vs[v]->name, dtype_get(t)->name, ns[q], nx, r, j, sv[r], sr[r], mag);
-                            }
-                        }
-                    }
-                case_free(&c);
-                free(gx_own);
-            }
+    const int blk = (int)dtype_get(t)->blck_size;
+    const int *ns = blk == 1 ? n_float : blk == 32 ? n_small : n_k;
+    const int nn = blk == 1 ? 6 : blk == 32 ? 5 : 3;
+    bool is_block_format = false;
+    for (int i = 0; i < N_BLOCK_FORMATS; i++) is_block_format |= block_formats[i] == t;
+    char why[400] = "";
+    for (int q = 0; q < nn && !why[0]; q++)
+        for (int pat = 0; pat < (is_block_format ? 4 : 1) && !why[0]; pat++) {
+            mm_case c;
+            case_make(&c, t, KERN_NX_MAX, ns[q], KERN_NW_MAX, 100 + (uint64_t)q);
+            if (pat) case_extreme(&c, pat);
+            char what[32];
+            snprintf(what, sizeof what, pat ? "extreme pattern %d" : "random", pat);
+            tiles_match_ref(v, &c, what, why, sizeof why);
+            case_free(&c);
         }
-    }
+    CHECK_MSG(!why[0], "%s", why);
 }
 
 /* The AVX-512 F32/F16 GEMM tiles (16 lanes, another order than AVX2's 8:
@@ -1381,7 +1466,15 @@ int main(void)
     const kern_vtable *vs[4] = {0};
     const int have_simd = simd_variants(vs) > 0;
     if (have_simd) {
-        RUN(simd_dots_match_ref);
+        RUN(simd_variants_cover_block_formats);
+        for (int v = 0; v < simd_variants(vs); v++)
+            for (int ti = 0; ti < N_MM_TYPES; ti++) {
+                if (!vs[v]->gemm[mm_types[ti]].fn) continue;
+                char name[96];
+                snprintf(name, sizeof name, "simd_dots_match_ref/%s/%s", vs[v]->name, dtype_get(mm_types[ti])->name);
+                dots_variant = vs[v], dots_type = mm_types[ti];
+                test_run(name, simd_dots_match_ref);
+            }
         RUN(simd_conversions_bit_exact);
         RUN(avx512_float_gemm_tile_invariant);
     } else {

@@ -398,11 +398,28 @@ void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_
 void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
- * needed; its name says whether the Q8_0/Q4_0 dots use the dot-product
+ * needed; its name says whether the integer dots use the dot-product
  * instructions ("neon-dotprod", chosen at compile time from
- * __ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod) or the widening
- * multiplies ("neon"). */
+ * __ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod; every kern_neon*.c
+ * file must be built with the same flags) or the widening multiplies
+ * ("neon"). */
 const kern_vtable *kern_vt_neon(void);
+/* kern_neon_quants.c: the NEON table's GEMM tiles ({1, 4}) and decode dot
+ * tiles of the other block formats (aarch64 only). */
+#define KERN_NEONQ_DECL(T)                                                                             \
+    void kern_gemm_##T##_neon(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
+                              size_t xs, int nx);                                                       \
+    void kern_dot_##T##_neon(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+KERN_NEONQ_DECL(q4_1)
+KERN_NEONQ_DECL(q5_0)
+KERN_NEONQ_DECL(q5_1)
+KERN_NEONQ_DECL(iq4_nl)
+KERN_NEONQ_DECL(q2_K)
+KERN_NEONQ_DECL(q3_K)
+KERN_NEONQ_DECL(q5_K)
+KERN_NEONQ_DECL(iq4_xs)
+KERN_NEONQ_DECL(tq2_0)
+#undef KERN_NEONQ_DECL
 /* kern_elem_avx2.c: the AVX2 elementwise kernels the avx2 table lists
  * (x86 only; same feature requirement). */
 void kern_rope_apply_avx2(float *x, int n_heads, int head_dim, int rope_dim, bool neox, const float *cs);

@@ -3,8 +3,9 @@
  * NEON is part of the aarch64 base ABI: on aarch64 kern_init() always
  * overlays this table; on other architectures the file compiles to a stub
  * and kern_vt_neon() returns NULL. Entries left NULL (rope; the decode dot
- * tiles of every type but Q8_0/Q4_0, whose GEMM tiles then serve every m)
- * fall back to the reference (kern_impl.h).
+ * tiles of the float types, Q4_K and Q6_K, whose GEMM tiles then serve
+ * every m; TQ1_0) fall back to the reference (kern_impl.h). The other
+ * block formats' tiles live in kern_neon_quants.c.
  *
  * Integer dots of 32 int8 pairs use SDOT when the compiler targets the
  * dot-product extension (__ARM_FEATURE_DOTPROD, e.g. -march=armv8.2-a+dotprod;
@@ -50,10 +51,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kern_neon_intrin.h"
 #include "tensor/blocks.h"
 #include "tensor/half.h"
-
-#define KNI static inline __attribute__((always_inline))
 
 #ifdef __ARM_FEATURE_DOTPROD
 #define KN_NAME "neon-dotprod"
@@ -62,14 +62,6 @@
 #endif
 
 /* --------------------------------------------------------------- helpers */
-
-/* f16 -> f32 of one scalar (block scales) with the FCVT instruction: exact. */
-KNI float f16s(uint16_t h)
-{
-    float16_t f;
-    memcpy(&f, &h, sizeof f);
-    return (float)f;
-}
 
 /* expf on 4 lanes, ~1-2 ulp: e^x = 2^n * e^r, |r| <= ln2/2, with Cody-Waite
  * reduction and Cephes' degree-6 polynomial (the same scheme as the AVX2
@@ -187,22 +179,6 @@ KN_FGEMM(gemm_bf16_neon, FK_BF16)
 
 /* -------------------------------------------------------- Q8_0 and Q4_0 */
 
-/* 32 int8 weights times 32 int8 activations (w0/x0 elements 0..15, w1/x1
- * 16..31) as 4 lanes of exact int32 partial sums. Without SDOT: SMULL's
- * int16 products are exact (|w x| <= 128 * 128), SADALP widens them
- * pairwise into int32. */
-KNI int32x4_t dot_i8x32(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1)
-{
-#ifdef __ARM_FEATURE_DOTPROD
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
-#else
-    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
-    a = vpadalq_s16(a, vmull_high_s8(w0, x0));
-    a = vpadalq_s16(a, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
-    return vpadalq_s16(a, vmull_high_s8(w1, x1));
-#endif
-}
-
 /* Weight block b as 32 signed values in element order (Q4_0: q - 8, low
  * nibbles are elements 0..15, high nibbles 16..31); returns its scale. */
 KNI float wblock_load(bool is_q4, const void *w, int b, int8x16_t *w0, int8x16_t *w1)
@@ -313,16 +289,6 @@ KERN_Q8GEMM_DRIVER(gemm_q4_0_neon, , q8gemm_tile, true)
  *   Q6_K: s = s + (dw * yd) * (float)isum
  * so every element equals the reference bit for bit, whatever the tile. The
  * integer sums fit int32 with room to spare (|isum| < 2^28). */
-
-/* 16 int8 x 16 int8 as 4 lanes of exact int32 partial sums. */
-KNI int32x4_t dot_i8x16(int8x16_t w, int8x16_t x)
-{
-#ifdef __ARM_FEATURE_DOTPROD
-    return vdotq_s32(vdupq_n_s32(0), w, x);
-#else
-    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x))), vmull_high_s8(w, x));
-#endif
-}
 
 /* A Q4_K super-block's 256 values (0..15), 16 per vector in element order,
  * and its 8 sub-block scales and mins. Sub-blocks 2k and 2k+1 are the low
@@ -595,10 +561,29 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q4_0] = {gemm_q4_0_neon, 4, 2},
         [DT_Q4_K] = {gemm_q4_K_neon, 4, 4},
         [DT_Q6_K] = {gemm_q6_K_neon, 4, 4},
+        /* kern_neon_quants.c */
+        [DT_Q4_1] = {kern_gemm_q4_1_neon, 1, 4},
+        [DT_Q5_0] = {kern_gemm_q5_0_neon, 1, 4},
+        [DT_Q5_1] = {kern_gemm_q5_1_neon, 1, 4},
+        [DT_IQ4_NL] = {kern_gemm_iq4_nl_neon, 1, 4},
+        [DT_Q2_K] = {kern_gemm_q2_K_neon, 1, 4},
+        [DT_Q3_K] = {kern_gemm_q3_K_neon, 1, 4},
+        [DT_Q5_K] = {kern_gemm_q5_K_neon, 1, 4},
+        [DT_IQ4_XS] = {kern_gemm_iq4_xs_neon, 1, 4},
+        [DT_TQ2_0] = {kern_gemm_tq2_0_neon, 1, 4},
     },
     .dot = {
         [DT_Q8_0] = dot_q8_0_neon,
         [DT_Q4_0] = dot_q4_0_neon,
+        [DT_Q4_1] = kern_dot_q4_1_neon,
+        [DT_Q5_0] = kern_dot_q5_0_neon,
+        [DT_Q5_1] = kern_dot_q5_1_neon,
+        [DT_IQ4_NL] = kern_dot_iq4_nl_neon,
+        [DT_Q2_K] = kern_dot_q2_K_neon,
+        [DT_Q3_K] = kern_dot_q3_K_neon,
+        [DT_Q5_K] = kern_dot_q5_K_neon,
+        [DT_IQ4_XS] = kern_dot_iq4_xs_neon,
+        [DT_TQ2_0] = kern_dot_tq2_0_neon,
     },
     .conv = {
         [DT_F16] = conv_f16_neon,
