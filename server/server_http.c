@@ -962,6 +962,8 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
             fprintf(stderr, "pagellm serve: cannot listen with TLS on %s port %d (the line above says why; a TLS error "
                             "means --tls-cert %s and --tls-key %s are not a PEM certificate and its private key)\n",
                     cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
+        else if (gated)
+            fprintf(stderr, "pagellm serve: cannot start the HTTP daemon (the line above says why)\n");
         else
             fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
         if (lfd >= 0) close(lfd);
