@@ -173,8 +173,10 @@ static void accept_ready(srv_gate *g)
                 set_accepting(g, false); /* out of descriptors: try again at the next tick */
             return;
         }
+        /* without memory for an entry (NULL) the connection still passes: the
+         * HTTP layer answers its request 503 out_of_memory */
         srv_conn *gc = srv_guard_open(g->p.guard, (struct sockaddr *)&addr, fd);
-        if (!gc || srv_guard_verdict(gc) == SRV_CONN_DROP) { /* no memory, or past the address's hard limit */
+        if (gc && srv_guard_verdict(gc) == SRV_CONN_DROP) { /* past the address's hard limit */
             srv_guard_close(g->p.guard, gc);
             close(fd);
             continue;

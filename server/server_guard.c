@@ -166,6 +166,7 @@ void srv_guard_close(srv_guard *g, srv_conn *c)
 
 void srv_guard_handoff(srv_guard *g, srv_conn *c)
 {
+    if (!c) return;
     pthread_mutex_lock(&g->mu);
     c->pending_fd = c->fd;
     c->fd = -1;
