@@ -62,6 +62,9 @@ if is_error 429 too_many_connections <<<"$OUT" && jqok '.headers["retry-after"] 
 then pass guard_per_ip_429; else fail guard_per_ip_429 "${OUT:0:400}"; fi
 OUT=$(timeout 20 node "$H" hold "$PORT" 3 "$GET" 127.0.0.2 127.0.0.1)
 check guard_per_ip_other_address jqok '.status == 200' <<<"$OUT"
+# past its share and half the reserve (3 + 4/2) an address's new connection is closed unanswered
+OUT=$(timeout 20 node "$H" hold "$PORT" 5 "$GET" 127.0.0.1 127.0.0.1)
+check guard_per_ip_hard_limit_closed jqok '.status == 0 and .closed' <<<"$OUT"
 # 6 idle sockets from 6 addresses (--max-conns 6): the 7th gets a JSON 503 with Retry-After
 OUT=$(timeout 20 node "$H" hold "$PORT" 6 "$GET" 127.0.0.9 127.0.0.3 127.0.0.4 127.0.0.5 127.0.0.6 127.0.0.7 127.0.0.8)
 if is_error 503 server_overloaded <<<"$OUT" && jqok '.headers["retry-after"]' <<<"$OUT"
