@@ -16,7 +16,8 @@ struct srv_conn {
     srv_conn *prev, *next;
     uint8_t addr[16];      /* IPv4 as ::ffff:a.b.c.d, so both spellings compare equal */
     bool has_addr;
-    int fd;
+    int fd;                /* -1 while handed off (srv_guard_handoff) */
+    int pending_fd;        /* the fd handed off, -1 otherwise */
     double deadline;       /* monotonic seconds; 0: none */
     bool cut;              /* shut down by the watchdog */
     srv_conn_verdict verdict;
@@ -69,7 +70,7 @@ static void *watchdog(void *arg)
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
         double t = mono_now();
         for (srv_conn *c = g->head; c; c = c->next)
-            if (c->deadline > 0 && t >= c->deadline && !c->cut) {
+            if (c->deadline > 0 && t >= c->deadline && !c->cut && c->fd >= 0) {
                 shutdown(c->fd, SHUT_RDWR);
                 c->cut = true;
                 g->st.timeouts++;
@@ -115,19 +116,35 @@ void srv_guard_free(srv_guard *g)
     free(g);
 }
 
+static void unlink_conn(srv_guard *g, srv_conn *c)
+{
+    if (c->prev) c->prev->next = c->next;
+    else g->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    g->st.open--;
+}
+
 srv_conn *srv_guard_open(srv_guard *g, const struct sockaddr *addr, int fd)
 {
     srv_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->fd = fd;
+    c->pending_fd = -1;
     c->has_addr = addr_key(addr, c->addr);
     pthread_mutex_lock(&g->mu);
     unsigned all = 0, same = 0;
-    for (srv_conn *o = g->head; o; o = o->next) {
+    for (srv_conn *o = g->head, *next; o; o = next) {
+        next = o->next;
+        if (o->pending_fd == fd) { /* handed off, then dropped by the library: fd is free again */
+            unlink_conn(g, o);
+            free(o);
+            continue;
+        }
         all++;
         same += c->has_addr && o->has_addr && memcmp(o->addr, c->addr, 16) == 0;
     }
-    if (all >= g->p.max_conns) c->verdict = SRV_CONN_OVER_MAX, g->st.over_max++;
+    if (g->p.per_ip_hard && same >= g->p.per_ip_hard) c->verdict = SRV_CONN_DROP, g->st.over_ip++;
+    else if (all >= g->p.max_conns) c->verdict = SRV_CONN_OVER_MAX, g->st.over_max++;
     else if (g->p.per_ip && same >= g->p.per_ip) c->verdict = SRV_CONN_OVER_IP, g->st.over_ip++;
     c->deadline = g->p.deadline_s > 0 ? mono_now() + g->p.deadline_s : 0;
     c->next = g->head;
@@ -142,12 +159,31 @@ void srv_guard_close(srv_guard *g, srv_conn *c)
 {
     if (!c) return;
     pthread_mutex_lock(&g->mu);
-    if (c->prev) c->prev->next = c->next;
-    else g->head = c->next;
-    if (c->next) c->next->prev = c->prev;
-    g->st.open--;
+    unlink_conn(g, c);
     pthread_mutex_unlock(&g->mu);
     free(c);
+}
+
+void srv_guard_handoff(srv_guard *g, srv_conn *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&g->mu);
+    c->pending_fd = c->fd;
+    c->fd = -1;
+    pthread_mutex_unlock(&g->mu);
+}
+
+srv_conn *srv_guard_adopt(srv_guard *g, int fd)
+{
+    pthread_mutex_lock(&g->mu);
+    srv_conn *c = g->head;
+    while (c && c->pending_fd != fd) c = c->next;
+    if (c) {
+        c->fd = fd;
+        c->pending_fd = -1;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return c;
 }
 
 srv_conn_verdict srv_guard_verdict(const srv_conn *c) { return c ? c->verdict : SRV_CONN_OVER_MAX; }

@@ -16,8 +16,8 @@
  * whole request in that time gets no answer.
  *
  * Verdicts are decided once, when the connection opens, by counting the
- * connections open at that moment; the HTTP layer answers the first request
- * of a connection that is over a limit with 429 or 503 and closes it. The
+ * connections open at that moment (DROP: past per_ip_hard, closed at
+ * once); the HTTP layer answers the first request of a connection that is over a limit with 429 or 503 and closes it. The
  * HTTP library's own hard limits stay above these (a reserve), so that
  * those answers can be sent.
  *
@@ -39,9 +39,11 @@ typedef struct {
     unsigned per_ip;      /* connections of one client address; more: OVER_IP (0: no limit) */
     double deadline_s;    /* to receive one request's head and body (0: none) */
     unsigned tick_ms;     /* how often the watchdog looks (default 100 when 0) */
+    unsigned per_ip_hard; /* connections of one address past which a new one is dropped unanswered
+                           * (0: no such limit; the HTTP library's own limit applies then) */
 } srv_guard_params;
 
-typedef enum { SRV_CONN_OK = 0, SRV_CONN_OVER_IP, SRV_CONN_OVER_MAX } srv_conn_verdict;
+typedef enum { SRV_CONN_OK = 0, SRV_CONN_OVER_IP, SRV_CONN_OVER_MAX, SRV_CONN_DROP } srv_conn_verdict;
 
 typedef struct srv_guard srv_guard;
 typedef struct srv_conn srv_conn;
@@ -55,6 +57,14 @@ void srv_guard_free(srv_guard *g);
  * memory (the HTTP layer then treats it as OVER_MAX). */
 srv_conn *srv_guard_open(srv_guard *g, const struct sockaddr *addr, int fd);
 void srv_guard_close(srv_guard *g, srv_conn *c);
+/* Passing a connection's socket to the HTTP library (server_gate.h): the
+ * entry stays counted, and its deadline runs on, but the watchdog leaves
+ * the socket alone until srv_guard_adopt names it again - the library may
+ * close it before that. An entry still waiting when its fd number comes
+ * back from accept is one the library dropped; srv_guard_open frees it. */
+void srv_guard_handoff(srv_guard *g, srv_conn *c);
+/* The handed-off entry of socket fd, now the library's; NULL when none. */
+srv_conn *srv_guard_adopt(srv_guard *g, int fd);
 srv_conn_verdict srv_guard_verdict(const srv_conn *c);
 void srv_guard_busy(srv_guard *g, srv_conn *c);   /* the request is in: deadline off */
 void srv_guard_idle(srv_guard *g, srv_conn *c);   /* waiting for a request: deadline on */

@@ -18,11 +18,13 @@
  *             again for the next request on the connection
  *
  * Every answer this file makes is JSON in OpenAI's error shape when it is
- * an error. libmicrohttpd answers some protocol errors itself, before any
- * of this runs, with its own fixed bodies and no hook to change them (a
- * request line or head too large 414/431, an HTTP version other than 1.0
- * and 1.1 505, a malformed request line, header or chunk 400, a chunk
- * size too large 413); docs/security.md lists them.
+ * an error. Without TLS the server owns the listening socket: server_gate.h
+ * accepts, reads each connection's first request head before libmicrohttpd
+ * does, answers a malformed one itself (JSON too), and hands the others to
+ * libmicrohttpd (MHD_add_connection) with their bytes untouched. What
+ * libmicrohttpd still answers with its own fixed bodies - later requests on
+ * a keep-alive connection, and every request under TLS - docs/security.md
+ * lists.
  *
  * Invariant: conn.rs, once submitted, is freed only in on_completed, which
  * MHD calls exactly once per request it presented to on_request, after the
@@ -45,7 +47,9 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "server_gate.h"
 #include "server_guard.h"
 #include "server_metrics.h"
 #include "server_reqs.h"
@@ -72,6 +76,8 @@ struct srv {
     long created;
     int port;
     srv_guard *guard;
+    bool gated;            /* plain HTTP: connections come through the gate */
+    srv_gate *gate;
     atomic_bool aborting, quiescing, started;
     _Atomic uint64_t responses[SRV_N_CODES];
     _Atomic uint64_t active, disconnects;
@@ -755,7 +761,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        *socket_context = fd ? srv_guard_open(s->guard, ad ? ad->client_addr : NULL, fd->connect_fd) : NULL;
+        srv_conn *gc = fd && s->gated ? srv_guard_adopt(s->guard, fd->connect_fd) : NULL; /* the gate's entry */
+        if (!gc && fd) gc = srv_guard_open(s->guard, ad ? ad->client_addr : NULL, fd->connect_fd);
+        *socket_context = gc;
     } else {
         srv_guard_close(s->guard, *socket_context);
         *socket_context = NULL;
@@ -835,16 +843,21 @@ static struct MHD_Daemon *daemon_start(srv *s, const struct addrinfo *ai, const 
     const srv_http_config *cfg = &s->cfg;
     unsigned reserve = conn_reserve(cfg->max_conns);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (cert ? MHD_USE_TLS : 0);
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (cert ? MHD_USE_TLS : 0) |
+                     (s->gated ? MHD_USE_NO_LISTEN_SOCKET : 0);
     /* a pointer option in an array: MHD's header says `value`, its code reads `ptr_value`: both hold it */
     struct MHD_OptionItem tls[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, (intptr_t)cert, (void *)cert},
         {MHD_OPTION_HTTPS_MEM_KEY, (intptr_t)key, (void *)key},
         {MHD_OPTION_END, 0, NULL},
     };
-    return MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+    struct MHD_OptionItem addr[] = {
+        {MHD_OPTION_SOCK_ADDR, (intptr_t)ai->ai_addr, ai->ai_addr},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    return MHD_start_daemon(flags, s->gated ? 0 : (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that it catches everything */
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_ARRAY, s->gated ? addr + 1 : addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns + reserve,
@@ -853,6 +866,47 @@ static struct MHD_Daemon *daemon_start(srv *s, const struct addrinfo *ai, const 
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)SRV_THREAD_STACK,
                             MHD_OPTION_ARRAY, cert ? tls : tls + 2,
                             MHD_OPTION_END);
+}
+
+/* The gate's listening socket on ai (non-blocking), or -1 (printed). */
+static int listen_socket(const srv_http_config *cfg, const struct addrinfo *ai)
+{
+    int one = 1, fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+              (ai->ai_family != AF_INET6 || setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0) &&
+              bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0;
+    if (ok) return fd;
+    fprintf(stderr, "pagellm serve: cannot listen on %s port %d: %s\n", cfg->host, cfg->port, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+static int gate_handoff(void *cls, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    srv *s = cls;
+    return MHD_add_connection(s->d, fd, addr, len) == MHD_YES ? 0 : -1;
+}
+
+static void gate_answered(void *cls, int status) { count(cls, status); }
+
+/* Plain HTTP: the listening socket and the gate in front of the daemon. 0 or 1 (printed). */
+static int gate_start(srv *s, int lfd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(lfd, (struct sockaddr *)&sa, &len) == 0)
+        s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                 : ((struct sockaddr_in *)&sa)->sin_port);
+    srv_gate_params gp = {
+        .guard = s->guard,
+        .capacity = s->cfg.max_conns + conn_reserve(s->cfg.max_conns),
+        .idle_s = s->cfg.timeout_s,
+        .cors_any = !s->cfg.cors || s->cfg.cors->any,
+        .handoff = gate_handoff,
+        .answered = gate_answered,
+        .cls = s,
+    };
+    return srv_gate_start(&s->gate, lfd, &gp) == 0 ? 0 : 1;
 }
 
 /* The TLS files read, or exit status 1 (printed). */
@@ -880,13 +934,20 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
     srv *s = calloc(1, sizeof *s);
     if (!s) fprintf(stderr, "pagellm serve: out of memory\n");
     struct addrinfo *ai = s ? resolve(cfg) : NULL;
-    srv_guard_params gp = {cfg->max_conns, cfg->max_conns_per_ip, cfg->header_timeout_s, 0};
-    if (!ai || srv_guard_new(&s->guard, &gp) != 0) {
-        if (ai) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
+    bool gated = !cfg->tls_cert; /* TLS bytes are encrypted: those connections go to the daemon directly */
+    /* past its share and half the reserve an address's new connections are
+     * dropped at once, as libmicrohttpd's own limit does without the gate */
+    unsigned hard = gated && cfg->max_conns_per_ip ? cfg->max_conns_per_ip + conn_reserve(cfg->max_conns) / 2 : 0;
+    srv_guard_params gp = {cfg->max_conns, cfg->max_conns_per_ip, cfg->header_timeout_s, 0, hard};
+    int lfd = ai && gated ? listen_socket(cfg, ai) : -1;
+    if (!ai || (gated && lfd < 0) || srv_guard_new(&s->guard, &gp) != 0) {
+        if (ai && (!gated || lfd >= 0)) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
         if (ai) freeaddrinfo(ai);
+        if (lfd >= 0) close(lfd);
         free(s), free(cert), free(key);
         return 1;
     }
+    s->gated = gated;
     s->cfg = *cfg;
     s->e = e, s->mc = mc, s->tok = tok;
     s->created = (long)time(NULL);
@@ -901,15 +962,24 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
             fprintf(stderr, "pagellm serve: cannot listen with TLS on %s port %d (the line above says why; a TLS error "
                             "means --tls-cert %s and --tls-key %s are not a PEM certificate and its private key)\n",
                     cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
+        else if (gated)
+            fprintf(stderr, "pagellm serve: cannot start the HTTP daemon (the line above says why)\n");
         else
             fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
+        if (lfd >= 0) close(lfd);
+        srv_guard_free(s->guard);
+        free(s);
+        return 1;
+    }
+    if (gated && gate_start(s, lfd) != 0) {
+        MHD_stop_daemon(s->d);
         srv_guard_free(s->guard);
         free(s);
         return 1;
     }
     atomic_store(&s->started, true);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : cfg->port;
+    const union MHD_DaemonInfo *di = gated ? NULL : MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    if (!gated) s->port = di ? di->port : cfg->port;
     if (open_to_all)
         fprintf(stderr, "pagellm serve: WARNING: listening on %s without an API key: anyone who can reach this "
                         "address can use the model and read /v1/kv and /metrics (set --api-key or --api-key-file, or "
@@ -930,6 +1000,7 @@ void srv_stop(srv *s)
 {
     if (!s) return;
     srv_abort(s);
+    srv_gate_stop(s->gate); /* first: it hands connections to the daemon */
     MHD_stop_daemon(s->d);
     srv_guard_free(s->guard); /* after the daemon: every connection has been closed */
     free(s);

@@ -15,6 +15,11 @@
  *   OPTIONS any route            CORS preflight, no key needed (server_cors.h)
  *   POST /apply-template         the chat prompt a request would get (server_chat.h)
  *
+ * Connections: without TLS the server listens itself and each new
+ * connection's first request head passes server_gate.h (malformed heads
+ * answered there with JSON) before libmicrohttpd takes the socket; with
+ * TLS libmicrohttpd listens.
+ *
  * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION). A
  * generation is a blocking loop over pl_request_next on its connection's
  * thread - for a stream, inside the content reader - so the code reads top

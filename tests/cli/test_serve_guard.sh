@@ -4,8 +4,12 @@
 # head and body however slowly its bytes come (slowloris), the per-address
 # connection limit (429) and --max-conns (503 with Retry-After, never a
 # reset), conflicting Content-Length / Transfer-Encoding (400 and close),
-# JSON error bodies, and /health answering 503 during a drain while a
-# running stream finishes. Every loop is bounded; about 20 s.
+# JSON error bodies, protocol errors answered by the server's request gate
+# (malformed request line, header, Content-Length or chunk; head, line and
+# version limits: 400 413 414 431 505, JSON, Connection: close) while valid
+# requests (keep-alive, pipelined, chunked, streamed) still pass, and
+# /health answering 503 during a drain while a running stream finishes.
+# Every loop is bounded; about 25 s.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -58,6 +62,9 @@ if is_error 429 too_many_connections <<<"$OUT" && jqok '.headers["retry-after"] 
 then pass guard_per_ip_429; else fail guard_per_ip_429 "${OUT:0:400}"; fi
 OUT=$(timeout 20 node "$H" hold "$PORT" 3 "$GET" 127.0.0.2 127.0.0.1)
 check guard_per_ip_other_address jqok '.status == 200' <<<"$OUT"
+# past its share and half the reserve (3 + 4/2) an address's new connection is closed unanswered
+OUT=$(timeout 20 node "$H" hold "$PORT" 5 "$GET" 127.0.0.1 127.0.0.1)
+check guard_per_ip_hard_limit_closed jqok '.status == 0 and .closed' <<<"$OUT"
 # 6 idle sockets from 6 addresses (--max-conns 6): the 7th gets a JSON 503 with Retry-After
 OUT=$(timeout 20 node "$H" hold "$PORT" 6 "$GET" 127.0.0.9 127.0.0.3 127.0.0.4 127.0.0.5 127.0.0.6 127.0.0.7 127.0.0.8)
 if is_error 503 server_overloaded <<<"$OUT" && jqok '.headers["retry-after"]' <<<"$OUT"
@@ -81,6 +88,44 @@ check guard_two_transfer_encodings is_error 400 invalid_framing <<<"$OUT"
 # the same length twice is one length (RFC 9110 section 8.6)
 OUT=$(raw "${P}Content-Length: 30\r\nContent-Length: 30\r\nConnection: close\r\n\r\n$B")
 check guard_same_content_length_twice jqok '.status == 200' <<<"$OUT"
+
+# ----------------- protocol errors: the gate's JSON, not libmicrohttpd's HTML
+# an OpenAI error with this status and code that closes the connection
+gate_error() { # NAME STATUS CODE REQUEST
+  local out; out=$(raw "$4")
+  if is_error "$2" "$3" <<<"$out" && jqok '.headers.connection == "close"' <<<"$out"
+  then pass "$1"; else fail "$1" "${out:0:300}"; fi
+}
+gate_error gate_not_a_request_line 400 invalid_request_line 'GARBAGE\r\n\r\n'
+gate_error gate_version_505 505 http_version_not_supported 'GET /health HTTP/2.0\r\nHost: x\r\n\r\n'
+gate_error gate_header_without_colon 400 invalid_header 'GET /health HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n'
+gate_error gate_header_name_space 400 invalid_header 'GET /health HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n'
+gate_error gate_content_length_not_number 400 invalid_content_length "${P}Content-Length: 1x\r\n\r\n$B"
+gate_error gate_content_length_too_large 413 request_too_large "${P}Content-Length: 99999999999999999999999\r\n\r\n$B"
+gate_error gate_chunk_malformed 400 invalid_chunk "${P}Transfer-Encoding: chunked\r\n\r\nzz\r\n$B\r\n0\r\n\r\n"
+gate_error gate_chunk_too_large 413 request_too_large "${P}Transfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\n$B\r\n"
+LONG=$(head -c 40000 /dev/zero | tr '\0' a)
+gate_error gate_request_line_414 414 uri_too_long "GET /$LONG HTTP/1.1\r\nHost: x\r\n\r\n"
+gate_error gate_head_431 431 headers_too_large "GET /health HTTP/1.1\r\nHost: x\r\nX-A: $LONG\r\n\r\n"
+FIELDS=$(for i in $(seq 1 101); do printf 'X-%d: 1\\r\\n' "$i"; done)
+gate_error gate_fields_431 431 headers_too_large "GET /health HTTP/1.1\r\n$FIELDS\r\n"
+# the largest head passed on: 16 KiB, 100 field lines, libmicrohttpd still answers it
+PAD=$(head -c 14000 /dev/zero | tr '\0' p)
+FIELDS=$(for i in $(seq 1 97); do printf 'X-%d: 1\\r\\n' "$i"; done)
+OUT=$(raw "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n${FIELDS}X-Pad: $PAD\r\n\r\n")
+check gate_largest_head_passes jqok '.status == 200' <<<"$OUT"
+# valid requests pass the gate: several on one keep-alive connection (curl
+# reuses it: one connect), pipelined ones, a chunked body, a stream
+KA=$(curl -s -o /dev/null -o /dev/null -o /dev/null --max-time 10 -w '%{num_connects} ' "$URL/health" "$URL/v1/models" "$URL/health")
+check gate_keepalive_one_connection test "$KA" = "1 0 0 "
+PIPE=$(exec 3<>"/dev/tcp/127.0.0.1/$PORT" && printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3 && timeout 10 cat <&3)
+check gate_pipelined_three test "$(grep -o 'HTTP/1.1 200' <<<"$PIPE" | wc -l)" = 3
+OUT=$(raw "${P}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n1e\r\n$B\r\n0\r\n\r\n")
+check gate_chunked_body_passes jqok '.status == 200 and (.body | fromjson | .choices[0].text | type == "string")' <<<"$OUT"
+curl -sN --max-time 30 "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}' >"$T/gate.sse"
+check gate_stream_passes test "$(grep -v '^$' "$T/gate.sse" | tail -1)" = "data: [DONE]"
+check gate_alive_after_errors test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/health")" = 200
 
 # ------------------------------------------------------- JSON everywhere
 OUT=$(raw 'GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')

@@ -8,8 +8,9 @@
 # parsing: numbers, sizes like 512M, strings), grammar (the GBNF parser,
 # matcher and token mask), schema (JSON schema -> GBNF), server (the
 # server's other request parsers over stories260K), jinja (any bytes as a
-# chat template, seeded with ../shared/templates) or store (the KV tier
-# entry reader, src/store/store_entry.c).
+# chat template, seeded with ../shared/templates), store (the KV tier
+# entry reader, src/store/store_entry.c) or head (the server's request-head
+# checker, server/server_head.c).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -319,6 +320,28 @@ exec "$OUT/fuzz_server" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -dict="$OUT/server.dict" \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+head)
+# the checker alone: libc only
+$CLANG $FLAGS -Iserver $SAN server/server_head.c tests/fuzz/fuzz_head.c -o "$OUT/fuzz_head" || exit 2
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}' >"$CORPUS/seed-cl"
+printf 'POST /tokenize HTTP/1.1\nTransfer-Encoding: chunked\n\n4;ext=1\r\n{\"\"}\r\n0\r\n\r\n' >"$CORPUS/seed-chunked"
+printf '\r\nGET /health?x=%%20 HTTP/1.0\r\nX-A:\tv\xe9 \r\n\r\n' >"$CORPUS/seed-get"
+printf 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' >"$CORPUS/seed-h2"
+cat >"$OUT/head.dict" <<'DICT'
+"\x0d\x0a"
+"\x0d\x0a\x0d\x0a"
+" HTTP/1.1"
+"HTTP/1.0"
+"Content-Length:"
+"Transfer-Encoding: chunked"
+"ffffffffffffffff"
+";"
+":"
+DICT
+exec "$OUT/fuzz_head" -max_total_time="$SECS" -max_len=24576 -timeout=10 \
+  -rss_limit_mb=2048 -dict="$OUT/head.dict" \
+  -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 jinja)
 SRC="src/base/err.c $(ls src/template/*.c)"
 # shellcheck disable=SC2086
@@ -372,7 +395,7 @@ exec "$OUT/fuzz_store_entry" -max_total_time="$SECS" -max_len=2048 -timeout=10 \
   -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store | head)" >&2
 exit 2
 ;;
 esac
