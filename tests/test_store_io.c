@@ -75,7 +75,7 @@ static void key_path(uint64_t i, char *out, size_t cap)
 /* A backend whose puts take put_ms and whose gets answer at once (misses). */
 typedef struct {
     store_backend base;
-    atomic_int put_ms, puts, gets;
+    atomic_int put_ms, puts, gets, in_put;
 } slow_put_be;
 
 static int sp_get(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
@@ -90,6 +90,7 @@ static int sp_put(store_backend *b, const store_key *keys, size_t n, const uint8
 {
     (void)keys, (void)vals, (void)lens;
     slow_put_be *f = (slow_put_be *)b;
+    f->in_put = 1;
     usleep((useconds_t)f->put_ms * 1000);
     f->puts += (int)n;
     return 0;
@@ -117,8 +118,8 @@ TEST(lookup_is_not_held_behind_a_slow_write)
     uint8_t block[SBYTES] = {3};
     uint64_t k1[2] = {1, 1}, root[2] = {0, 0};
     store_put_block(s, k1, root, etok, block);
-    for (int i = 0; i < 100 && store_staged_bytes(s) && f->puts == 0 && !store_put_done(s, 0); i++) usleep(1000);
-    usleep(20000); /* the writer is inside its 400 ms put now */
+    for (int i = 0; i < 5000 && !f->in_put; i++) usleep(1000); /* the writer is inside its 400 ms put */
+    CHECK(f->in_put);
     uint64_t keys[1][2] = {{2, 2}};
     double t0 = mono();
     store_lookup *l = store_lookup_start(s, root, (const uint64_t(*)[2])keys, etok, 1);
