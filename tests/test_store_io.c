@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,7 +139,9 @@ TEST(lookup_is_not_held_behind_a_slow_write)
     CHECK_EQ_INT(f->puts, 1);
 }
 
-/* Scheduling policies of this process's threads named `name`. */
+/* This process's threads named `name` with scheduling policy `policy`;
+ * SCHED_IDLE also counts a SCHED_OTHER thread at nice 19 (the writer's
+ * fallback where SCHED_IDLE is refused). */
 static int count_threads(const char *name, int policy)
 {
     DIR *d = opendir("/proc/self/task");
@@ -153,7 +156,10 @@ static int count_threads(const char *name, int policy)
         if (!fp) continue;
         if (fgets(comm, sizeof comm, fp)) comm[strcspn(comm, "\n")] = 0;
         fclose(fp);
-        if (strcmp(comm, name) == 0 && sched_getscheduler(atoi(de->d_name)) == policy) n++;
+        int tid = atoi(de->d_name), pol = sched_getscheduler(tid);
+        bool niced = pol == SCHED_OTHER && getpriority(PRIO_PROCESS, (id_t)tid) == 19;
+        if (strcmp(comm, name) == 0 && (pol == policy ? !(policy == SCHED_OTHER && niced) : policy == SCHED_IDLE && niced))
+            n++;
     }
     closedir(d);
     return n;
