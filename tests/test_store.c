@@ -13,6 +13,7 @@
  */
 #include "test.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -319,11 +320,13 @@ TEST(disk_torn_and_corrupt_files)
 
 /* ------------------------------------------------------- store threads */
 
-/* A fake backend: a map in memory, each call sleeping delay_ms. */
+/* A fake backend: a map in memory, each call sleeping delay_ms (gets:
+ * get_delay_ms when set); the store's reader and writer call it at once. */
 typedef struct {
     store_backend base;
-    int delay_ms;
+    atomic_int delay_ms, get_delay_ms;
     atomic_int gets, puts;
+    pthread_mutex_t mu;
     store_key keys[64];
     uint8_t *vals[64];
     size_t lens[64];
@@ -333,8 +336,9 @@ typedef struct {
 static int fake_get(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
 {
     fake_be *f = (fake_be *)b;
-    usleep((useconds_t)f->delay_ms * 1000);
+    usleep((useconds_t)(f->get_delay_ms ? f->get_delay_ms : f->delay_ms) * 1000);
     f->gets++;
+    pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < n; i++) {
         vals[i] = NULL, lens[i] = 0;
         for (int j = 0; j < f->n; j++)
@@ -344,6 +348,7 @@ static int fake_get(store_backend *b, const store_key *keys, size_t n, uint8_t *
                 lens[i] = f->lens[j];
             }
     }
+    pthread_mutex_unlock(&f->mu);
     return 0;
 }
 
@@ -351,6 +356,7 @@ static int fake_put(store_backend *b, const store_key *keys, size_t n, const uin
 {
     fake_be *f = (fake_be *)b;
     usleep((useconds_t)f->delay_ms * 1000);
+    pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < n && f->n < 64; i++) {
         f->keys[f->n] = keys[i];
         f->vals[f->n] = malloc(lens[i]);
@@ -358,6 +364,7 @@ static int fake_put(store_backend *b, const store_key *keys, size_t n, const uin
         f->lens[f->n++] = lens[i];
         f->puts++;
     }
+    pthread_mutex_unlock(&f->mu);
     return 0;
 }
 
@@ -365,6 +372,7 @@ static void fake_close(store_backend *b)
 {
     fake_be *f = (fake_be *)b;
     for (int j = 0; j < f->n; j++) free(f->vals[j]);
+    pthread_mutex_destroy(&f->mu);
     free(f);
 }
 
@@ -373,6 +381,7 @@ static fake_be *fake_new(int delay_ms)
     fake_be *f = calloc(1, sizeof *f);
     f->base = (store_backend){.name = "fake", .get_many = fake_get, .put_many = fake_put, .close = fake_close};
     f->delay_ms = delay_ms;
+    pthread_mutex_init(&f->mu, NULL);
     return f;
 }
 
@@ -464,9 +473,11 @@ TEST(store_two_tiers_chain)
     for (int i = 0; i < 3; i++) store_put_block(s, keys[i], i ? keys[i - 1] : root, tok + i * ST, block);
     for (int i = 0; i < 200 && (a->puts < 3 || b->puts < 3); i++) usleep(5000);
     /* tier a loses its middle entry: b serves it */
+    pthread_mutex_lock(&a->mu);
     free(a->vals[1]);
     a->vals[1] = malloc(10);
     a->lens[1] = 10;
+    pthread_mutex_unlock(&a->mu);
     bool done;
     store_lookup *l = store_lookup_start(s, root, (const uint64_t(*)[2])keys, tok, 3);
     for (int i = 0; i < 200 && !(store_lookup_poll(l, &done), done); i++) usleep(2000);

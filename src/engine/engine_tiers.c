@@ -23,7 +23,8 @@ int eng_tiers_open(pl_engine *e, store **out)
         return err_set(PL_EINVAL, "KV tiers (--kv-disk, --kv-redis) need the paged layout with the prefix cache");
     const kv_pool *pool = rt_ctx_pool(e->ctx);
     store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = pool->g.block_bytes,
-                       .timeout_ms = p->kv_tier_timeout_ms};
+                       .timeout_ms = p->kv_tier_timeout_ms,
+                       .urgent_puts = p->role == PL_ROLE_PREFILL /* its answers wait for the writes */};
     memcpy(sp.salt, pc->salt, sizeof sp.salt);
     const uint64_t entry = store_entry_size(sp.block_size, sp.block_bytes);
     if (p->kv_disk && p->kv_disk_max && p->kv_disk_max < entry)

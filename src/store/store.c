@@ -1,19 +1,24 @@
-/* store.c - the tier chain: per-tier I/O threads with a get queue (lookups,
- * served first) and a put queue (write-behind), staging accounting, lookup
- * results and deadlines; see store.h.
+/* store.c - the tier chain: per tier a reader thread (the get queue:
+ * lookups) and a writer thread (the put queue: write-behind, at the lowest
+ * priority), staging accounting, lookup results and deadlines; see store.h.
  *
  * Ownership: a put job is referenced once per tier and freed by the last
- * tier done with it (its bytes then leave the staging count). A lookup is
- * referenced by the engine (until store_lookup_free) and by the chain while
- * a tier holds it (one tier at a time); the last reference frees it.
+ * tier done with it (its bytes then leave the staging count; its buffer may
+ * be kept as a spare for the next put). A lookup is referenced by the
+ * engine (until store_lookup_free) and by the chain while a tier holds it
+ * (one tier at a time); the last reference frees it.
  */
 #include "store/store.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/mem.h"
@@ -22,6 +27,7 @@
 #define STORE_PUT_BATCH 16
 #define STORE_RECENT 4096          /* recently written keys remembered (direct mapped) */
 #define STORE_DRAIN_S 5.0          /* store_free writes what is queued for at most this long */
+#define STORE_SPARES 8             /* entry buffers kept for reuse (already faulted in) */
 
 enum { KEY_PENDING = 0, KEY_HIT, KEY_MISS };
 
@@ -32,6 +38,7 @@ typedef struct put_job {
     size_t len;
     int refs;
     uint64_t seq;              /* queue order, from 1 (store_put_mark) */
+    bool sealed;               /* checksum written (under seal_mu): the first writer seals */
 } put_job;
 
 struct store_lookup {
@@ -53,9 +60,9 @@ typedef struct {
     store *s;
     int idx;
     store_backend *b;
-    pthread_t th;
-    bool th_ok;
-    pthread_cond_t cv;
+    pthread_t reader, writer;
+    bool reader_ok, writer_ok;
+    pthread_cond_t get_cv, put_cv;
     put_job *put_head, *put_tail;
     uint64_t inflight_min;     /* seq of the first job being written, 0 if none */
     store_lookup *get_head, *get_tail;
@@ -71,6 +78,9 @@ struct store {
     uint64_t put_seq;                 /* jobs queued so far */
     bool stop;
     double stop_deadline;
+    uint8_t *spare[STORE_SPARES];     /* entry buffers to reuse (mu) */
+    int n_spare;
+    pthread_mutex_t seal_mu;          /* put_job.sealed */
     store_key recent[STORE_RECENT];   /* engine thread only */
 };
 
@@ -125,7 +135,7 @@ static void get_push(tier *t, store_lookup *l)
     if (t->get_tail) t->get_tail->next = l;
     else t->get_head = l;
     t->get_tail = l;
-    pthread_cond_signal(&t->cv);
+    pthread_cond_signal(&t->get_cv);
 }
 
 /* Queues job j to tiers [0, n) if the staging bound allows (mu held);
@@ -147,7 +157,7 @@ static void put_queue(store *s, put_job *j, int n)
         if (t->put_tail) t->put_tail->next[i] = j;
         else t->put_head = j;
         t->put_tail = j;
-        pthread_cond_signal(&t->cv);
+        pthread_cond_signal(&t->put_cv);
     }
 }
 
@@ -163,7 +173,7 @@ static void tier_promote_prepare(const tier *t, const store_lookup *l, const uin
         uint8_t *buf = malloc(lens[j]);
         if (!pj || !buf) { free(pj), free(buf); continue; }
         memcpy(buf, vals[j], lens[j]);
-        *pj = (put_job){.key = l->keys[idx[j]], .buf = buf, .len = lens[j]};
+        *pj = (put_job){.key = l->keys[idx[j]], .buf = buf, .len = lens[j], .sealed = true};
         out[j] = pj;
     }
 }
@@ -246,13 +256,27 @@ static void tier_get(tier *t, store_lookup *l)
 
 /* ---------------------------------------------------------------- puts */
 
-/* Drops one tier's reference to job (mu held); the last frees it. */
+/* Drops one tier's reference to job (mu held); the last frees it, keeping
+ * its buffer as a spare when it has an entry's size. */
 static void put_unref(store *s, put_job *j)
 {
     if (--j->refs > 0) return;
     s->staged -= j->len;
-    free(j->buf);
+    if (s->n_spare < STORE_SPARES && j->len == store_entry_size(s->p.block_size, s->p.block_bytes))
+        s->spare[s->n_spare++] = j->buf;
+    else
+        free(j->buf);
     free(j);
+}
+
+/* The engine thread fills an entry; its checksum is computed here, on the
+ * first writer that takes it (no lock of the engine's is held). */
+static void put_seal(store *s, put_job *j)
+{
+    pthread_mutex_lock(&s->seal_mu);
+    if (!j->sealed) store_entry_seal(j->buf, j->len);
+    j->sealed = true;
+    pthread_mutex_unlock(&s->seal_mu);
 }
 
 /* Writes up to STORE_PUT_BATCH queued jobs of t (mu held on entry and exit). */
@@ -278,6 +302,7 @@ static void tier_put_batch(tier *t)
     for (int i = 0; i < k; i++) keys[i] = jobs[i]->key, vals[i] = jobs[i]->buf, lens[i] = jobs[i]->len, bytes += lens[i];
     t->inflight_min = k ? jobs[0]->seq : 0;
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k; i++) put_seal(s, jobs[i]);
     double t0 = now_s();
     int rc = t->b->put_many(t->b, keys, (size_t)k, vals, lens);
     double dt = now_s() - t0;
@@ -290,7 +315,8 @@ static void tier_put_batch(tier *t)
     for (int i = 0; i < k; i++) put_unref(s, jobs[i]);
 }
 
-static void *tier_main(void *arg)
+/* Serves lookups, oldest first; they have a deadline the engine waits on. */
+static void *tier_reader_main(void *arg)
 {
     tier *t = arg;
     store *s = t->s;
@@ -307,13 +333,56 @@ static void *tier_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             tier_get(t, l);
             pthread_mutex_lock(&s->mu);
-        } else if (t->put_head) {
-            tier_put_batch(t);
         } else if (s->stop) {
             break;
         } else {
-            pthread_cond_wait(&t->cv, &s->mu);
+            pthread_cond_wait(&t->get_cv, &s->mu);
         }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* The writer yields the CPU to everything else: SCHED_IDLE, or nice 19
+ * where that is refused. It does not need to come back while serving
+ * (an unprivileged thread cannot), since nothing waits on it but the
+ * prefill role, whose store keeps its writer at normal priority
+ * (store_params.urgent_puts). */
+static void writer_lower_priority(const tier *t)
+{
+    if (t->s->p.urgent_puts) return;
+    struct sched_param sp = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0) setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+}
+
+/* At shutdown the engine waits for the queued writes (STORE_DRAIN_S): back
+ * to normal priority where allowed (CAP_SYS_NICE or RLIMIT_NICE), so that
+ * other processes' load does not starve the drain; otherwise unchanged. */
+static void writer_restore_priority(const tier *t)
+{
+    if (t->s->p.urgent_puts) return;
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+}
+
+/* Writes the put queue in order, a batch at a time. */
+static void *tier_writer_main(void *arg)
+{
+    tier *t = arg;
+    store *s = t->s;
+    writer_lower_priority(t);
+    bool restored = false;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->stop && !restored) {
+            restored = true;
+            pthread_mutex_unlock(&s->mu);
+            writer_restore_priority(t);
+            pthread_mutex_lock(&s->mu);
+        }
+        if (t->put_head) tier_put_batch(t);
+        else if (s->stop) break;
+        else pthread_cond_wait(&t->put_cv, &s->mu);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -330,6 +399,11 @@ int store_new(store **out, const store_params *p)
     if (!s->p.timeout_ms) s->p.timeout_ms = STORE_TIMEOUT_MS_DEFAULT;
     if (!s->p.staging_bytes) s->p.staging_bytes = STORE_STAGING_DEFAULT;
     if (pthread_mutex_init(&s->mu, NULL)) {
+        free(s);
+        return err_set(PL_ENOMEM, "store: cannot make its lock");
+    }
+    if (pthread_mutex_init(&s->seal_mu, NULL)) {
+        pthread_mutex_destroy(&s->mu);
         free(s);
         return err_set(PL_ENOMEM, "store: cannot make its lock");
     }
@@ -350,16 +424,29 @@ int store_add_tier(store *s, store_backend *b)
     t->b = b;
     hist_init(&t->st.get_latency);
     hist_init(&t->st.put_latency);
-    if (pthread_cond_init(&t->cv, NULL)) {
+    if (pthread_cond_init(&t->get_cv, NULL)) {
+        b->close(b);
+        return err_set(PL_ENOMEM, "store: cannot make a tier's condition variable");
+    }
+    if (pthread_cond_init(&t->put_cv, NULL)) {
+        pthread_cond_destroy(&t->get_cv);
         b->close(b);
         return err_set(PL_ENOMEM, "store: cannot make a tier's condition variable");
     }
     pthread_mutex_lock(&s->mu); /* lookups read n_tiers under mu */
     s->n_tiers++;
     pthread_mutex_unlock(&s->mu);
-    if (pthread_create(&t->th, NULL, tier_main, t) != 0)
-        return err_set(PL_ENOMEM, "store: cannot start the %s tier's thread", b->name);
-    t->th_ok = true;
+    char name[16];
+    if (pthread_create(&t->reader, NULL, tier_reader_main, t) != 0)
+        return err_set(PL_ENOMEM, "store: cannot start the %s tier's reader thread", b->name);
+    t->reader_ok = true;
+    snprintf(name, sizeof name, "pl-%.5s-get", b->name);
+    pthread_setname_np(t->reader, name);
+    if (pthread_create(&t->writer, NULL, tier_writer_main, t) != 0)
+        return err_set(PL_ENOMEM, "store: cannot start the %s tier's writer thread", b->name);
+    t->writer_ok = true;
+    snprintf(name, sizeof name, "pl-%.5s-put", b->name);
+    pthread_setname_np(t->writer, name);
     return 0;
 }
 
@@ -369,10 +456,15 @@ void store_free(store *s)
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     s->stop_deadline = now_s() + STORE_DRAIN_S;
-    for (int i = 0; i < s->n_tiers; i++) pthread_cond_signal(&s->tiers[i].cv);
+    for (int i = 0; i < s->n_tiers; i++) {
+        pthread_cond_signal(&s->tiers[i].get_cv);
+        pthread_cond_signal(&s->tiers[i].put_cv);
+    }
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_tiers; i++)
-        if (s->tiers[i].th_ok) pthread_join(s->tiers[i].th, NULL);
+    for (int i = 0; i < s->n_tiers; i++) {
+        if (s->tiers[i].reader_ok) pthread_join(s->tiers[i].reader, NULL);
+        if (s->tiers[i].writer_ok) pthread_join(s->tiers[i].writer, NULL);
+    }
     for (int i = 0; i < s->n_tiers; i++) { /* what a thread that never ran left queued */
         tier *t = &s->tiers[i];
         while (t->get_head) {
@@ -386,8 +478,11 @@ void store_free(store *s)
             put_unref(s, j);
         }
         t->b->close(t->b);
-        pthread_cond_destroy(&t->cv);
+        pthread_cond_destroy(&t->get_cv);
+        pthread_cond_destroy(&t->put_cv);
     }
+    for (int i = 0; i < s->n_spare; i++) free(s->spare[i]);
+    pthread_mutex_destroy(&s->seal_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -426,14 +521,17 @@ void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], 
     store_key *r = recent_slot(s, key);
     if (r->h[0] == key[0] && r->h[1] == key[1]) return; /* written already */
     const size_t len = store_entry_size(s->p.block_size, s->p.block_bytes);
+    uint8_t *buf = NULL;
     pthread_mutex_lock(&s->mu);
     bool room = s->staged + len <= s->p.staging_bytes;
     if (!room)
         for (int i = 0; i < s->n_tiers; i++) s->tiers[i].st.dropped_writes++;
+    else if (s->n_spare)
+        buf = s->spare[--s->n_spare];
     pthread_mutex_unlock(&s->mu);
     if (!room) return; /* checked before the copy, so that a full buffer costs nothing */
     put_job *j = calloc(1, sizeof *j);
-    uint8_t *buf = malloc(len);
+    if (!buf) buf = malloc(len);
     if (!j || !buf) {
         free(j), free(buf);
         return;
@@ -443,8 +541,9 @@ void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], 
                           .key = {{key[0], key[1]}},
                           .n_tokens = s->p.block_size,
                           .payload_len = s->p.block_bytes};
+    /* the one copy the engine thread makes (the pool block may be reused
+     * at once); the checksum is left to the writer (put_seal) */
     memcpy(store_entry_begin(buf, &m, tokens), block, s->p.block_bytes);
-    store_entry_seal(buf, len);
     *j = (put_job){.key = m.key, .buf = buf, .len = len};
     *r = m.key;
     pthread_mutex_lock(&s->mu);

@@ -1,18 +1,24 @@
 /* store.h - the KV tiers below the RAM prefix cache: a chain of backends
- * (disk, then Redis), each driven by its own I/O thread, that the engine
- * thread uses without ever waiting.
+ * (disk, then Redis), each driven by two I/O threads, a reader and a
+ * writer, that the engine thread uses without ever waiting.
  *
- *   engine thread                      tier 0 thread        tier 1 thread
- *   store_put_block --copy--> staging --put queue--> put_many  put_many
- *   store_lookup_start ------------> get queue --> get_many, verify
- *                                          misses from the first gap on --> get_many, verify
+ *   engine thread                      tier 0                tier 1
+ *   store_put_block --copy--> staging --put queue--> writer: seal, put_many   writer: put_many
+ *   store_lookup_start ------------> get queue --> reader: get_many, verify
+ *                                          misses from the first gap on --> reader: get_many, verify
  *   store_lookup_poll <-- per-key results (mutex), deadline
  *
- * Write-behind: a newly keyed full block is encoded (store_entry.h) into a
- * malloc'd copy on the engine thread and queued to every tier. The copies
- * in flight are bounded (staging_bytes); past the bound a write is dropped
- * and counted, never waited for. A short table of recently written keys
- * keeps a block from being written again when another sequence re-keys it.
+ * Write-behind: a newly keyed full block is copied with its header and
+ * tokens (store_entry.h) into an entry buffer on the engine thread (a spare
+ * one when a write has freed one) and queued to every tier; the first
+ * writer to take it computes its checksum. Writers run at the lowest
+ * priority (SCHED_IDLE, else nice 19) so that on a machine whose cores the
+ * engine's threads fill, writing waits for idle time instead of taking it
+ * from the decodes; readers keep normal priority, as lookups have a
+ * deadline. The entries in flight are bounded (staging_bytes); past the
+ * bound a write is dropped and counted, never waited for. A short table of
+ * recently written keys keeps a block from being written again when another
+ * sequence re-keys it.
  *
  * Lookup: the keys of a prompt's full blocks that RAM lacks, in chain order.
  * Tier 0 is asked for all; tier i+1 for tier i's misses from the first gap
@@ -25,7 +31,8 @@
  *
  * Threads: store_put_block, store_lookup_* and store_free on the engine
  * thread; store_tier_stats from any thread. One mutex guards the queues,
- * the lookups' results and the stats; no backend call runs under it.
+ * the lookups' results and the stats; no backend call runs under it. A
+ * backend's get_many (reader) and put_many (writer) may run at once.
  */
 #ifndef PL_STORE_STORE_H
 #define PL_STORE_STORE_H
@@ -48,6 +55,8 @@ typedef struct {
     uint64_t salt[2];        /* the prefix cache's salt */
     uint32_t timeout_ms;     /* a lookup's deadline (0: STORE_TIMEOUT_MS_DEFAULT) */
     uint64_t staging_bytes;  /* writes in flight, at most (0: STORE_STAGING_DEFAULT) */
+    bool urgent_puts;        /* writers keep normal priority: something waits on
+                                the writes (the prefill role, store_put_done) */
 } store_params;
 
 #define STORE_TIMEOUT_MS_DEFAULT 50

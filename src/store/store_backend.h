@@ -9,9 +9,11 @@
  * backend's: a backend may lose, truncate or return stale values, and the
  * store must still never use a wrong block.
  *
- * Threads: each backend instance is owned by exactly one I/O thread and is
- * called only from it; it needs no locks. Calls may block (disk, network);
- * they never run on the engine thread.
+ * Threads: each backend instance is driven by its tier's two I/O threads:
+ * get_many from the reader and put_many from the writer, possibly at the
+ * same time (so a backend guards what both touch, or keeps one connection
+ * per thread); close runs alone. Calls may block (disk, network); they never
+ * run on the engine thread.
  *
  * Errors: a backend never fails a request. A get that cannot be served
  * (node down, file missing, timeout) reports misses; the return value only

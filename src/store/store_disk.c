@@ -3,12 +3,18 @@
  *
  *   buckets[hash(key) & mask] -> entry -> entry (hnext chain)
  *   lru: head (least recent) <-> ... <-> tail (most recent), bytes summed
+ *
+ * The store's reader (gets) and writer (puts) threads call in at once:
+ * mu guards the index; file I/O runs outside it, and an entry is found
+ * again by key after each file operation (the other thread may have
+ * evicted or replaced it meanwhile).
  */
 #include "store/store_disk.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +33,7 @@ typedef struct disk_entry {
     bool has_parent;
     uint64_t bytes;
     struct timespec mtime;            /* at open only: the scan's order */
+    bool placed;                      /* at open only: ordered under a descendant */
     struct disk_entry *prev, *next;   /* LRU */
     struct disk_entry *hnext;         /* bucket chain */
 } disk_entry;
@@ -39,8 +46,11 @@ typedef struct {
     disk_entry **buckets;
     size_t mask;                      /* buckets - 1, a power of two minus one */
     disk_entry *head, *tail;
-    char path[4096], tmp[4096];
+    pthread_mutex_t mu;               /* the index: buckets, lru, bytes, n */
+    bool mu_ok;
 } disk;
+
+#define DISK_PATH_MAX 4096
 
 /* ----------------------------------------------------------------- index */
 
@@ -160,18 +170,18 @@ static bool disk_unhex(const char *s, store_key *k)
     return true;
 }
 
-/* d->path = DIR/ab/cd/<hex><ext>; with mk, the two directories are made. */
-static void disk_path(disk *d, char *out, const store_key *k, const char *ext, bool mk)
+/* out (DISK_PATH_MAX) = DIR/ab/cd/<hex><ext>; with mk, the two directories are made. */
+static void disk_path(const disk *d, char *out, const store_key *k, const char *ext, bool mk)
 {
     char hex[33];
     disk_hex(k, hex);
     if (mk) {
-        snprintf(out, sizeof d->path, "%s/%.2s", d->dir, hex);
+        snprintf(out, DISK_PATH_MAX, "%s/%.2s", d->dir, hex);
         mkdir(out, 0755);
-        snprintf(out, sizeof d->path, "%s/%.2s/%.2s", d->dir, hex, hex + 2);
+        snprintf(out, DISK_PATH_MAX, "%s/%.2s/%.2s", d->dir, hex, hex + 2);
         mkdir(out, 0755);
     }
-    snprintf(out, sizeof d->path, "%s/%.2s/%.2s/%s%s", d->dir, hex, hex + 2, hex, ext);
+    snprintf(out, DISK_PATH_MAX, "%s/%.2s/%.2s/%s%s", d->dir, hex, hex + 2, hex, ext);
 }
 
 /* Makes e's ancestors on disk more recent than e, nearest first, so that
@@ -195,12 +205,13 @@ static void disk_set_parent(disk_entry *e, const uint8_t *v, size_t len)
     if (e->has_parent) e->parent = m.parent;
 }
 
-/* Deletes least recently used files until the bytes fit the limit. */
+/* Deletes least recently used files until the bytes fit the limit (mu held). */
 static void disk_evict(disk *d)
 {
+    char path[DISK_PATH_MAX];
     while (d->bytes > d->max_bytes && d->head) {
-        disk_path(d, d->path, &d->head->key, ".kv", false);
-        unlink(d->path);
+        disk_path(d, path, &d->head->key, ".kv", false);
+        unlink(path);
         disk_forget(d, d->head);
     }
 }
@@ -238,30 +249,45 @@ static uint8_t *disk_read(const char *path, size_t *len)
 static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
 {
     disk *d = (disk *)b;
-    disk_entry *shallowest = NULL;
+    store_key shallowest;
+    bool any = false;
     int rc = 0;
     for (size_t r = n; r-- > 0;) {
         vals[r] = NULL;
         lens[r] = 0;
-        disk_entry *e = disk_find(d, &keys[r]);
-        if (!e) continue;
-        disk_path(d, d->path, &keys[r], ".kv", false);
-        vals[r] = disk_read(d->path, &lens[r]);
+        pthread_mutex_lock(&d->mu);
+        bool known = disk_find(d, &keys[r]) != NULL;
+        pthread_mutex_unlock(&d->mu);
+        if (!known) continue;
+        char path[DISK_PATH_MAX];
+        disk_path(d, path, &keys[r], ".kv", false);
+        vals[r] = disk_read(path, &lens[r]);
+        int read_errno = errno;
         store_entry_meta m;
+        bool torn = vals[r] && store_entry_frame_check(vals[r], lens[r], &m) != 0;
+        pthread_mutex_lock(&d->mu);
+        disk_entry *e = disk_find(d, &keys[r]); /* the writer may have evicted it meanwhile */
         if (!vals[r]) {
-            if (errno != ENOENT) rc = PL_EIO;
-            disk_forget(d, e); /* removed behind our back, or unreadable */
-        } else if (store_entry_frame_check(vals[r], lens[r], &m) != 0) {
+            if (read_errno != ENOENT) rc = PL_EIO;
+            if (e) disk_forget(d, e); /* removed behind our back, or unreadable */
+        } else if (torn) {
             /* torn or corrupt: deleted now; the value still goes up, for the store to reject and count */
-            unlink(d->path);
-            disk_forget(d, e);
-        } else {
+            unlink(path);
+            if (e) disk_forget(d, e);
+        } else if (e) {
             lru_unlink(d, e);
             lru_push_tail(d, e);
-            shallowest = e;
+            shallowest = keys[r];
+            any = true;
         }
+        pthread_mutex_unlock(&d->mu);
     }
-    if (shallowest) disk_touch_ancestors(d, shallowest); /* the blocks above the batch (served from RAM) */
+    if (any) { /* the blocks above the batch (served from RAM) */
+        pthread_mutex_lock(&d->mu);
+        disk_entry *e = disk_find(d, &shallowest);
+        if (e) disk_touch_ancestors(d, e);
+        pthread_mutex_unlock(&d->mu);
+    }
     return rc;
 }
 
@@ -276,19 +302,31 @@ static bool disk_write_all(int fd, const uint8_t *p, size_t n)
     return true;
 }
 
+static int disk_index_put(disk *d, const store_key *k, const uint8_t *v, size_t len, const char *path);
+
 static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t len)
 {
     if (len > d->max_bytes) return PL_EFULL;
-    disk_path(d, d->tmp, k, ".tmp", true);
-    int fd = open(d->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char tmp[DISK_PATH_MAX], path[DISK_PATH_MAX];
+    disk_path(d, tmp, k, ".tmp", true);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return PL_EIO;
     bool ok = disk_write_all(fd, v, len);
     ok = close(fd) == 0 && ok;
-    disk_path(d, d->path, k, ".kv", false);
-    if (!ok || rename(d->tmp, d->path) != 0) {
-        unlink(d->tmp);
+    disk_path(d, path, k, ".kv", false);
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
         return PL_EIO;
     }
+    pthread_mutex_lock(&d->mu);
+    int rc = disk_index_put(d, k, v, len, path);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+/* Indexes the file just renamed to path (mu held). */
+static int disk_index_put(disk *d, const store_key *k, const uint8_t *v, size_t len, const char *path)
+{
     disk_entry *e = disk_find(d, k);
     if (e) {
         d->bytes = d->bytes - e->bytes + len;
@@ -296,7 +334,7 @@ static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t le
         lru_unlink(d, e);
         lru_push_tail(d, e);
     } else if (!(e = disk_add(d, k, len))) {
-        unlink(d->path);
+        unlink(path);
         return PL_ENOMEM;
     }
     /* Ancestors stay more recent than descendants: a new block goes just
@@ -330,6 +368,7 @@ static void disk_close(store_backend *b)
     if (!d) return;
     while (d->head) disk_forget(d, d->head);
     free(d->buckets);
+    if (d->mu_ok) pthread_mutex_destroy(&d->mu);
     if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
     free(d->dir);
     free(d);
@@ -338,8 +377,20 @@ static void disk_close(store_backend *b)
 void store_disk_usage(store_backend *b, uint64_t *files, uint64_t *bytes)
 {
     disk *d = (disk *)b;
+    pthread_mutex_lock(&d->mu);
     *files = d->n;
     *bytes = d->bytes;
+    pthread_mutex_unlock(&d->mu);
+}
+
+size_t store_disk_lru(store_backend *b, store_key *out, size_t max)
+{
+    disk *d = (disk *)b;
+    size_t k = 0;
+    pthread_mutex_lock(&d->mu);
+    for (const disk_entry *e = d->head; e && k < max; e = e->next) out[k++] = e->key;
+    pthread_mutex_unlock(&d->mu);
+    return k;
 }
 
 /* ------------------------------------------------------------------ open */
@@ -389,6 +440,45 @@ static int disk_scan_leaf(disk *d, const char *leaf)
     return rc;
 }
 
+/* The LRU at open, from the entries v[0, n) sorted by mtime: as if each
+ * had been used in that order, every use moving the entry's ancestors above
+ * it (disk_touch_ancestors, nearest first), in O(n) rather than O(n x chain
+ * depth). An ancestor ends where the latest use among its descendants put
+ * it, so the uses are walked latest first, and each walk up the parents
+ * stops at the first entry already placed (a later use placed it and all
+ * above it): every entry is placed at most once. The order is then
+ *   the entries no use moved (none of their descendants is on disk), by mtime;
+ *   then for each use, oldest first, the ancestors its walk placed, nearest
+ *   first (so a chain's head is the most recent of its chain). */
+static int disk_order_at_open(disk *d, disk_entry **v, size_t n)
+{
+    disk_entry **placed = malloc(n * sizeof *placed);
+    size_t *start = malloc(n * sizeof *start), *len = malloc(n * sizeof *len);
+    if (!placed || !start || !len) {
+        free(placed), free(start), free(len);
+        return PL_ENOMEM;
+    }
+    size_t m = 0;
+    for (size_t i = n; i-- > 0;) {
+        start[i] = m;
+        for (disk_entry *e = v[i]; e->has_parent;) {
+            disk_entry *p = disk_find(d, &e->parent);
+            if (!p || p == e || p->placed) break;
+            p->placed = true;
+            placed[m++] = p;
+            e = p;
+        }
+        len[i] = m - start[i];
+    }
+    d->head = d->tail = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!v[i]->placed) lru_push_tail(d, v[i]);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < len[i]; j++) lru_push_tail(d, placed[start[i] + j]);
+    free(placed), free(start), free(len);
+    return 0;
+}
+
 /* Rebuilds the index from DIR, least recent first, and applies the limit. */
 static int disk_scan(disk *d)
 {
@@ -418,10 +508,9 @@ static int disk_scan(disk *d)
     size_t k = 0;
     for (disk_entry *e = d->head; e; e = e->next) v[k++] = e;
     qsort(v, k, sizeof *v, cmp_mtime);
-    d->head = d->tail = NULL;
-    for (size_t i = 0; i < k; i++) lru_push_tail(d, v[i]);
-    for (size_t i = 0; i < k; i++) disk_touch_ancestors(d, v[i]); /* ancestors after descendants, as when running */
+    rc = disk_order_at_open(d, v, k);
     free(v);
+    if (rc) return rc;
     disk_evict(d);
     return 0;
 }
@@ -452,6 +541,8 @@ store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, s
     d->buckets = calloc(1024, sizeof *d->buckets);
     d->mask = 1023;
     if (!d->dir || !d->buckets) return disk_fail(d, err, errlen, "kv-disk: out of memory");
+    if (pthread_mutex_init(&d->mu, NULL) != 0) return disk_fail(d, err, errlen, "kv-disk: cannot make its lock");
+    d->mu_ok = true;
     if (!dir || !*dir) return disk_fail(d, err, errlen, "kv-disk: empty directory name");
     if (max_bytes == 0) return disk_fail(d, err, errlen, "kv-disk: the size limit must be at least 1 byte");
     if (strlen(dir) > 3000) return disk_fail(d, err, errlen, "kv-disk: directory name too long");

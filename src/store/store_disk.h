@@ -19,7 +19,8 @@
  * just below its parent, a lookup moves its blocks and their ancestors up,
  * and a block whose parent is not on disk is written as the least recent.
  *
- * One I/O thread owns the backend (store_backend.h).
+ * The store's reader and writer threads may call it at once
+ * (store_backend.h): a lock guards the index, not the file I/O.
  */
 #ifndef PL_STORE_DISK_H
 #define PL_STORE_DISK_H
@@ -36,5 +37,9 @@ store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, s
 
 /* Files and bytes indexed now (for tests). */
 void store_disk_usage(store_backend *b, uint64_t *files, uint64_t *bytes);
+
+/* The keys of the index, least recently used first, at most max of them
+ * into out; returns how many (for tests). */
+size_t store_disk_lru(store_backend *b, store_key *out, size_t max);
 
 #endif

@@ -1,4 +1,7 @@
-/* store_redis.c - the Redis Cluster tier as a store_backend; see store_redis.h. */
+/* store_redis.c - the Redis Cluster tier as a store_backend; see store_redis.h.
+ * Two cluster clients, one per I/O thread: gets (the store's reader) on rc,
+ * sets (its writer, at the lowest priority) on wc, so that a lookup never
+ * queues behind a write nor behind a thread that is waiting for idle CPU. */
 #include "store/store_redis.h"
 
 #include "base/err.h"
@@ -9,7 +12,8 @@
 
 typedef struct {
     store_backend base; /* first: a store_backend * is a store_redis * */
-    redis_cluster *rc;
+    redis_cluster *rc; /* gets */
+    redis_cluster *wc; /* sets */
     int64_t ttl_ms;
 } store_redis;
 
@@ -67,7 +71,7 @@ static int sr_put_many(store_backend *b, const store_key *keys, size_t n, const 
     if (n == 0) return 0;
     int rc = key_names(keys, n, &names, &ptrs, &klens);
     if (rc) return rc;
-    rc = redis_cluster_set_many(s->rc, ptrs, klens, n, vals, lens, s->ttl_ms);
+    rc = redis_cluster_set_many(s->wc, ptrs, klens, n, vals, lens, s->ttl_ms);
     free(names), free(ptrs), free(klens);
     return rc;
 }
@@ -77,6 +81,7 @@ static void sr_close(store_backend *b)
     store_redis *s = (store_redis *)b;
     if (!s) return;
     redis_cluster_close(s->rc);
+    redis_cluster_close(s->wc);
     free(s);
 }
 
@@ -93,8 +98,10 @@ store_backend *store_redis_open_opts(const char *hostports, int ttl_s, const red
         return NULL;
     }
     s->rc = redis_cluster_open(hostports, opts);
-    if (!s->rc) {
+    s->wc = s->rc ? redis_cluster_open(hostports, opts) : NULL;
+    if (!s->rc || !s->wc) {
         snprintf(err, errlen, "%s", err_msg());
+        redis_cluster_close(s->rc);
         free(s);
         return NULL;
     }
@@ -114,8 +121,12 @@ store_backend *store_redis_open(const char *hostports, int ttl_s, char *err, siz
 void store_redis_stats_get(const store_backend *b, store_redis_stats *out)
 {
     const store_redis *s = (const store_redis *)b;
-    redis_cluster_stats k;
+    redis_cluster_stats k, w;
     redis_cluster_stats_get(s->rc, &k);
+    redis_cluster_stats_get(s->wc, &w);
+    k.sets_ok += w.sets_ok, k.sets_dropped += w.sets_dropped, k.errors += w.errors, k.redirects += w.redirects;
+    k.reconnects += w.reconnects, k.connect_failures += w.connect_failures, k.bytes_written += w.bytes_written;
+    k.hits += w.hits, k.misses += w.misses, k.bytes_read += w.bytes_read;
     *out = (store_redis_stats){.hits = k.hits,
                                .misses = k.misses,
                                .puts = k.sets_ok,

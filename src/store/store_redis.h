@@ -10,7 +10,10 @@
  *
  * Values are stored as given (binary-safe), with SET ... PX ttl; the store
  * verifies what comes back. get_many / put_many are one pipelined batch
- * per master (redis_cluster_get_many / _set_many).
+ * per master (redis_cluster_get_many / _set_many), each on its own cluster
+ * client (the store's reader and writer threads call them at once), so
+ * every node sees two connections per process and the counters below are
+ * the two clients' sums.
  */
 #ifndef PL_STORE_STORE_REDIS_H
 #define PL_STORE_STORE_REDIS_H
@@ -49,7 +52,7 @@ store_backend *store_redis_open(const char *hostports, int ttl_s, char *err, siz
 void store_redis_key(const store_key *key, char out[STORE_REDIS_KEY_LEN]);
 
 /* A snapshot of b's counters; b must come from store_redis_open. Callable
- * from any thread (the /metrics handler) while the I/O thread uses b. */
+ * from any thread (the /metrics handler) while the I/O threads use b. */
 void store_redis_stats_get(const store_backend *b, store_redis_stats *out);
 
 #endif
