@@ -77,19 +77,21 @@ K5AI void lb_prefetch(const uint8_t *block, size_t bytes, int dist, bool l2)
     }
 }
 
-/* Q3_K's 16 six-bit scales minus 32 as int16 (block_q3_K_scale's layout,
- * four at a time in 32-bit words). */
+/* Q3_K's 16 six-bit scales minus 32 as int16 (block_q3_K_scale's layout):
+ * low 4 bits of scale j in byte j % 8 (high nibble if j >= 8), high 2
+ * bits in byte 8 + j % 4 at bit 2 * (j / 4). In registers: a round trip
+ * through memory costs a failed store forwarding per super-block. */
 K5AI __m256i lb_q3_K_scales16(const uint8_t *sc)
 {
-    uint32_t a0, a1, hi, s[4];
-    memcpy(&a0, sc, 4), memcpy(&a1, sc + 4, 4), memcpy(&hi, sc + 8, 4);
-    const uint32_t m4 = 0x0F0F0F0F, m2 = 0x03030303;
-    s[0] = (a0 & m4) | ((hi & m2) << 4);
-    s[1] = (a1 & m4) | (((hi >> 2) & m2) << 4);
-    s[2] = ((a0 >> 4) & m4) | (((hi >> 4) & m2) << 4);
-    s[3] = ((a1 >> 4) & m4) | (((hi >> 6) & m2) << 4);
-    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
-    return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
+    const __m128i a = _mm_loadl_epi64((const __m128i *)sc);
+    uint32_t hw;
+    memcpy(&hw, sc + 8, 4);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i lo = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(_mm_and_si128(a, m4), _mm_and_si128(_mm_srli_epi16(a, 4), m4)));
+    const __m256i hb = _mm256_cvtepu8_epi16(_mm_set1_epi32((int)hw)); /* byte j % 4 at int16 j */
+    const __m256i sh = _mm256_setr_epi16(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi16(hb, sh), _mm256_set1_epi16(3)), 4);
+    return _mm256_sub_epi16(_mm256_or_si256(lo, hi), _mm256_set1_epi16(32));
 }
 
 /* One weight row of format F (nb super-blocks at w) against NX Q8_K rows
