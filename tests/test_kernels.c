@@ -285,6 +285,14 @@ TEST(simd_variants_cover_block_formats)
             CHECK_MSG(vs[v]->gemm[t].fn && vs[v]->dot[t], "%s has no %s of its own for %s", vs[v]->name,
                       vs[v]->gemm[t].fn ? "decode dot" : "GEMM tile", dtype_get(t)->name);
         }
+    /* the AVX-512 table itself, not only as stacked over AVX2 */
+    const unsigned x512 = kern_cpu_has_avx2() ? kern_cpu_avx512() : 0;
+    const kern_vtable *own = kern_vt_avx512(x512);
+    for (int i = 0; own && i < N_BLOCK_FORMATS; i++) {
+        const uint32_t t = block_formats[i];
+        CHECK_MSG(own->gemm[t].fn && own->dot[t] && own->gemm[t].fn != kern_vt_avx2()->gemm[t].fn,
+                  "%s inherits AVX2's tiles of %s", own->name, dtype_get(t)->name);
+    }
 }
 
 /* Whether variant v's tiles of type t give the reference's bits: the NEON

@@ -1,8 +1,10 @@
 /* kern_avx512.c - the AVX-512 variant: CPU check and its tables.
  *
  * The variant's kernels live in one file per family (kern_avx512_q8.c:
- * Q8_0/Q4_0; kern_avx512_kquant.c: Q4_K/Q6_K; kern_avx512_float.c:
- * F32/F16/BF16; kern_avx512_elem.c: the row kernels); each fills its
+ * Q8_0/Q4_0; kern_avx512_kquant.c: Q4_K/Q6_K; kern_avx512_lowbit.c:
+ * Q3_K/Q2_K/TQ2_0; kern_avx512_quants.c, kern_avx512_legacy.c: the other
+ * block formats; kern_avx512_float.c: F32/F16/BF16; kern_avx512_elem.c:
+ * the row kernels); each fills its
  * entries into the two tables built here, "avx512" (F, BW, VL, DQ, VNNI) and
  * "avx512-bf16" (the same plus AVX512_BF16). An entry left NULL falls back
  * to the AVX2 variant, which kern_init overlays first (an AVX-512 CPU
@@ -60,6 +62,7 @@ static void avx512_tables_init(void)
         kern_avx512_fill_f16p(t);
         kern_avx512_fill_quants(t);
         kern_avx512_fill_kgemm(t);
+        kern_avx512_fill_lowbit(t);
     }
 }
 

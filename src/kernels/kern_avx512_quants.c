@@ -2,8 +2,7 @@
  * beside Q8_0/Q4_0/Q4_K/Q6_K: Q5_K and IQ4_XS against Q8_K, GEMM tiles and
  * decode dots.
  * Q4_1, Q5_0, Q5_1 and IQ4_NL have theirs in kern_avx512_legacy.c; Q2_K,
- * Q3_K and TQ2_0 keep their AVX2 tiles (kern_avx2_quants.c), which the
- * AVX-512 tables inherit.
+ * Q3_K and TQ2_0 in kern_avx512_lowbit.c.
  *
  * Q5_K is Q4_K with a fifth bit per weight, so its tile is Q4_K's
  * (kern_avx512_kquant.c, whose header has the reasoning): 64 weights a zmm

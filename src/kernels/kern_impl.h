@@ -395,7 +395,8 @@ void kern_avx512_fill_elem(kern_vtable *t);
 void kern_avx512_fill_f16p(kern_vtable *t);
 void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4_XS */
 void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_0, Q5_1, IQ4_NL */
-void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
+void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
+void kern_avx512_fill_lowbit(kern_vtable *t); /* kern_avx512_lowbit.c: Q3_K, Q2_K, TQ2_0 */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the integer dots use the dot-product
