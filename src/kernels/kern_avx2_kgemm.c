@@ -58,6 +58,10 @@ KG2I __m256i kg2_bcast4(const void *p)
     return _mm256_set1_epi32(v);
 }
 
+/* A barrier that keeps a run's int16 sum a chain in one register: GCC
+ * otherwise reassociates it into a tree of temporaries and spills. */
+KG2I void kg2_in_order(__m256i *v) { __asm__("" : "+x"(*v)); }
+
 /* The 8 rows' int8 scales at p as int16 pairs (sc, sc), one per lane. */
 KG2I __m256i kg2_scales(const uint8_t *p)
 {
@@ -74,22 +78,29 @@ KG2I void kg2_half(int SB, int RUN, bool SIGNED, bool MIN, int NX, float (*s)[KE
     __m256i isum[KG2_NX], ps[KG2_NX];
 #pragma GCC unroll 4
     for (int r = 0; r < NX; r++) isum[r] = ps[r] = _mm256_setzero_si256();
-#pragma GCC unroll 16
+#pragma GCC unroll 1 /* unrolled, the broadcasts are hoisted and spilled */
     for (int j = 0; j < QK_K / SB; j++) {
         const __m256i sc = kg2_scales(sl + KPACK_SC + 16 * j + KG2_HALF * h);
+        /* the sub-block's first vector and activations: constant offsets from here */
+        const uint8_t *wj = sl + (size_t)(16 * SB) * j + 32 * h;
+        const int8_t *xj[KG2_NX];
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; r++) xj[r] = xb[r]->qs + SB * j;
 #pragma GCC unroll 8
-        for (int v0 = j * SB / 4; v0 < (j + 1) * SB / 4; v0 += RUN) {
+        for (int q = 0; q < SB / 4 / RUN; q++) {
             __m256i part[KG2_NX];
 #pragma GCC unroll 8
-            for (int v = v0; v < v0 + RUN; v++) {
-                const __m256i u = _mm256_load_si256((const __m256i *)(sl + 64 * v + 32 * h));
+            for (int k = 0; k < RUN; k++) {
+                const int v = q * RUN + k; /* within the sub-block */
+                const __m256i u = _mm256_load_si256((const __m256i *)(wj + 64 * v));
                 const __m256i w = SIGNED ? _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80)) : u;
                 const __m256i aw = SIGNED ? _mm256_abs_epi8(w) : u;
 #pragma GCC unroll 4
                 for (int r = 0; r < NX; r++) {
-                    const __m256i xv = kg2_bcast4(xb[r]->qs + 4 * v);
+                    const __m256i xv = kg2_bcast4(xj[r] + 4 * v);
                     const __m256i p = _mm256_maddubs_epi16(aw, SIGNED ? _mm256_sign_epi8(xv, w) : xv);
-                    part[r] = v == v0 ? p : _mm256_add_epi16(part[r], p);
+                    part[r] = k == 0 ? p : _mm256_add_epi16(part[r], p);
+                    kg2_in_order(&part[r]);
                 }
             }
 #pragma GCC unroll 4
