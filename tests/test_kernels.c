@@ -812,17 +812,17 @@ TEST(packed_matmul_equals_reference)
  * activations of all +-127. */
 TEST(kgemm_tiles_equal_reference)
 {
-    static const uint32_t types[] = {DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    static const uint32_t types[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
     static const int ns[] = {256, 768, 4096}, nws[] = {1, 5, 8, 9, KERN_KPACK_ROWS};
     const kern_vtable *vs[4] = {0};
     const int nv = simd_variants(vs);
     char why[320] = "";
     rng_seed(8900);
-    for (int ti = 0; ti < 5 && kern_vt_avx2() && kern_cpu_has_avx2(); ti++)
+    for (int ti = 0; ti < 6 && kern_vt_avx2() && kern_cpu_has_avx2(); ti++)
         CHECK_MSG(kern_vt_avx2()->kgemm[types[ti]].gemm != NULL, "the AVX2 table lacks %s's kgemm",
                   dtype_get(types[ti])->name);
     for (int v = 0; v < nv && !why[0]; v++)
-        for (int ti = 0; ti < 5 && !why[0]; ti++) {
+        for (int ti = 0; ti < 6 && !why[0]; ti++) {
             const uint32_t t = types[ti];
             if (!vs[v]->kgemm[t].gemm) continue;
             for (int q = 0; q < 3 && !why[0]; q++)
@@ -836,9 +836,12 @@ TEST(kgemm_tiles_equal_reference)
                         uint8_t *blk = w + (size_t)b * bb;
                         for (size_t k = 0; k < bb; k++) blk[k] = pat == 1 ? 0xFF : (uint8_t)rng_u32();
                         const uint16_t d = f32_to_f16(0.001f * (float)(1 + b % 7));
-                        const size_t d_at = t == DT_Q6_K ? offsetof(block_q6_K, d) : t == DT_Q3_K ? offsetof(block_q3_K, d) : 0;
+                        const size_t d_at = t == DT_Q6_K   ? offsetof(block_q6_K, d)
+                                            : t == DT_Q3_K ? offsetof(block_q3_K, d)
+                                            : t == DT_Q2_K ? offsetof(block_q2_K, d)
+                                                           : 0;
                         memcpy(blk + d_at, &d, 2);
-                        if (t == DT_Q4_K || t == DT_Q5_K) memcpy(blk + 2, &d, 2); /* dmin */
+                        if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q2_K) memcpy(blk + d_at + 2, &d, 2); /* dmin */
                     }
                     const size_t xr = dtype_row_bytes(DT_Q8_K, (uint64_t)n);
                     uint8_t *xa = malloc(xr * M), *wp = aligned_alloc(64, kern_kpack_group_bytes(n));

@@ -987,6 +987,7 @@ static const kern_vtable kern_vt_avx2_table = {
     },
     /* kern_avx2_kgemm.c; Q6_K from 64 rows as in the AVX-512 table (its packing's cost) */
     .kgemm = {
+        [DT_Q2_K] = {kern_kgemm_q2_K_avx2, NULL, KERN_KPACK_MIN_M},
         [DT_Q3_K] = {kern_kgemm_q3_K_avx2, NULL, KERN_KPACK_MIN_M},
         [DT_Q4_K] = {kern_kgemm_q4_K_avx2, NULL, KERN_KPACK_MIN_M},
         [DT_Q5_K] = {kern_kgemm_q5_K_avx2, NULL, KERN_KPACK_MIN_M},

@@ -1,5 +1,5 @@
 /* kern_avx2_kgemm.c - the AVX2 GEMM on kern_kpack.c's packed groups of
- * Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
  * (kern_kgemm, kern_impl.h): the batched path of these formats on CPUs
  * without AVX-512 VNNI. Same layout and packing as the AVX-512 GEMM.
  *
@@ -19,6 +19,7 @@
  *   Q5_K    0..31               7874       4
  *   Q6_K    0..63              16002       2
  *   Q3_K    0..7                1778       4 (a sub-block of 16)
+ *   Q2_K    0..3                 762       4 (a sub-block of 16)
  *   IQ4_XS  1..241               -         1: signed values, see below
  *
  * IQ4_XS's u = value + 128 would overflow vpmaddubsw's pair sum, so the
@@ -32,6 +33,7 @@
  *
  *   s = s + (d * y.d) * (float)isum          (Q3_K, Q6_K, IQ4_XS)
  *   s = s - (dmin * y.d) * (float)msum       (Q4_K, Q5_K: msum = pairs)
+ *   s = s + ((d * y.d) * (float)isum - (dmin * y.d) * (float)msum)   (Q2_K)
  *
  * so the same bits as the reference tile and the AVX-512 GEMM.
  */
@@ -71,8 +73,10 @@ KG2I __m256i kg2_scales(const uint8_t *p)
 
 /* Half h (rows 8h..8h+7) of super-block slab sl against NX activation
  * blocks xb: adds each row's super-block term into s[r][8h..8h+7]. SB:
- * values per sub-block; RUN, SIGNED, MIN: see the header. */
-KG2I void kg2_half(int SB, int RUN, bool SIGNED, bool MIN, int NX, float (*s)[KERN_KPACK_ROWS],
+ * values per sub-block; RUN, SIGNED: see the header; MIN: the pairs are a
+ * min term subtracted after the scaled sum (1: Q4_K, Q5_K) or from it
+ * (2: Q2_K), else (0) added to the integer sum. */
+KG2I void kg2_half(int SB, int RUN, bool SIGNED, int MIN, int NX, float (*s)[KERN_KPACK_ROWS],
                    const uint8_t *sl, int h, const block_q8_K *const *xb)
 {
     __m256i isum[KG2_NX], ps[KG2_NX];
@@ -122,7 +126,10 @@ KG2I void kg2_half(int SB, int RUN, bool SIGNED, bool MIN, int NX, float (*s)[KE
     for (int r = 0; r < NX; r++) {
         const __m256 xd = _mm256_set1_ps(xb[r]->d);
         __m256 acc = _mm256_loadu_ps(s[r] + KG2_HALF * h);
-        if (MIN) {
+        if (MIN == 2) {
+            const __m256 a = _mm256_mul_ps(_mm256_mul_ps(dv, xd), _mm256_cvtepi32_ps(isum[r]));
+            acc = _mm256_add_ps(acc, _mm256_sub_ps(a, _mm256_mul_ps(_mm256_mul_ps(dmv, xd), _mm256_cvtepi32_ps(ps[r]))));
+        } else if (MIN) {
             acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dv, xd), _mm256_cvtepi32_ps(isum[r])));
             acc = _mm256_sub_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dmv, xd), _mm256_cvtepi32_ps(ps[r])));
         } else {
@@ -160,10 +167,11 @@ KG2I void kg2_half(int SB, int RUN, bool SIGNED, bool MIN, int NX, float (*s)[KE
         for (int r = 0; r < nx; r++) memcpy(y + r * ys, s[r], sizeof(float) * (size_t)nw);             \
     }
 
-KG2_DRIVER(kern_kgemm_q4_K_avx2, 32, 8, false, true)
-KG2_DRIVER(kern_kgemm_q5_K_avx2, 32, 4, false, true)
-KG2_DRIVER(kern_kgemm_q6_K_avx2, 16, 2, false, false)
-KG2_DRIVER(kern_kgemm_q3_K_avx2, 16, 4, false, false)
-KG2_DRIVER(kern_kgemm_iq4_xs_avx2, 32, 1, true, false)
+KG2_DRIVER(kern_kgemm_q4_K_avx2, 32, 8, false, 1)
+KG2_DRIVER(kern_kgemm_q5_K_avx2, 32, 4, false, 1)
+KG2_DRIVER(kern_kgemm_q6_K_avx2, 16, 2, false, 0)
+KG2_DRIVER(kern_kgemm_q3_K_avx2, 16, 4, false, 0)
+KG2_DRIVER(kern_kgemm_q2_K_avx2, 16, 4, false, 2)
+KG2_DRIVER(kern_kgemm_iq4_xs_avx2, 32, 1, true, 0)
 
 #endif

@@ -376,6 +376,7 @@ KERN_AVX2Q_DECL(tq2_0)
 #define KERN_AVX2KG_DECL(T)                                                                            \
     void kern_kgemm_##T##_avx2(int n, float *y, size_t ys, const uint8_t *wp, int nw, const void *x,   \
                                size_t xs, int nx);
+KERN_AVX2KG_DECL(q2_K)
 KERN_AVX2KG_DECL(q3_K)
 KERN_AVX2KG_DECL(q4_K)
 KERN_AVX2KG_DECL(q5_K)
