@@ -897,43 +897,52 @@ TEST(packed_matmul_equals_reference)
  * start, Q8_0's pair products up to 2 * 128 * 127) must neither overflow
  * nor saturate, so the packed product equals the reference bit for bit. */
 /* The K-quant/IQ4_XS packed GEMM (kern_kgemm) of every SIMD variant that
- * has one, tile by tile: one packed group of nw rows (partial groups
- * included) against nx = 1..KERN_KPACK_NX rows equals the reference tile
- * bit for bit, and the variant's own packing writes kern_kpack_group's bytes, on random blocks and on extreme ones (every byte 0xFF or
- * random, so the largest quants and scales, with a small finite d) against
- * activations of all +-127. */
+ * has one (AVX2 and AVX-512), tile by tile: one packed group of nw rows
+ * (partial groups included; 8 and 9 on either side of the AVX2 tile's half
+ * group) against nx = 1..KERN_KPACK_NX rows equals the reference tile
+ * bit for bit, and the variant's own packing writes kern_kpack_group's
+ * bytes, on random blocks and on extreme ones (every byte 0xFF or random,
+ * so the largest quants and scales, with a small finite d) against
+ * activations of all +-127, and every byte 0xFF against activations all
+ * of one sign (the AVX2 tile's int16 run sums at their bound). */
 TEST(kgemm_tiles_equal_reference)
 {
-    static const uint32_t types[] = {DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
-    static const int ns[] = {256, 768, 4096}, nws[] = {1, 5, KERN_KPACK_ROWS};
+    static const uint32_t types[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    static const int ns[] = {256, 768, 4096}, nws[] = {1, 5, 8, 9, KERN_KPACK_ROWS};
     const kern_vtable *vs[4] = {0};
     const int nv = simd_variants(vs);
     char why[320] = "";
     rng_seed(8900);
+    for (int ti = 0; ti < 6 && kern_vt_avx2() && kern_cpu_has_avx2(); ti++)
+        CHECK_MSG(kern_vt_avx2()->kgemm[types[ti]].gemm != NULL, "the AVX2 table lacks %s's kgemm",
+                  dtype_get(types[ti])->name);
     for (int v = 0; v < nv && !why[0]; v++)
-        for (int ti = 0; ti < 5 && !why[0]; ti++) {
+        for (int ti = 0; ti < 6 && !why[0]; ti++) {
             const uint32_t t = types[ti];
             if (!vs[v]->kgemm[t].gemm) continue;
             for (int q = 0; q < 3 && !why[0]; q++)
-                for (int pat = 0; pat < 3 && !why[0]; pat++) {
+                for (int pat = 0; pat < 4 && !why[0]; pat++) {
                     const int n = ns[q], rows = KERN_KPACK_ROWS, M = KERN_KPACK_NX;
                     const size_t wr = dtype_row_bytes(t, (uint64_t)n), bb = dtype_row_bytes(t, QK_K);
                     uint8_t *w = mm_weights_make(t, rows, n);
                     float *x = mm_acts_make(M, n);
-                    for (int k = 0; pat > 0 && k < M * n; k++) x[k] = (rng_u32() & 1) ? 1.0f : -1.0f;
+                    for (int k = 0; pat > 0 && k < M * n; k++) x[k] = pat == 3 || (rng_u32() & 1) ? 1.0f : -1.0f;
                     for (int b = 0; pat > 0 && b < rows * n / QK_K; b++) {
                         uint8_t *blk = w + (size_t)b * bb;
-                        for (size_t k = 0; k < bb; k++) blk[k] = pat == 1 ? 0xFF : (uint8_t)rng_u32();
+                        for (size_t k = 0; k < bb; k++) blk[k] = pat == 1 || pat == 3 ? 0xFF : (uint8_t)rng_u32();
                         const uint16_t d = f32_to_f16(0.001f * (float)(1 + b % 7));
-                        const size_t d_at = t == DT_Q6_K ? offsetof(block_q6_K, d) : t == DT_Q3_K ? offsetof(block_q3_K, d) : 0;
+                        const size_t d_at = t == DT_Q6_K   ? offsetof(block_q6_K, d)
+                                            : t == DT_Q3_K ? offsetof(block_q3_K, d)
+                                            : t == DT_Q2_K ? offsetof(block_q2_K, d)
+                                                           : 0;
                         memcpy(blk + d_at, &d, 2);
-                        if (t == DT_Q4_K || t == DT_Q5_K) memcpy(blk + 2, &d, 2); /* dmin */
+                        if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q2_K) memcpy(blk + d_at + 2, &d, 2); /* dmin */
                     }
                     const size_t xr = dtype_row_bytes(DT_Q8_K, (uint64_t)n);
                     uint8_t *xa = malloc(xr * M), *wp = aligned_alloc(64, kern_kpack_group_bytes(n));
                     uint8_t *wp2 = aligned_alloc(64, kern_kpack_group_bytes(n));
                     for (int r = 0; r < M; r++) kern_vt_ref.conv[DT_Q8_K](xa + r * xr, x + (size_t)r * n, n);
-                    for (int wi = 0; wi < 3 && !why[0]; wi++) {
+                    for (int wi = 0; wi < 5 && !why[0]; wi++) {
                         const int nw = nws[wi];
                         kern_kpack_group(t, wp, w, wr, nw, n);
                         if (vs[v]->kgemm[t].pack) { /* the variant's packing: the same bytes */

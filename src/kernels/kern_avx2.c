@@ -985,6 +985,15 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q4_0] = {Q8P_NX, px_row_avx2, gemmp_q4_0_avx2, 1, NULL},
         [DT_F16] = {4, NULL, kern_gemmp_f16_avx2, 4, kern_pxf_row_f16_avx2}, /* kern_avx2_f16p.c */
     },
+    /* kern_avx2_kgemm.c; Q6_K from 64 rows as in the AVX-512 table (its packing's cost) */
+    .kgemm = {
+        [DT_Q2_K] = {kern_kgemm_q2_K_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_Q3_K] = {kern_kgemm_q3_K_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_Q4_K] = {kern_kgemm_q4_K_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_Q5_K] = {kern_kgemm_q5_K_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_Q6_K] = {kern_kgemm_q6_K_avx2, NULL, 2 * KERN_KPACK_MIN_M},
+        [DT_IQ4_XS] = {kern_kgemm_iq4_xs_avx2, NULL, KERN_KPACK_MIN_M},
+    },
     .conv = {
         [DT_F16] = conv_f16_avx2,
         [DT_BF16] = conv_bf16_avx2,

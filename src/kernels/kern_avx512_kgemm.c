@@ -1,5 +1,5 @@
 /* kern_avx512_kgemm.c - the AVX-512 (VNNI) GEMM on kern_kpack.c's packed
- * groups of Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
+ * groups of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights against Q8_K activations
  * (kern_kgemm, kern_impl.h): the batched path of these formats.
  *
  * One tile is one group of 16 weight rows (the 16 int32 lanes) against
@@ -15,6 +15,7 @@
  *
  *   s = s + (d * y.d) * (float)isum          (Q3_K, Q6_K, IQ4_XS: isum + pairs)
  *   s = s - (dmin * y.d) * (float)msum       (Q4_K, Q5_K: msum = pairs)
+ *   s = s + ((d * y.d) * (float)isum - (dmin * y.d) * (float)msum)   (Q2_K)
  *
  * with no fused multiply-add (the build's -std=c11 contracts none, here
  * or there), and so the same bits as the reference tile.
@@ -51,9 +52,10 @@ K5AI __m512i kg_bcast4(const void *p)
 
 /* One group wp (nw rows stored) against NX rows of Q8_K x (xs bytes
  * apart): y[r * ys + c] for c < nw. SB: values per sub-block (32, or 16
- * for Q6_K); MIN: the pairs are a min term (Q4_K, Q5_K), else added to
+ * for Q2_K, Q3_K, Q6_K); MIN: the pairs are a min term subtracted after
+ * the scaled sum (1: Q4_K, Q5_K) or from it (2: Q2_K), else (0) added to
  * the integer sum. */
-KG_TILE_FN void kg_tile(int SB, bool MIN, int NX, int nb, float *y, size_t ys, const uint8_t *wp, int nw,
+KG_TILE_FN void kg_tile(int SB, int MIN, int NX, int nb, float *y, size_t ys, const uint8_t *wp, int nw,
                   const uint8_t *x, size_t xs)
 {
     __m512 s[KERN_KPACK_NX];
@@ -95,7 +97,10 @@ KG_UNROLL
 KG_UNROLL
         for (int r = 0; r < NX; r++) {
             const __m512 xd = _mm512_set1_ps(xb[r]->d);
-            if (MIN) {
+            if (MIN == 2) {
+                const __m512 a = _mm512_mul_ps(_mm512_mul_ps(dv, xd), _mm512_cvtepi32_ps(isum[r]));
+                s[r] = _mm512_add_ps(s[r], _mm512_sub_ps(a, _mm512_mul_ps(_mm512_mul_ps(dmv, xd), _mm512_cvtepi32_ps(ps[r]))));
+            } else if (MIN) {
                 s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_mul_ps(dv, xd), _mm512_cvtepi32_ps(isum[r])));
                 s[r] = _mm512_sub_ps(s[r], _mm512_mul_ps(_mm512_mul_ps(dmv, xd), _mm512_cvtepi32_ps(ps[r])));
             } else {
@@ -128,9 +133,10 @@ KG_UNROLL
         }                                                                                              \
     }
 
-KG_DRIVER(kgemm_min_x512, 32, true)   /* Q4_K, Q5_K */
-KG_DRIVER(kgemm_sb32_x512, 32, false) /* IQ4_XS */
-KG_DRIVER(kgemm_sb16_x512, 16, false) /* Q3_K, Q6_K */
+KG_DRIVER(kgemm_min_x512, 32, 1)   /* Q4_K, Q5_K */
+KG_DRIVER(kgemm_sb32_x512, 32, 0)  /* IQ4_XS */
+KG_DRIVER(kgemm_sb16_x512, 16, 0)  /* Q3_K, Q6_K */
+KG_DRIVER(kgemm_q2_K_x512, 16, 2)  /* Q2_K */
 
 /* IQ4_XS's values + 128 (kern_kpack.c's u) of one super-block: sub-block
  * j's 16 bytes hold its values l (low nibbles) and 16 + l (high). */
@@ -216,6 +222,7 @@ void kern_avx512_fill_kgemm(kern_vtable *t)
     /* Q6_K from 64 rows: its packing (6-bit values from two planes, 16
      * scales) costs ~45 rows of the product, 1.16x the GEMM tiles' time
      * at m = 32 (docs/speed.md) */
+    t->kgemm[DT_Q2_K] = (kern_kgemm){kgemm_q2_K_x512, kpack_x512, KERN_KPACK_MIN_M};
     t->kgemm[DT_Q3_K] = (kern_kgemm){kgemm_sb16_x512, kpack_x512, KERN_KPACK_MIN_M};
     t->kgemm[DT_Q4_K] = (kern_kgemm){kgemm_min_x512, kpack_x512, KERN_KPACK_MIN_M};
     t->kgemm[DT_Q5_K] = (kern_kgemm){kgemm_min_x512, kpack_x512, KERN_KPACK_MIN_M};

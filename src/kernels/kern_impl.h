@@ -371,6 +371,18 @@ KERN_AVX2Q_DECL(q5_K)
 KERN_AVX2Q_DECL(iq4_xs)
 KERN_AVX2Q_DECL(tq2_0)
 #undef KERN_AVX2Q_DECL
+/* kern_avx2_kgemm.c: the AVX2 table's K-quant/IQ4_XS packed GEMM
+ * (kern_kgemm.gemm; x86 only). */
+#define KERN_AVX2KG_DECL(T)                                                                            \
+    void kern_kgemm_##T##_avx2(int n, float *y, size_t ys, const uint8_t *wp, int nw, const void *x,   \
+                               size_t xs, int nx);
+KERN_AVX2KG_DECL(q2_K)
+KERN_AVX2KG_DECL(q3_K)
+KERN_AVX2KG_DECL(q4_K)
+KERN_AVX2KG_DECL(q5_K)
+KERN_AVX2KG_DECL(q6_K)
+KERN_AVX2KG_DECL(iq4_xs)
+#undef KERN_AVX2KG_DECL
 /* kern_avx2_f16p.c: the AVX2 table's packed F16 GEMM (kern_packed). */
 void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                          const kern_px *px, int nx);

@@ -48,7 +48,7 @@
  *   dots_match_llama_cpp). Rows go KERN_DOT_NX_MAX at a time; a row is the
  *   same whatever m <= KERN_DOT_MAX_M.
  * - ggml rows, m > KERN_DOT_MAX_M: the GEMM tiles (for Q8_0/Q4_0 the
- *   packed GEMM, packing each chunk per call; for Q4_K, Q5_K, Q6_K and
+ *   packed GEMM, packing each chunk per call; for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
  *   IQ4_XS from m = kern_kgemm.min_m the variant's kern_kgemm where it
  *   has one, packing each chunk per call into kern_kpack.c's layout; F16 is not packed per call:
  *   its transposition cost 7x the product at m = 8), every element in one fixed
