@@ -58,7 +58,7 @@ expect_exit kv_window_refused_for_the_latent_cache 1 'kv_window.*latent KV rows'
 expect_exit kvcalc_latent_needs_rope_dim 2 '--rope-dim is required' -- "$PAGELLM" kvcalc --layers 27 --kv-lora-rank 512
 check kvcalc_deepseek_v3_bf16 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype bf16 --json |
   jq -e '.kind == \"latent\" and .bytes_per_token == 70272 and .total_bytes == 70272 * 4096'"
-expect_exit synth_deepseek2_shape 1 "shape '110m' \(tiny, tiny-v2, deepseek2-lite\)" -- \
+expect_exit synth_deepseek2_shape 1 "shape '110m' \(tiny, tiny-v2, mla-bench, deepseek2-lite\)" -- \
   "$PAGELLM" synth --arch deepseek2 --shape 110m -o "$T/x.gguf"
 
 # --- serve one request
