@@ -52,6 +52,22 @@ void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const flo
     }
 }
 
+attn_mla_kv kv_latent_view(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t rank)
+{
+    const kv_shape *s = &pool->g.s;
+    assert(s->kind == KV_KIND_LATENT && rank <= s->head_dim);
+    return (attn_mla_kv){
+        .blocks = blocks,
+        .base = kv_block_k(pool, 0, layer),
+        .block_bytes = pool->g.block_bytes,
+        .row_bytes = pool->g.row_bytes[0],
+        .block_size = s->block_size,
+        .type = kv_latent_row_type(s->dtype),
+        .rank = (int)rank,
+        .row_len = (int)s->head_dim,
+    };
+}
+
 void kv_latent_read(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t n, float *out)
 {
     kv_latent_read_range(pool, blocks, layer, 0, n, out);

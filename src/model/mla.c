@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "kernels/attention_mla.h"
 #include "kernels/kernels.h"
 #include "kv/kv_latent.h"
 #include "tensor/dtype.h"
@@ -100,8 +101,7 @@ struct mla_state {
     float *gout;     /* [threads][T][max(R, V)] */
     size_t gin_stride, gout_stride; /* floats per thread */
     float *att;      /* [T][H][R] attention in the latent space */
-    float *rows;     /* [max_ctx][R+D] a sequence's cached rows, decoded */
-    float *scratch;  /* [threads][H x (max_ctx + R + D)] scores and the rounded queries */
+    float *scratch;  /* [threads][attn_mla_scratch_floats(H, max_ctx, R+D)] */
     size_t scratch_stride;
     int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
 };
@@ -109,7 +109,7 @@ struct mla_state {
 void mla_state_free(mla_state *s)
 {
     if (!s) return;
-    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->rows, s->scratch};
+    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->scratch};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
     free(s->toks);
     free(s);
@@ -127,7 +127,7 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
     s->n_threads = n_threads;
-    s->scratch_stride = (H * ((size_t)max_ctx + row) + 15) & ~(size_t)15;
+    s->scratch_stride = (attn_mla_scratch_floats((int)H, max_ctx, (int)row) + 15) & ~(size_t)15;
     s->q = mem_alloc_aligned(T * H * (N + D) * sizeof(float), 64);
     s->qa = mem_alloc_aligned(T * (a->q_lora_rank ? a->q_lora_rank : 1) * sizeof(float), 64);
     s->kv = mem_alloc_aligned(T * row * sizeof(float), 64);
@@ -137,10 +137,9 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->gin = mem_alloc_aligned((size_t)n_threads * s->gin_stride * sizeof(float), 64);
     s->gout = mem_alloc_aligned((size_t)n_threads * s->gout_stride * sizeof(float), 64);
     s->att = mem_alloc_aligned(T * H * R * sizeof(float), 64);
-    s->rows = mem_alloc_aligned((size_t)max_ctx * row * sizeof(float), 64);
     s->scratch = mem_alloc_aligned((size_t)n_threads * s->scratch_stride * sizeof(float), 64);
     s->toks = malloc(T * sizeof *s->toks);
-    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->rows || !s->scratch || !s->toks) {
+    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->scratch || !s->toks) {
         mla_state_free(s);
         return PL_ENOMEM;
     }
@@ -157,36 +156,6 @@ static void matmul(float *y, const float *x, const weight *w, int m, threadpool 
 {
     const kern_mat a = mat_of(w), *ap = &a;
     kern_matmul_mats(1, &y, x, &ap, m, tp);
-}
-
-/* The rounding ggml's mul_mat applies to the f32 operand against a cache
- * of row type t (f16, bf16: to that type; else none). */
-static void round_to(uint32_t t, float *x, int n)
-{
-    if (t != DT_F16 && t != DT_BF16) return;
-    uint16_t h[64];
-    for (int i = 0; i < n; i += 64) {
-        const int m = n - i < 64 ? n - i : 64;
-        quant_quantize_row(t, x + i, h, m);
-        quant_dequant_row(t, h, x + i, m);
-    }
-}
-
-/* o[i] += a v[i], four lanes at a time (each element the same multiply and
- * add as the scalar loop: the same bits, vectorised at the baseline ISA). */
-typedef float v4f __attribute__((vector_size(16)));
-static void axpy(float *restrict o, const float *restrict v, float a, int n)
-{
-    int i = 0;
-    const v4f av = {a, a, a, a};
-    for (; i + 4 <= n; i += 4) {
-        v4f x, y;
-        memcpy(&x, v + i, sizeof x);
-        memcpy(&y, o + i, sizeof y);
-        y += av * x;
-        memcpy(o + i, &y, sizeof y);
-    }
-    for (; i < n; i++) o[i] += a * v[i];
 }
 
 /* One matrix per head over the batch's rows, the heads shared out over the
@@ -217,76 +186,30 @@ static void heads_worker(void *arg, int ith, int nth)
     }
 }
 
-/* A sequence's rows decoded into s->rows, a share of them per thread. */
-typedef struct {
-    const kv_pool *kv;
-    const uint32_t *blocks;
-    uint32_t layer, n;
-    float *rows;
-} read_job;
-
-static void read_worker(void *arg, int ith, int nth)
-{
-    const read_job *j = arg;
-    const uint32_t j0 = (uint32_t)((uint64_t)j->n * ith / nth), j1 = (uint32_t)((uint64_t)j->n * (ith + 1) / nth);
-    kv_latent_read_range(j->kv, j->blocks, j->layer, j0, j1, j->rows);
-}
-
 typedef struct {
     mla_state *s;
     const model_config *c;
     const kv_batch *b;
-    int n_toks;        /* s->toks[0..n_toks): the sequence's tokens in the batch */
-    int group;         /* heads a work unit takes */
-    uint32_t row_type; /* the cache's row type */
+    attn_mla_kv view; /* the sequence's latent rows */
+    int n_toks;       /* s->toks[0..n_toks): the sequence's tokens in the batch */
+    int group;        /* heads a work unit takes */
 } attn_job;
 
-/* Work units (token, group of heads) split over the threads. A unit reads
- * the cached rows once for all its heads (scores), then once more (the
- * weighted sum), instead of twice per head; each (token, head) result is
- * one fixed sequence of float operations, so neither the grouping nor the
- * thread count changes a bit. */
+/* Work units (token, group of heads) split over the threads; a unit's
+ * heads share each cached row the kernel reads. A (token, head) result
+ * does not depend on its unit (attention_mla.h), so neither the grouping
+ * nor the thread count changes a bit. */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
     mla_state *s = j->s;
-    const model_config *c = j->c;
-    const int H = (int)c->n_heads, R = (int)c->mla.kv_lora_rank, row = R + (int)c->rope_dim;
+    const int H = (int)j->c->n_heads, R = (int)j->c->mla.kv_lora_rank, row = R + (int)j->c->rope_dim;
     const int G = (H + j->group - 1) / j->group, n_units = j->n_toks * G;
-    float *sc = s->scratch + (size_t)ith * s->scratch_stride, *qs = sc + (size_t)H * s->max_ctx;
+    float *sc = s->scratch + (size_t)ith * s->scratch_stride;
     for (int u = ith; u < n_units; u += nth) {
         const int t = s->toks[u / G], h0 = (u % G) * j->group, h1 = h0 + j->group < H ? h0 + j->group : H;
-        const int n_ctx = j->b->slot[t] + 1, nh = h1 - h0;
-        for (int h = 0; h < nh; h++) {
-            float *q = qs + (size_t)h * row;
-            memcpy(q, s->qc + ((size_t)t * H + h0 + h) * row, (size_t)row * sizeof(float));
-            round_to(j->row_type, q, row);
-        }
-        /* scores: the unit's queries against the rows, in calls of at most 4
-         * queries (kern_matmul's decode path, whose rows do not depend on the
-         * call: a unit's size varies with the batch) */
-        for (int h = 0; h < nh; h += 4)
-            kern_matmul(sc + (size_t)h * n_ctx, qs + (size_t)h * row, s->rows, DT_F32, nh - h < 4 ? nh - h : 4, row,
-                        n_ctx, NULL);
-        for (size_t i = 0; i < (size_t)nh * n_ctx; i++) sc[i] *= c->mla.kq_scale;
-        for (int h = 0; h < nh; h++) {
-            float *p = sc + (size_t)h * n_ctx, mx = -INFINITY;
-            for (int k = 0; k < n_ctx; k++) mx = p[k] > mx ? p[k] : mx;
-            double sum = 0;
-            for (int k = 0; k < n_ctx; k++) {
-                p[k] = expf(p[k] - mx);
-                sum += (double)p[k];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (int k = 0; k < n_ctx; k++) p[k] *= inv;
-            round_to(j->row_type, p, n_ctx);
-            memset(s->att + ((size_t)t * H + h0 + h) * R, 0, (size_t)R * sizeof(float));
-        }
-        for (int k = 0; k < n_ctx; k++) {
-            const float *vr = s->rows + (size_t)k * row;
-            for (int h = 0; h < nh; h++)
-                axpy(s->att + ((size_t)t * H + h0 + h) * R, vr, sc[(size_t)h * n_ctx + k], R);
-        }
+        attn_mla(&j->view, s->qc + ((size_t)t * H + h0) * row, (size_t)row, h1 - h0, j->b->slot[t] + 1,
+                 j->c->mla.kq_scale, s->att + ((size_t)t * H + h0) * R, (size_t)R, sc);
     }
 }
 
@@ -324,8 +247,8 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
     /* q_nope through W_UK, head by head, into the latent space */
     heads_job hk = {s, w->wk_b, s->q, s->qc, (size_t)H * qh, (size_t)qh, (size_t)H * row, (size_t)row, H, T};
     tp_run(tp, heads_worker, &hk);
-    /* attention, one sequence at a time over its decoded rows */
-    attn_job job = {s, c, b, 0, H, kv_latent_row_type(kv->g.s.dtype)};
+    /* attention, one sequence at a time, reading its rows in place */
+    attn_job job = {s, c, b, {0}, 0, H};
     const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
     for (int q = 0; q < b->n_seqs; q++) {
         int n = 0, last = -1;
@@ -336,8 +259,7 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             }
         if (!n) continue;
         assert(last < s->max_ctx);
-        read_job rj = {kv, b->seqs[q].blocks, layer, (uint32_t)last + 1, s->rows};
-        tp_run(tp, read_worker, &rj);
+        job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
         job.n_toks = n;
         /* all heads of a token together, unless there are fewer tokens than threads */
         const int groups = n >= nth ? 1 : (nth + n - 1) / n < H ? (nth + n - 1) / n : H;
