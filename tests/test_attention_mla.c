@@ -17,7 +17,8 @@
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
-static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0};
+#define N_TYPES (sizeof types / sizeof types[0])
 
 /* A paged cache of n rows of R + D elements: blocks of bs rows in a
  * reversed, spread-out block table, rows of random values in [-1, 1). */
@@ -104,7 +105,7 @@ static const int heads[] = {1, 5, 16};
 TEST(reference_is_the_contract_in_doubles)
 {
     kern_init(0);
-    for (size_t t = 0; t < 4; t++)
+    for (size_t t = 0; t < N_TYPES; t++)
         for (int sh = 0; sh < 2; sh++)
             for (int ci = 0; ci < 4; ci++) {
                 const int R = shapes[sh][0], D = shapes[sh][1], n = contexts[ci], H = 5;
@@ -127,7 +128,7 @@ TEST(reference_is_the_contract_in_doubles)
 static void simd_vs_reference(attn_mla_variant v, const char *name)
 {
     int runs = 0;
-    for (size_t t = 0; t < 4; t++)
+    for (size_t t = 0; t < N_TYPES; t++)
         for (int sh = 0; sh < 2; sh++)
             for (int ci = 0; ci < 4; ci++)
                 for (int hi = 0; hi < 3; hi++) {
@@ -163,7 +164,7 @@ TEST(each_head_is_the_same_bits_in_any_call)
 {
     const attn_mla_variant vs[] = {ATTN_MLA_REF, ATTN_MLA_AVX2, ATTN_MLA_AVX512};
     for (size_t vi = 0; vi < 3; vi++)
-        for (size_t t = 0; t < 4; t++) {
+        for (size_t t = 0; t < N_TYPES; t++) {
             const int R = 512, D = 64, L = R + D, H = 16, n = 45;
             cache c;
             cache_make(&c, types[t], R, D, n, H, 16, 300 + t);

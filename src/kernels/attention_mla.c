@@ -73,7 +73,7 @@ static bool simd_shape(const attn_mla_kv *kv)
 {
     const uint32_t t = kv->type;
     return kv->rank % 32 == 0 && kv->row_len % 32 == 0 &&
-           (t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0);
+           (t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || t == DT_Q4_0);
 }
 
 bool attn_mla_variant_available(attn_mla_variant v, const attn_mla_kv *kv)

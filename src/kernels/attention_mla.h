@@ -3,15 +3,15 @@
  *
  * Every head of a token attends over the same cached rows (model/mla.h):
  * row j = [c_kv (rank values) | k_pe (the rest)], row_len elements of
- * one ggml type (F32, F16, BF16 or Q8_0). The whole row is the key of
+ * one ggml type (F32, F16, BF16, Q8_0 or Q4_0). The whole row is the key of
  * every head, its first rank values are the value of every head. For the
  * absorbed queries q[h] (row_len floats each) of n_heads heads:
  *   s[h][j] = (q[h] . row_j) * scale                 j in 0..n_ctx-1
  *   p[h]    = softmax(s[h])       (kern_softmax: exact two-pass, sum in double)
  *   out[h]  = sum_j p[h][j] row_j[0..rank)           j ascending
  * With an F16 (BF16) cache q and p are rounded to F16 (BF16) before their
- * products, as ggml's mul_mat converts the f32 operand; F32 and Q8_0 rows
- * are read as the floats they encode (q8_0: d x q, not ggml's int8 dot).
+ * products, as ggml's mul_mat converts the f32 operand; F32, Q8_0 and Q4_0
+ * rows are read as the floats they encode (d x q, not ggml's int8 dot).
  *
  * Row j lives at base + blocks[j / block_size] x block_bytes
  * + (j % block_size) x row_bytes (the kv pool's K plane of one layer).
@@ -40,7 +40,7 @@ typedef struct attn_mla_kv {
     size_t block_bytes;     /* from one physical block to the next */
     size_t row_bytes;       /* from one token slot to the next */
     uint32_t block_size;    /* tokens per block */
-    uint32_t type;          /* DT_F32, DT_F16, DT_BF16 or DT_Q8_0 */
+    uint32_t type;          /* DT_F32, DT_F16, DT_BF16, DT_Q8_0 or DT_Q4_0 */
     int rank;               /* values: elements 0..rank-1 of a row */
     int row_len;            /* keys: all row_len elements */
 } attn_mla_kv;

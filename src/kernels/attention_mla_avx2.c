@@ -31,14 +31,24 @@ KAI __m256 ld8(uint32_t t, const uint8_t *r, int i, __m256 d)
     if (t == DT_BF16)
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)r + i))), 16));
+    if (t == DT_Q4_0) { /* elements 0..15 in the low nibbles, 16..31 in the high ones, each q - 8 */
+        const block_q4_0 *b = (const block_q4_0 *)r + i / 32;
+        const int k = i % 32;
+        __m128i x = _mm_loadl_epi64((const __m128i *)(b->qs + k % 16));
+        if (k >= 16) x = _mm_srli_epi16(x, 4);
+        x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), d);
+    }
     const block_q8_0 *b = (const block_q8_0 *)r + i / 32;
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % 32)))), d);
 }
 
-/* The scale of the q8_0 block holding element i (unused for other types). */
+/* The scale of the q8_0 / q4_0 block holding element i (unused for other types). */
 KAI __m256 scale8(uint32_t t, const uint8_t *r, int i)
 {
-    return t == DT_Q8_0 ? _mm256_set1_ps(kern_f16_lut[((const block_q8_0 *)r + i / 32)->d]) : _mm256_setzero_ps();
+    if (t == DT_Q8_0) return _mm256_set1_ps(kern_f16_lut[((const block_q8_0 *)r + i / 32)->d]);
+    if (t == DT_Q4_0) return _mm256_set1_ps(kern_f16_lut[((const block_q4_0 *)r + i / 32)->d]);
+    return _mm256_setzero_ps();
 }
 
 KAI float hsum8(__m256 v)
@@ -147,6 +157,7 @@ MLA_TYPED(f32, DT_F32)
 MLA_TYPED(f16, DT_F16)
 MLA_TYPED(bf16, DT_BF16)
 MLA_TYPED(q8_0, DT_Q8_0)
+MLA_TYPED(q4_0, DT_Q4_0)
 #undef MLA_TYPED
 
 void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc, size_t ld)
@@ -155,6 +166,7 @@ void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int 
     case DT_F32: scores_f32(kv, q, qs, nh, n, sc, ld); break;
     case DT_F16: scores_f16(kv, q, qs, nh, n, sc, ld); break;
     case DT_BF16: scores_bf16(kv, q, qs, nh, n, sc, ld); break;
+    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, n, sc, ld); break;
     default: scores_q8_0(kv, q, qs, nh, n, sc, ld); break;
     }
 }
@@ -166,6 +178,7 @@ void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int 
     case DT_F32: values_f32(kv, p, ld, nh, n, out, os, spare); break;
     case DT_F16: values_f16(kv, p, ld, nh, n, out, os, spare); break;
     case DT_BF16: values_bf16(kv, p, ld, nh, n, out, os, spare); break;
+    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, out, os, spare); break;
     default: values_q8_0(kv, p, ld, nh, n, out, os, spare); break;
     }
 }

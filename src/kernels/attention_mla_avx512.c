@@ -3,7 +3,7 @@
  *
  * Scores: a tile of 4 heads x 4 rows, 16 accumulators of 16 lanes over the
  * row's elements; each row chunk is converted once in a register (f16 by
- * vcvtph2ps, bf16 by a shift, q8_0 as d x q) and used by the 4 heads, each
+ * vcvtph2ps, bf16 by a shift, q8_0 and q4_0 as d x q) and used by the 4 heads, each
  * query chunk by the 4 rows. Each (head, row) score is one FMA chain over
  * the chunks in order, then _mm512_reduce_add_ps: the same bits whatever
  * tile it falls in (short tiles repeat a real head or row).
@@ -40,6 +40,13 @@ K5AI void ld32(uint32_t t, const uint8_t *r, int i, __m512 *v0, __m512 *v1)
         *v0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)h)), 16));
         *v1 = _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + 16))), 16));
+    } else if (t == DT_Q4_0) { /* low nibbles are elements 0..15, high ones 16..31, each q - 8 */
+        const block_q4_0 *b = (const block_q4_0 *)r + i / 32;
+        const __m512 d = _mm512_set1_ps(kern_f16_lut[b->d]);
+        const __m128i x = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m), e), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m), e);
+        *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d);
+        *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d);
     } else {
         const block_q8_0 *b = (const block_q8_0 *)r + i / 32;
         const __m512 d = _mm512_set1_ps(kern_f16_lut[b->d]);
@@ -166,6 +173,7 @@ MLA_TYPED(f32, DT_F32)
 MLA_TYPED(f16, DT_F16)
 MLA_TYPED(bf16, DT_BF16)
 MLA_TYPED(q8_0, DT_Q8_0)
+MLA_TYPED(q4_0, DT_Q4_0)
 #undef MLA_TYPED
 
 void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc, size_t ld)
@@ -174,6 +182,7 @@ void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, in
     case DT_F32: scores_f32(kv, q, qs, nh, n, sc, ld); break;
     case DT_F16: scores_f16(kv, q, qs, nh, n, sc, ld); break;
     case DT_BF16: scores_bf16(kv, q, qs, nh, n, sc, ld); break;
+    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, n, sc, ld); break;
     default: scores_q8_0(kv, q, qs, nh, n, sc, ld); break;
     }
 }
@@ -185,6 +194,7 @@ void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, in
     case DT_F32: values_f32(kv, p, ld, nh, n, out, os, spare); break;
     case DT_F16: values_f16(kv, p, ld, nh, n, out, os, spare); break;
     case DT_BF16: values_bf16(kv, p, ld, nh, n, out, os, spare); break;
+    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, out, os, spare); break;
     default: values_q8_0(kv, p, ld, nh, n, out, os, spare); break;
     }
 }

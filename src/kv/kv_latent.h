@@ -2,8 +2,8 @@
  * token and layer, the compressed c_kv of multi-head latent attention
  * followed by its shared RoPE key, and no V plane.
  *
- * Rows are ggml rows of the pool's dtype (f32, f16, bf16 or q8_0; q8_0
- * needs a row length that is a multiple of 32), token t of a block at row
+ * Rows are ggml rows of the pool's dtype (f32, f16, bf16, q8_0 or q4_0;
+ * the blocks of 32 need a row length that is a multiple of 32), token t of a block at row
  * t of the layer's K plane. The writer encodes a batch's rows; the view
  * hands the attention kernel (kernels/attention_mla.h) a sequence's rows
  * to read in place, keys the whole rows and values their first
