@@ -186,6 +186,33 @@ TEST(each_head_is_the_same_bits_in_any_call)
         }
 }
 
+/* The phases over a split of the keys (scores) and of the value elements
+ * (values), as the model shares a decode token out over threads: attn_mla's
+ * bits, for every row type and for the reference too. */
+TEST(phases_over_split_keys_and_values_are_the_same_bits)
+{
+    for (int ref = 0; ref < 2; ref++)
+        for (size_t t = 0; t < N_TYPES; t++) {
+            kern_init(ref);
+            const int R = 512, D = 64, L = R + D, H = 16, n = 301;
+            cache c;
+            cache_make(&c, types[t], R, D, n, H, 16, 500 + t);
+            attn_mla(&c.kv, c.q, L, H, n, 0.07f, c.out, R, c.scratch);
+            const size_t ls = attn_mla_qr_stride(&c.kv), ld = 304;
+            float *qr = malloc(H * ls * sizeof *qr), *sc = malloc(H * ld * sizeof *sc), *spare = malloc(ls * sizeof *spare);
+            float *split = malloc((size_t)H * R * sizeof *split);
+            attn_mla_queries(&c.kv, c.q, L, H, qr);
+            const int cuts[] = {0, 5, 150, 301};
+            for (int k = 0; k < 3; k++) attn_mla_scores(&c.kv, qr, H, cuts[k], cuts[k + 1], sc, ld, spare);
+            attn_mla_weights(&c.kv, sc, ld, H, n, 0.07f);
+            for (int i0 = 0; i0 < R; i0 += 96) attn_mla_values(&c.kv, sc, ld, H, n, i0, i0 + 96 < R ? i0 + 96 : R, split, R, spare);
+            CHECK_MSG(memcmp(c.out, split, (size_t)H * R * sizeof(float)) == 0, "ref %d type %zu", ref, t);
+            free(qr), free(sc), free(spare), free(split);
+            cache_free(&c);
+        }
+    kern_init(0);
+}
+
 /* attn_mla runs the reference after kern_init(1), a SIMD variant where the
  * CPU has one after kern_init(0); the shape alone can send it back. F32
  * rows: with f16 ones the rounded weights times f16 values are exact
@@ -223,6 +250,7 @@ int main(void)
     RUN(avx2_matches_reference);
     RUN(avx512_matches_reference);
     RUN(each_head_is_the_same_bits_in_any_call);
+    RUN(phases_over_split_keys_and_values_are_the_same_bits);
     RUN(dispatch_follows_kern_init_and_shape);
     RUN(scratch_sizing);
     return test_summary();

@@ -22,10 +22,10 @@ size_t attn_mla_scratch_floats(int n_heads, int max_ctx, int row_len)
 
 /* ------------------------------------------------------------- reference */
 
-static void scores_ref(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int n_ctx, float *sc,
+static void scores_ref(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int j0, int j1, float *sc,
                        size_t ld, float *row)
 {
-    for (int j = 0; j < n_ctx; j++) {
+    for (int j = j0; j < j1; j++) {
         quant_dequant_row(kv->type, attn_mla_row(kv, j), row, (size_t)kv->row_len);
         for (int h = 0; h < n_heads; h++) {
             const float *qh = q + (size_t)h * q_stride;
@@ -36,15 +36,15 @@ static void scores_ref(const attn_mla_kv *kv, const float *q, size_t q_stride, i
     }
 }
 
-static void values_ref(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, float *out,
-                       size_t out_stride, float *row)
+static void values_ref(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0, int i1,
+                       float *out, size_t out_stride, float *row)
 {
     for (int j = 0; j < n_ctx; j++) {
         quant_dequant_row(kv->type, attn_mla_row(kv, j), row, (size_t)kv->row_len);
         for (int h = 0; h < n_heads; h++) {
             const float w = p[(size_t)h * ld + j];
             float *o = out + (size_t)h * out_stride;
-            for (int i = 0; i < kv->rank; i++) o[i] += w * row[i];
+            for (int i = i0; i < i1; i++) o[i] += w * row[i];
         }
     }
 }
@@ -100,32 +100,75 @@ static attn_mla_variant choose(const attn_mla_kv *kv)
     return ATTN_MLA_REF;
 }
 
+/* The phases, each for the variant v (never AUTO here). */
+static void queries_v(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, float *qr)
+{
+    const size_t lp = attn_mla_qr_stride(kv);
+    for (int h = 0; h < n_heads; h++) {
+        memcpy(qr + (size_t)h * lp, q + (size_t)h * q_stride, (size_t)kv->row_len * sizeof(float));
+        round_to(kv->type, qr + (size_t)h * lp, kv->row_len);
+    }
+}
+
+static void scores_v(attn_mla_variant v, const attn_mla_kv *kv, const float *qr, int n_heads, int j0, int j1, float *sc,
+                     size_t ld, float *row)
+{
+    const size_t lp = attn_mla_qr_stride(kv);
+    if (v == ATTN_MLA_AVX512) attn_mla_scores_avx512(kv, qr, lp, n_heads, j0, j1, sc, ld);
+    else if (v == ATTN_MLA_AVX2) attn_mla_scores_avx2(kv, qr, lp, n_heads, j0, j1, sc, ld);
+    else scores_ref(kv, qr, lp, n_heads, j0, j1, sc, ld, row);
+}
+
+static void values_v(attn_mla_variant v, const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx,
+                     int i0, int i1, float *out, size_t out_stride, float *spare)
+{
+    for (int h = 0; h < n_heads; h++) memset(out + (size_t)h * out_stride + i0, 0, (size_t)(i1 - i0) * sizeof(float));
+    if (v == ATTN_MLA_AVX512) attn_mla_values_avx512(kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
+    else if (v == ATTN_MLA_AVX2) attn_mla_values_avx2(kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
+    else values_ref(kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
+}
+
+size_t attn_mla_qr_stride(const attn_mla_kv *kv) { return attn_mla_round16((size_t)kv->row_len); }
+
+void attn_mla_queries(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, float *qr)
+{
+    queries_v(kv, q, q_stride, n_heads, qr);
+}
+
+void attn_mla_scores(const attn_mla_kv *kv, const float *qr, int n_heads, int j0, int j1, float *sc, size_t ld,
+                     float *spare)
+{
+    scores_v(choose(kv), kv, qr, n_heads, j0, j1, sc, ld, spare);
+}
+
+void attn_mla_weights(const attn_mla_kv *kv, float *sc, size_t ld, int n_heads, int n_ctx, float scale)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *x = sc + (size_t)h * ld;
+        for (int j = 0; j < n_ctx; j++) x[j] *= scale;
+        kern_softmax(x, n_ctx);
+        round_to(kv->type, x, n_ctx);
+    }
+}
+
+void attn_mla_values(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0, int i1,
+                     float *out, size_t out_stride, float *spare)
+{
+    values_v(choose(kv), kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
+}
+
 void attn_mla_with(attn_mla_variant v, const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads,
                    int n_ctx, float scale, float *out, size_t out_stride, float *scratch)
 {
     assert(n_heads >= 1 && n_ctx >= 1 && kv->rank <= kv->row_len);
     if (v == ATTN_MLA_AUTO) v = choose(kv);
     assert(attn_mla_variant_available(v, kv));
-    const int L = kv->row_len;
-    const size_t lp = attn_mla_round16((size_t)L), np = attn_mla_round16((size_t)n_ctx);
+    const size_t lp = attn_mla_qr_stride(kv), np = attn_mla_round16((size_t)n_ctx);
     float *qr = scratch, *sc = qr + (size_t)n_heads * lp, *row = sc + (size_t)n_heads * np;
-    for (int h = 0; h < n_heads; h++) {
-        memcpy(qr + (size_t)h * lp, q + (size_t)h * q_stride, (size_t)L * sizeof(float));
-        round_to(kv->type, qr + (size_t)h * lp, L);
-    }
-    if (v == ATTN_MLA_AVX512) attn_mla_scores_avx512(kv, qr, lp, n_heads, n_ctx, sc, np);
-    else if (v == ATTN_MLA_AVX2) attn_mla_scores_avx2(kv, qr, lp, n_heads, n_ctx, sc, np);
-    else scores_ref(kv, qr, lp, n_heads, n_ctx, sc, np, row);
-    for (int h = 0; h < n_heads; h++) {
-        float *x = sc + (size_t)h * np;
-        for (int j = 0; j < n_ctx; j++) x[j] *= scale;
-        kern_softmax(x, n_ctx);
-        round_to(kv->type, x, n_ctx);
-        memset(out + (size_t)h * out_stride, 0, (size_t)kv->rank * sizeof(float));
-    }
-    if (v == ATTN_MLA_AVX512) attn_mla_values_avx512(kv, sc, np, n_heads, n_ctx, out, out_stride, row);
-    else if (v == ATTN_MLA_AVX2) attn_mla_values_avx2(kv, sc, np, n_heads, n_ctx, out, out_stride, row);
-    else values_ref(kv, sc, np, n_heads, n_ctx, out, out_stride, row);
+    queries_v(kv, q, q_stride, n_heads, qr);
+    scores_v(v, kv, qr, n_heads, 0, n_ctx, sc, np, row);
+    attn_mla_weights(kv, sc, np, n_heads, n_ctx, scale);
+    values_v(v, kv, sc, np, n_heads, n_ctx, 0, kv->rank, out, out_stride, row);
 }
 
 void attn_mla(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int n_ctx, float scale,

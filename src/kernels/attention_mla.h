@@ -55,6 +55,24 @@ size_t attn_mla_scratch_floats(int n_heads, int max_ctx, int row_len);
 void attn_mla(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int n_ctx, float scale,
               float *out, size_t out_stride, float *scratch);
 
+/* The same call in phases, for callers that share one token's heads out
+ * over threads by keys and by value elements instead of by heads (each
+ * thread then reads its part of every row once for all heads). Each
+ * phase gives exactly attn_mla's bits for its part:
+ *   attn_mla_queries  qr[h x attn_mla_qr_stride(kv)] = q[h] rounded
+ *   attn_mla_scores   sc[h x ld + j] for j0 <= j < j1 (unscaled)
+ *   attn_mla_weights  sc[h x ld + 0..n_ctx) scaled, softmax, rounded
+ *   attn_mla_values   out[h x out_stride + i] for i0 <= i < i1,
+ *                     multiples of 32 (or 0 and rank)
+ * spare: a row's worth of floats (attn_mla_qr_stride) of the caller's. */
+size_t attn_mla_qr_stride(const attn_mla_kv *kv);
+void attn_mla_queries(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, float *qr);
+void attn_mla_scores(const attn_mla_kv *kv, const float *qr, int n_heads, int j0, int j1, float *sc, size_t ld,
+                     float *spare);
+void attn_mla_weights(const attn_mla_kv *kv, float *sc, size_t ld, int n_heads, int n_ctx, float scale);
+void attn_mla_values(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0, int i1,
+                     float *out, size_t out_stride, float *spare);
+
 /* The variants, for tests: ATTN_MLA_AUTO is what attn_mla runs. A SIMD
  * variant may only be asked for when attn_mla_variant_available says so
  * (CPU and shape). */

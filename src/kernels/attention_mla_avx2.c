@@ -85,11 +85,11 @@ KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float *c
     }
 }
 
-KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n_ctx, float *sc,
+KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j_begin, int j_end, float *sc,
                   size_t ld)
 {
-    for (int j0 = 0; j0 < n_ctx; j0 += 2) {
-        const int nk = n_ctx - j0 < 2 ? n_ctx - j0 : 2;
+    for (int j0 = j_begin; j0 < j_end; j0 += 2) {
+        const int nk = j_end - j0 < 2 ? j_end - j0 : 2;
         const uint8_t *r[2] = {attn_mla_row(kv, j0), attn_mla_row(kv, j0 + nk - 1)};
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;
@@ -106,9 +106,10 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
 #define MLA_VROWS 16
 
 /* o[h][i..i+8) += sum_b p[h][b] r[b][i..i+8) for each 8 of the rank. */
-KAI void values_tile(uint32_t t, int R, const uint8_t *const *r, int nk, const float *const p[8], float *const o[8])
+KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
+                     float *const o[8])
 {
-    for (int i = 0; i < R; i += 8) {
+    for (int i = i0; i < i1; i += 8) {
         __m256 acc[8];
 #pragma GCC unroll 8
         for (int h = 0; h < 8; h++) acc[h] = _mm256_loadu_ps(o[h] + i);
@@ -122,7 +123,7 @@ KAI void values_tile(uint32_t t, int R, const uint8_t *const *r, int nk, const f
     }
 }
 
-KAI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, float *out,
+KAI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, int i0, int i1, float *out,
                   size_t os, float *spare)
 {
     for (int j0 = 0; j0 < n_ctx; j0 += MLA_VROWS) {
@@ -137,21 +138,21 @@ KAI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, 
                 pp[h] = p + (size_t)(real ? h0 + h : h0) * ld + j0;
                 oo[h] = real ? out + (size_t)(h0 + h) * os : spare;
             }
-            values_tile(t, kv->rank, r, nk, pp, oo);
+            values_tile(t, i0, i1, r, nk, pp, oo);
         }
     }
 }
 
 #define MLA_TYPED(name, T)                                                                                           \
-    static KA void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc,         \
-                                 size_t ld)                                                                          \
+    static KA void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1,          \
+                                 float *sc, size_t ld)                                                               \
     {                                                                                                                \
-        scores_t(T, kv, q, qs, nh, n, sc, ld);                                                                       \
+        scores_t(T, kv, q, qs, nh, j0, j1, sc, ld);                                                                       \
     }                                                                                                                \
-    static KA void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, float *out,        \
-                                 size_t os, float *spare)                                                            \
+    static KA void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1,   \
+                                 float *out, size_t os, float *spare)                                                \
     {                                                                                                                \
-        values_t(T, kv, p, ld, nh, n, out, os, spare);                                                               \
+        values_t(T, kv, p, ld, nh, n, i0, i1, out, os, spare);                                                               \
     }
 MLA_TYPED(f32, DT_F32)
 MLA_TYPED(f16, DT_F16)
@@ -160,40 +161,42 @@ MLA_TYPED(q8_0, DT_Q8_0)
 MLA_TYPED(q4_0, DT_Q4_0)
 #undef MLA_TYPED
 
-void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc, size_t ld)
+void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
 {
     switch (kv->type) {
-    case DT_F32: scores_f32(kv, q, qs, nh, n, sc, ld); break;
-    case DT_F16: scores_f16(kv, q, qs, nh, n, sc, ld); break;
-    case DT_BF16: scores_bf16(kv, q, qs, nh, n, sc, ld); break;
-    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, n, sc, ld); break;
-    default: scores_q8_0(kv, q, qs, nh, n, sc, ld); break;
+    case DT_F32: scores_f32(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_F16: scores_f16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_BF16: scores_bf16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, j0, j1, sc, ld); break;
+    default: scores_q8_0(kv, q, qs, nh, j0, j1, sc, ld); break;
     }
 }
 
-void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, float *out, size_t os,
+void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
                           float *spare)
 {
     switch (kv->type) {
-    case DT_F32: values_f32(kv, p, ld, nh, n, out, os, spare); break;
-    case DT_F16: values_f16(kv, p, ld, nh, n, out, os, spare); break;
-    case DT_BF16: values_bf16(kv, p, ld, nh, n, out, os, spare); break;
-    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, out, os, spare); break;
-    default: values_q8_0(kv, p, ld, nh, n, out, os, spare); break;
+    case DT_F32: values_f32(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_F16: values_f16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_BF16: values_bf16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    default: values_q8_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
     }
 }
 
 #else /* not x86: attn_avx2_available() is false, so these are never called */
 
-void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc, size_t ld)
+void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
 {
-    (void)kv, (void)q, (void)qs, (void)nh, (void)n, (void)sc, (void)ld;
+    (void)kv, (void)q, (void)qs, (void)nh, (void)j0, (void)j1, (void)sc, (void)ld;
 }
 
-void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, float *out, size_t os,
+void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
                           float *spare)
 {
-    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)out, (void)os, (void)spare;
+    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
 }
 
 #endif

@@ -86,11 +86,11 @@ K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float *
         for (int b = 0; b < 4; b++) s[a][b] = _mm512_reduce_add_ps(acc[a][b]);
 }
 
-K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n_ctx, float *sc,
+K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j_begin, int j_end, float *sc,
                    size_t ld)
 {
-    for (int j0 = 0; j0 < n_ctx; j0 += 4) {
-        const int nk = n_ctx - j0 < 4 ? n_ctx - j0 : 4;
+    for (int j0 = j_begin; j0 < j_end; j0 += 4) {
+        const int nk = j_end - j0 < 4 ? j_end - j0 : 4;
         const uint8_t *r[4];
         for (int b = 0; b < 4; b++) r[b] = attn_mla_row(kv, j0 + (b < nk ? b : nk - 1));
         for (int h0 = 0; h0 < nh; h0 += 4) {
@@ -110,9 +110,10 @@ K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs,
 #define MLA_VROWS 16
 
 /* o[h][i..) += sum_b p[h][b] r[b][i..), 32 elements at a time, 8 heads. */
-K5AI void values_tile(uint32_t t, int R, const uint8_t *const *r, int nk, const float *const p[8], float *const o[8])
+K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
+                     float *const o[8])
 {
-    for (int i = 0; i < R; i += 32) {
+    for (int i = i0; i < i1; i += 32) {
         __m512 acc[8][2];
 #pragma GCC unroll 8
         for (int h = 0; h < 8; h++) {
@@ -137,7 +138,7 @@ K5AI void values_tile(uint32_t t, int R, const uint8_t *const *r, int nk, const 
     }
 }
 
-K5AI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, float *out,
+K5AI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, int i0, int i1, float *out,
                    size_t os, float *spare)
 {
     for (int j0 = 0; j0 < n_ctx; j0 += MLA_VROWS) {
@@ -152,22 +153,22 @@ K5AI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld,
                 pp[h] = p + (size_t)(real ? h0 + h : h0) * ld + j0;
                 oo[h] = real ? out + (size_t)(h0 + h) * os : spare;
             }
-            values_tile(t, kv->rank, r, nk, pp, oo);
+            values_tile(t, i0, i1, r, nk, pp, oo);
         }
     }
 }
 
 /* One function per row type, so that each tile is compiled for its type. */
 #define MLA_TYPED(name, T)                                                                                           \
-    static K5 void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc,         \
-                                 size_t ld)                                                                          \
+    static K5 void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1,          \
+                                 float *sc, size_t ld)                                                               \
     {                                                                                                                \
-        scores_t(T, kv, q, qs, nh, n, sc, ld);                                                                       \
+        scores_t(T, kv, q, qs, nh, j0, j1, sc, ld);                                                                       \
     }                                                                                                                \
-    static K5 void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, float *out,        \
-                                 size_t os, float *spare)                                                            \
+    static K5 void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1,   \
+                                 float *out, size_t os, float *spare)                                                \
     {                                                                                                                \
-        values_t(T, kv, p, ld, nh, n, out, os, spare);                                                               \
+        values_t(T, kv, p, ld, nh, n, i0, i1, out, os, spare);                                                               \
     }
 MLA_TYPED(f32, DT_F32)
 MLA_TYPED(f16, DT_F16)
@@ -176,26 +177,27 @@ MLA_TYPED(q8_0, DT_Q8_0)
 MLA_TYPED(q4_0, DT_Q4_0)
 #undef MLA_TYPED
 
-void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc, size_t ld)
+void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
 {
     switch (kv->type) {
-    case DT_F32: scores_f32(kv, q, qs, nh, n, sc, ld); break;
-    case DT_F16: scores_f16(kv, q, qs, nh, n, sc, ld); break;
-    case DT_BF16: scores_bf16(kv, q, qs, nh, n, sc, ld); break;
-    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, n, sc, ld); break;
-    default: scores_q8_0(kv, q, qs, nh, n, sc, ld); break;
+    case DT_F32: scores_f32(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_F16: scores_f16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_BF16: scores_bf16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, j0, j1, sc, ld); break;
+    default: scores_q8_0(kv, q, qs, nh, j0, j1, sc, ld); break;
     }
 }
 
-void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, float *out, size_t os,
+void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
                             float *spare)
 {
     switch (kv->type) {
-    case DT_F32: values_f32(kv, p, ld, nh, n, out, os, spare); break;
-    case DT_F16: values_f16(kv, p, ld, nh, n, out, os, spare); break;
-    case DT_BF16: values_bf16(kv, p, ld, nh, n, out, os, spare); break;
-    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, out, os, spare); break;
-    default: values_q8_0(kv, p, ld, nh, n, out, os, spare); break;
+    case DT_F32: values_f32(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_F16: values_f16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_BF16: values_bf16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    default: values_q8_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
     }
 }
 
@@ -203,15 +205,16 @@ void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, in
 
 bool attn_mla_avx512_available(void) { return false; }
 
-void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int n, float *sc, size_t ld)
+void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
 {
-    (void)kv, (void)q, (void)qs, (void)nh, (void)n, (void)sc, (void)ld;
+    (void)kv, (void)q, (void)qs, (void)nh, (void)j0, (void)j1, (void)sc, (void)ld;
 }
 
-void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, float *out, size_t os,
+void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
                             float *spare)
 {
-    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)out, (void)os, (void)spare;
+    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
 }
 
 #endif

@@ -24,14 +24,15 @@ static inline const uint8_t *attn_mla_row(const attn_mla_kv *kv, int j)
            (size_t)((uint32_t)j % kv->block_size) * kv->row_bytes;
 }
 
-/* sc[h x ld + j] = q[h] . row_j (unscaled), h < n_heads, j < n_ctx; q[h]
- * at q + h x q_stride. */
-typedef void attn_mla_scores_fn(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int n_ctx,
+/* sc[h x ld + j] = q[h] . row_j (unscaled), h < n_heads, j0 <= j < j1;
+ * q[h] at q + h x q_stride. */
+typedef void attn_mla_scores_fn(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int j0, int j1,
                                 float *sc, size_t ld);
-/* out[h x out_stride + i] += sum_j p[h x ld + j] row_j[i], i < rank, j
- * ascending. spare: rank floats the tiles may write for padded heads. */
-typedef void attn_mla_values_fn(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, float *out,
-                                size_t out_stride, float *spare);
+/* out[h x out_stride + i] += sum_j p[h x ld + j] row_j[i], i0 <= i < i1
+ * (multiples of 32 for the SIMD passes), j < n_ctx ascending. spare: rank
+ * floats the tiles may write for padded heads. */
+typedef void attn_mla_values_fn(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0,
+                                int i1, float *out, size_t out_stride, float *spare);
 
 attn_mla_scores_fn attn_mla_scores_avx2, attn_mla_scores_avx512;
 attn_mla_values_fn attn_mla_values_avx2, attn_mla_values_avx512;

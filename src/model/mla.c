@@ -101,15 +101,18 @@ struct mla_state {
     float *gout;     /* [threads][T][max(R, V)] */
     size_t gin_stride, gout_stride; /* floats per thread */
     float *att;      /* [T][H][R] attention in the latent space */
-    float *scratch;  /* [threads][attn_mla_scratch_floats(H, max_ctx, R+D)] */
+    float *scratch;  /* [threads][attn_mla_scratch_floats(H, max_ctx, R+D)]; split
+                        decode: token k's queries and scores in region k */
     size_t scratch_stride;
+    float *spare;    /* [threads][spare_stride] the kernel's spare row */
+    size_t spare_stride;
     int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
 };
 
 void mla_state_free(mla_state *s)
 {
     if (!s) return;
-    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->scratch};
+    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->scratch, s->spare};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
     free(s->toks);
     free(s);
@@ -138,8 +141,10 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->gout = mem_alloc_aligned((size_t)n_threads * s->gout_stride * sizeof(float), 64);
     s->att = mem_alloc_aligned(T * H * R * sizeof(float), 64);
     s->scratch = mem_alloc_aligned((size_t)n_threads * s->scratch_stride * sizeof(float), 64);
+    s->spare_stride = (row + 15) & ~(size_t)15;
+    s->spare = mem_alloc_aligned((size_t)n_threads * s->spare_stride * sizeof(float), 64);
     s->toks = malloc(T * sizeof *s->toks);
-    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->scratch || !s->toks) {
+    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->scratch || !s->spare || !s->toks) {
         mla_state_free(s);
         return PL_ENOMEM;
     }
@@ -213,6 +218,71 @@ static void attn_worker(void *arg, int ith, int nth)
     }
 }
 
+/* A sequence with fewer tokens than threads (decode): each token's heads
+ * stay together and the threads share out its keys (scores) and then its
+ * value elements, so that each thread reads its part of every cached row
+ * once for all heads; every result keeps attn_mla's bits (attention_mla.h),
+ * whatever the thread count. Token k's queries and scores live in scratch
+ * region k. */
+static float *split_qr(const attn_job *j, int k) { return j->s->scratch + (size_t)k * j->s->scratch_stride; }
+static float *split_sc(const attn_job *j, int k)
+{
+    return split_qr(j, k) + (size_t)j->c->n_heads * attn_mla_qr_stride(&j->view);
+}
+static size_t split_ld(const attn_job *j) { return ((size_t)j->s->max_ctx + 15) & ~(size_t)15; }
+
+/* The share [cut(i), cut(i + 1)) of n over nth threads, cuts multiples of m. */
+static int split_cut(int n, int i, int nth, int m)
+{
+    return i >= nth ? n : (int)((int64_t)n * i / nth) / m * m;
+}
+
+static void split_scores_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    for (int k = 0; k < j->n_toks; k++) {
+        const int n = j->b->slot[j->s->toks[k]] + 1, j0 = split_cut(n, ith, nth, 4), j1 = split_cut(n, ith + 1, nth, 4);
+        if (j0 < j1)
+            attn_mla_scores(&j->view, split_qr(j, k), (int)j->c->n_heads, j0, j1, split_sc(j, k), split_ld(j),
+                            j->s->spare + (size_t)ith * j->s->spare_stride);
+    }
+}
+
+static void split_weights_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    const int H = (int)j->c->n_heads;
+    for (int u = ith; u < j->n_toks * H; u += nth) {
+        const int k = u / H, h = u % H;
+        attn_mla_weights(&j->view, split_sc(j, k) + (size_t)h * split_ld(j), split_ld(j), 1,
+                         j->b->slot[j->s->toks[k]] + 1, j->c->mla.kq_scale);
+    }
+}
+
+static void split_values_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    const int H = (int)j->c->n_heads, R = (int)j->c->mla.kv_lora_rank;
+    const int m = R % 32 ? R : 32, i0 = split_cut(R, ith, nth, m), i1 = split_cut(R, ith + 1, nth, m);
+    if (i0 >= i1) return;
+    for (int k = 0; k < j->n_toks; k++) {
+        const int t = j->s->toks[k];
+        attn_mla_values(&j->view, split_sc(j, k), split_ld(j), H, j->b->slot[t] + 1, i0, i1,
+                        j->s->att + (size_t)t * H * R, (size_t)R, j->s->spare + (size_t)ith * j->s->spare_stride);
+    }
+}
+
+static void split_attention(attn_job *j, threadpool *tp)
+{
+    const int H = (int)j->c->n_heads;
+    for (int k = 0; k < j->n_toks; k++)
+        attn_mla_queries(&j->view, j->s->qc + (size_t)j->s->toks[k] * H * j->view.row_len, (size_t)j->view.row_len, H,
+                         split_qr(j, k));
+    tp_run(tp, split_scores_worker, j);
+    tp_run(tp, split_weights_worker, j);
+    tp_run(tp, split_values_worker, j);
+}
+
 void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, const float *xn, float *out,
                    kv_pool *kv, const kv_batch *b, uint32_t layer, const float *rope_cs, threadpool *tp)
 {
@@ -261,10 +331,13 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
         assert(last < s->max_ctx);
         job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
         job.n_toks = n;
-        /* all heads of a token together, unless there are fewer tokens than threads */
-        const int groups = n >= nth ? 1 : (nth + n - 1) / n < H ? (nth + n - 1) / n : H;
-        job.group = (H + groups - 1) / groups;
-        tp_run(tp, attn_worker, &job);
+        job.group = H;
+        if (n >= nth) {
+            tp_run(tp, attn_worker, &job); /* a token's heads a unit */
+        } else {
+            assert(nth <= s->n_threads);
+            split_attention(&job, tp);
+        }
     }
     /* W_UV per head, into out[T][H*V] */
     heads_job hv = {s, w->wv_b, s->att, out, (size_t)H * R, (size_t)R, (size_t)H * V, (size_t)V, H, T};
