@@ -197,24 +197,21 @@ typedef struct {
     const kv_batch *b;
     attn_mla_kv view; /* the sequence's latent rows */
     int n_toks;       /* s->toks[0..n_toks): the sequence's tokens in the batch */
-    int group;        /* heads a work unit takes */
 } attn_job;
 
-/* Work units (token, group of heads) split over the threads; a unit's
- * heads share each cached row the kernel reads. A (token, head) result
- * does not depend on its unit (attention_mla.h), so neither the grouping
- * nor the thread count changes a bit. */
+/* A sequence with at least as many tokens as threads (prefill): its tokens
+ * shared out over the threads, all heads of a token in one call, so that
+ * each row the kernel reads serves every head. */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
     mla_state *s = j->s;
     const int H = (int)j->c->n_heads, R = (int)j->c->mla.kv_lora_rank, row = R + (int)j->c->rope_dim;
-    const int G = (H + j->group - 1) / j->group, n_units = j->n_toks * G;
     float *sc = s->scratch + (size_t)ith * s->scratch_stride;
-    for (int u = ith; u < n_units; u += nth) {
-        const int t = s->toks[u / G], h0 = (u % G) * j->group, h1 = h0 + j->group < H ? h0 + j->group : H;
-        attn_mla(&j->view, s->qc + ((size_t)t * H + h0) * row, (size_t)row, h1 - h0, j->b->slot[t] + 1,
-                 j->c->mla.kq_scale, s->att + ((size_t)t * H + h0) * R, (size_t)R, sc);
+    for (int u = ith; u < j->n_toks; u += nth) {
+        const int t = s->toks[u];
+        attn_mla(&j->view, s->qc + (size_t)t * H * row, (size_t)row, H, j->b->slot[t] + 1, j->c->mla.kq_scale,
+                 s->att + (size_t)t * H * R, (size_t)R, sc);
     }
 }
 
@@ -318,7 +315,7 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
     heads_job hk = {s, w->wk_b, s->q, s->qc, (size_t)H * qh, (size_t)qh, (size_t)H * row, (size_t)row, H, T};
     tp_run(tp, heads_worker, &hk);
     /* attention, one sequence at a time, reading its rows in place */
-    attn_job job = {s, c, b, {0}, 0, H};
+    attn_job job = {s, c, b, {0}, 0};
     const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
     for (int q = 0; q < b->n_seqs; q++) {
         int n = 0, last = -1;
@@ -331,9 +328,8 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
         assert(last < s->max_ctx);
         job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
         job.n_toks = n;
-        job.group = H;
         if (n >= nth) {
-            tp_run(tp, attn_worker, &job); /* a token's heads a unit */
+            tp_run(tp, attn_worker, &job);
         } else {
             assert(nth <= s->n_threads);
             split_attention(&job, tp);
