@@ -21,7 +21,7 @@ int cmd_synth(int argc, char **argv)
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
         {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
-        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default; qwen3moe for the qwen3moe-3b shape), qwen2 (q/k/v biases), qwen3 (q/k norms), gemma, gemma2, gemma3, phi3, mixtral, qwen2moe, qwen3moe (experts), deepseek2 (latent attention; shapes tiny, deepseek2-lite)"},
+        {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default; qwen3moe for the qwen3moe-3b shape), qwen2 (q/k/v biases), qwen3 (q/k norms), gemma, gemma2, gemma3, phi3, mixtral, qwen2moe, qwen3moe (experts), deepseek2 (latent attention; shapes tiny, tiny-v2, mla-bench, deepseek2-lite)"},
         {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
         {"split", 0, CLI_INT, &split, 1, 99999, "N", "write N shards OUT-00001-of-0000N.gguf ... (llama.cpp's split files)"},
         {"rope-scaling", 0, CLI_STR, &rope_scaling, 0, 0, "TYPE", "write RoPE scaling: linear | yarn (type and factor), longrope (phi3: factor tensors)"},

@@ -211,10 +211,15 @@ TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
     pl_kv_size sz;
     CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_F16, &sz), 0);
     CHECK_NEAR(sz.bytes_per_token, 27.0 * 576 * 2, 0);
-    /* what the kind cannot hold */
     const kv_shape q4 = {2, 1, 96, 16, KV_Q4_0, KV_KIND_LATENT};
-    CHECK_EQ_INT(kv_geom_init(&g, &q4), PL_EUNSUPPORTED);
+    CHECK_EQ_INT(kv_geom_init(&g, &q4), 0);
+    CHECK_NEAR(g.bytes_per_token, 2.0 * 96 / 32 * 18, 0);
+    /* what the kind cannot hold */
+    const kv_shape fp8 = {2, 1, 96, 16, KV_FP8_E4M3, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &fp8), PL_EUNSUPPORTED);
     CHECK(strstr(pl_last_error(), "latent"));
+    const kv_shape odd4 = {2, 1, 80, 16, KV_Q4_0, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &odd4), PL_EUNSUPPORTED);
     const kv_shape odd = {2, 1, 80, 16, KV_Q8_0, KV_KIND_LATENT};
     CHECK_EQ_INT(kv_geom_init(&g, &odd), PL_EUNSUPPORTED);
     const kv_shape heads = {2, 2, 96, 16, KV_F16, KV_KIND_LATENT};
@@ -229,7 +234,7 @@ TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
 
 TEST(latent_rows_round_trip_and_move_with_their_block)
 {
-    const kv_dtype dts[] = {KV_F32, KV_F16, KV_BF16, KV_Q8_0};
+    const kv_dtype dts[] = {KV_F32, KV_F16, KV_BF16, KV_Q8_0, KV_Q4_0};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         const uint32_t L = 3, D = 96, T = 4, n = 10;
         const kv_shape s = {L, 1, D, T, dts[d], KV_KIND_LATENT};
@@ -245,7 +250,11 @@ TEST(latent_rows_round_trip_and_move_with_their_block)
         const kv_batch_seq bs = {blocks, 3, NULL};
         const kv_batch b = {(int)n, slot, seq, &bs, 1};
         for (uint32_t l = 0; l < L; l++) kv_latent_store(&pool, &b, l, rows);
-        const double tol = dts[d] == KV_F32 ? 0 : dts[d] == KV_F16 ? 1e-3 : dts[d] == KV_BF16 ? 8e-3 : 1e-2;
+        const double tol = dts[d] == KV_F32    ? 0
+                           : dts[d] == KV_F16  ? 1e-3
+                           : dts[d] == KV_BF16 ? 8e-3
+                           : dts[d] == KV_Q8_0 ? 1e-2
+                                               : 0.13; /* q4_0: a step of ~1/8 where the far sign clamps */
         for (uint32_t l = 0; l < L; l++) {
             kv_latent_read(&pool, blocks, l, n, back);
             for (uint32_t i = 0; i < n * D; i++) CHECK_NEAR(back[i], rows[i], tol);

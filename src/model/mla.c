@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "kernels/attention_mla.h"
 #include "kernels/kernels.h"
 #include "kv/kv_latent.h"
 #include "tensor/dtype.h"
@@ -100,16 +101,18 @@ struct mla_state {
     float *gout;     /* [threads][T][max(R, V)] */
     size_t gin_stride, gout_stride; /* floats per thread */
     float *att;      /* [T][H][R] attention in the latent space */
-    float *rows;     /* [max_ctx][R+D] a sequence's cached rows, decoded */
-    float *scratch;  /* [threads][H x (max_ctx + R + D)] scores and the rounded queries */
+    float *scratch;  /* [threads][attn_mla_scratch_floats(H, max_ctx, R+D)]; split
+                        decode: token k's queries and scores in region k */
     size_t scratch_stride;
+    float *spare;    /* [threads][spare_stride] the kernel's spare row */
+    size_t spare_stride;
     int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
 };
 
 void mla_state_free(mla_state *s)
 {
     if (!s) return;
-    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->rows, s->scratch};
+    float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->scratch, s->spare};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
     free(s->toks);
     free(s);
@@ -127,7 +130,7 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
     s->n_threads = n_threads;
-    s->scratch_stride = (H * ((size_t)max_ctx + row) + 15) & ~(size_t)15;
+    s->scratch_stride = (attn_mla_scratch_floats((int)H, max_ctx, (int)row) + 15) & ~(size_t)15;
     s->q = mem_alloc_aligned(T * H * (N + D) * sizeof(float), 64);
     s->qa = mem_alloc_aligned(T * (a->q_lora_rank ? a->q_lora_rank : 1) * sizeof(float), 64);
     s->kv = mem_alloc_aligned(T * row * sizeof(float), 64);
@@ -137,10 +140,11 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->gin = mem_alloc_aligned((size_t)n_threads * s->gin_stride * sizeof(float), 64);
     s->gout = mem_alloc_aligned((size_t)n_threads * s->gout_stride * sizeof(float), 64);
     s->att = mem_alloc_aligned(T * H * R * sizeof(float), 64);
-    s->rows = mem_alloc_aligned((size_t)max_ctx * row * sizeof(float), 64);
     s->scratch = mem_alloc_aligned((size_t)n_threads * s->scratch_stride * sizeof(float), 64);
+    s->spare_stride = (row + 15) & ~(size_t)15;
+    s->spare = mem_alloc_aligned((size_t)n_threads * s->spare_stride * sizeof(float), 64);
     s->toks = malloc(T * sizeof *s->toks);
-    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->rows || !s->scratch || !s->toks) {
+    if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->scratch || !s->spare || !s->toks) {
         mla_state_free(s);
         return PL_ENOMEM;
     }
@@ -157,36 +161,6 @@ static void matmul(float *y, const float *x, const weight *w, int m, threadpool 
 {
     const kern_mat a = mat_of(w), *ap = &a;
     kern_matmul_mats(1, &y, x, &ap, m, tp);
-}
-
-/* The rounding ggml's mul_mat applies to the f32 operand against a cache
- * of row type t (f16, bf16: to that type; else none). */
-static void round_to(uint32_t t, float *x, int n)
-{
-    if (t != DT_F16 && t != DT_BF16) return;
-    uint16_t h[64];
-    for (int i = 0; i < n; i += 64) {
-        const int m = n - i < 64 ? n - i : 64;
-        quant_quantize_row(t, x + i, h, m);
-        quant_dequant_row(t, h, x + i, m);
-    }
-}
-
-/* o[i] += a v[i], four lanes at a time (each element the same multiply and
- * add as the scalar loop: the same bits, vectorised at the baseline ISA). */
-typedef float v4f __attribute__((vector_size(16)));
-static void axpy(float *restrict o, const float *restrict v, float a, int n)
-{
-    int i = 0;
-    const v4f av = {a, a, a, a};
-    for (; i + 4 <= n; i += 4) {
-        v4f x, y;
-        memcpy(&x, v + i, sizeof x);
-        memcpy(&y, o + i, sizeof y);
-        y += av * x;
-        memcpy(o + i, &y, sizeof y);
-    }
-    for (; i < n; i++) o[i] += a * v[i];
 }
 
 /* One matrix per head over the batch's rows, the heads shared out over the
@@ -217,77 +191,93 @@ static void heads_worker(void *arg, int ith, int nth)
     }
 }
 
-/* A sequence's rows decoded into s->rows, a share of them per thread. */
-typedef struct {
-    const kv_pool *kv;
-    const uint32_t *blocks;
-    uint32_t layer, n;
-    float *rows;
-} read_job;
-
-static void read_worker(void *arg, int ith, int nth)
-{
-    const read_job *j = arg;
-    const uint32_t j0 = (uint32_t)((uint64_t)j->n * ith / nth), j1 = (uint32_t)((uint64_t)j->n * (ith + 1) / nth);
-    kv_latent_read_range(j->kv, j->blocks, j->layer, j0, j1, j->rows);
-}
-
 typedef struct {
     mla_state *s;
     const model_config *c;
     const kv_batch *b;
-    int n_toks;        /* s->toks[0..n_toks): the sequence's tokens in the batch */
-    int group;         /* heads a work unit takes */
-    uint32_t row_type; /* the cache's row type */
+    attn_mla_kv view; /* the sequence's latent rows */
+    int n_toks;       /* s->toks[0..n_toks): the sequence's tokens in the batch */
 } attn_job;
 
-/* Work units (token, group of heads) split over the threads. A unit reads
- * the cached rows once for all its heads (scores), then once more (the
- * weighted sum), instead of twice per head; each (token, head) result is
- * one fixed sequence of float operations, so neither the grouping nor the
- * thread count changes a bit. */
+/* A sequence with at least as many tokens as threads (prefill): its tokens
+ * shared out over the threads, all heads of a token in one call, so that
+ * each row the kernel reads serves every head. */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
     mla_state *s = j->s;
-    const model_config *c = j->c;
-    const int H = (int)c->n_heads, R = (int)c->mla.kv_lora_rank, row = R + (int)c->rope_dim;
-    const int G = (H + j->group - 1) / j->group, n_units = j->n_toks * G;
-    float *sc = s->scratch + (size_t)ith * s->scratch_stride, *qs = sc + (size_t)H * s->max_ctx;
-    for (int u = ith; u < n_units; u += nth) {
-        const int t = s->toks[u / G], h0 = (u % G) * j->group, h1 = h0 + j->group < H ? h0 + j->group : H;
-        const int n_ctx = j->b->slot[t] + 1, nh = h1 - h0;
-        for (int h = 0; h < nh; h++) {
-            float *q = qs + (size_t)h * row;
-            memcpy(q, s->qc + ((size_t)t * H + h0 + h) * row, (size_t)row * sizeof(float));
-            round_to(j->row_type, q, row);
-        }
-        /* scores: the unit's queries against the rows, in calls of at most 4
-         * queries (kern_matmul's decode path, whose rows do not depend on the
-         * call: a unit's size varies with the batch) */
-        for (int h = 0; h < nh; h += 4)
-            kern_matmul(sc + (size_t)h * n_ctx, qs + (size_t)h * row, s->rows, DT_F32, nh - h < 4 ? nh - h : 4, row,
-                        n_ctx, NULL);
-        for (size_t i = 0; i < (size_t)nh * n_ctx; i++) sc[i] *= c->mla.kq_scale;
-        for (int h = 0; h < nh; h++) {
-            float *p = sc + (size_t)h * n_ctx, mx = -INFINITY;
-            for (int k = 0; k < n_ctx; k++) mx = p[k] > mx ? p[k] : mx;
-            double sum = 0;
-            for (int k = 0; k < n_ctx; k++) {
-                p[k] = expf(p[k] - mx);
-                sum += (double)p[k];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (int k = 0; k < n_ctx; k++) p[k] *= inv;
-            round_to(j->row_type, p, n_ctx);
-            memset(s->att + ((size_t)t * H + h0 + h) * R, 0, (size_t)R * sizeof(float));
-        }
-        for (int k = 0; k < n_ctx; k++) {
-            const float *vr = s->rows + (size_t)k * row;
-            for (int h = 0; h < nh; h++)
-                axpy(s->att + ((size_t)t * H + h0 + h) * R, vr, sc[(size_t)h * n_ctx + k], R);
-        }
+    const int H = (int)j->c->n_heads, R = (int)j->c->mla.kv_lora_rank, row = R + (int)j->c->rope_dim;
+    float *sc = s->scratch + (size_t)ith * s->scratch_stride;
+    for (int u = ith; u < j->n_toks; u += nth) {
+        const int t = s->toks[u];
+        attn_mla(&j->view, s->qc + (size_t)t * H * row, (size_t)row, H, j->b->slot[t] + 1, j->c->mla.kq_scale,
+                 s->att + (size_t)t * H * R, (size_t)R, sc);
     }
+}
+
+/* A sequence with fewer tokens than threads (decode): each token's heads
+ * stay together and the threads share out its keys (scores) and then its
+ * value elements, so that each thread reads its part of every cached row
+ * once for all heads; every result keeps attn_mla's bits (attention_mla.h),
+ * whatever the thread count. Token k's queries and scores live in scratch
+ * region k. */
+static float *split_qr(const attn_job *j, int k) { return j->s->scratch + (size_t)k * j->s->scratch_stride; }
+static float *split_sc(const attn_job *j, int k)
+{
+    return split_qr(j, k) + (size_t)j->c->n_heads * attn_mla_qr_stride(&j->view);
+}
+static size_t split_ld(const attn_job *j) { return ((size_t)j->s->max_ctx + 15) & ~(size_t)15; }
+
+/* The share [cut(i), cut(i + 1)) of n over nth threads, cuts multiples of m. */
+static int split_cut(int n, int i, int nth, int m)
+{
+    return i >= nth ? n : (int)((int64_t)n * i / nth) / m * m;
+}
+
+static void split_scores_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    for (int k = 0; k < j->n_toks; k++) {
+        const int n = j->b->slot[j->s->toks[k]] + 1, j0 = split_cut(n, ith, nth, 4), j1 = split_cut(n, ith + 1, nth, 4);
+        if (j0 < j1)
+            attn_mla_scores(&j->view, split_qr(j, k), (int)j->c->n_heads, j0, j1, split_sc(j, k), split_ld(j),
+                            j->s->spare + (size_t)ith * j->s->spare_stride);
+    }
+}
+
+static void split_weights_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    const int H = (int)j->c->n_heads;
+    for (int u = ith; u < j->n_toks * H; u += nth) {
+        const int k = u / H, h = u % H;
+        attn_mla_weights(&j->view, split_sc(j, k) + (size_t)h * split_ld(j), split_ld(j), 1,
+                         j->b->slot[j->s->toks[k]] + 1, j->c->mla.kq_scale);
+    }
+}
+
+static void split_values_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    const int H = (int)j->c->n_heads, R = (int)j->c->mla.kv_lora_rank;
+    const int m = R % 32 ? R : 32, i0 = split_cut(R, ith, nth, m), i1 = split_cut(R, ith + 1, nth, m);
+    if (i0 >= i1) return;
+    for (int k = 0; k < j->n_toks; k++) {
+        const int t = j->s->toks[k];
+        attn_mla_values(&j->view, split_sc(j, k), split_ld(j), H, j->b->slot[t] + 1, i0, i1,
+                        j->s->att + (size_t)t * H * R, (size_t)R, j->s->spare + (size_t)ith * j->s->spare_stride);
+    }
+}
+
+static void split_attention(attn_job *j, threadpool *tp)
+{
+    const int H = (int)j->c->n_heads;
+    for (int k = 0; k < j->n_toks; k++)
+        attn_mla_queries(&j->view, j->s->qc + (size_t)j->s->toks[k] * H * j->view.row_len, (size_t)j->view.row_len, H,
+                         split_qr(j, k));
+    tp_run(tp, split_scores_worker, j);
+    tp_run(tp, split_weights_worker, j);
+    tp_run(tp, split_values_worker, j);
 }
 
 void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, const float *xn, float *out,
@@ -324,8 +314,8 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
     /* q_nope through W_UK, head by head, into the latent space */
     heads_job hk = {s, w->wk_b, s->q, s->qc, (size_t)H * qh, (size_t)qh, (size_t)H * row, (size_t)row, H, T};
     tp_run(tp, heads_worker, &hk);
-    /* attention, one sequence at a time over its decoded rows */
-    attn_job job = {s, c, b, 0, H, kv_latent_row_type(kv->g.s.dtype)};
+    /* attention, one sequence at a time, reading its rows in place */
+    attn_job job = {s, c, b, {0}, 0};
     const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
     for (int q = 0; q < b->n_seqs; q++) {
         int n = 0, last = -1;
@@ -336,13 +326,14 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             }
         if (!n) continue;
         assert(last < s->max_ctx);
-        read_job rj = {kv, b->seqs[q].blocks, layer, (uint32_t)last + 1, s->rows};
-        tp_run(tp, read_worker, &rj);
+        job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
         job.n_toks = n;
-        /* all heads of a token together, unless there are fewer tokens than threads */
-        const int groups = n >= nth ? 1 : (nth + n - 1) / n < H ? (nth + n - 1) / n : H;
-        job.group = (H + groups - 1) / groups;
-        tp_run(tp, attn_worker, &job);
+        if (n >= nth) {
+            tp_run(tp, attn_worker, &job);
+        } else {
+            assert(nth <= s->n_threads);
+            split_attention(&job, tp);
+        }
     }
     /* W_UV per head, into out[T][H*V] */
     heads_job hv = {s, w->wv_b, s->att, out, (size_t)H * R, (size_t)R, (size_t)H * V, (size_t)V, H, T};

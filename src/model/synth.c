@@ -54,6 +54,7 @@ static const synth_shape shapes[] = {
     {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f},
     /* --arch deepseek2 only (synth_deepseek2.c has their MLA and expert dims) */
     {"tiny-v2", 256, 4, 8, 1, 512, 512, 2048, 10000.0f},
+    {"mla-bench", 1024, 4, 16, 1, 2048, 2048, 8192, 10000.0f},
     {"deepseek2-lite", 2048, 27, 16, 1, 10944, 102400, 4096, 10000.0f},
 };
 
@@ -377,7 +378,7 @@ static void ds2_add(void *ctx, const char *name, uint64_t ne0, uint64_t ne1, uin
 static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
 {
     if (!synth_deepseek2_shape(p->shape))
-        return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, tiny-v2, deepseek2-lite)", p->shape);
+        return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, tiny-v2, mla-bench, deepseek2-lite)", p->shape);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     const int type = dtype_from_name(p->type ? p->type : "f32");
     if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)

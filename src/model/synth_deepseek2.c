@@ -22,6 +22,10 @@ typedef struct {
 static const ds2_shape ds2_shapes[] = {
     {"tiny", 256, 4, 8, 512, 512, 2048, 64, 64, 32, 32, 32, 8, 2, 128, 1, 1, 2, true, true, 2.5f, 4, 2},
     {"tiny-v2", 256, 4, 8, 512, 512, 2048, 0, 64, 32, 32, 32, 8, 2, 128, 2, 1, 1, false, false, 1.0f, 0, 0},
+    /* V2-Lite's attention (16 heads, kv_lora_rank 512, rope 64) at dim 1024 over 4 layers and 8 small
+     * experts: the latent attention's speed at depth without 16B weights; vocab 2048 holds the ids
+     * llama.cpp's peer-bench fills its depth and prompt with (100..1099) */
+    {"mla-bench", 1024, 4, 16, 2048, 2048, 8192, 0, 512, 128, 64, 128, 8, 2, 512, 1, 1, 1, false, false, 1.0f, 0, 0},
     {"deepseek2-lite", 2048, 27, 16, 10944, 102400, 4096, 0, 512, 128, 64, 128, 64, 6, 1408, 2, 1, 1, false, false,
      1.0f, 0, 0},
 };

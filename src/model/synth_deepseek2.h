@@ -9,6 +9,10 @@
  *                   groups of which 2 are used, renormalised, scale 2.5
  *   tiny-v2         tiny with V2-Lite's choices: plain q, softmax routing
  *                   without bias, groups or renormalisation, 2 shared
+ *   mla-bench       V2-Lite's attention at dim 1024: 4 layers (the first
+ *                   dense, ffn 2048), 16 heads, kv_lora_rank 512, rope
+ *                   64, 8 experts of 512 rows, top-2, 1 shared; vocab
+ *                   2048 (decode speed at depth beside llama.cpp)
  *   deepseek2-lite  DeepSeek-V2-Lite: dim 2048, 27 layers (the first dense,
  *                   ffn 10944), 16 heads, plain q, kv_lora_rank 512, nope
  *                   128, rope 64, v head 128; 64 experts of 1408 rows,

@@ -36,7 +36,8 @@ done
 j=$("$PAGELLM" inspect "$T/ds2-f32.gguf" --json)
 check inspect_latent_kind jq -e '.arch == "deepseek2" and .kv_kind == "latent" and .kv_lora_rank == 64 and .rope_dim == 32' <<<"$j"
 check inspect_latent_bytes_per_token jq -e '.bytes_per_token == 4 * (64 + 32) * 2 and .kv_bytes_per_token.f32 == 4 * 96 * 4
-  and .kv_bytes_per_token.q8_0 == 4 * 96 / 32 * 34 and .kv_bytes_per_token.q4_0 == null' <<<"$j"
+  and .kv_bytes_per_token.q8_0 == 4 * 96 / 32 * 34 and .kv_bytes_per_token.q4_0 == 4 * 96 / 32 * 18
+  and .kv_bytes_per_token.fp8_e4m3 == null' <<<"$j"
 check inspect_experts jq -e '.n_expert == 8 and .n_expert_used == 2' <<<"$j"
 check inspect_text_names_the_kind bash -c "'$PAGELLM' inspect '$T/ds2-f32.gguf' | grep -q 'latent kind, MLA) = 4 layers x (kv_lora_rank 64 + rope dims 32)'"
 # what the run held is the same formula
@@ -51,14 +52,16 @@ for mode in --no-kv-cache "--kv-layout static" "-t 1"; do
   got=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time, the dog" -n 20 --temp 0 --ignore-eos --json $mode 2>/dev/null | jq -c .gen_ids)
   check "same_tokens_${mode// /_}" test -n "$ref" -a "$got" = "$ref"
 done
-expect_exit latent_cache_refuses_q4_0 1 'q4_0: the latent \(MLA\) cache takes f32, f16, bf16 or q8_0' -- \
-  "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-dtype q4_0
+r=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "Once upon a time" -n 4 --temp 0 --kv-dtype q4_0 --json 2>/dev/null)
+check run_q4_0_latent_cache jq -e '.kv.bytes_per_token == 216 and (.gen_ids | length) == 4' <<<"$r"
+expect_exit latent_cache_refuses_fp8 1 'fp8_e4m3: the latent \(MLA\) cache takes f32, f16, bf16, q8_0 or q4_0' -- \
+  "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-dtype fp8_e4m3
 expect_exit kv_window_refused_for_the_latent_cache 1 'kv_window.*latent KV rows' -- \
   "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-window 64
 expect_exit kvcalc_latent_needs_rope_dim 2 '--rope-dim is required' -- "$PAGELLM" kvcalc --layers 27 --kv-lora-rank 512
 check kvcalc_deepseek_v3_bf16 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype bf16 --json |
   jq -e '.kind == \"latent\" and .bytes_per_token == 70272 and .total_bytes == 70272 * 4096'"
-expect_exit synth_deepseek2_shape 1 "shape '110m' \(tiny, tiny-v2, deepseek2-lite\)" -- \
+expect_exit synth_deepseek2_shape 1 "shape '110m' \(tiny, tiny-v2, mla-bench, deepseek2-lite\)" -- \
   "$PAGELLM" synth --arch deepseek2 --shape 110m -o "$T/x.gguf"
 
 # --- serve one request

@@ -1,0 +1,202 @@
+/* attention_mla_avx2.c - the latent attention's two passes with AVX2
+ * (attention_mla.h, attention_mla_impl.h); the AVX-512 file's tiles at 8
+ * lanes and 16 registers.
+ *
+ * Scores: 4 heads x 2 rows, 8 accumulators over the row's elements, each
+ * row chunk converted once in a register for the 4 heads; one FMA chain
+ * per (head, row) over the chunks in order, then a fixed sum of the 8
+ * lanes. Values: 8 elements of the rank at a time, 8 heads' accumulators
+ * in registers over a run of 16 rows; per output element one FMA chain
+ * p_j x v_j, j ascending.
+ */
+#include "kernels/attention_mla_impl.h"
+
+#include "kernels/attention.h"
+#include "kernels/kern_impl.h"
+#include "tensor/blocks.h"
+#include "tensor/dtype.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#define KA __attribute__((target("avx2,fma,f16c")))
+#define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Elements i..i+7 of a row (i % 8 == 0); d: the q8_0 block's scale. */
+KAI __m256 ld8(uint32_t t, const uint8_t *r, int i, __m256 d)
+{
+    if (t == DT_F32) return _mm256_loadu_ps((const float *)r + i);
+    if (t == DT_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)r + i)));
+    if (t == DT_BF16)
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)r + i))), 16));
+    if (t == DT_Q4_0) { /* elements 0..15 in the low nibbles, 16..31 in the high ones, each q - 8 */
+        const block_q4_0 *b = (const block_q4_0 *)r + i / 32;
+        const int k = i % 32;
+        __m128i x = _mm_loadl_epi64((const __m128i *)(b->qs + k % 16));
+        if (k >= 16) x = _mm_srli_epi16(x, 4);
+        x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), d);
+    }
+    const block_q8_0 *b = (const block_q8_0 *)r + i / 32;
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % 32)))), d);
+}
+
+/* The scale of the q8_0 / q4_0 block holding element i (unused for other types). */
+KAI __m256 scale8(uint32_t t, const uint8_t *r, int i)
+{
+    if (t == DT_Q8_0) return _mm256_set1_ps(kern_f16_lut[((const block_q8_0 *)r + i / 32)->d]);
+    if (t == DT_Q4_0) return _mm256_set1_ps(kern_f16_lut[((const block_q4_0 *)r + i / 32)->d]);
+    return _mm256_setzero_ps();
+}
+
+KAI float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* s[a][b] = q[a] . r[b] over L elements. */
+KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float *const q[4], float s[4][2])
+{
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+    for (int i0 = 0; i0 < L; i0 += 32) {
+        const __m256 d0 = scale8(t, r[0], i0), d1 = scale8(t, r[1], i0);
+#pragma GCC unroll 4
+        for (int i = i0; i < i0 + 32; i += 8) {
+            const __m256 k0 = ld8(t, r[0], i, d0), k1 = ld8(t, r[1], i, d1);
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) {
+                const __m256 x = _mm256_loadu_ps(q[a] + i);
+                acc[a][0] = _mm256_fmadd_ps(x, k0, acc[a][0]);
+                acc[a][1] = _mm256_fmadd_ps(x, k1, acc[a][1]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        s[a][0] = hsum8(acc[a][0]);
+        s[a][1] = hsum8(acc[a][1]);
+    }
+}
+
+KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j_begin, int j_end, float *sc,
+                  size_t ld)
+{
+    for (int j0 = j_begin; j0 < j_end; j0 += 2) {
+        const int nk = j_end - j0 < 2 ? j_end - j0 : 2;
+        const uint8_t *r[2] = {attn_mla_row(kv, j0), attn_mla_row(kv, j0 + nk - 1)};
+        for (int h0 = 0; h0 < nh; h0 += 4) {
+            const int na = nh - h0 < 4 ? nh - h0 : 4;
+            const float *qq[4];
+            for (int a = 0; a < 4; a++) qq[a] = q + (size_t)(h0 + (a < na ? a : na - 1)) * qs;
+            float s[4][2];
+            score_tile(t, kv->row_len, r, qq, s);
+            for (int a = 0; a < na; a++)
+                for (int b = 0; b < nk; b++) sc[(size_t)(h0 + a) * ld + j0 + b] = s[a][b];
+        }
+    }
+}
+
+#define MLA_VROWS 16
+
+/* o[h][i..i+8) += sum_b p[h][b] r[b][i..i+8) for each 8 of the rank. */
+KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
+                     float *const o[8])
+{
+    for (int i = i0; i < i1; i += 8) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; h++) acc[h] = _mm256_loadu_ps(o[h] + i);
+        for (int b = 0; b < nk; b++) {
+            const __m256 v = ld8(t, r[b], i, scale8(t, r[b], i));
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h][b]), v, acc[h]);
+        }
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; h++) _mm256_storeu_ps(o[h] + i, acc[h]);
+    }
+}
+
+KAI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, int i0, int i1, float *out,
+                  size_t os, float *spare)
+{
+    for (int j0 = 0; j0 < n_ctx; j0 += MLA_VROWS) {
+        const int nk = n_ctx - j0 < MLA_VROWS ? n_ctx - j0 : MLA_VROWS;
+        const uint8_t *r[MLA_VROWS];
+        for (int b = 0; b < nk; b++) r[b] = attn_mla_row(kv, j0 + b);
+        for (int h0 = 0; h0 < nh; h0 += 8) {
+            const float *pp[8];
+            float *oo[8];
+            for (int h = 0; h < 8; h++) {
+                const bool real = h0 + h < nh;
+                pp[h] = p + (size_t)(real ? h0 + h : h0) * ld + j0;
+                oo[h] = real ? out + (size_t)(h0 + h) * os : spare;
+            }
+            values_tile(t, i0, i1, r, nk, pp, oo);
+        }
+    }
+}
+
+#define MLA_TYPED(name, T)                                                                                           \
+    static KA void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1,          \
+                                 float *sc, size_t ld)                                                               \
+    {                                                                                                                \
+        scores_t(T, kv, q, qs, nh, j0, j1, sc, ld);                                                                       \
+    }                                                                                                                \
+    static KA void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1,   \
+                                 float *out, size_t os, float *spare)                                                \
+    {                                                                                                                \
+        values_t(T, kv, p, ld, nh, n, i0, i1, out, os, spare);                                                               \
+    }
+MLA_TYPED(f32, DT_F32)
+MLA_TYPED(f16, DT_F16)
+MLA_TYPED(bf16, DT_BF16)
+MLA_TYPED(q8_0, DT_Q8_0)
+MLA_TYPED(q4_0, DT_Q4_0)
+#undef MLA_TYPED
+
+void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
+{
+    switch (kv->type) {
+    case DT_F32: scores_f32(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_F16: scores_f16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_BF16: scores_bf16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, j0, j1, sc, ld); break;
+    default: scores_q8_0(kv, q, qs, nh, j0, j1, sc, ld); break;
+    }
+}
+
+void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
+                          float *spare)
+{
+    switch (kv->type) {
+    case DT_F32: values_f32(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_F16: values_f16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_BF16: values_bf16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    default: values_q8_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    }
+}
+
+#else /* not x86: attn_avx2_available() is false, so these are never called */
+
+void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
+{
+    (void)kv, (void)q, (void)qs, (void)nh, (void)j0, (void)j1, (void)sc, (void)ld;
+}
+
+void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
+                          float *spare)
+{
+    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
+}
+
+#endif

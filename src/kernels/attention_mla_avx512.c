@@ -1,0 +1,220 @@
+/* attention_mla_avx512.c - the latent attention's two passes with AVX-512
+ * (attention_mla.h, attention_mla_impl.h).
+ *
+ * Scores: a tile of 4 heads x 4 rows, 16 accumulators of 16 lanes over the
+ * row's elements; each row chunk is converted once in a register (f16 by
+ * vcvtph2ps, bf16 by a shift, q8_0 and q4_0 as d x q) and used by the 4 heads, each
+ * query chunk by the 4 rows. Each (head, row) score is one FMA chain over
+ * the chunks in order, then _mm512_reduce_add_ps: the same bits whatever
+ * tile it falls in (short tiles repeat a real head or row).
+ * Values: for 32 elements of the rank at a time, 8 heads x 2 vectors of
+ * accumulators held in registers over a run of 16 rows, each row's 32
+ * values converted once for the 8 heads; per output element one FMA chain
+ * p_j x v_j, j ascending.
+ */
+#include "kernels/attention_mla_impl.h"
+
+#include "kernels/attention.h"
+#include "kernels/avx512_intrin.h"
+#include "kernels/kern_impl.h"
+#include "tensor/blocks.h"
+#include "tensor/dtype.h"
+
+#ifdef PL_HAVE_AVX512_CODE
+
+/* attn_avx2_available also fills kern_f16_lut (the q8_0 scales). */
+bool attn_mla_avx512_available(void) { return attn_avx2_available() && (kern_cpu_avx512() & KERN_X512_BASE) != 0; }
+
+/* Elements i..i+31 of a row (i % 32 == 0) as two vectors of floats. */
+K5AI void ld32(uint32_t t, const uint8_t *r, int i, __m512 *v0, __m512 *v1)
+{
+    if (t == DT_F32) {
+        *v0 = _mm512_loadu_ps((const float *)r + i);
+        *v1 = _mm512_loadu_ps((const float *)r + i + 16);
+    } else if (t == DT_F16) {
+        const uint16_t *h = (const uint16_t *)r + i;
+        *v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+        *v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 16)));
+    } else if (t == DT_BF16) {
+        const uint16_t *h = (const uint16_t *)r + i;
+        *v0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)h)), 16));
+        *v1 = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + 16))), 16));
+    } else if (t == DT_Q4_0) { /* low nibbles are elements 0..15, high ones 16..31, each q - 8 */
+        const block_q4_0 *b = (const block_q4_0 *)r + i / 32;
+        const __m512 d = _mm512_set1_ps(kern_f16_lut[b->d]);
+        const __m128i x = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(x, m), e), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m), e);
+        *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d);
+        *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d);
+    } else {
+        const block_q8_0 *b = (const block_q8_0 *)r + i / 32;
+        const __m512 d = _mm512_set1_ps(kern_f16_lut[b->d]);
+        *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->qs))), d);
+        *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16)))), d);
+    }
+}
+
+/* s[a][b] = q[a] . r[b] over L elements. */
+K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float *const q[4], float s[4][4])
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();
+    for (int i = 0; i < L; i += 32) {
+        __m512 k0[4], k1[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) ld32(t, r[b], i, &k0[b], &k1[b]);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            const __m512 x = _mm512_loadu_ps(q[a] + i);
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) acc[a][b] = _mm512_fmadd_ps(x, k0[b], acc[a][b]);
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            const __m512 x = _mm512_loadu_ps(q[a] + i + 16);
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) acc[a][b] = _mm512_fmadd_ps(x, k1[b], acc[a][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) s[a][b] = _mm512_reduce_add_ps(acc[a][b]);
+}
+
+K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j_begin, int j_end, float *sc,
+                   size_t ld)
+{
+    for (int j0 = j_begin; j0 < j_end; j0 += 4) {
+        const int nk = j_end - j0 < 4 ? j_end - j0 : 4;
+        const uint8_t *r[4];
+        for (int b = 0; b < 4; b++) r[b] = attn_mla_row(kv, j0 + (b < nk ? b : nk - 1));
+        for (int h0 = 0; h0 < nh; h0 += 4) {
+            const int na = nh - h0 < 4 ? nh - h0 : 4;
+            const float *qq[4];
+            for (int a = 0; a < 4; a++) qq[a] = q + (size_t)(h0 + (a < na ? a : na - 1)) * qs;
+            float s[4][4];
+            score_tile(t, kv->row_len, r, qq, s);
+            for (int a = 0; a < na; a++)
+                for (int b = 0; b < nk; b++) sc[(size_t)(h0 + a) * ld + j0 + b] = s[a][b];
+        }
+    }
+}
+
+/* Rows per values run: 16 rows of 512 f16 values are 16 KiB, within L1
+ * while every head group passes over them. */
+#define MLA_VROWS 16
+
+/* o[h][i..) += sum_b p[h][b] r[b][i..), 32 elements at a time, 8 heads. */
+K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
+                     float *const o[8])
+{
+    for (int i = i0; i < i1; i += 32) {
+        __m512 acc[8][2];
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; h++) {
+            acc[h][0] = _mm512_loadu_ps(o[h] + i);
+            acc[h][1] = _mm512_loadu_ps(o[h] + i + 16);
+        }
+        for (int b = 0; b < nk; b++) {
+            __m512 v0, v1;
+            ld32(t, r[b], i, &v0, &v1);
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++) {
+                const __m512 w = _mm512_set1_ps(p[h][b]);
+                acc[h][0] = _mm512_fmadd_ps(w, v0, acc[h][0]);
+                acc[h][1] = _mm512_fmadd_ps(w, v1, acc[h][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; h++) {
+            _mm512_storeu_ps(o[h] + i, acc[h][0]);
+            _mm512_storeu_ps(o[h] + i + 16, acc[h][1]);
+        }
+    }
+}
+
+K5AI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, int i0, int i1, float *out,
+                   size_t os, float *spare)
+{
+    for (int j0 = 0; j0 < n_ctx; j0 += MLA_VROWS) {
+        const int nk = n_ctx - j0 < MLA_VROWS ? n_ctx - j0 : MLA_VROWS;
+        const uint8_t *r[MLA_VROWS];
+        for (int b = 0; b < nk; b++) r[b] = attn_mla_row(kv, j0 + b);
+        for (int h0 = 0; h0 < nh; h0 += 8) {
+            const float *pp[8];
+            float *oo[8];
+            for (int h = 0; h < 8; h++) {
+                const bool real = h0 + h < nh;
+                pp[h] = p + (size_t)(real ? h0 + h : h0) * ld + j0;
+                oo[h] = real ? out + (size_t)(h0 + h) * os : spare;
+            }
+            values_tile(t, i0, i1, r, nk, pp, oo);
+        }
+    }
+}
+
+/* One function per row type, so that each tile is compiled for its type. */
+#define MLA_TYPED(name, T)                                                                                           \
+    static K5 void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1,          \
+                                 float *sc, size_t ld)                                                               \
+    {                                                                                                                \
+        scores_t(T, kv, q, qs, nh, j0, j1, sc, ld);                                                                       \
+    }                                                                                                                \
+    static K5 void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1,   \
+                                 float *out, size_t os, float *spare)                                                \
+    {                                                                                                                \
+        values_t(T, kv, p, ld, nh, n, i0, i1, out, os, spare);                                                               \
+    }
+MLA_TYPED(f32, DT_F32)
+MLA_TYPED(f16, DT_F16)
+MLA_TYPED(bf16, DT_BF16)
+MLA_TYPED(q8_0, DT_Q8_0)
+MLA_TYPED(q4_0, DT_Q4_0)
+#undef MLA_TYPED
+
+void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
+{
+    switch (kv->type) {
+    case DT_F32: scores_f32(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_F16: scores_f16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_BF16: scores_bf16(kv, q, qs, nh, j0, j1, sc, ld); break;
+    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, j0, j1, sc, ld); break;
+    default: scores_q8_0(kv, q, qs, nh, j0, j1, sc, ld); break;
+    }
+}
+
+void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
+                            float *spare)
+{
+    switch (kv->type) {
+    case DT_F32: values_f32(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_F16: values_f16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_BF16: values_bf16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    default: values_q8_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
+    }
+}
+
+#else /* not x86 */
+
+bool attn_mla_avx512_available(void) { return false; }
+
+void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
+                            size_t ld)
+{
+    (void)kv, (void)q, (void)qs, (void)nh, (void)j0, (void)j1, (void)sc, (void)ld;
+}
+
+void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
+                            float *spare)
+{
+    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
+}
+
+#endif

@@ -1,0 +1,41 @@
+/* attention_mla_impl.h - what the variants of attention_mla.c share: the
+ * address of a row and the two passes each variant provides.
+ *
+ * Scratch of one call of H heads, largest context N, row length L (floats;
+ * Lp = L rounded up to 16, Np = N rounded up to 16):
+ *   qr  [H][Lp]   the queries as the dot uses them (rounded for F16/BF16)
+ *   sc  [H][Np]   scores, then the weights p
+ *   row [Lp]      one row as floats (the reference), or the output of a
+ *                 padded head (the SIMD tiles write their spare lanes there)
+ */
+#ifndef PL_KERNELS_ATTENTION_MLA_IMPL_H
+#define PL_KERNELS_ATTENTION_MLA_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention_mla.h"
+
+static inline size_t attn_mla_round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static inline const uint8_t *attn_mla_row(const attn_mla_kv *kv, int j)
+{
+    return kv->base + (size_t)kv->blocks[(uint32_t)j / kv->block_size] * kv->block_bytes +
+           (size_t)((uint32_t)j % kv->block_size) * kv->row_bytes;
+}
+
+/* sc[h x ld + j] = q[h] . row_j (unscaled), h < n_heads, j0 <= j < j1;
+ * q[h] at q + h x q_stride. */
+typedef void attn_mla_scores_fn(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int j0, int j1,
+                                float *sc, size_t ld);
+/* out[h x out_stride + i] += sum_j p[h x ld + j] row_j[i], i0 <= i < i1
+ * (multiples of 32 for the SIMD passes), j < n_ctx ascending. spare: rank
+ * floats the tiles may write for padded heads. */
+typedef void attn_mla_values_fn(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0,
+                                int i1, float *out, size_t out_stride, float *spare);
+
+attn_mla_scores_fn attn_mla_scores_avx2, attn_mla_scores_avx512;
+attn_mla_values_fn attn_mla_values_avx2, attn_mla_values_avx512;
+bool attn_mla_avx512_available(void);
+
+#endif

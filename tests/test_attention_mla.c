@@ -1,0 +1,257 @@
+/* test_attention_mla.c - the latent attention kernel (attention_mla.h)
+ * over a paged cache of rows in a shuffled block table: the reference
+ * against a plain double-precision reading of its contract, the AVX2 and
+ * AVX-512 variants against the reference for every row type, heads and
+ * context, each head's bits the same whatever heads share its call, and
+ * the dispatch following kern_init. */
+#include "test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention_mla.h"
+#include "kernels/kernels.h"
+#include "rng.h"
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
+static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0};
+#define N_TYPES (sizeof types / sizeof types[0])
+
+/* A paged cache of n rows of R + D elements: blocks of bs rows in a
+ * reversed, spread-out block table, rows of random values in [-1, 1). */
+typedef struct {
+    attn_mla_kv kv;
+    uint8_t *data;
+    uint32_t *blocks;
+    float *q;   /* [H][R + D] */
+    float *out; /* [H][R] */
+    float *scratch;
+} cache;
+
+static void cache_make(cache *c, uint32_t type, int R, int D, int n, int H, uint32_t bs, uint64_t seed)
+{
+    rng_seed(seed);
+    const int L = R + D;
+    const size_t row_bytes = dtype_row_bytes(type, (uint64_t)L), block_bytes = bs * row_bytes + 64;
+    const uint32_t nb = ((uint32_t)n + bs - 1) / bs, phys = 2 * nb + 1;
+    c->data = calloc(phys, block_bytes);
+    c->blocks = malloc(nb * sizeof *c->blocks);
+    for (uint32_t b = 0; b < nb; b++) c->blocks[b] = phys - 1 - 2 * b;
+    c->kv = (attn_mla_kv){c->blocks, c->data, block_bytes, row_bytes, bs, type, R, L};
+    float *row = malloc((size_t)L * sizeof *row);
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < L; i++) row[i] = rng_sym();
+        uint8_t *dst = c->data + (size_t)c->blocks[j / bs] * block_bytes + (size_t)(j % bs) * row_bytes;
+        quant_quantize_row(type, row, dst, (size_t)L);
+    }
+    free(row);
+    c->q = malloc((size_t)H * L * sizeof *c->q);
+    for (int i = 0; i < H * L; i++) c->q[i] = 2.0f * rng_sym();
+    c->out = malloc((size_t)H * R * sizeof *c->out);
+    c->scratch = malloc(attn_mla_scratch_floats(H, n, L) * sizeof *c->scratch);
+}
+
+static void cache_free(cache *c)
+{
+    free(c->data), free(c->blocks), free(c->q), free(c->out), free(c->scratch);
+}
+
+/* x rounded as the kernel rounds its query and weights for type t. */
+static float rounded(uint32_t t, float x)
+{
+    if (t != DT_F16 && t != DT_BF16) return x;
+    uint16_t h;
+    quant_quantize_row(t, &x, &h, 1);
+    quant_dequant_row(t, &h, &x, 1);
+    return x;
+}
+
+/* The contract in doubles: out[h] of the cache for head h. */
+static void plain(const cache *c, int h, int n, float scale, double *out)
+{
+    const attn_mla_kv *kv = &c->kv;
+    const int L = kv->row_len, R = kv->rank;
+    float *rows = malloc((size_t)n * L * sizeof *rows);
+    double *s = malloc((size_t)n * sizeof *s), mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) {
+        const uint8_t *r = kv->base + (size_t)kv->blocks[j / kv->block_size] * kv->block_bytes +
+                           (size_t)(j % kv->block_size) * kv->row_bytes;
+        quant_dequant_row(kv->type, r, rows + (size_t)j * L, (size_t)L);
+        double d = 0;
+        for (int i = 0; i < L; i++) d += (double)rounded(kv->type, c->q[(size_t)h * L + i]) * rows[(size_t)j * L + i];
+        s[j] = d * scale;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    for (int j = 0; j < n; j++) sum += s[j] = exp(s[j] - mx);
+    for (int i = 0; i < R; i++) out[i] = 0;
+    for (int j = 0; j < n; j++) {
+        const double p = rounded(kv->type, (float)(s[j] / sum));
+        for (int i = 0; i < R; i++) out[i] += p * rows[(size_t)j * L + i];
+    }
+    free(rows), free(s);
+}
+
+/* Weights rounded to bf16 keep 8 bits: a weight on the other side of a
+ * rounding boundary moves an output by up to 2^-8 of itself. */
+static double tolerance(uint32_t t) { return t == DT_BF16 ? 4e-3 : t == DT_F16 ? 1e-3 : 1e-4; }
+
+static const int shapes[][2] = {{512, 64}, {64, 32}}; /* rank, rope dims */
+static const int contexts[] = {1, 3, 17, 300};
+static const int heads[] = {1, 5, 16};
+
+TEST(reference_is_the_contract_in_doubles)
+{
+    kern_init(0);
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int sh = 0; sh < 2; sh++)
+            for (int ci = 0; ci < 4; ci++) {
+                const int R = shapes[sh][0], D = shapes[sh][1], n = contexts[ci], H = 5;
+                const float scale = 1.0f / sqrtf((float)(R + D) / 4);
+                cache c;
+                cache_make(&c, types[t], R, D, n, H, 16, 100 + t * 10 + ci);
+                attn_mla_with(ATTN_MLA_REF, &c.kv, c.q, (size_t)(R + D), H, n, scale, c.out, (size_t)R, c.scratch);
+                double *want = malloc((size_t)R * sizeof *want), worst = 0;
+                for (int h = 0; h < H; h++) {
+                    plain(&c, h, n, scale, want);
+                    for (int i = 0; i < R; i++) worst = fmax(worst, fabs(c.out[(size_t)h * R + i] - want[i]));
+                }
+                CHECK_MSG(worst <= tolerance(types[t]), "type %s R %d n %d: worst %.3g", dtype_get(types[t])->name, R,
+                          n, worst);
+                free(want);
+                cache_free(&c);
+            }
+}
+
+static void simd_vs_reference(attn_mla_variant v, const char *name)
+{
+    int runs = 0;
+    for (size_t t = 0; t < N_TYPES; t++)
+        for (int sh = 0; sh < 2; sh++)
+            for (int ci = 0; ci < 4; ci++)
+                for (int hi = 0; hi < 3; hi++) {
+                    const int R = shapes[sh][0], D = shapes[sh][1], n = contexts[ci], H = heads[hi];
+                    const float scale = 1.0f / sqrtf((float)(R + D) / 4);
+                    cache c;
+                    cache_make(&c, types[t], R, D, n, H, ci % 2 ? 7 : 16, 200 + t * 100 + ci * 10 + hi);
+                    if (!attn_mla_variant_available(v, &c.kv)) {
+                        cache_free(&c);
+                        continue;
+                    }
+                    float *ref = malloc((size_t)H * R * sizeof *ref);
+                    attn_mla_with(ATTN_MLA_REF, &c.kv, c.q, (size_t)(R + D), H, n, scale, ref, (size_t)R, c.scratch);
+                    attn_mla_with(v, &c.kv, c.q, (size_t)(R + D), H, n, scale, c.out, (size_t)R, c.scratch);
+                    double worst = 0;
+                    for (int i = 0; i < H * R; i++) worst = fmax(worst, fabs((double)c.out[i] - ref[i]));
+                    CHECK_MSG(worst <= tolerance(types[t]), "%s type %s R %d n %d H %d: worst %.3g", name,
+                              dtype_get(types[t])->name, R, n, H, worst);
+                    runs++;
+                    free(ref);
+                    cache_free(&c);
+                }
+    if (!runs) test_skip(name, "not available on this CPU");
+}
+
+TEST(avx2_matches_reference) { simd_vs_reference(ATTN_MLA_AVX2, "avx2"); }
+TEST(avx512_matches_reference) { simd_vs_reference(ATTN_MLA_AVX512, "avx512"); }
+
+/* Heads 0..15 in one call, one at a time and in calls of 3: the same bits,
+ * for every variant this CPU has (the model groups heads by thread count
+ * and batch). */
+TEST(each_head_is_the_same_bits_in_any_call)
+{
+    const attn_mla_variant vs[] = {ATTN_MLA_REF, ATTN_MLA_AVX2, ATTN_MLA_AVX512};
+    for (size_t vi = 0; vi < 3; vi++)
+        for (size_t t = 0; t < N_TYPES; t++) {
+            const int R = 512, D = 64, L = R + D, H = 16, n = 45;
+            cache c;
+            cache_make(&c, types[t], R, D, n, H, 16, 300 + t);
+            if (!attn_mla_variant_available(vs[vi], &c.kv)) {
+                cache_free(&c);
+                continue;
+            }
+            float *alone = malloc((size_t)H * R * sizeof *alone), *threes = malloc((size_t)H * R * sizeof *threes);
+            attn_mla_with(vs[vi], &c.kv, c.q, L, H, n, 0.1f, c.out, R, c.scratch);
+            for (int h = 0; h < H; h++)
+                attn_mla_with(vs[vi], &c.kv, c.q + (size_t)h * L, L, 1, n, 0.1f, alone + (size_t)h * R, R, c.scratch);
+            for (int h = 0; h < H; h += 3)
+                attn_mla_with(vs[vi], &c.kv, c.q + (size_t)h * L, L, H - h < 3 ? H - h : 3, n, 0.1f,
+                              threes + (size_t)h * R, R, c.scratch);
+            CHECK_MSG(memcmp(c.out, alone, (size_t)H * R * sizeof(float)) == 0, "variant %zu type %zu: alone", vi, t);
+            CHECK_MSG(memcmp(c.out, threes, (size_t)H * R * sizeof(float)) == 0, "variant %zu type %zu: threes", vi, t);
+            free(alone), free(threes);
+            cache_free(&c);
+        }
+}
+
+/* The phases over a split of the keys (scores) and of the value elements
+ * (values), as the model shares a decode token out over threads: attn_mla's
+ * bits, for every row type and for the reference too. */
+TEST(phases_over_split_keys_and_values_are_the_same_bits)
+{
+    for (int ref = 0; ref < 2; ref++)
+        for (size_t t = 0; t < N_TYPES; t++) {
+            kern_init(ref);
+            const int R = 512, D = 64, L = R + D, H = 16, n = 301;
+            cache c;
+            cache_make(&c, types[t], R, D, n, H, 16, 500 + t);
+            attn_mla(&c.kv, c.q, L, H, n, 0.07f, c.out, R, c.scratch);
+            const size_t ls = attn_mla_qr_stride(&c.kv), ld = 304;
+            float *qr = malloc(H * ls * sizeof *qr), *sc = malloc(H * ld * sizeof *sc), *spare = malloc(ls * sizeof *spare);
+            float *split = malloc((size_t)H * R * sizeof *split);
+            attn_mla_queries(&c.kv, c.q, L, H, qr);
+            const int cuts[] = {0, 5, 150, 301};
+            for (int k = 0; k < 3; k++) attn_mla_scores(&c.kv, qr, H, cuts[k], cuts[k + 1], sc, ld, spare);
+            attn_mla_weights(&c.kv, sc, ld, H, n, 0.07f);
+            for (int i0 = 0; i0 < R; i0 += 96) attn_mla_values(&c.kv, sc, ld, H, n, i0, i0 + 96 < R ? i0 + 96 : R, split, R, spare);
+            CHECK_MSG(memcmp(c.out, split, (size_t)H * R * sizeof(float)) == 0, "ref %d type %zu", ref, t);
+            free(qr), free(sc), free(spare), free(split);
+            cache_free(&c);
+        }
+    kern_init(0);
+}
+
+/* attn_mla runs the reference after kern_init(1), a SIMD variant where the
+ * CPU has one after kern_init(0); the shape alone can send it back. F32
+ * rows: with f16 ones the rounded weights times f16 values are exact
+ * products, and the variants often agree to the bit. */
+TEST(dispatch_follows_kern_init_and_shape)
+{
+    const int R = 64, D = 32, L = R + D, H = 4, n = 20;
+    cache c;
+    cache_make(&c, DT_F32, R, D, n, H, 16, 400);
+    float *ref = malloc((size_t)H * R * sizeof *ref);
+    kern_init(1); /* the reference passes with the reference softmax */
+    attn_mla_with(ATTN_MLA_REF, &c.kv, c.q, L, H, n, 0.2f, ref, R, c.scratch);
+    attn_mla(&c.kv, c.q, L, H, n, 0.2f, c.out, R, c.scratch);
+    CHECK(memcmp(c.out, ref, (size_t)H * R * sizeof(float)) == 0);
+    kern_init(0);
+    attn_mla(&c.kv, c.q, L, H, n, 0.2f, c.out, R, c.scratch);
+    if (attn_mla_variant_available(ATTN_MLA_AVX2, &c.kv))
+        CHECK_MSG(memcmp(c.out, ref, (size_t)H * R * sizeof(float)) != 0, "a SIMD variant gives the reference's bits");
+    attn_mla_kv odd = c.kv;
+    odd.rank = 48; /* not a multiple of 32: no SIMD tile */
+    CHECK(!attn_mla_variant_available(ATTN_MLA_AVX2, &odd) && !attn_mla_variant_available(ATTN_MLA_AVX512, &odd));
+    free(ref);
+    cache_free(&c);
+}
+
+TEST(scratch_sizing)
+{
+    CHECK(attn_mla_scratch_floats(16, 4096, 576) >= 16 * (4096 + 576) + 576);
+    CHECK(attn_mla_scratch_floats(1, 1, 96) >= 1 + 96 + 96);
+}
+
+int main(void)
+{
+    RUN(reference_is_the_contract_in_doubles);
+    RUN(avx2_matches_reference);
+    RUN(avx512_matches_reference);
+    RUN(each_head_is_the_same_bits_in_any_call);
+    RUN(phases_over_split_keys_and_values_are_the_same_bits);
+    RUN(dispatch_follows_kern_init_and_shape);
+    RUN(scratch_sizing);
+    return test_summary();
+}
