@@ -135,4 +135,20 @@ void kv_view_init(kv_view *v, const kv_pool *pool, const kv_writer *w, const kv_
         };
         v->kv.sealed = &v->sealed;
     }
+    if (dt == KV_INT4 || dt == KV_INT2) { /* sealed blocks in place: key columns and value groups (attention.h) */
+        const uint32_t bits = kv_dtype_get(dt)->plane[KV_PLANE_K].bits;
+        const size_t cb = ((size_t)g->s.block_size * bits + 7) / 8;
+        v->sealed = (attn_kv){
+            .blocks = sq->blocks,
+            .k_base = v->kv.k_base,
+            .v_base = v->kv.v_base,
+            .block_bytes = g->block_bytes,
+            .block_size = g->s.block_size,
+            .row_bytes = g->row_bytes[KV_PLANE_V],
+            .kv_type = dt == KV_INT4 ? ATTN_KV_KIVI4 : ATTN_KV_KIVI2,
+            .head_dim = (int)hd,
+            .scale_off = cb * g->kv_dim,
+        };
+        v->kv.sealed = &v->sealed;
+    }
 }
