@@ -289,14 +289,14 @@ KAI void scores8_r(const kivi_geom *k, const uint8_t *col, int D, const float *q
                    uint32_t t, float scale, float *out, size_t ld)
 {
     __m256 acc[8];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     const size_t at = (size_t)t * k->bits / 8;
     for (int i = 0; i < D; i++) {
         const __m256 c = unpack8(col + (size_t)i * k->cb + at, k->bits);
-        for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qs + (size_t)r * D + i), c, acc[r]);
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qs + (size_t)r * D + i), c, acc[r]);
     }
     const __m256 vs = _mm256_set1_ps(scale);
-    for (int r = 0; r < R; r++)
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
         _mm256_storeu_ps(out + (size_t)r * ld, _mm256_mul_ps(_mm256_add_ps(acc[r], _mm256_set1_ps(bias[r])), vs));
 }
 
@@ -350,31 +350,43 @@ KA static void seg_scores(const attn_kv *kv, const kivi_geom *k, const attn_row 
 /* 32 codes of a value group (16 bytes at 4 bits, 8 at 2) into tile. */
 KAI void unpack32(const uint8_t *p, uint32_t bits, float *tile)
 {
+    if (bits == 4) { /* nibbles split and interleaved back into code order, widened 8 at a time */
+        const __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
+        const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        const __m128i c0 = _mm_unpacklo_epi8(lo, hi), c1 = _mm_unpackhi_epi8(lo, hi);
+        _mm256_storeu_ps(tile, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c0)));
+        _mm256_storeu_ps(tile + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c0, 8))));
+        _mm256_storeu_ps(tile + 16, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c1)));
+        _mm256_storeu_ps(tile + 24, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c1, 8))));
+        return;
+    }
     for (int i = 0; i < 4; i++) _mm256_storeu_ps(tile + 8 * i, unpack8(p + (size_t)i * bits, bits));
 }
 
-/* One row's V over keys [t0, t1) of the tile (keys tb.. of the block):
- * out[a..a+32) += (p s) n by fmaf chains, *macc = fmaf(p, m, .). */
-KAI void v_row32(const float *tile, const float *td, const float *tm, const float *p, uint32_t t0, uint32_t t1,
-                 float *out, float *macc)
+/* Rows' V over keys [t0, t1) of the tile, NR rows (1 or 2, constant after
+ * inlining) at once so that their chains interleave: out[r][0..32) +=
+ * (p s) n by fmaf chains, macc[r] = fmaf(p, m, .). */
+KAI void v_rows32(int NR, const float *tile, const float *td, const float *tm, const float *const *p, uint32_t t0,
+                  uint32_t t1, float *const *out, float *const *macc)
 {
-    __m256 a0 = _mm256_loadu_ps(out), a1 = _mm256_loadu_ps(out + 8), a2 = _mm256_loadu_ps(out + 16),
-           a3 = _mm256_loadu_ps(out + 24);
-    float m = *macc;
-    for (uint32_t t = t0; t < t1; t++) {
-        const __m256 pd = _mm256_set1_ps(p[t] * td[t]);
-        const float *c = tile + (size_t)t * KIVI_GROUP;
-        a0 = _mm256_fmadd_ps(pd, _mm256_loadu_ps(c), a0);
-        a1 = _mm256_fmadd_ps(pd, _mm256_loadu_ps(c + 8), a1);
-        a2 = _mm256_fmadd_ps(pd, _mm256_loadu_ps(c + 16), a2);
-        a3 = _mm256_fmadd_ps(pd, _mm256_loadu_ps(c + 24), a3);
-        m = fmaf(p[t], tm[t], m);
+    __m256 a[2][4];
+    float m[2];
+    _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) a[r][i] = _mm256_loadu_ps(out[r] + 8 * i);
+        m[r] = *macc[r];
     }
-    _mm256_storeu_ps(out, a0);
-    _mm256_storeu_ps(out + 8, a1);
-    _mm256_storeu_ps(out + 16, a2);
-    _mm256_storeu_ps(out + 24, a3);
-    *macc = m;
+    for (uint32_t t = t0; t < t1; t++) {
+        const float *c = tile + (size_t)t * KIVI_GROUP;
+        _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) {
+            const __m256 pd = _mm256_set1_ps(p[r][t] * td[t]);
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) a[r][i] = _mm256_fmadd_ps(pd, _mm256_loadu_ps(c + 8 * i), a[r][i]);
+            m[r] = fmaf(p[r][t], tm[t], m[r]);
+        }
+    }
+    _Pragma("GCC unroll 2") for (int r = 0; r < NR; r++) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_storeu_ps(out[r] + 8 * i, a[r][i]);
+        *macc[r] = m[r];
+    }
 }
 
 /* A segment's V (D a multiple of 32: whole groups), block by block, each
@@ -404,17 +416,30 @@ KA static void seg_values(const attn_kv *kv, const kivi_geom *k, const attn_row 
                 for (uint32_t t = tb; t < te; t++) {
                     const uint8_t *gp = vp + (size_t)t * kv->row_bytes + (size_t)(gr0 + i) * k->gb;
                     unpack32(gp + 4, k->bits, s->tile + (size_t)(t - tb) * KIVI_GROUP);
-                    s->td[t - tb] = ld_half(gp);
-                    s->tm[t - tb] = ld_half(gp + 2);
+                    uint16_t h[2];
+                    memcpy(h, gp, 4);
+                    s->td[t - tb] = _cvtsh_ss(h[0]);
+                    s->tm[t - tb] = _cvtsh_ss(h[1]);
                 }
-                for (int r = 0; r < R; r++) {
-                    uint32_t t0, t1;
-                    row_span(&rows[r], blk, k->T, &t0, &t1);
-                    t0 = t0 > tb ? t0 : tb;
-                    t1 = t1 < te ? t1 : te;
-                    if (t0 >= t1) continue;
-                    v_row32(s->tile, s->td, s->tm, s->sc + (size_t)r * s->ncp + blk * k->T + tb, t0 - tb, t1 - tb,
-                            rows[r].out + i * KIVI_GROUP, &s->macc[(size_t)r * s->slices + i]);
+                for (int r = 0; r < R;) {
+                    uint32_t t0[2], t1[2];
+                    int nr = 0;
+                    const float *p[2];
+                    float *o[2], *mc[2];
+                    for (; nr < 2 && r < R; r++) { /* pairs of rows over the same keys */
+                        uint32_t a0, a1;
+                        row_span(&rows[r], blk, k->T, &a0, &a1);
+                        a0 = a0 > tb ? a0 : tb;
+                        a1 = a1 < te ? a1 : te;
+                        if (a0 >= a1) continue;
+                        if (nr == 1 && (a0 != t0[0] || a1 != t1[0])) break;
+                        t0[nr] = a0, t1[nr] = a1;
+                        p[nr] = s->sc + (size_t)r * s->ncp + blk * k->T + tb;
+                        o[nr] = rows[r].out + i * KIVI_GROUP;
+                        mc[nr++] = &s->macc[(size_t)r * s->slices + i];
+                    }
+                    if (nr == 2) v_rows32(2, s->tile, s->td, s->tm, p, t0[0] - tb, t1[0] - tb, o, mc);
+                    else if (nr == 1) v_rows32(1, s->tile, s->td, s->tm, p, t0[0] - tb, t1[0] - tb, o, mc);
                 }
             }
         }
