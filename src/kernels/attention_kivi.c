@@ -315,6 +315,38 @@ KA static void scores8(const kivi_geom *k, const uint8_t *col, int D, const floa
     }
 }
 
+/* Blocks prefetched ahead of the one being read: blocks sit anywhere in
+ * the pool, so the hardware prefetchers restart at each one. */
+#define KIVI_PF_BLOCKS 4
+
+/* Prefetches the lines in [p, p + n). */
+KAI void prefetch_span(const uint8_t *p, size_t n)
+{
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)(p + n);
+    for (uintptr_t l = a; l < e; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
+}
+
+/* Head g's key columns, scales and mins of logical block blk, if it is
+ * before end. */
+KAI void prefetch_keys(const attn_kv *kv, const kivi_geom *k, uint32_t blk, uint32_t end, int g)
+{
+    if (blk >= end) return;
+    const int D = kv->head_dim;
+    const uint8_t *kp = kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes;
+    prefetch_span(kp + (size_t)g * D * k->cb, (size_t)D * k->cb);
+    prefetch_span(kp + k->C * k->cb + (size_t)g * D * 2, (size_t)D * 2);
+    prefetch_span(kp + k->C * k->cb + k->C * 2 + (size_t)g * D * 2, (size_t)D * 2);
+}
+
+/* Head g's value groups of every token of logical block blk (< end). */
+KAI void prefetch_values(const attn_kv *kv, const kivi_geom *k, uint32_t blk, uint32_t end, int g)
+{
+    if (blk >= end) return;
+    const size_t at = (size_t)g * kv->head_dim / KIVI_GROUP * k->gb, n = (size_t)kv->head_dim / KIVI_GROUP * k->gb;
+    const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes + at;
+    for (uint32_t t = 0; t < k->T; t++) prefetch_span(vp + (size_t)t * kv->row_bytes, n);
+}
+
 /* A segment's scores (rows [0, R) reading head g), block by block: keys
  * [0, n) of each block the segment sees, 8 at a time from byte-aligned
  * codes, the rest one at a time by the reference's chain (the same bits). */
@@ -327,7 +359,10 @@ KA static void seg_scores(const attn_kv *kv, const kivi_geom *k, const attn_row 
         nmax = rows[r].n_ctx > nmax ? rows[r].n_ctx : nmax;
         lomin = rows[r].lo < lomin ? rows[r].lo : lomin;
     }
-    for (uint32_t blk = (uint32_t)lomin / k->T; blk * k->T < (uint32_t)nmax; blk++) {
+    const uint32_t b0 = (uint32_t)lomin / k->T, bend = ((uint32_t)nmax + k->T - 1) / k->T;
+    for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) prefetch_keys(kv, k, b, bend, g);
+    for (uint32_t blk = b0; blk < bend; blk++) {
+        prefetch_keys(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
         const uint8_t *kp = kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes;
         const uint8_t *col = kp + (size_t)g * D * k->cb;
         key_params8(k, kp, g, D, s->dk, s->mk);
@@ -402,7 +437,10 @@ KA static void seg_values(const attn_kv *kv, const kivi_geom *k, const attn_row 
         memset(rows[r].out, 0, sizeof(float) * (size_t)D);
         for (int i = 0; i < ng; i++) s->macc[(size_t)r * s->slices + i] = 0;
     }
-    for (uint32_t blk = (uint32_t)lomin / k->T; blk * k->T < (uint32_t)nmax; blk++) {
+    const uint32_t b0 = (uint32_t)lomin / k->T, bend = ((uint32_t)nmax + k->T - 1) / k->T;
+    for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) prefetch_values(kv, k, b, bend, g);
+    for (uint32_t blk = b0; blk < bend; blk++) {
+        prefetch_values(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
         const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
         uint32_t u0 = k->T, u1 = 0; /* the union of the rows' spans */
         for (int r = 0; r < R; r++) {
