@@ -176,7 +176,7 @@ static int head_slices(int g, int D, int *a, int *len, int *grp, int *off)
 /* One row's V (any head dim): per key and group slice of the head,
  * out += (p s) n by fmaf chains, macc = fmaf(p, m, .); then out += macc.
  * w: the row's weights by position; out zeroed by the caller. */
-static inline __attribute__((always_inline)) void v_row_any(const attn_kv *kv, const kivi_geom *k, const attn_row *row, const float *w,
+static void v_row_any(const attn_kv *kv, const kivi_geom *k, const attn_row *row, const float *w,
                              float *macc)
 {
     int a[16], len[16], grp[16], off[16];
@@ -487,6 +487,39 @@ KA static void seg_values(const attn_kv *kv, const kivi_geom *k, const attn_row 
             for (int e = 0; e < KIVI_GROUP; e++) rows[r].out[i * KIVI_GROUP + e] += s->macc[(size_t)r * s->slices + i];
 }
 
+/* v_row_any's operations for head dims that are a multiple of 8 but not of
+ * 32 (a group spans heads; its slices then start and end at multiples of
+ * 8): 8 elements a vector from the codes in place. */
+KA static void v_row8(const attn_kv *kv, const kivi_geom *k, const attn_row *row, const float *w, float *macc)
+{
+    int a[16], len[16], grp[16], off[16];
+    const int ns = head_slices(row->g, kv->head_dim, a, len, grp, off);
+    for (int i = 0; i < ns; i++) macc[i] = 0;
+    const uint32_t b_lo = (uint32_t)row->lo / k->T, b_hi = (uint32_t)(row->n_ctx - 1) / k->T;
+    for (uint32_t blk = b_lo; blk <= b_hi; blk++) {
+        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
+        uint32_t t0, t1;
+        row_span(row, blk, k->T, &t0, &t1);
+        for (uint32_t t = t0; t < t1; t++) {
+            const float p = w[blk * k->T + t];
+            for (int i = 0; i < ns; i++) {
+                const uint8_t *gp = vp + (size_t)t * kv->row_bytes + (size_t)grp[i] * k->gb;
+                uint16_t h[2];
+                memcpy(h, gp, 4);
+                const __m256 pd = _mm256_set1_ps(p * _cvtsh_ss(h[0]));
+                for (int e = 0; e < len[i]; e += 8) {
+                    float *o = row->out + a[i] + e;
+                    _mm256_storeu_ps(o, _mm256_fmadd_ps(pd, unpack8(gp + 4 + (size_t)(off[i] + e) * k->bits / 8, k->bits),
+                                                        _mm256_loadu_ps(o)));
+                }
+                macc[i] = fmaf(p, _cvtsh_ss(h[1]), macc[i]);
+            }
+        }
+    }
+    for (int i = 0; i < ns; i++)
+        for (int e = 0; e < len[i]; e++) row->out[a[i] + e] += macc[i];
+}
+
 KA void attn_kivi_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch, size_t sf)
 {
     const kivi_geom k = kivi_geom_of(kv);
@@ -514,7 +547,7 @@ KA void attn_kivi_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, floa
         else /* groups cross heads: row by row, the reference's operations */
             for (int r = r0; r < r1; r++) {
                 memset(rows[r].out, 0, sizeof(float) * (size_t)kv->head_dim);
-                v_row_any(kv, &k, &rows[r], ss.sc + (size_t)(r - r0) * s.ncp, ss.macc + (size_t)(r - r0) * s.slices);
+                v_row8(kv, &k, &rows[r], ss.sc + (size_t)(r - r0) * s.ncp, ss.macc + (size_t)(r - r0) * s.slices);
             }
     }
 }
