@@ -422,7 +422,8 @@ TEST(vline_prefetch_walk_covers_each_blocks_heads_once_in_order)
  * against a double-precision oracle over the dequantized cache (the fold
  * of scales into the query is algebra, not an approximation), and the
  * AVX2 and AVX-512 entry points against the reference (the same products
- * and chains but for the softmax), windows and GQA included. */
+ * and chains but for the softmax), windows and GQA included; AVX2 rows of
+ * mixed contexts in one call give the bits they give alone. */
 static double kivi_oracle_diff(const fake_kv *f, const attn_row *rows, int n, float scale)
 {
     const int hd = f->kv.head_dim;
@@ -501,6 +502,23 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
                         worst_simd = fmax(worst_simd, md / vmax);
                         CHECK_MSG(md <= 1e-5 * vmax, "kivi%d %s hd %d bs %d rep %d n_ctx %d lo %d: %.3g off the reference",
                                   ti ? 2 : 4, v == 1 ? "avx2" : "avx512", hd, shapes[si].bs, rep, n, lo, md);
+                    }
+                    if (rep == 8 && attn_avx2_available()) { /* row independence: mixed rows, batch vs alone */
+                        attn_row mix[8];
+                        float one[128];
+                        for (int r = 0; r < 8; r++) {
+                            const int nr = n - 3 * r > 1 ? n - 3 * r : 1;
+                            mix[r] = (attn_row){q + r * hd, o[1] + r * hd, nr, g, lo < nr ? lo : nr - 1};
+                        }
+                        attn_paged_avx2(&f.kv, mix, 8, scale, scratch, sf);
+                        for (int r = 0; r < 8; r++) {
+                            attn_row alone = mix[r];
+                            alone.out = one;
+                            attn_paged_avx2(&f.kv, &alone, 1, scale, scratch, sf);
+                            CHECK_MSG(memcmp(one, mix[r].out, sizeof(float) * (size_t)hd) == 0,
+                                      "kivi%d hd %d n_ctx %d: row %d of a mixed batch differs from it alone", ti ? 2 : 4,
+                                      hd, mix[r].n_ctx, r);
+                        }
                     }
                     calls++;
                     free(scratch), free(q);
