@@ -5,7 +5,10 @@
  * where base is the layer's plane in block 0. Rows of all heads side by
  * side: row_bytes = the pool's row stride, head_bytes = a head's row; f16
  * values grouped by head: row_bytes = a head's row, head_bytes = bs of
- * them; f16 keys in columns: k_cols.
+ * them; f16 keys in columns: k_cols. Staged dtypes' sealed blocks
+ * (fp8_e4m3 rows and scales, KIVI columns and groups) also get a view the
+ * kernel reads in place (attn_kv.sealed); the reader then serves only the
+ * own, staged block.
  */
 #include "kv/kv_view.h"
 
