@@ -17,7 +17,11 @@
  * x n_ji, and each (row, group slice of the head) keeps a second chain
  * fmaf(p_j, m_j, .), added at the end. No f32 copy of a block: AVX2
  * converts a block's codes of one 32-element group into a small tile
- * shared by the rows of the call (ATTN_VB keys at a time).
+ * shared by the rows of the call (ATTN_VB keys at a time). It prefetches
+ * each segment's key columns and value groups KIVI_PF_BLOCKS blocks ahead.
+ * attn_paged_avx512 runs the AVX2 variant for KIVI (Zen 4's 512-bit FMAs
+ * are two 256-bit halves; 16 keys a vector would still save the unpacking
+ * and broadcasts: docs/long-context.md, "Left").
  *
  * Softmax: exact two-pass over each row's scores lo..n_ctx-1 (max, expf,
  * sum in double, x (1 / sum)), as the reader path. Row independence
