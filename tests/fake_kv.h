@@ -152,6 +152,106 @@ static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, in
     return 0;
 }
 
+/* ------------------------------------------------------------ KIVI blocks */
+
+/* KIVI's min/max quantization of n values x[i * stride] (kv_codec.h "KIVI"):
+ * f16 scale d and min m, codes packed LSB first into codes. */
+static inline void fake_kivi_quant(const float *x, size_t stride, int n, uint32_t bits, uint8_t *codes, uint16_t *dh,
+                                   uint16_t *mh)
+{
+    const float L = (float)((1u << bits) - 1);
+    float mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i < n; i++) mn = fminf(mn, x[i * stride]), mx = fmaxf(mx, x[i * stride]);
+    *mh = f32_to_f16(mn);
+    *dh = f32_to_f16((mx - mn) / L);
+    const float m = f16_to_f32(*mh), d = f16_to_f32(*dh);
+    memset(codes, 0, ((size_t)n * bits + 7) / 8);
+    for (int i = 0; i < n; i++) {
+        const float c = d > 0 ? fminf(fmaxf(nearbyintf((x[i * stride] - m) / d), 0), L) : 0;
+        codes[(size_t)i * bits / 8] |= (uint8_t)((uint32_t)c << ((size_t)i * bits % 8));
+    }
+}
+
+/* Sealed KIVI blocks (t ATTN_KV_KIVI4 or _KIVI2) holding n_ctx tokens (every
+ * block full: its slots past n_ctx hold tokens too), laid out as
+ * attention.h says, blocks shuffled like fake_kv_make's. n_kv x hd must be
+ * a multiple of 32. 0, or -1 when out of memory. */
+static inline int fake_kv_make_kivi(fake_kv *f, uint32_t t, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
+{
+    rng_seed(seed);
+    const uint32_t bits = t == ATTN_KV_KIVI2 ? 2 : 4;
+    const size_t C = (size_t)n_kv * hd, cb = ((size_t)bs * bits + 7) / 8, gb = 4 + 32 * bits / 8;
+    const size_t kplane = C * cb + 4 * C, vrow = C / 32 * gb, block_bytes = kplane + (size_t)bs * vrow + 8;
+    const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
+    uint8_t *data = mem_alloc_huge((size_t)n_phys * block_bytes);
+    uint32_t *table = malloc(sizeof(uint32_t) * (size_t)n_phys);
+    float *x = malloc(sizeof(float) * (size_t)bs * C);
+    if (!data || !table || !x || C % 32) {
+        mem_free(data), free(table), free(x);
+        return -1;
+    }
+    for (int i = 0; i < n_phys; i++) table[i] = (uint32_t)i;
+    for (int i = n_phys - 1; i > 0; i--) {
+        const int k = (int)(rng_u32() % (uint32_t)(i + 1));
+        const uint32_t y = table[i];
+        table[i] = table[k];
+        table[k] = y;
+    }
+    for (int b = 0; b < n_phys; b++) {
+        uint8_t *kp = data + (size_t)b * block_bytes, *vp = kp + kplane;
+        /* keys: channels of varied offset and spread (outlier channels), tokens of varied norm */
+        for (size_t c = 0; c < C; c++) {
+            const float off = 0.5f * rng_gauss(), amp = 0.3f + 2.0f * (float)(rng_u32() % 8) / 8.0f;
+            for (int j = 0; j < bs; j++) x[(size_t)j * C + c] = off + amp * rng_gauss();
+        }
+        for (size_t c = 0; c < C; c++) {
+            uint16_t dh, mh;
+            fake_kivi_quant(x + c, C, bs, bits, kp + c * cb, &dh, &mh);
+            memcpy(kp + C * cb + 2 * c, &dh, 2);
+            memcpy(kp + C * cb + 2 * C + 2 * c, &mh, 2);
+        }
+        for (size_t i = 0; i < (size_t)bs * C; i++) x[i] = rng_gauss();
+        for (int j = 0; j < bs; j++)
+            for (size_t g = 0; g < C / 32; g++) {
+                uint8_t *grp = vp + (size_t)j * vrow + g * gb;
+                uint16_t dh, mh;
+                fake_kivi_quant(x + (size_t)j * C + g * 32, 1, 32, bits, grp + 4, &dh, &mh);
+                memcpy(grp, &dh, 2);
+                memcpy(grp + 2, &mh, 2);
+            }
+    }
+    free(x);
+    f->data = data;
+    f->table = table;
+    f->kv = (attn_kv){.blocks = table, .k_base = data, .v_base = data + kplane, .block_bytes = block_bytes,
+                      .block_size = (uint32_t)bs, .row_bytes = vrow, .kv_type = t, .head_dim = hd,
+                      .scale_off = C * cb};
+    f->n_kv = n_kv;
+    f->n_ctx = n_ctx;
+    return 0;
+}
+
+/* Head g of token j's key (plane 0) or value (plane 1) of a fake KIVI
+ * cache, dequantized: m + d x code. */
+static inline void fake_kivi_decode(const attn_kv *kv, int plane, int j, int g, float *out)
+{
+    const uint32_t bits = kv->kv_type == ATTN_KV_KIVI2 ? 2 : 4, T = kv->block_size, t = (uint32_t)j % T;
+    const size_t cb = ((size_t)T * bits + 7) / 8, C = kv->scale_off / cb, gb = 4 + 32 * bits / 8;
+    const uint8_t *blk = (plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[j / (int)T] * kv->block_bytes;
+    for (int i = 0; i < kv->head_dim; i++) {
+        const size_t c = (size_t)g * kv->head_dim + i;
+        const uint8_t *codes, *dm;
+        size_t at;
+        if (plane) dm = blk + t * kv->row_bytes + c / 32 * gb, codes = dm + 4, at = c % 32;
+        else codes = blk + c * cb, at = t, dm = NULL;
+        uint16_t dh, mh;
+        if (plane) memcpy(&dh, dm, 2), memcpy(&mh, dm + 2, 2);
+        else memcpy(&dh, blk + C * cb + 2 * c, 2), memcpy(&mh, blk + C * cb + 2 * C + 2 * c, 2);
+        const uint32_t code = (codes[at * bits / 8] >> (at * bits % 8)) & ((1u << bits) - 1);
+        out[i] = f16_to_f32(mh) + f16_to_f32(dh) * (float)code;
+    }
+}
+
 static inline void fake_kv_free(fake_kv *f)
 {
     mem_free(f->data);

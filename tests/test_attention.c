@@ -418,6 +418,118 @@ TEST(vline_prefetch_walk_covers_each_blocks_heads_once_in_order)
 
 /* The scratch size covers the largest call, and attn_rows_max shrinks with
  * the context so the scores stay O(rows x n_ctx) within a budget. */
+/* Sealed KIVI blocks read in place (attention_kivi.c): the reference
+ * against a double-precision oracle over the dequantized cache (the fold
+ * of scales into the query is algebra, not an approximation), and the
+ * AVX2 and AVX-512 entry points against the reference (the same products
+ * and chains but for the softmax), windows and GQA included; AVX2 rows of
+ * mixed contexts in one call give the bits they give alone. */
+static double kivi_oracle_diff(const fake_kv *f, const attn_row *rows, int n, float scale)
+{
+    const int hd = f->kv.head_dim;
+    double md = 0;
+    float *k = malloc(sizeof(float) * (size_t)hd), *v = malloc(sizeof(float) * (size_t)hd);
+    double *s = malloc(sizeof(double) * (size_t)rows[0].n_ctx), *o = malloc(sizeof(double) * (size_t)hd);
+    for (int r = 0; r < n; r++) {
+        const attn_row *w = &rows[r];
+        double mx = -INFINITY, sum = 0;
+        for (int j = w->lo; j < w->n_ctx; j++) {
+            fake_kivi_decode(&f->kv, 0, j, w->g, k);
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)w->q[i] * k[i];
+            s[j] = d * scale;
+            mx = fmax(mx, s[j]);
+        }
+        for (int j = w->lo; j < w->n_ctx; j++) sum += s[j] = exp(s[j] - mx);
+        for (int i = 0; i < hd; i++) o[i] = 0;
+        for (int j = w->lo; j < w->n_ctx; j++) {
+            fake_kivi_decode(&f->kv, 1, j, w->g, v);
+            for (int i = 0; i < hd; i++) o[i] += s[j] / sum * v[i];
+        }
+        for (int i = 0; i < hd; i++) md = fmax(md, fabs(o[i] - w->out[i]));
+    }
+    free(k), free(v), free(s), free(o);
+    return md;
+}
+
+TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
+{
+    static const struct { int hd, n_kv, bs; } shapes[] = {{8, 4, 16}, {64, 2, 16}, {64, 2, 7}, {128, 2, 32}};
+    static const int ctxs[] = {1, 7, 8, 9, 16, 17, 33, 100, 257, 1000};
+    static const uint32_t types[] = {ATTN_KV_KIVI4, ATTN_KV_KIVI2};
+    double worst_oracle = 0, worst_simd = 0;
+    int calls = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int hd = shapes[si].hd, nmax = 1000;
+            fake_kv f;
+            CHECK(fake_kv_make_kivi(&f, types[ti], hd, shapes[si].n_kv, nmax, shapes[si].bs, 500u + 7u * ti + si) == 0);
+            for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++)
+                for (int rep = 1; rep <= 8; rep *= 8) {
+                    const int n = ctxs[ci], g = (int)(ci % (size_t)shapes[si].n_kv), lo = ci % 3 == 2 ? n / 3 : 0;
+                    const size_t sf = attn_scratch_floats(n, hd);
+                    float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * (size_t)rep * hd);
+                    float *o[3];
+                    for (int v = 0; v < 3; v++) o[v] = malloc(sizeof(float) * (size_t)rep * hd);
+                    attn_row rr[3][8];
+                    for (int i = 0; i < rep * hd; i++) q[i] = 0.8f * rng_gauss();
+                    for (int v = 0; v < 3; v++)
+                        for (int r = 0; r < rep; r++) rr[v][r] = (attn_row){q + r * hd, o[v] + r * hd, n, g, lo};
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    float lse[2][8];
+                    attn_kv kv = f.kv;
+                    kv.lse = lse[0];
+                    attn_paged_ref(&kv, rr[0], rep, scale, scratch, sf);
+                    double vmax = 0;
+                    for (int j = lo; j < n; j++) {
+                        float vv[128];
+                        fake_kivi_decode(&f.kv, 1, j, g, vv);
+                        for (int i = 0; i < hd; i++) vmax = fmax(vmax, fabs(vv[i]));
+                    }
+                    const double od = kivi_oracle_diff(&f, rr[0], rep, scale);
+                    worst_oracle = fmax(worst_oracle, od / vmax);
+                    CHECK_MSG(od <= 1e-4 * vmax, "kivi%d hd %d bs %d n_ctx %d lo %d: reference off the oracle by %.3g",
+                              ti ? 2 : 4, hd, shapes[si].bs, n, lo, od);
+                    for (int v = 1; v < 3; v++) {
+                        if (v == 1 ? !attn_avx2_available() : !attn_avx512_available()) continue;
+                        kv.lse = lse[1];
+                        (v == 1 ? attn_paged_avx2 : attn_paged_avx512)(&kv, rr[v], rep, scale, scratch, sf);
+                        double md = 0;
+                        for (int i = 0; i < rep * hd; i++) md = fmax(md, fabs((double)o[0][i] - o[v][i]));
+                        for (int r = 0; r < rep; r++)
+                            CHECK_MSG(fabsf(lse[0][r] - lse[1][r]) <= 1e-5f * fmaxf(1.0f, fabsf(lse[0][r])),
+                                      "kivi lse %g vs %g", lse[0][r], lse[1][r]);
+                        worst_simd = fmax(worst_simd, md / vmax);
+                        CHECK_MSG(md <= 1e-5 * vmax, "kivi%d %s hd %d bs %d rep %d n_ctx %d lo %d: %.3g off the reference",
+                                  ti ? 2 : 4, v == 1 ? "avx2" : "avx512", hd, shapes[si].bs, rep, n, lo, md);
+                    }
+                    if (rep == 8 && attn_avx2_available()) { /* row independence: mixed rows, batch vs alone */
+                        attn_row mix[8];
+                        float one[128];
+                        for (int r = 0; r < 8; r++) {
+                            const int nr = n - 3 * r > 1 ? n - 3 * r : 1;
+                            mix[r] = (attn_row){q + r * hd, o[1] + r * hd, nr, g, lo < nr ? lo : nr - 1};
+                        }
+                        attn_paged_avx2(&f.kv, mix, 8, scale, scratch, sf);
+                        for (int r = 0; r < 8; r++) {
+                            attn_row alone = mix[r];
+                            alone.out = one;
+                            attn_paged_avx2(&f.kv, &alone, 1, scale, scratch, sf);
+                            CHECK_MSG(memcmp(one, mix[r].out, sizeof(float) * (size_t)hd) == 0,
+                                      "kivi%d hd %d n_ctx %d: row %d of a mixed batch differs from it alone", ti ? 2 : 4,
+                                      hd, mix[r].n_ctx, r);
+                        }
+                    }
+                    calls++;
+                    free(scratch), free(q);
+                    for (int v = 0; v < 3; v++) free(o[v]);
+                }
+            fake_kv_free(&f);
+        }
+    INFO("%d KIVI calls; worst / max|v|: reference vs oracle %.2g, simd vs reference %.2g", calls, worst_oracle,
+         worst_simd);
+}
+
 TEST(scratch_sizing)
 {
     CHECK_EQ_INT(attn_rows_max(1), ATTN_ROWS_CAP);
@@ -439,6 +551,7 @@ int main(void)
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
     RUN(vline_prefetch_walk_covers_each_blocks_heads_once_in_order);
+    RUN(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference);
     RUN(scratch_sizing);
     return test_summary();
 }

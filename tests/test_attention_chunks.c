@@ -14,9 +14,9 @@
  * - Through a block reader (KIVI's path), each block is read at its true
  *   index and as the row's own block exactly when it is (a wrong flag
  *   reads poisoned values).
- * - With a sealed view beside the reader (fp8_e4m3), every block before a
- *   row's own is read in place and only the own block through the reader;
- *   the result matches one in-place call.
+ * - With a sealed view beside the reader (fp8_e4m3, kivi4, kivi2), every
+ *   block before a row's own is read in place and only the own block
+ *   through the reader; the result matches one in-place call.
  */
 #include "test.h"
 #include "fake_kv.h"
@@ -26,6 +26,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_chunks.h"
+#include "kernels/attention_impl.h"
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
@@ -198,6 +199,10 @@ static float tr_factor(test_reader *p, uint32_t blk, bool own)
 static const float *tr_row(test_reader *p, int plane, uint32_t blk, uint32_t t, int g)
 {
     const attn_kv *kv = &p->f->kv;
+    if (attn_is_kivi(kv->kv_type)) {
+        fake_kivi_decode(kv, plane, (int)(blk * kv->block_size + t), g, p->tmp);
+        return p->tmp;
+    }
     const uint8_t *b = (plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[blk] * kv->block_bytes;
     float sc;
     memcpy(&sc, b + kv->scale_off + 4 * (size_t)g, 4);
@@ -277,20 +282,28 @@ TEST(a_reader_sees_each_chunk_block_at_its_index_and_only_the_last_as_own)
 
 TEST(with_a_sealed_view_only_the_own_block_goes_through_the_reader)
 {
-    fake_kv f;
-    CHECK(fake_kv_make(&f, ATTN_KV_FP8_E4M3, 64, 2, 9000, 16, 123) == 0);
-    float tmp[64];
-    const struct { int n, lo; } rows_of[] = {{1, 0}, {16, 0}, {17, 0}, {300, 0}, {300, 290}, {5000, 0}, {8999, 100}};
-    for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
-        test_reader p = {&f, (uint32_t)(rows_of[k].n - 1) / 16, 0, 0, tmp};
-        const double md = reader_vs_in_place(&f, rows_of[k].n, rows_of[k].lo, true, &p);
-        CHECK_MSG(p.past_reads == 0, "n_ctx %d: %d reader calls for blocks other than the own one", rows_of[k].n,
-                  p.past_reads);
-        const double vmax = max_abs_v(&f, 1, rows_of[k].lo, rows_of[k].n);
-        CHECK_MSG(md <= 2e-5 * vmax, "n_ctx %d lo %d: split differs from one in-place call by %.3g (max|v| %.3g)",
-                  rows_of[k].n, rows_of[k].lo, md, vmax);
+    static const uint32_t types[] = {ATTN_KV_FP8_E4M3, ATTN_KV_KIVI4, ATTN_KV_KIVI2};
+    for (int ti = 0; ti < 3; ti++) {
+        const uint32_t t = types[ti];
+        fake_kv f;
+        CHECK((attn_is_kivi(t) ? fake_kv_make_kivi(&f, t, 64, 2, 9000, 16, 123) : fake_kv_make(&f, t, 64, 2, 9000, 16, 123)) == 0);
+        float tmp[64];
+        const struct { int n, lo; } rows_of[] = {{1, 0}, {16, 0}, {17, 0}, {300, 0}, {300, 290}, {5000, 0}, {8999, 100}};
+        for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
+            test_reader p = {&f, (uint32_t)(rows_of[k].n - 1) / 16, 0, 0, tmp};
+            const double md = reader_vs_in_place(&f, rows_of[k].n, rows_of[k].lo, true, &p);
+            CHECK_MSG(p.past_reads == 0, "type %#x n_ctx %d: %d reader calls for blocks other than the own one", t,
+                      rows_of[k].n, p.past_reads);
+            double vmax = 0;
+            for (int j = rows_of[k].lo; j < rows_of[k].n; j++) {
+                tr_row(&p, 1, (uint32_t)j / 16, (uint32_t)j % 16, 1);
+                for (int i = 0; i < 64; i++) vmax = fmax(vmax, fabs(tmp[i]));
+            }
+            CHECK_MSG(md <= 2e-5 * vmax, "type %#x n_ctx %d lo %d: split differs from one in-place call by %.3g (max|v| %.3g)",
+                      t, rows_of[k].n, rows_of[k].lo, md, vmax);
+        }
+        fake_kv_free(&f);
     }
-    fake_kv_free(&f);
 }
 
 /* rows' outputs of attn_chunks_run against its pieces computed one by one

@@ -8,7 +8,10 @@
  * L layers (1..64), each its own fake_kv pool (tests/fake_kv.h, the
  * attention tests' own: head dim 64, shuffled blocks); REPS tokens; TYPE
  * the KV row type: all (or -1), an index 0..7 or a name of f32 f16 bf16
- * q8_0 q4_0 e4m3 e5m2 f16_pool (the pool's own f16 layout); ROWS rows a
+ * q8_0 q4_0 e4m3 e5m2 f16_pool (the pool's own f16 layout), or kivi4 kivi2
+ * (sealed KIVI blocks read in place) and kivi4_reader kivi2_reader (the
+ * same blocks through the codec's block reader, kv_codec_k_dot /
+ * v_axpy, as sequences read them before the in-place kernel); ROWS rows a
  * call, row v on KV head v / REP (so ROWS <= N_KV x REP). TinyLlama's
  * call on one of two threads: 22 L, 4 N_KV, 8 REP, 16 ROWS.
  *
@@ -36,6 +39,7 @@
 #include "fake_kv.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_codec.h"
 #include "micro.h"
 #include "rng.h"
 
@@ -48,6 +52,40 @@ typedef struct {
     int n_ctx, bs;
     bool evict, best;
 } decode_args;
+
+/* The KIVI types, indices FAKE_KV_N_TYPES + 0..3 (not in "all"). */
+static const char *const kivi_names[4] = {"kivi4", "kivi2", "kivi4_reader", "kivi2_reader"};
+
+/* The codec's block reader over a fake KIVI cache (kv_view.c's, without
+ * the stage: every block is sealed). */
+static kv_block_ref kivi_ref(const attn_kv *kv, uint32_t blk, int n_kv)
+{
+    return (kv_block_ref){.dtype = kv->kv_type == ATTN_KV_KIVI2 ? KV_INT2 : KV_INT4,
+                          .plane = {kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes,
+                                    kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes},
+                          .row_bytes = {0, kv->row_bytes},
+                          .block_size = kv->block_size,
+                          .n_kv_heads = (uint32_t)n_kv,
+                          .head_dim = (uint32_t)kv->head_dim};
+}
+
+static void kivi_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
+                       float *scores, size_t ld, float *scratch)
+{
+    (void)own;
+    const fake_kv *f = ctx;
+    const kv_block_ref r = kivi_ref(&f->kv, blk, f->n_kv);
+    kv_codec_k_dot(&r, (uint32_t)g, 0, n, q, n_q, scores, ld, scratch);
+}
+
+static void kivi_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw,
+                        int n_q, float *const *acc, float *scratch)
+{
+    (void)own;
+    const fake_kv *f = ctx;
+    const kv_block_ref r = kivi_ref(&f->kv, blk, f->n_kv);
+    kv_codec_v_axpy(&r, (uint32_t)g, 0, n, w, ldw, n_q, acc, scratch);
+}
 
 /* The index in fake_kv_types of TYPE s: all or -1 (-1), 0..7, or a name
  * as fake_kv_type_name prints it, '_' for ' '; -1 after naming it. */
@@ -63,8 +101,12 @@ static int decode_arg_type(const char *s, int *only)
         for (char *c = name; *c; c++) *c = *c == ' ' ? '_' : *c;
         if (!strcmp(s, name)) return *only = k, 0;
     }
-    fprintf(stderr, "%s: TYPE: '%s' is not all, -1..%d or one of f32 f16 bf16 q8_0 q4_0 e4m3 e5m2 f16_pool\n", prog, s,
-            FAKE_KV_N_TYPES - 1);
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(s, kivi_names[k])) return *only = FAKE_KV_N_TYPES + k, 0;
+    fprintf(stderr,
+            "%s: TYPE: '%s' is not all, -1..%d or one of f32 f16 bf16 q8_0 q4_0 e4m3 e5m2 f16_pool kivi4 kivi2 "
+            "kivi4_reader kivi2_reader\n",
+            prog, s, FAKE_KV_N_TYPES - 1);
     return -1;
 }
 
@@ -154,13 +196,24 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
 {
     const int n = a->n_ctx, R = a->rows;
     fake_kv *f = calloc((size_t)a->L, sizeof *f);
-    const size_t sf = attn_scratch_floats(n, HD);
+    const int kivi = ti - FAKE_KV_N_TYPES; /* 0..3, or < 0 */
+    attn_reader *rd = kivi >= 2 ? calloc((size_t)a->L, sizeof *rd) : NULL;
+    const size_t rdf = kv_codec_scratch_floats(HD, (uint32_t)a->bs, ATTN_ROWS_CAP);
+    const size_t sf = attn_scratch_floats(n, HD) + (kivi >= 2 ? rdf : 0);
     float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * HD), *o = malloc(sizeof(float) * R * HD);
     int made = 0;
-    bool ok = f && scratch && q && o;
+    bool ok = f && scratch && q && o && (kivi < 2 || rd);
     while (ok && made < a->L)
-        if (fake_kv_make(&f[made], fake_kv_types[ti], HD, a->n_kv, n, a->bs, 9 + (uint64_t)made) == 0) made++;
+        if ((kivi >= 0 ? fake_kv_make_kivi(&f[made], kivi % 2 ? ATTN_KV_KIVI2 : ATTN_KV_KIVI4, HD, a->n_kv, n, a->bs,
+                                           9 + (uint64_t)made)
+                       : fake_kv_make(&f[made], fake_kv_types[ti], HD, a->n_kv, n, a->bs, 9 + (uint64_t)made)) == 0)
+            made++;
         else ok = false;
+    if (ok && kivi >= 2)
+        for (int l = 0; l < a->L; l++) {
+            rd[l] = (attn_reader){kivi_k_dot, kivi_v_axpy, &f[l], rdf};
+            f[l].kv.reader = &rd[l];
+        }
     if (ok) {
         for (int i = 0; i < R * HD; i++) q[i] = rng_gauss();
         attn_row rows[ATTN_ROWS_CAP];
@@ -168,11 +221,11 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
         const double t2 = decode_time(a, 0, f, rows, scratch, sf, e);
         const double t512 = attn_avx512_available() ? decode_time(a, 1, f, rows, scratch, sf, e) : 0;
         printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): avx2 %.3f, avx512 %.3f ms/token/thread\n",
-               fake_kv_type_name(fake_kv_types[ti]), HD, n, a->L, R, a->rep, t2, t512);
+               kivi >= 0 ? kivi_names[kivi] : fake_kv_type_name(fake_kv_types[ti]), HD, n, a->L, R, a->rep, t2, t512);
         fflush(stdout);
     }
     for (int l = 0; l < made; l++) fake_kv_free(&f[l]);
-    free(f), free(scratch), free(q), free(o);
+    free(f), free(scratch), free(q), free(o), free(rd);
     return ok ? 0 : -1;
 }
 
@@ -192,8 +245,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    for (int ti = 0; ti < FAKE_KV_N_TYPES && !rc; ti++)
-        if (a.only < 0 || ti == a.only) rc = decode_type(&a, ti, &e);
+    for (int ti = 0; ti < FAKE_KV_N_TYPES + 4 && !rc; ti++)
+        if ((a.only < 0 && ti < FAKE_KV_N_TYPES) || ti == a.only) rc = decode_type(&a, ti, &e);
     if (rc) fprintf(stderr, "%s: out of memory\n", prog);
     free(e.buf);
     return rc ? 1 : 0;

@@ -168,6 +168,10 @@ void attn_paged_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float s
         attn_paged_reader(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
+    if (attn_is_kivi(kv->kv_type)) { /* sealed KIVI blocks in place: attention_kivi.c */
+        attn_kivi_ref(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
     for (int r = 0; r < n_rows; r++) {
         assert(rows[r].n_ctx >= 1 && rows[r].lo >= 0 && rows[r].lo < rows[r].n_ctx);
         assert(attn_round8((size_t)rows[r].n_ctx) + 3 * attn_round8((size_t)kv->head_dim) <= scratch_floats);

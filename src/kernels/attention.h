@@ -118,7 +118,7 @@ typedef struct attn_kv {
                                        of its rows, none their own (attn_kv_chunk) */
     const struct attn_kv *sealed;   /* with a reader, if not NULL: the same cache's blocks
                                        before each row's own block as rows the kernel reads
-                                       in place (a staged encoding's sealed fp8 blocks);
+                                       in place (a staged encoding's sealed fp8 or KIVI blocks);
                                        attn_chunks_run then reads only own blocks through the
                                        reader. attn_paged itself ignores it. */
     float *lse;                     /* if not NULL, lse[r] receives the log-sum-exp of row r's
@@ -154,6 +154,20 @@ static inline attn_kv attn_kv_chunk(const attn_kv *kv, uint32_t blk0, bool last)
 /* kv_type values beyond ggml's types: OFP8 rows (see the top). */
 #define ATTN_KV_FP8_E4M3 0x10000u
 #define ATTN_KV_FP8_E5M2 0x10001u
+
+/* Sealed KIVI blocks (kv/kv_codec.h "KIVI", b = 4 or 2 bits), read in
+ * place: every block of the view is a full, sealed one. With C channels
+ * (all heads), D = head_dim, T = block_size, cb = ceil(T b / 8):
+ *   key code of token j, channel c (= g D + d): the column at k_base
+ *       + blocks[j/T] * block_bytes + c * cb, code j % T (LSB first);
+ *   its scale and min: f16 at the same block's K plane + scale_off + 2 c
+ *       and + scale_off + 2 C + 2 c, scale_off = C x cb (so C = scale_off / cb);
+ *   value row of token j: v_base + blocks[j/T] * block_bytes
+ *       + (j % T) * row_bytes, C / 32 groups of | s f16 | m f16 | 32 codes |.
+ * x^ = m + s x code. Scores and V are dotted from the codes (attention_kivi.c);
+ * numerics as through a reader (no f16 rounding of queries or weights). */
+#define ATTN_KV_KIVI4 0x10002u
+#define ATTN_KV_KIVI2 0x10003u
 
 /* One query vector and where its result goes. */
 typedef struct {

@@ -605,6 +605,10 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         attn_paged_ref(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
+    if (attn_is_kivi(kv->kv_type)) { /* sealed KIVI blocks in place: attention_kivi.c */
+        attn_kivi_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
     const int hd = kv->head_dim;
     const uint32_t t = kv->kv_type;
     assert(hd % 8 == 0 && n_rows >= 1);

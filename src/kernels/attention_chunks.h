@@ -22,8 +22,8 @@
  * weights of an f16 cache are rounded per chunk).
  *
  * Split mode: a cache read through a reader (attn_kv.reader) that also
- * offers a sealed view (attn_kv.sealed: fp8_e4m3, whose full blocks are
- * rows the kernel reads in place) cuts every row at its own block: the
+ * offers a sealed view (attn_kv.sealed: fp8_e4m3 and KIVI, whose full
+ * blocks the kernel reads in place) cuts every row at its own block: the
  * blocks before it in chunks through the sealed view, in place, then the
  * own block (still in the f16 stage) through the reader, folded last. The
  * reader then decodes one block per row instead of the whole context.

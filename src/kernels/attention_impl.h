@@ -69,6 +69,17 @@ static inline float attn_fp8_to_f32(uint32_t t, uint8_t b)
     return f16_to_f32((uint16_t)(((b & 0x7F) << 7) | ((b & 0x80) << 8))) * 256.0f;
 }
 
+static inline bool attn_is_kivi(uint32_t t) { return t == ATTN_KV_KIVI4 || t == ATTN_KV_KIVI2; }
+static inline uint32_t attn_kivi_bits(uint32_t t) { return t == ATTN_KV_KIVI2 ? 2 : 4; }
+
+/* Sealed KIVI blocks read in place (attention_kivi.c): the reference and
+ * the AVX2 variant (the reference's bits but for the softmax; head dims not
+ * a multiple of 32 take the reference). */
+void attn_kivi_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                   size_t scratch_floats);
+void attn_kivi_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                    size_t scratch_floats);
+
 /* The e4m3 scale of head g in physical block pb of a plane (1 for e5m2). */
 static inline float attn_fp8_scale(const attn_kv *kv, const uint8_t *plane, uint32_t pb, int g)
 {

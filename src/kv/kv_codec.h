@@ -148,7 +148,10 @@
  *             rows (own block, staged), then kv_codec_k_dot for the scores
  *             and kv_codec_v_axpy for the output. kernels/ may not include
  *             kv/, so kv_view.c hands these to the kernel as an attn_reader
- *             (kernels/attention.h).
+ *             (kernels/attention.h). Sealed fp8_e4m3 and KIVI blocks are
+ *             also handed over as a view the kernel reads in place
+ *             (attn_kv.sealed; the layouts above as plain numbers), so the
+ *             reader serves only a sequence's own, staged block.
  *   truncate  into a sealed block of a staged dtype (n % T != 0 and block
  *             n / T was full): recompute tokens [n / T x T, n) from the block
  *             boundary (exact: src/runtime/rt_stage.c does this, from the token

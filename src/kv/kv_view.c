@@ -5,7 +5,10 @@
  * where base is the layer's plane in block 0. Rows of all heads side by
  * side: row_bytes = the pool's row stride, head_bytes = a head's row; f16
  * values grouped by head: row_bytes = a head's row, head_bytes = bs of
- * them; f16 keys in columns: k_cols.
+ * them; f16 keys in columns: k_cols. Staged dtypes' sealed blocks
+ * (fp8_e4m3 rows and scales, KIVI columns and groups) also get a view the
+ * kernel reads in place (attn_kv.sealed); the reader then serves only the
+ * own, staged block.
  */
 #include "kv/kv_view.h"
 
@@ -132,6 +135,22 @@ void kv_view_init(kv_view *v, const kv_pool *pool, const kv_writer *w, const kv_
             .kv_type = ATTN_KV_FP8_E4M3,
             .head_dim = (int)hd,
             .scale_off = rb * g->s.block_size,
+        };
+        v->kv.sealed = &v->sealed;
+    }
+    if (dt == KV_INT4 || dt == KV_INT2) { /* sealed blocks in place: key columns and value groups (attention.h) */
+        const uint32_t bits = kv_dtype_get(dt)->plane[KV_PLANE_K].bits;
+        const size_t cb = ((size_t)g->s.block_size * bits + 7) / 8;
+        v->sealed = (attn_kv){
+            .blocks = sq->blocks,
+            .k_base = v->kv.k_base,
+            .v_base = v->kv.v_base,
+            .block_bytes = g->block_bytes,
+            .block_size = g->s.block_size,
+            .row_bytes = g->row_bytes[KV_PLANE_V],
+            .kv_type = dt == KV_INT4 ? ATTN_KV_KIVI4 : ATTN_KV_KIVI2,
+            .head_dim = (int)hd,
+            .scale_off = cb * g->kv_dim,
         };
         v->kv.sealed = &v->sealed;
     }
