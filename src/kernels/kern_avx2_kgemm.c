@@ -46,6 +46,16 @@
 
 #include "tensor/blocks.h"
 
+/* With UBSan at -O1 (the sanitized builds) GCC drops these two loops'
+ * unroll annotations with an unconditional warning, an error under
+ * -Werror: sanitized builds (ASan and UBSan always go together here) run
+ * without them. */
+#ifdef __SANITIZE_ADDRESS__
+#define KG2_LOOP_PRAGMA(p)
+#else
+#define KG2_LOOP_PRAGMA(p) _Pragma(p)
+#endif
+
 #define KG2 __attribute__((target("avx2,fma,f16c")))
 #define KG2I static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
@@ -82,7 +92,7 @@ KG2I void kg2_half(int SB, int RUN, bool SIGNED, int MIN, int NX, float (*s)[KER
     __m256i isum[KG2_NX], ps[KG2_NX];
 #pragma GCC unroll 4
     for (int r = 0; r < NX; r++) isum[r] = ps[r] = _mm256_setzero_si256();
-#pragma GCC unroll 1 /* unrolled, the broadcasts are hoisted and spilled */
+KG2_LOOP_PRAGMA("GCC unroll 1") /* unrolled, the broadcasts are hoisted and spilled */
     for (int j = 0; j < QK_K / SB; j++) {
         const __m256i sc = kg2_scales(sl + KPACK_SC + 16 * j + KG2_HALF * h);
         /* the sub-block's first vector and activations: constant offsets from here */
@@ -90,7 +100,7 @@ KG2I void kg2_half(int SB, int RUN, bool SIGNED, int MIN, int NX, float (*s)[KER
         const int8_t *xj[KG2_NX];
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) xj[r] = xb[r]->qs + SB * j;
-#pragma GCC unroll 8
+KG2_LOOP_PRAGMA("GCC unroll 8")
         for (int q = 0; q < SB / 4 / RUN; q++) {
             __m256i part[KG2_NX];
 #pragma GCC unroll 8
