@@ -135,7 +135,7 @@ srv_conn *srv_guard_open(srv_guard *g, const struct sockaddr *addr, int fd)
     unsigned all = 0, same = 0;
     for (srv_conn *o = g->head, *next; o; o = next) {
         next = o->next;
-        if (o->pending_fd == fd) { /* handed off, then dropped by the library: fd is free again */
+        if (fd >= 0 && o->pending_fd == fd) { /* handed off, then dropped by the library: fd is free again */
             unlink_conn(g, o);
             free(o);
             continue;
