@@ -103,8 +103,6 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
     }
 }
 
-#define MLA_VROWS 16
-
 /* o[h][i..i+8) += sum_b p[h][b] r[b][i..i+8) for each 8 of the rank. */
 KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
                      float *const o[8])
@@ -123,67 +121,10 @@ KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk
     }
 }
 
-KAI void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n_ctx, int i0, int i1, float *out,
-                  size_t os, float *spare)
-{
-    for (int j0 = 0; j0 < n_ctx; j0 += MLA_VROWS) {
-        const int nk = n_ctx - j0 < MLA_VROWS ? n_ctx - j0 : MLA_VROWS;
-        const uint8_t *r[MLA_VROWS];
-        for (int b = 0; b < nk; b++) r[b] = attn_mla_row(kv, j0 + b);
-        for (int h0 = 0; h0 < nh; h0 += 8) {
-            const float *pp[8];
-            float *oo[8];
-            for (int h = 0; h < 8; h++) {
-                const bool real = h0 + h < nh;
-                pp[h] = p + (size_t)(real ? h0 + h : h0) * ld + j0;
-                oo[h] = real ? out + (size_t)(h0 + h) * os : spare;
-            }
-            values_tile(t, i0, i1, r, nk, pp, oo);
-        }
-    }
-}
-
-#define MLA_TYPED(name, T)                                                                                           \
-    static KA void scores_##name(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1,          \
-                                 float *sc, size_t ld)                                                               \
-    {                                                                                                                \
-        scores_t(T, kv, q, qs, nh, j0, j1, sc, ld);                                                                       \
-    }                                                                                                                \
-    static KA void values_##name(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1,   \
-                                 float *out, size_t os, float *spare)                                                \
-    {                                                                                                                \
-        values_t(T, kv, p, ld, nh, n, i0, i1, out, os, spare);                                                               \
-    }
-MLA_TYPED(f32, DT_F32)
-MLA_TYPED(f16, DT_F16)
-MLA_TYPED(bf16, DT_BF16)
-MLA_TYPED(q8_0, DT_Q8_0)
-MLA_TYPED(q4_0, DT_Q4_0)
-#undef MLA_TYPED
-
-void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int nh, int j0, int j1, float *sc,
-                            size_t ld)
-{
-    switch (kv->type) {
-    case DT_F32: scores_f32(kv, q, qs, nh, j0, j1, sc, ld); break;
-    case DT_F16: scores_f16(kv, q, qs, nh, j0, j1, sc, ld); break;
-    case DT_BF16: scores_bf16(kv, q, qs, nh, j0, j1, sc, ld); break;
-    case DT_Q4_0: scores_q4_0(kv, q, qs, nh, j0, j1, sc, ld); break;
-    default: scores_q8_0(kv, q, qs, nh, j0, j1, sc, ld); break;
-    }
-}
-
-void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
-                          float *spare)
-{
-    switch (kv->type) {
-    case DT_F32: values_f32(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
-    case DT_F16: values_f16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
-    case DT_BF16: values_bf16(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
-    case DT_Q4_0: values_q4_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
-    default: values_q8_0(kv, p, ld, nh, n, i0, i1, out, os, spare); break;
-    }
-}
+#define MLA_DRV_INLINE KAI
+#define MLA_DRV_FN KA
+#define MLA_DRV_NAME(x) x##avx2
+#include "kernels/attention_mla_driver.h"
 
 #else /* not x86: attn_avx2_available() is false, so these are never called */
 

@@ -190,18 +190,21 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
     return s;
 }
 
-/* Q3_K's 16 six-bit scales minus 32 as int16 (block_q3_K_scale's layout,
- * four at a time in 32-bit words). */
+/* Q3_K's 16 six-bit scales minus 32 as int16 (block_q3_K_scale's layout):
+ * low 4 bits of scale j in byte j % 8 (high nibble if j >= 8), high 2 bits
+ * in byte 8 + j % 4 at bit 2 * (j / 4). Unpacked in registers: a stack
+ * array here costs a failed store forwarding per super-block. */
 KAI __m256i q3_K_scales16(const uint8_t *sc)
 {
-    uint32_t a0, a1, hi, s[4];
-    memcpy(&a0, sc, 4), memcpy(&a1, sc + 4, 4), memcpy(&hi, sc + 8, 4);
-    const uint32_t m4 = 0x0F0F0F0F, m2 = 0x03030303;
-    s[0] = (a0 & m4) | ((hi & m2) << 4);
-    s[1] = (a1 & m4) | (((hi >> 2) & m2) << 4);
-    s[2] = ((a0 >> 4) & m4) | (((hi >> 4) & m2) << 4);
-    s[3] = ((a1 >> 4) & m4) | (((hi >> 6) & m2) << 4);
-    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i a = _mm_loadl_epi64((const __m128i *)sc);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(a, m4), _mm_and_si128(_mm_srli_epi16(a, 4), m4));
+    uint32_t hw;
+    memcpy(&hw, sc + 8, 4);
+    /* 32-bit lane i = hw >> 2i: byte j = 4i + k holds scale j's high bits at bits 0-1 */
+    const __m128i h = _mm_srlv_epi32(_mm_set1_epi32((int)hw), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_and_si128(_mm_slli_epi16(h, 4), _mm_set1_epi8(0x30));
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
     return _mm256_sub_epi16(v, _mm256_set1_epi16(32));
 }
 
