@@ -99,6 +99,7 @@ int rt_ctx_new(rt_ctx **out, const model *m, const rt_params *p)
          * what a cached block means (the disk tier keeps blocks across runs with other settings). */
         uint64_t fp[2] = {m->fingerprint[0], m->fingerprint[1]};
         if (p->swa) fp[0] ^= (uint64_t)p->swa * UINT64_C(0x9e3779b97f4a7c15), fp[1] ^= UINT64_C(0x5357412d77696e64);
+        if (rt_groups_on(c)) rt_groups_fingerprint(c, fp); /* likewise a block's layers and their window */
         rc = prefix_init(&c->pc, &c->pool, fp);
         c->prefix_ok = rc == 0;
     }
@@ -136,6 +137,7 @@ void rt_ctx_free(rt_ctx *c)
     free(c->b_tables);
     free(c->b_gslot);
     free(c->shift_scratch);
+    free(c->st_gather);
     free(c);
 }
 
