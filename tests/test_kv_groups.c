@@ -19,6 +19,9 @@
  *     recomputes it;
  *   - the engine with a pool too small for its requests: preemption and
  *     recomputation through the groups, its invariant checks every step.
+ *   - /v1/kv and the stats behind /metrics while a request decodes: each
+ *     group's table per sequence, owners over every group, per-group block
+ *     counts that add up to the blocks used.
  *   - the disk tier: a prompt of 7 windows written behind, then loaded by a
  *     fresh context (the local table takes the window only) with logits bit
  *     for bit equal to a recompute of the same prefix; a one-table context
@@ -27,6 +30,7 @@
  */
 #include "test.h"
 
+#include <jansson.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -312,6 +316,78 @@ TEST(engine_preemption_through_the_groups)
     CHECK_MSG(engine_run_complete(&res, R, G, why, sizeof why), "%s", why);
 }
 
+/* /v1/kv (pl_engine_kv_json) and the stats behind /metrics with layer
+ * groups, while a request of 6 windows decodes: every sequence lists each
+ * group's table (group 0's is its "blocks"; the local ones start past the
+ * window's front and hold a few blocks), every used block's owners are
+ * every table naming it (so their count is its refcount), and the
+ * per-group block counts add up to the blocks used. */
+TEST(kv_json_and_stats_show_every_group)
+{
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    params(&ep.ctx, false);
+    ep.ctx.max_seqs = 2;
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M3, &ep) == 0, "%s", pl_last_error());
+    if (!e) return;
+    enum { P = 6 * W + 5 };
+    int32_t ids[P];
+    for (int i = 0; i < P; i++) ids[i] = tok(i, 7);
+    pl_request_params rp = {.prompt = ids, .n_prompt = P, .max_tokens = 40, .n = 1, .top_logprobs = -1};
+    pl_sampler_params_default(&rp.sampling);
+    rp.sampling.temperature = 0;
+    rp.ignore_eos = true;
+    pl_request *r = NULL;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    pl_event ev;
+    CHECK_EQ_INT(pl_request_next(r, &ev, 20000), 1); /* the first token: the prompt is in */
+    char *js = pl_engine_kv_json(e);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    json_t *o = js ? json_loads(js, 0, NULL) : NULL;
+    pl_free(js);
+    CHECK(o);
+    if (!o) return;
+    CHECK_STR(json_string_value(json_object_get(o, "kv_kind")), "layer_groups");
+    json_t *seqs = json_object_get(o, "sequences"), *gbl = json_object_get(o, "group_blocks");
+    CHECK_EQ_INT(json_array_size(seqs), 1);
+    CHECK_EQ_INT(json_array_size(gbl), 2);
+    json_t *q = json_array_get(seqs, 0), *groups = json_object_get(q, "groups");
+    CHECK_EQ_INT(json_array_size(groups), 2);
+    json_t *g0 = json_array_get(groups, 0), *g1 = json_array_get(groups, 1);
+    CHECK(json_equal(json_object_get(g0, "blocks"), json_object_get(q, "blocks")));
+    CHECK_EQ_INT(json_integer_value(json_object_get(g0, "first_block")), 0);
+    CHECK_EQ_INT(json_integer_value(json_object_get(g1, "group")), 1);
+    const json_int_t first = json_integer_value(json_object_get(g1, "first_block"));
+    const size_t n0 = json_array_size(json_object_get(g0, "blocks")), n1 = json_array_size(json_object_get(g1, "blocks"));
+    INFO("a sequence of %lld tokens: global table %zu blocks, local table %zu from block %lld",
+         json_integer_value(json_object_get(q, "tokens")), n0, n1, (long long)first);
+    CHECK(first > 0 && (size_t)first + n1 == n0 && n1 <= (W - 1 + BS - 1) / BS + 2);
+    /* the per-group counts: the JSON's, the metrics', the tables' */
+    CHECK_EQ_INT(json_integer_value(json_array_get(gbl, 0)), n0);
+    CHECK_EQ_INT(json_integer_value(json_array_get(gbl, 1)), n1);
+    CHECK(mt.kv.layer_groups == 2 && mt.kv.group_blocks[0] >= 1 && mt.kv.group_blocks[1] >= 1);
+    CHECK_EQ_INT(json_integer_value(json_array_get(gbl, 0)) + json_integer_value(json_array_get(gbl, 1)),
+                 json_integer_value(json_object_get(o, "blocks_used")));
+    /* owners: every table naming a block, with its group */
+    json_t *blocks = json_object_get(o, "blocks"), *b;
+    size_t i;
+    int local_owned = 0;
+    json_array_foreach(blocks, i, b) {
+        json_t *own = json_object_get(b, "owners");
+        CHECK_EQ_INT(json_array_size(own), json_integer_value(json_object_get(b, "refcount")));
+        if (json_array_size(own) && json_integer_value(json_object_get(json_array_get(own, 0), "group")) == 1)
+            local_owned++;
+    }
+    CHECK_EQ_INT(local_owned, n1);
+    json_decref(o);
+    pl_request_cancel(r);
+    while (pl_request_next(r, &ev, 20000) == 1) {}
+    pl_request_free(r);
+    pl_engine_free(e);
+}
+
 /* ------------------------------------------------------- the KV tiers */
 
 static char tierdir[256];
@@ -515,6 +591,7 @@ int main(void)
     RUN(forks_prefix_hits_and_truncation_keep_every_invariant);
     RUN(engine_preemption_through_the_groups);
     RUN(disk_tier_hit_equals_recompute_bit_for_bit);
+    RUN(kv_json_and_stats_show_every_group);
     pl_model_free(M2);
     pl_model_free(M3);
     unlink(path2);

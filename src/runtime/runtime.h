@@ -90,6 +90,7 @@ typedef struct {
     kv_stats kv;                  /* over every table; tokens counts the global group's */
     uint32_t n_groups;            /* layer groups: 0 when off */
     uint64_t group_bytes[2];      /* ... bytes the [global], [local] groups' blocks hold */
+    uint32_t group_blocks[KV_GROUPS_MAX]; /* ... each group's distinct blocks ([0] global) */
     uint64_t stage_bytes_per_seq; /* staged dtypes: one sequence's f16 staging block */
     uint64_t stage_bytes;         /* ... times the live sequences */
 } rt_kv_stats;

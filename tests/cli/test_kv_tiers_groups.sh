@@ -11,7 +11,10 @@
 #      loads its own.
 #   3. every entry damaged in its last (local group) bytes: refused and
 #      counted, the prompt recomputed, the same text.
-#   4. with a 3-master Redis Cluster (tests/redis/cluster.sh; SKIP without
+#   4. `pagellm serve` restarted on its DIR is served the prompt again
+#      (the scheduler's lookup), with the same text; /metrics shows each
+#      group's blocks and bytes, /v1/kv the layer groups.
+#   5. with a 3-master Redis Cluster (tests/redis/cluster.sh; SKIP without
 #      redis-server): a run writes to Redis, a second run loads >= 90% of
 #      the prompt from it with the same text.
 source "$(dirname "$0")/lib.sh"
@@ -76,6 +79,48 @@ check kv_tiers_groups_damaged_same_text cmp -s "$T/out0.txt" "$T/out5.txt"
 for f in "$T"/err*.txt; do
   if grep -qE 'Sanitizer|runtime error' "$f" 2>/dev/null; then fail kv_tiers_groups_sanitizer "$(head -c 400 "$f")"; fi
 done
+
+# pagellm serve: a server writes the prompt to a new DIR; a restarted one is
+# served it from there (the scheduler's lookup); /metrics has each group's
+# gauges and /v1/kv the layer groups' kind
+if command -v curl >/dev/null && command -v jq >/dev/null; then
+  D2=$T/kvdisk2
+  SPID=""
+  trap '[ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null; rm -rf "$T"' EXIT
+  stop() {
+    kill -TERM "$SPID" 2>/dev/null
+    for _ in $(seq 1 300); do kill -0 "$SPID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SPID" 2>/dev/null
+    wait "$SPID" 2>/dev/null
+    SPID=""
+  }
+  BODY=$(jq -n --arg p "$PROMPT" '{prompt: $p, max_tokens: 12, temperature: 0}')
+  complete() { curl -s --max-time 60 -H 'Content-Type: application/json' --data-binary "$BODY" "http://127.0.0.1:$PORT/v1/completions" >"$1"; }
+  for i in 1 2; do
+    serve_start "$T/serve$i.log" "$G" --kv-disk "$D2" --kv-tier-timeout-ms 2000 -t 1
+    if [ -z "$PORT" ]; then fail kv_tiers_groups_serve_start "$(tail -n 3 "$T/serve$i.log" | tr '\n' ' ')"; break; fi
+    complete "$T/c$i.json"
+    curl -s --max-time 10 "http://127.0.0.1:$PORT/metrics" >"$T/metrics$i.txt"
+    curl -s --max-time 10 "http://127.0.0.1:$PORT/v1/kv" >"$T/kv$i.json"
+    stop
+  done
+  c2=$(jq '.usage.prompt_tokens_details.cached_tokens // 0' "$T/c2.json")
+  p2=$(jq '.usage.prompt_tokens // 0' "$T/c2.json")
+  echo "# serve: the restarted server was served $c2 of $p2 prompt tokens from disk"
+  check kv_tiers_groups_serve_cold [ "$(jq '.usage.prompt_tokens_details.cached_tokens // 0' "$T/c1.json")" = 0 ]
+  check kv_tiers_groups_serve_restart_hit test "${c2:-0}" -gt 0 -a $((c2 * 10)) -ge $((p2 * 9))
+  check kv_tiers_groups_serve_same_text test "$(jq -r '.choices[0].text' "$T/c1.json")" = "$(jq -r '.choices[0].text' "$T/c2.json")" -a -n "$(jq -r '.choices[0].text' "$T/c1.json")"
+  check kv_tiers_groups_serve_tier_metric grep -Eq '^pagellm_kv_tier_hit_tokens_total [1-9]' "$T/metrics2.txt"
+  check kv_tiers_groups_metrics_group0 grep -q '^pagellm_kv_group_blocks{group="0"} ' "$T/metrics2.txt"
+  check kv_tiers_groups_metrics_group1 grep -q '^pagellm_kv_group_bytes{group="1"} ' "$T/metrics2.txt"
+  check kv_tiers_groups_metrics_no_group2 test -z "$(grep '^pagellm_kv_group_blocks{group="2"}' "$T/metrics2.txt")"
+  check kv_tiers_groups_v1_kv jq -e '.kv_kind == "layer_groups" and (.group_blocks | length) == 2' "$T/kv2.json"
+  for f in "$T"/serve*.log; do
+    if grep -qE 'Sanitizer|runtime error' "$f" 2>/dev/null; then fail kv_tiers_groups_serve_sanitizer "$(head -c 400 "$f")"; fi
+  done
+else
+  skip kv_tiers_groups_serve "curl / jq not installed"
+fi
 
 # the Redis tier
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
