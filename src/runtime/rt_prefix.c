@@ -11,10 +11,10 @@
  */
 #include "runtime/rt_impl.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
+#include "base/mem.h"
 #include "store/store_kv.h"
 
 /* What a prefix may cover of an n-token prompt: the rest streams through
@@ -83,7 +83,7 @@ int rt_ctx_set_store(rt_ctx *c, store *st)
 {
     c->st = c->prefix_ok ? st : NULL;
     if (c->st && rt_groups_on(c) && !c->st_gather) {
-        c->st_gather = malloc((size_t)c->kg.n_groups * c->pool.g.block_bytes);
+        c->st_gather = mem_calloc(c->kg.n_groups, c->pool.g.block_bytes);
         if (!c->st_gather) {
             c->st = NULL;
             return err_set(PL_ENOMEM, "out of memory for the KV tiers' entry of %u layer groups", c->kg.n_groups);
