@@ -24,7 +24,8 @@
  *     counts that add up to the blocks used.
  *   - the disk tier: a prompt of 7 windows written behind, then loaded by a
  *     fresh context (the local table takes the window only) with logits bit
- *     for bit equal to a recompute of the same prefix; a one-table context
+ *     for bit equal to a recompute of the same prefix, also after a RAM
+ *     prefix of 5 or 13 blocks; a one-table context
  *     finds none of its entries; a damaged entry and a one-table entry
  *     under a groups key are refused.
  */
@@ -341,7 +342,15 @@ TEST(kv_json_and_stats_show_every_group)
     pl_request *r = NULL;
     CHECK(pl_engine_submit(e, &rp, &r) == 0);
     pl_event ev;
-    CHECK_EQ_INT(pl_request_next(r, &ev, 20000), 1); /* the first token: the prompt is in */
+    /* two tokens: the second one's step appended the first, so the local
+     * table has dropped what the window passed (a prefill in one piece
+     * keeps every block until the next append) */
+    for (int got = 0; got < 2;) {
+        int rc = pl_request_next(r, &ev, 20000);
+        CHECK_EQ_INT(rc, 1);
+        if (rc != 1) return;
+        got += ev.kind == PL_EV_TOKEN;
+    }
     char *js = pl_engine_kv_json(e);
     pl_engine_metrics mt;
     pl_engine_metrics_get(e, &mt);
@@ -513,6 +522,42 @@ TEST(disk_tier_hit_equals_recompute_bit_for_bit)
     store_free(st);
     pl_ctx_free(c1);
     pl_ctx_free(cc);
+    /* RAM holds the first k0 blocks (every group's), the tier the rest: at
+     * k0 = 5 the local table's window at the end lies wholly in the loaded
+     * blocks (its RAM blocks dropped, its chain moved over them), at k0 = 13
+     * it keeps a RAM block and takes one loaded */
+    const uint32_t k0s[2] = {5, 13};
+    for (int r = 0; r < 2; r++) {
+        const uint32_t k0 = k0s[r];
+        pl_ctx *cr = NULL;
+        int32_t sa, sb;
+        CHECK(pl_ctx_new(&cr, M3, &p) == 0);
+        st = tier_open(cr);
+        CHECK(st != NULL);
+        if (!st) return;
+        CHECK(pl_seq_new(cr, &sa) == 0 && pl_seq_append(cr, sa, ids, k0 * BS + 1, NULL) == 0);
+        pl_seq_free(cr, sa);
+        CHECK(pl_seq_new(cr, &sb) == 0);
+        const int hr = tier_attach(cr, st, sb, ids, P, &found, &loaded);
+        INFO("RAM %u blocks: the tier found %u, loaded %u; %d tokens held", k0, found, loaded, hr);
+        CHECK_EQ_INT(found, nb - k0);
+        CHECK_EQ_INT(loaded, nb - k0);
+        CHECK_EQ_INT(hr, h);
+        lg = rt_seq_kv_local(cr, sb);
+        CHECK(lg && lg->dropped == d && lg->t[0].n_blocks == nb - d);
+        CHECK_MSG(rt_ctx_check(cr) == 0, "%s", pl_last_error());
+        CHECK(pl_seq_append(cr, sb, ids + h, (size_t)(P - h), a) == 0);
+        for (int i = 0; i < N; i++) CHECK(pl_seq_append(cr, sb, ids + P + i, 1, a + (size_t)(i + 1) * nv) == 0);
+        for (int i = 0; i <= N; i++)
+            CHECK_MSG(memcmp(a + (size_t)i * nv, b + (size_t)i * nv, sizeof(float) * nv) == 0,
+                      "RAM %u blocks, step %d: logits differ from the recomputed prefix's", k0, i);
+        pl_seq_free(cr, sb);
+        CHECK(pl_seq_new(cr, &sb) == 0);
+        CHECK_EQ_INT(rt_seq_attach_prefix(cr, sb, ids, P, false), (int)(nb * BS)); /* every group's chain keyed */
+        CHECK_MSG(rt_ctx_check(cr) == 0, "%s", pl_last_error());
+        store_free(st);
+        pl_ctx_free(cr);
+    }
     /* one table, same model, same directory: none of the groups' entries is
      * found; it computes the prompt and writes entries of its own layout */
     pl_ctx_params po;
