@@ -370,6 +370,8 @@ int pl_seq_truncate(pl_ctx *c, int32_t seq, uint32_t n);
  * pieces, and a failure part-way leaves the pieces already run. */
 uint64_t pl_seq_n_dropped(const pl_ctx *c, int32_t seq);
 
+#define PL_KV_GROUPS_MAX 16 /* layer groups at most, the global one included */
+
 typedef struct {
     uint32_t block_size;
     uint32_t blocks_total, blocks_used, blocks_cached, blocks_free;
@@ -388,6 +390,9 @@ typedef struct {
      * and in the local groups; bytes_allocated is their sum. */
     uint32_t layer_groups;
     uint64_t global_bytes, local_bytes;
+    /* ... and each group's distinct blocks held ([0] the global group;
+     * bytes = blocks x block_bytes); zeros past layer_groups. */
+    uint32_t group_blocks[PL_KV_GROUPS_MAX];
 } pl_kv_stats;
 
 void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out);

@@ -82,6 +82,15 @@ static void kv_metrics(srv_buf *b, int *rc, const pl_kv_stats *kv)
     gauge(b, rc, "pagellm_kv_bytes_allocated", "Bytes of KV blocks held by sequences.", (double)kv->bytes_allocated);
     gauge(b, rc, "pagellm_kv_bytes_wasted", "Allocated KV bytes not holding a token (unfilled block tails).",
           (double)kv->bytes_wasted);
+    if (!kv->layer_groups) return;
+    /* layer groups (gemma2/3): group 0 holds the global layers of every token, the others the local layers' window */
+    const uint32_t ng = kv->layer_groups < PL_KV_GROUPS_MAX ? kv->layer_groups : PL_KV_GROUPS_MAX;
+    head(b, rc, "pagellm_kv_group_blocks", "gauge", "KV blocks the sequences hold in each layer group (0: the global layers).");
+    for (uint32_t g = 0; g < ng; g++) out(b, rc, "pagellm_kv_group_blocks{group=\"%u\"} %u\n", g, kv->group_blocks[g]);
+    head(b, rc, "pagellm_kv_group_bytes", "gauge", "Bytes of the KV blocks the sequences hold in each layer group.");
+    for (uint32_t g = 0; g < ng; g++)
+        out(b, rc, "pagellm_kv_group_bytes{group=\"%u\"} %llu\n", g,
+            (unsigned long long)kv->group_blocks[g] * (unsigned long long)kv->block_bytes);
 }
 
 static void tier_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m);

@@ -19,9 +19,19 @@
  *     recomputes it;
  *   - the engine with a pool too small for its requests: preemption and
  *     recomputation through the groups, its invariant checks every step.
+ *   - /v1/kv and the stats behind /metrics while a request decodes: each
+ *     group's table per sequence, owners over every group, per-group block
+ *     counts that add up to the blocks used.
+ *   - the disk tier: a prompt of 7 windows written behind, then loaded by a
+ *     fresh context (the local table takes the window only) with logits bit
+ *     for bit equal to a recompute of the same prefix, also after a RAM
+ *     prefix of 5 or 13 blocks; a one-table context
+ *     finds none of its entries; a damaged entry and a one-table entry
+ *     under a groups key are refused.
  */
 #include "test.h"
 
+#include <jansson.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -29,6 +39,8 @@
 #include "kv/kv_groups.h"
 #include "kv/prefix_cache.h"
 #include "runtime/runtime.h"
+#include "store/store.h"
+#include "store/store_disk.h"
 #include "engine_util.h"
 #include "gen_util.h"
 
@@ -305,6 +317,308 @@ TEST(engine_preemption_through_the_groups)
     CHECK_MSG(engine_run_complete(&res, R, G, why, sizeof why), "%s", why);
 }
 
+/* /v1/kv (pl_engine_kv_json) and the stats behind /metrics with layer
+ * groups, while a request of 6 windows decodes: every sequence lists each
+ * group's table (group 0's is its "blocks"; the local ones start past the
+ * window's front and hold a few blocks), every used block's owners are
+ * every table naming it (so their count is its refcount), and the
+ * per-group block counts add up to the blocks used. */
+TEST(kv_json_and_stats_show_every_group)
+{
+    pl_engine_params ep;
+    pl_engine_params_default(&ep);
+    params(&ep.ctx, false);
+    ep.ctx.max_seqs = 2;
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M3, &ep) == 0, "%s", pl_last_error());
+    if (!e) return;
+    enum { P = 6 * W + 5 };
+    int32_t ids[P];
+    for (int i = 0; i < P; i++) ids[i] = tok(i, 7);
+    pl_request_params rp = {.prompt = ids, .n_prompt = P, .max_tokens = 40, .n = 1, .top_logprobs = -1};
+    pl_sampler_params_default(&rp.sampling);
+    rp.sampling.temperature = 0;
+    rp.ignore_eos = true;
+    pl_request *r = NULL;
+    CHECK(pl_engine_submit(e, &rp, &r) == 0);
+    pl_event ev;
+    /* two tokens: the second one's step appended the first, so the local
+     * table has dropped what the window passed (a prefill in one piece
+     * keeps every block until the next append) */
+    for (int got = 0; got < 2;) {
+        int rc = pl_request_next(r, &ev, 20000);
+        CHECK_EQ_INT(rc, 1);
+        if (rc != 1) return;
+        got += ev.kind == PL_EV_TOKEN;
+    }
+    char *js = pl_engine_kv_json(e);
+    pl_engine_metrics mt;
+    pl_engine_metrics_get(e, &mt);
+    json_t *o = js ? json_loads(js, 0, NULL) : NULL;
+    pl_free(js);
+    CHECK(o);
+    if (!o) return;
+    CHECK_STR(json_string_value(json_object_get(o, "kv_kind")), "layer_groups");
+    json_t *seqs = json_object_get(o, "sequences"), *gbl = json_object_get(o, "group_blocks");
+    CHECK_EQ_INT(json_array_size(seqs), 1);
+    CHECK_EQ_INT(json_array_size(gbl), 2);
+    json_t *q = json_array_get(seqs, 0), *groups = json_object_get(q, "groups");
+    CHECK_EQ_INT(json_array_size(groups), 2);
+    json_t *g0 = json_array_get(groups, 0), *g1 = json_array_get(groups, 1);
+    CHECK(json_equal(json_object_get(g0, "blocks"), json_object_get(q, "blocks")));
+    CHECK_EQ_INT(json_integer_value(json_object_get(g0, "first_block")), 0);
+    CHECK_EQ_INT(json_integer_value(json_object_get(g1, "group")), 1);
+    const json_int_t first = json_integer_value(json_object_get(g1, "first_block"));
+    const size_t n0 = json_array_size(json_object_get(g0, "blocks")), n1 = json_array_size(json_object_get(g1, "blocks"));
+    INFO("a sequence of %lld tokens: global table %zu blocks, local table %zu from block %lld",
+         json_integer_value(json_object_get(q, "tokens")), n0, n1, (long long)first);
+    CHECK(first > 0 && (size_t)first + n1 == n0 && n1 <= (W - 1 + BS - 1) / BS + 2);
+    /* the per-group counts: the JSON's, the metrics', the tables' */
+    CHECK_EQ_INT(json_integer_value(json_array_get(gbl, 0)), n0);
+    CHECK_EQ_INT(json_integer_value(json_array_get(gbl, 1)), n1);
+    CHECK(mt.kv.layer_groups == 2 && mt.kv.group_blocks[0] >= 1 && mt.kv.group_blocks[1] >= 1);
+    CHECK_EQ_INT(json_integer_value(json_array_get(gbl, 0)) + json_integer_value(json_array_get(gbl, 1)),
+                 json_integer_value(json_object_get(o, "blocks_used")));
+    /* owners: every table naming a block, with its group */
+    json_t *blocks = json_object_get(o, "blocks"), *b;
+    size_t i;
+    int local_owned = 0;
+    json_array_foreach(blocks, i, b) {
+        json_t *own = json_object_get(b, "owners");
+        CHECK_EQ_INT(json_array_size(own), json_integer_value(json_object_get(b, "refcount")));
+        if (json_array_size(own) && json_integer_value(json_object_get(json_array_get(own, 0), "group")) == 1)
+            local_owned++;
+    }
+    CHECK_EQ_INT(local_owned, n1);
+    json_decref(o);
+    pl_request_cancel(r);
+    while (pl_request_next(r, &ev, 20000) == 1) {}
+    pl_request_free(r);
+    pl_engine_free(e);
+}
+
+/* ------------------------------------------------------- the KV tiers */
+
+static char tierdir[256];
+
+/* A disk tier on tierdir keyed like c's prefix cache, set on c. */
+static store *tier_open(pl_ctx *c)
+{
+    char err[300];
+    store_backend *b = store_disk_open(tierdir, 1 << 26, err, sizeof err);
+    if (!b) {
+        printf("# %s\n", err);
+        return NULL;
+    }
+    const kv_pool *pool = rt_ctx_pool(c);
+    store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = rt_ctx_tier_block_bytes(c),
+                       .timeout_ms = 5000};
+    memcpy(sp.salt, rt_ctx_prefix_cache(c)->salt, sizeof sp.salt);
+    store *st = NULL;
+    if (store_new(&st, &sp) || store_add_tier(st, b) || rt_ctx_set_store(c, st)) return NULL;
+    return st;
+}
+
+/* Looks up ids[0, n)'s full blocks in st for c's empty sequence seq and
+ * attaches them (rt_seq_attach_tiered): the tokens held; *found = blocks
+ * the tier verified. */
+static int tier_attach(pl_ctx *c, store *st, int32_t seq, const int32_t *ids, uint32_t n, uint32_t *found,
+                       uint32_t *loaded)
+{
+    uint64_t keys[64][2];
+    uint32_t in_ram = 0, nb = rt_prefix_chain(c, ids, n, keys, &in_ram);
+    *found = *loaded = 0;
+    if (nb <= in_ram) return rt_seq_attach_prefix(c, seq, ids, n, false);
+    store_lookup *l = store_lookup_start(st, in_ram ? keys[in_ram - 1] : PREFIX_ROOT,
+                                         (const uint64_t(*)[2])keys + in_ram, ids + (size_t)in_ram * BS, nb - in_ram);
+    bool done = false;
+    for (int w = 0; w < 5000 && !done; w++) {
+        *found = store_lookup_poll(l, &done);
+        if (!done) usleep(1000);
+    }
+    const uint8_t *blocks[64];
+    for (uint32_t i = 0; i < *found; i++) blocks[i] = store_lookup_block(l, i);
+    int h = rt_seq_attach_tiered(c, seq, ids, n, false, in_ram, blocks, *found, 1, loaded);
+    store_lookup_free(l);
+    return h;
+}
+
+/* out = the disk tier's file of chain block i of ids[0, n) in c's keys
+ * (store_disk.c: DIR/ab/cd/<32 hex>.kv). */
+static void entry_path(pl_ctx *c, const int32_t *ids, uint32_t n, uint32_t i, char *out)
+{
+    uint64_t keys[64][2];
+    uint32_t in_ram;
+    rt_prefix_chain(c, ids, n, keys, &in_ram);
+    char hex[33];
+    snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)keys[i][0], (unsigned long long)keys[i][1]);
+    snprintf(out, 400, "%s/%.2s/%.2s/%s.kv", tierdir, hex, hex + 2, hex);
+}
+
+/* gemma3 with layer groups on a disk tier: a prompt of 7 windows computed
+ * once is written behind (one entry a position: the global and the local
+ * group's block); a fresh context on the same directory loads every full
+ * block, the local table only the window's, and the logits of the rest of
+ * the prompt and 20 decoded tokens equal bit for bit those of a context
+ * that computed the same prefix itself (in the same pieces). A one-table
+ * context on the same directory finds none of those entries (their keys
+ * and salt name the groups), and an entry whose bytes are damaged is
+ * refused: the hit stops before it. */
+TEST(disk_tier_hit_equals_recompute_bit_for_bit)
+{
+    enum { P = 7 * W + 11, N = 20 };
+    const size_t nv = pl_model_n_vocab(M3);
+    int32_t ids[P + N];
+    for (int i = 0; i < P + N; i++) ids[i] = tok(i, 4);
+    float *a = malloc(sizeof(float) * nv * (N + 1)), *b = malloc(sizeof(float) * nv * (N + 1));
+    snprintf(tierdir, sizeof tierdir, "/tmp/pagellm-test-lgtier-%d", (int)getpid());
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tierdir);
+    CHECK(system(cmd) == 0);
+    pl_ctx_params p;
+    params(&p, false);
+    pl_ctx *c0 = NULL, *c1 = NULL, *cc = NULL;
+    int32_t s0, s1, sc;
+    /* the first context computes the prompt and writes it behind */
+    CHECK_MSG(pl_ctx_new(&c0, M3, &p) == 0, "%s", pl_last_error());
+    store *st = tier_open(c0);
+    CHECK(st != NULL);
+    if (!st) return;
+    CHECK(pl_seq_new(c0, &s0) == 0 && pl_seq_append(c0, s0, ids, P, NULL) == 0);
+    store_free(st); /* writes what is queued */
+    pl_ctx_free(c0);
+    /* a fresh context loads it */
+    CHECK(pl_ctx_new(&c1, M3, &p) == 0);
+    st = tier_open(c1);
+    CHECK(st != NULL);
+    if (!st) return;
+    uint32_t found, loaded;
+    CHECK(pl_seq_new(c1, &s1) == 0);
+    const int h = tier_attach(c1, st, s1, ids, P, &found, &loaded);
+    const uint32_t nb = (P - 1) / BS, d = (uint32_t)(h + 1 - W) / BS;
+    INFO("tier: %u of %u full blocks found, %u loaded, %d tokens held", found, nb, loaded, h);
+    CHECK_EQ_INT(found, nb);
+    CHECK_EQ_INT(loaded, nb);
+    CHECK_EQ_INT(h, (int)(nb * BS));
+    const kv_glocal *lg = rt_seq_kv_local(c1, s1);
+    CHECK(lg && lg->dropped == d && lg->t[0].n_blocks == nb - d); /* the window's blocks only */
+    CHECK_MSG(rt_ctx_check(c1) == 0, "%s", pl_last_error());
+    CHECK(pl_seq_append(c1, s1, ids + h, (size_t)(P - h), a) == 0);
+    for (int i = 0; i < N; i++) CHECK(pl_seq_append(c1, s1, ids + P + i, 1, a + (size_t)(i + 1) * nv) == 0);
+    CHECK_MSG(rt_ctx_check(c1) == 0, "%s", pl_last_error());
+    /* the same prefix computed, then the same pieces */
+    CHECK(pl_ctx_new(&cc, M3, &p) == 0);
+    CHECK(pl_seq_new(cc, &sc) == 0 && pl_seq_append(cc, sc, ids, (size_t)h, NULL) == 0);
+    CHECK(pl_seq_append(cc, sc, ids + h, (size_t)(P - h), b) == 0);
+    for (int i = 0; i < N; i++) CHECK(pl_seq_append(cc, sc, ids + P + i, 1, b + (size_t)(i + 1) * nv) == 0);
+    for (int i = 0; i <= N; i++)
+        CHECK_MSG(memcmp(a + (size_t)i * nv, b + (size_t)i * nv, sizeof(float) * nv) == 0,
+                  "step %d: logits after a tier hit differ from the recomputed prefix's", i);
+    /* the loaded blocks are RAM hits for the next prompt, every group's */
+    int32_t s2;
+    pl_seq_free(c1, s1);
+    CHECK(pl_seq_new(c1, &s2) == 0);
+    CHECK_EQ_INT(rt_seq_attach_prefix(c1, s2, ids, P, false), (int)(nb * BS));
+    store_free(st);
+    pl_ctx_free(c1);
+    pl_ctx_free(cc);
+    /* RAM holds the first k0 blocks (every group's), the tier the rest: at
+     * k0 = 5 the local table's window at the end lies wholly in the loaded
+     * blocks (its RAM blocks dropped, its chain moved over them), at k0 = 13
+     * it keeps a RAM block and takes one loaded */
+    const uint32_t k0s[2] = {5, 13};
+    for (int r = 0; r < 2; r++) {
+        const uint32_t k0 = k0s[r];
+        pl_ctx *cr = NULL;
+        int32_t sa, sb;
+        CHECK(pl_ctx_new(&cr, M3, &p) == 0);
+        st = tier_open(cr);
+        CHECK(st != NULL);
+        if (!st) return;
+        CHECK(pl_seq_new(cr, &sa) == 0 && pl_seq_append(cr, sa, ids, k0 * BS + 1, NULL) == 0);
+        pl_seq_free(cr, sa);
+        CHECK(pl_seq_new(cr, &sb) == 0);
+        const int hr = tier_attach(cr, st, sb, ids, P, &found, &loaded);
+        INFO("RAM %u blocks: the tier found %u, loaded %u; %d tokens held", k0, found, loaded, hr);
+        CHECK_EQ_INT(found, nb - k0);
+        CHECK_EQ_INT(loaded, nb - k0);
+        CHECK_EQ_INT(hr, h);
+        lg = rt_seq_kv_local(cr, sb);
+        CHECK(lg && lg->dropped == d && lg->t[0].n_blocks == nb - d);
+        CHECK_MSG(rt_ctx_check(cr) == 0, "%s", pl_last_error());
+        CHECK(pl_seq_append(cr, sb, ids + h, (size_t)(P - h), a) == 0);
+        for (int i = 0; i < N; i++) CHECK(pl_seq_append(cr, sb, ids + P + i, 1, a + (size_t)(i + 1) * nv) == 0);
+        for (int i = 0; i <= N; i++)
+            CHECK_MSG(memcmp(a + (size_t)i * nv, b + (size_t)i * nv, sizeof(float) * nv) == 0,
+                      "RAM %u blocks, step %d: logits differ from the recomputed prefix's", k0, i);
+        pl_seq_free(cr, sb);
+        CHECK(pl_seq_new(cr, &sb) == 0);
+        CHECK_EQ_INT(rt_seq_attach_prefix(cr, sb, ids, P, false), (int)(nb * BS)); /* every group's chain keyed */
+        CHECK_MSG(rt_ctx_check(cr) == 0, "%s", pl_last_error());
+        store_free(st);
+        pl_ctx_free(cr);
+    }
+    /* one table, same model, same directory: none of the groups' entries is
+     * found; it computes the prompt and writes entries of its own layout */
+    pl_ctx_params po;
+    params(&po, true);
+    pl_ctx *co = NULL;
+    int32_t so;
+    CHECK(pl_ctx_new(&co, M3, &po) == 0 && !rt_ctx_groups(co));
+    st = tier_open(co);
+    CHECK(st != NULL);
+    if (!st) return;
+    CHECK(pl_seq_new(co, &so) == 0);
+    CHECK_EQ_INT(tier_attach(co, st, so, ids, P, &found, &loaded), 0);
+    CHECK_EQ_INT(found, 0);
+    CHECK(pl_seq_append(co, so, ids, P, NULL) == 0);
+    store_free(st);
+    char one0[400], grp0[400], grp3[400];
+    entry_path(co, ids, P, 0, one0);
+    pl_ctx_free(co);
+    /* a groups context: an entry damaged in its last local bytes (block 3) is refused */
+    pl_ctx *cg = NULL;
+    int32_t sg;
+    CHECK(pl_ctx_new(&cg, M3, &p) == 0);
+    entry_path(cg, ids, P, 0, grp0);
+    entry_path(cg, ids, P, 3, grp3);
+    CHECK(access(one0, R_OK) == 0 && access(grp0, R_OK) == 0 && access(grp3, R_OK) == 0);
+    snprintf(cmd, sizeof cmd, "printf 'Z' | dd of=%s bs=1 seek=$(( $(stat -c %%s %s) - 3 )) conv=notrunc status=none",
+             grp3, grp3);
+    CHECK(system(cmd) == 0);
+    st = tier_open(cg);
+    CHECK(st != NULL);
+    if (!st) return;
+    store_tier_stats ts;
+    CHECK(pl_seq_new(cg, &sg) == 0);
+    CHECK_EQ_INT(tier_attach(cg, st, sg, ids, P, &found, &loaded), 3 * BS);
+    store_tier_stats_get(st, 0, &ts);
+    CHECK_EQ_INT(found, 3);
+    CHECK_EQ_INT(ts.rejected, 1);
+    pl_seq_free(cg, sg);
+    store_free(st);
+    pl_ctx_free(cg);
+    /* the one-table entry of block 0 (same tokens) put under the groups' key: refused */
+    snprintf(cmd, sizeof cmd, "cp %s %s", one0, grp0);
+    CHECK(system(cmd) == 0);
+    CHECK(pl_ctx_new(&cg, M3, &p) == 0);
+    st = tier_open(cg);
+    CHECK(st != NULL);
+    if (!st) return;
+    CHECK(pl_seq_new(cg, &sg) == 0);
+    CHECK_EQ_INT(tier_attach(cg, st, sg, ids, P, &found, &loaded), 0);
+    store_tier_stats_get(st, 0, &ts);
+    CHECK_EQ_INT(found, 0);
+    CHECK_EQ_INT(ts.rejected, 1);
+    CHECK_MSG(rt_ctx_check(cg) == 0, "%s", pl_last_error());
+    store_free(st);
+    pl_ctx_free(cg);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tierdir);
+    CHECK(system(cmd) == 0);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     (void)peer_greedy, (void)peer_logits, (void)peer_available, (void)ids_equal, (void)first_difference, (void)file_exists, (void)our_greedy;
@@ -321,6 +635,8 @@ int main(void)
     RUN(batched_steps_over_six_groups);
     RUN(forks_prefix_hits_and_truncation_keep_every_invariant);
     RUN(engine_preemption_through_the_groups);
+    RUN(disk_tier_hit_equals_recompute_bit_for_bit);
+    RUN(kv_json_and_stats_show_every_group);
     pl_model_free(M2);
     pl_model_free(M3);
     unlink(path2);

@@ -30,22 +30,27 @@ function flash(el) {
 
 const STATES = { f: "free", u: "used", c: "cached" };
 
-// The compact snapshot as one object per block, owners from the sequences.
+// The compact snapshot as one object per block, owners from the sequences
+// (with layer groups, every group's table: "groups").
 function unpack(kv) {
   const n = kv.block_states.length;
   const blocks = new Array(n);
   for (let i = 0; i < n; i++)
     blocks[i] = { id: i, state: STATES[kv.block_states[i]] || "?", refcount: kv.block_refcounts[i],
                   cached: kv.block_keyed[i] === "1", owners: [] };
-  for (const q of kv.sequences)
-    for (const b of q.blocks) if (blocks[b]) blocks[b].owners.push({ seq: q.seq, request: q.request });
+  for (const q of kv.sequences) {
+    const tables = q.groups || [{ blocks: q.blocks }];
+    for (const t of tables)
+      for (const b of t.blocks) if (blocks[b]) blocks[b].owners.push({ seq: q.seq, request: q.request, group: t.group });
+  }
   kv.blocks = blocks;
   return kv;
 }
 
 function ownersText(b) {
   if (!b.owners.length) return "no owner";
-  return b.owners.map((o) => "seq " + o.seq + " (request " + o.request + ")").join(", ");
+  return b.owners.map((o) => "seq " + o.seq + " (request " + o.request + ")" +
+                             (o.group === undefined ? "" : ", layer group " + o.group)).join(", ");
 }
 
 function cellTitle(b) {

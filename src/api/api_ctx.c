@@ -235,6 +235,8 @@ void pl_ctx_kv_stats(pl_ctx *c, pl_kv_stats *out)
         .global_bytes = r.n_groups ? r.group_bytes[0] : st->bytes_allocated,
         .local_bytes = r.group_bytes[1],
     };
+    _Static_assert(PL_KV_GROUPS_MAX == KV_GROUPS_MAX, "one bound");
+    memcpy(out->group_blocks, r.group_blocks, sizeof out->group_blocks);
 }
 
 uint64_t pl_seq_kv_bytes(const pl_ctx *c, int32_t id)

@@ -13,14 +13,22 @@
  *    head_dim = kv_lora_rank + rope dims; or "layer_groups" with "layer_groups",
  *    "global_bytes", "local_bytes": n_layers is then a block's layer slots and a
  *    sequence's "blocks" its global group's), "n_layers":.., "n_kv_heads":.., "head_dim":..,
- *    "bytes_per_token":.., "pool_bytes":..,
+ *    "bytes_per_token":.., "pool_bytes":.., with layer groups "group_blocks":[..]
+ *    (each group's distinct blocks held, [0] the global group),
  *    "bytes_allocated":.., "bytes_live":.., "bytes_wasted":..,
  *    "running":.., "waiting":.., "steps":.., "preemptions":..,
  *    "evictions":.., "prefix_hit_tokens":.., "prefix_query_tokens":..,
  *    "sequences":[{"seq":3, "request":12, "index":0, "completions":1,
- *                  "tokens":40, "state":"decode", "blocks":[7,2,9]}, ...],
+ *                  "tokens":40, "state":"decode", "blocks":[7,2,9],
+ *                  with layer groups "groups":[{"group":0, "first_block":0,
+ *                  "blocks":[7,2,9]}, {"group":1, "first_block":1, "blocks":[4,8]},
+ *                  ...]: each group's table, whose entry 0 is chain block
+ *                  first_block (the local groups dropped those behind the
+ *                  window)}, ...],
  *    "blocks":[{"id":0, "state":"used", "refcount":2, "cached":true,
  *               "owners":[{"seq":3, "request":12}, ...]}, ...]}
+ * With layer groups a block's owners are every table that names it, each
+ * with its "group"; so refcount is still the owners' count.
  * state is the pool's: "free", "used" (held by sequences) or "cached"
  * (held by none, kept for prefix hits); cached says the block carries a
  * prefix-cache key (a used block can be cached too). The counters
@@ -50,6 +58,10 @@ typedef struct {
     bool decode;
     uint32_t n_blocks;
     uint32_t *blocks; /* into eng_kv_snap.tables */
+    uint32_t n_groups;                  /* layer groups: 0 when off; group 0's table is blocks above */
+    uint32_t first[KV_GROUPS_MAX];      /* [g] the chain block of group g's table entry 0 */
+    uint32_t n_gblocks[KV_GROUPS_MAX];  /* [g] its entries */
+    uint32_t *gblocks[KV_GROUPS_MAX];   /* [g] into eng_kv_snap.tables */
 } eng_kv_seq;
 
 struct eng_kv_snap {
@@ -90,10 +102,14 @@ void eng_kv_snap_release(eng_kv_snap *s)
 static int eng_kv_take_seqs(pl_engine *e, eng_kv_snap *s)
 {
     const sched *sc = &e->sc;
+    const kv_groups *kg = rt_ctx_groups(e->ctx);
+    const uint32_t ng = kg ? kg->n_groups : 0;
     size_t n_entries = 0;
     for (uint32_t i = 0; i < sc->n_running; i++) {
         const kv_seq *kv = rt_seq_kv(e->ctx, sc->running[i]->seq);
+        const kv_glocal *lg = rt_seq_kv_local(e->ctx, sc->running[i]->seq);
         n_entries += kv ? kv->n_blocks : 0;
+        for (uint32_t g = 1; lg && g < ng; g++) n_entries += lg->t[g - 1].n_blocks;
     }
     s->seqs = calloc(sc->n_running ? sc->n_running : 1, sizeof *s->seqs);
     s->tables = malloc((n_entries ? n_entries : 1) * sizeof *s->tables);
@@ -113,6 +129,19 @@ static int eng_kv_take_seqs(pl_engine *e, eng_kv_snap *s)
         o->blocks = s->tables + at;
         if (o->n_blocks) memcpy(o->blocks, kv->table, o->n_blocks * sizeof *o->blocks);
         at += o->n_blocks;
+        const kv_glocal *lg = rt_seq_kv_local(e->ctx, q->seq);
+        if (!kv || !lg) continue;
+        o->n_groups = ng;
+        o->n_gblocks[0] = o->n_blocks;
+        o->gblocks[0] = o->blocks;
+        for (uint32_t g = 1; g < ng; g++) {
+            const kv_seq *t = &lg->t[g - 1];
+            o->first[g] = lg->dropped;
+            o->n_gblocks[g] = t->n_blocks;
+            o->gblocks[g] = s->tables + at;
+            if (t->n_blocks) memcpy(o->gblocks[g], t->table, t->n_blocks * sizeof *t->table);
+            at += t->n_blocks;
+        }
     }
     assert(at == n_entries);
     return 0;
@@ -177,6 +206,18 @@ static json_t *eng_json_seqs(const eng_kv_snap *s)
         json_object_set_new(o, "state", json_string(q->decode ? "decode" : "prefill"));
         for (uint32_t j = 0; j < q->n_blocks; j++) json_array_append_new(bl, json_integer(q->blocks[j]));
         json_object_set_new(o, "blocks", bl);
+        if (q->n_groups) {
+            json_t *gs = json_array();
+            for (uint32_t g = 0; g < q->n_groups; g++) {
+                json_t *go = json_object(), *gb = json_array();
+                jset_int(go, "group", g);
+                jset_int(go, "first_block", q->first[g]);
+                for (uint32_t j = 0; j < q->n_gblocks[g]; j++) json_array_append_new(gb, json_integer(q->gblocks[g][j]));
+                json_object_set_new(go, "blocks", gb);
+                json_array_append_new(gs, go);
+            }
+            json_object_set_new(o, "groups", gs);
+        }
         json_array_append_new(arr, o);
     }
     return arr;
@@ -189,11 +230,18 @@ static json_t *eng_json_blocks(const eng_kv_snap *s)
     json_t *arr = owners ? json_array() : NULL;
     for (uint32_t i = 0; arr && i < s->n_seqs; i++) {
         const eng_kv_seq *q = &s->seqs[i];
-        for (uint32_t j = 0; j < q->n_blocks; j++) {
-            uint32_t b = q->blocks[j];
-            assert(b < s->n_blocks);
-            if (!owners[b]) owners[b] = json_array();
-            json_array_append_new(owners[b], json_pack("{s:i, s:I}", "seq", q->seq, "request", (json_int_t)q->request));
+        const uint32_t ng = q->n_groups ? q->n_groups : 1;
+        for (uint32_t g = 0; g < ng; g++) {
+            const uint32_t n = q->n_groups ? q->n_gblocks[g] : q->n_blocks;
+            const uint32_t *tb = q->n_groups ? q->gblocks[g] : q->blocks;
+            for (uint32_t j = 0; j < n; j++) {
+                uint32_t b = tb[j];
+                assert(b < s->n_blocks);
+                if (!owners[b]) owners[b] = json_array();
+                json_t *w = json_pack("{s:i, s:I}", "seq", q->seq, "request", (json_int_t)q->request);
+                if (q->n_groups) jset_int(w, "group", g);
+                json_array_append_new(owners[b], w);
+            }
         }
     }
     for (uint32_t b = 0; arr && b < s->n_blocks; b++) {
@@ -262,10 +310,14 @@ char *eng_kv_snap_json(const eng_kv_snap *s, unsigned flags)
     json_object_set_new(root, "utilisation", json_real(st->utilisation));
     json_object_set_new(root, "kv_dtype", json_string(s->dtype));
     json_object_set_new(root, "kv_kind", json_string(s->latent ? "latent" : st->layer_groups ? "layer_groups" : "kv"));
-    if (st->layer_groups) { /* the sequences' blocks below are the global group's; the local ones are counted here */
+    if (st->layer_groups) { /* a sequence's "blocks" are its global group's table, "groups" every group's */
         jset_int(root, "layer_groups", st->layer_groups);
         jset_int(root, "global_bytes", (long long)st->global_bytes);
         jset_int(root, "local_bytes", (long long)st->local_bytes);
+        json_t *gb = json_array();
+        for (uint32_t g = 0; g < st->layer_groups && g < PL_KV_GROUPS_MAX; g++)
+            json_array_append_new(gb, json_integer(st->group_blocks[g]));
+        json_object_set_new(root, "group_blocks", gb);
     }
     jset_int(root, "n_layers", s->n_layers);
     jset_int(root, "n_kv_heads", s->n_kv_heads);

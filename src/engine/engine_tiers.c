@@ -22,7 +22,7 @@ int eng_tiers_open(pl_engine *e, store **out)
     if (!pc || !p->prefix_cache)
         return err_set(PL_EINVAL, "KV tiers (--kv-disk, --kv-redis) need the paged layout with the prefix cache");
     const kv_pool *pool = rt_ctx_pool(e->ctx);
-    store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = pool->g.block_bytes,
+    store_params sp = {.block_size = pool->g.s.block_size, .block_bytes = rt_ctx_tier_block_bytes(e->ctx),
                        .timeout_ms = p->kv_tier_timeout_ms,
                        .urgent_puts = p->role == PL_ROLE_PREFILL /* its answers wait for the writes */};
     memcpy(sp.salt, pc->salt, sizeof sp.salt);
@@ -47,7 +47,11 @@ int eng_tiers_open(pl_engine *e, store **out)
         store_free(st);
         return rc;
     }
-    rt_ctx_set_store(e->ctx, st);
+    rc = rt_ctx_set_store(e->ctx, st);
+    if (rc) {
+        store_free(st);
+        return rc;
+    }
     sched_set_store(&e->sc, st);
     *out = st;
     return 0;

@@ -497,6 +497,17 @@ int64_t prefix_range_missing(const prefix_cache *pc, const uint64_t root[2], con
     return missing;
 }
 
+void prefix_cursor_advance(const prefix_cache *pc, prefix_cursor *cur, const int32_t *tokens, uint32_t n_blocks)
+{
+    for (uint32_t i = cur->n_blocks; i < n_blocks; i++) {
+        uint64_t key[2];
+        prefix_key(pc, cur->hash, tokens + (size_t)i * pc->block_size, key);
+        cur->hash[0] = key[0];
+        cur->hash[1] = key[1];
+        cur->n_blocks = i + 1;
+    }
+}
+
 void prefix_attach_range(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t first, uint32_t k,
                          prefix_cursor *cur)
 {

@@ -224,6 +224,13 @@ int64_t prefix_range_missing(const prefix_cache *pc, const uint64_t root[2], con
 void prefix_attach_range(prefix_cache *pc, kv_seq *seq, const int32_t *tokens, uint32_t first, uint32_t k,
                          prefix_cursor *cur);
 
+/* Moves *cur over chain blocks [cur->n_blocks, n_blocks) of tokens (chain
+ * block 0 at tokens[0]) without keying them: for a local group whose table
+ * starts past its cursor (a tier load dropped the blocks behind the
+ * window), so that prefix_register_at can key what follows. Counts
+ * nothing; no-op if the cursor is there already. */
+void prefix_cursor_advance(const prefix_cache *pc, prefix_cursor *cur, const int32_t *tokens, uint32_t n_blocks);
+
 /* Adds n query tokens that were not looked up (and so missed) to the
  * stats: prefix_attach of a capped prompt counts the rest with this. */
 void prefix_count_missed(prefix_cache *pc, uint32_t n, bool is_recompute);

@@ -99,6 +99,7 @@ int rt_ctx_new(rt_ctx **out, const model *m, const rt_params *p)
          * what a cached block means (the disk tier keeps blocks across runs with other settings). */
         uint64_t fp[2] = {m->fingerprint[0], m->fingerprint[1]};
         if (p->swa) fp[0] ^= (uint64_t)p->swa * UINT64_C(0x9e3779b97f4a7c15), fp[1] ^= UINT64_C(0x5357412d77696e64);
+        if (rt_groups_on(c)) rt_groups_fingerprint(c, fp); /* likewise a block's layers and their window */
         rc = prefix_init(&c->pc, &c->pool, fp);
         c->prefix_ok = rc == 0;
     }
@@ -136,6 +137,7 @@ void rt_ctx_free(rt_ctx *c)
     free(c->b_tables);
     free(c->b_gslot);
     free(c->shift_scratch);
+    free(c->st_gather);
     free(c);
 }
 
@@ -162,6 +164,22 @@ static size_t ctx_tables(rt_ctx *c, kv_seq **live, size_t cap, size_t *n_glob)
     return n;
 }
 
+/* Each group's distinct blocks over the live sequences (a block is in one
+ * group's tables at a time: kv_groups_check_owners). Uses pool->scratch. */
+static void ctx_group_blocks(rt_ctx *c, uint32_t *out)
+{
+    kv_pool *pool = &c->pool;
+    memset(pool->scratch, 0, (size_t)pool->n_blocks * sizeof *pool->scratch);
+    for (uint32_t i = 0; i < c->p.max_seqs; i++) {
+        const rt_seq *s = &c->seqs[i];
+        for (uint32_t g = 0; s->alive && g < c->kg.n_groups; g++) {
+            const kv_seq *t = g ? &s->lg.t[g - 1] : &s->kv;
+            for (uint32_t j = 0; j < t->n_blocks; j++)
+                if (!pool->scratch[t->table[j]]) pool->scratch[t->table[j]] = 1, out[g]++;
+        }
+    }
+}
+
 void rt_ctx_kv_stats(rt_ctx *c, rt_kv_stats *out)
 {
     kv_seq **live = c->b_tables;
@@ -172,6 +190,7 @@ void rt_ctx_kv_stats(rt_ctx *c, rt_kv_stats *out)
         out->group_bytes[1] = out->kv.bytes_allocated;
         kv_stats_get(&c->pool, live, n_glob, &out->kv);
         out->group_bytes[0] = out->kv.bytes_allocated;
+        ctx_group_blocks(c, out->group_blocks);
     }
     kv_stats_get(&c->pool, live, n, &out->kv);
     uint64_t tokens = 0;

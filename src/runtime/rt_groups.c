@@ -16,6 +16,8 @@
 
 #include "base/err.h"
 
+#include <xxhash.h>
+
 void rt_groups_plan(rt_ctx *c)
 {
     const model_config *mc = &c->m->cfg;
@@ -130,4 +132,85 @@ void rt_groups_publish(rt_ctx *c, rt_seq *s)
     const uint32_t d = s->lg.dropped;
     for (uint32_t g = 1; g < c->kg.n_groups; g++)
         prefix_register_at(&c->pc, &s->lg.t[g - 1], s->tokens + (size_t)d * c->p.block_size, d, &s->lcur[g - 1]);
+}
+
+void rt_groups_fingerprint(const rt_ctx *c, uint64_t fp[2])
+{
+    const kv_groups *g = &c->kg;
+    uint64_t buf[6 + 2 * KV_GROUPS_MAX_LAYERS / 4], *p = buf; /* a tag, fp, the geometry, then the layer map */
+    *p++ = UINT64_C(0x67726f7570733031); /* "groups01" */
+    *p++ = fp[0];
+    *p++ = fp[1];
+    *p++ = (uint64_t)g->n_groups << 32 | g->slots;
+    *p++ = (uint64_t)g->window << 32 | g->n_layers;
+    *p++ = (uint64_t)g->n_global << 32 | g->n_local;
+    for (uint32_t l = 0; l < g->n_layers; l += 4) { /* 4 layers a word: group (8 bits), slot (8 of its 16) */
+        uint64_t w = 0;
+        for (uint32_t j = 0; j < 4 && l + j < g->n_layers; j++)
+            w |= ((uint64_t)g->group[l + j] << 8 | (g->slot[l + j] & 0xffu)) << (16 * j);
+        *p++ = w;
+    }
+    XXH128_hash_t h = XXH3_128bits(buf, (size_t)(p - buf) * sizeof *buf);
+    fp[0] = h.low64;
+    fp[1] = h.high64;
+}
+
+/* The blocks a load of j more blocks after k0 takes: j global ones, and in
+ * each local group those of [max(d(k0 + j), k0), k0 + j) (the drop of the
+ * front frees some too; not counted). */
+static uint64_t groups_load_cost(const rt_ctx *c, uint32_t k0, uint32_t j)
+{
+    const uint32_t k1 = k0 + j, d1 = groups_first_block(c, k1 * c->p.block_size), from = d1 > k0 ? d1 : k0;
+    return j + (uint64_t)(c->kg.n_groups - 1) * (k1 - from);
+}
+
+/* Pushes a fresh pool block holding `bytes` onto t. */
+static int groups_push_copy(kv_pool *pool, kv_seq *t, const uint8_t *bytes)
+{
+    uint32_t b;
+    int rc = kv_pool_alloc(pool, &b);
+    if (rc) return rc;
+    memcpy(kv_block_data(pool, b), bytes, pool->g.block_bytes);
+    rc = kv_seq_push_block(t, b); /* takes a reference of its own */
+    kv_pool_decref(pool, b);
+    return rc;
+}
+
+uint32_t rt_groups_load(rt_ctx *c, rt_seq *s, const int32_t *tokens, const uint8_t *const *blocks, uint32_t n,
+                        uint32_t reserve)
+{
+    kv_pool *pool = &c->pool;
+    const uint32_t T = c->p.block_size, ng = c->kg.n_groups, k0 = s->kv.n_blocks, d0 = s->lg.dropped;
+    const size_t bb = pool->g.block_bytes;
+    if (s->kv.mode != KV_SEQ_PAGED || s->kv.n_tokens != k0 * T || s->lg.t[0].n_tokens != (k0 - d0) * T) return 0;
+    uint32_t j = n;
+    if ((uint64_t)(k0 + j) * T > s->kv.max_ctx) j = s->kv.max_ctx / T - k0;
+    const uint64_t avail = kv_pool_available(pool), keep = (uint64_t)reserve * ng;
+    while (j > 0 && groups_load_cost(c, k0, j) + keep > avail) j--;
+    if (j == 0) return 0;
+    const uint32_t k1 = k0 + j, d1 = groups_first_block(c, k1 * T), from = d1 > k0 ? d1 : k0;
+    int rc = 0;
+    for (uint32_t i = k0; i < k1 && !rc; i++) {
+        const uint8_t *e = blocks[i - k0];
+        rc = groups_push_copy(pool, &s->kv, e);
+        for (uint32_t g = 1; g < ng && !rc && i >= from; g++) rc = groups_push_copy(pool, &s->lg.t[g - 1], e + g * bb);
+    }
+    if (rc) { /* not expected (the cost was checked): back to what s held */
+        kv_seq_truncate(&s->kv, k0 * T);
+        for (uint32_t g = 1; g < ng; g++) kv_seq_truncate(&s->lg.t[g - 1], (k0 - d0) * T);
+        return 0;
+    }
+    /* the local front the window no longer needs at k1 T: [d0, min(d1, k0)) */
+    const uint32_t drop = (d1 < k0 ? d1 : k0) - d0;
+    for (uint32_t g = 1; g < ng && drop; g++) {
+        rc = kv_seq_drop_front(&s->lg.t[g - 1], drop);
+        assert(rc == 0);
+    }
+    s->lg.dropped = d1;
+    prefix_register(&c->pc, &s->kv, tokens, &s->pcur);
+    for (uint32_t g = 1; g < ng; g++) {
+        prefix_cursor_advance(&c->pc, &s->lcur[g - 1], tokens, d1);
+        prefix_register_at(&c->pc, &s->lg.t[g - 1], tokens + (size_t)d1 * T, d1, &s->lcur[g - 1]);
+    }
+    return j;
 }

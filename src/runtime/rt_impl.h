@@ -43,6 +43,7 @@ struct pl_ctx {
     prefix_cache pc;                /* over pool; paged layout with a KV cache only */
     bool prefix_ok;
     store *st;                      /* the tiers below the prefix cache, or NULL (not owned) */
+    uint8_t *st_gather;             /* layer groups with a store: one entry's payload (n_groups blocks) */
     rt_seq *seqs;                   /* [max_seqs] */
     int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
     int32_t *b_lidx;                /* [max(max_seqs, max_batch)] rows that want logits */
@@ -115,6 +116,18 @@ int rt_groups_attach(rt_ctx *c, rt_seq *s, const int32_t *tokens, uint32_t n, bo
 uint32_t rt_groups_peek(const rt_ctx *c, const int32_t *tokens, uint32_t n);
 /* Keys the local groups' newly full blocks (after a forward pass). */
 void rt_groups_publish(rt_ctx *c, rt_seq *s);
+/* Folds the group geometry into the prefix cache's model fingerprint, so
+ * that keys (RAM and tiers) of a one-table context never name a groups
+ * context's blocks, nor one geometry's another's. */
+void rt_groups_fingerprint(const rt_ctx *c, uint64_t fp[2]);
+/* Loads tier entries (store_kv.h: n_groups blocks each) after s's whole-
+ * block prefix: blocks[j] holds chain block s->kv.n_blocks + j. The global
+ * table takes every loaded block, each local table only those its window
+ * needs at the new length (the front it no longer needs is dropped);
+ * loads the most blocks that leave `reserve` blocks per group available.
+ * Keys them in the prefix cache. Returns the blocks loaded (0: s as it was). */
+uint32_t rt_groups_load(rt_ctx *c, rt_seq *s, const int32_t *tokens, const uint8_t *const *blocks, uint32_t n,
+                        uint32_t reserve);
 
 /* rt_window.c */
 /* Drops what s must drop so that n more tokens fit (and then fit n_ctx). */

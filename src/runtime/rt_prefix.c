@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/mem.h"
 #include "store/store_kv.h"
 
 /* What a prefix may cover of an n-token prompt: the rest streams through
@@ -68,21 +69,45 @@ void rt_seq_publish(rt_ctx *c, rt_seq *s)
     }
     if (rt_groups_on(c)) rt_groups_publish(c, s);
     /* write-behind of what the cursor newly covers (a restarted cursor re-walks: the store skips repeats) */
-    if (c->st && s->pcur.n_blocks > before.n_blocks)
+    if (!c->st || s->pcur.n_blocks <= before.n_blocks) return;
+    if (rt_groups_on(c)) /* no SWA nor window with groups: base 0 */
+        store_kv_publish_groups(c->st, &c->pool, &s->kv, &s->lg, c->kg.n_groups, s->tokens, before.n_blocks,
+                                s->pcur.n_blocks, before.hash, c->st_gather);
+    else
         store_kv_publish(c->st, &c->pool, &s->kv, s->tokens, base, before.n_blocks, s->pcur.n_blocks, before.hash);
 }
 
-/* Layer groups keep no tiers yet: a tier holds the global group's blocks
- * only, and a hit needs the local groups' window too. */
-void rt_ctx_set_store(rt_ctx *c, store *st) { c->st = c->prefix_ok && !rt_groups_on(c) ? st : NULL; }
+/* With layer groups a tier entry holds every group's block of a position
+ * (store_kv.h), gathered into st_gather before it is queued. */
+int rt_ctx_set_store(rt_ctx *c, store *st)
+{
+    c->st = c->prefix_ok ? st : NULL;
+    if (c->st && rt_groups_on(c) && !c->st_gather) {
+        c->st_gather = mem_calloc(c->kg.n_groups, c->pool.g.block_bytes);
+        if (!c->st_gather) {
+            c->st = NULL;
+            return err_set(PL_ENOMEM, "out of memory for the KV tiers' entry of %u layer groups", c->kg.n_groups);
+        }
+    }
+    return 0;
+}
+
+uint64_t rt_ctx_tier_block_bytes(const rt_ctx *c)
+{
+    return c->pool.g.block_bytes * (rt_groups_on(c) ? c->kg.n_groups : 1);
+}
 
 uint32_t rt_prefix_chain(const rt_ctx *c, const int32_t *tokens, uint32_t n, uint64_t (*keys)[2], uint32_t *in_ram)
 {
     *in_ram = 0;
-    n = c->prefix_ok && !rt_groups_on(c) ? rt_prefix_cap(c, n) : 0;
+    n = c->prefix_ok ? rt_prefix_cap(c, n) : 0;
     if (n <= 1) return 0;
     uint32_t nb = (n - 1) / c->p.block_size;
     *in_ram = prefix_chain_keys(&c->pc, tokens, nb, keys);
+    if (rt_groups_on(c)) { /* what every group serves from RAM: the local windows may lack blocks */
+        const uint32_t k = rt_groups_peek(c, tokens, n) / c->p.block_size;
+        if (k < *in_ram) *in_ram = k;
+    }
     return nb;
 }
 
@@ -100,7 +125,10 @@ int rt_seq_attach_tiered(rt_ctx *c, int32_t id, const int32_t *tokens, uint32_t 
         rt_seq_kv_cut(c, s, k * T);
         s->n_tokens = k * T;
     }
-    uint32_t skip = k - first, got = store_kv_load(&c->pc, &s->kv, &s->pcur, tokens, blocks + skip, n_blocks - skip, reserve);
+    const uint32_t skip = k - first;
+    const uint32_t got = rt_groups_on(c) ? rt_groups_load(c, s, tokens, blocks + skip, n_blocks - skip, reserve)
+                                         : store_kv_load(&c->pc, &s->kv, &s->pcur, tokens, blocks + skip,
+                                                         n_blocks - skip, reserve);
     if (got == 0 && (uint32_t)hit % T) return (int)(k * T);
     s->n_tokens = s->kv.n_tokens;
     memcpy(s->tokens, tokens, s->n_tokens * sizeof *tokens);

@@ -90,6 +90,7 @@ typedef struct {
     kv_stats kv;                  /* over every table; tokens counts the global group's */
     uint32_t n_groups;            /* layer groups: 0 when off */
     uint64_t group_bytes[2];      /* ... bytes the [global], [local] groups' blocks hold */
+    uint32_t group_blocks[KV_GROUPS_MAX]; /* ... each group's distinct blocks ([0] global) */
     uint64_t stage_bytes_per_seq; /* staged dtypes: one sequence's f16 staging block */
     uint64_t stage_bytes;         /* ... times the live sequences */
 } rt_kv_stats;
@@ -153,8 +154,12 @@ const prefix_cache *rt_ctx_prefix_cache(const rt_ctx *c);
 
 /* The KV tiers below the prefix cache (src/store): every block the prefix
  * cache keys from now on is also written behind to st. NULL: none. The
- * store must outlive its use (not owned). */
-void rt_ctx_set_store(rt_ctx *c, store *st);
+ * store must outlive its use (not owned). PL_ENOMEM (then no store is
+ * used) if a layer groups' entry buffer cannot be had. */
+int rt_ctx_set_store(rt_ctx *c, store *st);
+/* The payload of one tier entry: a pool block, or with layer groups one
+ * block of every group (store_kv.h). */
+uint64_t rt_ctx_tier_block_bytes(const rt_ctx *c);
 /* The full blocks a prefix attach of tokens[0..n) may serve (within n - 1
  * tokens and what a sequence holds at once): their chain keys go to keys[]
  * (room for n / block_size), the count is returned; *in_ram = how many

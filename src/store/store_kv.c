@@ -18,6 +18,30 @@ void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const i
     }
 }
 
+void store_kv_publish_groups(store *st, const kv_pool *pool, const kv_seq *seq, const kv_glocal *lg,
+                             uint32_t n_groups, const int32_t *tokens, uint32_t from, uint32_t to,
+                             const uint64_t parent[2], uint8_t *scratch)
+{
+    const uint32_t t = pool->g.s.block_size;
+    const size_t bb = pool->g.block_bytes;
+    uint64_t par[2] = {parent[0], parent[1]};
+    for (uint32_t i = from; i < to && i < seq->n_blocks; i++) {
+        const uint32_t b = seq->table[i];
+        const kv_block *k = &pool->blocks[b];
+        if (!(k->flags & KV_BLOCK_HASHED)) return;
+        bool held = i >= lg->dropped;
+        for (uint32_t g = 1; held && g < n_groups; g++) held = i - lg->dropped < lg->t[g - 1].n_blocks;
+        if (held) {
+            memcpy(scratch, kv_block_data(pool, b), bb);
+            for (uint32_t g = 1; g < n_groups; g++)
+                memcpy(scratch + g * bb, kv_block_data(pool, lg->t[g - 1].table[i - lg->dropped]), bb);
+            store_put_block(st, k->hash, par, tokens + (size_t)i * t, scratch);
+        }
+        par[0] = k->hash[0];
+        par[1] = k->hash[1];
+    }
+}
+
 uint32_t store_kv_load(prefix_cache *pc, kv_seq *seq, prefix_cursor *cur, const int32_t *tokens,
                        const uint8_t *const *blocks, uint32_t n, uint32_t reserve)
 {

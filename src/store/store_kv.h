@@ -5,12 +5,25 @@
  * Keys are the prefix cache's (prefix_chain_keys); a block's bytes are its
  * whole extent in the pool (all layers' K and V planes, kv_block_data), so
  * a loaded block is bit for bit the block that was written.
+ *
+ * Layer groups (kv/kv_groups.h): one entry per chain block holds that
+ * position's block of every group, global first, then local groups 1..:
+ * payload = n_groups x the pool's block bytes, keyed by the global chain
+ * (whose salt names the group geometry: rt_groups_fingerprint). Why one
+ * entry and not one per group: all the groups' bytes of a position exist
+ * when its global block is sealed, one lookup walks one chain, and a hit
+ * can never find a global block without its local partners (per-group
+ * chains would need a second lookup, after the first told the hit length,
+ * to know which window to ask for). The cost: a load reads the local
+ * groups' bytes of positions behind the window too, and drops them
+ * (docs/kv-tiers.md#layer-groups).
  */
 #ifndef PL_STORE_KV_H
 #define PL_STORE_KV_H
 
 #include <stdint.h>
 
+#include "kv/kv_groups.h"
 #include "kv/prefix_cache.h"
 #include "store/store.h"
 
@@ -20,6 +33,16 @@
  * for 0). Stops at the first block without a key (a collision). */
 void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const int32_t *tokens, uint32_t base,
                       uint32_t from, uint32_t to, const uint64_t parent[2]);
+
+/* store_kv_publish for a context with layer groups: global table seq
+ * (tokens[0] and table[0] are chain block 0), local tables lg of
+ * n_groups - 1 groups. Each entry gathers the block of every group into
+ * scratch (n_groups x block bytes) first. A block whose local partners the
+ * window already dropped is skipped (a re-walk after a truncate: it was
+ * written when sealed). */
+void store_kv_publish_groups(store *st, const kv_pool *pool, const kv_seq *seq, const kv_glocal *lg,
+                             uint32_t n_groups, const int32_t *tokens, uint32_t from, uint32_t to,
+                             const uint64_t parent[2], uint8_t *scratch);
 
 /* seq (paged) holds exactly cur->n_blocks full blocks of tokens, as
  * prefix_attach left it; blocks[j] holds the K/V of chain block
