@@ -200,6 +200,35 @@ TEST(disk_round_trip_and_lock)
     rm_tmpdir();
 }
 
+/* An entry of several write pieces (64 KiB) and a remainder comes back
+ * byte for byte, also after a restart. */
+TEST(disk_round_trip_of_a_large_entry)
+{
+    mk_tmpdir("big");
+    char err[300];
+    const size_t pay = 3 * 65536 + 1234;
+    store_backend *b = store_disk_open(tmpdir, 8 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    size_t len;
+    uint8_t *want = dval(5, pay, &len);
+    store_key k = dkey(5);
+    const uint8_t *vv = want;
+    CHECK_EQ_INT(b->put_many(b, &k, 1, &vv, &len), 0);
+    for (int round = 0; round < 2; round++) {
+        uint8_t *v = NULL;
+        size_t got = 0;
+        CHECK_EQ_INT(b->get_many(b, &k, 1, &v, &got), 0);
+        CHECK(v && got == len && memcmp(v, want, len) == 0);
+        free(v);
+        b->close(b);
+        b = store_disk_open(tmpdir, 8 << 20, err, sizeof err);
+        CHECK_MSG(b, "%s", err);
+    }
+    b->close(b);
+    free(want);
+    rm_tmpdir();
+}
+
 TEST(disk_lru_within_limit_survives_restart)
 {
     mk_tmpdir("lru");
@@ -825,6 +854,7 @@ int main(void)
     RUN(entry_every_truncation_rejected);
     RUN(entry_wrong_salt_key_parent_tokens_rejected);
     RUN(disk_round_trip_and_lock);
+    RUN(disk_round_trip_of_a_large_entry);
     RUN(disk_lru_within_limit_survives_restart);
     RUN(disk_lru_keeps_a_chain_head);
     RUN(disk_torn_and_corrupt_files);
