@@ -30,6 +30,7 @@
 #define STORE_RECENT 4096          /* recently written keys remembered (direct mapped) */
 #define STORE_DRAIN_S 5.0          /* store_free writes what is queued for at most this long */
 #define STORE_SPARE_BYTES ((uint64_t)64 << 20) /* entry buffers kept for reuse, at most (and <= staging) */
+#define STORE_SPARES_MAX 1024      /* and at most this many (small entries: tests, tiny models) */
 
 enum { KEY_PENDING = 0, KEY_HIT, KEY_MISS };
 
@@ -424,6 +425,7 @@ int store_new(store **out, const store_params *p)
     if (!s->p.staging_bytes) s->p.staging_bytes = STORE_STAGING_DEFAULT;
     uint64_t spare_bytes = s->p.staging_bytes < STORE_SPARE_BYTES ? s->p.staging_bytes : STORE_SPARE_BYTES;
     s->max_spare = (size_t)(spare_bytes / store_entry_size(s->p.block_size, s->p.block_bytes));
+    if (s->max_spare > STORE_SPARES_MAX) s->max_spare = STORE_SPARES_MAX;
     if (s->max_spare && !(s->spare = calloc(s->max_spare, sizeof *s->spare))) s->max_spare = 0;
     if (pthread_mutex_init(&s->mu, NULL)) {
         free(s->spare);
