@@ -6,9 +6,9 @@
  * tier done with it (its bytes then leave the staging count; its buffer may
  * be kept as a spare for the next put). Memory is freed outside the mutex:
  * the engine thread takes it for every put, and a writer preempted while it
- * holds it (it runs at idle priority) would stall the engine. A lookup is referenced by the
- * engine (until store_lookup_free) and by the chain while a tier holds it
- * (one tier at a time); the last reference frees it.
+ * holds it (it runs at idle priority) would stall the engine. A lookup is
+ * referenced by the engine (until store_lookup_free) and by the chain while
+ * a tier holds it (one tier at a time); the last reference frees it.
  */
 #include "store/store.h"
 
@@ -29,8 +29,7 @@
 #define STORE_PUT_BATCH 16
 #define STORE_RECENT 4096          /* recently written keys remembered (direct mapped) */
 #define STORE_DRAIN_S 5.0          /* store_free writes what is queued for at most this long */
-#define STORE_SPARE_BYTES ((uint64_t)64 << 20) /* entry buffers kept for reuse, at most (and <= staging) */
-#define STORE_SPARES_MAX 1024      /* and at most this many (small entries: tests, tiny models) */
+#define STORE_SPARES 8             /* entry buffers kept for reuse (already faulted in) */
 
 enum { KEY_PENDING = 0, KEY_HIT, KEY_MISS };
 
@@ -81,8 +80,8 @@ struct store {
     uint64_t put_seq;                 /* jobs queued so far */
     bool stop;
     double stop_deadline;
-    uint8_t **spare;                  /* entry buffers to reuse (mu) */
-    size_t n_spare, max_spare;
+    uint8_t *spare[STORE_SPARES];     /* entry buffers to reuse (mu) */
+    int n_spare;
     pthread_mutex_t seal_mu;          /* put_job.sealed */
     store_key recent[STORE_RECENT];   /* engine thread only */
 };
@@ -262,15 +261,15 @@ static void tier_get(tier *t, store_lookup *l)
 /* Drops one tier's reference to job (mu held). The last one takes it out
  * of the staging count, keeps its buffer as a spare when it has an entry's
  * size and there is room, and returns the job for put_free (after the
- * mutex is released); NULL while other tiers hold it. Spares are kept so
- * that a burst of puts (a batch of prompts) does not map, fault in and
- * unmap a fresh buffer for each block (each unmap a TLB shootdown on the
- * CPUs running the engine). */
+ * mutex is released); NULL while other tiers hold it. A few spares do:
+ * malloc reuses the heap a burst freed, so that a second burst of 8
+ * prompts faults in ~1k pages on the engine threads with 8 spares, no more
+ * than with 64 MiB of them (docs/kv-tiers.md). */
 static put_job *put_unref(store *s, put_job *j)
 {
     if (--j->refs > 0) return NULL;
     s->staged -= j->len;
-    if (s->n_spare < s->max_spare && j->len == store_entry_size(s->p.block_size, s->p.block_bytes)) {
+    if (s->n_spare < STORE_SPARES && j->len == store_entry_size(s->p.block_size, s->p.block_bytes)) {
         s->spare[s->n_spare++] = j->buf;
         j->buf = NULL;
     }
@@ -423,18 +422,12 @@ int store_new(store **out, const store_params *p)
     s->p = *p;
     if (!s->p.timeout_ms) s->p.timeout_ms = STORE_TIMEOUT_MS_DEFAULT;
     if (!s->p.staging_bytes) s->p.staging_bytes = STORE_STAGING_DEFAULT;
-    uint64_t spare_bytes = s->p.staging_bytes < STORE_SPARE_BYTES ? s->p.staging_bytes : STORE_SPARE_BYTES;
-    s->max_spare = (size_t)(spare_bytes / store_entry_size(s->p.block_size, s->p.block_bytes));
-    if (s->max_spare > STORE_SPARES_MAX) s->max_spare = STORE_SPARES_MAX;
-    if (s->max_spare && !(s->spare = calloc(s->max_spare, sizeof *s->spare))) s->max_spare = 0;
     if (pthread_mutex_init(&s->mu, NULL)) {
-        free(s->spare);
         free(s);
         return err_set(PL_ENOMEM, "store: cannot make its lock");
     }
     if (pthread_mutex_init(&s->seal_mu, NULL)) {
         pthread_mutex_destroy(&s->mu);
-        free(s->spare);
         free(s);
         return err_set(PL_ENOMEM, "store: cannot make its lock");
     }
@@ -512,8 +505,7 @@ void store_free(store *s)
         pthread_cond_destroy(&t->get_cv);
         pthread_cond_destroy(&t->put_cv);
     }
-    for (size_t i = 0; i < s->n_spare; i++) free(s->spare[i]);
-    free(s->spare);
+    for (int i = 0; i < s->n_spare; i++) free(s->spare[i]);
     pthread_mutex_destroy(&s->seal_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
