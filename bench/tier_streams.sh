@@ -12,6 +12,10 @@
 #   tok_s    completion tokens / wall time of the whole batch (pays prefill)
 #   dropped  writes the disk tier dropped (pagellm_kv_tier_dropped_writes_total)
 #   mib      bytes it wrote
+#   eng_cpu  CPU time of the engine's threads (named pagellm) per completion
+#            token, in ms, from /proc/PID/task/*/schedstat over the batch: the
+#            cost the decodes pay themselves, whatever the load of the host
+#   io_cpu   CPU time of the tier's I/O threads (pl-*) over the batch, ms
 # then the medians of each mode and the loss (with / without - 1).
 #   bash bench/tier_streams.sh            RUNS=6 STREAMS=8 PROMPT=337 MAX_TOKENS=64
 # PAGELLM_BASE=path/to/other/pagellm adds a third mode, `base`: that binary
@@ -43,6 +47,16 @@ prompt_json() {
     printf "[1"; for (i = 1; i < n; i++) printf ",%d", 100 + (i * 7 + r * 131 + run * 977 + (i == 1 ? r * 17 + run * 3 : 0)) % 3000; printf "]" }'
 }
 
+# CPU ns of the server's threads by kind: "engine NS io NS"
+thread_cpu() {
+  local t c n e=0 i=0
+  for t in /proc/"$1"/task/*; do
+    c=$(cat "$t/comm" 2>/dev/null) && n=$(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) || continue
+    case $c in pagellm) e=$((e + n)) ;; pl-*) i=$((i + n)) ;; esac
+  done
+  echo "$e $i"
+}
+
 metric() { # name filter (a substring of the line), from $WORK/metrics
   awk -v pat="$1" 'index($0, pat) == 1 { v = $NF } END { print v + 0 }' "$WORK/metrics"
 }
@@ -61,7 +75,8 @@ one_run() {
     printf '{"prompt":%s,"max_tokens":%d,"temperature":0,"ignore_eos":true,"stream":true}' \
       "$(prompt_json "$i" "$run")" "$MAXT" >"$WORK/req$i.json"
   done
-  local pids=()
+  local pids=() cpu0 cpu1
+  cpu0=$(thread_cpu "$SRV")
   t0=$(date +%s.%N)
   for i in $(seq "$STREAMS"); do
     curl -sN -H 'Content-Type: application/json' --data @"$WORK/req$i.json" \
@@ -70,6 +85,7 @@ one_run() {
   done
   wait "${pids[@]}"
   t1=$(date +%s.%N)
+  cpu1=$(thread_cpu "$SRV")
   curl -sf "http://127.0.0.1:$port/metrics" >"$WORK/metrics"
   kill "$SRV"; wait "$SRV" 2>/dev/null; SRV=
   local toks sum n
@@ -79,13 +95,15 @@ one_run() {
   awk -v s="$sum" -v n="$n" -v k="$toks" -v t0="$t0" -v t1="$t1" \
       -v d="$(metric 'pagellm_kv_tier_dropped_writes_total{tier="disk"}')" \
       -v w="$(metric 'pagellm_kv_tier_written_bytes_total{tier="disk"}')" \
-    'BEGIN { printf "%.2f %.1f %d %.0f\n", n ? 1000 * s / n : 0, k / (t1 - t0), d, w / 1048576 }'
+      -v c0="$cpu0" -v c1="$cpu1" 'BEGIN { split(c0, a, " "); split(c1, b, " ")
+    printf "%.2f %.1f %d %.0f %.3f %.0f\n", n ? 1000 * s / n : 0, k / (t1 - t0), d, w / 1048576,
+      k ? (b[1] - a[1]) / 1e6 / k : 0, (b[2] - a[2]) / 1e6 }'
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null) load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# run mode itl_ms tok_s dropped_writes written_MiB"
+echo "# run mode itl_ms tok_s dropped_writes written_MiB eng_cpu_ms_per_tok io_cpu_ms"
 modes=(none disk)
 [ -n "$BASE" ] && modes+=(base)
 for m in "${modes[@]}"; do : >"$WORK/$m.txt"; done
@@ -99,11 +117,18 @@ for r in $(seq "$RUNS"); do
 done
 echo "# load after $(cut -d' ' -f1-3 /proc/loadavg)"
 itl0=$(cut -d' ' -f1 "$WORK/none.txt" | median); tps0=$(cut -d' ' -f2 "$WORK/none.txt" | median)
+eng0=$(cut -d' ' -f5 "$WORK/none.txt" | median)
+# paired: each run's ratio to the run of mode none in the same rotation, then the median
+paired() { paste -d' ' "$WORK/none.txt" "$WORK/$1.txt" | awk -v f="$2" -v n=6 '{ print $(n + f) / $f }' | median; }
 for m in "${modes[@]}"; do
   awk -v m="$m" -v a="$itl0" -v b="$(cut -d' ' -f1 "$WORK/$m.txt" | median)" \
       -v c="$tps0" -v d="$(cut -d' ' -f2 "$WORK/$m.txt" | median)" \
       -v x="$(awk '{ s += $3 } END { print s + 0 }' "$WORK/$m.txt")" \
-      -v w="$(cut -d' ' -f4 "$WORK/$m.txt" | median)" 'BEGIN {
-    printf "%-5s median itl_ms %.2f (%+.1f%%), median tok_s %.1f (%+.1f%%), dropped writes %d, written MiB (median) %.0f\n",
-      m, b, 100 * (b / a - 1), d, 100 * (d / c - 1), x, w }'
+      -v w="$(cut -d' ' -f4 "$WORK/$m.txt" | median)" \
+      -v e0="$eng0" -v e="$(cut -d' ' -f5 "$WORK/$m.txt" | median)" -v io="$(cut -d' ' -f6 "$WORK/$m.txt" | median)" \
+      -v pi="$(paired "$m" 1)" -v pe="$(paired "$m" 5)" 'BEGIN {
+    printf "%-5s median itl_ms %.2f (%+.1f%%, paired %.3f), median tok_s %.1f (%+.1f%%), dropped writes %d, written MiB (median) %.0f\n",
+      m, b, 100 * (b / a - 1), pi, d, 100 * (d / c - 1), x, w
+    printf "%-5s median engine CPU ms/token %.3f (%+.1f%%, paired %.3f), median I/O threads CPU ms %.0f\n",
+      m, e, 100 * (e / e0 - 1), pe, io }'
 done

@@ -4,9 +4,11 @@
  *
  * Ownership: a put job is referenced once per tier and freed by the last
  * tier done with it (its bytes then leave the staging count; its buffer may
- * be kept as a spare for the next put). A lookup is referenced by the
- * engine (until store_lookup_free) and by the chain while a tier holds it
- * (one tier at a time); the last reference frees it.
+ * be kept as a spare for the next put). Memory is freed outside the mutex:
+ * the engine thread takes it for every put, and a writer preempted while it
+ * holds it (it runs at idle priority) would stall the engine. A lookup is
+ * referenced by the engine (until store_lookup_free) and by the chain while
+ * a tier holds it (one tier at a time); the last reference frees it.
  */
 #include "store/store.h"
 
@@ -256,17 +258,39 @@ static void tier_get(tier *t, store_lookup *l)
 
 /* ---------------------------------------------------------------- puts */
 
-/* Drops one tier's reference to job (mu held); the last frees it, keeping
- * its buffer as a spare when it has an entry's size. */
-static void put_unref(store *s, put_job *j)
+/* Drops one tier's reference to job (mu held). The last one takes it out
+ * of the staging count, keeps its buffer as a spare when it has an entry's
+ * size and there is room, and returns the job for put_free (after the
+ * mutex is released); NULL while other tiers hold it. A few spares do:
+ * malloc reuses the heap a burst freed, so that a second burst of 8
+ * prompts faults in ~1k pages on the engine threads with 8 spares, no more
+ * than with 64 MiB of them (docs/kv-tiers.md). */
+static put_job *put_unref(store *s, put_job *j)
 {
-    if (--j->refs > 0) return;
+    if (--j->refs > 0) return NULL;
     s->staged -= j->len;
-    if (s->n_spare < STORE_SPARES && j->len == store_entry_size(s->p.block_size, s->p.block_bytes))
+    if (s->n_spare < STORE_SPARES && j->len == store_entry_size(s->p.block_size, s->p.block_bytes)) {
         s->spare[s->n_spare++] = j->buf;
-    else
-        free(j->buf);
+        j->buf = NULL;
+    }
+    return j;
+}
+
+static void put_free(put_job *j)
+{
+    if (!j) return;
+    free(j->buf);
     free(j);
+}
+
+/* put_unref on jobs[0, k), the memory freed with mu released meanwhile
+ * (mu held on entry and exit). */
+static void put_unref_all(store *s, put_job **jobs, int k)
+{
+    for (int i = 0; i < k; i++) jobs[i] = put_unref(s, jobs[i]);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k; i++) put_free(jobs[i]);
+    pthread_mutex_lock(&s->mu);
 }
 
 /* The engine thread fills an entry; its checksum is computed here, on the
@@ -293,7 +317,7 @@ static void tier_put_batch(tier *t)
     if (!t->put_head) t->put_tail = NULL;
     if (s->stop && now_s() > s->stop_deadline) { /* shutting down and out of time: drop */
         t->st.dropped_writes += (uint64_t)k;
-        for (int i = 0; i < k; i++) put_unref(s, jobs[i]);
+        put_unref_all(s, jobs, k);
         return;
     }
     store_key keys[STORE_PUT_BATCH];
@@ -312,7 +336,7 @@ static void tier_put_batch(tier *t)
     t->st.puts += (uint64_t)k;
     if (rc < 0) t->st.errors++;
     else t->st.bytes_written += bytes;
-    for (int i = 0; i < k; i++) put_unref(s, jobs[i]);
+    put_unref_all(s, jobs, k);
 }
 
 /* Serves lookups, oldest first; they have a deadline the engine waits on. */
@@ -475,7 +499,7 @@ void store_free(store *s)
         while (t->put_head) {
             put_job *j = t->put_head;
             t->put_head = j->next[i];
-            put_unref(s, j);
+            put_free(put_unref(s, j));
         }
         t->b->close(t->b);
         pthread_cond_destroy(&t->get_cv);

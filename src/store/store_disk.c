@@ -291,10 +291,19 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
     return rc;
 }
 
+/* One write() copies at most this much into the page cache. A kernel built
+ * without full preemption (PREEMPT_NONE, as on the hosts measured) does
+ * not take the CPU from a thread inside a system call: an engine thread
+ * woken on the CPU where the writer is copying a whole 576 KiB entry waits
+ * for the copy to end (a fraction of a millisecond to a few), the writer's
+ * idle priority notwithstanding. Between pieces the return to user space
+ * lets the woken thread in. */
+#define DISK_WRITE_PIECE ((size_t)64 << 10)
+
 static bool disk_write_all(int fd, const uint8_t *p, size_t n)
 {
     while (n) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = write(fd, p, n < DISK_WRITE_PIECE ? n : DISK_WRITE_PIECE);
         if (w <= 0) return false;
         p += w;
         n -= (size_t)w;
