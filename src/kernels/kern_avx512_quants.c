@@ -15,7 +15,10 @@
  * Numerics: the reference's exact integer sum per super-block, spread over
  * 8 lanes; float accumulation in 8 lanes across super-blocks, one
  * horizontal sum (within rounding of the reference). One code path per
- * element whatever nx (kern_impl.h's invariants).
+ * element whatever nx (kern_impl.h's invariants). IQ4_XS's decode dot is
+ * a tile of its own (iq4_xs_dot_tile: levels + 128 in vpdpbusd), so its
+ * rows differ from its GEMM's within rounding, as kern_impl.h allows for
+ * decode dots.
  */
 #include "kernels/kern_impl.h"
 #include "kernels/avx512_intrin.h"
