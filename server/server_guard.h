@@ -63,6 +63,13 @@ void srv_guard_close(srv_guard *g, srv_conn *c);
  * close it before that. An entry still waiting when its fd number comes
  * back from accept is one the library dropped; srv_guard_open frees it. */
 void srv_guard_handoff(srv_guard *g, srv_conn *c);
+/* Passing a relayed connection (server_gate.h): the library gets lib_fd,
+ * one end of a socket pair, and the gate keeps the client's socket and
+ * the request deadlines; the watchdog never cuts this entry. Adopted by
+ * lib_fd as srv_guard_handoff's are. */
+void srv_guard_relay(srv_guard *g, srv_conn *c, int lib_fd);
+/* A connection cut at a deadline kept outside the guard (the relay's). */
+void srv_guard_timed_out(srv_guard *g);
 /* The handed-off entry of socket fd, now the library's; NULL when none. */
 srv_conn *srv_guard_adopt(srv_guard *g, int fd);
 srv_conn_verdict srv_guard_verdict(const srv_conn *c);

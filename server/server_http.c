@@ -19,12 +19,11 @@
  *
  * Every answer this file makes is JSON in OpenAI's error shape when it is
  * an error. Without TLS the server owns the listening socket: server_gate.h
- * accepts, reads each connection's first request head before libmicrohttpd
- * does, answers a malformed one itself (JSON too), and hands the others to
- * libmicrohttpd (MHD_add_connection) with their bytes untouched. What
- * libmicrohttpd still answers with its own fixed bodies - later requests on
- * a keep-alive connection, and every request under TLS - docs/security.md
- * lists.
+ * accepts and relays every connection through a socket pair whose other
+ * end libmicrohttpd reads (MHD_add_connection, with the client's address),
+ * checking each request head and chunked body on the way and answering a
+ * malformed one itself (JSON too). What libmicrohttpd still answers with
+ * its own fixed bodies - every request under TLS - docs/security.md lists.
  *
  * Invariant: conn.rs, once submitted, is freed only in on_completed, which
  * MHD calls exactly once per request it presented to on_request, after the
@@ -901,6 +900,7 @@ static int gate_start(srv *s, int lfd)
         .guard = s->guard,
         .capacity = s->cfg.max_conns + conn_reserve(s->cfg.max_conns),
         .idle_s = s->cfg.timeout_s,
+        .deadline_s = s->cfg.header_timeout_s,
         .cors_any = !s->cfg.cors || s->cfg.cors->any,
         .handoff = gate_handoff,
         .answered = gate_answered,
