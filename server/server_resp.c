@@ -12,6 +12,7 @@ enum { R_IDLE = 0, R_STATUS, R_FIELDS, R_LENGTH, R_CHUNK_SIZE, R_CHUNK_DATA, R_C
 void srv_resp_expect(srv_resp *r, bool head_method)
 {
     memset(r, 0, offsetof(srv_resp, line));
+    r->line_n = 0;
     r->st = R_STATUS;
     r->due = true;
     r->head_method = head_method;
