@@ -32,6 +32,7 @@
 #include "server_head.h"
 #include "server_openai.h"
 #include "server_resp.h"
+#include "server_tls.h"
 
 #define GATE_IN (SRV_HEAD_MAX + SRV_CHUNK_LINE_MAX + 4096) /* client bytes held: a whole head, or a chunk line */
 #define GATE_OUT 32768           /* answer bytes on their way to the client */
@@ -51,6 +52,8 @@ typedef struct {
 typedef struct {
     int fd;                      /* the client's socket; -1: the slot is free */
     int sfd;                     /* the gate's end of the socket pair; -1 before the first relay */
+    srv_tls_conn *tls;           /* under TLS: the client's session (its bytes are decrypted here) */
+    bool tls_ready;              /* ... its handshake is done */
     srv_conn *gc;                /* its guard entry while the gate owns it (until the first relay) */
     struct sockaddr_storage addr;
     socklen_t alen;
@@ -87,6 +90,23 @@ static double mono_now(void)
 
 static bool again(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
 
+/* The client's side, in clear or through its TLS session: as recv/send. */
+static ssize_t cl_recv(gate_conn *c, void *b, size_t n)
+{
+    return c->tls ? srv_tls_recv(c->tls, b, n) : recv(c->fd, b, n, MSG_DONTWAIT);
+}
+
+static ssize_t cl_send(gate_conn *c, const void *b, size_t n)
+{
+    return c->tls ? srv_tls_send(c->tls, b, n) : send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static void cl_shut(gate_conn *c)
+{
+    if (c->tls) srv_tls_bye(c->tls);
+    shutdown(c->fd, SHUT_WR);
+}
+
 static void slot_free(srv_gate *g, unsigned i)
 {
     gate_conn *c = &g->conns[i];
@@ -102,6 +122,7 @@ static void conn_close(srv_gate *g, unsigned i)
     gate_conn *c = &g->conns[i];
     srv_guard_close(g->p.guard, c->gc);
     if (c->sfd >= 0) close(c->sfd);
+    srv_tls_close(c->tls);
     close(c->fd); /* leaves the epoll set with it */
     slot_free(g, i);
 }
@@ -264,7 +285,7 @@ static void linger(srv_gate *g, unsigned i)
 {
     gate_conn *c = &g->conns[i];
     while (c->out_len) {
-        ssize_t w = send(c->fd, c->b->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w = cl_send(c, c->b->out, c->out_len);
         if (w < 0) {
             if (again()) break;
             conn_close(g, i);
@@ -274,11 +295,11 @@ static void linger(srv_gate *g, unsigned i)
         c->out_len -= (size_t)w;
     }
     if (!c->out_len && !c->wr_shut) {
-        shutdown(c->fd, SHUT_WR);
+        cl_shut(c);
         c->wr_shut = true;
     }
     ssize_t r;
-    while ((r = recv(c->fd, g->scratch, sizeof g->scratch, MSG_DONTWAIT)) > 0) {}
+    while ((r = cl_recv(c, g->scratch, sizeof g->scratch)) > 0) {}
     if (r == 0) c->cl_eof = true;
     if ((r < 0 && !again()) || (c->cl_eof && !c->out_len)) conn_close(g, i);
 }
@@ -287,6 +308,12 @@ static void linger(srv_gate *g, unsigned i)
 static void pump(srv_gate *g, unsigned i)
 {
     gate_conn *c = &g->conns[i];
+    if (c->tls && !c->tls_ready) { /* under the request deadline, as a head is */
+        int h = srv_tls_handshake(c->tls);
+        if (h < 0) conn_close(g, i);
+        if (h <= 0) return;
+        c->tls_ready = true;
+    }
     for (;;) {
         if (c->phase == P_LINGER) {
             linger(g, i);
@@ -294,7 +321,7 @@ static void pump(srv_gate *g, unsigned i)
         }
         bool moved = false;
         if (!c->cl_eof && c->in_len < GATE_IN) { /* client -> gate */
-            ssize_t r = recv(c->fd, c->b->in + c->in_len, GATE_IN - c->in_len, MSG_DONTWAIT);
+            ssize_t r = cl_recv(c, c->b->in + c->in_len, GATE_IN - c->in_len);
             if (r > 0) {
                 c->in_len += (size_t)r;
                 if (c->t_idle) c->t_idle = mono_now() + g->p.idle_s;
@@ -345,7 +372,7 @@ static void pump(srv_gate *g, unsigned i)
             }
         }
         if (c->out_len) { /* gate -> client */
-            ssize_t w = send(c->fd, c->b->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t w = cl_send(c, c->b->out, c->out_len);
             if (w > 0) {
                 memmove(c->b->out, c->b->out + w, c->out_len - (size_t)w);
                 c->out_len -= (size_t)w;
@@ -430,6 +457,10 @@ static void accept_ready(srv_gate *g)
         memset(&c->b->resp, 0, sizeof c->b->resp);
         c->t_req = g->p.deadline_s > 0 ? t + g->p.deadline_s : 0;
         c->t_idle = g->p.idle_s ? t + g->p.idle_s : 0;
+        if (g->p.tls && !(c->tls = srv_tls_accept(g->p.tls, fd))) {
+            conn_close(g, i);
+            continue;
+        }
         struct epoll_event e = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = (uint64_t)i * 2};
         if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &e) != 0) conn_close(g, i);
     }

@@ -39,8 +39,11 @@
  * One thread, epoll (edge-triggered: every event runs the connection's
  * pump until no side can move). Accepting pauses while the guard counts
  * `capacity` connections (as libmicrohttpd stops accepting at its own
- * limit); the kernel's backlog holds the rest. TLS connections never come
- * here (the bytes are encrypted): docs/security.md.
+ * limit); the kernel's backlog holds the rest.
+ *
+ * Under TLS (server_tls.h) the gate is the TLS end: each connection's
+ * handshake runs here, non-blocking, under the request deadline, and the
+ * relay's checks see the decrypted bytes; libmicrohttpd runs without TLS.
  */
 #ifndef PL_SERVER_GATE_H
 #define PL_SERVER_GATE_H
@@ -49,6 +52,7 @@
 #include <sys/socket.h>
 
 #include "server_guard.h"
+#include "server_tls.h"
 
 #define SRV_GATE_LINGER_MS 2000 /* after an error answer: how long the client's bytes are drained */
 
@@ -60,6 +64,7 @@ typedef struct {
     double deadline_s;   /* to receive one request's head and body, from the connection's
                           * start or the end of the previous answer (0: none) */
     bool cors_any;       /* error answers carry Access-Control-Allow-Origin: * */
+    srv_tls *tls;        /* TLS on every connection (the gate decrypts; NULL: plain HTTP) */
     /* Gives one end of a connection's socket pair to the HTTP library, with
      * the client's address; the library owns fd from then on, success or
      * not (0 ok). */

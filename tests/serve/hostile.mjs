@@ -19,7 +19,11 @@
 //       reads until the server closes or SECS s pass: {"answers": [{"status",
 //       "headers", "body"}...] in the order they came, "closed", "ms": when
 //       the server closed (or SECS), "rest": bytes that are no whole answer}
+//
+// With HOSTILE_TLS_CA=FILE every mode speaks TLS, trusting that certificate.
+import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
 
 const [mode, portArg, ...rest] = process.argv.slice(2);
 const port = Number(portArg);
@@ -28,8 +32,10 @@ const unescape = (s) => JSON.parse('"' + s.replace(/"/g, '\\"') + '"');
 
 function connect(from) {
   return new Promise((resolve, reject) => {
-    const s = net.connect({ host: '127.0.0.1', port, localAddress: from || '127.0.0.1' });
-    s.once('connect', () => resolve(s));
+    const opts = { host: '127.0.0.1', port, localAddress: from || '127.0.0.1' };
+    const ca = process.env.HOSTILE_TLS_CA;
+    const s = ca ? tls.connect({ ...opts, ca: fs.readFileSync(ca), servername: 'localhost' }) : net.connect(opts);
+    s.once(ca ? 'secureConnect' : 'connect', () => resolve(s));
     s.once('error', reject);
   });
 }
