@@ -13,7 +13,9 @@
  * watchdog thread shuts down (shutdown(2), both ways) the socket of every
  * connection past its deadline; the HTTP layer then sees the client gone
  * and closes the connection. Nothing is sent: a client that has not sent a
- * whole request in that time gets no answer.
+ * whole request in that time gets no answer. Connections behind the
+ * request gate's relay (server_gate.h, every connection of `pagellm
+ * serve`) are timed by the gate instead, which can answer 408.
  *
  * Verdicts are decided once, when the connection opens, by counting the
  * connections open at that moment (DROP: past per_ip_hard, closed at

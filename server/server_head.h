@@ -1,6 +1,6 @@
 /* server_head.h - checks the head of an HTTP/1.x request, and the
  * chunk-size lines already visible after it, before libmicrohttpd reads
- * it (server_gate.h peeks the bytes). What libmicrohttpd would refuse with
+ * it (server_gate.h holds the bytes). What libmicrohttpd would refuse with
  * its own HTML page, or by closing the connection, is refused here with a
  * status and a message for an OpenAI error body.
  *
