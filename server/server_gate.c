@@ -424,6 +424,22 @@ static void set_accepting(srv_gate *g, bool on)
     g->accepting = on;
 }
 
+/* No memory to relay a new connection: a constant 503 (plain HTTP; a TLS
+ * client cannot read it without a session), sent once, best effort. */
+static void refuse_oom(int fd, bool tls)
+{
+    static const char body[] = "{\"error\":{\"message\":\"the server is out of memory; retry later\",\"type\":"
+                               "\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}";
+    char msg[512];
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof body - 1, body);
+    if (tls || n <= 0 || (size_t)n >= sizeof msg) return;
+    (void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+}
+
 /* Takes the waiting connections while there is room for them. */
 static void accept_ready(srv_gate *g)
 {
@@ -441,10 +457,10 @@ static void accept_ready(srv_gate *g)
          * memory for an entry (NULL) the connection still passes: the HTTP
          * layer answers its request 503 out_of_memory */
         srv_conn *gc = srv_guard_open(g->p.guard, (struct sockaddr *)&addr, -1);
-        gate_bufs *b = malloc(sizeof *b);
-        if ((gc && srv_guard_verdict(gc) == SRV_CONN_DROP) || !b) { /* past the address's hard limit, or no memory */
+        gate_bufs *b = gc && srv_guard_verdict(gc) == SRV_CONN_DROP ? NULL : malloc(sizeof *b);
+        if (!b) { /* past the address's hard limit (unanswered), or no memory for its buffers */
+            if (!gc || srv_guard_verdict(gc) != SRV_CONN_DROP) refuse_oom(fd, g->p.tls != NULL);
             srv_guard_close(g->p.guard, gc);
-            free(b);
             close(fd);
             continue;
         }
