@@ -76,7 +76,6 @@ struct srv {
     long created;
     int port;
     srv_guard *guard;
-    bool gated;            /* connections come through the gate (always, once started) */
     srv_gate *gate;
     srv_tls *tls;          /* --tls-cert: the gate's TLS credentials */
     atomic_bool aborting, quiescing, started;
@@ -762,7 +761,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        srv_conn *gc = fd && s->gated ? srv_guard_adopt(s->guard, fd->connect_fd) : NULL; /* the gate's entry */
+        srv_conn *gc = fd ? srv_guard_adopt(s->guard, fd->connect_fd) : NULL; /* the gate's entry */
         if (!gc && fd) gc = srv_guard_open(s->guard, ad ? ad->client_addr : NULL, fd->connect_fd);
         *socket_context = gc;
     } else {
@@ -845,16 +844,9 @@ static struct MHD_Daemon *daemon_start(srv *s, const struct addrinfo *ai)
     const srv_http_config *cfg = &s->cfg;
     unsigned reserve = conn_reserve(cfg->max_conns);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) |
-                     (s->gated ? MHD_USE_NO_LISTEN_SOCKET : 0);
-    /* a pointer option in an array: MHD's header says `value`, its code reads `ptr_value`: both hold it */
-    struct MHD_OptionItem addr[] = {
-        {MHD_OPTION_SOCK_ADDR, (intptr_t)ai->ai_addr, ai->ai_addr},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    return MHD_start_daemon(flags, s->gated ? 0 : (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | MHD_USE_NO_LISTEN_SOCKET;
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that it catches everything */
-                            MHD_OPTION_ARRAY, s->gated ? addr + 1 : addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns + reserve,
@@ -932,21 +924,19 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
     srv *s = calloc(1, sizeof *s);
     if (!s) fprintf(stderr, "pagellm serve: out of memory\n");
     struct addrinfo *ai = s ? resolve(cfg) : NULL;
-    bool gated = true; /* under TLS too: the gate decrypts */
     /* past its share and half the reserve an address's new connections are
      * dropped at once, as libmicrohttpd's own limit does without the gate */
-    unsigned hard = gated && cfg->max_conns_per_ip ? cfg->max_conns_per_ip + conn_reserve(cfg->max_conns) / 2 : 0;
+    unsigned hard = cfg->max_conns_per_ip ? cfg->max_conns_per_ip + conn_reserve(cfg->max_conns) / 2 : 0;
     srv_guard_params gp = {cfg->max_conns, cfg->max_conns_per_ip, cfg->header_timeout_s, 0, hard};
-    int lfd = ai && gated ? listen_socket(cfg, ai) : -1;
-    if (!ai || (gated && lfd < 0) || srv_guard_new(&s->guard, &gp) != 0) {
-        if (ai && (!gated || lfd >= 0)) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
+    int lfd = ai ? listen_socket(cfg, ai) : -1;
+    if (!ai || lfd < 0 || srv_guard_new(&s->guard, &gp) != 0) {
+        if (ai && lfd >= 0) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
         if (ai) freeaddrinfo(ai);
         if (lfd >= 0) close(lfd);
         free(s);
         srv_tls_free(tls);
         return 1;
     }
-    s->gated = gated;
     s->tls = tls;
     s->cfg = *cfg;
     s->e = e, s->mc = mc, s->tok = tok;
@@ -956,17 +946,14 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
     s->d = daemon_start(s, ai);
     freeaddrinfo(ai);
     if (!s->d) {
-        if (gated)
-            fprintf(stderr, "pagellm serve: cannot start the HTTP daemon (the line above says why)\n");
-        else
-            fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
-        if (lfd >= 0) close(lfd);
+        fprintf(stderr, "pagellm serve: cannot start the HTTP daemon (the line above says why)\n");
+        close(lfd);
         srv_guard_free(s->guard);
         srv_tls_free(tls);
         free(s);
         return 1;
     }
-    if (gated && gate_start(s, lfd) != 0) {
+    if (gate_start(s, lfd) != 0) {
         MHD_stop_daemon(s->d);
         srv_guard_free(s->guard);
         srv_tls_free(tls);
@@ -974,8 +961,6 @@ int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_mod
         return 1;
     }
     atomic_store(&s->started, true);
-    const union MHD_DaemonInfo *di = gated ? NULL : MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    if (!gated) s->port = di ? di->port : cfg->port;
     if (open_to_all)
         fprintf(stderr, "pagellm serve: WARNING: listening on %s without an API key: anyone who can reach this "
                         "address can use the model and read /v1/kv and /metrics (set --api-key or --api-key-file, or "
