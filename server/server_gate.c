@@ -424,9 +424,9 @@ static void set_accepting(srv_gate *g, bool on)
     g->accepting = on;
 }
 
-/* No memory to relay a new connection: a constant 503 (plain HTTP; a TLS
- * client cannot read it without a session), sent once, best effort. */
-static void refuse_oom(int fd, bool tls)
+/* No memory to relay a new plain-HTTP connection: a constant 503, sent
+ * once, best effort, then our side shut. */
+static void refuse_oom(int fd)
 {
     static const char body[] = "{\"error\":{\"message\":\"the server is out of memory; retry later\",\"type\":"
                                "\"server_error\",\"param\":null,\"code\":\"out_of_memory\"}}";
@@ -435,8 +435,7 @@ static void refuse_oom(int fd, bool tls)
                      "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      sizeof body - 1, body);
-    if (tls || n <= 0 || (size_t)n >= sizeof msg) return;
-    (void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0 && (size_t)n < sizeof msg) (void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
     shutdown(fd, SHUT_WR);
 }
 
@@ -457,9 +456,9 @@ static void accept_ready(srv_gate *g)
          * memory for an entry (NULL) the connection still passes: the HTTP
          * layer answers its request 503 out_of_memory */
         srv_conn *gc = srv_guard_open(g->p.guard, (struct sockaddr *)&addr, -1);
-        gate_bufs *b = gc && srv_guard_verdict(gc) == SRV_CONN_DROP ? NULL : malloc(sizeof *b);
-        if (!b) { /* past the address's hard limit (unanswered), or no memory for its buffers */
-            if (!gc || srv_guard_verdict(gc) != SRV_CONN_DROP) refuse_oom(fd, g->p.tls != NULL);
+        bool drop = gc && srv_guard_verdict(gc) == SRV_CONN_DROP;
+        gate_bufs *b = drop ? NULL : malloc(sizeof *b);
+        if (!b && (drop || g->p.tls)) { /* past the address's hard limit: unanswered */
             srv_guard_close(g->p.guard, gc);
             close(fd);
             continue;
@@ -470,7 +469,14 @@ static void accept_ready(srv_gate *g)
         gate_conn *c = &g->conns[i];
         double t = mono_now();
         *c = (gate_conn){.fd = fd, .sfd = -1, .gc = gc, .addr = addr, .alen = alen, .phase = P_HEAD, .b = b};
-        memset(&c->b->resp, 0, sizeof c->b->resp);
+        if (!b) { /* no memory for its buffers: a constant 503, then LINGER (which needs none) */
+            refuse_oom(fd);
+            c->phase = P_LINGER;
+            c->wr_shut = true;
+            c->t_linger = t + SRV_GATE_LINGER_MS / 1000.0;
+        } else {
+            memset(&c->b->resp, 0, sizeof c->b->resp);
+        }
         c->t_req = g->p.deadline_s > 0 ? t + g->p.deadline_s : 0;
         c->t_idle = g->p.idle_s ? t + g->p.idle_s : 0;
         if (g->p.tls && !(c->tls = srv_tls_accept(g->p.tls, fd))) {
