@@ -348,9 +348,12 @@ static void pump(srv_gate *g, unsigned i)
                 c->in_fwd -= (size_t)w;
                 moved = true;
             } else if (w < 0 && !again()) {
-                c->in_len -= c->in_fwd; /* the library closed its end: its read side says so next */
-                memmove(c->b->in, c->b->in + c->in_fwd, c->in_len);
-                c->in_fwd = 0;
+                /* the library's end is closed or failing: the client's bytes are
+                 * dropped, what the library wrote is still read, and our close
+                 * tells it to end the connection (then LINGER) */
+                c->in_len = c->in_fwd = 0;
+                if (!c->sv_shut) shutdown(c->sfd, SHUT_WR);
+                c->sv_shut = moved = true;
             }
         }
         if (c->sfd >= 0 && c->cl_eof && !c->in_len && !c->sv_shut) {
