@@ -10,7 +10,8 @@
 # server's other request parsers over stories260K), jinja (any bytes as a
 # chat template, seeded with ../shared/templates), store (the KV tier
 # entry reader, src/store/store_entry.c) or head (the server's request-head
-# checker, server/server_head.c).
+# checker and the request gate's chunked-body reader, server/server_head.c,
+# and answer tracker, server/server_resp.c).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
