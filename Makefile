@@ -22,7 +22,7 @@ CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -D_GNU_SOURCE -pthread $(SAN)
 ifeq ($(CI),true)
 CFLAGS  += -Werror
 endif
-LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lhiredis -lm -lpthread
+LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lgnutls -lhiredis -lm -lpthread
 # FAULTS=1 (make faults): our allocation, file-read and file-write calls pass through
 # src/base/fault.c, where PAGELLM_FAULT can make the Nth one fail
 ifeq ($(FAULTS),1)

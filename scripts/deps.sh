@@ -10,6 +10,7 @@ pkgs=(gcc make clang pkg-config libpcre2-dev libxxhash-dev libjansson-dev libmic
       libxml2-utils                   # xmllint: the bench --svg plots are well-formed XML
       python3-jinja2                  # tests/cli/test_templates.sh (the reference renderer of chat templates)
       libhiredis-dev                  # src/store/redis_cluster.c (the Redis Cluster KV tier's client)
+      libgnutls28-dev                 # server/server_tls.c (the request gate is the TLS end of --tls-cert)
       redis-server redis-tools        # tests/cli/test_redis_cluster.sh (a 3-master cluster on loopback)
       haproxy)                        # tests/cli/test_kv_balancer.sh (round robin over replicas: docs/deploy/haproxy.cfg)
 missing=()

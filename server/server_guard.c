@@ -18,6 +18,7 @@ struct srv_conn {
     bool has_addr;
     int fd;                /* -1 while handed off (srv_guard_handoff) */
     int pending_fd;        /* the fd handed off, -1 otherwise */
+    bool relayed;          /* behind the gate's relay, which keeps its deadlines: never cut here */
     double deadline;       /* monotonic seconds; 0: none */
     bool cut;              /* shut down by the watchdog */
     srv_conn_verdict verdict;
@@ -173,13 +174,38 @@ void srv_guard_handoff(srv_guard *g, srv_conn *c)
     pthread_mutex_unlock(&g->mu);
 }
 
+void srv_guard_relay(srv_guard *g, srv_conn *c, int lib_fd)
+{
+    if (!c) return;
+    pthread_mutex_lock(&g->mu);
+    for (srv_conn *o = g->head, *next; o; o = next) {
+        next = o->next;
+        if (o != c && o->pending_fd == lib_fd) { /* handed off, then dropped by the library: lib_fd is free again */
+            unlink_conn(g, o);
+            free(o);
+        }
+    }
+    c->pending_fd = lib_fd;
+    c->fd = -1;
+    c->relayed = true;
+    c->deadline = 0;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void srv_guard_timed_out(srv_guard *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->st.timeouts++;
+    pthread_mutex_unlock(&g->mu);
+}
+
 srv_conn *srv_guard_adopt(srv_guard *g, int fd)
 {
     pthread_mutex_lock(&g->mu);
     srv_conn *c = g->head;
     while (c && c->pending_fd != fd) c = c->next;
     if (c) {
-        c->fd = fd;
+        c->fd = c->relayed ? -1 : fd;
         c->pending_fd = -1;
     }
     pthread_mutex_unlock(&g->mu);

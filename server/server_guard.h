@@ -13,7 +13,9 @@
  * watchdog thread shuts down (shutdown(2), both ways) the socket of every
  * connection past its deadline; the HTTP layer then sees the client gone
  * and closes the connection. Nothing is sent: a client that has not sent a
- * whole request in that time gets no answer.
+ * whole request in that time gets no answer. Connections behind the
+ * request gate's relay (server_gate.h, every connection of `pagellm
+ * serve`) are timed by the gate instead, which can answer 408.
  *
  * Verdicts are decided once, when the connection opens, by counting the
  * connections open at that moment (DROP: past per_ip_hard, closed at
@@ -63,6 +65,13 @@ void srv_guard_close(srv_guard *g, srv_conn *c);
  * close it before that. An entry still waiting when its fd number comes
  * back from accept is one the library dropped; srv_guard_open frees it. */
 void srv_guard_handoff(srv_guard *g, srv_conn *c);
+/* Passing a relayed connection (server_gate.h): the library gets lib_fd,
+ * one end of a socket pair, and the gate keeps the client's socket and
+ * the request deadlines; the watchdog never cuts this entry. Adopted by
+ * lib_fd as srv_guard_handoff's are. */
+void srv_guard_relay(srv_guard *g, srv_conn *c, int lib_fd);
+/* A connection cut at a deadline kept outside the guard (the relay's). */
+void srv_guard_timed_out(srv_guard *g);
 /* The handed-off entry of socket fd, now the library's; NULL when none. */
 srv_conn *srv_guard_adopt(srv_guard *g, int fd);
 srv_conn_verdict srv_guard_verdict(const srv_conn *c);

@@ -95,6 +95,7 @@ static srv_head_state request_line(span l, srv_head_verdict *v)
     if (ver.p[5] != '1' || (ver.p[7] != '0' && ver.p[7] != '1'))
         return bad(v, 505, "http_version_not_supported", "HTTP version %.8s is not supported (HTTP/1.0 and HTTP/1.1 are)",
                    ver.p);
+    v->head_method = sp1 - l.p == 4 && memcmp(l.p, "HEAD", 4) == 0;
     return SRV_HEAD_MORE;
 }
 
@@ -158,46 +159,104 @@ static bool next_line(const char *b, size_t n, size_t *pos, span *line)
     return true;
 }
 
-/* The chunk-size lines among the n body bytes visible (RFC 9112 section 7.1);
- * those not yet here are libmicrohttpd's to read. */
+enum { CH_SIZE = 0, CH_DATA, CH_DATA_END, CH_TRAILER };
+
+/* A trailer line (RFC 9112 section 7.1.2): a field line, checked alike. */
+static srv_head_state trailer_line(span l, srv_chunks *c, srv_head_verdict *v)
+{
+    if (++c->trailers > SRV_FIELDS_MAX)
+        return bad(v, 400, "invalid_chunk", "the chunked body's trailer has more than %d lines", SRV_FIELDS_MAX);
+    framing f = {0};
+    if (field_line(l, c->trailers, &f, v) != SRV_HEAD_BAD) return SRV_HEAD_MORE;
+    char why[sizeof v->message];
+    snprintf(why, sizeof why, "%s", v->message);
+    return bad(v, 400, "invalid_chunk", "the chunked body's trailer: %s", why);
+}
+
+/* A chunk-size line: HEX [BWS] [; extension] (RFC 9112 section 7.1). */
+static srv_head_state size_line(span l, srv_chunks *c, srv_head_verdict *v)
+{
+    size_t i = 0, sig = 0;
+    uint64_t size = 0;
+    unsigned k = ++c->k;
+    while (i < l.n && is_hex((unsigned char)l.p[i])) {
+        if (sig || l.p[i] != '0') sig++, size = size << 4 | (uint64_t)hex_val((unsigned char)l.p[i]);
+        i++;
+    }
+    int q = (int)(l.n < QUOTE_MAX ? l.n : QUOTE_MAX);
+    if (!i) return bad(v, 400, "invalid_chunk", "chunk %u's size line '%.*s' does not start with a hex size", k, q, l.p);
+    if (sig > 16 || size == UINT64_MAX)
+        return bad(v, 413, "request_too_large", "chunk %u's size %.*s is too large", k, (int)(i < QUOTE_MAX ? i : QUOTE_MAX),
+                   l.p);
+    size_t j = i;
+    while (j < l.n && (l.p[j] == ' ' || l.p[j] == '\t')) j++;
+    if (j < l.n && l.p[j] != ';')
+        return bad(v, 400, "invalid_chunk", "chunk %u's size line '%.*s' has bytes after the size that are not an extension",
+                   k, q, l.p);
+    for (; j < l.n; j++)
+        if (!is_value_char((unsigned char)l.p[j]))
+            return bad(v, 400, "invalid_chunk", "chunk %u's size line holds the control byte 0x%02x", k, (unsigned char)l.p[j]);
+    c->size = c->left = size;
+    c->st = size ? CH_DATA : CH_TRAILER;
+    return SRV_HEAD_MORE;
+}
+
+srv_head_state srv_chunks_feed(srv_chunks *c, const char *b, size_t n, size_t *used, srv_head_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    size_t pos = 0;
+    for (;;) {
+        *used = pos;
+        if (c->st == CH_DATA) {
+            size_t take = n - pos < c->left ? n - pos : (size_t)c->left;
+            pos += take;
+            c->left -= take;
+            *used = pos;
+            if (c->left) return SRV_HEAD_MORE;
+            c->st = CH_DATA_END;
+            continue;
+        }
+        if (pos == n) return SRV_HEAD_MORE;
+        if (c->st == CH_DATA_END) {
+            bool lf = b[pos] == '\n', crlf = b[pos] == '\r' && pos + 1 < n && b[pos + 1] == '\n';
+            if (b[pos] == '\r' && pos + 1 == n) return SRV_HEAD_MORE;
+            if (!lf && !crlf)
+                return bad(v, 400, "invalid_chunk", "chunk %u (%llu bytes) is not followed by CRLF", c->k,
+                           (unsigned long long)c->size);
+            pos += crlf ? 2 : 1;
+            c->st = CH_SIZE;
+            continue;
+        }
+        span l;
+        size_t at = pos;
+        if (!next_line(b, n, &pos, &l)) {
+            if (n - at > SRV_CHUNK_LINE_MAX)
+                return bad(v, 400, "invalid_chunk", "a line of the chunked body (chunk %u) is longer than %d bytes", c->k + 1,
+                           SRV_CHUNK_LINE_MAX);
+            return SRV_HEAD_MORE;
+        }
+        if (l.n > SRV_CHUNK_LINE_MAX)
+            return bad(v, 400, "invalid_chunk", "a line of the chunked body (chunk %u) is longer than %d bytes", c->k + 1,
+                       SRV_CHUNK_LINE_MAX);
+        if (c->st == CH_TRAILER && l.n == 0) {
+            *used = pos;
+            return SRV_HEAD_OK;
+        }
+        srv_head_state st = c->st == CH_SIZE ? size_line(l, c, v) : trailer_line(l, c, v);
+        if (st == SRV_HEAD_BAD) return st;
+    }
+}
+
+/* The chunk-size lines among the n body bytes visible after the head;
+ * those not yet here are checked as they come (srv_chunks_feed). */
 static srv_head_state chunks(const char *b, size_t n, srv_head_verdict *v)
 {
-    size_t pos = 0;
-    for (unsigned k = 1;; k++) {
-        span l;
-        size_t start = pos;
-        if (!next_line(b, n, &pos, &l)) return SRV_HEAD_MORE;
-        size_t i = 0, sig = 0;
-        uint64_t size = 0;
-        while (i < l.n && is_hex((unsigned char)l.p[i])) {
-            if (sig || l.p[i] != '0') sig++, size = size << 4 | (uint64_t)hex_val((unsigned char)l.p[i]);
-            i++;
-        }
-        int q = (int)(l.n < QUOTE_MAX ? l.n : QUOTE_MAX);
-        if (!i) return bad(v, 400, "invalid_chunk", "chunk %u's size line '%.*s' does not start with a hex size", k, q, l.p);
-        if (sig > 16 || size == UINT64_MAX)
-            return bad(v, 413, "request_too_large", "chunk %u's size %.*s is too large", k, (int)(i < QUOTE_MAX ? i : QUOTE_MAX),
-                       l.p);
-        size_t j = i;
-        while (j < l.n && (l.p[j] == ' ' || l.p[j] == '\t')) j++;
-        if (j < l.n && l.p[j] != ';')
-            return bad(v, 400, "invalid_chunk", "chunk %u's size line '%.*s' has bytes after the size that are not an extension",
-                       k, q, l.p);
-        for (; j < l.n; j++)
-            if (!is_value_char((unsigned char)l.p[j]))
-                return bad(v, 400, "invalid_chunk", "chunk %u's size line holds the control byte 0x%02x", k,
-                           (unsigned char)l.p[j]);
-        if (!size) return SRV_HEAD_MORE; /* the last chunk: trailers follow */
-        if (size > n - pos) return SRV_HEAD_MORE;
-        pos += (size_t)size;
-        if (pos == n) return SRV_HEAD_MORE;
-        bool crlf = b[pos] == '\n' || (b[pos] == '\r' && (pos + 1 == n || b[pos + 1] == '\n'));
-        if (!crlf)
-            return bad(v, 400, "invalid_chunk", "chunk %u (%llu bytes from body byte %zu) is not followed by CRLF", k,
-                       (unsigned long long)size, start);
-        pos += b[pos] == '\r' ? 2 : 1;
-        if (pos > n) return SRV_HEAD_MORE;
-    }
+    srv_chunks c = {0};
+    size_t used;
+    srv_head_verdict w;
+    if (srv_chunks_feed(&c, b, n, &used, &w) != SRV_HEAD_BAD) return SRV_HEAD_MORE;
+    *v = w;
+    return SRV_HEAD_BAD;
 }
 
 /* After the empty line: the framing rules of RFC 9112 section 6.3. */
@@ -210,6 +269,8 @@ static srv_head_state head_end(const char *b, size_t n, size_t pos, const framin
         return bad(v, 400, "invalid_framing", "the request has Content-Length headers that differ (RFC 9112 section 6.3)");
     if (f->n_te == 1 && f->te_chunked && chunks(b + pos, n - pos, v) == SRV_HEAD_BAD) return SRV_HEAD_BAD;
     v->head_len = pos;
+    if (f->n_te) v->body = f->n_te == 1 && f->te_chunked ? SRV_BODY_CHUNKED : SRV_BODY_UNTIL_CLOSE;
+    else if (f->has_cl && f->cl) v->body = SRV_BODY_LENGTH, v->body_len = f->cl;
     return SRV_HEAD_OK;
 }
 

@@ -19,12 +19,11 @@
  *
  * Every answer this file makes is JSON in OpenAI's error shape when it is
  * an error. Without TLS the server owns the listening socket: server_gate.h
- * accepts, reads each connection's first request head before libmicrohttpd
- * does, answers a malformed one itself (JSON too), and hands the others to
- * libmicrohttpd (MHD_add_connection) with their bytes untouched. What
- * libmicrohttpd still answers with its own fixed bodies - later requests on
- * a keep-alive connection, and every request under TLS - docs/security.md
- * lists.
+ * accepts and relays every connection through a socket pair whose other
+ * end libmicrohttpd reads (MHD_add_connection, with the client's address),
+ * checking each request head and chunked body on the way and answering a
+ * malformed one itself (JSON too). Under TLS the gate is the TLS end
+ * (server_tls.h) and libmicrohttpd sees plaintext alike.
  *
  * Invariant: conn.rs, once submitted, is freed only in on_completed, which
  * MHD calls exactly once per request it presented to on_request, after the
@@ -51,6 +50,7 @@
 
 #include "server_gate.h"
 #include "server_guard.h"
+#include "server_tls.h"
 #include "server_metrics.h"
 #include "server_reqs.h"
 #include "server_sse.h"
@@ -76,8 +76,8 @@ struct srv {
     long created;
     int port;
     srv_guard *guard;
-    bool gated;            /* plain HTTP: connections come through the gate */
     srv_gate *gate;
+    srv_tls *tls;          /* --tls-cert: the gate's TLS credentials */
     atomic_bool aborting, quiescing, started;
     _Atomic uint64_t responses[SRV_N_CODES];
     _Atomic uint64_t active, disconnects;
@@ -761,7 +761,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        srv_conn *gc = fd && s->gated ? srv_guard_adopt(s->guard, fd->connect_fd) : NULL; /* the gate's entry */
+        srv_conn *gc = fd ? srv_guard_adopt(s->guard, fd->connect_fd) : NULL; /* the gate's entry */
         if (!gc && fd) gc = srv_guard_open(s->guard, ad ? ad->client_addr : NULL, fd->connect_fd);
         *socket_context = gc;
     } else {
@@ -837,34 +837,22 @@ static unsigned conn_reserve(unsigned max_conns)
     return r < 4 ? 4 : r > 64 ? 64 : r;
 }
 
-/* MHD_start_daemon with the options of cfg (TLS when pems are given). */
-static struct MHD_Daemon *daemon_start(srv *s, const struct addrinfo *ai, const char *cert, const char *key)
+/* MHD_start_daemon with the options of cfg. No TLS there: the gate is the
+ * TLS end and relays plaintext. */
+static struct MHD_Daemon *daemon_start(srv *s, const struct addrinfo *ai)
 {
     const srv_http_config *cfg = &s->cfg;
     unsigned reserve = conn_reserve(cfg->max_conns);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (cert ? MHD_USE_TLS : 0) |
-                     (s->gated ? MHD_USE_NO_LISTEN_SOCKET : 0);
-    /* a pointer option in an array: MHD's header says `value`, its code reads `ptr_value`: both hold it */
-    struct MHD_OptionItem tls[] = {
-        {MHD_OPTION_HTTPS_MEM_CERT, (intptr_t)cert, (void *)cert},
-        {MHD_OPTION_HTTPS_MEM_KEY, (intptr_t)key, (void *)key},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    struct MHD_OptionItem addr[] = {
-        {MHD_OPTION_SOCK_ADDR, (intptr_t)ai->ai_addr, ai->ai_addr},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    return MHD_start_daemon(flags, s->gated ? 0 : (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | MHD_USE_NO_LISTEN_SOCKET;
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first, so that it catches everything */
-                            MHD_OPTION_ARRAY, s->gated ? addr + 1 : addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns + reserve,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conns_per_ip ? cfg->max_conns_per_ip + reserve / 2 : 0u,
                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)SRV_THREAD_STACK,
-                            MHD_OPTION_ARRAY, cert ? tls : tls + 2,
                             MHD_OPTION_END);
 }
 
@@ -901,7 +889,9 @@ static int gate_start(srv *s, int lfd)
         .guard = s->guard,
         .capacity = s->cfg.max_conns + conn_reserve(s->cfg.max_conns),
         .idle_s = s->cfg.timeout_s,
+        .deadline_s = s->cfg.header_timeout_s,
         .cors_any = !s->cfg.cors || s->cfg.cors->any,
+        .tls = s->tls,
         .handoff = gate_handoff,
         .answered = gate_answered,
         .cls = s,
@@ -909,77 +899,68 @@ static int gate_start(srv *s, int lfd)
     return srv_gate_start(&s->gate, lfd, &gp) == 0 ? 0 : 1;
 }
 
-/* The TLS files read, or exit status 1 (printed). */
-static int tls_load(const srv_http_config *cfg, char **cert, char **key)
+/* The TLS credentials from the files of --tls-cert and --tls-key (NULL
+ * without them), or exit status 1 (printed). */
+static int tls_load(const srv_http_config *cfg, srv_tls **tls)
 {
-    *cert = *key = NULL;
+    *tls = NULL;
     if (!cfg->tls_cert) return 0;
-    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-        fprintf(stderr, "pagellm serve: this libmicrohttpd was built without TLS; --tls-cert cannot be used\n");
-        return 1;
-    }
-    if (!(*cert = pem_read("--tls-cert", cfg->tls_cert)) || !(*key = pem_read("--tls-key", cfg->tls_key))) {
-        free(*cert);
-        *cert = NULL;
-        return 1;
-    }
-    return 0;
+    char *cert = pem_read("--tls-cert", cfg->tls_cert), *key = cert ? pem_read("--tls-key", cfg->tls_key) : NULL;
+    char why[256];
+    int rc = key && srv_tls_new(tls, cert, key, why, sizeof why) != 0 ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "pagellm serve: cannot use TLS: --tls-cert %s and --tls-key %s are not a PEM certificate and its "
+                        "private key (GnuTLS: %s)\n", cfg->tls_cert, cfg->tls_key, why);
+    if (key) memset(key, 0, strlen(key)); /* GnuTLS keeps its own copy */
+    free(cert), free(key);
+    return !key ? 1 : rc;
 }
 
 int srv_start(srv **out, const srv_http_config *cfg, pl_engine *e, const srv_model_ctx *mc, const srv_tokens *tok,
               const char *model_name)
 {
-    char *cert, *key;
-    if (tls_load(cfg, &cert, &key)) return 1;
+    srv_tls *tls;
+    if (tls_load(cfg, &tls)) return 1;
     srv *s = calloc(1, sizeof *s);
     if (!s) fprintf(stderr, "pagellm serve: out of memory\n");
     struct addrinfo *ai = s ? resolve(cfg) : NULL;
-    bool gated = !cfg->tls_cert; /* TLS bytes are encrypted: those connections go to the daemon directly */
     /* past its share and half the reserve an address's new connections are
      * dropped at once, as libmicrohttpd's own limit does without the gate */
-    unsigned hard = gated && cfg->max_conns_per_ip ? cfg->max_conns_per_ip + conn_reserve(cfg->max_conns) / 2 : 0;
+    unsigned hard = cfg->max_conns_per_ip ? cfg->max_conns_per_ip + conn_reserve(cfg->max_conns) / 2 : 0;
     srv_guard_params gp = {cfg->max_conns, cfg->max_conns_per_ip, cfg->header_timeout_s, 0, hard};
-    int lfd = ai && gated ? listen_socket(cfg, ai) : -1;
-    if (!ai || (gated && lfd < 0) || srv_guard_new(&s->guard, &gp) != 0) {
-        if (ai && (!gated || lfd >= 0)) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
+    int lfd = ai ? listen_socket(cfg, ai) : -1;
+    if (!ai || lfd < 0 || srv_guard_new(&s->guard, &gp) != 0) {
+        if (ai && lfd >= 0) fprintf(stderr, "pagellm serve: out of memory starting the connection guard\n");
         if (ai) freeaddrinfo(ai);
         if (lfd >= 0) close(lfd);
-        free(s), free(cert), free(key);
+        free(s);
+        srv_tls_free(tls);
         return 1;
     }
-    s->gated = gated;
+    s->tls = tls;
     s->cfg = *cfg;
     s->e = e, s->mc = mc, s->tok = tok;
     s->created = (long)time(NULL);
     snprintf(s->model, sizeof s->model, "%s", model_name);
     bool open_to_all = !is_loopback(ai->ai_addr) && !has_keys(cfg->api_keys);
-    s->d = daemon_start(s, ai, cert, key);
+    s->d = daemon_start(s, ai);
     freeaddrinfo(ai);
-    if (key) memset(key, 0, strlen(key)); /* MHD keeps its own copy */
-    free(cert), free(key);
     if (!s->d) {
-        if (cfg->tls_cert)
-            fprintf(stderr, "pagellm serve: cannot listen with TLS on %s port %d (the line above says why; a TLS error "
-                            "means --tls-cert %s and --tls-key %s are not a PEM certificate and its private key)\n",
-                    cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
-        else if (gated)
-            fprintf(stderr, "pagellm serve: cannot start the HTTP daemon (the line above says why)\n");
-        else
-            fprintf(stderr, "pagellm serve: cannot listen on %s port %d\n", cfg->host, cfg->port);
-        if (lfd >= 0) close(lfd);
+        fprintf(stderr, "pagellm serve: cannot start the HTTP daemon (the line above says why)\n");
+        close(lfd);
         srv_guard_free(s->guard);
+        srv_tls_free(tls);
         free(s);
         return 1;
     }
-    if (gated && gate_start(s, lfd) != 0) {
+    if (gate_start(s, lfd) != 0) {
         MHD_stop_daemon(s->d);
         srv_guard_free(s->guard);
+        srv_tls_free(tls);
         free(s);
         return 1;
     }
     atomic_store(&s->started, true);
-    const union MHD_DaemonInfo *di = gated ? NULL : MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    if (!gated) s->port = di ? di->port : cfg->port;
     if (open_to_all)
         fprintf(stderr, "pagellm serve: WARNING: listening on %s without an API key: anyone who can reach this "
                         "address can use the model and read /v1/kv and /metrics (set --api-key or --api-key-file, or "
@@ -1003,5 +984,6 @@ void srv_stop(srv *s)
     srv_gate_stop(s->gate); /* first: it hands connections to the daemon */
     MHD_stop_daemon(s->d);
     srv_guard_free(s->guard); /* after the daemon: every connection has been closed */
+    srv_tls_free(s->tls);     /* after the gate: its sessions are closed */
     free(s);
 }

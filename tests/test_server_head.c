@@ -1,9 +1,13 @@
 /* test_server_head.c - the request-head checker (server/server_head.c):
  * which heads pass with which length, which are refused with which status
- * and code, and that a refusal's message names the line. */
+ * and code, and that a refusal's message names the line; the framing an
+ * accepted head announces; a chunked body checked as its bytes come, in
+ * any split; and where each of libmicrohttpd's answers ends
+ * (server/server_resp.c), as the relay follows them. */
 #include <string.h>
 
 #include "server_head.h"
+#include "server_resp.h"
 #include "test.h"
 
 /* The state for the whole of s (NUL-terminated); v filled. */
@@ -140,6 +144,142 @@ TEST(limits)
     CHECK(refused(b, 431, "headers_too_large", "header lines"));
 }
 
+TEST(announced_framing)
+{
+    srv_head_verdict v;
+    CHECK_EQ_INT(check("GET / HTTP/1.1\r\n\r\n", &v), SRV_HEAD_OK);
+    CHECK_EQ_INT(v.body, SRV_BODY_NONE);
+    CHECK_EQ_INT(v.head_method, 0);
+    CHECK_EQ_INT(check("HEAD / HTTP/1.1\r\n\r\n", &v), SRV_HEAD_OK);
+    CHECK_EQ_INT(v.head_method, 1);
+    CHECK_EQ_INT(check("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n", &v), SRV_HEAD_OK);
+    CHECK_EQ_INT(v.body, SRV_BODY_LENGTH);
+    CHECK(v.body_len == 12);
+    CHECK_EQ_INT(check("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", &v), SRV_HEAD_OK);
+    CHECK_EQ_INT(v.body, SRV_BODY_NONE);
+    CHECK_EQ_INT(check("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &v), SRV_HEAD_OK);
+    CHECK_EQ_INT(v.body, SRV_BODY_CHUNKED);
+    CHECK_EQ_INT(check("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", &v), SRV_HEAD_OK);
+    CHECK_EQ_INT(v.body, SRV_BODY_UNTIL_CLOSE);
+}
+
+/* Feeds body to a chunk reader in pieces of `step` bytes (as a relay gets
+ * them: unused bytes given again with the next ones); the state at the
+ * end, and in *end the body bytes taken when it ended (OK). */
+static srv_head_state feed_split(const char *body, size_t step, size_t *end, srv_head_verdict *v)
+{
+    srv_chunks c = {0};
+    size_t n = strlen(body), done = 0, have = 0;
+    srv_head_state st = SRV_HEAD_MORE;
+    while (st == SRV_HEAD_MORE && have < n) {
+        have = have + step < n ? have + step : n;
+        size_t used;
+        st = srv_chunks_feed(&c, body + done, have - done, &used, v);
+        done += used;
+    }
+    *end = done;
+    return st;
+}
+
+TEST(chunks_in_any_split)
+{
+    static const char *good = "5;x=y\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\n0\r\nX-T: 1\r\n\r\nNEXT";
+    for (size_t step = 1; step <= strlen(good); step++) {
+        size_t end;
+        srv_head_verdict v;
+        srv_head_state st = feed_split(good, step, &end, &v);
+        CHECK_EQ_INT(st, SRV_HEAD_OK);
+        CHECK_EQ_INT((int)end, (int)(strlen(good) - 4)); /* stops before the next request */
+    }
+    struct { const char *body; int status; const char *text; } bad[] = {
+        {"zz\r\n", 400, "chunk 1's size line 'zz'"},
+        {"5\r\nhello\r\n5x\r\n", 400, "chunk 2's size line '5x' has bytes after"},
+        {"2\r\nhello\r\n", 400, "chunk 1 (2 bytes) is not followed by CRLF"},
+        {"1\r\na\r\n0\r\nNoColon\r\n\r\n", 400, "trailer"},
+        {"10000000000000000\r\n", 413, "too large"},
+        {"1\x01\r\n", 400, "not an extension"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        for (size_t step = 1; step <= strlen(bad[k].body); step++) {
+            size_t end;
+            srv_head_verdict v;
+            int ok = feed_split(bad[k].body, step, &end, &v) == SRV_HEAD_BAD && v.status == bad[k].status &&
+                     strstr(v.message, bad[k].text) != NULL;
+            if (!ok) printf("  chunks '%s' step %zu -> %d: %s\n", bad[k].body, step, v.status, v.message);
+            CHECK(ok);
+        }
+    /* a size line that never ends is refused once past SRV_CHUNK_LINE_MAX */
+    static char longline[SRV_CHUNK_LINE_MAX + 8];
+    memset(longline, '1', sizeof longline - 1);
+    srv_chunks c = {0};
+    size_t used;
+    srv_head_verdict v;
+    CHECK_EQ_INT(srv_chunks_feed(&c, longline, SRV_CHUNK_LINE_MAX, &used, &v), SRV_HEAD_MORE);
+    CHECK_EQ_INT((int)used, 0);
+    CHECK_EQ_INT(srv_chunks_feed(&c, longline, sizeof longline - 1, &used, &v), SRV_HEAD_BAD);
+    CHECK_EQ_INT(v.status, 400);
+}
+
+/* Feeds answer text (the library's bytes) to a tracker `step` bytes at a
+ * time after srv_resp_expect(head): how many answers ended, and where the
+ * last one did (*end); -1 on BAD. */
+static int answers_in(const char *text, bool head, size_t step, size_t *end)
+{
+    static srv_resp r;
+    srv_resp_expect(&r, head);
+    size_t n = strlen(text), pos = 0;
+    int done = 0;
+    *end = 0;
+    while (pos < n) {
+        size_t take = n - pos < step ? n - pos : step, used;
+        srv_resp_state st = srv_resp_feed(&r, text + pos, take, &used);
+        pos += used;
+        if (st == SRV_RESP_BAD) return -1;
+        if (st == SRV_RESP_DONE) {
+            done++;
+            *end = pos;
+            srv_resp_expect(&r, head);
+        }
+    }
+    return done;
+}
+
+TEST(answer_ends)
+{
+    struct { const char *text; bool head; int answers; } cases[] = { /* each ends with its text */
+        {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, 1},
+        {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, 1},                     /* HEAD: no body */
+        {"HTTP/1.1 204 No Content\r\n\r\n", false, 1},
+        {"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, 1},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false, 1},
+        {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 1\r\n\r\nx", false, 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (size_t step = 1; step <= strlen(cases[k].text); step++) {
+            size_t end;
+            int got = answers_in(cases[k].text, cases[k].head, step, &end);
+            if (got != cases[k].answers || end != strlen(cases[k].text))
+                printf("  answer %zu step %zu: %d answers ending at %zu\n", k, step, got, end);
+            CHECK(got == cases[k].answers && end == strlen(cases[k].text));
+        }
+    /* a body to the close: the close ends it */
+    static srv_resp r;
+    size_t used;
+    srv_resp_expect(&r, false);
+    const char *t = "HTTP/1.0 200 OK\r\n\r\nall of it";
+    CHECK_EQ_INT(srv_resp_feed(&r, t, strlen(t), &used), SRV_RESP_MORE);
+    CHECK(srv_resp_close_ends(&r));
+    /* not an answer, or bytes when none is due: BAD */
+    size_t end;
+    CHECK_EQ_INT(answers_in("<html>oops</html>\r\n", false, 4, &end), -1);
+    CHECK_EQ_INT(answers_in("HTTP/1.1 101 Switching Protocols\r\n\r\n", false, 4, &end), -1);
+    CHECK_EQ_INT(answers_in("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false, 4, &end), -1);
+    srv_resp_expect(&r, false);
+    t = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nextra";
+    CHECK_EQ_INT(srv_resp_feed(&r, t, strlen(t), &used), SRV_RESP_DONE);
+    CHECK_EQ_INT(srv_resp_feed(&r, t + used, strlen(t) - used, &used), SRV_RESP_BAD);
+}
+
 int main(void)
 {
     RUN(valid_heads_pass_with_their_length);
@@ -149,5 +289,8 @@ int main(void)
     RUN(framing);
     RUN(visible_chunks);
     RUN(limits);
+    RUN(announced_framing);
+    RUN(chunks_in_any_split);
+    RUN(answer_ends);
     return test_summary();
 }

@@ -4,7 +4,8 @@
 # keys, a warning when others may read it), the warning for a non-loopback
 # address without a key, who may read /metrics (--metrics-key,
 # --metrics-public), and TLS (--tls-cert/--tls-key, checked with curl
-# against a self-signed certificate made here with openssl). About 15 s.
+# against a self-signed certificate made here with openssl: answers,
+# streams, and the request gate's JSON errors over TLS). About 20 s.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -112,6 +113,17 @@ if start tls https --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" --api-key k -
     -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' "$URL/v1/completions")
   check tls_completion test "$CODE" = 200 -a "$(jq -r '.usage.completion_tokens' "$T/body")" = 8
   check tls_untrusted_refused test "$(code "$URL/health")" = 000
+  # the gate is the TLS end: a stream passes, and a bad head (first, or later
+  # on a kept connection) gets its JSON error over TLS
+  curl -sN --max-time 30 --cacert "$T/cert.pem" -H 'Authorization: Bearer k' -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":8,"stream":true}' "$URL/v1/completions" >"$T/tls.sse"
+  check tls_stream test "$(grep -c '"text":' "$T/tls.sse")" -ge 8 -a "$(grep -v '^$' "$T/tls.sse" | tail -1)" = "data: [DONE]"
+  if command -v node >/dev/null; then
+    OUT=$(HOSTILE_TLS_CA=$T/cert.pem timeout 20 node tests/serve/hostile.mjs seq "$PORT" 5 'GARBAGE\r\n\r\n')
+    check tls_bad_head_json jq -e '.answers[0].status == 400 and (.answers[0].body | fromjson | .error.code == "invalid_request_line") and .closed' <<<"$OUT"
+    OUT=$(HOSTILE_TLS_CA=$T/cert.pem timeout 20 node tests/serve/hostile.mjs seq "$PORT" 5 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nBad Name: 1\r\n\r\n')
+    check tls_second_bad_header_json jq -e '[.answers[].status] == [200, 400] and (.answers[1].body | fromjson | .error.code == "invalid_header") and .closed' <<<"$OUT"
+  fi
   check tls_plain_http_refused bash -c "! curl -s --max-time 5 http://127.0.0.1:$PORT/health | grep -q ok"
   # a client that never starts its handshake is cut at --header-timeout
   if command -v node >/dev/null; then

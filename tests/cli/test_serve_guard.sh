@@ -7,9 +7,12 @@
 # JSON error bodies, protocol errors answered by the server's request gate
 # (malformed request line, header, Content-Length or chunk; head, line and
 # version limits: 400 413 414 431 505, JSON, Connection: close) while valid
-# requests (keep-alive, pipelined, chunked, streamed) still pass, and
-# /health answering 503 during a drain while a running stream finishes.
-# Every loop is bounded; about 25 s.
+# requests (keep-alive, pipelined, chunked, streamed) still pass; the same
+# checks on a keep-alive connection's later requests and on chunk lines that
+# come after the head, each after the answer before it (the gate's relay),
+# a 408 for a later head that comes too slowly, a client gone mid-stream
+# cancelling its generation, and /health answering 503 during a drain
+# while a running stream finishes. Every loop is bounded; about 40 s.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -126,6 +129,60 @@ curl -sN --max-time 30 "$URL/v1/chat/completions" -H 'Content-Type: application/
   -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}' >"$T/gate.sse"
 check gate_stream_passes test "$(grep -v '^$' "$T/gate.sse" | tail -1)" = "data: [DONE]"
 check gate_alive_after_errors test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/health")" = 200
+
+# ------------- the relay: every later request on a connection is checked too
+relayed() { timeout 30 node "$H" seq "$PORT" "$@"; }
+GOOD='GET /health HTTP/1.1\r\nHost: x\r\n\r\n'
+# the first answer whole and first, then the gate's JSON error, then the close
+relay_error() { # NAME STATUS CODE SECOND-REQUEST
+  local out; out=$(relayed 5 "$GOOD$4")
+  if jqok --argjson s "$2" --arg c "$3" '(.answers | length) == 2 and .answers[0].status == 200 and .answers[0].body == "{\"status\":\"ok\"}"
+      and .answers[1].status == $s and .answers[1].headers.connection == "close"
+      and (.answers[1].body | fromjson | .error | .message and .type and has("param") and .code == $c) and .closed' <<<"$out"
+  then pass "$1"; else fail "$1" "${out:0:400}"; fi
+}
+relay_error relay_second_request_line 400 invalid_request_line 'GARBAGE\r\n\r\n'
+relay_error relay_second_header 400 invalid_header 'GET /health HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n'
+relay_error relay_second_two_lengths 400 invalid_framing "${P}Content-Length: 30\r\nContent-Length: 5\r\n\r\n$B"
+relay_error relay_second_head_431 431 headers_too_large "GET /health HTTP/1.1\r\nHost: x\r\nX-A: $LONG\r\n\r\n"
+relay_error relay_second_version_505 505 http_version_not_supported 'GET /health HTTP/3.0\r\n\r\n'
+relay_error relay_second_bad_chunk 400 invalid_chunk "${P}Transfer-Encoding: chunked\r\n\r\n1e\r\n$B\r\nzz\r\n"
+# a chunk-size line that comes after the head (not visible when the head is checked)
+OUT=$(relayed 5 "${P}Transfer-Encoding: chunked\r\n\r\n1e\r\n$B\r\n" 300 '12x\r\n')
+if jqok '(.answers | length) == 1 and .answers[0].status == 400 and (.answers[0].body | fromjson | .error.code == "invalid_chunk") and .closed' <<<"$OUT"
+then pass relay_late_bad_chunk; else fail relay_late_bad_chunk "${OUT:0:400}"; fi
+OUT=$(relayed 5 "${P}Transfer-Encoding: chunked\r\n\r\n1e\r\n$B\r\n0\r\nBad Trailer\r\n\r\n")
+check relay_bad_trailer jqok '.answers[0].status == 400 and (.answers[0].body | fromjson | .error.code == "invalid_chunk")' <<<"$OUT"
+# a second head that comes too slowly: the request deadline (2 s) answers 408 and closes
+OUT=$(relayed 8 "${GOOD}GET /health HTTP/1.1\r\nHo")
+if jqok '(.answers | length) == 2 and .answers[0].status == 200 and .answers[1].status == 408 and
+    (.answers[1].body | fromjson | .error.code == "request_timeout") and .closed and .ms >= 1800 and .ms <= 4500' <<<"$OUT"
+then pass relay_slow_second_head_408; else fail relay_slow_second_head_408 "${OUT:0:400}"; fi
+# an idle keep-alive connection ends at the deadline too, unanswered
+OUT=$(relayed 8 "$GOOD")
+check relay_idle_keepalive_closed jqok '(.answers | length) == 1 and .closed and .ms >= 1800 and .ms <= 4500' <<<"$OUT"
+# pipelined requests, a 100-continue, a HEAD (no body): all answered, in order
+# (the 404 last: it closes the connection)
+OUT=$(relayed 10 "${GOOD}GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n${P}Content-Length: 30\r\n\r\n${B}GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+check relay_pipelined_in_order jqok '[.answers[].status] == [200, 200, 200, 404] and (.answers[1].body | fromjson | .data | length) == 1 and (.answers[2].body | fromjson | .choices | length) == 1 and .closed' <<<"$OUT"
+OUT=$(relayed 10 "${P}Expect: 100-continue\r\nContent-Length: 30\r\n\r\n" 300 "${B}GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+check relay_100_continue jqok '[.answers[].status] == [100, 200, 200] and .closed' <<<"$OUT"
+HEADS=$(exec 3<>"/dev/tcp/127.0.0.1/$PORT" && printf 'HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3 && timeout 10 cat <&3)
+check relay_head_then_get test "$(grep -c '^HTTP/1.1 200' <<<"$HEADS"):$(grep -c '"status":"ok"' <<<"$HEADS")" = 2:1
+# a streamed completion through the relay: the same text as the answer in one piece
+REQ='{"prompt":"Once upon a time","max_tokens":12,"temperature":0,"ignore_eos":true'
+WHOLE=$(curl -s --max-time 30 "$URL/v1/completions" -H 'Content-Type: application/json' -d "$REQ}" | jq -r '.choices[0].text')
+STREAM=$(curl -sN --max-time 30 "$URL/v1/completions" -H 'Content-Type: application/json' -d "$REQ,\"stream\":true}" |
+  sed -n 's/^data: //p' | grep -v '^\[DONE\]' | jq -j '.choices[0].text')
+check relay_stream_equals_whole test -n "$WHOLE" -a "$WHOLE" = "$STREAM"
+# a client that goes away mid-stream: the generation is cancelled (counted), nothing stays running
+metric() { curl -s --max-time 5 "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+D0=$(metric pagellm_http_client_disconnects_total)
+timeout 3 curl -sN "$URL/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt":"Once upon a time","max_tokens":1800,"ignore_eos":true,"stream":true}' 2>/dev/null | head -c 300 >/dev/null
+for _ in $(seq 1 50); do [ "$(metric pagellm_http_client_disconnects_total)" != "$D0" ] && [ "$(metric pagellm_requests_running)" = 0 ] && break; sleep 0.1; done
+check relay_disconnect_cancels test "$(metric pagellm_http_client_disconnects_total):$(metric pagellm_requests_running)" = "$((D0 + 1)):0"
+check relay_alive_after test "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/health")" = 200
 
 # ------------------------------------------------------- JSON everywhere
 OUT=$(raw 'GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')

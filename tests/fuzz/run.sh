@@ -10,7 +10,8 @@
 # server's other request parsers over stories260K), jinja (any bytes as a
 # chat template, seeded with ../shared/templates), store (the KV tier
 # entry reader, src/store/store_entry.c) or head (the server's request-head
-# checker, server/server_head.c).
+# checker and the request gate's chunked-body reader, server/server_head.c,
+# and answer tracker, server/server_resp.c).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -321,12 +322,13 @@ exec "$OUT/fuzz_server" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
 head)
-# the checker alone: libc only
-$CLANG $FLAGS -Iserver $SAN server/server_head.c tests/fuzz/fuzz_head.c -o "$OUT/fuzz_head" || exit 2
+# the checker and the relay's framing readers: libc only
+$CLANG $FLAGS -Iserver $SAN server/server_head.c server/server_resp.c tests/fuzz/fuzz_head.c -o "$OUT/fuzz_head" || exit 2
 printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}' >"$CORPUS/seed-cl"
 printf 'POST /tokenize HTTP/1.1\nTransfer-Encoding: chunked\n\n4;ext=1\r\n{\"\"}\r\n0\r\n\r\n' >"$CORPUS/seed-chunked"
 printf '\r\nGET /health?x=%%20 HTTP/1.0\r\nX-A:\tv\xe9 \r\n\r\n' >"$CORPUS/seed-get"
 printf 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' >"$CORPUS/seed-h2"
+printf 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n' >"$CORPUS/seed-answer"
 cat >"$OUT/head.dict" <<'DICT'
 "\x0d\x0a"
 "\x0d\x0a\x0d\x0a"

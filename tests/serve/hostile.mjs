@@ -14,7 +14,16 @@
 //       opens HOLD idle sockets (they only connect), from the FROM
 //       addresses in turn, then sends REQUEST from REQFROM and prints its
 //       answer as `raw` does
+//   node hostile.mjs seq PORT SECS PART [MS PART]...
+//       sends PART, then after MS ms the next PART..., on one connection, and
+//       reads until the server closes or SECS s pass: {"answers": [{"status",
+//       "headers", "body"}...] in the order they came, "closed", "ms": when
+//       the server closed (or SECS), "rest": bytes that are no whole answer}
+//
+// With HOSTILE_TLS_CA=FILE every mode speaks TLS, trusting that certificate.
+import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
 
 const [mode, portArg, ...rest] = process.argv.slice(2);
 const port = Number(portArg);
@@ -23,8 +32,10 @@ const unescape = (s) => JSON.parse('"' + s.replace(/"/g, '\\"') + '"');
 
 function connect(from) {
   return new Promise((resolve, reject) => {
-    const s = net.connect({ host: '127.0.0.1', port, localAddress: from || '127.0.0.1' });
-    s.once('connect', () => resolve(s));
+    const opts = { host: '127.0.0.1', port, localAddress: from || '127.0.0.1' };
+    const ca = process.env.HOSTILE_TLS_CA;
+    const s = ca ? tls.connect({ ...opts, ca: fs.readFileSync(ca), servername: 'localhost' }) : net.connect(opts);
+    s.once(ca ? 'secureConnect' : 'connect', () => resolve(s));
     s.once('error', reject);
   });
 }
@@ -97,10 +108,76 @@ async function hold(nHold, req, reqFrom, froms) {
   return r;
 }
 
+// Splits text into the answers in it (Content-Length or chunked bodies).
+function answers(text) {
+  const out = [];
+  for (;;) {
+    const cut = text.indexOf('\r\n\r\n');
+    if (cut < 0) break;
+    const lines = text.slice(0, cut).split('\r\n');
+    const headers = {};
+    for (const l of lines.slice(1)) {
+      const i = l.indexOf(':');
+      if (i > 0) headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
+    }
+    const m = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0]);
+    if (!m) break;
+    let rest = text.slice(cut + 4), body = '';
+    if (headers['content-length'] !== undefined) {
+      const n = Number(headers['content-length']);
+      if (rest.length < n) break;
+      body = rest.slice(0, n);
+      rest = rest.slice(n);
+    } else if (/chunked/i.test(headers['transfer-encoding'] || '')) {
+      let ok = false;
+      for (;;) {
+        const e = rest.indexOf('\r\n');
+        if (e < 0) break;
+        const size = parseInt(rest.slice(0, e), 16);
+        if (size === 0) { const t = rest.indexOf('\r\n', e + 2); if (t >= 0) { rest = rest.slice(t + 2); ok = true; } break; }
+        if (rest.length < e + 2 + size + 2) break;
+        body += rest.slice(e + 2, e + 2 + size);
+        rest = rest.slice(e + 2 + size + 2);
+      }
+      if (!ok) break;
+    } else if (Number(m[1]) >= 200 && Number(m[1]) !== 204 && Number(m[1]) !== 304) {
+      body = rest;
+      rest = '';
+    }
+    out.push({ status: Number(m[1]), headers, body });
+    text = rest;
+  }
+  return { answers: out, rest: text };
+}
+
+async function seq(secs, parts) {
+  const t0 = Date.now();
+  const s = await connect();
+  const chunks = [];
+  let closed = false, ms = secs * 1000;
+  const done = new Promise((r) => {
+    s.on('data', (d) => chunks.push(d));
+    s.on('close', () => { closed = true; ms = Date.now() - t0; r(); });
+    s.on('error', () => {});
+  });
+  (async () => {
+    s.write(parts[0]);
+    for (let k = 1; k + 1 < parts.length; k += 2) {
+      await sleep(Number(parts[k]));
+      if (!s.destroyed) s.write(parts[k + 1]);
+    }
+  })();
+  await Promise.race([done, sleep(secs * 1000)]);
+  s.destroy();
+  const r = answers(Buffer.concat(chunks).toString('latin1'));
+  return { answers: r.answers, closed, ms, rest: r.rest };
+}
+
 let out;
-if (mode === 'raw') out = await exchange(unescape(rest[0]), rest[1]);
+if (mode === 'seq') out = await seq(Number(rest[0]), rest.slice(1).map((p, k) => (k % 2 ? p : unescape(p))));
+else if (mode === 'raw') out = await exchange(unescape(rest[0]), rest[1]);
 else if (mode === 'slow') out = await slow(Number(rest[0]), Number(rest[1]), unescape(rest[2]));
 else if (mode === 'hold') out = await hold(Number(rest[0]), unescape(rest[1]), rest[2], rest.slice(3));
-else { console.error('usage: hostile.mjs raw|slow|hold PORT ...'); process.exit(2); }
+else { console.error('usage: hostile.mjs raw|slow|hold|seq PORT ...'); process.exit(2); }
 console.log(JSON.stringify(out));
 process.exit(0); // pending timers (the 5 s bound) need not run out
