@@ -462,6 +462,11 @@ static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16
     }
 }
 
+void kv_codec_e4m3_seal_f16(uint8_t *plane, uint64_t stride, const uint16_t *rows, uint32_t T, uint32_t H, uint32_t D)
+{
+    e4m3_seal_plane(plane, stride, rows, NULL, T, H, D);
+}
+
 void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows)
 {
     const kv_geom *g = &pool->g;

@@ -262,6 +262,13 @@ void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st
  * and seals a block at once (kv_writer.c). */
 void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *k_rows, const uint16_t *v_rows);
 
+/* fp8_e4m3's sealing of one plane from T f16 rows of H heads x D
+ * ([T][H x D], rounded by kv_codec_f16_row): T e4m3 rows `stride` bytes
+ * apart, then the H f32 block scales ("E4M3 scales"); what
+ * kv_codec_seal_rows does to each plane of a K/V block, and what the
+ * latent kind (kv_latent.h) does to its one plane (H = 1). */
+void kv_codec_e4m3_seal_f16(uint8_t *plane, uint64_t stride, const uint16_t *rows, uint32_t T, uint32_t H, uint32_t D);
+
 /* One token's write: stores its K and V rows
  * (kv_dim floats each) of layer at slot of block b. Unstaged dtypes encode
  * into the pool (st may be NULL); staged ones write the stage and seal

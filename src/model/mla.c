@@ -107,6 +107,9 @@ struct mla_state {
     float *spare;    /* [threads][spare_stride] the kernel's spare row */
     size_t spare_stride;
     int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
+    uint16_t *tail;  /* staged latent dtype: [tail_rows][R+D] f16, the sequence's own blocks
+                        (kv_latent_stage_batch); NULL otherwise */
+    int tail_rows;
 };
 
 void mla_state_free(mla_state *s)
@@ -114,11 +117,12 @@ void mla_state_free(mla_state *s)
     if (!s) return;
     float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->scratch, s->spare};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
+    mem_free(s->tail);
     free(s->toks);
     free(s);
 }
 
-int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int n_threads)
+int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int tail_rows, int n_threads)
 {
     *out = NULL;
     const mla_config *a = &c->mla;
@@ -144,6 +148,14 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->spare_stride = (row + 15) & ~(size_t)15;
     s->spare = mem_alloc_aligned((size_t)n_threads * s->spare_stride * sizeof(float), 64);
     s->toks = malloc(T * sizeof *s->toks);
+    s->tail_rows = tail_rows;
+    if (tail_rows) {
+        s->tail = mem_alloc_aligned((size_t)tail_rows * row * sizeof *s->tail, 64);
+        if (!s->tail) {
+            mla_state_free(s);
+            return PL_ENOMEM;
+        }
+    }
     if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->scratch || !s->spare || !s->toks) {
         mla_state_free(s);
         return PL_ENOMEM;
@@ -210,7 +222,8 @@ static void attn_worker(void *arg, int ith, int nth)
     float *sc = s->scratch + (size_t)ith * s->scratch_stride;
     for (int u = ith; u < j->n_toks; u += nth) {
         const int t = s->toks[u];
-        attn_mla(&j->view, s->qc + (size_t)t * H * row, (size_t)row, H, j->b->slot[t] + 1, j->c->mla.kq_scale,
+        const attn_mla_kv v = attn_mla_at(&j->view, j->b->slot[t] + 1);
+        attn_mla(&v, s->qc + (size_t)t * H * row, (size_t)row, H, j->b->slot[t] + 1, j->c->mla.kq_scale,
                  s->att + (size_t)t * H * R, (size_t)R, sc);
     }
 }
@@ -239,8 +252,9 @@ static void split_scores_worker(void *arg, int ith, int nth)
     const attn_job *j = arg;
     for (int k = 0; k < j->n_toks; k++) {
         const int n = j->b->slot[j->s->toks[k]] + 1, j0 = split_cut(n, ith, nth, 4), j1 = split_cut(n, ith + 1, nth, 4);
+        const attn_mla_kv v = attn_mla_at(&j->view, n);
         if (j0 < j1)
-            attn_mla_scores(&j->view, split_qr(j, k), (int)j->c->n_heads, j0, j1, split_sc(j, k), split_ld(j),
+            attn_mla_scores(&v, split_qr(j, k), (int)j->c->n_heads, j0, j1, split_sc(j, k), split_ld(j),
                             j->s->spare + (size_t)ith * j->s->spare_stride);
     }
 }
@@ -264,7 +278,8 @@ static void split_values_worker(void *arg, int ith, int nth)
     if (i0 >= i1) return;
     for (int k = 0; k < j->n_toks; k++) {
         const int t = j->s->toks[k];
-        attn_mla_values(&j->view, split_sc(j, k), split_ld(j), H, j->b->slot[t] + 1, i0, i1,
+        const attn_mla_kv v = attn_mla_at(&j->view, j->b->slot[t] + 1);
+        attn_mla_values(&v, split_sc(j, k), split_ld(j), H, j->b->slot[t] + 1, i0, i1,
                         j->s->att + (size_t)t * H * R, (size_t)R, j->s->spare + (size_t)ith * j->s->spare_stride);
     }
 }
@@ -317,6 +332,7 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
     /* attention, one sequence at a time, reading its rows in place */
     attn_job job = {s, c, b, {0}, 0};
     const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
+    const bool staged = kv_dtype_staged(kv->g.s.dtype);
     for (int q = 0; q < b->n_seqs; q++) {
         int n = 0, last = -1;
         for (int t = 0; t < T; t++)
@@ -326,7 +342,14 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             }
         if (!n) continue;
         assert(last < s->max_ctx);
-        job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
+        uint32_t tail0 = 0;
+        if (staged) {
+            assert(n + (int)kv->g.s.block_size <= s->tail_rows);
+            tail0 = kv_latent_stage_batch(kv, b, q, layer, s->kv, s->toks, n, s->tail);
+            job.view = kv_latent_view_staged(kv, b->seqs[q].blocks, layer, (uint32_t)R, s->tail, tail0);
+        } else {
+            job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
+        }
         job.n_toks = n;
         if (n >= nth) {
             tp_run(tp, attn_worker, &job);
@@ -334,6 +357,7 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             assert(nth <= s->n_threads);
             split_attention(&job, tp);
         }
+        if (staged) kv_latent_stage_commit(kv, b, q, layer, s->tail, tail0, (uint32_t)last + 1);
     }
     /* W_UV per head, into out[T][H*V] */
     heads_job hv = {s, w->wv_b, s->att, out, (size_t)H * R, (size_t)R, (size_t)H * V, (size_t)V, H, T};

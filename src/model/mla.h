@@ -57,8 +57,9 @@ int mla_layer_matrices(mla_layer *m, uint32_t n_heads, weight **out);
 typedef struct mla_state mla_state;
 
 /* Scratch for passes of up to max_tokens tokens over up to max_ctx
- * positions (NULL *out for a model without MLA). */
-int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int n_threads);
+ * positions (NULL *out for a model without MLA); tail_rows: for a staged
+ * latent dtype max_tokens + block_size (kv_latent.h's tail), else 0. */
+int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int tail_rows, int n_threads);
 void mla_state_free(mla_state *s);
 
 /* Layer's attention of xn[T][dim] into out[T][H*V] (before Wo): writes
