@@ -30,6 +30,12 @@ uint32_t kv_latent_row_type(kv_dtype dtype)
 int kv_latent_check(kv_dtype dtype, uint32_t n_kv_heads, uint32_t head_dim)
 {
     if (n_kv_heads != 1) return err_set(PL_EINVAL, "KV shape: the latent kind has one row a token (n_kv_heads %u)", n_kv_heads);
+    if (dtype == KV_INT4 || dtype == KV_INT2)
+        return err_set(PL_EUNSUPPORTED,
+                       "KV dtype %s: the latent (MLA) cache does not take KIVI: its row is both the key and the value "
+                       "of every head, and the latent attention reads no KIVI block layout (docs/kv-dtypes.md, "
+                       "\"The latent kind\"); fp8_e4m3 (1 byte an element) or q4_0 (4.5 bits) are the small ones it takes",
+                       kv_dtype_get(dtype)->name);
     if (kv_latent_row_type(dtype) == UINT32_MAX)
         return err_set(PL_EUNSUPPORTED, "KV dtype %s: the latent (MLA) cache takes f32, f16, bf16, q8_0, q4_0, "
                        "fp8_e4m3 or fp8_e5m2", kv_dtype_get(dtype)->name);
