@@ -38,6 +38,50 @@ static int bind_heads(const gguf_file *f, const char *name, uint64_t n_in, uint6
     return 0;
 }
 
+/* The legacy form's attn_kv_b [R, H x (N + V)]: per head h, N rows of W_UK
+ * then V rows of W_UV, each R long (the non-absorbed decompression
+ * c_kv -> k_nope, v). W_UV^h is bound in place; the absorbed query needs
+ * W_UK^h transposed ([N -> R], attn_k_b's form), which is dequantized and
+ * transposed into f32 matrices the layer owns (exact values, at H x N x R
+ * x 4 bytes a layer: 4 MiB for V2-Lite's 16 x 128 x 512). */
+static int split_kv_b(const gguf_file *f, const char *name, const mla_config *a, uint32_t H, mla_layer *m)
+{
+    const uint64_t R = a->kv_lora_rank, N = a->qk_nope, V = a->v_head;
+    const gguf_tensor *t = gguf_tensor_find(f, name);
+    if (!t)
+        return err_set(PL_EFORMAT, "%s: tensor '%s' is missing (the legacy form, no key_length_mla: one attn_kv_b a "
+                       "layer in place of attn_k_b and attn_v_b)", gguf_path(f), name);
+    if (t->ne[0] != R || t->ne[1] != H * (N + V) || t->ne[2] != 1 || t->ne[3] != 1)
+        return err_set(PL_EFORMAT, "%s: tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu] (kv_lora_rank, "
+                       "heads x (qk_nope + v_head))", gguf_path(f), name, (unsigned long long)t->ne[0],
+                       (unsigned long long)t->ne[1], (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                       (unsigned long long)R, (unsigned long long)(H * (N + V)));
+    const dtype_traits *tr = dtype_get(t->type);
+    if (!tr || !tr->computable || !quant_supported(t->type) || !kern_matmul_supports(t->type) || R % tr->blck_size)
+        return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s is not supported here", gguf_path(f), name,
+                       tr ? tr->name : "?");
+    const uint64_t rb = dtype_row_bytes(t->type, R);
+    float *uk = mem_alloc_aligned((size_t)(H * N * R) * sizeof(float), 64), *row = malloc((size_t)R * sizeof(float));
+    if (!uk || !row) {
+        mem_free(uk);
+        free(row);
+        return PL_ENOMEM;
+    }
+    for (uint32_t h = 0; h < H; h++) {
+        const uint8_t *head = (const uint8_t *)t->data + (uint64_t)h * (N + V) * rb;
+        float *k = uk + (size_t)h * N * R; /* [R][N]: row r is W_UK^h's column r */
+        for (uint64_t n = 0; n < N; n++) {
+            quant_dequant_row(t->type, head + n * rb, row, (size_t)R);
+            for (uint64_t r = 0; r < R; r++) k[r * N + n] = row[r];
+        }
+        m->wk_b[h] = (weight){.data = (const uint8_t *)k, .type = DT_F32, .n_in = N, .n_out = R};
+        m->wv_b[h] = (weight){.data = head + N * rb, .type = t->type, .n_in = R, .n_out = V};
+    }
+    free(row);
+    m->owned = uk;
+    return 0;
+}
+
 int mla_layer_bind(const gguf_file *f, const model_config *c, uint32_t l, mla_layer **out)
 {
     const mla_config *a = &c->mla;
@@ -59,21 +103,27 @@ int mla_layer_bind(const gguf_file *f, const model_config *c, uint32_t l, mla_la
     }
     if (!rc) rc = model_weight_bind(f, NAME("attn_kv_a_mqa.weight"), d, (uint64_t)R + D, false, &m->wkv_a);
     if (!rc) rc = model_weight_bind(f, NAME("attn_kv_a_norm.weight"), R, 0, false, &m->kv_a_norm);
-    if (!rc && !gguf_tensor_find(f, NAME("attn_k_b.weight")) && gguf_tensor_find(f, NAME("attn_kv_b.weight")))
-        rc = err_set(PL_EUNSUPPORTED, "%s: tensor 'blk.%u.attn_kv_b.weight': the legacy unsplit form is not supported "
-                     "(convert again with a current llama.cpp: attn_k_b and attn_v_b)", gguf_path(f), l);
-    if (!rc) rc = bind_heads(f, NAME("attn_k_b.weight"), a->qk_nope, R, H, m->wk_b);
-    if (!rc) rc = bind_heads(f, NAME("attn_v_b.weight"), R, a->v_head, H, m->wv_b);
+    if (!rc && a->legacy_kv_b) {
+        rc = split_kv_b(f, NAME("attn_kv_b.weight"), a, H, m);
+    } else if (!rc) {
+        rc = bind_heads(f, NAME("attn_k_b.weight"), a->qk_nope, R, H, m->wk_b);
+        if (!rc) rc = bind_heads(f, NAME("attn_v_b.weight"), R, a->v_head, H, m->wv_b);
+    }
 #undef NAME
     if (rc) {
-        free(m);
+        mla_layer_free(m);
         return rc;
     }
     *out = m;
     return 0;
 }
 
-void mla_layer_free(mla_layer *m) { free(m); }
+void mla_layer_free(mla_layer *m)
+{
+    if (!m) return;
+    mem_free(m->owned);
+    free(m);
+}
 
 int mla_layer_matrices(mla_layer *m, uint32_t n_heads, weight **out)
 {
