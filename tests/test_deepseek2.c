@@ -92,6 +92,20 @@ TEST(bad_tensors_are_refused_naming_the_tensor)
     b = (breakage){.drop_tensor = "blk.3.ffn_up_shexp.weight"};
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.3.ffn_up_shexp.weight", "missing");
     unlink(p);
+    /* the legacy form (one attn_kv_b a layer, no key_length_mla) */
+    pl_synth_params sp = {.shape = "tiny", .seed = 5, .type = "q8_0", .out_path = p, .arch = "deepseek2",
+                          .legacy_kv_b = true};
+    CHECK(pl_synth(&sp) == 0);
+    pl_model *m = NULL;
+    CHECK_EQ_INT(pl_model_load(&m, p), 0);
+    pl_model_free(m);
+    b = (breakage){.drop_tensor = "blk.1.attn_kv_b.weight"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.1.attn_kv_b.weight", "missing");
+    b = (breakage){.set_key = "deepseek2.attention.head_count_kv", .set_value = 1};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.key_length_mla", "legacy");
+    b = (breakage){.drop_key = "deepseek2.attention.value_length"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.value_length", "legacy");
+    unlink(p);
 }
 
 /* The realistic V2-Lite shape's metadata (its 16B weights are not

@@ -66,7 +66,8 @@ static int attention_config(const gguf_file *f, model_config *c)
             return missing(f, "attention.key_length_mla", "nor attention.key_length of the legacy attn_kv_b form");
         if (!rc) rc = key_u32(f, "attention.value_length", &v_mla);
         if (rc == PL_ENOTFOUND)
-            return missing(f, "attention.key_length_mla", "and attention.value_length of the legacy attn_kv_b form");
+            return missing(f, "attention.value_length", "the value head dims of the legacy attn_kv_b form, which has no "
+                           "key_length_mla");
     } else if (!rc) {
         rc = key_u32(f, "attention.value_length_mla", &v_mla);
         if (rc == PL_ENOTFOUND) return missing(f, "attention.value_length_mla", "the value head dims");
