@@ -226,6 +226,10 @@ TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
     pl_kv_size sz;
     CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_F16, &sz), 0);
     CHECK_NEAR(sz.bytes_per_token, 27.0 * 576 * 2, 0);
+    CHECK(sz.stage_bytes == 0);
+    /* fp8_e4m3's stage: one f16 plane of a block a layer (no V plane) */
+    CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_FP8_E4M3, &sz), 0);
+    CHECK(sz.stage_bytes == 27ull * 16 * 576 * 2);
     const kv_shape q4 = {2, 1, 96, 16, KV_Q4_0, KV_KIND_LATENT};
     CHECK_EQ_INT(kv_geom_init(&g, &q4), 0);
     CHECK_NEAR(g.bytes_per_token, 2.0 * 96 / 32 * 18, 0);
@@ -337,7 +341,7 @@ TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches)
         kv_stage st;
         CHECK_EQ_INT(kv_pool_init(&pool, &s, 4), 0);
         CHECK_EQ_INT(kv_stage_init(&st, &pool.g), 0);
-        CHECK(st.rows != NULL);
+        CHECK(st.rows != NULL && st.planes == 1 && st.bytes == (uint64_t)L * T * D * 2);
         uint32_t blocks[3];
         CHECK_EQ_INT(kv_pool_alloc_n(&pool, 3, blocks), 0);
         e4m3_write(&pool, &st, blocks, rows, n, chunks[c], tail);

@@ -305,12 +305,20 @@ static void axpy(float *y, float a, const float *x, uint32_t n) { KV_PICK(axpy, 
 
 /* ---------------------------------------------------------------- stage */
 
+uint64_t kv_stage_bytes(const kv_geom *g)
+{
+    const kv_shape *s = &g->s;
+    const uint64_t b = kv_dtype_stage_bytes(s->dtype, s->n_layers, s->n_kv_heads, s->head_dim, s->block_size);
+    return s->kind == KV_KIND_LATENT ? b / 2 : b;
+}
+
 int kv_stage_init(kv_stage *st, const kv_geom *g)
 {
     const kv_shape *s = &g->s;
-    kv_stage t = {.n_layers = s->n_layers, .block_size = s->block_size, .kv_dim = g->kv_dim};
+    kv_stage t = {.n_layers = s->n_layers, .block_size = s->block_size, .planes = s->kind == KV_KIND_LATENT ? 1 : 2,
+                  .kv_dim = g->kv_dim};
     if (kv_dtype_staged(s->dtype)) {
-        t.bytes = kv_dtype_stage_bytes(s->dtype, s->n_layers, s->n_kv_heads, s->head_dim, s->block_size);
+        t.bytes = kv_stage_bytes(g);
         if (t.bytes == 0 || t.bytes > SIZE_MAX)
             return err_set(PL_ERANGE, "KV stage: %u layers x %u tokens x %llu overflows", s->n_layers,
                            s->block_size, (unsigned long long)g->kv_dim);

@@ -210,13 +210,18 @@ static inline float kv_e5m2_to_f32(uint8_t b) { return f16_to_f32((uint16_t)(b <
  * filled, all layers, K and V; see the drawing above. Owned by whoever owns
  * the sequence; one per sequence, made with it (no malloc while decoding). */
 typedef struct {
-    uint16_t *rows;      /* [n_layers][2][block_size][kv_dim] f16; NULL if not staged */
+    uint16_t *rows;      /* [n_layers][planes][block_size][kv_dim] f16; NULL if not staged */
     uint32_t n_layers, block_size;
+    uint32_t planes;     /* 2 (K, V); 1 for the latent kind (K: its rows, kv_latent.h) */
     uint64_t kv_dim;
-    uint64_t bytes;      /* allocated bytes (= kv_dtype_stage_bytes), 0 if not staged */
+    uint64_t bytes;      /* allocated bytes (= kv_stage_bytes), 0 if not staged */
 } kv_stage;
 
-/* Makes the stage for geometry g: kv_dtype_stage_bytes bytes, zeroed; for
+/* Bytes of one sequence's stage for geometry g: kv_dtype_stage_bytes, or
+ * half of it for the latent kind, which has no V plane. */
+uint64_t kv_stage_bytes(const kv_geom *g);
+
+/* Makes the stage for geometry g: kv_stage_bytes bytes, zeroed; for
  * a dtype that is not staged, nothing is allocated (rows NULL, bytes 0) and
  * it still succeeds. PL_ENOMEM; *st untouched on failure. */
 int kv_stage_init(kv_stage *st, const kv_geom *g);
@@ -229,8 +234,8 @@ void kv_stage_copy(kv_stage *dst, const kv_stage *src);
 /* Row 0 of layer's K or V plane in the stage. */
 static inline uint16_t *kv_stage_plane(const kv_stage *st, uint32_t layer, kv_plane p)
 {
-    assert(st->rows && layer < st->n_layers);
-    return st->rows + ((uint64_t)layer * 2 + (uint64_t)p) * st->block_size * st->kv_dim;
+    assert(st->rows && layer < st->n_layers && (uint32_t)p < st->planes);
+    return st->rows + ((uint64_t)layer * st->planes + (uint64_t)p) * st->block_size * st->kv_dim;
 }
 
 /* ------------------------------------------------------------- writing */

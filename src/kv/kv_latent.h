@@ -9,8 +9,8 @@
  * a block at row t of the layer's K plane.
  *
  * fp8_e4m3 is staged as for K/V (kv_codec.h, kv_writer.h): the block
- * being filled lives in f16 in the sequence's stage (its K plane; the V
- * half of the stage is unused) and is sealed when full. For a batch,
+ * being filled lives in f16 in the sequence's stage (one plane a layer,
+ * kv_stage.planes 1) and is sealed when full. For a batch,
  * per sequence and layer: kv_latent_stage_batch gathers the f16 rows of
  * the sequence's own blocks (stage rows before the batch, then the batch
  * rows rounded to f16) into a tail and seals every block the batch fills;
