@@ -10,12 +10,16 @@
 #   bash bench/quality.sh                       # writes bench/out/kv-quality.md
 #   QUALITY_SETS="stories" QUALITY_CHUNKS=8 bash bench/quality.sh
 #
-# Sets (QUALITY_SETS, default "stories devil 110m"):
+# Sets (QUALITY_SETS, default "stories devil 110m"; also ds2, mla):
 #   stories  stories260K on tests/data/stories260K-samples.txt (text it sampled)
 #   devil    stories260K on tests/data/devils-dictionary.txt (out of domain)
 #   110m     a synthetic 110M-shape model (random weights, q8_0; head dim 64,
 #            so every dtype fits) on the stories samples: its perplexity is
 #            huge and meaningless, the KL against f16 is the figure
+#   ds2      deepseek2's latent cache (multi-head latent attention): the synthetic
+#            tiny file (random f32 weights, latent row 64 + 32) on the stories samples
+#   mla      the same on the synthetic mla-bench file (V2-Lite's attention: latent
+#            row 512 + 64; random weights, q8_0); for both, the KL is the figure
 # QUALITY_CHUNKS caps the chunks of --ctx QUALITY_CTX (512) tokens of the
 # 110m set (default 4); the stories260K sets use every chunk of their text.
 set -u
@@ -35,6 +39,11 @@ synth_model() { # shape type -> path (made once), as bench/run.sh makes them
   [ -s "$f16" ] || "$PL" synth --shape "$1" --seed 1 --type f16 -o "$f16" >&2 || return 1
   [ "$2" = f16 ] && { echo "$f16"; return; }
   [ -s "$out" ] || "$PL" quantize "$f16" "$out" "$2" >&2 || return 1
+  echo "$out"
+}
+synth_ds2() { # shape type -> path of a synthetic deepseek2 file (made once)
+  local out="$MD/ds2-$1-$2.gguf"
+  [ -s "$out" ] || "$PL" synth --arch deepseek2 --shape "$1" --seed 1 --type "$2" -o "$out" >&2 || return 1
   echo "$out"
 }
 
@@ -69,7 +78,9 @@ for s in $SETS; do
     stories) one_set stories "$STORIES" tests/data/stories260K-samples.txt --ctx "$CTX" ;;
     devil)   one_set devil "$STORIES" tests/data/devils-dictionary.txt --ctx "$CTX" ;;
     110m)    m=$(synth_model 110m q8_0) && one_set 110m "$m" tests/data/stories260K-samples.txt --ctx "$CTX" --chunks "$CHUNKS" ;;
-    *)       echo "unknown set '$s' (stories, devil, 110m)" >&2 ;;
+    ds2)     m=$(synth_ds2 tiny f32) && one_set ds2 "$m" tests/data/stories260K-samples.txt --ctx "$CTX" --chunks "$CHUNKS" ;;
+    mla)     m=$(synth_ds2 mla-bench q8_0) && one_set mla "$m" tests/data/stories260K-samples.txt --ctx "$CTX" --chunks "$CHUNKS" ;;
+    *)       echo "unknown set '$s' (stories, devil, 110m, ds2, mla)" >&2 ;;
   esac
 done
 

@@ -14,7 +14,7 @@ int cmd_synth(int argc, char **argv)
     int swa = 0, split = 0, rope_orig = 0;
     const char *rope_scaling = NULL;
     double rope_factor = 0;
-    bool list = false;
+    bool list = false, legacy_kv_b = false;
     const cli_opt opts[] = {
         {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | tiny256 | 110m | tinyllama-1.1b | llama3.2-1b | qwen3moe-3b (default tiny)"},
         {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
@@ -27,6 +27,7 @@ int cmd_synth(int argc, char **argv)
         {"rope-scaling", 0, CLI_STR, &rope_scaling, 0, 0, "TYPE", "write RoPE scaling: linear | yarn (type and factor), longrope (phi3: factor tensors)"},
         {"rope-factor", 0, CLI_FLOAT, &rope_factor, 1, 1024, "F", "the linear/yarn factor (default 4)"},
         {"rope-orig-ctx", 0, CLI_INT, &rope_orig, 1, 1 << 24, "N", "rope.scaling.original_context_length (default: context / 4)"},
+        {"legacy-kv-b", 0, CLI_FLAG, &legacy_kv_b, 0, 0, NULL, "deepseek2: write the legacy unsplit attn_kv_b (older converters' files) instead of attn_k_b + attn_v_b"},
         {"list", 0, CLI_FLAG, &list, 0, 0, NULL, "list the shapes and exit"},
         {0},
     };
@@ -60,7 +61,12 @@ int cmd_synth(int argc, char **argv)
         cli_error("synth", "bad value '%s' for --rope-scaling (linear, yarn, longrope)", rope_scaling);
         return 2;
     }
-    pl_synth_params p = {shape, seed, vocab, type, out, arch, (uint32_t)swa, rope_scaling, (float)rope_factor, (uint32_t)rope_orig};
+    if (legacy_kv_b && (!arch || strcmp(arch, "deepseek2"))) {
+        cli_error("synth", "--legacy-kv-b is for --arch deepseek2");
+        return 2;
+    }
+    pl_synth_params p = {shape, seed, vocab, type, out, arch, (uint32_t)swa, rope_scaling, (float)rope_factor,
+                         (uint32_t)rope_orig, legacy_kv_b};
     if (pl_synth_split(&p, split > 1 ? (uint32_t)split : 1) != 0) {
         cli_error("synth", "%s", pl_last_error());
         return 1;

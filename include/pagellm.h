@@ -172,6 +172,8 @@ typedef struct {
                                  "longrope" (phi3: factor tensors, attn_factor) */
     float rope_factor;        /* linear/yarn factor (default 4) */
     uint32_t rope_orig_ctx;   /* rope.scaling.original_context_length (default context / 4) */
+    bool legacy_kv_b;         /* deepseek2: the legacy unsplit form (one attn_kv_b a layer, MHA
+                                 metadata without key_length_mla), as older converters wrote it */
 } pl_synth_params;
 
 /* Writes a deterministic synthetic llama-family GGUF. */

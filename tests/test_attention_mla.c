@@ -3,7 +3,12 @@
  * against a plain double-precision reading of its contract, the AVX2 and
  * AVX-512 variants against the reference for every row type, heads and
  * context, each head's bits the same whatever heads share its call, and
- * the dispatch following kern_init. */
+ * the dispatch following kern_init. OFP8 rows (e5m2; e4m3 with block
+ * scales) are written with kv_codec's encoders and read back with its
+ * decoders for the contract; "e4m3 staged" also hands the rows of the
+ * last block and the one before it over as f16 tail rows, and fills the
+ * block rows the tail replaces with NaN codes, which the result would
+ * show if the kernel read them. */
 #include "test.h"
 
 #include <math.h>
@@ -11,14 +16,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/attention_mla.h"
 #include "kernels/kernels.h"
+#include "kv/kv_codec.h"
 #include "rng.h"
 #include "tensor/dtype.h"
+#include "tensor/half.h"
 #include "tensor/quant.h"
 
-static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0};
+#define E4M3_STAGED 0x20000u /* ATTN_KV_FP8_E4M3 rows with a tail */
+static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E5M2, ATTN_KV_FP8_E4M3, E4M3_STAGED};
 #define N_TYPES (sizeof types / sizeof types[0])
+
+static const char *tname(uint32_t t)
+{
+    return t == ATTN_KV_FP8_E5M2 ? "e5m2" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : t == E4M3_STAGED ? "e4m3 staged" : dtype_get(t)->name;
+}
+
+static bool is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E5M2 || t == ATTN_KV_FP8_E4M3; }
+
+/* The e4m3 scale of logical block b: a different one for each block, so
+ * that a row read with its neighbour's scale shows. */
+static float block_scale(uint32_t b) { return (1.0f + 0.37f * (float)(b % 5)) / 448.0f; }
+
+/* Element i of row r of type t (a ggml type or OFP8) as floats. */
+static void decode_row(uint32_t t, const uint8_t *r, float scale, float *out, int L)
+{
+    if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < L; i++) out[i] = kv_e5m2_to_f32(r[i]);
+    else if (t == ATTN_KV_FP8_E4M3) for (int i = 0; i < L; i++) out[i] = kv_e4m3_to_f32(r[i]) * scale;
+    else quant_dequant_row(t, r, out, (size_t)L);
+}
 
 /* A paged cache of n rows of R + D elements: blocks of bs rows in a
  * reversed, spread-out block table, rows of random values in [-1, 1). */
@@ -26,6 +54,7 @@ typedef struct {
     attn_mla_kv kv;
     uint8_t *data;
     uint32_t *blocks;
+    uint16_t *tail; /* E4M3_STAGED: f16 rows from kv.tail0 to n */
     float *q;   /* [H][R + D] */
     float *out; /* [H][R] */
     float *scratch;
@@ -35,19 +64,39 @@ static void cache_make(cache *c, uint32_t type, int R, int D, int n, int H, uint
 {
     rng_seed(seed);
     const int L = R + D;
-    const size_t row_bytes = dtype_row_bytes(type, (uint64_t)L), block_bytes = bs * row_bytes + 64;
+    const bool staged = type == E4M3_STAGED;
+    if (staged) type = ATTN_KV_FP8_E4M3;
+    const size_t row_bytes = is_fp8(type) ? (size_t)L : dtype_row_bytes(type, (uint64_t)L),
+                 block_bytes = bs * row_bytes + 64;
     const uint32_t nb = ((uint32_t)n + bs - 1) / bs, phys = 2 * nb + 1;
     c->data = calloc(phys, block_bytes);
     c->blocks = malloc(nb * sizeof *c->blocks);
     for (uint32_t b = 0; b < nb; b++) c->blocks[b] = phys - 1 - 2 * b;
-    c->kv = (attn_mla_kv){c->blocks, c->data, block_bytes, row_bytes, bs, type, R, L};
+    c->kv = (attn_mla_kv){c->blocks, c->data, block_bytes, row_bytes, bs, type, R, L, bs * row_bytes, NULL, 0, 0};
+    /* the tail: from the block before the last one on */
+    const uint32_t last0 = (uint32_t)(n - 1) / bs * bs, tail0 = last0 >= bs ? last0 - bs : 0;
+    c->tail = staged ? malloc((size_t)(n - (int)tail0) * L * sizeof *c->tail) : NULL;
+    for (uint32_t b = 0; b < nb && type == ATTN_KV_FP8_E4M3; b++) {
+        const float sb = block_scale(b);
+        memcpy(c->data + (size_t)c->blocks[b] * block_bytes + c->kv.scale_off, &sb, sizeof sb);
+    }
     float *row = malloc((size_t)L * sizeof *row);
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < L; i++) row[i] = rng_sym();
         uint8_t *dst = c->data + (size_t)c->blocks[j / bs] * block_bytes + (size_t)(j % bs) * row_bytes;
-        quant_quantize_row(type, row, dst, (size_t)L);
+        if (staged && (uint32_t)j >= tail0) kv_codec_f16_row(row, c->tail + (size_t)(j - (int)tail0) * L, (uint64_t)L);
+        if (staged && (uint32_t)j >= last0) memset(dst, 0x7F, row_bytes); /* NaN codes: never to be read */
+        else if (type == ATTN_KV_FP8_E5M2) for (int i = 0; i < L; i++) dst[i] = kv_e5m2_from_f32(row[i]);
+        else if (type == ATTN_KV_FP8_E4M3)
+            for (int i = 0; i < L; i++) dst[i] = kv_e4m3_from_f32(row[i] / block_scale((uint32_t)j / bs));
+        else quant_quantize_row(type, row, dst, (size_t)L);
     }
     free(row);
+    if (staged) {
+        c->kv.tail = c->tail;
+        c->kv.tail0 = (int)tail0;
+        c->kv = attn_mla_at(&c->kv, n);
+    }
     c->q = malloc((size_t)H * L * sizeof *c->q);
     for (int i = 0; i < H * L; i++) c->q[i] = 2.0f * rng_sym();
     c->out = malloc((size_t)H * R * sizeof *c->out);
@@ -56,7 +105,7 @@ static void cache_make(cache *c, uint32_t type, int R, int D, int n, int H, uint
 
 static void cache_free(cache *c)
 {
-    free(c->data), free(c->blocks), free(c->q), free(c->out), free(c->scratch);
+    free(c->data), free(c->blocks), free(c->tail), free(c->q), free(c->out), free(c->scratch);
 }
 
 /* x rounded as the kernel rounds its query and weights for type t. */
@@ -79,7 +128,9 @@ static void plain(const cache *c, int h, int n, float scale, double *out)
     for (int j = 0; j < n; j++) {
         const uint8_t *r = kv->base + (size_t)kv->blocks[j / kv->block_size] * kv->block_bytes +
                            (size_t)(j % kv->block_size) * kv->row_bytes;
-        quant_dequant_row(kv->type, r, rows + (size_t)j * L, (size_t)L);
+        if (kv->tail && j >= kv->n_sealed)
+            for (int i = 0; i < L; i++) rows[(size_t)j * L + i] = f16_to_f32(kv->tail[(size_t)(j - kv->tail0) * L + i]);
+        else decode_row(kv->type, r, block_scale((uint32_t)j / kv->block_size), rows + (size_t)j * L, L);
         double d = 0;
         for (int i = 0; i < L; i++) d += (double)rounded(kv->type, c->q[(size_t)h * L + i]) * rows[(size_t)j * L + i];
         s[j] = d * scale;
@@ -118,8 +169,7 @@ TEST(reference_is_the_contract_in_doubles)
                     plain(&c, h, n, scale, want);
                     for (int i = 0; i < R; i++) worst = fmax(worst, fabs(c.out[(size_t)h * R + i] - want[i]));
                 }
-                CHECK_MSG(worst <= tolerance(types[t]), "type %s R %d n %d: worst %.3g", dtype_get(types[t])->name, R,
-                          n, worst);
+                CHECK_MSG(worst <= tolerance(types[t]), "type %s R %d n %d: worst %.3g", tname(types[t]), R, n, worst);
                 free(want);
                 cache_free(&c);
             }
@@ -146,7 +196,7 @@ static void simd_vs_reference(attn_mla_variant v, const char *name)
                     double worst = 0;
                     for (int i = 0; i < H * R; i++) worst = fmax(worst, fabs((double)c.out[i] - ref[i]));
                     CHECK_MSG(worst <= tolerance(types[t]), "%s type %s R %d n %d H %d: worst %.3g", name,
-                              dtype_get(types[t])->name, R, n, H, worst);
+                              tname(types[t]), R, n, H, worst);
                     runs++;
                     free(ref);
                     cache_free(&c);
@@ -202,8 +252,8 @@ TEST(phases_over_split_keys_and_values_are_the_same_bits)
             float *qr = malloc(H * ls * sizeof *qr), *sc = malloc(H * ld * sizeof *sc), *spare = malloc(ls * sizeof *spare);
             float *split = malloc((size_t)H * R * sizeof *split);
             attn_mla_queries(&c.kv, c.q, L, H, qr);
-            const int cuts[] = {0, 5, 150, 301};
-            for (int k = 0; k < 3; k++) attn_mla_scores(&c.kv, qr, H, cuts[k], cuts[k + 1], sc, ld, spare);
+            const int cuts[] = {0, 5, 150, 280, 301}; /* staged: the tail from 272, sealed rows to 288 */
+            for (int k = 0; k < 4; k++) attn_mla_scores(&c.kv, qr, H, cuts[k], cuts[k + 1], sc, ld, spare);
             attn_mla_weights(&c.kv, sc, ld, H, n, 0.07f);
             for (int i0 = 0; i0 < R; i0 += 96) attn_mla_values(&c.kv, sc, ld, H, n, i0, i0 + 96 < R ? i0 + 96 : R, split, R, spare);
             CHECK_MSG(memcmp(c.out, split, (size_t)H * R * sizeof(float)) == 0, "ref %d type %zu", ref, t);

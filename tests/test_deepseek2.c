@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "gguf/gguf.h"
+#include "kv/kv_codec.h"
 #include "kv/kv_latent.h"
 #include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
@@ -90,6 +91,20 @@ TEST(bad_tensors_are_refused_naming_the_tensor)
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.0.ffn_gate.weight", "missing");
     b = (breakage){.drop_tensor = "blk.3.ffn_up_shexp.weight"};
     CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.3.ffn_up_shexp.weight", "missing");
+    unlink(p);
+    /* the legacy form (one attn_kv_b a layer, no key_length_mla) */
+    pl_synth_params sp = {.shape = "tiny", .seed = 5, .type = "q8_0", .out_path = p, .arch = "deepseek2",
+                          .legacy_kv_b = true};
+    CHECK(pl_synth(&sp) == 0);
+    pl_model *m = NULL;
+    CHECK_EQ_INT(pl_model_load(&m, p), 0);
+    pl_model_free(m);
+    b = (breakage){.drop_tensor = "blk.1.attn_kv_b.weight"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "blk.1.attn_kv_b.weight", "missing");
+    b = (breakage){.set_key = "deepseek2.attention.head_count_kv", .set_value = 1};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.key_length_mla", "legacy");
+    b = (breakage){.drop_key = "deepseek2.attention.value_length"};
+    CHECK_REFUSED(p, b, PL_ERR_FORMAT, "deepseek2.attention.value_length", "legacy");
     unlink(p);
 }
 
@@ -211,13 +226,23 @@ TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
     pl_kv_size sz;
     CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_F16, &sz), 0);
     CHECK_NEAR(sz.bytes_per_token, 27.0 * 576 * 2, 0);
+    CHECK(sz.stage_bytes == 0);
+    /* fp8_e4m3's stage: one f16 plane of a block a layer (no V plane) */
+    CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_FP8_E4M3, &sz), 0);
+    CHECK(sz.stage_bytes == 27ull * 16 * 576 * 2);
     const kv_shape q4 = {2, 1, 96, 16, KV_Q4_0, KV_KIND_LATENT};
     CHECK_EQ_INT(kv_geom_init(&g, &q4), 0);
     CHECK_NEAR(g.bytes_per_token, 2.0 * 96 / 32 * 18, 0);
+    /* fp8: a byte an element, e4m3 with one f32 scale a block and layer */
+    const kv_shape e4 = {2, 1, 96, 16, KV_FP8_E4M3, KV_KIND_LATENT}, e5 = {2, 1, 96, 16, KV_FP8_E5M2, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &e4), 0);
+    CHECK_NEAR(g.bytes_per_token, 2.0 * (96 * 16 + 4) / 16, 0);
+    CHECK_EQ_INT(kv_geom_init(&g, &e5), 0);
+    CHECK_NEAR(g.bytes_per_token, 2.0 * 96, 0);
     /* what the kind cannot hold */
-    const kv_shape fp8 = {2, 1, 96, 16, KV_FP8_E4M3, KV_KIND_LATENT};
-    CHECK_EQ_INT(kv_geom_init(&g, &fp8), PL_EUNSUPPORTED);
-    CHECK(strstr(pl_last_error(), "latent"));
+    const kv_shape kivi = {2, 1, 96, 16, KV_INT4, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &kivi), PL_EUNSUPPORTED);
+    CHECK(strstr(pl_last_error(), "kivi4") && strstr(pl_last_error(), "latent"));
     const kv_shape odd4 = {2, 1, 80, 16, KV_Q4_0, KV_KIND_LATENT};
     CHECK_EQ_INT(kv_geom_init(&g, &odd4), PL_EUNSUPPORTED);
     const kv_shape odd = {2, 1, 80, 16, KV_Q8_0, KV_KIND_LATENT};
@@ -234,7 +259,7 @@ TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
 
 TEST(latent_rows_round_trip_and_move_with_their_block)
 {
-    const kv_dtype dts[] = {KV_F32, KV_F16, KV_BF16, KV_Q8_0, KV_Q4_0};
+    const kv_dtype dts[] = {KV_F32, KV_F16, KV_BF16, KV_Q8_0, KV_Q4_0, KV_FP8_E5M2};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         const uint32_t L = 3, D = 96, T = 4, n = 10;
         const kv_shape s = {L, 1, D, T, dts[d], KV_KIND_LATENT};
@@ -254,6 +279,7 @@ TEST(latent_rows_round_trip_and_move_with_their_block)
                            : dts[d] == KV_F16  ? 1e-3
                            : dts[d] == KV_BF16 ? 8e-3
                            : dts[d] == KV_Q8_0 ? 1e-2
+                           : dts[d] == KV_FP8_E5M2 ? 0.125 /* 2 mantissa bits: half a step of 1/4 below 1 */
                                                : 0.13; /* q4_0: a step of ~1/8 where the far sign clamps */
         for (uint32_t l = 0; l < L; l++) {
             kv_latent_read(&pool, blocks, l, n, back);
@@ -270,6 +296,82 @@ TEST(latent_rows_round_trip_and_move_with_their_block)
         CHECK(memcmp(a, c, sizeof a) == 0);
         kv_pool_free(&pool);
     }
+}
+
+/* fp8_e4m3 (staged): n rows written as batches of `chunk` tokens through
+ * kv_latent_stage_batch / _commit, as mla_attention does; tail0 and the
+ * tail it hands attention checked on the way. */
+static void e4m3_write(kv_pool *pool, kv_stage *st, const uint32_t *blocks, const float *rows, uint32_t n,
+                       uint32_t chunk, uint16_t *tail)
+{
+    const uint32_t D = pool->g.s.head_dim, T = pool->g.s.block_size;
+    int32_t slot[64], seq[64];
+    int toks[64];
+    for (uint32_t from = 0; from < n; from += chunk) {
+        const uint32_t m = n - from < chunk ? n - from : chunk;
+        for (uint32_t k = 0; k < m; k++) slot[k] = (int32_t)(from + k), seq[k] = 0, toks[k] = (int)k;
+        const kv_batch_seq bs = {blocks, 3, st};
+        const kv_batch b = {(int)m, slot, seq, &bs, 1};
+        for (uint32_t l = 0; l < pool->g.s.n_layers; l++) {
+            kv_latent_store(pool, &b, l, rows + (size_t)from * D); /* nothing for a staged dtype */
+            const uint32_t tail0 = kv_latent_stage_batch(pool, &b, 0, l, rows + (size_t)from * D, toks, (int)m, tail);
+            CHECK_EQ_INT(tail0, from / T * T);
+            uint16_t h[96];
+            for (uint32_t j = tail0; j < from + m; j++) { /* the tail: the f16 rows of positions tail0.. */
+                kv_codec_f16_row(rows + (size_t)j * D, h, D);
+                CHECK(memcmp(h, tail + (size_t)(j - tail0) * D, D * sizeof *h) == 0);
+            }
+            kv_latent_stage_commit(pool, &b, 0, l, tail, tail0, from + m);
+        }
+    }
+}
+
+TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches)
+{
+    const uint32_t L = 2, D = 96, T = 4, n = 10;
+    const kv_shape s = {L, 1, D, T, KV_FP8_E4M3, KV_KIND_LATENT};
+    float rows[10 * 96], back[8 * 96];
+    rng_seed(77);
+    for (uint32_t i = 0; i < n * D; i++) rows[i] = (float)(rng_u32() % 20001) / 5000.0f - 2.0f;
+    uint16_t tail[(4 + 10) * 96];
+    uint8_t *first = NULL;
+    const uint32_t chunks[] = {10, 1, 3};
+    for (size_t c = 0; c < 3; c++) {
+        kv_pool pool;
+        kv_stage st;
+        CHECK_EQ_INT(kv_pool_init(&pool, &s, 4), 0);
+        CHECK_EQ_INT(kv_stage_init(&st, &pool.g), 0);
+        CHECK(st.rows != NULL && st.planes == 1 && st.bytes == (uint64_t)L * T * D * 2);
+        uint32_t blocks[3];
+        CHECK_EQ_INT(kv_pool_alloc_n(&pool, 3, blocks), 0);
+        e4m3_write(&pool, &st, blocks, rows, n, chunks[c], tail);
+        /* the two full blocks are sealed: e4m3 (3 mantissa bits) times a scale near amax / 448 */
+        for (uint32_t l = 0; l < L; l++) {
+            kv_latent_read(&pool, blocks, l, 8, back);
+            for (uint32_t i = 0; i < 8 * D; i++) CHECK_NEAR(back[i], rows[i], fabs(rows[i]) / 16 + 2.0 / 448 / 8);
+            /* the partly filled block is the stage's: rows 8, 9 in f16 */
+            uint16_t h[96];
+            for (uint32_t j = 8; j < n; j++) {
+                kv_codec_f16_row(rows + (size_t)j * D, h, D);
+                CHECK(memcmp(h, kv_stage_plane(&st, l, KV_PLANE_K) + (size_t)(j - 8) * D, sizeof h) == 0);
+            }
+        }
+        /* one batch, token by token or in threes: the same sealed bytes, scales included */
+        const uint8_t *b0 = kv_block_k(&pool, blocks[0], 0);
+        const size_t bytes = (size_t)pool.g.plane_bytes[0];
+        if (!first) {
+            first = malloc(2 * bytes);
+            memcpy(first, b0, bytes);
+            memcpy(first + bytes, kv_block_k(&pool, blocks[1], 1), bytes);
+        } else {
+            CHECK_MSG(memcmp(first, b0, bytes) == 0, "chunks of %u: block 0 differs", chunks[c]);
+            CHECK_MSG(memcmp(first + bytes, kv_block_k(&pool, blocks[1], 1), bytes) == 0, "chunks of %u: block 1",
+                      chunks[c]);
+        }
+        kv_stage_free(&st);
+        kv_pool_free(&pool);
+    }
+    free(first);
 }
 
 /* ------------------------------------------------------ batch vs alone */
@@ -366,6 +468,9 @@ TEST(a_sequence_gets_its_logits_alone_batched_and_chunked)
     char why[512] = "";
     CHECK_MSG(same_alone_batched_chunked("q8_0", NULL, 6, why, sizeof why) == 0, "%s", why);
     CHECK_MSG(same_alone_batched_chunked("q8_0", "q8_0", 6, why, sizeof why) == 0, "%s", why);
+    /* fp8: e5m2 rows; e4m3 staged (a sequence's own block from its f16 tail, sealed when full) */
+    CHECK_MSG(same_alone_batched_chunked("q8_0", "fp8_e5m2", 6, why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(same_alone_batched_chunked("q8_0", "fp8_e4m3", 6, why, sizeof why) == 0, "%s", why);
     /* f32 matrices take the 4-row decode path up to 4 rows */
     CHECK_MSG(same_alone_batched_chunked("f32", "f32", 3, why, sizeof why) == 0, "%s", why);
 }
@@ -378,6 +483,7 @@ int main(void)
     RUN(routing_matches_a_plain_reference);
     RUN(latent_kind_geometry_is_one_row_a_token_and_layer);
     RUN(latent_rows_round_trip_and_move_with_their_block);
+    RUN(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches);
     RUN(a_sequence_gets_its_logits_alone_batched_and_chunked);
     return test_summary();
 }

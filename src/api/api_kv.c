@@ -12,6 +12,7 @@
 #include "pagellm.h"
 
 #include "base/err.h"
+#include "kv/kv_codec.h"
 #include "kv/kv_dtype.h"
 #include "kv/kv_groups.h"
 #include "kv/kv_pool.h"
@@ -68,7 +69,7 @@ int pl_kv_size_of_latent(uint32_t n_layers, uint32_t kv_lora_rank, uint32_t rope
     if (rc) return rc;
     out->bytes_per_token = g.bytes_per_token;
     out->bytes_per_block = g.block_bytes;
-    out->stage_bytes = 0;
+    out->stage_bytes = kv_stage_bytes(&g);
     return 0;
 }
 

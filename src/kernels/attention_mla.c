@@ -5,6 +5,7 @@
 #include "kernels/attention_mla.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/attention.h"
@@ -12,6 +13,7 @@
 #include "kernels/kern_impl.h"
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
+#include "tensor/half.h"
 #include "tensor/quant.h"
 
 size_t attn_mla_scratch_floats(int n_heads, int max_ctx, int row_len)
@@ -22,11 +24,30 @@ size_t attn_mla_scratch_floats(int n_heads, int max_ctx, int row_len)
 
 /* ------------------------------------------------------------- reference */
 
+/* Row j as floats: ggml rows by their dequantizer; e5m2 as the half it is
+ * the top byte of; e4m3 as its half-trick half times attn_mla_row_scale
+ * (the SIMD variants' product, kv_e4m3_to_f32(b) x scale exactly). */
+static void row_floats(const attn_mla_kv *kv, int j, float *row)
+{
+    const uint8_t *r = attn_mla_row(kv, j);
+    if (kv->type == ATTN_KV_FP8_E5M2) {
+        for (int i = 0; i < kv->row_len; i++) row[i] = f16_to_f32((uint16_t)(r[i] << 8));
+    } else if (kv->type == ATTN_KV_FP8_E4M3) {
+        const float d = attn_mla_row_scale(kv, j);
+        for (int i = 0; i < kv->row_len; i++) {
+            const uint16_t h = (uint16_t)(((r[i] & 0x7F) << 7) | ((r[i] & 0x80) << 8));
+            row[i] = ((r[i] & 0x7F) == 0x7F ? NAN : f16_to_f32(h)) * d;
+        }
+    } else {
+        quant_dequant_row(kv->type, r, row, (size_t)kv->row_len);
+    }
+}
+
 static void scores_ref(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int j0, int j1, float *sc,
                        size_t ld, float *row)
 {
     for (int j = j0; j < j1; j++) {
-        quant_dequant_row(kv->type, attn_mla_row(kv, j), row, (size_t)kv->row_len);
+        row_floats(kv, j, row);
         for (int h = 0; h < n_heads; h++) {
             const float *qh = q + (size_t)h * q_stride;
             float s = 0;
@@ -36,11 +57,11 @@ static void scores_ref(const attn_mla_kv *kv, const float *q, size_t q_stride, i
     }
 }
 
-static void values_ref(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0, int i1,
+static void values_ref(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int j0, int j1, int i0, int i1,
                        float *out, size_t out_stride, float *row)
 {
-    for (int j = 0; j < n_ctx; j++) {
-        quant_dequant_row(kv->type, attn_mla_row(kv, j), row, (size_t)kv->row_len);
+    for (int j = j0; j < j1; j++) {
+        row_floats(kv, j, row);
         for (int h = 0; h < n_heads; h++) {
             const float w = p[(size_t)h * ld + j];
             float *o = out + (size_t)h * out_stride;
@@ -73,7 +94,8 @@ static bool simd_shape(const attn_mla_kv *kv)
 {
     const uint32_t t = kv->type;
     return kv->rank % 32 == 0 && kv->row_len % 32 == 0 &&
-           (t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || t == DT_Q4_0);
+           (t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || t == DT_Q4_0 || t == ATTN_KV_FP8_E4M3 ||
+            t == ATTN_KV_FP8_E5M2);
 }
 
 bool attn_mla_variant_available(attn_mla_variant v, const attn_mla_kv *kv)
@@ -110,22 +132,61 @@ static void queries_v(const attn_mla_kv *kv, const float *q, size_t q_stride, in
     }
 }
 
-static void scores_v(attn_mla_variant v, const attn_mla_kv *kv, const float *qr, int n_heads, int j0, int j1, float *sc,
-                     size_t ld, float *row)
+/* The tail of a staged view as a view of its own: flat f16 rows. */
+static attn_mla_kv tail_view(const attn_mla_kv *kv)
 {
+    return (attn_mla_kv){.base = (const uint8_t *)kv->tail, .row_bytes = (size_t)kv->row_len * sizeof(uint16_t),
+                         .block_size = kv->block_size, .type = DT_F16, .rank = kv->rank, .row_len = kv->row_len,
+                         .tail0 = kv->tail0};
+}
+
+/* Rows [j0, j1) of kv split where the sealed rows end: [j0, *m) from the
+ * blocks, [*m, j1) from the tail (*tv). */
+static int split_at(const attn_mla_kv *kv, int j0, int j1, attn_mla_kv *tv)
+{
+    if (!kv->tail) return j1;
+    *tv = tail_view(kv);
+    return kv->n_sealed < j0 ? j0 : kv->n_sealed > j1 ? j1 : kv->n_sealed;
+}
+
+static void scores_part(attn_mla_variant v, const attn_mla_kv *kv, const float *qr, int n_heads, int j0, int j1,
+                        float *sc, size_t ld, float *row)
+{
+    if (j0 >= j1) return;
     const size_t lp = attn_mla_qr_stride(kv);
     if (v == ATTN_MLA_AVX512) attn_mla_scores_avx512(kv, qr, lp, n_heads, j0, j1, sc, ld);
     else if (v == ATTN_MLA_AVX2) attn_mla_scores_avx2(kv, qr, lp, n_heads, j0, j1, sc, ld);
     else scores_ref(kv, qr, lp, n_heads, j0, j1, sc, ld, row);
 }
 
+static void scores_v(attn_mla_variant v, const attn_mla_kv *kv, const float *qr, int n_heads, int j0, int j1, float *sc,
+                     size_t ld, float *row)
+{
+    attn_mla_kv tv;
+    const int m = split_at(kv, j0, j1, &tv);
+    scores_part(v, kv, qr, n_heads, j0, m, sc, ld, row);
+    if (m < j1) scores_part(v, &tv, qr, n_heads, m, j1, sc, ld, row);
+}
+
+static void values_part(attn_mla_variant v, const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int j0,
+                        int j1, int i0, int i1, float *out, size_t out_stride, float *spare)
+{
+    if (j0 >= j1) return;
+    if (v == ATTN_MLA_AVX512) attn_mla_values_avx512(kv, p, ld, n_heads, j0, j1, i0, i1, out, out_stride, spare);
+    else if (v == ATTN_MLA_AVX2) attn_mla_values_avx2(kv, p, ld, n_heads, j0, j1, i0, i1, out, out_stride, spare);
+    else values_ref(kv, p, ld, n_heads, j0, j1, i0, i1, out, out_stride, spare);
+}
+
+/* The sealed rows, then the tail's: one accumulation per element, rows
+ * ascending, as without a tail. */
 static void values_v(attn_mla_variant v, const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx,
                      int i0, int i1, float *out, size_t out_stride, float *spare)
 {
     for (int h = 0; h < n_heads; h++) memset(out + (size_t)h * out_stride + i0, 0, (size_t)(i1 - i0) * sizeof(float));
-    if (v == ATTN_MLA_AVX512) attn_mla_values_avx512(kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
-    else if (v == ATTN_MLA_AVX2) attn_mla_values_avx2(kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
-    else values_ref(kv, p, ld, n_heads, n_ctx, i0, i1, out, out_stride, spare);
+    attn_mla_kv tv;
+    const int m = split_at(kv, 0, n_ctx, &tv);
+    values_part(v, kv, p, ld, n_heads, 0, m, i0, i1, out, out_stride, spare);
+    if (m < n_ctx) values_part(v, &tv, p, ld, n_heads, m, n_ctx, i0, i1, out, out_stride, spare);
 }
 
 size_t attn_mla_qr_stride(const attn_mla_kv *kv) { return attn_mla_round16((size_t)kv->row_len); }

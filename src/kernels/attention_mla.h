@@ -3,7 +3,9 @@
  *
  * Every head of a token attends over the same cached rows (model/mla.h):
  * row j = [c_kv (rank values) | k_pe (the rest)], row_len elements of
- * one ggml type (F32, F16, BF16, Q8_0 or Q4_0). The whole row is the key of
+ * one type (F32, F16, BF16, Q8_0, Q4_0, or the OFP8 rows of attention.h:
+ * ATTN_KV_FP8_E5M2, ATTN_KV_FP8_E4M3 times the f32 scale of the row's
+ * block at scale_off in its block). The whole row is the key of
  * every head, its first rank values are the value of every head. For the
  * absorbed queries q[h] (row_len floats each) of n_heads heads:
  *   s[h][j] = (q[h] . row_j) * scale                 j in 0..n_ctx-1
@@ -11,7 +13,16 @@
  *   out[h]  = sum_j p[h][j] row_j[0..rank)           j ascending
  * With an F16 (BF16) cache q and p are rounded to F16 (BF16) before their
  * products, as ggml's mul_mat converts the f32 operand; F32, Q8_0 and Q4_0
- * rows are read as the floats they encode (d x q, not ggml's int8 dot).
+ * rows are read as the floats they encode (d x q, not ggml's int8 dot);
+ * an e4m3 element is its half-trick half times 256 x the block scale, one
+ * product, which is kv_e4m3_to_f32(b) x scale exactly.
+ *
+ * Staged caches (fp8_e4m3, kv/kv_latent.h): a token's own block is not
+ * sealed yet and its rows are f16 in `tail` (rows tail0, tail0 + 1, ...).
+ * attn_mla_at(kv, n_ctx) gives the view of a token that attends over
+ * n_ctx rows: rows [0, n_sealed) from the blocks, the rest from the tail
+ * (read as F16 rows, the query not rounded). Without a tail every row is
+ * in the blocks.
  *
  * Row j lives at base + blocks[j / block_size] x block_bytes
  * + (j % block_size) x row_bytes (the kv pool's K plane of one layer).
@@ -40,10 +51,23 @@ typedef struct attn_mla_kv {
     size_t block_bytes;     /* from one physical block to the next */
     size_t row_bytes;       /* from one token slot to the next */
     uint32_t block_size;    /* tokens per block */
-    uint32_t type;          /* DT_F32, DT_F16, DT_BF16, DT_Q8_0 or DT_Q4_0 */
+    uint32_t type;          /* DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3 or _E5M2 */
     int rank;               /* values: elements 0..rank-1 of a row */
     int row_len;            /* keys: all row_len elements */
+    size_t scale_off;       /* ATTN_KV_FP8_E4M3: the block's f32 scale at this offset in the block */
+    const uint16_t *tail;   /* staged: f16 rows from row tail0 on, row_len halves each; NULL: none */
+    int tail0;
+    int n_sealed;           /* with a tail: rows [0, n_sealed) are in the blocks (attn_mla_at) */
 } attn_mla_kv;
+
+/* The rows a token attending over n_ctx rows reads: with a tail, the
+ * blocks before its own (sealed) and its own block from the tail. */
+static inline attn_mla_kv attn_mla_at(const attn_mla_kv *kv, int n_ctx)
+{
+    attn_mla_kv v = *kv;
+    if (v.tail) v.n_sealed = (int)((uint32_t)(n_ctx - 1) / v.block_size * v.block_size);
+    return v;
+}
 
 /* Floats of scratch a call of up to n_heads heads over up to max_ctx rows
  * needs (queries, scores, one row). */

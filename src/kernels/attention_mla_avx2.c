@@ -23,10 +23,20 @@
 #define KA __attribute__((target("avx2,fma,f16c")))
 #define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-/* Elements i..i+7 of a row (i % 8 == 0); d: the q8_0 block's scale. */
+/* Elements i..i+7 of a row (i % 8 == 0); d: the q8_0 / q4_0 block's scale,
+ * or 256 x the e4m3 block scale. */
 KAI __m256 ld8(uint32_t t, const uint8_t *r, int i, __m256 d)
 {
     if (t == DT_F32) return _mm256_loadu_ps((const float *)r + i);
+    if (t == ATTN_KV_FP8_E5M2) /* the top byte of a half */
+        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(r + i))), 8));
+    if (t == ATTN_KV_FP8_E4M3) { /* the half trick (attention_impl.h); d carries the x 256 */
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(r + i)));
+        __m128i w = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xBF80)); /* sign, 7 bits at 13..7 */
+        const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7F80)), _mm_set1_epi16(0x3F80));
+        w = _mm_or_si128(w, _mm_and_si128(nan, _mm_set1_epi16(0x4000))); /* S.1111.111 -> a half NaN */
+        return _mm256_mul_ps(_mm256_cvtph_ps(w), d);
+    }
     if (t == DT_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)r + i)));
     if (t == DT_BF16)
         return _mm256_castsi256_ps(
@@ -43,9 +53,11 @@ KAI __m256 ld8(uint32_t t, const uint8_t *r, int i, __m256 d)
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % 32)))), d);
 }
 
-/* The scale of the q8_0 / q4_0 block holding element i (unused for other types). */
-KAI __m256 scale8(uint32_t t, const uint8_t *r, int i)
+/* The scale of the q8_0 / q4_0 block holding element i, rs for e4m3
+ * (attn_mla_row_scale; unused for other types). */
+KAI __m256 scale8(uint32_t t, const uint8_t *r, int i, float rs)
 {
+    if (t == ATTN_KV_FP8_E4M3) return _mm256_set1_ps(rs);
     if (t == DT_Q8_0) return _mm256_set1_ps(kern_f16_lut[((const block_q8_0 *)r + i / 32)->d]);
     if (t == DT_Q4_0) return _mm256_set1_ps(kern_f16_lut[((const block_q4_0 *)r + i / 32)->d]);
     return _mm256_setzero_ps();
@@ -60,13 +72,14 @@ KAI float hsum8(__m256 v)
 }
 
 /* s[a][b] = q[a] . r[b] over L elements. */
-KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float *const q[4], float s[4][2])
+KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float rs[2], const float *const q[4],
+                    float s[4][2])
 {
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
     for (int i0 = 0; i0 < L; i0 += 32) {
-        const __m256 d0 = scale8(t, r[0], i0), d1 = scale8(t, r[1], i0);
+        const __m256 d0 = scale8(t, r[0], i0, rs[0]), d1 = scale8(t, r[1], i0, rs[1]);
 #pragma GCC unroll 4
         for (int i = i0; i < i0 + 32; i += 8) {
             const __m256 k0 = ld8(t, r[0], i, d0), k1 = ld8(t, r[1], i, d1);
@@ -91,12 +104,13 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
     for (int j0 = j_begin; j0 < j_end; j0 += 2) {
         const int nk = j_end - j0 < 2 ? j_end - j0 : 2;
         const uint8_t *r[2] = {attn_mla_row(kv, j0), attn_mla_row(kv, j0 + nk - 1)};
+        const float rs[2] = {attn_mla_row_scale(kv, j0), attn_mla_row_scale(kv, j0 + nk - 1)};
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;
             const float *qq[4];
             for (int a = 0; a < 4; a++) qq[a] = q + (size_t)(h0 + (a < na ? a : na - 1)) * qs;
             float s[4][2];
-            score_tile(t, kv->row_len, r, qq, s);
+            score_tile(t, kv->row_len, r, rs, qq, s);
             for (int a = 0; a < na; a++)
                 for (int b = 0; b < nk; b++) sc[(size_t)(h0 + a) * ld + j0 + b] = s[a][b];
         }
@@ -104,15 +118,15 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
 }
 
 /* o[h][i..i+8) += sum_b p[h][b] r[b][i..i+8) for each 8 of the rank. */
-KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
-                     float *const o[8])
+KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const float *rs, int nk,
+                     const float *const p[8], float *const o[8])
 {
     for (int i = i0; i < i1; i += 8) {
         __m256 acc[8];
 #pragma GCC unroll 8
         for (int h = 0; h < 8; h++) acc[h] = _mm256_loadu_ps(o[h] + i);
         for (int b = 0; b < nk; b++) {
-            const __m256 v = ld8(t, r[b], i, scale8(t, r[b], i));
+            const __m256 v = ld8(t, r[b], i, scale8(t, r[b], i, rs[b]));
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h][b]), v, acc[h]);
         }
@@ -134,10 +148,10 @@ void attn_mla_scores_avx2(const attn_mla_kv *kv, const float *q, size_t qs, int 
     (void)kv, (void)q, (void)qs, (void)nh, (void)j0, (void)j1, (void)sc, (void)ld;
 }
 
-void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
-                          float *spare)
+void attn_mla_values_avx2(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int j0, int j1, int i0, int i1,
+                          float *out, size_t os, float *spare)
 {
-    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
+    (void)kv, (void)p, (void)ld, (void)nh, (void)j0, (void)j1, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
 }
 
 #endif

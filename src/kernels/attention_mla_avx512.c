@@ -3,8 +3,9 @@
  *
  * Scores: a tile of 4 heads x 4 rows, 16 accumulators of 16 lanes over the
  * row's elements; each row chunk is converted once in a register (f16 by
- * vcvtph2ps, bf16 by a shift, q8_0 and q4_0 as d x q) and used by the 4 heads, each
- * query chunk by the 4 rows. Each (head, row) score is one FMA chain over
+ * vcvtph2ps, bf16 by a shift, q8_0 and q4_0 as d x q, e5m2 and e4m3 as
+ * halves, e4m3 times its block scale) and used by the 4 heads, each query
+ * chunk by the 4 rows. Each (head, row) score is one FMA chain over
  * the chunks in order, then _mm512_reduce_add_ps: the same bits whatever
  * tile it falls in (short tiles repeat a real head or row).
  * Values: for 32 elements of the rank at a time, 8 heads x 2 vectors of
@@ -25,10 +26,28 @@
 /* attn_avx2_available also fills kern_f16_lut (the q8_0 scales). */
 bool attn_mla_avx512_available(void) { return attn_avx2_available() && (kern_cpu_avx512() & KERN_X512_BASE) != 0; }
 
-/* Elements i..i+31 of a row (i % 32 == 0) as two vectors of floats. */
-K5AI void ld32(uint32_t t, const uint8_t *r, int i, __m512 *v0, __m512 *v1)
+/* 16 e4m3 bytes as halves by the half trick (attention_impl.h; the x 256
+ * is in the row scale), the NaN code S.1111.111 made a half NaN. */
+K5AI __m256i e4m3_halves(__m128i x)
 {
-    if (t == DT_F32) {
+    const __m256i b = _mm256_cvtepi8_epi16(x);
+    __m256i w = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xBF80));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F80)), _mm256_set1_epi16(0x3F80));
+    return _mm256_or_si256(w, _mm256_and_si256(nan, _mm256_set1_epi16(0x4000)));
+}
+
+/* Elements i..i+31 of a row (i % 32 == 0) as two vectors of floats; rs:
+ * attn_mla_row_scale (e4m3). */
+K5AI void ld32(uint32_t t, const uint8_t *r, int i, float rs, __m512 *v0, __m512 *v1)
+{
+    if (t == ATTN_KV_FP8_E4M3) {
+        const __m512 d = _mm512_set1_ps(rs);
+        *v0 = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_halves(_mm_loadu_si128((const __m128i *)(r + i)))), d);
+        *v1 = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_halves(_mm_loadu_si128((const __m128i *)(r + i + 16)))), d);
+    } else if (t == ATTN_KV_FP8_E5M2) { /* the top byte of a half */
+        *v0 = _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + i))), 8));
+        *v1 = _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(r + i + 16))), 8));
+    } else if (t == DT_F32) {
         *v0 = _mm512_loadu_ps((const float *)r + i);
         *v1 = _mm512_loadu_ps((const float *)r + i + 16);
     } else if (t == DT_F16) {
@@ -56,7 +75,8 @@ K5AI void ld32(uint32_t t, const uint8_t *r, int i, __m512 *v0, __m512 *v1)
 }
 
 /* s[a][b] = q[a] . r[b] over L elements. */
-K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float *const q[4], float s[4][4])
+K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float rs[4], const float *const q[4],
+                     float s[4][4])
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -66,7 +86,7 @@ K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float *
     for (int i = 0; i < L; i += 32) {
         __m512 k0[4], k1[4];
 #pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) ld32(t, r[b], i, &k0[b], &k1[b]);
+        for (int b = 0; b < 4; b++) ld32(t, r[b], i, rs[b], &k0[b], &k1[b]);
 #pragma GCC unroll 4
         for (int a = 0; a < 4; a++) {
             const __m512 x = _mm512_loadu_ps(q[a] + i);
@@ -92,13 +112,17 @@ K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs,
     for (int j0 = j_begin; j0 < j_end; j0 += 4) {
         const int nk = j_end - j0 < 4 ? j_end - j0 : 4;
         const uint8_t *r[4];
-        for (int b = 0; b < 4; b++) r[b] = attn_mla_row(kv, j0 + (b < nk ? b : nk - 1));
+        float rs[4];
+        for (int b = 0; b < 4; b++) {
+            r[b] = attn_mla_row(kv, j0 + (b < nk ? b : nk - 1));
+            rs[b] = attn_mla_row_scale(kv, j0 + (b < nk ? b : nk - 1));
+        }
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;
             const float *qq[4];
             for (int a = 0; a < 4; a++) qq[a] = q + (size_t)(h0 + (a < na ? a : na - 1)) * qs;
             float s[4][4];
-            score_tile(t, kv->row_len, r, qq, s);
+            score_tile(t, kv->row_len, r, rs, qq, s);
             for (int a = 0; a < na; a++)
                 for (int b = 0; b < nk; b++) sc[(size_t)(h0 + a) * ld + j0 + b] = s[a][b];
         }
@@ -108,8 +132,8 @@ K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs,
 /* Rows per values run: 16 rows of 512 f16 values are 16 KiB, within L1
  * while every head group passes over them. */
 /* o[h][i..) += sum_b p[h][b] r[b][i..), 32 elements at a time, 8 heads. */
-K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int nk, const float *const p[8],
-                     float *const o[8])
+K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const float *rs, int nk,
+                      const float *const p[8], float *const o[8])
 {
     for (int i = i0; i < i1; i += 32) {
         __m512 acc[8][2];
@@ -120,7 +144,7 @@ K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, int n
         }
         for (int b = 0; b < nk; b++) {
             __m512 v0, v1;
-            ld32(t, r[b], i, &v0, &v1);
+            ld32(t, r[b], i, rs[b], &v0, &v1);
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) {
                 const __m512 w = _mm512_set1_ps(p[h][b]);
@@ -151,10 +175,10 @@ void attn_mla_scores_avx512(const attn_mla_kv *kv, const float *q, size_t qs, in
     (void)kv, (void)q, (void)qs, (void)nh, (void)j0, (void)j1, (void)sc, (void)ld;
 }
 
-void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int n, int i0, int i1, float *out, size_t os,
-                            float *spare)
+void attn_mla_values_avx512(const attn_mla_kv *kv, const float *p, size_t ld, int nh, int j0, int j1, int i0, int i1,
+                            float *out, size_t os, float *spare)
 {
-    (void)kv, (void)p, (void)ld, (void)nh, (void)n, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
+    (void)kv, (void)p, (void)ld, (void)nh, (void)j0, (void)j1, (void)i0, (void)i1, (void)out, (void)os, (void)spare;
 }
 
 #endif

@@ -13,15 +13,31 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "kernels/attention.h"
 
 #include "kernels/attention_mla.h"
 
 static inline size_t attn_mla_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* Row j's bytes. A view without a block table (the tail's, made by
+ * attention_mla.c) has flat rows from row tail0 at base. */
 static inline const uint8_t *attn_mla_row(const attn_mla_kv *kv, int j)
 {
+    if (!kv->blocks) return kv->base + (size_t)(j - kv->tail0) * kv->row_bytes;
     return kv->base + (size_t)kv->blocks[(uint32_t)j / kv->block_size] * kv->block_bytes +
            (size_t)((uint32_t)j % kv->block_size) * kv->row_bytes;
+}
+
+/* 256 x the e4m3 scale of row j's block (what multiplies its half-trick
+ * halves); 0 for the other types. */
+static inline float attn_mla_row_scale(const attn_mla_kv *kv, int j)
+{
+    if (kv->type != ATTN_KV_FP8_E4M3) return 0;
+    float s;
+    memcpy(&s, kv->base + (size_t)kv->blocks[(uint32_t)j / kv->block_size] * kv->block_bytes + kv->scale_off, sizeof s);
+    return s * 256.0f;
 }
 
 /* sc[h x ld + j] = q[h] . row_j (unscaled), h < n_heads, j0 <= j < j1;
@@ -29,9 +45,9 @@ static inline const uint8_t *attn_mla_row(const attn_mla_kv *kv, int j)
 typedef void attn_mla_scores_fn(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int j0, int j1,
                                 float *sc, size_t ld);
 /* out[h x out_stride + i] += sum_j p[h x ld + j] row_j[i], i0 <= i < i1
- * (multiples of 32 for the SIMD passes), j < n_ctx ascending. spare: rank
- * floats the tiles may write for padded heads. */
-typedef void attn_mla_values_fn(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int n_ctx, int i0,
+ * (multiples of 32 for the SIMD passes), j0 <= j < j1 ascending. spare:
+ * rank floats the tiles may write for padded heads. */
+typedef void attn_mla_values_fn(const attn_mla_kv *kv, const float *p, size_t ld, int n_heads, int j0, int j1, int i0,
                                 int i1, float *out, size_t out_stride, float *spare);
 
 attn_mla_scores_fn attn_mla_scores_avx2, attn_mla_scores_avx512;

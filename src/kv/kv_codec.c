@@ -305,12 +305,20 @@ static void axpy(float *y, float a, const float *x, uint32_t n) { KV_PICK(axpy, 
 
 /* ---------------------------------------------------------------- stage */
 
+uint64_t kv_stage_bytes(const kv_geom *g)
+{
+    const kv_shape *s = &g->s;
+    const uint64_t b = kv_dtype_stage_bytes(s->dtype, s->n_layers, s->n_kv_heads, s->head_dim, s->block_size);
+    return s->kind == KV_KIND_LATENT ? b / 2 : b;
+}
+
 int kv_stage_init(kv_stage *st, const kv_geom *g)
 {
     const kv_shape *s = &g->s;
-    kv_stage t = {.n_layers = s->n_layers, .block_size = s->block_size, .kv_dim = g->kv_dim};
+    kv_stage t = {.n_layers = s->n_layers, .block_size = s->block_size, .planes = s->kind == KV_KIND_LATENT ? 1 : 2,
+                  .kv_dim = g->kv_dim};
     if (kv_dtype_staged(s->dtype)) {
-        t.bytes = kv_dtype_stage_bytes(s->dtype, s->n_layers, s->n_kv_heads, s->head_dim, s->block_size);
+        t.bytes = kv_stage_bytes(g);
         if (t.bytes == 0 || t.bytes > SIZE_MAX)
             return err_set(PL_ERANGE, "KV stage: %u layers x %u tokens x %llu overflows", s->n_layers,
                            s->block_size, (unsigned long long)g->kv_dim);
@@ -460,6 +468,11 @@ static void e4m3_seal_plane(uint8_t *plane, uint64_t stride, const uint16_t *h16
             }
         }
     }
+}
+
+void kv_codec_e4m3_seal_f16(uint8_t *plane, uint64_t stride, const uint16_t *rows, uint32_t T, uint32_t H, uint32_t D)
+{
+    e4m3_seal_plane(plane, stride, rows, NULL, T, H, D);
 }
 
 void kv_codec_reseal_plane(kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p, const float *rows)

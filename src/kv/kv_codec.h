@@ -210,13 +210,18 @@ static inline float kv_e5m2_to_f32(uint8_t b) { return f16_to_f32((uint16_t)(b <
  * filled, all layers, K and V; see the drawing above. Owned by whoever owns
  * the sequence; one per sequence, made with it (no malloc while decoding). */
 typedef struct {
-    uint16_t *rows;      /* [n_layers][2][block_size][kv_dim] f16; NULL if not staged */
+    uint16_t *rows;      /* [n_layers][planes][block_size][kv_dim] f16; NULL if not staged */
     uint32_t n_layers, block_size;
+    uint32_t planes;     /* 2 (K, V); 1 for the latent kind (K: its rows, kv_latent.h) */
     uint64_t kv_dim;
-    uint64_t bytes;      /* allocated bytes (= kv_dtype_stage_bytes), 0 if not staged */
+    uint64_t bytes;      /* allocated bytes (= kv_stage_bytes), 0 if not staged */
 } kv_stage;
 
-/* Makes the stage for geometry g: kv_dtype_stage_bytes bytes, zeroed; for
+/* Bytes of one sequence's stage for geometry g: kv_dtype_stage_bytes, or
+ * half of it for the latent kind, which has no V plane. */
+uint64_t kv_stage_bytes(const kv_geom *g);
+
+/* Makes the stage for geometry g: kv_stage_bytes bytes, zeroed; for
  * a dtype that is not staged, nothing is allocated (rows NULL, bytes 0) and
  * it still succeeds. PL_ENOMEM; *st untouched on failure. */
 int kv_stage_init(kv_stage *st, const kv_geom *g);
@@ -229,8 +234,8 @@ void kv_stage_copy(kv_stage *dst, const kv_stage *src);
 /* Row 0 of layer's K or V plane in the stage. */
 static inline uint16_t *kv_stage_plane(const kv_stage *st, uint32_t layer, kv_plane p)
 {
-    assert(st->rows && layer < st->n_layers);
-    return st->rows + ((uint64_t)layer * 2 + (uint64_t)p) * st->block_size * st->kv_dim;
+    assert(st->rows && layer < st->n_layers && (uint32_t)p < st->planes);
+    return st->rows + ((uint64_t)layer * st->planes + (uint64_t)p) * st->block_size * st->kv_dim;
 }
 
 /* ------------------------------------------------------------- writing */
@@ -261,6 +266,13 @@ void kv_codec_seal(kv_pool *pool, uint32_t b, uint32_t layer, const kv_stage *st
  * ([T][kv_dim], rounded by kv_codec_f16_row): for a batch that fills
  * and seals a block at once (kv_writer.c). */
 void kv_codec_seal_rows(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *k_rows, const uint16_t *v_rows);
+
+/* fp8_e4m3's sealing of one plane from T f16 rows of H heads x D
+ * ([T][H x D], rounded by kv_codec_f16_row): T e4m3 rows `stride` bytes
+ * apart, then the H f32 block scales ("E4M3 scales"); what
+ * kv_codec_seal_rows does to each plane of a K/V block, and what the
+ * latent kind (kv_latent.h) does to its one plane (H = 1). */
+void kv_codec_e4m3_seal_f16(uint8_t *plane, uint64_t stride, const uint16_t *rows, uint32_t T, uint32_t H, uint32_t D);
 
 /* One token's write: stores its K and V rows
  * (kv_dim floats each) of layer at slot of block b. Unstaged dtypes encode

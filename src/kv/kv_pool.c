@@ -42,7 +42,7 @@ int kv_geom_init(kv_geom *g, const kv_shape *shape)
         if (latent && p == KV_PLANE_V) continue; /* values are read from the K rows */
         t.row_bytes[p] = latent ? kv_latent_row_bytes(shape->dtype, shape->head_dim)
                                 : kv_dtype_row_bytes(shape->dtype, (kv_plane)p, t.kv_dim);
-        t.plane_bytes[p] = latent ? t.row_bytes[p] * shape->block_size
+        t.plane_bytes[p] = latent ? kv_latent_plane_bytes(shape->dtype, shape->head_dim, shape->block_size)
                                   : kv_dtype_plane_bytes(shape->dtype, (kv_plane)p, shape->block_size,
                                                          shape->n_kv_heads, shape->head_dim);
         /* 0 is an overflow (the fit was checked above); the 2^62 cap keeps

@@ -57,15 +57,33 @@ static int attention_config(const gguf_file *f, model_config *c)
     rc = need_u32(f, "attention.kv_lora_rank", 65536, "the latent width", &m.kv_lora_rank);
     uint32_t k_mla = 0, v_mla = 0;
     if (!rc) rc = key_u32(f, "attention.key_length_mla", &k_mla);
-    if (rc == PL_ENOTFOUND)
-        return missing(f, "attention.key_length_mla", "a legacy file with an unsplit attn_kv_b; convert it again with "
-                       "a current llama.cpp");
-    if (!rc) rc = key_u32(f, "attention.value_length_mla", &v_mla);
-    if (rc == PL_ENOTFOUND) return missing(f, "attention.value_length_mla", "the value head dims");
+    /* without key_length_mla the file is the legacy form, as llama.cpp reads it: per-head
+     * key_length / value_length and head_count_kv = head_count (MHA), one attn_kv_b a layer */
+    m.legacy_kv_b = rc == PL_ENOTFOUND;
+    if (m.legacy_kv_b) {
+        rc = key_u32(f, "attention.key_length", &k_mla);
+        if (rc == PL_ENOTFOUND)
+            return missing(f, "attention.key_length_mla", "nor attention.key_length of the legacy attn_kv_b form");
+        if (!rc) rc = key_u32(f, "attention.value_length", &v_mla);
+        if (rc == PL_ENOTFOUND)
+            return missing(f, "attention.value_length", "the value head dims of the legacy attn_kv_b form, which has no "
+                           "key_length_mla");
+    } else if (!rc) {
+        rc = key_u32(f, "attention.value_length_mla", &v_mla);
+        if (rc == PL_ENOTFOUND) return missing(f, "attention.value_length_mla", "the value head dims");
+    }
     if (rc) return rc;
     uint32_t rope = 0;
     rc = need_u32(f, "rope.dimension_count", 1024, "the RoPE dims of q_pe and k_pe", &rope);
     if (rc) return rc;
+    if (m.legacy_kv_b) {
+        uint32_t nkv = c->n_heads;
+        rc = key_u32(f, "attention.head_count_kv", &nkv);
+        if (rc && rc != PL_ENOTFOUND) return rc;
+        if (nkv != c->n_heads)
+            return err_set(PL_EFORMAT, "%s: deepseek2.attention.key_length_mla: missing, and head_count_kv is %u, not "
+                           "head_count (%u) as in the legacy attn_kv_b form", p, nkv, c->n_heads);
+    }
     if (rope % 2) return err_set(PL_EFORMAT, "%s: deepseek2.rope.dimension_count: %u is odd", p, rope);
     if (k_mla <= rope || k_mla > 4096)
         return err_set(PL_EFORMAT, "%s: deepseek2.attention.key_length_mla: %u, expected more than "
@@ -77,12 +95,12 @@ static int attention_config(const gguf_file *f, model_config *c)
     /* the cached row: c_kv then k_pe, one "head" for all query heads */
     const uint32_t row = m.kv_lora_rank + rope;
     uint32_t kl = 0, nkv = 0;
-    rc = key_u32(f, "attention.key_length", &kl);
+    rc = m.legacy_kv_b ? PL_ENOTFOUND : key_u32(f, "attention.key_length", &kl); /* legacy: checked above */
     if (!rc && kl != row)
         return err_set(PL_EFORMAT, "%s: deepseek2.attention.key_length: %u, expected kv_lora_rank + "
                        "rope.dimension_count = %u", p, kl, row);
     if (rc && rc != PL_ENOTFOUND) return rc;
-    rc = key_u32(f, "attention.head_count_kv", &nkv);
+    rc = m.legacy_kv_b ? PL_ENOTFOUND : key_u32(f, "attention.head_count_kv", &nkv);
     if (!rc && nkv != 1)
         return err_set(PL_EFORMAT, "%s: deepseek2.attention.head_count_kv: %u, expected 1 (the latent cache)", p, nkv);
     if (rc && rc != PL_ENOTFOUND) return rc;

@@ -51,6 +51,7 @@ typedef struct {
     uint32_t kv_lora_rank; /* latent width (c_kv) */
     uint32_t qk_nope;      /* per-head query/key dims without RoPE */
     uint32_t v_head;       /* per-head value dims after W_UV */
+    bool legacy_kv_b;      /* the file has one attn_kv_b a layer (older converters), split at load */
     float kq_scale;        /* the attention scale: mscale^2 / sqrt(qk_nope + rope_dim) */
     float rope_mscale;     /* cos/sin multiplier before YaRN's own (llama.cpp's attn_factor); 0: default */
 } mla_config;

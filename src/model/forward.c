@@ -220,7 +220,8 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->kv_seqs = mem_calloc(T, sizeof *s->kv_seqs);
     int wrc = kv_writer_new(&s->kvw, kvg, max_tokens);
     if (!wrc) wrc = moe_state_new(&s->moe, c, max_tokens);
-    if (!wrc) wrc = mla_state_new(&s->mla, c, max_tokens, max_ctx, tp_size(tp));
+    const int tail_rows = kv_dtype_staged(kvg->s.dtype) ? max_tokens + (int)kvg->s.block_size : 0;
+    if (!wrc) wrc = mla_state_new(&s->mla, c, max_tokens, max_ctx, tail_rows, tp_size(tp));
     if (!wrc && c->mla.kv_lora_rank) {
         s->mla_out = mem_alloc_aligned(T * c->n_heads * c->mla.v_head * sizeof(float), 64);
         if (!s->mla_out) wrc = PL_ENOMEM;

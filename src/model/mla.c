@@ -38,6 +38,50 @@ static int bind_heads(const gguf_file *f, const char *name, uint64_t n_in, uint6
     return 0;
 }
 
+/* The legacy form's attn_kv_b [R, H x (N + V)]: per head h, N rows of W_UK
+ * then V rows of W_UV, each R long (the non-absorbed decompression
+ * c_kv -> k_nope, v). W_UV^h is bound in place; the absorbed query needs
+ * W_UK^h transposed ([N -> R], attn_k_b's form), which is dequantized and
+ * transposed into f32 matrices the layer owns (exact values, at H x N x R
+ * x 4 bytes a layer: 4 MiB for V2-Lite's 16 x 128 x 512). */
+static int split_kv_b(const gguf_file *f, const char *name, const mla_config *a, uint32_t H, mla_layer *m)
+{
+    const uint64_t R = a->kv_lora_rank, N = a->qk_nope, V = a->v_head;
+    const gguf_tensor *t = gguf_tensor_find(f, name);
+    if (!t)
+        return err_set(PL_EFORMAT, "%s: tensor '%s' is missing (the legacy form, no key_length_mla: one attn_kv_b a "
+                       "layer in place of attn_k_b and attn_v_b)", gguf_path(f), name);
+    if (t->ne[0] != R || t->ne[1] != H * (N + V) || t->ne[2] != 1 || t->ne[3] != 1)
+        return err_set(PL_EFORMAT, "%s: tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu] (kv_lora_rank, "
+                       "heads x (qk_nope + v_head))", gguf_path(f), name, (unsigned long long)t->ne[0],
+                       (unsigned long long)t->ne[1], (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                       (unsigned long long)R, (unsigned long long)(H * (N + V)));
+    const dtype_traits *tr = dtype_get(t->type);
+    if (!tr || !tr->computable || !quant_supported(t->type) || !kern_matmul_supports(t->type) || R % tr->blck_size)
+        return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s is not supported here", gguf_path(f), name,
+                       tr ? tr->name : "?");
+    const uint64_t rb = dtype_row_bytes(t->type, R);
+    float *uk = mem_alloc_aligned((size_t)(H * N * R) * sizeof(float), 64), *row = malloc((size_t)R * sizeof(float));
+    if (!uk || !row) {
+        mem_free(uk);
+        free(row);
+        return PL_ENOMEM;
+    }
+    for (uint32_t h = 0; h < H; h++) {
+        const uint8_t *head = (const uint8_t *)t->data + (uint64_t)h * (N + V) * rb;
+        float *k = uk + (size_t)h * N * R; /* [R][N]: row r is W_UK^h's column r */
+        for (uint64_t n = 0; n < N; n++) {
+            quant_dequant_row(t->type, head + n * rb, row, (size_t)R);
+            for (uint64_t r = 0; r < R; r++) k[r * N + n] = row[r];
+        }
+        m->wk_b[h] = (weight){.data = (const uint8_t *)k, .type = DT_F32, .n_in = N, .n_out = R};
+        m->wv_b[h] = (weight){.data = head + N * rb, .type = t->type, .n_in = R, .n_out = V};
+    }
+    free(row);
+    m->owned = uk;
+    return 0;
+}
+
 int mla_layer_bind(const gguf_file *f, const model_config *c, uint32_t l, mla_layer **out)
 {
     const mla_config *a = &c->mla;
@@ -59,21 +103,27 @@ int mla_layer_bind(const gguf_file *f, const model_config *c, uint32_t l, mla_la
     }
     if (!rc) rc = model_weight_bind(f, NAME("attn_kv_a_mqa.weight"), d, (uint64_t)R + D, false, &m->wkv_a);
     if (!rc) rc = model_weight_bind(f, NAME("attn_kv_a_norm.weight"), R, 0, false, &m->kv_a_norm);
-    if (!rc && !gguf_tensor_find(f, NAME("attn_k_b.weight")) && gguf_tensor_find(f, NAME("attn_kv_b.weight")))
-        rc = err_set(PL_EUNSUPPORTED, "%s: tensor 'blk.%u.attn_kv_b.weight': the legacy unsplit form is not supported "
-                     "(convert again with a current llama.cpp: attn_k_b and attn_v_b)", gguf_path(f), l);
-    if (!rc) rc = bind_heads(f, NAME("attn_k_b.weight"), a->qk_nope, R, H, m->wk_b);
-    if (!rc) rc = bind_heads(f, NAME("attn_v_b.weight"), R, a->v_head, H, m->wv_b);
+    if (!rc && a->legacy_kv_b) {
+        rc = split_kv_b(f, NAME("attn_kv_b.weight"), a, H, m);
+    } else if (!rc) {
+        rc = bind_heads(f, NAME("attn_k_b.weight"), a->qk_nope, R, H, m->wk_b);
+        if (!rc) rc = bind_heads(f, NAME("attn_v_b.weight"), R, a->v_head, H, m->wv_b);
+    }
 #undef NAME
     if (rc) {
-        free(m);
+        mla_layer_free(m);
         return rc;
     }
     *out = m;
     return 0;
 }
 
-void mla_layer_free(mla_layer *m) { free(m); }
+void mla_layer_free(mla_layer *m)
+{
+    if (!m) return;
+    mem_free(m->owned);
+    free(m);
+}
 
 int mla_layer_matrices(mla_layer *m, uint32_t n_heads, weight **out)
 {
@@ -107,6 +157,9 @@ struct mla_state {
     float *spare;    /* [threads][spare_stride] the kernel's spare row */
     size_t spare_stride;
     int32_t *toks;   /* [T] the batch tokens of the sequence being attended */
+    uint16_t *tail;  /* staged latent dtype: [tail_rows][R+D] f16, the sequence's own blocks
+                        (kv_latent_stage_batch); NULL otherwise */
+    int tail_rows;
 };
 
 void mla_state_free(mla_state *s)
@@ -114,11 +167,12 @@ void mla_state_free(mla_state *s)
     if (!s) return;
     float *fb[] = {s->q, s->qa, s->kv, s->qc, s->gin, s->gout, s->att, s->scratch, s->spare};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) mem_free(fb[i]);
+    mem_free(s->tail);
     free(s->toks);
     free(s);
 }
 
-int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int n_threads)
+int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int tail_rows, int n_threads)
 {
     *out = NULL;
     const mla_config *a = &c->mla;
@@ -144,6 +198,14 @@ int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int ma
     s->spare_stride = (row + 15) & ~(size_t)15;
     s->spare = mem_alloc_aligned((size_t)n_threads * s->spare_stride * sizeof(float), 64);
     s->toks = malloc(T * sizeof *s->toks);
+    s->tail_rows = tail_rows;
+    if (tail_rows) {
+        s->tail = mem_alloc_aligned((size_t)tail_rows * row * sizeof *s->tail, 64);
+        if (!s->tail) {
+            mla_state_free(s);
+            return PL_ENOMEM;
+        }
+    }
     if (!s->q || !s->qa || !s->kv || !s->qc || !s->gin || !s->gout || !s->att || !s->scratch || !s->spare || !s->toks) {
         mla_state_free(s);
         return PL_ENOMEM;
@@ -210,7 +272,8 @@ static void attn_worker(void *arg, int ith, int nth)
     float *sc = s->scratch + (size_t)ith * s->scratch_stride;
     for (int u = ith; u < j->n_toks; u += nth) {
         const int t = s->toks[u];
-        attn_mla(&j->view, s->qc + (size_t)t * H * row, (size_t)row, H, j->b->slot[t] + 1, j->c->mla.kq_scale,
+        const attn_mla_kv v = attn_mla_at(&j->view, j->b->slot[t] + 1);
+        attn_mla(&v, s->qc + (size_t)t * H * row, (size_t)row, H, j->b->slot[t] + 1, j->c->mla.kq_scale,
                  s->att + (size_t)t * H * R, (size_t)R, sc);
     }
 }
@@ -239,8 +302,9 @@ static void split_scores_worker(void *arg, int ith, int nth)
     const attn_job *j = arg;
     for (int k = 0; k < j->n_toks; k++) {
         const int n = j->b->slot[j->s->toks[k]] + 1, j0 = split_cut(n, ith, nth, 4), j1 = split_cut(n, ith + 1, nth, 4);
+        const attn_mla_kv v = attn_mla_at(&j->view, n);
         if (j0 < j1)
-            attn_mla_scores(&j->view, split_qr(j, k), (int)j->c->n_heads, j0, j1, split_sc(j, k), split_ld(j),
+            attn_mla_scores(&v, split_qr(j, k), (int)j->c->n_heads, j0, j1, split_sc(j, k), split_ld(j),
                             j->s->spare + (size_t)ith * j->s->spare_stride);
     }
 }
@@ -264,7 +328,8 @@ static void split_values_worker(void *arg, int ith, int nth)
     if (i0 >= i1) return;
     for (int k = 0; k < j->n_toks; k++) {
         const int t = j->s->toks[k];
-        attn_mla_values(&j->view, split_sc(j, k), split_ld(j), H, j->b->slot[t] + 1, i0, i1,
+        const attn_mla_kv v = attn_mla_at(&j->view, j->b->slot[t] + 1);
+        attn_mla_values(&v, split_sc(j, k), split_ld(j), H, j->b->slot[t] + 1, i0, i1,
                         j->s->att + (size_t)t * H * R, (size_t)R, j->s->spare + (size_t)ith * j->s->spare_stride);
     }
 }
@@ -317,6 +382,7 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
     /* attention, one sequence at a time, reading its rows in place */
     attn_job job = {s, c, b, {0}, 0};
     const int nth = tp_size(tp) > 0 ? tp_size(tp) : 1;
+    const bool staged = kv_dtype_staged(kv->g.s.dtype);
     for (int q = 0; q < b->n_seqs; q++) {
         int n = 0, last = -1;
         for (int t = 0; t < T; t++)
@@ -326,7 +392,14 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             }
         if (!n) continue;
         assert(last < s->max_ctx);
-        job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
+        uint32_t tail0 = 0;
+        if (staged) {
+            assert(n + (int)kv->g.s.block_size <= s->tail_rows);
+            tail0 = kv_latent_stage_batch(kv, b, q, layer, s->kv, s->toks, n, s->tail);
+            job.view = kv_latent_view_staged(kv, b->seqs[q].blocks, layer, (uint32_t)R, s->tail, tail0);
+        } else {
+            job.view = kv_latent_view(kv, b->seqs[q].blocks, layer, (uint32_t)R);
+        }
         job.n_toks = n;
         if (n >= nth) {
             tp_run(tp, attn_worker, &job);
@@ -334,6 +407,7 @@ void mla_attention(mla_state *s, const model_config *c, const mla_layer *w, cons
             assert(nth <= s->n_threads);
             split_attention(&job, tp);
         }
+        if (staged) kv_latent_stage_commit(kv, b, q, layer, s->tail, tail0, (uint32_t)last + 1);
     }
     /* W_UV per head, into out[T][H*V] */
     heads_job hv = {s, w->wv_b, s->att, out, (size_t)H * R, (size_t)R, (size_t)H * V, (size_t)V, H, T};

@@ -24,6 +24,9 @@
  *     [q_lora, H*(N+D)]  or  attn_q [dim, H*(N+D)]
  *   blk.N.attn_kv_a_mqa [dim, R + D], attn_kv_a_norm [R]
  *   blk.N.attn_k_b [N, R, H], attn_v_b [R, V, H]  (per-head 2-D views)
+ *     or, in legacy files (no key_length_mla), attn_kv_b [R, H*(N+V)]:
+ *     per head N rows of W_UK then V rows of W_UV; split at load (W_UV
+ *     in place, W_UK transposed into f32 the layer owns)
  *   blk.N.attn_output [H*V, dim]  (bound as the layer's wo)
  */
 #ifndef PL_MODEL_MLA_H
@@ -45,6 +48,7 @@ typedef struct mla_layer {
     weight wkv_a;          /* [dim -> R + D] */
     weight kv_a_norm;      /* [R] */
     weight *wk_b, *wv_b;   /* [H] views: [N -> R], [R -> V] */
+    float *owned;          /* legacy attn_kv_b: the transposed W_UK matrices wk_b point into, or NULL */
 } mla_layer;
 
 /* Binds layer l's attention tensors; errors name the tensor and shape. */
@@ -57,8 +61,9 @@ int mla_layer_matrices(mla_layer *m, uint32_t n_heads, weight **out);
 typedef struct mla_state mla_state;
 
 /* Scratch for passes of up to max_tokens tokens over up to max_ctx
- * positions (NULL *out for a model without MLA). */
-int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int n_threads);
+ * positions (NULL *out for a model without MLA); tail_rows: for a staged
+ * latent dtype max_tokens + block_size (kv_latent.h's tail), else 0. */
+int mla_state_new(mla_state **out, const model_config *c, int max_tokens, int max_ctx, int tail_rows, int n_threads);
 void mla_state_free(mla_state *s);
 
 /* Layer's attention of xn[T][dim] into out[T][H*V] (before Wo): writes

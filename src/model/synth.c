@@ -402,7 +402,7 @@ static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
     synth_fill_ctx fc = {p->seed, t, mem_calloc(synth_deepseek2_row_max(p->shape), sizeof(float))};
     if (!t || !fc.row) rc = PL_ENOMEM;
     plan_ctx pc = {t, 0, (uint32_t)type};
-    if (!rc) synth_deepseek2_plan(p->shape, n_vocab, ds2_add, &pc);
+    if (!rc) synth_deepseek2_plan(p->shape, n_vocab, p->legacy_kv_b, ds2_add, &pc);
     for (int i = 0; i < pc.n && !rc; i++) {
         int idx = gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, NULL);
         if (idx < 0) rc = idx;

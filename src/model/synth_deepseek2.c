@@ -74,7 +74,7 @@ int synth_deepseek2_meta(gguf_writer *w, const char *shape, uint32_t n_vocab, co
     U("block_count", s->layers);
     U("feed_forward_length", s->ffn);
     U("attention.head_count", s->heads);
-    U("attention.head_count_kv", 1);
+    U("attention.head_count_kv", p->legacy_kv_b ? s->heads : 1);
     F("rope.freq_base", 10000.0f);
     F("attention.layer_norm_rms_epsilon", 1e-6f);
     U("vocab_size", n_vocab);
@@ -84,10 +84,15 @@ int synth_deepseek2_meta(gguf_writer *w, const char *shape, uint32_t n_vocab, co
     /* llama.cpp reads no q_lora_rank for its 27-layer "lite" shape */
     if (s->q_lora || s->layers != 27) U("attention.q_lora_rank", s->q_lora);
     U("attention.kv_lora_rank", s->kv_lora);
-    U("attention.key_length", s->kv_lora + s->rope);
-    U("attention.value_length", s->kv_lora);
-    U("attention.key_length_mla", s->nope + s->rope);
-    U("attention.value_length_mla", s->v_head);
+    if (p->legacy_kv_b) { /* the per-head MHA dims; no *_mla keys */
+        U("attention.key_length", s->nope + s->rope);
+        U("attention.value_length", s->v_head);
+    } else {
+        U("attention.key_length", s->kv_lora + s->rope);
+        U("attention.value_length", s->kv_lora);
+        U("attention.key_length_mla", s->nope + s->rope);
+        U("attention.value_length_mla", s->v_head);
+    }
     U("expert_feed_forward_length", s->ffn_exp);
     U("expert_shared_count", s->n_shared);
     F("expert_weights_scale", s->scale);
@@ -106,7 +111,7 @@ int synth_deepseek2_meta(gguf_writer *w, const char *shape, uint32_t n_vocab, co
     return rc;
 }
 
-void synth_deepseek2_plan(const char *shape, uint32_t n_vocab, synth_ds2_add_fn add, void *ctx)
+void synth_deepseek2_plan(const char *shape, uint32_t n_vocab, bool legacy_kv_b, synth_ds2_add_fn add, void *ctx)
 {
     const ds2_shape *s = find(shape);
     const float sd = 1.0f / sqrtf((float)s->dim);
@@ -125,8 +130,12 @@ void synth_deepseek2_plan(const char *shape, uint32_t n_vocab, synth_ds2_add_fn 
         }
         T("attn_kv_a_mqa.weight", s->dim, s->kv_lora + s->rope, 1, sd, false);
         T("attn_kv_a_norm.weight", s->kv_lora, 1, 1, 0, true);
-        T("attn_k_b.weight", s->nope, s->kv_lora, s->heads, 1.0f / sqrtf((float)s->nope), false);
-        T("attn_v_b.weight", s->kv_lora, s->v_head, s->heads, 1.0f / sqrtf((float)s->kv_lora), false);
+        if (legacy_kv_b) { /* per head: nope rows of W_UK then v_head rows of W_UV, each kv_lora long */
+            T("attn_kv_b.weight", s->kv_lora, s->heads * (s->nope + s->v_head), 1, 1.0f / sqrtf((float)s->kv_lora), false);
+        } else {
+            T("attn_k_b.weight", s->nope, s->kv_lora, s->heads, 1.0f / sqrtf((float)s->nope), false);
+            T("attn_v_b.weight", s->kv_lora, s->v_head, s->heads, 1.0f / sqrtf((float)s->kv_lora), false);
+        }
         T("attn_output.weight", s->heads * s->v_head, s->dim, 1, 1.0f / sqrtf((float)(s->heads * s->v_head)), false);
         T("ffn_norm.weight", s->dim, 1, 1, 0, true);
         if (l < s->n_dense) {

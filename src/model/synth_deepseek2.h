@@ -17,6 +17,9 @@
  *                   ffn 10944), 16 heads, plain q, kv_lora_rank 512, nope
  *                   128, rope 64, v head 128; 64 experts of 1408 rows,
  *                   top-6, 2 shared; softmax, not renormalised, scale 1
+ * --legacy-kv-b writes older converters' form: attn_kv_b in place of
+ * attn_k_b + attn_v_b, key_length nope + rope, value_length v head,
+ * head_count_kv = heads and no key_length_mla / value_length_mla.
  * --rope-scaling yarn adds rope.scaling.yarn_log_multiplier 0.0707 (V2's
  * mscale_all_dim 0.707, times 0.1 as the converter writes it).
  */
@@ -45,6 +48,8 @@ uint32_t synth_deepseek2_n_tensors(const char *shape);
 /* 0 if every quantized row of the shape is a multiple of blck elements. */
 int synth_deepseek2_check_type(const char *shape, uint32_t blck, const char *type_name);
 int synth_deepseek2_meta(gguf_writer *w, const char *shape, uint32_t n_vocab, const pl_synth_params *p);
-void synth_deepseek2_plan(const char *shape, uint32_t n_vocab, synth_ds2_add_fn add, void *ctx);
+/* legacy_kv_b: one attn_kv_b [kv_lora, heads x (nope + v)] a layer instead
+ * of attn_k_b and attn_v_b (pl_synth_params.legacy_kv_b). */
+void synth_deepseek2_plan(const char *shape, uint32_t n_vocab, bool legacy_kv_b, synth_ds2_add_fn add, void *ctx);
 
 #endif

@@ -197,9 +197,7 @@ void rt_ctx_kv_stats(rt_ctx *c, rt_kv_stats *out)
     for (size_t i = 0; i < n_glob; i++) tokens += live[i]->n_tokens;
     out->kv.tokens = tokens;
     out->kv.n_seqs = (uint32_t)n_glob;
-    const kv_shape *sh = &c->pool.g.s;
-    out->stage_bytes_per_seq =
-        kv_dtype_stage_bytes(sh->dtype, sh->n_layers, sh->n_kv_heads, sh->head_dim, sh->block_size);
+    out->stage_bytes_per_seq = kv_stage_bytes(&c->pool.g);
     out->stage_bytes = out->stage_bytes_per_seq * n_glob;
 }
 
