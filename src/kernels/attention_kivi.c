@@ -19,9 +19,9 @@
  * converts a block's codes of one 32-element group into a small tile
  * shared by the rows of the call (ATTN_VB keys at a time). It prefetches
  * each segment's key columns and value groups KIVI_PF_BLOCKS blocks ahead.
- * attn_paged_avx512 runs the AVX2 variant for KIVI (Zen 4's 512-bit FMAs
- * are two 256-bit halves; 16 keys a vector would still save the unpacking
- * and broadcasts: docs/long-context.md, "Left").
+ * attn_paged_avx512 runs attention_kivi_avx512.c (16 keys a vector, the
+ * same chains: this variant's bits), which takes this one for head dims
+ * not a multiple of 32.
  *
  * Softmax: exact two-pass over each row's scores lo..n_ctx-1 (max, expf,
  * sum in double, x (1 / sum)), as the reader path. Row independence
