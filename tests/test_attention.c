@@ -422,8 +422,9 @@ TEST(vline_prefetch_walk_covers_each_blocks_heads_once_in_order)
  * against a double-precision oracle over the dequantized cache (the fold
  * of scales into the query is algebra, not an approximation), and the
  * AVX2 and AVX-512 entry points against the reference (the same products
- * and chains but for the softmax), windows and GQA included; AVX2 rows of
- * mixed contexts in one call give the bits they give alone. */
+ * and chains but for the softmax), windows and GQA included, AVX-512 bit
+ * for bit AVX2's (the same chains and kern_softmax); rows of mixed
+ * contexts in one call give the bits they give alone (both variants). */
 static double kivi_oracle_diff(const fake_kv *f, const attn_row *rows, int n, float scale)
 {
     const int hd = f->kv.head_dim;
@@ -454,7 +455,7 @@ static double kivi_oracle_diff(const fake_kv *f, const attn_row *rows, int n, fl
 
 TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
 {
-    static const struct { int hd, n_kv, bs; } shapes[] = {{8, 4, 16}, {64, 2, 16}, {64, 2, 7}, {128, 2, 32}};
+    static const struct { int hd, n_kv, bs; } shapes[] = {{8, 4, 16}, {64, 2, 16}, {64, 2, 7}, {128, 2, 32}, {64, 4, 20}, {32, 2, 64}};
     static const int ctxs[] = {1, 7, 8, 9, 16, 17, 33, 100, 257, 1000};
     static const uint32_t types[] = {ATTN_KV_KIVI4, ATTN_KV_KIVI2};
     double worst_oracle = 0, worst_simd = 0;
@@ -500,24 +501,31 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
                             CHECK_MSG(fabsf(lse[0][r] - lse[1][r]) <= 1e-5f * fmaxf(1.0f, fabsf(lse[0][r])),
                                       "kivi lse %g vs %g", lse[0][r], lse[1][r]);
                         worst_simd = fmax(worst_simd, md / vmax);
+                        if (v == 2 && attn_avx2_available()) /* the same chains and softmax as AVX2's: its bits */
+                            CHECK_MSG(memcmp(o[1], o[2], sizeof(float) * (size_t)rep * hd) == 0,
+                                      "kivi%d hd %d bs %d rep %d n_ctx %d lo %d: avx512 differs from avx2", ti ? 2 : 4,
+                                      hd, shapes[si].bs, rep, n, lo);
                         CHECK_MSG(md <= 1e-5 * vmax, "kivi%d %s hd %d bs %d rep %d n_ctx %d lo %d: %.3g off the reference",
                                   ti ? 2 : 4, v == 1 ? "avx2" : "avx512", hd, shapes[si].bs, rep, n, lo, md);
                     }
-                    if (rep == 8 && attn_avx2_available()) { /* row independence: mixed rows, batch vs alone */
+                    for (int v = 1; v < 3 && rep == 8; v++) { /* row independence: mixed rows, batch vs alone */
+                        if (v == 1 ? !attn_avx2_available() : !attn_avx512_available()) continue;
+                        void (*run)(const attn_kv *, const attn_row *, int, float, float *, size_t) =
+                            v == 1 ? attn_paged_avx2 : attn_paged_avx512;
                         attn_row mix[8];
                         float one[128];
                         for (int r = 0; r < 8; r++) {
                             const int nr = n - 3 * r > 1 ? n - 3 * r : 1;
-                            mix[r] = (attn_row){q + r * hd, o[1] + r * hd, nr, g, lo < nr ? lo : nr - 1};
+                            mix[r] = (attn_row){q + r * hd, o[v] + r * hd, nr, g, lo < nr ? lo : nr - 1};
                         }
-                        attn_paged_avx2(&f.kv, mix, 8, scale, scratch, sf);
+                        run(&f.kv, mix, 8, scale, scratch, sf);
                         for (int r = 0; r < 8; r++) {
                             attn_row alone = mix[r];
                             alone.out = one;
-                            attn_paged_avx2(&f.kv, &alone, 1, scale, scratch, sf);
+                            run(&f.kv, &alone, 1, scale, scratch, sf);
                             CHECK_MSG(memcmp(one, mix[r].out, sizeof(float) * (size_t)hd) == 0,
-                                      "kivi%d hd %d n_ctx %d: row %d of a mixed batch differs from it alone", ti ? 2 : 4,
-                                      hd, mix[r].n_ctx, r);
+                                      "kivi%d %s hd %d n_ctx %d: row %d of a mixed batch differs from it alone",
+                                      ti ? 2 : 4, v == 1 ? "avx2" : "avx512", hd, mix[r].n_ctx, r);
                         }
                     }
                     calls++;

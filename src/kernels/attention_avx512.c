@@ -601,6 +601,10 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                           size_t scratch_floats)
 {
     const uint32_t t = kv->kv_type;
+    if (!kv->reader && attn_is_kivi(t)) { /* sealed KIVI blocks in place: attention_kivi_avx512.c */
+        attn_kivi_avx512(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
     if (kv->reader || (!(t == DT_F16 && kv->k_cols) && t != DT_Q8_0 && t != DT_Q4_0)) { /* one variant per cache type: AVX2's */
         attn_paged_avx2(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;

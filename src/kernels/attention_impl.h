@@ -79,6 +79,10 @@ void attn_kivi_ref(const attn_kv *kv, const attn_row *rows, int n_rows, float sc
                    size_t scratch_floats);
 void attn_kivi_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                     size_t scratch_floats);
+/* attention_kivi_avx512.c: the same products and chains, 16 keys a vector
+ * (head dims not a multiple of 32 run attn_kivi_avx2). */
+void attn_kivi_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                      size_t scratch_floats);
 
 /* The e4m3 scale of head g in physical block pb of a plane (1 for e5m2). */
 static inline float attn_fp8_scale(const attn_kv *kv, const uint8_t *plane, uint32_t pb, int g)

@@ -19,9 +19,9 @@
  * converts a block's codes of one 32-element group into a small tile
  * shared by the rows of the call (ATTN_VB keys at a time). It prefetches
  * each segment's key columns and value groups KIVI_PF_BLOCKS blocks ahead.
- * attn_paged_avx512 runs the AVX2 variant for KIVI (Zen 4's 512-bit FMAs
- * are two 256-bit halves; 16 keys a vector would still save the unpacking
- * and broadcasts: docs/long-context.md, "Left").
+ * attn_paged_avx512 runs attention_kivi_avx512.c (16 keys a vector, the
+ * same chains: this variant's bits), which takes this one for head dims
+ * not a multiple of 32.
  *
  * Softmax: exact two-pass over each row's scores lo..n_ctx-1 (max, expf,
  * sum in double, x (1 / sum)), as the reader path. Row independence
@@ -36,74 +36,9 @@
 #include <string.h>
 
 #include "kernels/attention_impl.h"
+#include "kernels/attention_kivi_impl.h"
 #include "kernels/kernels.h"
 #include "tensor/half.h"
-
-#define KIVI_GROUP 32 /* value elements a (scale, min) pair covers */
-
-/* The byte geometry of a KIVI cache's planes. */
-typedef struct {
-    uint32_t bits, T;
-    size_t cb; /* bytes of one key column (T codes) */
-    size_t C;  /* channels of a row (all heads) */
-    size_t gb; /* bytes of one value group: s, m, 32 codes */
-} kivi_geom;
-
-static kivi_geom kivi_geom_of(const attn_kv *kv)
-{
-    kivi_geom k;
-    k.bits = attn_kivi_bits(kv->kv_type);
-    k.T = kv->block_size;
-    k.cb = ((size_t)k.T * k.bits + 7) / 8;
-    k.C = kv->scale_off / k.cb;
-    k.gb = 4 + KIVI_GROUP * k.bits / 8;
-    return k;
-}
-
-static inline uint32_t kivi_code(const uint8_t *p, uint32_t bits, size_t i)
-{
-    const size_t bit = i * bits;
-    return (uint32_t)(p[bit >> 3] >> (bit & 7)) & ((1u << bits) - 1);
-}
-
-static inline float ld_half(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return f16_to_f32(h);
-}
-
-/* Scratch of a call (floats), inside attn_scratch_floats(max n_ctx, D):
- * sc[R][ncp] scores, qs[R][D] folded queries, bias[R], dk[D], mk[D] the
- * block's key scales and mins, macc[R][slices] the mins' chains, then
- * (AVX2) the value tile: ATTN_VB x 32 codes, ATTN_VB scales, ATTN_VB mins. */
-typedef struct {
-    float *sc, *qs, *bias, *dk, *mk, *macc, *tile, *td, *tm;
-    size_t ncp;
-    int slices; /* group slices of one head: ceil over the 32-groups it touches */
-} kivi_scratch;
-
-static int kivi_head_slices(int D) { return D / KIVI_GROUP + 2; }
-
-static kivi_scratch kivi_scratch_at(float *s, int R, int nmax, int D, bool tile, size_t sf)
-{
-    kivi_scratch k;
-    k.ncp = attn_round8((size_t)nmax);
-    k.slices = kivi_head_slices(D);
-    k.sc = s;
-    k.qs = k.sc + (size_t)R * k.ncp;
-    k.bias = k.qs + (size_t)R * D;
-    k.dk = k.bias + ATTN_ROWS_CAP;
-    k.mk = k.dk + D;
-    k.macc = k.mk + D;
-    k.tile = k.macc + (size_t)R * k.slices;
-    k.td = k.tile + ATTN_VB * KIVI_GROUP;
-    k.tm = k.td + ATTN_VB;
-    assert((size_t)((tile ? k.tm + ATTN_VB : k.tile) - s) <= sf);
-    (void)tile;
-    (void)sf;
-    return k;
-}
 
 /* The block's key scales and mins of head g's channels, as floats. */
 static void kivi_key_params(const kivi_geom *k, const uint8_t *kp, int g, int D, float *dk, float *mk)
@@ -113,28 +48,6 @@ static void kivi_key_params(const kivi_geom *k, const uint8_t *kp, int g, int D,
         dk[i] = ld_half(d + 2 * (size_t)i);
         mk[i] = ld_half(m + 2 * (size_t)i);
     }
-}
-
-/* Fold of one row (see the top): qs = q x dk, and the bias in 8 lanes
- * reduced as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
-static float kivi_fold_ref(const float *q, const float *dk, const float *mk, int D, float *qs)
-{
-    float l[8] = {0};
-    for (int i = 0; i < D; i++) {
-        qs[i] = q[i] * dk[i];
-        l[i % 8] = fmaf(q[i], mk[i], l[i % 8]);
-    }
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
-/* One key's score: the fmaf chain over d ascending, plus the bias, times
- * scale. col: the head's first column in the block. */
-static inline __attribute__((always_inline)) float kivi_score1(const kivi_geom *k, const uint8_t *col, const float *qs, int D, float bias,
-                                uint32_t t, float scale)
-{
-    float s = 0;
-    for (int i = 0; i < D; i++) s = fmaf(qs[i], (float)kivi_code(col + (size_t)i * k->cb, k->bits, t), s);
-    return (s + bias) * scale;
 }
 
 /* The exact two-pass softmax of the reference: x[0..n) become weights;
@@ -151,14 +64,6 @@ static float softmax_ref(float *x, int n)
     const float inv = (float)(1.0 / sum);
     for (int j = 0; j < n; j++) x[j] *= inv;
     return mx + (float)log(sum);
-}
-
-/* Keys [t0, t1) of a block a row sees (t0 >= t1: none). */
-static inline void row_span(const attn_row *r, uint32_t blk, uint32_t T, uint32_t *t0, uint32_t *t1)
-{
-    const uint32_t b0 = blk * T, lo = (uint32_t)r->lo, n = (uint32_t)r->n_ctx;
-    *t0 = lo > b0 ? lo - b0 : 0;
-    *t1 = n <= b0 ? 0 : n - b0 < T ? n - b0 : T;
 }
 
 /* The slices of head g's elements [e0, e0 + D) by value group: slice s
@@ -319,38 +224,6 @@ KA static void scores8(const kivi_geom *k, const uint8_t *col, int D, const floa
     }
 }
 
-/* Blocks prefetched ahead of the one being read: blocks sit anywhere in
- * the pool, so the hardware prefetchers restart at each one. */
-#define KIVI_PF_BLOCKS 4
-
-/* Prefetches the lines in [p, p + n). */
-KAI void prefetch_span(const uint8_t *p, size_t n)
-{
-    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)(p + n);
-    for (uintptr_t l = a; l < e; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
-}
-
-/* Head g's key columns, scales and mins of logical block blk, if it is
- * before end. */
-KAI void prefetch_keys(const attn_kv *kv, const kivi_geom *k, uint32_t blk, uint32_t end, int g)
-{
-    if (blk >= end) return;
-    const int D = kv->head_dim;
-    const uint8_t *kp = kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes;
-    prefetch_span(kp + (size_t)g * D * k->cb, (size_t)D * k->cb);
-    prefetch_span(kp + k->C * k->cb + (size_t)g * D * 2, (size_t)D * 2);
-    prefetch_span(kp + k->C * k->cb + k->C * 2 + (size_t)g * D * 2, (size_t)D * 2);
-}
-
-/* Head g's value groups of every token of logical block blk (< end). */
-KAI void prefetch_values(const attn_kv *kv, const kivi_geom *k, uint32_t blk, uint32_t end, int g)
-{
-    if (blk >= end) return;
-    const size_t at = (size_t)g * kv->head_dim / KIVI_GROUP * k->gb, n = (size_t)kv->head_dim / KIVI_GROUP * k->gb;
-    const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes + at;
-    for (uint32_t t = 0; t < k->T; t++) prefetch_span(vp + (size_t)t * kv->row_bytes, n);
-}
-
 /* A segment's scores (rows [0, R) reading head g), block by block: keys
  * [0, n) of each block the segment sees, 8 at a time from byte-aligned
  * codes, the rest one at a time by the reference's chain (the same bits). */
@@ -364,9 +237,9 @@ KA static void seg_scores(const attn_kv *kv, const kivi_geom *k, const attn_row 
         lomin = rows[r].lo < lomin ? rows[r].lo : lomin;
     }
     const uint32_t b0 = (uint32_t)lomin / k->T, bend = ((uint32_t)nmax + k->T - 1) / k->T;
-    for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) prefetch_keys(kv, k, b, bend, g);
+    for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) kivi_prefetch_keys(kv, k, b, bend, g);
     for (uint32_t blk = b0; blk < bend; blk++) {
-        prefetch_keys(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
+        kivi_prefetch_keys(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
         const uint8_t *kp = kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes;
         const uint8_t *col = kp + (size_t)g * D * k->cb;
         key_params8(k, kp, g, D, s->dk, s->mk);
@@ -442,9 +315,9 @@ KA static void seg_values(const attn_kv *kv, const kivi_geom *k, const attn_row 
         for (int i = 0; i < ng; i++) s->macc[(size_t)r * s->slices + i] = 0;
     }
     const uint32_t b0 = (uint32_t)lomin / k->T, bend = ((uint32_t)nmax + k->T - 1) / k->T;
-    for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) prefetch_values(kv, k, b, bend, g);
+    for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) kivi_prefetch_values(kv, k, b, bend, g);
     for (uint32_t blk = b0; blk < bend; blk++) {
-        prefetch_values(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
+        kivi_prefetch_values(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
         const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
         uint32_t u0 = k->T, u1 = 0; /* the union of the rows' spans */
         for (int r = 0; r < R; r++) {
