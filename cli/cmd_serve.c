@@ -324,7 +324,8 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     rc = serve_run(&o, &set);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    /* The mask stays: a second signal sent during the drain is pending, and
+     * unblocking it here would kill the process (143/130) after a clean stop. */
     free(o.chat_template);
     srv_keys_free(&o.api_keys);
     srv_keys_free(&o.metrics_keys);
