@@ -329,13 +329,17 @@ TEST(kv_json_and_stats_show_every_group)
     pl_engine_params_default(&ep);
     params(&ep.ctx, false);
     ep.ctx.max_seqs = 2;
+    ep.ctx.n_ctx = 8192; /* room for a request the engine cannot finish before the JSON is taken */
     pl_engine *e = NULL;
     CHECK_MSG(pl_engine_new(&e, M3, &ep) == 0, "%s", pl_last_error());
     if (!e) return;
     enum { P = 6 * W + 5 };
     int32_t ids[P];
     for (int i = 0; i < P; i++) ids[i] = tok(i, 7);
-    pl_request_params rp = {.prompt = ids, .n_prompt = P, .max_tokens = 40, .n = 1, .top_logprobs = -1};
+    /* the engine decodes on its own thread with no backpressure: a short
+     * request of this tiny model can end between the second token's event
+     * and the JSON, so the request is long and cancelled after */
+    pl_request_params rp = {.prompt = ids, .n_prompt = P, .max_tokens = 8192 - P - 8, .n = 1, .top_logprobs = -1};
     pl_sampler_params_default(&rp.sampling);
     rp.sampling.temperature = 0;
     rp.ignore_eos = true;
