@@ -126,8 +126,8 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
     simd_vs_reference(attn_paged_avx2);
 }
 
-/* The AVX-512 variant (its own kernels for the f16 pool layout, q8_0 and q4_0,
- * AVX2's for the rest, f16 rows included). */
+/* The AVX-512 variant (its own kernels for the f16 pool layout, q8_0, q4_0,
+ * fp8 and KIVI, AVX2's for the rest, f16 rows included). */
 TEST(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
@@ -300,8 +300,8 @@ TEST(avx512_q8_0_q4_0_scores_are_the_references)
     }
 }
 
-/* The in-register fp8 decoding (AVX2, scale folded into the weight) and the
- * reference's give every code's value exactly, as kv_codec.h decodes it
+/* The in-register fp8 decodings (AVX2 and AVX-512, scale folded into the
+ * weight) and the reference's give every code's value exactly, as kv_codec.h decodes it
  * (NaN codes included): one token, so the weight is 1 and out = V. */
 TEST(fp8_every_code_reads_as_the_codec_decodes_it)
 {
@@ -310,7 +310,7 @@ TEST(fp8_every_code_reads_as_the_codec_decodes_it)
         fake_kv f;
         CHECK(fake_kv_make(&f, t, 256, 1, 1, 16, 3) == 0);
         uint8_t *vrow = (uint8_t *)f.kv.v_base + (size_t)f.table[0] * f.kv.block_bytes;
-        float sc, want[256], q[256], o[2][256];
+        float sc, want[256], q[256], o[3][256];
         memcpy(&sc, vrow + f.kv.scale_off, 4);
         for (int i = 0; i < 256; i++) {
             vrow[i] = (uint8_t)i;
@@ -319,18 +319,21 @@ TEST(fp8_every_code_reads_as_the_codec_decodes_it)
         }
         const size_t sf = attn_scratch_floats(1, 256);
         float *scratch = malloc(sizeof(float) * sf);
-        attn_row r0 = {q, o[0], 1, 0, 0}, r1 = {q, o[1], 1, 0, 0};
+        attn_row r0 = {q, o[0], 1, 0, 0}, r1 = {q, o[1], 1, 0, 0}, r2 = {q, o[2], 1, 0, 0};
         attn_paged_ref(&f.kv, &r0, 1, 0.0625f, scratch, sf);
         if (attn_avx2_available()) attn_paged_avx2(&f.kv, &r1, 1, 0.0625f, scratch, sf);
         else memcpy(o[1], o[0], sizeof o[0]);
+        if (attn_avx512_available()) attn_paged_avx512(&f.kv, &r2, 1, 0.0625f, scratch, sf);
+        else memcpy(o[2], o[0], sizeof o[0]);
         int bad = -1;
         for (int i = 0; i < 256 && bad < 0; i++)
-            for (int v = 0; v < 2; v++)
+            for (int v = 0; v < 3; v++)
                 if (isnan(want[i]) ? !isnan(o[v][i]) : o[v][i] != want[i]) bad = i;
         free(scratch);
         fake_kv_free(&f);
-        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, codec %g", fake_kv_type_name(t), bad < 0 ? 0 : bad,
-                  bad < 0 ? 0.0 : o[0][bad], bad < 0 ? 0.0 : o[1][bad], bad < 0 ? 0.0 : want[bad]);
+        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, avx512 %g, codec %g", fake_kv_type_name(t),
+                  bad < 0 ? 0 : bad, bad < 0 ? 0.0 : o[0][bad], bad < 0 ? 0.0 : o[1][bad], bad < 0 ? 0.0 : o[2][bad],
+                  bad < 0 ? 0.0 : want[bad]);
     }
 }
 
