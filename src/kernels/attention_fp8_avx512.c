@@ -112,13 +112,13 @@ static K5 void scores16(bool e4m3, int nr, const uint8_t *const *k, const float 
     for (int p0 = 0; p0 < 8; p0 += PG) dots_pairs(NR, PG, e4m3, k + 2 * p0, q, hd, res + 2 * p0)
     switch (nr) {
     case 1: DP(1, 8); break;
-    case 2: DP(2, 4); break;
-    case 3: DP(3, 2); break;
-    case 4: DP(4, 2); break;
-    case 5: DP(5, 1); break;
-    case 6: DP(6, 1); break;
-    case 7: DP(7, 1); break;
-    default: DP(8, 1); break;
+    case 2: DP(2, 8); break;
+    case 3: DP(3, 4); break;
+    case 4: DP(4, 4); break;
+    case 5: DP(5, 2); break;
+    case 6: DP(6, 2); break;
+    case 7: DP(7, 2); break;
+    default: DP(8, 2); break;
     }
 #undef DP
     for (int r = 0; r < nr; r++) {
@@ -134,8 +134,12 @@ static K5 void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, fl
     const int T = (int)kv->block_size;
     for (int j0 = 0, b = 0; j0 < n; j0 += T, b++) {
         const float f = 256.0f * attn_fp8_scale(kv, plane, kv->blocks[b], g);
+        const __m512 vf = _mm512_set1_ps(f);
         const int e = j0 + T < n ? j0 + T : n;
-        for (int j = j0; j < e; j++) x[j] *= f;
+        for (int j = j0; j < e; j += 16) {
+            const __mmask16 m = lanes16(e - j < 16 ? e - j : 16);
+            _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), vf));
+        }
     }
 }
 
