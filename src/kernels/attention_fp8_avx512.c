@@ -5,9 +5,9 @@
  * checks that); only the work per instruction changes:
  *
  *   conversion: 16 codes a vector, by the half trick (attention_impl.h)
- *   in 16-bit lanes then vcvtph2ps; e4m3's NaN code S.1111.111 found by a
- *   byte compare into a mask and made a half NaN exactly as AVX2's ld8 does
- *   (the same half bits, so the same NaN); e5m2 is the top byte of a half.
+ *   in 16-bit lanes then vcvtph2ps; e4m3's NaN code S.1111.111 made a half
+ *   NaN exactly as AVX2's ld8 does (the same half bits, so the same NaN);
+ *   e5m2 is the top byte of a half.
  *   e4m3's x 256 and block scale multiply the scores before and the
  *   weights after the softmax (scale_by_block), as in AVX2.
  *
@@ -46,10 +46,10 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
 K5AI __m512 fp8_16(bool e4m3, __m128i x)
 {
     if (!e4m3) return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(x), 8));
-    const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_or_si128(x, _mm_set1_epi8((char)0x80)), _mm_set1_epi8((char)0xFF));
-    __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), _mm256_set1_epi16((short)0xBF80));
-    w = _mm256_mask_blend_epi16(nan, w, _mm256_or_si256(w, _mm256_set1_epi16(0x4000))); /* S.1111.111 -> a half NaN, as AVX2 */
-    return _mm512_cvtph_ps(w);
+    const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), _mm256_set1_epi16((short)0xBF80));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F80)), _mm256_set1_epi16(0x3F80));
+    /* S.1111.111 -> a half NaN as AVX2 makes it: w | (nan & 0x4000) in one ternary op */
+    return _mm512_cvtph_ps(_mm256_ternarylogic_epi32(w, nan, _mm256_set1_epi16(0x4000), 0xF8));
 }
 
 /* Dims i..i+7 of key a in the low half, of key b in the high half. */
@@ -81,7 +81,7 @@ K5AI void dots_pairs(int NR, int PG, bool e4m3, const uint8_t *const *k, const f
     for (int i = 0; i < hd; i += 8) {
         __m512 qv[8];
 #pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) qv[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(q[r] + i));
+        for (int r = 0; r < NR; r++) qv[r] = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[r] + i))));
 #pragma GCC unroll 8
         for (int p = 0; p < PG; p++) {
             const __m512 kc = fp8_pair(e4m3, k[2 * p], k[2 * p + 1], i);
@@ -95,7 +95,7 @@ K5AI void dots_pairs(int NR, int PG, bool e4m3, const uint8_t *const *k, const f
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             lo[r] = r < NR ? _mm512_castps512_ps256(a[p][r]) : _mm256_setzero_ps();
-            hi[r] = r < NR ? _mm512_extractf32x8_ps(a[p][r], 1) : _mm256_setzero_ps();
+            hi[r] = r < NR ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[p][r]), 1)) : _mm256_setzero_ps();
         }
         _mm256_storeu_ps(res[2 * p], hsum8_ps(lo));
         _mm256_storeu_ps(res[2 * p + 1], hsum8_ps(hi));
@@ -163,7 +163,9 @@ K5AI void vtile(int RR, int C, bool e4m3, __mmask16 klast, bool first, float *co
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             const uint8_t *s = vp[k] + d0 + 16 * c;
-            v[c] = fp8_16(e4m3, c == C - 1 ? _mm_maskz_loadu_epi8(klast, s) : _mm_loadu_si128((const __m128i *)s));
+            /* a partial last vector is 8 dims (hd % 8 == 0): klast 0x00FF */
+            v[c] = fp8_16(e4m3, c == C - 1 && klast != 0xFFFF ? _mm_loadl_epi64((const __m128i *)s)
+                                                               : _mm_loadu_si128((const __m128i *)s));
         }
 #pragma GCC unroll 8
         for (int r = 0; r < RR; r++) {
