@@ -126,8 +126,8 @@ TEST(simd_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_siz
     simd_vs_reference(attn_paged_avx2);
 }
 
-/* The AVX-512 variant (its own kernels for the f16 pool layout, q8_0 and q4_0,
- * AVX2's for the rest, f16 rows included). */
+/* The AVX-512 variant (its own kernels for the f16 pool layout, q8_0, q4_0,
+ * fp8 and KIVI, AVX2's for the rest, f16 rows included). */
 TEST(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
@@ -300,8 +300,8 @@ TEST(avx512_q8_0_q4_0_scores_are_the_references)
     }
 }
 
-/* The in-register fp8 decoding (AVX2, scale folded into the weight) and the
- * reference's give every code's value exactly, as kv_codec.h decodes it
+/* The in-register fp8 decodings (AVX2 and AVX-512, scale folded into the
+ * weight) and the reference's give every code's value exactly, as kv_codec.h decodes it
  * (NaN codes included): one token, so the weight is 1 and out = V. */
 TEST(fp8_every_code_reads_as_the_codec_decodes_it)
 {
@@ -310,7 +310,7 @@ TEST(fp8_every_code_reads_as_the_codec_decodes_it)
         fake_kv f;
         CHECK(fake_kv_make(&f, t, 256, 1, 1, 16, 3) == 0);
         uint8_t *vrow = (uint8_t *)f.kv.v_base + (size_t)f.table[0] * f.kv.block_bytes;
-        float sc, want[256], q[256], o[2][256];
+        float sc, want[256], q[256], o[3][256];
         memcpy(&sc, vrow + f.kv.scale_off, 4);
         for (int i = 0; i < 256; i++) {
             vrow[i] = (uint8_t)i;
@@ -319,18 +319,21 @@ TEST(fp8_every_code_reads_as_the_codec_decodes_it)
         }
         const size_t sf = attn_scratch_floats(1, 256);
         float *scratch = malloc(sizeof(float) * sf);
-        attn_row r0 = {q, o[0], 1, 0, 0}, r1 = {q, o[1], 1, 0, 0};
+        attn_row r0 = {q, o[0], 1, 0, 0}, r1 = {q, o[1], 1, 0, 0}, r2 = {q, o[2], 1, 0, 0};
         attn_paged_ref(&f.kv, &r0, 1, 0.0625f, scratch, sf);
         if (attn_avx2_available()) attn_paged_avx2(&f.kv, &r1, 1, 0.0625f, scratch, sf);
         else memcpy(o[1], o[0], sizeof o[0]);
+        if (attn_avx512_available()) attn_paged_avx512(&f.kv, &r2, 1, 0.0625f, scratch, sf);
+        else memcpy(o[2], o[0], sizeof o[0]);
         int bad = -1;
         for (int i = 0; i < 256 && bad < 0; i++)
-            for (int v = 0; v < 2; v++)
+            for (int v = 0; v < 3; v++)
                 if (isnan(want[i]) ? !isnan(o[v][i]) : o[v][i] != want[i]) bad = i;
         free(scratch);
         fake_kv_free(&f);
-        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, codec %g", fake_kv_type_name(t), bad < 0 ? 0 : bad,
-                  bad < 0 ? 0.0 : o[0][bad], bad < 0 ? 0.0 : o[1][bad], bad < 0 ? 0.0 : want[bad]);
+        CHECK_MSG(bad < 0, "%s code 0x%02x: ref %g, avx2 %g, avx512 %g, codec %g", fake_kv_type_name(t),
+                  bad < 0 ? 0 : bad, bad < 0 ? 0.0 : o[0][bad], bad < 0 ? 0.0 : o[1][bad], bad < 0 ? 0.0 : o[2][bad],
+                  bad < 0 ? 0.0 : want[bad]);
     }
 }
 
@@ -538,6 +541,94 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
          worst_simd);
 }
 
+/* fp8 caches on AVX-512 (attention_fp8_avx512.c) do AVX2's float operations
+ * in AVX2's order, so they must give attn_paged_avx2's bits: head dims not
+ * a multiple of 16 (masked V tails), contexts not a multiple of 16 (partial
+ * key steps), GQA segments of 1..8 rows with mixed contexts in one call,
+ * several KV heads a call, windows (lo), and, in every key and value row,
+ * the extreme codes (+-max, +-0, +-smallest subnormal). A second pass puts
+ * a NaN code (S.1111.111) in one key: then the outputs must be NaN where
+ * AVX2's are (NaN payloads and signs are not compared). */
+static bool same_or_both_nan(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (isnan(a[i]) ? !isnan(b[i]) : memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+    return true;
+}
+
+TEST(avx512_fp8_is_avx2_bit_for_bit)
+{
+    if (!attn_avx512_available() || !attn_avx2_available()) { test_skip(__func__, "no AVX-512"); return; }
+    static const struct { int hd, n_kv, bs; } shapes[] = {{8, 3, 16}, {24, 2, 7}, {64, 4, 16}, {72, 2, 32}, {128, 2, 1}};
+    static const int ctxs[] = {1, 2, 15, 16, 17, 31, 33, 100, 257, 700};
+    static const int reps[] = {1, 2, 3, 5, 8};
+    static const uint8_t extreme[] = {0x7E, 0xFE, 0x00, 0x80, 0x01, 0x81, 0x08, 0x77};
+    int calls = 0;
+    for (int ti = 5; ti < 7; ti++) /* e4m3, e5m2 */
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const uint32_t t = fake_kv_types[ti];
+            const int hd = shapes[si].hd, n_kv = shapes[si].n_kv, bs = shapes[si].bs, nmax = 700;
+            fake_kv f;
+            CHECK(fake_kv_make(&f, t, hd, n_kv, nmax, bs, 900u + 11u * ti + si) == 0);
+            for (int j = 0; j < nmax; j++) /* extreme codes at a different dim in each row */
+                for (int pl = 0; pl < 2; pl++)
+                    for (int g = 0; g < n_kv; g++) {
+                        uint8_t *row = (uint8_t *)(pl ? f.kv.v_base : f.kv.k_base) +
+                                       (size_t)f.kv.blocks[j / bs] * f.kv.block_bytes + (size_t)(j % bs) * f.kv.row_bytes +
+                                       (size_t)g * f.kv.head_bytes;
+                        row[(j * 5 + g) % hd] = extreme[(j + pl) % 8];
+                        if (t == ATTN_KV_FP8_E5M2) row[(j * 5 + g) % hd] &= 0x7B; /* e5m2: finite, small */
+                    }
+            for (int nan = 0; nan < 2; nan++) {
+                if (nan) { /* a NaN code in key 5 of head 0 */
+                    uint8_t *row = (uint8_t *)f.kv.k_base + (size_t)f.kv.blocks[5 / bs] * f.kv.block_bytes +
+                                   (size_t)(5 % bs) * f.kv.row_bytes;
+                    row[hd - 1] = t == ATTN_KV_FP8_E4M3 ? 0xFF : 0x7F;
+                }
+                for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++)
+                    for (size_t ri = 0; ri < sizeof reps / sizeof reps[0]; ri++) {
+                        const int n = ctxs[ci], rep = reps[ri], lo = ci % 3 == 2 ? n / 3 : 0;
+                        const int R = rep * n_kv > 16 ? 16 : rep * n_kv; /* rows: rep a KV head, heads in order */
+                        const size_t sf = attn_scratch_floats(n, hd);
+                        float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * (size_t)R * hd);
+                        float *o[2] = {malloc(sizeof(float) * (size_t)R * hd), malloc(sizeof(float) * (size_t)R * hd)};
+                        float lse[2][16];
+                        attn_row rr[2][16];
+                        for (int i = 0; i < R * hd; i++) q[i] = 0.8f * rng_gauss();
+                        for (int v = 0; v < 2; v++)
+                            for (int r = 0; r < R; r++) {
+                                const int nr = n - (r % rep) > 1 ? n - (r % rep) : 1; /* mixed contexts in a segment */
+                                rr[v][r] = (attn_row){q + r * hd, o[v] + r * hd, nr, r / rep, lo < nr ? lo : nr - 1};
+                            }
+                        CHECK(R <= attn_rows_max(n));
+                        const float scale = 1.0f / sqrtf((float)hd);
+                        attn_kv kv = f.kv;
+                        kv.lse = lse[0];
+                        attn_paged_avx2(&kv, rr[0], R, scale, scratch, sf);
+                        kv.lse = lse[1];
+                        attn_paged_avx512(&kv, rr[1], R, scale, scratch, sf);
+                        const bool ok = same_or_both_nan(o[0], o[1], (size_t)R * hd) && same_or_both_nan(lse[0], lse[1], (size_t)R);
+                        CHECK_MSG(ok, "%s hd %d bs %d rep %d n_kv %d n_ctx %d lo %d nan %d: avx512 differs from avx2",
+                                  fake_kv_type_name(t), hd, bs, rep, n_kv, n, lo, nan);
+                        /* the NaN key makes NaN every output of the rows of head 0 whose window holds it, and
+                         * no other row's */
+                        for (int r = 0; r < R; r++) {
+                            const attn_row *w = &rr[1][r];
+                            const bool sees = nan && w->g == 0 && w->lo <= 5 && w->n_ctx > 5;
+                            int nans = 0;
+                            for (int i = 0; i < hd; i++) nans += isnan(w->out[i]);
+                            CHECK_MSG(nans == (sees ? hd : 0), "%s hd %d n_ctx %d lo %d row %d: %d NaN outputs",
+                                      fake_kv_type_name(t), hd, w->n_ctx, w->lo, r, nans);
+                        }
+                        calls++;
+                        free(scratch), free(q), free(o[0]), free(o[1]);
+                    }
+            }
+            fake_kv_free(&f);
+        }
+    INFO("%d fp8 calls, avx512 = avx2 bit for bit", calls);
+}
+
 TEST(scratch_sizing)
 {
     CHECK_EQ_INT(attn_rows_max(1), ATTN_ROWS_CAP);
@@ -560,6 +651,7 @@ int main(void)
     RUN(dispatch_follows_kern_init);
     RUN(vline_prefetch_walk_covers_each_blocks_heads_once_in_order);
     RUN(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference);
+    RUN(avx512_fp8_is_avx2_bit_for_bit);
     RUN(scratch_sizing);
     return test_summary();
 }

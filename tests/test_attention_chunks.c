@@ -370,6 +370,40 @@ TEST(chunk_sizes_are_whole_blocks_and_bound_every_call)
     }
 }
 
+/* fp8 rows in chunks (the split mode a long row takes) with the kernels
+ * capped at AVX2 and at AVX-512: the AVX-512 fp8 kernel does AVX2's float
+ * operations in AVX2's order, so each chunk's output and log-sum-exp, and
+ * so the merged row, are the same bits (a GQA group, windows included). */
+TEST(fp8_chunks_on_avx512_are_avx2s_bits)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    static const struct { int n, lo; } rows_of[] = {{4097, 0}, {9000, 3000}, {8200, 2047}};
+    for (int ti = 5; ti < 7; ti++) { /* e4m3, e5m2 */
+        const uint32_t t = fake_kv_types[ti];
+        fake_kv f;
+        CHECK(fake_kv_make(&f, t, 64, 2, 9000, 16, 1300u + (unsigned)ti) == 0);
+        chunk_buf b;
+        CHECK(buf_make(&b, 9000, 64, 0) == 0);
+        static float q[8 * 64], o[2][8 * 64];
+        for (size_t k = 0; k < sizeof rows_of / sizeof rows_of[0]; k++) {
+            for (int i = 0; i < 8 * 64; i++) q[i] = 0.8f * rng_gauss();
+            for (int v = 0; v < 2; v++) {
+                setenv("PAGELLM_KERNELS", v ? "avx512" : "avx2", 1);
+                kern_init(0);
+                attn_row a[8];
+                for (int r = 0; r < 8; r++) a[r] = (attn_row){q + r * 64, o[v] + r * 64, rows_of[k].n, 1, rows_of[k].lo};
+                run_chunks(&f.kv, a, 8, 0.125f, &b);
+            }
+            CHECK_MSG(memcmp(o[0], o[1], sizeof o[0]) == 0, "%s n_ctx %d lo %d: avx512 chunks differ from avx2's",
+                      fake_kv_type_name(t), rows_of[k].n, rows_of[k].lo);
+        }
+        unsetenv("PAGELLM_KERNELS");
+        kern_init(0);
+        buf_free(&b);
+        fake_kv_free(&f);
+    }
+}
+
 int main(void)
 {
     kern_init(0);
@@ -380,5 +414,6 @@ int main(void)
     RUN(with_a_sealed_view_only_the_own_block_goes_through_the_reader);
     RUN(pieces_folded_after_give_the_bits_of_one_run);
     RUN(chunk_sizes_are_whole_blocks_and_bound_every_call);
+    RUN(fp8_chunks_on_avx512_are_avx2s_bits);
     return test_summary();
 }

@@ -1,7 +1,9 @@
 /* attention_avx512.c - paged attention, AVX-512 variant for F16 caches
- * (the engine's default), Q8_0 and Q4_0; every other cache type, and calls
- * through a reader, go to the AVX2 variant whole (attention_avx2.c), so
- * each type keeps one variant and its row independence. See attention.h
+ * (the engine's default), Q8_0 and Q4_0; fp8 caches go to
+ * attention_fp8_avx512.c (AVX2's bits), sealed KIVI blocks to
+ * attention_kivi_avx512.c; every other cache type, and calls through a
+ * reader, go to the AVX2 variant whole (attention_avx2.c), so each type
+ * keeps one variant and its row independence. See attention.h
  * for the contract and attention_impl.h for the scratch layout.
  *
  * Q8_0 / Q4_0 keys: lanes over 16 keys, the int8 block dots by VNNI
@@ -603,6 +605,10 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     const uint32_t t = kv->kv_type;
     if (!kv->reader && attn_is_kivi(t)) { /* sealed KIVI blocks in place: attention_kivi_avx512.c */
         attn_kivi_avx512(kv, rows, n_rows, scale, scratch, scratch_floats);
+        return;
+    }
+    if (!kv->reader && attn_is_fp8(t)) { /* fp8 rows in place, AVX2's bits: attention_fp8_avx512.c */
+        attn_fp8_avx512(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
     if (kv->reader || (!(t == DT_F16 && kv->k_cols) && t != DT_Q8_0 && t != DT_Q4_0)) { /* one variant per cache type: AVX2's */

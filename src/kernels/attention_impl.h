@@ -84,6 +84,11 @@ void attn_kivi_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float s
 void attn_kivi_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                       size_t scratch_floats);
 
+/* attention_fp8_avx512.c: fp8 caches read in place, AVX2's float
+ * operations in AVX2's order (attn_paged_avx2's bits), 16 codes a vector. */
+void attn_fp8_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
+                     size_t scratch_floats);
+
 /* The e4m3 scale of head g in physical block pb of a plane (1 for e5m2). */
 static inline float attn_fp8_scale(const attn_kv *kv, const uint8_t *plane, uint32_t pb, int g)
 {
