@@ -180,14 +180,13 @@ static void disk_path(const disk *d, char *out, const store_key *k, const char *
 
 /* Makes the 256 directories DIR/00 .. DIR/ff (those missing): at open, so
  * that a put creates one inode (its file), not a directory as well. */
-static int disk_make_fanout(const disk *d)
+static void disk_make_fanout(const disk *d)
 {
     char p[DISK_PATH_MAX];
     for (int i = 0; i < 256; i++) {
         snprintf(p, sizeof p, "%s/%02x", d->dir, i);
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        mkdir(p, 0755);
     }
-    return 0;
 }
 
 /* Makes e's ancestors on disk more recent than e, nearest first, so that
@@ -660,10 +659,13 @@ store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, s
     if (layout > DISK_LAYOUT)
         return disk_fail(d, err, errlen, "kv-disk: %s holds layout %d, this build knows layout %d at most (give another directory)",
                          dir, layout, DISK_LAYOUT);
-    if (disk_make_fanout(d) != 0) return disk_fail(d, err, errlen, "kv-disk: cannot create the directories of %s: %s", dir, strerror(errno));
+    /* Best effort, both: on a full disk the tier still opens (its puts fail
+     * and are counted); a put makes its directory if missing, and a DIR
+     * without its layout file is read as layout 1, whose migration finds
+     * nothing to move in a layout-2 directory. */
+    disk_make_fanout(d);
     int rc = disk_scan(d);
     if (rc) return disk_fail(d, err, errlen, "kv-disk: cannot read %s: %s", dir, rc == PL_ENOMEM ? "out of memory" : strerror(errno));
-    if (layout < DISK_LAYOUT && disk_layout_write(dir) != 0)
-        return disk_fail(d, err, errlen, "kv-disk: cannot write %s/layout: %s", dir, strerror(errno));
+    if (layout < DISK_LAYOUT) disk_layout_write(dir);
     return &d->base;
 }
