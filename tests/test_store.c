@@ -2,7 +2,8 @@
  * corrupt inputs (every byte flipped, every truncation, wrong salt, a
  * colliding key with other tokens), the disk backend (round trip, LRU within
  * the byte limit, index rebuilt at open in mtime order, the lock against a
- * second opener, torn temp files, corrupt files deleted), the store's
+ * second opener, torn temp files, corrupt files deleted, a layout-1
+ * directory migrated at open, an unknown layout refused), the store's
  * threads with a slow fake backend (the caller never waits: puts and polls
  * return at once, the deadline turns pending keys into misses, a full
  * staging buffer drops writes, a two-tier chain where the second tier serves
@@ -13,6 +14,8 @@
  */
 #include "test.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -307,7 +310,7 @@ static void disk_file(uint64_t i, char *out, size_t cap)
     store_key k = dkey(i);
     char hex[33];
     for (int j = 0; j < 16; j++) sprintf(hex + 2 * j, "%02x", (unsigned)(uint8_t)(k.h[j / 8] >> (56 - 8 * (j % 8))));
-    snprintf(out, cap, "%s/%.2s/%.2s/%s.kv", tmpdir, hex, hex + 2, hex);
+    snprintf(out, cap, "%s/%.2s/%s.kv", tmpdir, hex, hex);
 }
 
 TEST(disk_torn_and_corrupt_files)
@@ -343,6 +346,92 @@ TEST(disk_torn_and_corrupt_files)
     free(v);
     CHECK(stat(path, &st) != 0);
     CHECK(!disk_has(b, 1) && disk_has(b, 2));
+    b->close(b);
+    rm_tmpdir();
+}
+
+/* Writes text to path; true when whole. */
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* A directory of layout 1 (DIR/ab/cd/<hex>.kv, no DIR/layout, a crash's
+ * temp file in a leaf) opens with its entries moved to DIR/ab/, the LRU
+ * order of their mtimes kept, the leaves removed and DIR/layout written. */
+TEST(disk_layout_1_migrated_at_open)
+{
+    mk_tmpdir("layout1");
+    char err[300], path[600], leaf[640], old[720];
+    size_t one = store_entry_size(ET, 1000);
+    store_backend *b = store_disk_open(tmpdir, 10 * one, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    for (int i = 1; i <= 4; i++) CHECK_EQ_INT(disk_put(b, (uint64_t)i, 1000), 0);
+    b->close(b);
+    static const int age[5] = {0, 100, 400, 200, 300}; /* recency: 1, 3, 4, 2 (most recent) */
+    for (int i = 1; i <= 4; i++) {
+        disk_file((uint64_t)i, path, sizeof path);
+        const char *name = strrchr(path, '/') + 1;
+        snprintf(leaf, sizeof leaf, "%.*s/%.2s", (int)(name - 1 - path), path, name + 2);
+        CHECK(mkdir(leaf, 0755) == 0 || errno == EEXIST);
+        snprintf(old, sizeof old, "%s/%s", leaf, name);
+        CHECK(rename(path, old) == 0);
+        struct timespec t[2] = {{1700000000 + age[i], 0}, {1700000000 + age[i], 0}};
+        CHECK(utimensat(AT_FDCWD, old, t, 0) == 0);
+    }
+    snprintf(old, sizeof old, "%s/%032x.tmp", leaf, 0); /* a write torn by a crash, in the last leaf */
+    CHECK(write_text(old, "torn"));
+    snprintf(path, sizeof path, "%s/layout", tmpdir);
+    CHECK(unlink(path) == 0);
+
+    b = store_disk_open(tmpdir, 3 * one, err, sizeof err); /* room for 3: the least recent (1) goes */
+    CHECK_MSG(b, "%s", err);
+    store_key lru[8];
+    size_t n = store_disk_lru(b, lru, 8);
+    CHECK_EQ_INT((int)n, 3);
+    uint64_t want[3] = {3, 4, 2};
+    for (size_t i = 0; i < n && i < 3; i++) CHECK_MSG(lru[i].h[1] == want[i], "lru[%zu] is key %llu", i, (unsigned long long)lru[i].h[1]);
+    struct stat st;
+    CHECK(stat(leaf, &st) != 0); /* the leaves are gone, with the temp file */
+    for (int i = 2; i <= 4; i++) {
+        disk_file((uint64_t)i, path, sizeof path);
+        CHECK_MSG(stat(path, &st) == 0, "%s", path);
+        CHECK(disk_has(b, (uint64_t)i));
+    }
+    CHECK(!disk_has(b, 1));
+    b->close(b);
+    char text[64] = {0};
+    snprintf(path, sizeof path, "%s/layout", tmpdir);
+    FILE *f = fopen(path, "r");
+    CHECK(f && fgets(text, sizeof text, f));
+    if (f) fclose(f);
+    CHECK_MSG(strcmp(text, "pagellm kv-disk layout 2\n") == 0, "layout file '%s'", text);
+    rm_tmpdir();
+}
+
+/* A later layout, or a layout file pagellm did not write, is refused. */
+TEST(disk_layout_unknown_refused)
+{
+    mk_tmpdir("layout3");
+    char err[300], path[600];
+    store_backend *b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    CHECK_EQ_INT(disk_put(b, 1, 100), 0);
+    b->close(b);
+    snprintf(path, sizeof path, "%s/layout", tmpdir);
+    CHECK(write_text(path, "pagellm kv-disk layout 3\n"));
+    CHECK(!store_disk_open(tmpdir, 1 << 20, err, sizeof err));
+    CHECK_MSG(strstr(err, "layout 3"), "%s", err);
+    CHECK(write_text(path, "something else\n"));
+    CHECK(!store_disk_open(tmpdir, 1 << 20, err, sizeof err));
+    CHECK_MSG(strstr(err, "layout"), "%s", err);
+    CHECK(write_text(path, "pagellm kv-disk layout 2\n")); /* and the entry is still there */
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    CHECK(disk_has(b, 1));
     b->close(b);
     rm_tmpdir();
 }
@@ -859,6 +948,8 @@ int main(void)
     RUN(disk_lru_within_limit_survives_restart);
     RUN(disk_lru_keeps_a_chain_head);
     RUN(disk_torn_and_corrupt_files);
+    RUN(disk_layout_1_migrated_at_open);
+    RUN(disk_layout_unknown_refused);
     RUN(store_never_waits_on_a_slow_tier);
     RUN(store_full_staging_drops_writes);
     RUN(store_two_tiers_chain);

@@ -68,7 +68,7 @@ static void key_path(uint64_t i, char *out, size_t cap)
     store_key k = dkey(i);
     char hex[33];
     for (int j = 0; j < 16; j++) sprintf(hex + 2 * j, "%02x", (unsigned)(uint8_t)(k.h[j / 8] >> (56 - 8 * (j % 8))));
-    snprintf(out, cap, "%s/%.2s/%.2s/%s.kv", tmpdir, hex, hex + 2, hex);
+    snprintf(out, cap, "%s/%.2s/%s.kv", tmpdir, hex, hex);
 }
 
 /* ------------------------------------------------- reader and writer */

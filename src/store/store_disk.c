@@ -170,18 +170,23 @@ static bool disk_unhex(const char *s, store_key *k)
     return true;
 }
 
-/* out (DISK_PATH_MAX) = DIR/ab/cd/<hex><ext>; with mk, the two directories are made. */
-static void disk_path(const disk *d, char *out, const store_key *k, const char *ext, bool mk)
+/* out (DISK_PATH_MAX) = DIR/ab/<hex><ext>. */
+static void disk_path(const disk *d, char *out, const store_key *k, const char *ext)
 {
     char hex[33];
     disk_hex(k, hex);
-    if (mk) {
-        snprintf(out, DISK_PATH_MAX, "%s/%.2s", d->dir, hex);
-        mkdir(out, 0755);
-        snprintf(out, DISK_PATH_MAX, "%s/%.2s/%.2s", d->dir, hex, hex + 2);
-        mkdir(out, 0755);
+    snprintf(out, DISK_PATH_MAX, "%s/%.2s/%s%s", d->dir, hex, hex, ext);
+}
+
+/* Makes the 256 directories DIR/00 .. DIR/ff (those missing): at open, so
+ * that a put creates one inode (its file), not a directory as well. */
+static void disk_make_fanout(const disk *d)
+{
+    char p[DISK_PATH_MAX];
+    for (int i = 0; i < 256; i++) {
+        snprintf(p, sizeof p, "%s/%02x", d->dir, i);
+        mkdir(p, 0755);
     }
-    snprintf(out, DISK_PATH_MAX, "%s/%.2s/%.2s/%s%s", d->dir, hex, hex + 2, hex, ext);
 }
 
 /* Makes e's ancestors on disk more recent than e, nearest first, so that
@@ -210,7 +215,7 @@ static void disk_evict(disk *d)
 {
     char path[DISK_PATH_MAX];
     while (d->bytes > d->max_bytes && d->head) {
-        disk_path(d, path, &d->head->key, ".kv", false);
+        disk_path(d, path, &d->head->key, ".kv");
         unlink(path);
         disk_forget(d, d->head);
     }
@@ -260,7 +265,7 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
         pthread_mutex_unlock(&d->mu);
         if (!known) continue;
         char path[DISK_PATH_MAX];
-        disk_path(d, path, &keys[r], ".kv", false);
+        disk_path(d, path, &keys[r], ".kv");
         vals[r] = disk_read(path, &lens[r]);
         int read_errno = errno;
         store_entry_meta m;
@@ -317,12 +322,18 @@ static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t le
 {
     if (len > d->max_bytes) return PL_EFULL;
     char tmp[DISK_PATH_MAX], path[DISK_PATH_MAX];
-    disk_path(d, tmp, k, ".tmp", true);
+    disk_path(d, tmp, k, ".tmp");
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT) { /* DIR/ab removed behind our back: made again */
+        char sub[DISK_PATH_MAX];
+        snprintf(sub, sizeof sub, "%.*s", (int)(strrchr(tmp, '/') - tmp), tmp);
+        mkdir(sub, 0755);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     if (fd < 0) return PL_EIO;
     bool ok = disk_write_all(fd, v, len);
     ok = close(fd) == 0 && ok;
-    disk_path(d, path, k, ".kv", false);
+    disk_path(d, path, k, ".kv");
     if (!ok || rename(tmp, path) != 0) {
         unlink(tmp);
         return PL_EIO;
@@ -416,8 +427,9 @@ static int cmp_mtime(const void *a, const void *b)
     return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
 }
 
-/* Indexes the entries of one DIR/ab/cd; removes temp files left by a crash. */
-static int disk_scan_leaf(disk *d, const char *leaf)
+/* Indexes the entries of one DIR/ab (ab: the directory's name, which a
+ * file's key must start with); removes temp files left by a crash. */
+static int disk_scan_leaf(disk *d, const char *leaf, const char *ab)
 {
     DIR *dh = opendir(leaf);
     if (!dh) return 0;
@@ -430,7 +442,8 @@ static int disk_scan_leaf(disk *d, const char *leaf)
         if (snprintf(p, sizeof p, "%s/%s", leaf, de->d_name) >= (int)sizeof p) continue;
         if (l == 36 && strcmp(de->d_name + 32, ".tmp") == 0) {
             unlink(p);
-        } else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0 && disk_unhex(de->d_name, &k)) {
+        } else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0 && strncmp(de->d_name, ab, 2) == 0 &&
+                   disk_unhex(de->d_name, &k)) {
             struct stat st;
             if (stat(p, &st) != 0 || !S_ISREG(st.st_mode) || disk_find(d, &k)) continue;
             disk_entry *e = disk_add(d, &k, (uint64_t)st.st_size);
@@ -447,6 +460,32 @@ static int disk_scan_leaf(disk *d, const char *leaf)
     }
     closedir(dh);
     return rc;
+}
+
+/* Layout 1 kept entries in DIR/ab/cd/: moves those of DIR/ab/cd up into
+ * DIR/ab (rename keeps the mtime, so the LRU order survives), drops their
+ * temp files and removes the emptied directory. A crash midway leaves
+ * entries in one place or the other; the next open moves the rest. */
+static void disk_migrate_leaf(const char *mid, const char *cd)
+{
+    char leaf[4096];
+    if (snprintf(leaf, sizeof leaf, "%s/%s", mid, cd) >= (int)sizeof leaf) return;
+    DIR *dh = opendir(leaf);
+    if (!dh) return;
+    const char *ab = strrchr(mid, '/') + 1;
+    struct dirent *de;
+    while ((de = readdir(dh))) {
+        size_t l = strlen(de->d_name);
+        char from[4096], to[4096];
+        if (snprintf(from, sizeof from, "%s/%s", leaf, de->d_name) >= (int)sizeof from) continue;
+        if (l == 36 && strcmp(de->d_name + 32, ".tmp") == 0) unlink(from);
+        else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0 && strncmp(de->d_name, ab, 2) == 0 &&
+                 strncmp(de->d_name + 2, cd, 2) == 0 &&
+                 snprintf(to, sizeof to, "%s/%s", mid, de->d_name) < (int)sizeof to)
+            rename(from, to);
+    }
+    closedir(dh);
+    rmdir(leaf); /* fails, harmlessly, if something else is left in it */
 }
 
 /* The LRU at open, from the entries v[0, n) sorted by mtime: as if each
@@ -488,29 +527,36 @@ static int disk_order_at_open(disk *d, disk_entry **v, size_t n)
     return 0;
 }
 
-/* Rebuilds the index from DIR, least recent first, and applies the limit. */
+/* Rebuilds the index from DIR, least recent first, and applies the limit;
+ * entries of layout 1 are moved into layout 2 first. */
 static int disk_scan(disk *d)
 {
-    DIR *top = opendir(d->dir);
-    if (!top) return PL_EIO;
-    struct dirent *a;
     int rc = 0;
-    while (!rc && (a = readdir(top))) {
-        if (!is_hex2(a->d_name)) continue;
-        char mid[4096];
-        if (snprintf(mid, sizeof mid, "%s/%s", d->dir, a->d_name) >= (int)sizeof mid) continue;
+    for (int i = 0; i < 256 && !rc; i++) {
+        char mid[4096], ab[3];
+        snprintf(ab, sizeof ab, "%02x", i);
+        snprintf(mid, sizeof mid, "%s/%s", d->dir, ab);
         DIR *dm = opendir(mid);
         if (!dm) continue;
-        struct dirent *b;
-        while (!rc && (b = readdir(dm))) {
-            if (!is_hex2(b->d_name)) continue;
-            char leaf[4096];
-            if (snprintf(leaf, sizeof leaf, "%s/%s", mid, b->d_name) >= (int)sizeof leaf) continue;
-            rc = disk_scan_leaf(d, leaf);
-        }
+        /* the names first: entries renamed into mid while it is read may or may not be listed */
+        char (*sub)[3] = NULL;
+        size_t nsub = 0;
+        struct dirent *c;
+        while ((c = readdir(dm)))
+            if (is_hex2(c->d_name)) {
+                char(*g)[3] = realloc(sub, (nsub + 1) * sizeof *sub);
+                if (!g) {
+                    rc = PL_ENOMEM;
+                    break;
+                }
+                sub = g;
+                memcpy(sub[nsub++], c->d_name, 3);
+            }
         closedir(dm);
+        for (size_t j = 0; j < nsub && !rc; j++) disk_migrate_leaf(mid, sub[j]);
+        free(sub);
+        if (!rc) rc = disk_scan_leaf(d, mid, ab);
     }
-    closedir(top);
     if (rc || d->n == 0) return rc;
     disk_entry **v = malloc(d->n * sizeof *v);
     if (!v) return PL_ENOMEM;
@@ -521,6 +567,46 @@ static int disk_scan(disk *d)
     free(v);
     if (rc) return rc;
     disk_evict(d);
+    return 0;
+}
+
+/* DIR/layout names the on-disk layout: "pagellm kv-disk layout 2\n".
+ * Missing: layout 1 (DIR/ab/cd/, before the file existed), migrated at open. */
+#define DISK_LAYOUT 2
+#define DISK_LAYOUT_TEXT "pagellm kv-disk layout "
+
+/* The layout DIR says it has (1 when it says nothing), or -1 when the file
+ * is there but is not one this code wrote. */
+static int disk_layout_read(const char *dir)
+{
+    char p[4096], buf[64] = {0};
+    snprintf(p, sizeof p, "%s/layout", dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 1 : -1;
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    size_t pre = strlen(DISK_LAYOUT_TEXT);
+    if (r <= (ssize_t)pre || strncmp(buf, DISK_LAYOUT_TEXT, pre) != 0) return -1;
+    char *end;
+    long v = strtol(buf + pre, &end, 10);
+    return end != buf + pre && *end == '\n' && v >= 1 && v < 1000000 ? (int)v : -1;
+}
+
+/* Writes DIR/layout (temp and rename, so it is whole or absent). */
+static int disk_layout_write(const char *dir)
+{
+    char p[4096], tmp[4096], text[64];
+    snprintf(p, sizeof p, "%s/layout", dir);
+    snprintf(tmp, sizeof tmp, "%s/layout.tmp", dir);
+    int n = snprintf(text, sizeof text, DISK_LAYOUT_TEXT "%d\n", DISK_LAYOUT);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    bool ok = write(fd, text, (size_t)n) == n;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, p) != 0) {
+        unlink(tmp);
+        return -1;
+    }
     return 0;
 }
 
@@ -568,7 +654,18 @@ store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, s
                          errno == EWOULDBLOCK ? "kv-disk: %s is in use by another process (%s is locked)"
                                               : "kv-disk: cannot lock %s (%s)",
                          dir, errno == EWOULDBLOCK ? lock : strerror(errno));
+    int layout = disk_layout_read(dir);
+    if (layout < 0) return disk_fail(d, err, errlen, "kv-disk: %s/layout is unreadable or not pagellm's", dir);
+    if (layout > DISK_LAYOUT)
+        return disk_fail(d, err, errlen, "kv-disk: %s holds layout %d, this build knows layout %d at most (give another directory)",
+                         dir, layout, DISK_LAYOUT);
+    /* Best effort, both: on a full disk the tier still opens (its puts fail
+     * and are counted); a put makes its directory if missing, and a DIR
+     * without its layout file is read as layout 1, whose migration finds
+     * nothing to move in a layout-2 directory. */
+    disk_make_fanout(d);
     int rc = disk_scan(d);
     if (rc) return disk_fail(d, err, errlen, "kv-disk: cannot read %s: %s", dir, rc == PL_ENOMEM ? "out of memory" : strerror(errno));
+    if (layout < DISK_LAYOUT) disk_layout_write(dir);
     return &d->base;
 }

@@ -1,10 +1,15 @@
 /* store_disk.h - a KV tier in a local directory (`--kv-disk DIR`).
  *
  *   DIR/lock                      flock'd by the one process using DIR
- *   DIR/ab/cd/<32 hex>.kv         one entry per file, named by its key
- *                                 (ab, cd: the key's first two bytes)
- *   DIR/ab/cd/<32 hex>.tmp        a write in progress (renamed when whole)
+ *   DIR/layout                    "pagellm kv-disk layout 2": this layout
+ *   DIR/ab/<32 hex>.kv            one entry per file, named by its key
+ *                                 (ab: the key's first byte; the 256
+ *                                 directories are made at open)
+ *   DIR/ab/<32 hex>.tmp           a write in progress (renamed when whole)
  *
+ * Layout 1 (no DIR/layout) kept entries one level deeper, DIR/ab/cd/; its
+ * entries are moved up at open. A DIR/layout of a later layout, or not
+ * written by pagellm, is refused.
  * A put writes a temp file and renames it over the real name, so a torn
  * write (crash, full disk) never leaves a partial file under a key's name;
  * leftover temp files are removed at open. Files are not fsync'd: after a

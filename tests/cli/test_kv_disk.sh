@@ -83,6 +83,27 @@ check kv_disk_tier_hit_tokens test "$(metric pagellm_kv_tier_hit_tokens_total)" 
 check kv_disk_latency_histogram test "$(metric 'pagellm_kv_tier_get_seconds_count{tier="disk"}')" -ge 1
 stop
 
+# 2b. the same entries in layout 1 (DIR/ab/cd/<key>.kv, no DIR/layout): moved
+# up to DIR/ab/ at open and served as before
+for f in $(find "$D" -name '*.kv'); do
+  n=$(basename "$f")
+  mkdir -p "$(dirname "$f")/${n:2:2}" && mv "$f" "$(dirname "$f")/${n:2:2}/$n"
+done
+rm -f "$D/layout"
+NOLD=$(find "$D" -mindepth 3 -name '*.kv' | wc -l)
+start 2b || { fail kv_disk_layout1_restart "$(tail -3 "$T/serve2b.log")"; exit 0; }
+complete "$T/b2.json"
+CT2=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/b2.json")
+check kv_disk_layout1_migrated test "$NOLD" -ge $((PT / 16 - 1)) -a "$(find "$D" -mindepth 3 -name '*.kv' | wc -l)" -eq 0 \
+  -a "$(find "$D" -mindepth 2 -maxdepth 2 -name '*.kv' | wc -l)" -ge "$NOLD"
+check kv_disk_layout1_served test "$CT2" -eq "$CT" -a "$(jq -r '.choices[0].text' "$T/b2.json")" = "$TEXT1"
+check kv_disk_layout_file test "$(cat "$D/layout")" = "pagellm kv-disk layout 2"
+stop
+# a layout this build does not know is refused, naming it
+echo "pagellm kv-disk layout 9" >"$D/layout"
+expect_exit kv_disk_later_layout_refused 1 'layout 9' -- timeout 30 "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --kv-disk "$D"
+echo "pagellm kv-disk layout 2" >"$D/layout"
+
 # 3. corrupt entries: a byte flipped in half of the files, the others truncated
 i=0
 for f in $(find "$D" -name '*.kv' | sort); do
