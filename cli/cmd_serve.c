@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli.h"
@@ -304,6 +305,27 @@ static int serve_run(serve_opts *o, const sigset_t *set)
     return rc;
 }
 
+/* Each connection holds three descriptors (the client's socket and the
+ * gate's socket pair to the HTTP library), beside model files and tiers:
+ * the soft open-file limit is raised to the hard one, and a hard limit
+ * below what --max-conns needs is said at start (connections past it get
+ * the gate's 503). */
+static void serve_fd_limit(unsigned max_conns)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    if (rl.rlim_cur != rl.rlim_max) {
+        struct rlimit up = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    }
+    const rlim_t need = (rlim_t)max_conns * 3 + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        fprintf(stderr,
+                "pagellm serve: warning: the open-file limit is %llu, below the ~%llu that --max-conns %u needs "
+                "(three descriptors a connection); connections past it get 503 (raise it: ulimit -n)\n",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)need, max_conns);
+}
+
 int cmd_serve(int argc, char **argv)
 {
     serve_opts o;
@@ -323,6 +345,7 @@ int cmd_serve(int argc, char **argv)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    serve_fd_limit(o.http.max_conns);
     rc = serve_run(&o, &set);
     /* The mask stays: a second signal sent during the drain is pending, and
      * unblocking it here would kill the process (143/130) after a clean stop. */

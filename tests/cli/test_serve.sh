@@ -290,4 +290,21 @@ for i in 1 2 3; do
   fi
 done
 check serve_idle_second_sigterm_exit_0 test "$codes" = " 0 0 0"
+
+# The open-file limit: three descriptors a connection. A low soft limit is
+# raised to the hard one; a hard limit below what --max-conns needs is said.
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -gt 400 ]; then
+  ( ulimit -Sn 300; exec "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --max-conns 4 ) >"$T/fdsoft.log" 2>&1 &
+  FPID=$!
+  for _ in $(seq 1 100); do grep -q listening "$T/fdsoft.log" && break; sleep 0.1; done
+  soft=$(awk '/^Max open files/ {print $4}' "/proc/$FPID/limits" 2>/dev/null)
+  kill -TERM "$FPID" 2>/dev/null; wait "$FPID" 2>/dev/null
+  check serve_raises_soft_fd_limit test "$soft" = "$hard"
+fi
+( ulimit -n 256; exec timeout 10 "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --max-conns 512 ) >"$T/fdhard.log" 2>&1 &
+FPID=$!
+for _ in $(seq 1 100); do grep -q listening "$T/fdhard.log" && break; sleep 0.1; done
+kill -TERM "$FPID" 2>/dev/null; wait "$FPID" 2>/dev/null
+check serve_warns_low_fd_limit grep -q "open-file limit is 256, below .*--max-conns 512" "$T/fdhard.log"
 exit 0
