@@ -448,7 +448,7 @@ static int tier_attach(pl_ctx *c, store *st, int32_t seq, const int32_t *ids, ui
 }
 
 /* out = the disk tier's file of chain block i of ids[0, n) in c's keys
- * (store_disk.c: DIR/ab/cd/<32 hex>.kv). */
+ * (store_disk.c's layout 2: DIR/ab/<32 hex>.kv). */
 static void entry_path(pl_ctx *c, const int32_t *ids, uint32_t n, uint32_t i, char *out)
 {
     uint64_t keys[64][2];
@@ -456,7 +456,7 @@ static void entry_path(pl_ctx *c, const int32_t *ids, uint32_t n, uint32_t i, ch
     rt_prefix_chain(c, ids, n, keys, &in_ram);
     char hex[33];
     snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)keys[i][0], (unsigned long long)keys[i][1]);
-    snprintf(out, 400, "%s/%.2s/%.2s/%s.kv", tierdir, hex, hex + 2, hex);
+    snprintf(out, 400, "%s/%.2s/%s.kv", tierdir, hex, hex);
 }
 
 /* gemma3 with layer groups on a disk tier: a prompt of 7 windows computed
