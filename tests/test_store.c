@@ -35,6 +35,7 @@
 #include "store/store_disk.h"
 #include "store/store_entry.h"
 #include "store/store_kv.h"
+#include "store/store_segment.h"
 
 static double mono(void)
 {
@@ -373,7 +374,7 @@ TEST(disk_torn_tail_cut_at_open)
     CHECK_MSG(b, "%s", err);
     if (!b) return;
     CHECK(disk_has(b, 1) && disk_has(b, 2) && disk_has(b, 3) && !disk_has(b, 4));
-    CHECK_EQ_INT(file_size(seg), (off_t)(off - 32)); /* cut where record 4 began */
+    CHECK_EQ_INT(file_size(seg), (off_t)(off - SEG_REC_HEADER)); /* cut where record 4 began */
     CHECK_EQ_INT(disk_put(b, 5, 100), 0);
     b->close(b);
     /* 2. a torn record header after the last record */
@@ -391,7 +392,7 @@ TEST(disk_torn_tail_cut_at_open)
     CHECK_MSG(b, "%s", err);
     if (!b) return;
     CHECK(disk_has(b, 1) && disk_has(b, 3) && !disk_has(b, 5));
-    CHECK_EQ_INT(file_size(seg), (off_t)(off - 32));
+    CHECK_EQ_INT(file_size(seg), (off_t)(off - SEG_REC_HEADER));
     /* 4. a record before the tail with a flipped entry byte: dropped alone */
     CHECK(disk_where(b, 2, seg2, sizeof seg2, &off, &len));
     b->close(b);
@@ -406,12 +407,12 @@ TEST(disk_torn_tail_cut_at_open)
     /* 5. a record header's length flipped: the segment ends before it */
     CHECK(disk_where(b, 3, seg2, sizeof seg2, &off, &len));
     b->close(b);
-    CHECK(flip_byte(seg, off - 32 + 9));
+    CHECK(flip_byte(seg, off - SEG_REC_HEADER + 9));
     b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
     CHECK_MSG(b, "%s", err);
     if (!b) return;
     CHECK(disk_has(b, 1) && !disk_has(b, 3));
-    CHECK_EQ_INT(file_size(seg), (off_t)(off - 32));
+    CHECK_EQ_INT(file_size(seg), (off_t)(off - SEG_REC_HEADER));
     CHECK_EQ_INT(disk_put(b, 6, 100), 0); /* and appends go on */
     b->close(b);
     b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);

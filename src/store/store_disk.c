@@ -451,7 +451,7 @@ static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t le
     pthread_mutex_unlock(&d->mu);
     if (rc) return rc;
     uint8_t h[SEG_REC_HEADER];
-    seg_record_header(h, len, stamp);
+    seg_record_header(h, k, len, stamp);
     bool ok = disk_append(fd, off, h, v, len);
     pthread_mutex_lock(&d->mu);
     if (!ok) {
@@ -693,16 +693,16 @@ static int seg_load(disk *d, uint32_t id, bool newest)
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         if (r[i].state != SEG_LIVE) continue;
-        disk_entry *old = disk_find(d, &r[i].meta.key);
+        disk_entry *old = disk_find(d, &r[i].key);
         if (old) disk_drop(d, old);
-        disk_entry *e = disk_add(d, &r[i].meta.key, r[i].entry_len, s, r[i].off);
+        disk_entry *e = disk_add(d, &r[i].key, r[i].entry_len, s, r[i].off);
         if (!e) {
             rc = PL_ENOMEM;
             break;
         }
         e->stamp = r[i].stamp;
-        e->has_parent = r[i].meta.parent.h[0] || r[i].meta.parent.h[1];
-        e->parent = r[i].meta.parent;
+        e->has_parent = r[i].has_parent;
+        e->parent = r[i].parent;
         if (r[i].stamp > d->clock) d->clock = r[i].stamp;
     }
     free(r);
@@ -746,6 +746,7 @@ static int disk_scan(disk *d)
 /* One entry file of layout 1 or 2. */
 typedef struct {
     char *path;
+    store_key key;                    /* from its name */
     struct timespec mtime;
 } old_file;
 
@@ -755,6 +756,17 @@ typedef struct {
 } old_files;
 
 static bool is_hex2(const char *s) { return strlen(s) == 2 && strspn(s, "0123456789abcdef") == 2; }
+
+static bool unhex_key(const char *s, store_key *k)
+{
+    k->h[0] = k->h[1] = 0;
+    for (int i = 0; i < 32; i++) {
+        int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return false;
+        k->h[i / 16] = k->h[i / 16] << 4 | (uint64_t)v;
+    }
+    return true;
+}
 
 /* Collects DIR/ab/ *.kv (and DIR/ab/cd/ *.kv of layout 1, depth 1) and
  * deletes temp files of a crashed write; depth 0 = DIR/ab. */
@@ -774,7 +786,8 @@ static int old_collect(const char *dirpath, int depth, old_files *out)
             unlink(p);
         } else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0) {
             struct stat st;
-            if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            store_key k;
+            if (!unhex_key(de->d_name, &k) || stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
             if (out->n == out->cap) {
                 size_t nc = out->cap ? 2 * out->cap : 256;
                 old_file *g = realloc(out->v, nc * sizeof *g);
@@ -789,6 +802,7 @@ static int old_collect(const char *dirpath, int depth, old_files *out)
                 rc = PL_ENOMEM;
                 break;
             }
+            out->v[out->n].key = k;
             out->v[out->n++].mtime = st.st_mtim;
         }
     }
@@ -834,7 +848,8 @@ static uint8_t *read_file(const char *path, size_t *len)
 static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t len);
 
 /* Layouts 1 and 2 kept one file per entry (DIR/ab/cd/ and DIR/ab/): each
- * file is read, verified and appended, oldest mtime first (so the LRU order
+ * file is read, its frame verified, and appended under the key its name
+ * gives, oldest mtime first (so the LRU order
  * of its hits survives), then deleted, and the emptied directories removed.
  * A file whose entry does not verify is deleted unread into the tier. A
  * crash midway leaves some files; DIR/layout still names the old layout,
@@ -855,8 +870,8 @@ static int disk_migrate(disk *d)
         size_t len = 0;
         uint8_t *v = rc ? NULL : read_file(f.v[i].path, &len);
         store_entry_meta m;
-        if (v && store_entry_frame_check(v, len, &m) == 0 && !disk_find(d, &m.key) && len <= d->max_bytes &&
-            disk_put_one(d, &m.key, v, len) != 0)
+        if (v && store_entry_frame_check(v, len, &m) == 0 && !disk_find(d, &f.v[i].key) && len <= d->max_bytes &&
+            disk_put_one(d, &f.v[i].key, v, len) != 0)
             rc = 1; /* kept, for the next open */
         else if (!rc)
             unlink(f.v[i].path);

@@ -28,7 +28,7 @@
  * blocks go first): a new block goes just below its parent, a lookup moves
  * its blocks and their ancestors up, and a block whose parent is not on
  * disk is written as the least recent. The limit counts entry bytes; each
- * record's 32-byte header and the partial filesystem blocks at a hole's
+ * record's 48-byte header and the partial filesystem blocks at a hole's
  * ends come on top. Where holes cannot be punched, dead records count
  * against the limit until their segment goes.
  *
