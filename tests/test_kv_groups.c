@@ -606,13 +606,9 @@ TEST(disk_tier_hit_equals_recompute_bit_for_bit)
     CHECK_EQ_INT(tier_attach(cg, st, sg, ids, P, &found, &loaded), 3 * BS);
     store_tier_stats_get(st, 0, &ts);
     CHECK_EQ_INT(found, 3);
+    CHECK_EQ_INT(ts.rejected, 1); /* met by the read: not the segment's last record, which open checks */
     pl_seq_free(cg, sg);
     store_free(st);
-    /* refused where it was met: by the read (counted as rejected), or at
-     * open, which checks the newest segment's entries whole and drops it */
-    uint64_t o3, l3;
-    CHECK_MSG(ts.rejected == 1 || !entry_where(cg, ids, P, 3, grp3, &o3, &l3, &grp3_key), "rejected %llu",
-              (unsigned long long)ts.rejected);
     pl_ctx_free(cg);
     /* the one-table entry of block 0 (same tokens) put under the groups' key: refused */
     uint8_t *e1 = malloc(one0_len);

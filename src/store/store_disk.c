@@ -591,38 +591,25 @@ static ssize_t fd_read(void *src, void *buf, size_t n, uint64_t off)
     return (ssize_t)got;
 }
 
-/* Every live record of the newest segment is read whole and its entry
- * checked at open: that is where a crash leaves a torn append (records
- * are written without fsync, so a record's header may reach the disk
- * before its bytes). A bad last record is cut off; a bad one before it is
- * marked dead. Older segments are not read whole (a directory of many GiB
- * opens in the time of its headers): a bad entry there is found by the
- * read that meets it, as in any segment. Returns the new end. */
+/* The newest segment's last record is read whole and its entry checked
+ * at open: that is where a process that stopped midway through an append
+ * leaves it torn (its header written, not all its bytes; or the file cut
+ * short, which the scan finds). It is cut off, so the next append takes
+ * its place. Other records are not read whole (a directory of many GiB
+ * opens in the time of its headers): after a power loss any record not
+ * yet written back may hold garbage (nothing is fsync'd), which the read
+ * that meets it finds and drops. Returns the new end. */
 static uint64_t seg_verify_tail(int fd, seg_record *r, size_t *n, uint64_t end)
 {
-    uint8_t *buf = NULL;
-    size_t cap = 0;
-    for (size_t i = 0; i < *n; i++) {
-        if (r[i].state != SEG_LIVE) continue;
-        if (r[i].entry_len > cap) {
-            free(buf);
-            cap = (size_t)r[i].entry_len;
-            buf = malloc(cap);
-            if (!buf) return end; /* unchecked: the reads will check */
-        }
-        store_entry_meta m;
-        if (fd_read(&fd, buf, (size_t)r[i].entry_len, r[i].off + SEG_REC_HEADER) == (ssize_t)r[i].entry_len &&
-            store_entry_frame_check(buf, (size_t)r[i].entry_len, &m) == 0)
-            continue;
-        if (i + 1 == *n) {
-            end = r[i].off;
-            *n = i;
-            break;
-        }
-        uint8_t dead[4];
-        seg_put_u32(dead, SEG_DEAD);
-        if (pwrite(fd, dead, 4, (off_t)(r[i].off + SEG_STATE_AT)) == 4) r[i].state = SEG_DEAD;
-        else r[i].state = SEG_DEAD; /* not indexed either way */
+    if (*n == 0 || r[*n - 1].state != SEG_LIVE) return end;
+    seg_record *last = &r[*n - 1];
+    uint8_t *buf = malloc((size_t)last->entry_len);
+    if (!buf) return end; /* unchecked: the read will check */
+    store_entry_meta m;
+    if (fd_read(&fd, buf, (size_t)last->entry_len, last->off + SEG_REC_HEADER) != (ssize_t)last->entry_len ||
+        store_entry_frame_check(buf, (size_t)last->entry_len, &m) != 0) {
+        end = last->off;
+        (*n)--;
     }
     free(buf);
     return end;

@@ -11,8 +11,8 @@
  * file is created per entry, which is what the writer's CPU went to in
  * layout 2 (one file per entry). The index (key -> segment, offset,
  * length) lives in memory and is rebuilt at open from the records'
- * headers; the newest segment's entries are also checked whole there, and
- * a torn tail (a crash midway through an append) is cut off. Nothing is
+ * headers; the newest segment's last entry is also checked whole there,
+ * and a torn tail (a crash midway through an append) is cut off. Nothing is
  * fsync'd: after a power loss a record may hold garbage, which the entry
  * checksum catches on read (the record is then dropped and the value
  * counted as rejected by the store).
