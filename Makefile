@@ -27,7 +27,7 @@ LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lgnutls -lhiredis -lm -lpt
 # src/base/fault.c, where PAGELLM_FAULT can make the Nth one fail
 ifeq ($(FAULTS),1)
 CFLAGS  += -DPL_FAULTS
-LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap write,-Wl,--wrap=$(f))
+LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap write pwrite pwritev,-Wl,--wrap=$(f))
 endif
 
 SRC     := $(sort $(wildcard src/*/*.c))
