@@ -156,7 +156,7 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 # the model's config and tensor binding (it links the kernels from LIBPL),
 # the server's request JSON and other request parsers, the command-line flags, the GBNF
 # parser/matcher, the JSON-schema compiler, the Jinja interpreter,
-# the KV tier entry reader, the server's request-head checker
+# the KV tier entry reader and segment scan, the server's request-head checker
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
@@ -169,6 +169,7 @@ fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) server
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) jinja
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) store
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) segment
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) head
 
 bench: deps
