@@ -438,6 +438,44 @@ TEST(disk_torn_tail_cut_at_open)
     rm_tmpdir();
 }
 
+/* A key whose earlier record is still marked live (a replaced record whose
+ * mark did not reach the disk) keeps its later record at open, also when
+ * the earlier one was its segment's only other live record. */
+TEST(disk_key_met_twice_keeps_the_later_record)
+{
+    mk_tmpdir("twice");
+    char err[300], seg[600], seg2[600];
+    uint64_t off1, len1, off2, len2;
+    store_backend *b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK_EQ_INT(disk_put(b, 1, 100), 0);
+    CHECK(disk_where(b, 1, seg, sizeof seg, &off1, &len1));
+    CHECK_EQ_INT(disk_put(b, 1, 200), 0); /* replaced: the first record marked dead */
+    CHECK(disk_where(b, 1, seg2, sizeof seg2, &off2, &len2));
+    CHECK(strcmp(seg, seg2) == 0 && off2 > off1 && len2 == len1 + 100);
+    b->close(b);
+    int fd = open(seg, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, "LIVE", 4, (off_t)(off1 - SEG_REC_HEADER + 4)) == 4);
+    if (fd >= 0) close(fd);
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    uint64_t files, bytes;
+    store_disk_usage(b, &files, &bytes);
+    CHECK_EQ_INT(files, 1);
+    CHECK_EQ_INT(bytes, len2);
+    store_key k = dkey(1);
+    uint8_t *v = NULL;
+    size_t got = 0;
+    store_entry_meta m;
+    b->get_many(b, &k, 1, &v, &got);
+    CHECK(v && got == len2 && store_entry_frame_check(v, got, &m) == 0 && m.payload_len == 200);
+    free(v);
+    b->close(b);
+    rm_tmpdir();
+}
+
 /* An entry damaged in an older segment (not checked whole at open) is
  * handed up by the read that meets it (for the store to reject and count),
  * dropped, and stays dropped after a restart; evicting every entry of a
@@ -1132,6 +1170,7 @@ int main(void)
     RUN(disk_lru_within_limit_survives_restart);
     RUN(disk_lru_keeps_a_chain_head);
     RUN(disk_torn_tail_cut_at_open);
+    RUN(disk_key_met_twice_keeps_the_later_record);
     RUN(disk_corrupt_entry_in_older_segment);
     RUN(disk_layouts_1_and_2_migrated_at_open);
     RUN(disk_layout_unknown_refused);

@@ -71,6 +71,7 @@ typedef struct {
     disk_seg *oldest, *active;
     int active_fd;                    /* the writer's descriptor of active, or -1 */
     uint32_t next_id;
+    bool loading;                     /* the open's scan: segments are not removed under it */
     pthread_mutex_t mu;               /* the index, the segment list, bytes, n, clock */
     bool mu_ok;
 } disk;
@@ -224,7 +225,7 @@ static void disk_drop(disk *d, disk_entry *e)
     disk_seg *s = e->seg;
     uint64_t off = e->off, bytes = e->bytes;
     disk_forget(d, e);
-    if (s->live == 0 && s != d->active) {
+    if (s->live == 0 && s != d->active && !d->loading) {
         seg_remove(d, s);
         return;
     }
@@ -709,7 +710,9 @@ static int disk_scan(disk *d)
     uint32_t *ids;
     size_t nids;
     int rc = seg_list(d, &ids, &nids);
+    d->loading = true;
     for (size_t i = 0; i < nids && !rc; i++) rc = seg_load(d, ids[i], i + 1 == nids);
+    d->loading = false;
     if (nids) d->next_id = ids[nids - 1] + 1;
     free(ids);
     if (rc) return rc;
