@@ -649,7 +649,7 @@ static int seg_list(const disk *d, uint32_t **ids, size_t *n)
         (*ids)[(*n)++] = (uint32_t)strtoul(s, NULL, 16);
     }
     closedir(dh);
-    if (!rc) qsort(*ids, *n, sizeof **ids, cmp_u32);
+    if (!rc && *n) qsort(*ids, *n, sizeof **ids, cmp_u32);
     return rc;
 }
 
@@ -855,7 +855,7 @@ static int disk_migrate(disk *d)
         snprintf(mid, sizeof mid, "%s/%02x", d->dir, i);
         rc = old_collect(mid, 0, &f);
     }
-    if (!rc) qsort(f.v, f.n, sizeof *f.v, cmp_old_mtime);
+    if (!rc && f.n) qsort(f.v, f.n, sizeof *f.v, cmp_old_mtime);
     for (size_t i = 0; i < f.n; i++) {
         size_t len = 0;
         uint8_t *v = rc ? NULL : read_file(f.v[i].path, &len);
