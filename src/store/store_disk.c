@@ -271,6 +271,7 @@ static int seg_room(disk *d, uint64_t need)
     if (old && old->live == 0) seg_remove(d, old);
     return 0;
 }
+
 /* ----------------------------------------------------------------- chains */
 
 /* Makes e's ancestors on disk more recent than e, nearest first, so that
