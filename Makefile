@@ -27,7 +27,7 @@ LIBS    := -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lgnutls -lhiredis -lm -lpt
 # src/base/fault.c, where PAGELLM_FAULT can make the Nth one fail
 ifeq ($(FAULTS),1)
 CFLAGS  += -DPL_FAULTS
-LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap write,-Wl,--wrap=$(f))
+LIBS    += $(foreach f,malloc calloc realloc posix_memalign strdup strndup open fopen mmap write pwrite pwritev,-Wl,--wrap=$(f))
 endif
 
 SRC     := $(sort $(wildcard src/*/*.c))
@@ -156,7 +156,7 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 # the model's config and tensor binding (it links the kernels from LIBPL),
 # the server's request JSON and other request parsers, the command-line flags, the GBNF
 # parser/matcher, the JSON-schema compiler, the Jinja interpreter,
-# the KV tier entry reader, the server's request-head checker
+# the KV tier entry reader and segment scan, the server's request-head checker
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
@@ -169,6 +169,7 @@ fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) server
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) jinja
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) store
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) segment
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) head
 
 bench: deps

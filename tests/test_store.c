@@ -1,9 +1,10 @@
 /* test_store.c - the KV tiers (src/store): entry encode and verify against
  * corrupt inputs (every byte flipped, every truncation, wrong salt, a
  * colliding key with other tokens), the disk backend (round trip, LRU within
- * the byte limit, index rebuilt at open in mtime order, the lock against a
- * second opener, torn temp files, corrupt files deleted, a layout-1
- * directory migrated at open, an unknown layout refused), the store's
+ * the byte limit, index rebuilt at open in the order of use, the lock
+ * against a second opener, a torn segment tail cut at open, corrupt entries
+ * dropped, layout-1 and layout-2 directories migrated at open, an unknown
+ * layout refused), the store's
  * threads with a slow fake backend (the caller never waits: puts and polls
  * return at once, the deadline turns pending keys into misses, a full
  * staging buffer drops writes, a two-tier chain where the second tier serves
@@ -34,6 +35,7 @@
 #include "store/store_disk.h"
 #include "store/store_entry.h"
 #include "store/store_kv.h"
+#include "store/store_segment.h"
 
 static double mono(void)
 {
@@ -304,48 +306,223 @@ TEST(disk_lru_keeps_a_chain_head)
     rm_tmpdir();
 }
 
-/* The file of key i (as store_disk names it). */
-static void disk_file(uint64_t i, char *out, size_t cap)
+/* Where key i's entry sits: its segment file, the entry's offset and length. */
+static bool disk_where(store_backend *b, uint64_t i, char *path, size_t cap, uint64_t *off, uint64_t *len)
 {
     store_key k = dkey(i);
-    char hex[33];
-    for (int j = 0; j < 16; j++) sprintf(hex + 2 * j, "%02x", (unsigned)(uint8_t)(k.h[j / 8] >> (56 - 8 * (j % 8))));
-    snprintf(out, cap, "%s/%.2s/%s.kv", tmpdir, hex, hex);
+    return store_disk_locate(b, &k, path, cap, off, len) == 0;
 }
 
-TEST(disk_torn_and_corrupt_files)
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* Overwrites one byte of path at off with its complement. */
+static bool flip_byte(const char *path, uint64_t off)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t c;
+    bool ok = fd >= 0 && pread(fd, &c, 1, (off_t)off) == 1;
+    c = (uint8_t)~c;
+    ok = ok && pwrite(fd, &c, 1, (off_t)off) == 1;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+static bool append_bytes(const char *path, const char *bytes, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_APPEND);
+    bool ok = fd >= 0 && write(fd, bytes, n) == (ssize_t)n;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* Puts keys [from, to] (100 payload bytes each, no parents) and closes. */
+static void disk_fill(uint64_t from, uint64_t to, uint64_t limit)
+{
+    char err[300];
+    store_backend *b = store_disk_open(tmpdir, limit, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    for (uint64_t i = from; i <= to; i++) CHECK_EQ_INT(disk_put(b, i, 100), 0);
+    b->close(b);
+}
+
+/* A crash midway through an append leaves a torn record at the newest
+ * segment's tail: cut off at open, whether the file ends inside the entry,
+ * inside a record header, or holds the record whole but with wrong bytes
+ * (the newest segment's last entry is checked whole at open). A damaged
+ * record before the tail is dropped by the read that meets it, a damaged
+ * header cuts the segment there, and appends go on after what is left. */
+TEST(disk_torn_tail_cut_at_open)
 {
     mk_tmpdir("torn");
-    char err[300], path[600];
+    char err[300], seg[600], seg2[600];
+    uint64_t off, len, off2, len2;
+    disk_fill(1, 4, 1 << 20);
     store_backend *b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
     CHECK_MSG(b, "%s", err);
-    CHECK_EQ_INT(disk_put(b, 1, 100), 0);
-    CHECK_EQ_INT(disk_put(b, 2, 100), 0);
+    if (!b) return;
+    CHECK(disk_where(b, 4, seg, sizeof seg, &off, &len));
+    CHECK(disk_where(b, 1, seg2, sizeof seg2, &off2, &len2) && strcmp(seg, seg2) == 0); /* one segment */
     b->close(b);
-    /* a torn write: a temp file beside, never under the real name; removed at open */
-    disk_file(3, path, sizeof path);
-    char tmp[620];
-    snprintf(tmp, sizeof tmp, "%.*s.tmp", (int)(strlen(path) - 3), path);
-    char dir[620];
-    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
-    char cmd[1400];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && head -c 50 /dev/zero > %s", dir, tmp);
-    CHECK(system(cmd) == 0);
-    /* a truncated file under a real name */
-    disk_file(1, path, sizeof path);
-    CHECK(truncate(path, 60) == 0);
+    /* 1. the file ends inside entry 4 */
+    CHECK(truncate(seg, (off_t)(off + len - 10)) == 0);
     b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
     CHECK_MSG(b, "%s", err);
-    struct stat st;
-    CHECK(stat(tmp, &st) != 0);
+    if (!b) return;
+    CHECK(disk_has(b, 1) && disk_has(b, 2) && disk_has(b, 3) && !disk_has(b, 4));
+    CHECK_EQ_INT(file_size(seg), (off_t)(off - SEG_REC_HEADER)); /* cut where record 4 began */
+    CHECK_EQ_INT(disk_put(b, 5, 100), 0);
+    b->close(b);
+    /* 2. a torn record header after the last record */
+    CHECK(append_bytes(seg, "PLSG\0\0\0\0garbage", 15));
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(disk_has(b, 1) && disk_has(b, 3) && disk_has(b, 5));
+    CHECK(disk_where(b, 5, seg2, sizeof seg2, &off, &len));
+    CHECK_EQ_INT(file_size(seg), (off_t)(off + len));
+    b->close(b);
+    /* 3. the last record whole in length, a byte of its entry flipped */
+    CHECK(flip_byte(seg, off + len - 1));
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(disk_has(b, 1) && disk_has(b, 3) && !disk_has(b, 5));
+    CHECK_EQ_INT(file_size(seg), (off_t)(off - SEG_REC_HEADER));
+    /* 4. a record before the tail with a flipped entry byte: indexed at open
+     * (only the last record is read whole there), handed up by the read that
+     * meets it (for the store to reject), dropped, and gone after a restart */
+    CHECK(disk_where(b, 2, seg2, sizeof seg2, &off, &len));
+    b->close(b);
+    CHECK(flip_byte(seg, off + 50));
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    uint64_t files, bytes;
+    store_disk_usage(b, &files, &bytes);
+    CHECK_EQ_INT(files, 3);
+    store_key k2 = dkey(2);
+    uint8_t *v2 = NULL;
+    size_t got2 = 0;
+    store_entry_meta m2;
+    b->get_many(b, &k2, 1, &v2, &got2);
+    CHECK(v2 && got2 == len && store_entry_frame_check(v2, got2, &m2) != 0);
+    free(v2);
+    store_disk_usage(b, &files, &bytes);
+    CHECK_EQ_INT(files, 2);
+    b->close(b);
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(disk_has(b, 1) && !disk_has(b, 2) && disk_has(b, 3));
+    /* 5. a record header's length flipped: the segment ends before it */
+    CHECK(disk_where(b, 3, seg2, sizeof seg2, &off, &len));
+    b->close(b);
+    CHECK(flip_byte(seg, off - SEG_REC_HEADER + 9));
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(disk_has(b, 1) && !disk_has(b, 3));
+    CHECK_EQ_INT(file_size(seg), (off_t)(off - SEG_REC_HEADER));
+    CHECK_EQ_INT(disk_put(b, 6, 100), 0); /* and appends go on */
+    b->close(b);
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(disk_has(b, 1) && disk_has(b, 6));
+    b->close(b);
+    rm_tmpdir();
+}
+
+/* A key whose earlier record is still marked live (a replaced record whose
+ * mark did not reach the disk) keeps its later record at open, also when
+ * the earlier one was its segment's only other live record. */
+TEST(disk_key_met_twice_keeps_the_later_record)
+{
+    mk_tmpdir("twice");
+    char err[300], seg[600], seg2[600];
+    uint64_t off1, len1, off2, len2;
+    store_backend *b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK_EQ_INT(disk_put(b, 1, 100), 0);
+    CHECK(disk_where(b, 1, seg, sizeof seg, &off1, &len1));
+    CHECK_EQ_INT(disk_put(b, 1, 200), 0); /* replaced: the first record marked dead */
+    CHECK(disk_where(b, 1, seg2, sizeof seg2, &off2, &len2));
+    CHECK(strcmp(seg, seg2) == 0 && off2 > off1 && len2 == len1 + 100);
+    b->close(b);
+    int fd = open(seg, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, "LIVE", 4, (off_t)(off1 - SEG_REC_HEADER + 4)) == 4);
+    if (fd >= 0) close(fd);
+    b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    uint64_t files, bytes;
+    store_disk_usage(b, &files, &bytes);
+    CHECK_EQ_INT(files, 1);
+    CHECK_EQ_INT(bytes, len2);
     store_key k = dkey(1);
-    uint8_t *v;
-    size_t len;
-    b->get_many(b, &k, 1, &v, &len); /* handed up (for the store to count), and deleted */
-    CHECK(v && len == 60);
+    uint8_t *v = NULL;
+    size_t got = 0;
+    store_entry_meta m;
+    b->get_many(b, &k, 1, &v, &got);
+    CHECK(v && got == len2 && store_entry_frame_check(v, got, &m) == 0 && m.payload_len == 200);
     free(v);
-    CHECK(stat(path, &st) != 0);
+    b->close(b);
+    rm_tmpdir();
+}
+
+/* An entry damaged in an older segment (not checked whole at open) is
+ * handed up by the read that meets it (for the store to reject and count),
+ * dropped, and stays dropped after a restart; evicting every entry of a
+ * segment deletes its file. */
+TEST(disk_corrupt_entry_in_older_segment)
+{
+    mk_tmpdir("corrupt");
+    char err[300], seg1[600], seg2[600], seg3[600];
+    uint64_t off, len, off2, len2, off3, len3;
+    size_t one = store_entry_size(ET, 100);
+    uint64_t limit = 12 * (uint64_t)one; /* segments of 3 entries' bytes: 2 records each */
+    disk_fill(1, 6, limit);
+    store_backend *b = store_disk_open(tmpdir, limit, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(disk_where(b, 1, seg1, sizeof seg1, &off, &len));
+    CHECK(disk_where(b, 3, seg2, sizeof seg2, &off2, &len2));
+    CHECK(disk_where(b, 6, seg3, sizeof seg3, &off3, &len3));
+    CHECK(strcmp(seg1, seg2) != 0 && strcmp(seg2, seg3) != 0);
+    b->close(b);
+    CHECK(flip_byte(seg1, off + len - 1));
+    b = store_disk_open(tmpdir, limit, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    store_key k = dkey(1);
+    uint8_t *v = NULL;
+    size_t got = 0;
+    b->get_many(b, &k, 1, &v, &got);
+    store_entry_meta m;
+    CHECK(v && got == len && store_entry_frame_check(v, got, &m) != 0);
+    free(v);
     CHECK(!disk_has(b, 1) && disk_has(b, 2));
+    b->close(b);
+    b = store_disk_open(tmpdir, limit, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    CHECK(!disk_has(b, 1) && disk_has(b, 2));
+    /* used since: 2 (hit), then 6: a smaller limit evicts 3, 4, 5, the
+     * least recent, and the segment of 3 and 4 goes */
+    CHECK(disk_has(b, 6));
+    b->close(b);
+    b = store_disk_open(tmpdir, 2 * (uint64_t)one, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    struct stat st;
+    CHECK(stat(seg2, &st) != 0 && stat(seg1, &st) == 0);
+    CHECK(disk_has(b, 6) && disk_has(b, 2) && !disk_has(b, 3) && !disk_has(b, 5));
     b->close(b);
     rm_tmpdir();
 }
@@ -359,76 +536,121 @@ static bool write_text(const char *path, const char *text)
     return fclose(f) == 0 && ok;
 }
 
-/* A directory of layout 1 (DIR/ab/cd/<hex>.kv, no DIR/layout, a crash's
- * temp file in a leaf) opens with its entries moved to DIR/ab/, the LRU
- * order of their mtimes kept, the leaves removed and DIR/layout written. */
-TEST(disk_layout_1_migrated_at_open)
+/* Key i's file in layout 2 (DIR/ab/<hex>.kv) or 1 (DIR/ab/cd/<hex>.kv),
+ * its directories made. */
+static void old_layout_file(uint64_t i, int layout, char *out, size_t cap)
 {
-    mk_tmpdir("layout1");
-    char err[300], path[600], leaf[640], old[720];
-    size_t one = store_entry_size(ET, 1000);
-    store_backend *b = store_disk_open(tmpdir, 10 * one, err, sizeof err);
-    CHECK_MSG(b, "%s", err);
-    for (int i = 1; i <= 4; i++) CHECK_EQ_INT(disk_put(b, (uint64_t)i, 1000), 0);
-    b->close(b);
-    static const int age[5] = {0, 100, 400, 200, 300}; /* recency: 1, 3, 4, 2 (most recent) */
-    for (int i = 1; i <= 4; i++) {
-        disk_file((uint64_t)i, path, sizeof path);
-        const char *name = strrchr(path, '/') + 1;
-        snprintf(leaf, sizeof leaf, "%.*s/%.2s", (int)(name - 1 - path), path, name + 2);
-        CHECK(mkdir(leaf, 0755) == 0 || errno == EEXIST);
-        snprintf(old, sizeof old, "%s/%s", leaf, name);
-        CHECK(rename(path, old) == 0);
-        struct timespec t[2] = {{1700000000 + age[i], 0}, {1700000000 + age[i], 0}};
-        CHECK(utimensat(AT_FDCWD, old, t, 0) == 0);
+    store_key k = dkey(i);
+    char hex[33], d[600];
+    for (int j = 0; j < 16; j++) sprintf(hex + 2 * j, "%02x", (unsigned)(uint8_t)(k.h[j / 8] >> (56 - 8 * (j % 8))));
+    snprintf(d, sizeof d, "%s/%.2s", tmpdir, hex);
+    mkdir(d, 0755);
+    if (layout == 1) {
+        snprintf(d + strlen(d), sizeof d - strlen(d), "/%.2s", hex + 2);
+        mkdir(d, 0755);
     }
-    snprintf(old, sizeof old, "%s/%032x.tmp", leaf, 0); /* a write torn by a crash, in the last leaf */
-    CHECK(write_text(old, "torn"));
-    snprintf(path, sizeof path, "%s/layout", tmpdir);
-    CHECK(unlink(path) == 0);
+    snprintf(out, cap, "%s/%s.kv", d, hex);
+}
 
-    b = store_disk_open(tmpdir, 3 * one, err, sizeof err); /* room for 3: the least recent (1) goes */
+/* Writes key i's entry as a file of an old layout, of the given mtime. */
+static bool old_layout_put(uint64_t i, int layout, int64_t mtime)
+{
+    char path[700];
+    old_layout_file(i, layout, path, sizeof path);
+    size_t len;
+    uint8_t *v = dval(i, 1000, &len);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(v, 1, len, f) == len;
+    ok = f && fclose(f) == 0 && ok;
+    free(v);
+    struct timespec t[2] = {{mtime, 0}, {mtime, 0}};
+    return ok && utimensat(AT_FDCWD, path, t, 0) == 0;
+}
+
+static int count_files(const char *pattern)
+{
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "find %s %s | wc -l", tmpdir, pattern);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p && fscanf(p, "%d", &n) != 1) n = -1;
+    if (p) pclose(p);
+    return n;
+}
+
+/* Directories of layouts 1 and 2 (one file per entry; here both at once,
+ * no DIR/layout, a crash's temp file, a damaged file) open with their
+ * entries verified and appended to a segment, the LRU order of their
+ * mtimes kept, the files and their directories removed and DIR/layout
+ * naming layout 3. An interrupted migration (DIR/layout still 2, an entry
+ * both in a segment and as a file) ends at the next open with the entry
+ * once. */
+TEST(disk_layouts_1_and_2_migrated_at_open)
+{
+    mk_tmpdir("migrate");
+    CHECK(mkdir(tmpdir, 0755) == 0);
+    char err[300], path[700];
+    size_t one = store_entry_size(ET, 1000);
+    static const int age[6] = {0, 100, 400, 200, 300, 50}; /* recency: 5 (damaged), 1, 3, 4, 2 (most recent) */
+    for (int i = 1; i <= 5; i++) CHECK(old_layout_put((uint64_t)i, i % 2 ? 1 : 2, 1700000000 + age[i]));
+    old_layout_file(5, 1, path, sizeof path);
+    CHECK(truncate(path, 500) == 0);
+    old_layout_file(9, 2, path, sizeof path);
+    snprintf(path + strlen(path) - 3, 8, ".tmp");
+    CHECK(write_text(path, "torn"));
+    CHECK_EQ_INT(count_files("-name '*.kv'"), 5);
+
+    store_backend *b = store_disk_open(tmpdir, 3 * one, err, sizeof err); /* room for 3: the least recent (1) goes */
     CHECK_MSG(b, "%s", err);
+    if (!b) return;
     store_key lru[8];
     size_t n = store_disk_lru(b, lru, 8);
     CHECK_EQ_INT((int)n, 3);
     uint64_t want[3] = {3, 4, 2};
     for (size_t i = 0; i < n && i < 3; i++) CHECK_MSG(lru[i].h[1] == want[i], "lru[%zu] is key %llu", i, (unsigned long long)lru[i].h[1]);
-    struct stat st;
-    CHECK(stat(leaf, &st) != 0); /* the leaves are gone, with the temp file */
-    for (int i = 2; i <= 4; i++) {
-        disk_file((uint64_t)i, path, sizeof path);
-        CHECK_MSG(stat(path, &st) == 0, "%s", path);
-        CHECK(disk_has(b, (uint64_t)i));
-    }
-    CHECK(!disk_has(b, 1));
+    CHECK(disk_has(b, 2) && disk_has(b, 3) && disk_has(b, 4) && !disk_has(b, 1) && !disk_has(b, 5));
     b->close(b);
+    CHECK_EQ_INT(count_files("-name '*.kv' -o -name '*.tmp'"), 0);
+    CHECK_EQ_INT(count_files("-mindepth 1 -type d"), 1); /* DIR/seg alone */
     char text[64] = {0};
     snprintf(path, sizeof path, "%s/layout", tmpdir);
     FILE *f = fopen(path, "r");
     CHECK(f && fgets(text, sizeof text, f));
     if (f) fclose(f);
-    CHECK_MSG(strcmp(text, "pagellm kv-disk layout 2\n") == 0, "layout file '%s'", text);
+    CHECK_MSG(strcmp(text, "pagellm kv-disk layout 3\n") == 0, "layout file '%s'", text);
+
+    /* interrupted: 3 is in a segment and still a file; 6 a file only */
+    CHECK(old_layout_put(3, 2, 1700000500) && old_layout_put(6, 2, 1700000600));
+    CHECK(write_text(path, "pagellm kv-disk layout 2\n"));
+    b = store_disk_open(tmpdir, 4 * one, err, sizeof err);
+    CHECK_MSG(b, "%s", err);
+    if (!b) return;
+    uint64_t files, bytes;
+    store_disk_usage(b, &files, &bytes);
+    CHECK_EQ_INT(files, 4);
+    CHECK(disk_has(b, 2) && disk_has(b, 3) && disk_has(b, 4) && disk_has(b, 6));
+    b->close(b);
+    CHECK_EQ_INT(count_files("-name '*.kv'"), 0);
     rm_tmpdir();
 }
 
 /* A later layout, or a layout file pagellm did not write, is refused. */
 TEST(disk_layout_unknown_refused)
 {
-    mk_tmpdir("layout3");
+    mk_tmpdir("layout4");
     char err[300], path[600];
     store_backend *b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
     CHECK_MSG(b, "%s", err);
     CHECK_EQ_INT(disk_put(b, 1, 100), 0);
     b->close(b);
     snprintf(path, sizeof path, "%s/layout", tmpdir);
-    CHECK(write_text(path, "pagellm kv-disk layout 3\n"));
+    CHECK(write_text(path, "pagellm kv-disk layout 4\n"));
     CHECK(!store_disk_open(tmpdir, 1 << 20, err, sizeof err));
-    CHECK_MSG(strstr(err, "layout 3"), "%s", err);
+    CHECK_MSG(strstr(err, "layout 4"), "%s", err);
     CHECK(write_text(path, "something else\n"));
     CHECK(!store_disk_open(tmpdir, 1 << 20, err, sizeof err));
     CHECK_MSG(strstr(err, "layout"), "%s", err);
-    CHECK(write_text(path, "pagellm kv-disk layout 2\n")); /* and the entry is still there */
+    CHECK(write_text(path, "pagellm kv-disk layout 3\n")); /* and the entry is still there */
     b = store_disk_open(tmpdir, 1 << 20, err, sizeof err);
     CHECK_MSG(b, "%s", err);
     CHECK(disk_has(b, 1));
@@ -947,8 +1169,10 @@ int main(void)
     RUN(disk_round_trip_of_a_large_entry);
     RUN(disk_lru_within_limit_survives_restart);
     RUN(disk_lru_keeps_a_chain_head);
-    RUN(disk_torn_and_corrupt_files);
-    RUN(disk_layout_1_migrated_at_open);
+    RUN(disk_torn_tail_cut_at_open);
+    RUN(disk_key_met_twice_keeps_the_later_record);
+    RUN(disk_corrupt_entry_in_older_segment);
+    RUN(disk_layouts_1_and_2_migrated_at_open);
     RUN(disk_layout_unknown_refused);
     RUN(store_never_waits_on_a_slow_tier);
     RUN(store_full_staging_drops_writes);

@@ -1,13 +1,20 @@
 /* bench_disk_put.c - the CPU a disk-tier writer spends per MiB written, by
  * where the filesystem work goes: N entries of KIB KiB each put into a fresh
- * directory, 64 KiB write()s to a temp file renamed over its name (as
- * store_disk does), in five ways:
+ * directory, in six ways:
  *
- *   store         store_disk's put_many (the layout this build has)
- *   mkdir ab/cd   the file in DIR/ab/cd/, both directories made on each put
- *   mkdir ab      the file in DIR/ab/, that directory made on each put
- *   made before   the file in DIR/ab/, the 256 directories made untimed
- *   one segment   every entry appended to one file (no inode per entry)
+ *   store         store_disk's put_many (the layout this build has: 3,
+ *                 records appended to segment files)
+ *   store, full   the same with a limit of a quarter of the entries, so
+ *                 that most puts evict one (a record marked dead and its
+ *                 bytes punched out)
+ *   mkdir ab/cd   a file per entry in DIR/ab/cd/ (layout 1), both
+ *                 directories made on each put
+ *   mkdir ab      a file per entry in DIR/ab/, that directory made on each put
+ *   made before   a file per entry in DIR/ab/, the 256 directories made
+ *                 untimed (layout 2)
+ *   one segment   every entry appended to one file by write() alone
+ * A file per entry is written in 64 KiB write()s to a temp file renamed
+ * over its name, as layouts 1 and 2 did.
  *
  *   bench_disk_put DIR N KIB [REPS]
  *
@@ -28,8 +35,9 @@
 
 static const char usage[] = "DIR N KIB [REPS]";
 
-enum { WAY_STORE, WAY_TWO_LEVEL, WAY_ONE_LEVEL, WAY_MADE_BEFORE, WAY_SEGMENT, N_WAYS };
-static const char *const way_name[N_WAYS] = {"store", "mkdir ab/cd", "mkdir ab", "made before", "one segment"};
+enum { WAY_STORE, WAY_STORE_FULL, WAY_TWO_LEVEL, WAY_ONE_LEVEL, WAY_MADE_BEFORE, WAY_SEGMENT, N_WAYS };
+static const char *const way_name[N_WAYS] = {"store", "store, full", "mkdir ab/cd", "mkdir ab", "made before",
+                                             "one segment"};
 
 #define PIECE ((size_t)64 << 10)
 
@@ -72,7 +80,8 @@ static double run_way(int way, const char *dir, int n, uint8_t *e, size_t len, u
     char err[512], p[4200];
     store_backend *b = NULL;
     int seg = -1;
-    if (way == WAY_STORE && !(b = store_disk_open(dir, UINT64_MAX, err, sizeof err))) {
+    uint64_t limit = way == WAY_STORE_FULL ? (uint64_t)(n / 4 > 0 ? n / 4 : 1) * len : UINT64_MAX;
+    if ((way == WAY_STORE || way == WAY_STORE_FULL) && !(b = store_disk_open(dir, limit, err, sizeof err))) {
         fprintf(stderr, "bench_disk_put: DIR: %s\n", err);
         return -1;
     }
@@ -97,7 +106,7 @@ static double run_way(int way, const char *dir, int n, uint8_t *e, size_t len, u
         store_entry_seal(e, len);
         char hex[33], sub[8];
         snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)m.key.h[0], (unsigned long long)m.key.h[1]);
-        if (way == WAY_STORE) {
+        if (way == WAY_STORE || way == WAY_STORE_FULL) {
             const uint8_t *v = e;
             ok = b->put_many(b, &m.key, 1, &v, &len) == 0;
         } else if (way == WAY_SEGMENT) {

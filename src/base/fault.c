@@ -12,8 +12,8 @@
  *   alloc:N   the Nth allocation returns NULL (ENOMEM)
  *   read:N    the Nth file open (for reading) or file mmap fails with EIO
  *   write:N   the Nth socket send fails with EPIPE
- *   disk:N    the Nth write() to a regular file fails with ENOSPC (a full
- *             disk: the KV disk tier's entries)
+ *   disk:N    the Nth write(), pwrite() or pwritev() to a regular file
+ *             fails with ENOSPC (a full disk: the KV disk tier's segments)
  *   KIND:N+   the Nth and every later one fail (a persistent fault)
  *   count     print at exit how many of each were made
  *   trace     print the call stack of each injected failure (to find it)
@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static const char *const fault_names[FAULT_KINDS] = {"alloc", "read", "write", "disk"};
@@ -142,6 +143,24 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n)
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fault_hit(FAULT_DISK)) return errno = ENOSPC, -1;
     return __real_write(fd, buf, n);
+}
+
+ssize_t __real_pwrite(int fd, const void *buf, size_t n, off_t off);
+ssize_t __real_pwritev(int fd, const struct iovec *iov, int cnt, off_t off);
+
+/* The disk tier appends to its segments at known offsets. */
+ssize_t __wrap_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fault_hit(FAULT_DISK)) return errno = ENOSPC, -1;
+    return __real_pwrite(fd, buf, n, off);
+}
+
+ssize_t __wrap_pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fault_hit(FAULT_DISK)) return errno = ENOSPC, -1;
+    return __real_pwritev(fd, iov, cnt, off);
 }
 
 /* ---- file reads ---- */

@@ -1,19 +1,26 @@
-/* store_disk.c - the directory tier: index (hash + LRU list by bytes),
- * open-time scan, temp-and-rename puts, verified gets; see store_disk.h.
+/* store_disk.c - the directory tier: index (hash + LRU list by bytes) over
+ * segment files, open-time scan and migration, appended puts, verified
+ * gets; see store_disk.h.
  *
  *   buckets[hash(key) & mask] -> entry -> entry (hnext chain)
  *   lru: head (least recent) <-> ... <-> tail (most recent), bytes summed
+ *   segs: oldest -> ... -> active (the one appended to)
  *
  * The store's reader (gets) and writer (puts) threads call in at once:
- * mu guards the index; file I/O runs outside it, and an entry is found
- * again by key after each file operation (the other thread may have
- * evicted or replaced it meanwhile).
+ * mu guards the index and the segment list; the appends and reads run
+ * outside it, and an entry is found again by key after each read (the
+ * writer may have evicted or replaced it meanwhile: its segment and offset
+ * then differ, and since a record's place is never reused, equal means the
+ * bytes read are that record's). Only the writer appends, so a record's
+ * place is reserved under mu and written outside it.
  */
 #include "store/store_disk.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <linux/falloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -22,17 +29,29 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/err.h"
 #include "store/store_entry.h"
+#include "store/store_segment.h"
+
+typedef struct disk_seg {
+    uint32_t id;                      /* DIR/seg/<id as 8 hex>.seg; ids only grow */
+    uint64_t size;                    /* bytes of records (the append offset) */
+    uint64_t live;                    /* live entries in it */
+    uint64_t dead_bytes;              /* evicted records whose hole could not be punched */
+    struct disk_seg *next;            /* the next newer segment */
+} disk_seg;
 
 typedef struct disk_entry {
     store_key key;
     store_key parent;                 /* from the entry's header */
     bool has_parent;
-    uint64_t bytes;
-    struct timespec mtime;            /* at open only: the scan's order */
+    uint64_t bytes;                   /* the entry's bytes (the record's, less its header) */
+    disk_seg *seg;
+    uint64_t off;                     /* of its record in seg */
+    uint64_t stamp;                   /* at open only: the scan's order */
     bool placed;                      /* at open only: ordered under a descendant */
     struct disk_entry *prev, *next;   /* LRU */
     struct disk_entry *hnext;         /* bucket chain */
@@ -43,15 +62,26 @@ typedef struct {
     char *dir;
     int lock_fd;
     uint64_t max_bytes, bytes, n;
+    uint64_t dead_bytes;              /* sum of the segments' dead_bytes */
+    uint64_t seg_cap;                 /* a segment takes no new record past this size */
+    uint64_t clock;                   /* the last use stamp given */
     disk_entry **buckets;
     size_t mask;                      /* buckets - 1, a power of two minus one */
     disk_entry *head, *tail;
-    pthread_mutex_t mu;               /* the index: buckets, lru, bytes, n */
+    disk_seg *oldest, *active;
+    int active_fd;                    /* the writer's descriptor of active, or -1 */
+    uint32_t next_id;
+    bool loading;                     /* the open's scan: segments are not removed under it */
+    pthread_mutex_t mu;               /* the index, the segment list, bytes, n, clock */
     bool mu_ok;
 } disk;
 
 #define DISK_PATH_MAX 4096
-
+/* A segment takes records until it holds this much (or a quarter of the
+ * limit, for small tiers): big enough that a new file (an inode, a
+ * directory entry) is rare, small enough that a directory of a few GiB is
+ * tens of files. */
+#define DISK_SEG_BYTES ((uint64_t)32 << 20)
 /* ----------------------------------------------------------------- index */
 
 static size_t disk_home(const disk *d, const store_key *k) { return (size_t)(k->h[0] ^ (k->h[1] >> 7)) & d->mask; }
@@ -119,12 +149,15 @@ static void disk_grow(disk *d)
     d->mask = nb - 1;
 }
 
-static disk_entry *disk_add(disk *d, const store_key *k, uint64_t bytes)
+static disk_entry *disk_add(disk *d, const store_key *k, uint64_t bytes, disk_seg *s, uint64_t off)
 {
     disk_entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->key = *k;
     e->bytes = bytes;
+    e->seg = s;
+    e->off = off;
+    s->live++;
     size_t h = disk_home(d, k);
     e->hnext = d->buckets[h];
     d->buckets[h] = e;
@@ -135,8 +168,10 @@ static disk_entry *disk_add(disk *d, const store_key *k, uint64_t bytes)
     return e;
 }
 
+/* Takes e out of the index (mu held); its record stays as it is. */
 static void disk_forget(disk *d, disk_entry *e)
 {
+    e->seg->live--;
     disk_entry **pp = &d->buckets[disk_home(d, &e->key)];
     while (*pp != e) pp = &(*pp)->hnext;
     *pp = e->hnext;
@@ -146,48 +181,98 @@ static void disk_forget(disk *d, disk_entry *e)
     free(e);
 }
 
-/* ----------------------------------------------------------------- paths */
+/* -------------------------------------------------------------- segments */
 
-static void disk_hex(const store_key *k, char out[33])
+/* out (DISK_PATH_MAX) = DIR/seg/<id>.seg. */
+static void seg_path(const disk *d, char *out, uint32_t id)
 {
-    static const char hx[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        uint8_t byte = (uint8_t)(k->h[i / 8] >> (56 - 8 * (i % 8)));
-        out[2 * i] = hx[byte >> 4];
-        out[2 * i + 1] = hx[byte & 15];
-    }
-    out[32] = 0;
+    snprintf(out, DISK_PATH_MAX, "%s/seg/%08" PRIx32 ".seg", d->dir, id);
 }
 
-static bool disk_unhex(const char *s, store_key *k)
-{
-    k->h[0] = k->h[1] = 0;
-    for (int i = 0; i < 32; i++) {
-        int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (v < 0) return false;
-        k->h[i / 16] = k->h[i / 16] << 4 | (uint64_t)v;
-    }
-    return true;
-}
-
-/* out (DISK_PATH_MAX) = DIR/ab/<hex><ext>. */
-static void disk_path(const disk *d, char *out, const store_key *k, const char *ext)
-{
-    char hex[33];
-    disk_hex(k, hex);
-    snprintf(out, DISK_PATH_MAX, "%s/%.2s/%s%s", d->dir, hex, hex, ext);
-}
-
-/* Makes the 256 directories DIR/00 .. DIR/ff (those missing): at open, so
- * that a put creates one inode (its file), not a directory as well. */
-static void disk_make_fanout(const disk *d)
+/* Unlinks segment s and takes it out of the list (mu held; no entry of
+ * the index is in it). */
+static void seg_remove(disk *d, disk_seg *s)
 {
     char p[DISK_PATH_MAX];
-    for (int i = 0; i < 256; i++) {
-        snprintf(p, sizeof p, "%s/%02x", d->dir, i);
-        mkdir(p, 0755);
-    }
+    seg_path(d, p, s->id);
+    unlink(p);
+    disk_seg **pp = &d->oldest;
+    while (*pp != s) pp = &(*pp)->next;
+    *pp = s->next;
+    d->dead_bytes -= s->dead_bytes;
+    free(s);
 }
+
+static disk_seg *seg_new(disk *d, uint32_t id)
+{
+    disk_seg *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->id = id;
+    disk_seg **pp = &d->oldest;
+    while (*pp) pp = &(*pp)->next;
+    *pp = s;
+    return s;
+}
+
+/* Evicts e (mu held): its record is marked dead and its entry bytes
+ * punched out of the segment (the file keeps its size, the disk blocks are
+ * freed), or, when e was the last live entry of a segment no longer
+ * appended to, the whole segment is unlinked. Where the filesystem cannot
+ * punch holes the dead bytes are counted against the limit until their
+ * segment goes. */
+static void disk_drop(disk *d, disk_entry *e)
+{
+    disk_seg *s = e->seg;
+    uint64_t off = e->off, bytes = e->bytes;
+    disk_forget(d, e);
+    if (s->live == 0 && s != d->active && !d->loading) {
+        seg_remove(d, s);
+        return;
+    }
+    char p[DISK_PATH_MAX];
+    seg_path(d, p, s->id);
+    int fd = s == d->active ? d->active_fd : open(p, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return; /* gone behind our back: nothing left to free */
+    uint8_t dead[4];
+    seg_put_u32(dead, SEG_DEAD);
+    bool marked = pwrite(fd, dead, 4, (off_t)(off + SEG_STATE_AT)) == 4;
+    if (!marked || fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(off + SEG_REC_HEADER), (off_t)bytes) != 0) {
+        s->dead_bytes += SEG_REC_HEADER + bytes;
+        d->dead_bytes += SEG_REC_HEADER + bytes;
+    }
+    if (fd != d->active_fd) close(fd);
+}
+
+/* Makes a new active segment when the active one cannot take need more
+ * bytes (mu held; writer only, or open). 0 or PL_EIO. */
+static int seg_room(disk *d, uint64_t need)
+{
+    if (d->active && d->active_fd >= 0 && (d->active->size == 0 || d->active->size + need <= d->seg_cap)) return 0;
+    char p[DISK_PATH_MAX];
+    seg_path(d, p, d->next_id);
+    int fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT) { /* DIR/seg removed behind our back: made again */
+        char sub[DISK_PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/seg", d->dir);
+        mkdir(sub, 0755);
+        fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
+    if (fd < 0) return PL_EIO;
+    disk_seg *s = seg_new(d, d->next_id++);
+    if (!s) {
+        close(fd);
+        unlink(p);
+        return PL_ENOMEM;
+    }
+    disk_seg *old = d->active;
+    if (d->active_fd >= 0) close(d->active_fd);
+    d->active = s;
+    d->active_fd = fd;
+    if (old && old->live == 0) seg_remove(d, old);
+    return 0;
+}
+
+/* ----------------------------------------------------------------- chains */
 
 /* Makes e's ancestors on disk more recent than e, nearest first, so that
  * a chain's deepest blocks are evicted first: a lookup stops at its first
@@ -210,83 +295,87 @@ static void disk_set_parent(disk_entry *e, const uint8_t *v, size_t len)
     if (e->has_parent) e->parent = m.parent;
 }
 
-/* Deletes least recently used files until the bytes fit the limit (mu held). */
+/* Evicts least recently used entries until the bytes fit the limit (mu held). */
 static void disk_evict(disk *d)
 {
-    char path[DISK_PATH_MAX];
-    while (d->bytes > d->max_bytes && d->head) {
-        disk_path(d, path, &d->head->key, ".kv");
-        unlink(path);
-        disk_forget(d, d->head);
-    }
+    while (d->bytes + d->dead_bytes > d->max_bytes && d->head) disk_drop(d, d->head);
 }
 
 /* ------------------------------------------------------------ get / put */
 
-static uint8_t *disk_read(const char *path, size_t *len)
+static bool pread_all(int fd, uint8_t *p, size_t n, uint64_t off)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
-    struct stat st;
-    uint8_t *buf = NULL;
-    if (fstat(fd, &st) == 0 && st.st_size > 0 && (buf = malloc((size_t)st.st_size))) {
-        size_t got = 0;
-        while (got < (size_t)st.st_size) {
-            ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-            if (r <= 0) break;
-            got += (size_t)r;
-        }
-        if (got == (size_t)st.st_size) {
-            futimens(fd, NULL); /* the LRU order survives a restart */
-            *len = got;
-        } else {
-            free(buf);
-            buf = NULL;
-        }
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r <= 0) return false;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
     }
-    close(fd);
-    return buf;
+    return true;
 }
 
 /* Keys come in chain order (a prompt's blocks, first to last), and a lookup
  * stops at its first miss: the LRU is updated last key first, then the
- * ancestors above the batch, so that a chain's head stays the most recent. */
+ * ancestors above the batch, so that a chain's head stays the most recent.
+ * A hit writes its new stamp into its record, so the order survives a
+ * restart. */
 static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint8_t **vals, size_t *lens)
 {
     disk *d = (disk *)b;
-    store_key shallowest;
+    store_key shallowest = {{0, 0}};
     bool any = false;
     int rc = 0;
+    int fd = -1;
+    uint32_t fd_id = 0;
     for (size_t r = n; r-- > 0;) {
         vals[r] = NULL;
         lens[r] = 0;
         pthread_mutex_lock(&d->mu);
-        bool known = disk_find(d, &keys[r]) != NULL;
+        disk_entry *e = disk_find(d, &keys[r]);
+        uint32_t id = e ? e->seg->id : 0;
+        uint64_t off = e ? e->off : 0, len = e ? e->bytes : 0;
         pthread_mutex_unlock(&d->mu);
-        if (!known) continue;
-        char path[DISK_PATH_MAX];
-        disk_path(d, path, &keys[r], ".kv");
-        vals[r] = disk_read(path, &lens[r]);
-        int read_errno = errno;
+        if (!e) continue;
+        if (fd < 0 || fd_id != id) {
+            if (fd >= 0) close(fd);
+            char p[DISK_PATH_MAX];
+            seg_path(d, p, id);
+            fd = open(p, O_RDWR | O_CLOEXEC);
+            fd_id = id;
+        }
+        uint8_t *v = fd >= 0 ? malloc(len) : NULL;
+        bool read_ok = v && pread_all(fd, v, len, off + SEG_REC_HEADER);
+        if (fd < 0 && errno != ENOENT) rc = PL_EIO;
         store_entry_meta m;
-        bool torn = vals[r] && store_entry_frame_check(vals[r], lens[r], &m) != 0;
+        bool torn = read_ok && store_entry_frame_check(v, len, &m) != 0;
+        uint8_t stamp[8];
         pthread_mutex_lock(&d->mu);
-        disk_entry *e = disk_find(d, &keys[r]); /* the writer may have evicted it meanwhile */
-        if (!vals[r]) {
-            if (read_errno != ENOENT) rc = PL_EIO;
-            if (e) disk_forget(d, e); /* removed behind our back, or unreadable */
-        } else if (torn) {
-            /* torn or corrupt: deleted now; the value still goes up, for the store to reject and count */
-            unlink(path);
-            if (e) disk_forget(d, e);
-        } else if (e) {
+        e = disk_find(d, &keys[r]); /* the writer may have evicted or replaced it meanwhile */
+        bool same = e && e->seg->id == id && e->off == off;
+        if (!read_ok) {
+            free(v);
+            if (same) disk_drop(d, e); /* its segment removed or cut behind our back */
+        } else if (torn && same) {
+            /* corrupt: dropped now; the value still goes up, for the store to reject and count */
+            disk_drop(d, e);
+            vals[r] = v;
+            lens[r] = len;
+        } else if (same) {
             lru_unlink(d, e);
             lru_push_tail(d, e);
+            seg_put_u64(stamp, ++d->clock);
             shallowest = keys[r];
             any = true;
+            vals[r] = v;
+            lens[r] = len;
+        } else {
+            free(v); /* evicted (its bytes punched) or replaced while read: a miss */
         }
         pthread_mutex_unlock(&d->mu);
+        if (read_ok && !torn && same && pwrite(fd, stamp, 8, (off_t)(off + SEG_STAMP_AT)) != 8) rc = PL_EIO;
     }
+    if (fd >= 0) close(fd);
     if (any) { /* the blocks above the batch (served from RAM) */
         pthread_mutex_lock(&d->mu);
         disk_entry *e = disk_find(d, &shallowest);
@@ -296,7 +385,7 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
     return rc;
 }
 
-/* One write() copies at most this much into the page cache. A kernel built
+/* One write copies at most this much into the page cache. A kernel built
  * without full preemption (PREEMPT_NONE, as on the hosts measured) does
  * not take the CPU from a thread inside a system call: an engine thread
  * woken on the CPU where the writer is copying a whole 576 KiB entry waits
@@ -305,58 +394,33 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
  * lets the woken thread in. */
 #define DISK_WRITE_PIECE ((size_t)64 << 10)
 
-static bool disk_write_all(int fd, const uint8_t *p, size_t n)
+/* Writes the record (header h, then v) at off: the header goes with the
+ * entry's first piece, the rest in pieces. */
+static bool disk_append(int fd, uint64_t off, const uint8_t *h, const uint8_t *v, size_t len)
 {
-    while (n) {
-        ssize_t w = write(fd, p, n < DISK_WRITE_PIECE ? n : DISK_WRITE_PIECE);
+    size_t first = len < DISK_WRITE_PIECE - SEG_REC_HEADER ? len : DISK_WRITE_PIECE - SEG_REC_HEADER;
+    struct iovec iov[2] = {{(void *)h, SEG_REC_HEADER}, {(void *)v, first}};
+    ssize_t w = pwritev(fd, iov, 2, (off_t)off);
+    if (w < (ssize_t)SEG_REC_HEADER) return false;
+    size_t done = (size_t)w - SEG_REC_HEADER; /* of v */
+    off += (uint64_t)w;
+    while (done < len) {
+        size_t k = len - done < DISK_WRITE_PIECE ? len - done : DISK_WRITE_PIECE;
+        w = pwrite(fd, v + done, k, (off_t)off);
         if (w <= 0) return false;
-        p += w;
-        n -= (size_t)w;
+        done += (size_t)w;
+        off += (uint64_t)w;
     }
     return true;
 }
 
-static int disk_index_put(disk *d, const store_key *k, const uint8_t *v, size_t len, const char *path);
-
-static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t len)
+/* Indexes the record just written at (s, off) (mu held). */
+static int disk_index_put(disk *d, const store_key *k, const uint8_t *v, size_t len, disk_seg *s, uint64_t off)
 {
-    if (len > d->max_bytes) return PL_EFULL;
-    char tmp[DISK_PATH_MAX], path[DISK_PATH_MAX];
-    disk_path(d, tmp, k, ".tmp");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == ENOENT) { /* DIR/ab removed behind our back: made again */
-        char sub[DISK_PATH_MAX];
-        snprintf(sub, sizeof sub, "%.*s", (int)(strrchr(tmp, '/') - tmp), tmp);
-        mkdir(sub, 0755);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    }
-    if (fd < 0) return PL_EIO;
-    bool ok = disk_write_all(fd, v, len);
-    ok = close(fd) == 0 && ok;
-    disk_path(d, path, k, ".kv");
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return PL_EIO;
-    }
-    pthread_mutex_lock(&d->mu);
-    int rc = disk_index_put(d, k, v, len, path);
-    pthread_mutex_unlock(&d->mu);
-    return rc;
-}
-
-/* Indexes the file just renamed to path (mu held). */
-static int disk_index_put(disk *d, const store_key *k, const uint8_t *v, size_t len, const char *path)
-{
-    disk_entry *e = disk_find(d, k);
-    if (e) {
-        d->bytes = d->bytes - e->bytes + len;
-        e->bytes = len;
-        lru_unlink(d, e);
-        lru_push_tail(d, e);
-    } else if (!(e = disk_add(d, k, len))) {
-        unlink(path);
-        return PL_ENOMEM;
-    }
+    disk_entry *old = disk_find(d, k);
+    if (old) disk_drop(d, old); /* its record is dead: the new one replaces it */
+    disk_entry *e = disk_add(d, k, len, s, off);
+    if (!e) return PL_ENOMEM; /* the record stays, unindexed: a later open finds it */
     /* Ancestors stay more recent than descendants: a new block goes just
      * below its parent (O(1)); a chain's first block is the most recent;
      * a block whose parent is not on disk is unreachable from it: least. */
@@ -368,6 +432,42 @@ static int disk_index_put(disk *d, const store_key *k, const uint8_t *v, size_t 
     else lru_push_head(d, e);
     disk_evict(d);
     return 0;
+}
+
+/* Appends one record to the active segment: its place is reserved under
+ * mu, written outside it (only this thread appends), then indexed. */
+static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t len)
+{
+    if (len > d->max_bytes) return PL_EFULL;
+    if (len < STORE_ENTRY_HEADER) return PL_EINVAL; /* not an entry: a scan would take it for a torn tail */
+    pthread_mutex_lock(&d->mu);
+    int rc = seg_room(d, SEG_REC_HEADER + len);
+    disk_seg *s = d->active;
+    int fd = d->active_fd;
+    uint64_t off = 0, stamp = 0;
+    if (!rc) {
+        off = s->size;
+        s->size += SEG_REC_HEADER + len;
+        stamp = ++d->clock;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (rc) return rc;
+    uint8_t h[SEG_REC_HEADER];
+    seg_record_header(h, k, len, stamp);
+    bool ok = disk_append(fd, off, h, v, len);
+    pthread_mutex_lock(&d->mu);
+    if (!ok) {
+        /* the last record of s (no other append ran): cut it off, or, if
+         * even that fails, append no more to s (the next put opens
+         * another), so that no whole record ever follows a torn one */
+        if (ftruncate(fd, (off_t)off) == 0) s->size = off;
+        else s->size = d->seg_cap + 1;
+        rc = PL_EIO;
+    } else {
+        rc = disk_index_put(d, k, v, len, s, off);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
 }
 
 /* In order: a chain's blocks come parent first, so each finds its parent. */
@@ -387,6 +487,12 @@ static void disk_close(store_backend *b)
     disk *d = (disk *)b;
     if (!d) return;
     while (d->head) disk_forget(d, d->head);
+    while (d->oldest) {
+        disk_seg *s = d->oldest;
+        d->oldest = s->next;
+        free(s);
+    }
+    if (d->active_fd >= 0) close(d->active_fd);
     free(d->buckets);
     if (d->mu_ok) pthread_mutex_destroy(&d->mu);
     if (d->lock_fd >= 0) close(d->lock_fd); /* releases the flock */
@@ -413,89 +519,37 @@ size_t store_disk_lru(store_backend *b, store_key *out, size_t max)
     return k;
 }
 
+int store_disk_locate(store_backend *b, const store_key *k, char *path, size_t cap, uint64_t *off, uint64_t *len)
+{
+    disk *d = (disk *)b;
+    pthread_mutex_lock(&d->mu);
+    disk_entry *e = disk_find(d, k);
+    if (e) {
+        char p[DISK_PATH_MAX];
+        seg_path(d, p, e->seg->id);
+        snprintf(path, cap, "%s", p);
+        *off = e->off + SEG_REC_HEADER;
+        *len = e->bytes;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return e ? 0 : PL_ENOTFOUND;
+}
 /* ------------------------------------------------------------------ open */
 
-static bool is_hex2(const char *s)
-{
-    return strlen(s) == 2 && strspn(s, "0123456789abcdef") == 2;
-}
-
-static int cmp_mtime(const void *a, const void *b)
+static int cmp_stamp(const void *a, const void *b)
 {
     const disk_entry *x = *(disk_entry *const *)a, *y = *(disk_entry *const *)b;
-    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-    return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
+    return x->stamp < y->stamp ? -1 : x->stamp > y->stamp;
 }
 
-/* Indexes the entries of one DIR/ab (ab: the directory's name, which a
- * file's key must start with); removes temp files left by a crash. */
-static int disk_scan_leaf(disk *d, const char *leaf, const char *ab)
-{
-    DIR *dh = opendir(leaf);
-    if (!dh) return 0;
-    struct dirent *de;
-    int rc = 0;
-    while (!rc && (de = readdir(dh))) {
-        size_t l = strlen(de->d_name);
-        char p[4096];
-        store_key k;
-        if (snprintf(p, sizeof p, "%s/%s", leaf, de->d_name) >= (int)sizeof p) continue;
-        if (l == 36 && strcmp(de->d_name + 32, ".tmp") == 0) {
-            unlink(p);
-        } else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0 && strncmp(de->d_name, ab, 2) == 0 &&
-                   disk_unhex(de->d_name, &k)) {
-            struct stat st;
-            if (stat(p, &st) != 0 || !S_ISREG(st.st_mode) || disk_find(d, &k)) continue;
-            disk_entry *e = disk_add(d, &k, (uint64_t)st.st_size);
-            if (!e) {
-                rc = PL_ENOMEM;
-                continue;
-            }
-            e->mtime = st.st_mtim;
-            uint8_t head[STORE_ENTRY_HEADER];
-            int fd = open(p, O_RDONLY | O_CLOEXEC);
-            if (fd >= 0 && pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head) disk_set_parent(e, head, sizeof head);
-            if (fd >= 0) close(fd);
-        }
-    }
-    closedir(dh);
-    return rc;
-}
-
-/* Layout 1 kept entries in DIR/ab/cd/: moves those of DIR/ab/cd up into
- * DIR/ab (rename keeps the mtime, so the LRU order survives), drops their
- * temp files and removes the emptied directory. A crash midway leaves
- * entries in one place or the other; the next open moves the rest. */
-static void disk_migrate_leaf(const char *mid, const char *cd)
-{
-    char leaf[4096];
-    if (snprintf(leaf, sizeof leaf, "%s/%s", mid, cd) >= (int)sizeof leaf) return;
-    DIR *dh = opendir(leaf);
-    if (!dh) return;
-    const char *ab = strrchr(mid, '/') + 1;
-    struct dirent *de;
-    while ((de = readdir(dh))) {
-        size_t l = strlen(de->d_name);
-        char from[4096], to[4096];
-        if (snprintf(from, sizeof from, "%s/%s", leaf, de->d_name) >= (int)sizeof from) continue;
-        if (l == 36 && strcmp(de->d_name + 32, ".tmp") == 0) unlink(from);
-        else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0 && strncmp(de->d_name, ab, 2) == 0 &&
-                 strncmp(de->d_name + 2, cd, 2) == 0 &&
-                 snprintf(to, sizeof to, "%s/%s", mid, de->d_name) < (int)sizeof to)
-            rename(from, to);
-    }
-    closedir(dh);
-    rmdir(leaf); /* fails, harmlessly, if something else is left in it */
-}
-
-/* The LRU at open, from the entries v[0, n) sorted by mtime: as if each
+/* The LRU at open, from the entries v[0, n) sorted by stamp: as if each
  * had been used in that order, every use moving the entry's ancestors above
  * it (disk_touch_ancestors, nearest first), in O(n) rather than O(n x chain
  * depth). An ancestor ends where the latest use among its descendants put
  * it, so the uses are walked latest first, and each walk up the parents
  * stops at the first entry already placed (a later use placed it and all
  * above it): every entry is placed at most once. The order is then
- *   the entries no use moved (none of their descendants is on disk), by mtime;
+ *   the entries no use moved (none of their descendants is on disk), by stamp;
  *   then for each use, oldest first, the ancestors its walk placed, nearest
  *   first (so a chain's head is the most recent of its chain). */
 static int disk_order_at_open(disk *d, disk_entry **v, size_t n)
@@ -527,52 +581,306 @@ static int disk_order_at_open(disk *d, disk_entry **v, size_t n)
     return 0;
 }
 
-/* Rebuilds the index from DIR, least recent first, and applies the limit;
- * entries of layout 1 are moved into layout 2 first. */
+static ssize_t fd_read(void *src, void *buf, size_t n, uint64_t off)
+{
+    int fd = *(int *)src;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* The newest segment's last record is read whole and its entry checked
+ * at open: that is where a process that stopped midway through an append
+ * leaves it torn (its header written, not all its bytes; or the file cut
+ * short, which the scan finds). It is cut off, so the next append takes
+ * its place. Other records are not read whole (a directory of many GiB
+ * opens in the time of its headers): after a power loss any record not
+ * yet written back may hold garbage (nothing is fsync'd), which the read
+ * that meets it finds and drops. Returns the new end. */
+static uint64_t seg_verify_tail(int fd, seg_record *r, size_t *n, uint64_t end)
+{
+    if (*n == 0 || r[*n - 1].state != SEG_LIVE) return end;
+    seg_record *last = &r[*n - 1];
+    uint8_t *buf = malloc((size_t)last->entry_len);
+    if (!buf) return end; /* unchecked: the read will check */
+    store_entry_meta m;
+    if (fd_read(&fd, buf, (size_t)last->entry_len, last->off + SEG_REC_HEADER) != (ssize_t)last->entry_len ||
+        store_entry_frame_check(buf, (size_t)last->entry_len, &m) != 0) {
+        end = last->off;
+        (*n)--;
+    }
+    free(buf);
+    return end;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The ids of DIR/seg/<8 hex>.seg, ascending, into *ids (malloc'd). */
+static int seg_list(const disk *d, uint32_t **ids, size_t *n)
+{
+    char p[DISK_PATH_MAX];
+    snprintf(p, sizeof p, "%s/seg", d->dir);
+    *ids = NULL;
+    *n = 0;
+    DIR *dh = opendir(p);
+    if (!dh) return 0;
+    size_t cap = 0;
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(dh))) {
+        const char *s = de->d_name;
+        if (strlen(s) != 12 || strcmp(s + 8, ".seg") != 0 || strspn(s, "0123456789abcdef") != 8) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            uint32_t *g = realloc(*ids, cap * sizeof *g);
+            if (!g) {
+                rc = PL_ENOMEM;
+                break;
+            }
+            *ids = g;
+        }
+        (*ids)[(*n)++] = (uint32_t)strtoul(s, NULL, 16);
+    }
+    closedir(dh);
+    if (!rc && *n) qsort(*ids, *n, sizeof **ids, cmp_u32);
+    return rc;
+}
+
+/* Indexes the live records of one segment (its torn tail cut off); a key
+ * met twice (a migration interrupted, a replaced record whose mark did not
+ * reach the disk) keeps its later record. */
+static int seg_load(disk *d, uint32_t id, bool newest)
+{
+    char p[DISK_PATH_MAX];
+    seg_path(d, p, id);
+    int fd = open(p, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    disk_seg *s = fstat(fd, &st) == 0 ? seg_new(d, id) : NULL;
+    if (!s) {
+        close(fd);
+        return PL_ENOMEM;
+    }
+    seg_record *r;
+    size_t n;
+    int64_t end = seg_scan(fd_read, &fd, (uint64_t)st.st_size, &r, &n);
+    if (end < 0) {
+        close(fd);
+        return PL_ENOMEM;
+    }
+    if (newest) end = (int64_t)seg_verify_tail(fd, r, &n, (uint64_t)end);
+    if ((uint64_t)end < (uint64_t)st.st_size && ftruncate(fd, end) != 0) {} /* the torn tail; a later append overwrites it anyway */
+    s->size = (uint64_t)end;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (r[i].state != SEG_LIVE) continue;
+        disk_entry *old = disk_find(d, &r[i].key);
+        if (old) disk_drop(d, old);
+        disk_entry *e = disk_add(d, &r[i].key, r[i].entry_len, s, r[i].off);
+        if (!e) {
+            rc = PL_ENOMEM;
+            break;
+        }
+        e->stamp = r[i].stamp;
+        e->has_parent = r[i].has_parent;
+        e->parent = r[i].parent;
+        if (r[i].stamp > d->clock) d->clock = r[i].stamp;
+    }
+    free(r);
+    if (newest && !rc) {
+        d->active = s;
+        d->active_fd = fd;
+    } else {
+        close(fd);
+    }
+    return rc;
+}
+
+/* Rebuilds the index from DIR/seg, least recent first: segments oldest
+ * first, those left without a live entry removed. */
 static int disk_scan(disk *d)
 {
-    int rc = 0;
-    for (int i = 0; i < 256 && !rc; i++) {
-        char mid[4096], ab[3];
-        snprintf(ab, sizeof ab, "%02x", i);
-        snprintf(mid, sizeof mid, "%s/%s", d->dir, ab);
-        DIR *dm = opendir(mid);
-        if (!dm) continue;
-        /* the names first: entries renamed into mid while it is read may or may not be listed */
-        char (*sub)[3] = NULL;
-        size_t nsub = 0;
-        struct dirent *c;
-        while ((c = readdir(dm)))
-            if (is_hex2(c->d_name)) {
-                char(*g)[3] = realloc(sub, (nsub + 1) * sizeof *sub);
-                if (!g) {
-                    rc = PL_ENOMEM;
-                    break;
-                }
-                sub = g;
-                memcpy(sub[nsub++], c->d_name, 3);
-            }
-        closedir(dm);
-        for (size_t j = 0; j < nsub && !rc; j++) disk_migrate_leaf(mid, sub[j]);
-        free(sub);
-        if (!rc) rc = disk_scan_leaf(d, mid, ab);
+    uint32_t *ids;
+    size_t nids;
+    int rc = seg_list(d, &ids, &nids);
+    d->loading = true;
+    for (size_t i = 0; i < nids && !rc; i++) rc = seg_load(d, ids[i], i + 1 == nids);
+    d->loading = false;
+    if (nids) d->next_id = ids[nids - 1] + 1;
+    free(ids);
+    if (rc) return rc;
+    for (disk_seg *s = d->oldest, *nx; s; s = nx) {
+        nx = s->next;
+        if (s->live == 0 && s != d->active) seg_remove(d, s);
     }
-    if (rc || d->n == 0) return rc;
+    if (d->n == 0) return 0;
     disk_entry **v = malloc(d->n * sizeof *v);
     if (!v) return PL_ENOMEM;
     size_t k = 0;
     for (disk_entry *e = d->head; e; e = e->next) v[k++] = e;
-    qsort(v, k, sizeof *v, cmp_mtime);
+    qsort(v, k, sizeof *v, cmp_stamp);
     rc = disk_order_at_open(d, v, k);
     free(v);
-    if (rc) return rc;
-    disk_evict(d);
-    return 0;
+    return rc;
 }
 
-/* DIR/layout names the on-disk layout: "pagellm kv-disk layout 2\n".
- * Missing: layout 1 (DIR/ab/cd/, before the file existed), migrated at open. */
-#define DISK_LAYOUT 2
+/* ------------------------------------------------------------- migration */
+
+/* One entry file of layout 1 or 2. */
+typedef struct {
+    char *path;
+    store_key key;                    /* from its name */
+    struct timespec mtime;
+} old_file;
+
+typedef struct {
+    old_file *v;
+    size_t n, cap;
+} old_files;
+
+static bool is_hex2(const char *s) { return strlen(s) == 2 && strspn(s, "0123456789abcdef") == 2; }
+
+static bool unhex_key(const char *s, store_key *k)
+{
+    k->h[0] = k->h[1] = 0;
+    for (int i = 0; i < 32; i++) {
+        int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return false;
+        k->h[i / 16] = k->h[i / 16] << 4 | (uint64_t)v;
+    }
+    return true;
+}
+
+/* Collects DIR/ab/ *.kv (and DIR/ab/cd/ *.kv of layout 1, depth 1) and
+ * deletes temp files of a crashed write; depth 0 = DIR/ab. */
+static int old_collect(const char *dirpath, int depth, old_files *out)
+{
+    DIR *dh = opendir(dirpath);
+    if (!dh) return 0;
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(dh))) {
+        size_t l = strlen(de->d_name);
+        char p[DISK_PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/%s", dirpath, de->d_name) >= (int)sizeof p) continue;
+        if (depth == 0 && is_hex2(de->d_name)) {
+            rc = old_collect(p, 1, out);
+        } else if (l == 36 && strcmp(de->d_name + 32, ".tmp") == 0) {
+            unlink(p);
+        } else if (l == 35 && strcmp(de->d_name + 32, ".kv") == 0) {
+            struct stat st;
+            store_key k;
+            if (!unhex_key(de->d_name, &k) || stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            if (out->n == out->cap) {
+                size_t nc = out->cap ? 2 * out->cap : 256;
+                old_file *g = realloc(out->v, nc * sizeof *g);
+                if (!g) {
+                    rc = PL_ENOMEM;
+                    break;
+                }
+                out->v = g;
+                out->cap = nc;
+            }
+            if (!(out->v[out->n].path = strdup(p))) {
+                rc = PL_ENOMEM;
+                break;
+            }
+            out->v[out->n].key = k;
+            out->v[out->n++].mtime = st.st_mtim;
+        }
+    }
+    closedir(dh);
+    return rc;
+}
+
+/* Removes DIR/ab's layout-1 leaves and then DIR/ab itself, those empty. */
+static void old_rmdirs(const char *mid)
+{
+    DIR *dh = opendir(mid);
+    if (!dh) return;
+    struct dirent *de;
+    while ((de = readdir(dh))) {
+        char p[DISK_PATH_MAX];
+        if (is_hex2(de->d_name) && snprintf(p, sizeof p, "%s/%s", mid, de->d_name) < (int)sizeof p) rmdir(p);
+    }
+    closedir(dh);
+    rmdir(mid);
+}
+
+static int cmp_old_mtime(const void *a, const void *b)
+{
+    const old_file *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
+}
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && (buf = malloc((size_t)st.st_size))) {
+        if (fd_read(&fd, buf, (size_t)st.st_size, 0) == (ssize_t)st.st_size) *len = (size_t)st.st_size;
+        else free(buf), buf = NULL;
+    }
+    close(fd);
+    return buf;
+}
+
+static int disk_put_one(disk *d, const store_key *k, const uint8_t *v, size_t len);
+
+/* Layouts 1 and 2 kept one file per entry (DIR/ab/cd/ and DIR/ab/): each
+ * file is read, its frame verified, and appended under the key its name
+ * gives, oldest mtime first (so the LRU order
+ * of its hits survives), then deleted, and the emptied directories removed.
+ * A file whose entry does not verify is deleted unread into the tier. A
+ * crash midway leaves some files; DIR/layout still names the old layout,
+ * so the next open goes on with them (a file already appended is met again
+ * in a segment and only deleted); so does a put that fails (a full disk).
+ * 0 when done, 1 when files are left, PL_ENOMEM. */
+static int disk_migrate(disk *d)
+{
+    old_files f = {0};
+    int rc = 0;
+    for (int i = 0; i < 256 && !rc; i++) {
+        char mid[DISK_PATH_MAX];
+        snprintf(mid, sizeof mid, "%s/%02x", d->dir, i);
+        rc = old_collect(mid, 0, &f);
+    }
+    if (!rc && f.n) qsort(f.v, f.n, sizeof *f.v, cmp_old_mtime);
+    for (size_t i = 0; i < f.n; i++) {
+        size_t len = 0;
+        uint8_t *v = rc ? NULL : read_file(f.v[i].path, &len);
+        store_entry_meta m;
+        if (v && store_entry_frame_check(v, len, &m) == 0 && !disk_find(d, &f.v[i].key) && len <= d->max_bytes &&
+            disk_put_one(d, &f.v[i].key, v, len) != 0)
+            rc = 1; /* kept, for the next open */
+        else if (!rc)
+            unlink(f.v[i].path);
+        free(v);
+        free(f.v[i].path);
+    }
+    free(f.v);
+    for (int i = 0; i < 256 && !rc; i++) {
+        char mid[DISK_PATH_MAX];
+        snprintf(mid, sizeof mid, "%s/%02x", d->dir, i);
+        old_rmdirs(mid);
+    }
+    return rc;
+}
+/* DIR/layout names the on-disk layout: "pagellm kv-disk layout 3\n".
+ * Missing: layout 1 (DIR/ab/cd/, before the file existed); 1 and 2 are
+ * migrated at open. */
+#define DISK_LAYOUT 3
 #define DISK_LAYOUT_TEXT "pagellm kv-disk layout "
 
 /* The layout DIR says it has (1 when it says nothing), or -1 when the file
@@ -630,8 +938,10 @@ store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, s
         return NULL;
     }
     d->lock_fd = -1;
+    d->active_fd = -1;
     d->base = (store_backend){.name = "disk", .get_many = disk_get_many, .put_many = disk_put_many, .close = disk_close};
     d->max_bytes = max_bytes;
+    d->seg_cap = max_bytes / 4 < DISK_SEG_BYTES ? max_bytes / 4 : DISK_SEG_BYTES;
     d->dir = strdup(dir ? dir : "");
     d->buckets = calloc(1024, sizeof *d->buckets);
     d->mask = 1023;
@@ -659,13 +969,15 @@ store_backend *store_disk_open(const char *dir, uint64_t max_bytes, char *err, s
     if (layout > DISK_LAYOUT)
         return disk_fail(d, err, errlen, "kv-disk: %s holds layout %d, this build knows layout %d at most (give another directory)",
                          dir, layout, DISK_LAYOUT);
-    /* Best effort, both: on a full disk the tier still opens (its puts fail
-     * and are counted); a put makes its directory if missing, and a DIR
-     * without its layout file is read as layout 1, whose migration finds
-     * nothing to move in a layout-2 directory. */
-    disk_make_fanout(d);
-    int rc = disk_scan(d);
+    /* Best effort: on a full disk the tier still opens (its puts fail and
+     * are counted); a put makes DIR/seg again if it is missing. */
+    char segdir[4096];
+    snprintf(segdir, sizeof segdir, "%s/seg", dir);
+    mkdir(segdir, 0755);
+    int rc = disk_scan(d), left = 0;
+    if (!rc && layout < DISK_LAYOUT) rc = (left = disk_migrate(d)) < 0 ? left : 0;
+    if (!rc) disk_evict(d);
     if (rc) return disk_fail(d, err, errlen, "kv-disk: cannot read %s: %s", dir, rc == PL_ENOMEM ? "out of memory" : strerror(errno));
-    if (layout < DISK_LAYOUT) disk_layout_write(dir);
+    if (layout < DISK_LAYOUT && left == 0) disk_layout_write(dir);
     return &d->base;
 }

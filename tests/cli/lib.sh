@@ -78,3 +78,25 @@ serve_start() {
     sleep 0.1
   done
 }
+
+# kv_disk_entries DIR: the live records of a disk tier's segments
+# (store_segment.h, layout 3), one a line: "SEGFILE ENTRY_OFFSET ENTRY_LEN
+# KEYHEX". Walks each segment's record headers (48 bytes: magic, state,
+# entry length at 8, key at 24); stops at a header that is not a record's.
+kv_disk_entries() {
+  local f off size magic state len key
+  for f in "$1"/seg/*.seg; do
+    [ -f "$f" ] || continue
+    size=$(stat -c %s "$f")
+    off=0
+    while [ $((off + 48)) -le "$size" ]; do
+      magic=$(dd if="$f" bs=1 skip="$off" count=4 status=none)
+      [ "$magic" = PLSG ] || break
+      state=$(dd if="$f" bs=1 skip=$((off + 4)) count=4 status=none)
+      len=$(od -An -t u8 -j $((off + 8)) -N 8 "$f" | tr -d ' ')
+      key=$(od -An -t x8 -j $((off + 24)) -N 16 "$f" | tr -d ' \n')
+      [ "$state" = LIVE ] && echo "$f $((off + 48)) $len $key"
+      off=$((off + 48 + len))
+    done
+  done
+}

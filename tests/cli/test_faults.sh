@@ -237,7 +237,7 @@ else
   tier_serve "" "$T/fill.log" --kv-disk "$D/eio" && { tier_text >/dev/null; tier_stop "$T/fill.log"; }
   tier_serve count "$T/count.log" --kv-disk "$D/eio" && tier_stop "$T/count.log"
   c=$(count_of read "$T/count.log")
-  if [ -z "$c" ] || [ -z "$(find "$D/eio" -name '*.kv' | head -1)" ]; then
+  if [ -z "$c" ] || [ -z "$(find "$D/eio" -name '*.seg' -size +0 | head -1)" ]; then
     fail faults_tier_read_eio "no entries written or no read count: $(tail -2 "$T/fill.log")"
   elif tier_serve "read:$((c + 1))+" "$T/eio.log" --kv-disk "$D/eio"; then
     a=$(tier_text)

@@ -3,9 +3,10 @@
 # ../shared/models/stories260K.gguf: a long prompt is served, the server is
 # stopped and started again on the same DIR, and the same prompt is then a
 # tier hit (cached_tokens >= 90% of the prompt) with the same greedy text;
-# then every entry file is corrupted (bytes flipped, truncated) and the
-# prompt is still answered with the same text, the entries counted as
-# rejected in /metrics. Also: a --role prefill replica answers with one
+# the same entries as files of layouts 1 and 2 are migrated at open; then
+# every entry in the segment is corrupted (bytes flipped, the last record
+# cut short) and the prompt is still answered with the same text, the
+# entries counted as rejected in /metrics. Also: a --role prefill replica answers with one
 # token and a --role decode replica on its DIR serves the prompt from the
 # tier; a second server on the same DIR is refused; bad flags get clear
 # errors. The staged KV dtypes survive a restart the same way; blocks
@@ -67,8 +68,8 @@ check kv_disk_written_behind test "$W" -ge $((PT / 16 - 1))
 expect_exit kv_disk_second_server_refused 1 'in use by another process' -- \
   "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --kv-disk "$D"
 stop
-NFILES=$(find "$D" -name '*.kv' | wc -l)
-check kv_disk_files_after_stop test "$NFILES" -ge $((PT / 16 - 1))
+NFILES=$(kv_disk_entries "$D" | wc -l)
+check kv_disk_files_after_stop test "$NFILES" -ge $((PT / 16 - 1)) -a "$(find "$D" -name '*.kv' | wc -l)" -eq 0
 
 # 2. restarted: the prompt is a disk hit, same greedy text
 start 2 || { fail kv_disk_restart "$(tail -3 "$T/serve2.log")"; exit 0; }
@@ -83,37 +84,40 @@ check kv_disk_tier_hit_tokens test "$(metric pagellm_kv_tier_hit_tokens_total)" 
 check kv_disk_latency_histogram test "$(metric 'pagellm_kv_tier_get_seconds_count{tier="disk"}')" -ge 1
 stop
 
-# 2b. the same entries in layout 1 (DIR/ab/cd/<key>.kv, no DIR/layout): moved
-# up to DIR/ab/ at open and served as before
-for f in $(find "$D" -name '*.kv'); do
-  n=$(basename "$f")
-  mkdir -p "$(dirname "$f")/${n:2:2}" && mv "$f" "$(dirname "$f")/${n:2:2}/$n"
-done
-rm -f "$D/layout"
-NOLD=$(find "$D" -mindepth 3 -name '*.kv' | wc -l)
+# 2b. the same entries as one file each, half in layout 1 (DIR/ab/cd/<key>.kv)
+# and half in layout 2 (DIR/ab/<key>.kv), no DIR/seg, no DIR/layout: appended
+# to a segment at open, the files removed, and served as before
+i=0
+while read -r f off len key; do
+  sub="$D/${key:0:2}"
+  [ $((i % 2)) -eq 0 ] && sub="$sub/${key:2:2}"
+  mkdir -p "$sub" && dd if="$f" of="$sub/$key.kv" bs=1 skip="$off" count="$len" status=none
+  i=$((i + 1))
+done < <(kv_disk_entries "$D")
+rm -rf "$D/seg" "$D/layout"
+NOLD=$(find "$D" -name '*.kv' | wc -l)
 start 2b || { fail kv_disk_layout1_restart "$(tail -3 "$T/serve2b.log")"; exit 0; }
 complete "$T/b2.json"
 CT2=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/b2.json")
-check kv_disk_layout1_migrated test "$NOLD" -ge $((PT / 16 - 1)) -a "$(find "$D" -mindepth 3 -name '*.kv' | wc -l)" -eq 0 \
-  -a "$(find "$D" -mindepth 2 -maxdepth 2 -name '*.kv' | wc -l)" -ge "$NOLD"
-check kv_disk_layout1_served test "$CT2" -eq "$CT" -a "$(jq -r '.choices[0].text' "$T/b2.json")" = "$TEXT1"
-check kv_disk_layout_file test "$(cat "$D/layout")" = "pagellm kv-disk layout 2"
+check kv_disk_old_layouts_migrated test "$NOLD" -ge $((PT / 16 - 1)) -a "$(find "$D" -name '*.kv' | wc -l)" -eq 0 \
+  -a "$(kv_disk_entries "$D" | wc -l)" -ge "$NOLD" -a "$(find "$D" -mindepth 1 -type d | wc -l)" -eq 1
+check kv_disk_old_layouts_served test "$CT2" -eq "$CT" -a "$(jq -r '.choices[0].text' "$T/b2.json")" = "$TEXT1"
+check kv_disk_layout_file test "$(cat "$D/layout")" = "pagellm kv-disk layout 3"
 stop
 # a layout this build does not know is refused, naming it
 echo "pagellm kv-disk layout 9" >"$D/layout"
 expect_exit kv_disk_later_layout_refused 1 'layout 9' -- timeout 30 "$PAGELLM" serve -m "$M" --host 127.0.0.1 --port 0 --kv-disk "$D"
-echo "pagellm kv-disk layout 2" >"$D/layout"
+echo "pagellm kv-disk layout 3" >"$D/layout"
 
-# 3. corrupt entries: a byte flipped in half of the files, the others truncated
-i=0
-for f in $(find "$D" -name '*.kv' | sort); do
-  if [ $((i % 2)) -eq 0 ]; then
-    printf '\xff\xfe' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") / 2 )) conv=notrunc status=none
-  else
-    truncate -s $(( $(stat -c %s "$f") - 7 )) "$f"
-  fi
-  i=$((i + 1))
-done
+# 3. corrupt entries: a byte flipped in the middle of every entry (found by
+#    the reads), and the segment cut short inside its last entry (cut off
+#    at open: a torn append)
+LAST=""
+while read -r f off len key; do
+  printf '\xff\xfe' | dd of="$f" bs=1 seek=$((off + len / 2)) conv=notrunc status=none
+  LAST="$f $((off + len - 7))"
+done < <(kv_disk_entries "$D")
+[ -n "$LAST" ] && truncate -s "${LAST#* }" "${LAST%% *}"
 start 3 || { fail kv_disk_restart_corrupt "$(tail -3 "$T/serve3.log")"; exit 0; }
 complete "$T/c.json"
 check kv_disk_corrupt_same_text test "$(jq -r '.choices[0].text' "$T/c.json")" = "$TEXT1"
@@ -122,7 +126,7 @@ R=$(metric 'pagellm_kv_tier_rejected_total{tier="disk"}')
 echo "# $R corrupt entries rejected"
 check kv_disk_corrupt_rejected test "$R" -ge 1
 stop
-# the corrupt files were deleted and rewritten by the recompute: a restart hits again
+# the corrupt entries were dropped and rewritten by the recompute: a restart hits again
 start 4 || { fail kv_disk_restart_rewritten "$(tail -3 "$T/serve4.log")"; exit 0; }
 complete "$T/d.json"
 CT=$(jq '.usage.prompt_tokens_details.cached_tokens' "$T/d.json")
@@ -148,11 +152,11 @@ stop
 # 5. a limit of 8 entries keeps the prompt's first 8 blocks (a chain is kept from its head), and
 #    a restart is served those 128 tokens with the same text
 D=$T/kvdisk3
-E=$(stat -c %s "$(find "$T/kvdisk2" -name '*.kv' | head -1)")
+E=$(kv_disk_entries "$T/kvdisk2" | head -1 | cut -d' ' -f3)
 start 7 --kv-disk-max $((8 * E)) || { fail kv_disk_small_start "$(tail -3 "$T/serve7.log")"; exit 0; }
 complete "$T/g.json"
 stop
-check kv_disk_small_within_limit test "$(find "$D" -name '*.kv' | wc -l)" -le 8 -a "$(du -sb --exclude=lock "$D" | cut -f1)" -gt 0
+check kv_disk_small_within_limit test "$(kv_disk_entries "$D" | wc -l)" -le 8 -a "$(kv_disk_entries "$D" | wc -l)" -ge 1
 start 8 --kv-disk-max $((8 * E)) || { fail kv_disk_small_restart "$(tail -3 "$T/serve8.log")"; exit 0; }
 complete "$T/h.json"
 stop

@@ -41,7 +41,7 @@ run --kv-disk "$D" >"$T/out1.txt" 2>"$T/err1.txt"
 check kv_tiers_groups_disk_first_exit [ $? -eq 0 ]
 read -r C1 P1 T1 <<<"$(cached "$T/err1.txt")"
 check kv_tiers_groups_disk_first_cold test "${C1:-x}" = 0 -a "${P1:-0}" -ge 300
-check kv_tiers_groups_disk_files_written [ "$(find "$D" -name '*.kv' | wc -l)" -ge $((P1 / 16 - 1)) ]
+check kv_tiers_groups_disk_files_written [ "$(kv_disk_entries "$D" | wc -l)" -ge $((P1 / 16 - 1)) ]
 
 run --kv-disk "$D" >"$T/out2.txt" 2>"$T/err2.txt"
 check kv_tiers_groups_disk_second_exit [ $? -eq 0 ]
@@ -65,9 +65,9 @@ check kv_tiers_groups_own_entries_same_text cmp -s "$T/out0.txt" "$T/out4.txt"
 
 # damage the last byte of every groups entry (the last local group's bytes);
 # the one-table entries of step 2 are damaged too, and not asked for
-for f in $(find "$D" -name '*.kv'); do
-  printf 'Z' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") - 1)) conv=notrunc status=none
-done
+while read -r f off len key; do
+  printf 'Z' | dd of="$f" bs=1 seek=$((off + len - 1)) conv=notrunc status=none
+done < <(kv_disk_entries "$D")
 run --kv-disk "$D" >"$T/out5.txt" 2>"$T/err5.txt"
 check kv_tiers_groups_damaged_exit [ $? -eq 0 ]
 read -r C5 P5 T5 <<<"$(cached "$T/err5.txt")"

@@ -23,7 +23,7 @@ run --kv-disk "$D" >"$T/out1.txt" 2>"$T/err1.txt"
 check run_kv_disk_first_exit [ $? -eq 0 ]
 read -r C1 P1 T1 <<<"$(cached "$T/err1.txt")"
 check run_kv_disk_first_cold test "${C1:-x}" = 0 -a "${P1:-0}" -ge 300
-check run_kv_disk_files_written [ "$(find "$D" -name '*.kv' | wc -l)" -ge $((P1 / 16 - 1)) ]
+check run_kv_disk_files_written [ "$(kv_disk_entries "$D" | wc -l)" -ge $((P1 / 16 - 1)) ]
 
 run --kv-disk "$D" >"$T/out2.txt" 2>"$T/err2.txt"
 check run_kv_disk_second_exit [ $? -eq 0 ]

@@ -9,7 +9,8 @@
 # matcher and token mask), schema (JSON schema -> GBNF), server (the
 # server's other request parsers over stories260K), jinja (any bytes as a
 # chat template, seeded with ../shared/templates), store (the KV tier
-# entry reader, src/store/store_entry.c) or head (the server's request-head
+# entry reader, src/store/store_entry.c), segment (the disk tier segment
+# scan, src/store/store_segment.c) or head (the server's request-head
 # checker and the request gate's chunked-body reader, server/server_head.c,
 # and answer tracker, server/server_resp.c).
 #
@@ -396,8 +397,18 @@ $CLANG $FLAGS -DFUZZ_SEEDGEN $SRC tests/fuzz/fuzz_store_entry.c -o "$OUT/seedgen
 exec "$OUT/fuzz_store_entry" -max_total_time="$SECS" -max_len=2048 -timeout=10 \
   -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+segment)
+SRC="src/base/err.c src/store/store_entry.c src/store/store_segment.c"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_store_segment.c -o "$OUT/fuzz_store_segment" -lxxhash || exit 2
+# shellcheck disable=SC2086
+$CLANG $FLAGS -DFUZZ_SEEDGEN $SRC tests/fuzz/fuzz_store_segment.c -o "$OUT/seedgen_segment" -lxxhash || exit 2
+"$OUT/seedgen_segment" "$CORPUS" || exit 2
+exec "$OUT/fuzz_store_segment" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store | head)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store | segment | head)" >&2
 exit 2
 ;;
 esac
