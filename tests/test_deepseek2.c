@@ -509,6 +509,74 @@ TEST(a_sequence_gets_its_logits_alone_batched_and_chunked)
     CHECK_MSG(same_alone_batched_chunked("f32", "f32", 3, why, sizeof why) == 0, "%s", why);
 }
 
+/* --kv-window over latent rows: two sequences stepping together past the
+ * window (sinks 4 in a block of 16, window 32: 48 rows held) get, step by
+ * step, the logits each gets alone, for an unstaged and a staged dtype;
+ * and the cache never holds more than its 3 blocks a sequence. */
+static int window_same_alone_and_batched(const char *kvt, char *why, size_t wn)
+{
+    const char *path = "/tmp/pagellm-test-ds2-window.gguf";
+    pl_model *m = NULL;
+    pl_ctx *cb = NULL, *ca[2] = {NULL, NULL};
+    int rc = synth("q8_0", path) || pl_model_load(&m, path);
+    const uint32_t nv = rc ? 0 : pl_model_n_vocab(m);
+    float *lb = rc ? NULL : malloc(sizeof(float) * nv * 2), *la = rc ? NULL : malloc(sizeof(float) * nv);
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    cp.kv_window = 32;
+    cp.kv_sinks = 4;
+    cp.max_seqs = 2;
+    if (kvt) (void)pl_kv_dtype_from_name(kvt, &cp.kv_dtype);
+    if (!rc) rc = !lb || !la || pl_ctx_new(&cb, m, &cp) || pl_ctx_new(&ca[0], m, &cp) || pl_ctx_new(&ca[1], m, &cp);
+    int32_t sb[2], sa[2], ids[MAX_PROMPT], next[2];
+    for (int i = 0; i < 2 && !rc; i++) {
+        int np;
+        prompt_of(i + 2, ids, &np); /* 15 and 20 tokens */
+        rc = pl_seq_new(cb, &sb[i]) || pl_seq_append(cb, sb[i], ids, (size_t)np, NULL) || pl_seq_new(ca[i], &sa[i]) ||
+             pl_seq_append(ca[i], sa[i], ids, (size_t)np, NULL);
+        next[i] = 11 + 17 * i;
+    }
+    if (rc) snprintf(why, wn, "kv %s: setup: %s", kvt, pl_last_error());
+    for (int step = 0; step < 90 && !rc; step++) { /* past 48 rows, drops every 16 tokens */
+        rc = pl_seq_step(cb, sb, next, 2, lb);
+        for (int i = 0; i < 2 && !rc; i++) {
+            rc = pl_seq_append(ca[i], sa[i], &next[i], 1, la);
+            uint32_t diff = 0, best = 0;
+            for (uint32_t v = 0; !rc && v < nv; v++) {
+                diff += la[v] != lb[(size_t)i * nv + v];
+                if (la[v] > la[best]) best = v;
+            }
+            if (!rc && diff) {
+                snprintf(why, wn, "kv %s: sequence %d step %d: %u logits differ batched", kvt, i, step, diff);
+                rc = 1;
+            }
+            next[i] = (int32_t)best;
+        }
+        if (rc && !why[0]) snprintf(why, wn, "kv %s: step %d: %s", kvt, step, pl_last_error());
+    }
+    if (!rc) {
+        pl_kv_stats st;
+        pl_ctx_kv_stats(cb, &st);
+        if (st.blocks_used > 2 * 3) snprintf(why, wn, "kv %s: %u blocks held", kvt, st.blocks_used), rc = 1;
+    }
+    pl_ctx_free(cb);
+    pl_ctx_free(ca[0]);
+    pl_ctx_free(ca[1]);
+    pl_model_free(m);
+    free(lb);
+    free(la);
+    unlink(path);
+    return rc;
+}
+
+TEST(a_window_over_latent_rows_gives_the_same_logits_alone_and_batched)
+{
+    char why[512] = "";
+    CHECK_MSG(window_same_alone_and_batched("q8_0", why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(window_same_alone_and_batched("kivi4", why, sizeof why) == 0, "%s", why);
+}
+
 int main(void)
 {
     RUN(bad_metadata_is_refused_naming_the_key);
@@ -520,5 +588,6 @@ int main(void)
     RUN(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches);
     RUN(kivi_latent_rows_seal_whole_blocks_whatever_the_batches);
     RUN(a_sequence_gets_its_logits_alone_batched_and_chunked);
+    RUN(a_window_over_latent_rows_gives_the_same_logits_alone_and_batched);
     return test_summary();
 }

@@ -66,21 +66,28 @@ static uint8_t *row_at(const kv_pool *pool, uint32_t b, uint32_t layer, uint32_t
     return kv_block_k(pool, b, layer) + (uint64_t)slot * pool->g.row_bytes[0];
 }
 
+void kv_latent_write_row(kv_pool *pool, uint32_t b, uint32_t layer, uint32_t slot, const float *row)
+{
+    const kv_shape *s = &pool->g.s;
+    assert(s->kind == KV_KIND_LATENT && !kv_dtype_staged(s->dtype) && slot < s->block_size);
+    const uint32_t type = kv_latent_row_type(s->dtype);
+    uint8_t *dst = row_at(pool, b, layer, slot);
+    if (type == ATTN_KV_FP8_E5M2)
+        for (uint32_t i = 0; i < s->head_dim; i++) dst[i] = kv_e5m2_from_f32(row[i]);
+    else quant_quantize_row(type, row, dst, s->head_dim);
+}
+
 void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const float *rows)
 {
     const kv_shape *s = &pool->g.s;
     assert(s->kind == KV_KIND_LATENT);
     if (kv_dtype_staged(s->dtype)) return; /* kv_latent_stage_batch writes these */
-    const uint32_t type = kv_latent_row_type(s->dtype), T = s->block_size;
+    const uint32_t T = s->block_size;
     for (int t = 0; t < b->n_tokens; t++) {
         const kv_batch_seq *q = &b->seqs[b->seq[t]];
         const uint32_t slot = (uint32_t)b->slot[t];
         assert(slot / T < q->n_blocks);
-        uint8_t *dst = row_at(pool, q->blocks[slot / T], layer, slot % T);
-        const float *src = rows + (size_t)t * s->head_dim;
-        if (type == ATTN_KV_FP8_E5M2)
-            for (uint32_t i = 0; i < s->head_dim; i++) dst[i] = kv_e5m2_from_f32(src[i]);
-        else quant_quantize_row(type, src, dst, s->head_dim);
+        kv_latent_write_row(pool, q->blocks[slot / T], layer, slot % T, rows + (size_t)t * s->head_dim);
     }
 }
 
@@ -115,6 +122,16 @@ void kv_latent_kivi_seal(uint8_t *plane, uint64_t stride, const uint16_t *rows, 
     }
 }
 
+void kv_latent_seal(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *rows)
+{
+    const kv_shape *s = &pool->g.s;
+    assert(s->kind == KV_KIND_LATENT && kv_dtype_staged(s->dtype));
+    uint8_t *plane = kv_block_k(pool, b, layer);
+    const uint32_t bits = attn_mla_kivi_bits(kv_latent_row_type(s->dtype)), T = s->block_size, L = s->head_dim;
+    if (bits) kv_latent_kivi_seal(plane, pool->g.row_bytes[0], rows, T, T, L, bits);
+    else kv_codec_e4m3_seal_f16(plane, pool->g.row_bytes[0], rows, T, 1, L);
+}
+
 uint32_t kv_latent_stage_batch(kv_pool *pool, const kv_batch *b, int seq, uint32_t layer, const float *rows,
                                const int *toks, int n, uint16_t *tail)
 {
@@ -132,10 +149,7 @@ uint32_t kv_latent_stage_batch(kv_pool *pool, const kv_batch *b, int seq, uint32
     }
     for (uint32_t b0 = tail0; b0 + T <= from + (uint32_t)n; b0 += T) { /* the blocks the batch fills */
         assert(b0 / T < q->n_blocks);
-        uint8_t *plane = kv_block_k(pool, q->blocks[b0 / T], layer);
-        const uint32_t bits = attn_mla_kivi_bits(kv_latent_row_type(s->dtype));
-        if (bits) kv_latent_kivi_seal(plane, pool->g.row_bytes[0], tail + (size_t)(b0 - tail0) * L, T, T, L, bits);
-        else kv_codec_e4m3_seal_f16(plane, pool->g.row_bytes[0], tail + (size_t)(b0 - tail0) * L, T, 1, L);
+        kv_latent_seal(pool, q->blocks[b0 / T], layer, tail + (size_t)(b0 - tail0) * L);
     }
     return tail0;
 }

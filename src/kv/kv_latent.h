@@ -61,6 +61,15 @@ uint32_t kv_latent_row_type(kv_dtype dtype);
  * t) into each token's block and slot; nothing for a staged dtype. */
 void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const float *rows);
 
+/* Writes one row (head_dim floats) at slot of block b in layer; an unstaged
+ * dtype only. */
+void kv_latent_write_row(kv_pool *pool, uint32_t b, uint32_t layer, uint32_t slot, const float *row);
+
+/* Staged dtype: seals block b's plane of layer from block_size f16 rows
+ * ([T][head_dim], rounded by kv_codec_f16_row): e4m3 rows and their block
+ * scale, or KIVI codes and channel parameters. */
+void kv_latent_seal(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *rows);
+
 /* KIVI sealing of one latent plane: rows [0, n) of the f16 rows ([n][L],
  * rounded by kv_codec_f16_row) quantized per channel over those n rows to
  * b-bit codes, rows `stride` bytes apart, then the channel parameters after

@@ -88,8 +88,30 @@ check kvcalc_deepseek_v3_kivi2 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-
   jq -e '.bytes_per_token == 61 * (576 / 4 + 576 * 4 / 32)'"
 expect_exit kvcalc_latent_kivi_needs_32 2 'kivi4.*multiple of 32' -- \
   "$PAGELLM" kvcalc --layers 2 --kv-lora-rank 40 --rope-dim 8 --dtype kivi4
-expect_exit kv_window_refused_for_the_latent_cache 1 'kv_window.*latent KV rows' -- \
-  "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-window 64
+# --kv-window over latent rows: blocks past sinks + window are freed and the kept rows' k_pe turned
+# to their new positions (kv_shift.h); the cache holds at most 5 blocks (16 sinks + 64) however far it
+# runs, and a prefill in pieces of 1 or 5 gives the same tokens (the q8_0 file, as above)
+for dt in f16 q8_0 fp8_e4m3 kivi4; do
+  w=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 300 --temp 0 --ignore-eos --kv-dtype $dt \
+    --kv-window 64 --kv-sinks 4 --json 2>"$T/win.err")
+  check "kv_window_latent_${dt}_runs_past_the_window" jq -e '(.gen_ids | length) == 300 and .kv.tokens <= 80
+    and .kv.blocks_total == 5 and .kv.bytes_used <= 5 * .kv.bytes_per_token * 16 + 5 * 128' <<<"$w"
+  for b in 1 5; do
+    got=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 300 --temp 0 --ignore-eos --kv-dtype $dt \
+      --kv-window 64 --kv-sinks 4 -b $b --json 2>/dev/null | jq -c .gen_ids)
+    check "kv_window_latent_${dt}_same_tokens_batch_$b" test -n "$got" -a "$got" = "$(jq -c .gen_ids <<<"$w")"
+  done
+done
+# the window's tokens differ from a full cache's once it slides (the dropped rows are gone), and
+# not before: the first 80 - prompt tokens agree (kivi4 both, $w the last of the loop)
+full=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 300 --temp 0 --ignore-eos --ctx 512 --kv-dtype kivi4 --json 2>/dev/null)
+check kv_window_latent_same_until_it_slides python3 -c '
+import json, sys
+w, f = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+n = 80 - len(w["prompt_ids"])
+sys.exit(0 if n > 0 and w["gen_ids"][:n] == f["gen_ids"][:n] and w["gen_ids"] != f["gen_ids"] else 1)' "$w" "$full"
+expect_exit kv_window_latent_yarn_refused 1 'kv_window.*YaRN' -- \
+  "$PAGELLM" run -m "$T/ds2-yarn.gguf" -p hi -n 1 --kv-window 64
 expect_exit kvcalc_latent_needs_rope_dim 2 '--rope-dim is required' -- "$PAGELLM" kvcalc --layers 27 --kv-lora-rank 512
 check kvcalc_deepseek_v3_bf16 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype bf16 --json |
   jq -e '.kind == \"latent\" and .bytes_per_token == 70272 and .total_bytes == 70272 * 4096'"
