@@ -121,7 +121,8 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
         const int nk = j_end - j0 < 2 ? j_end - j0 : 2;
         const uint8_t *r[2] = {attn_mla_row(kv, j0), attn_mla_row(kv, j0 + nk - 1)};
         const float rs[2] = {attn_mla_row_scale(kv, j0), attn_mla_row_scale(kv, j0 + nk - 1)};
-        const uint16_t *kp[2] = {attn_mla_row_kivi(kv, j0), attn_mla_row_kivi(kv, j0 + nk - 1)};
+        const bool kivi = attn_mla_kivi_bits(t) != 0; /* t is the function's constant */
+        const uint16_t *kp[2] = {kivi ? attn_mla_row_kivi(kv, j0) : NULL, kivi ? attn_mla_row_kivi(kv, j0 + nk - 1) : NULL};
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;
             const float *qq[4];

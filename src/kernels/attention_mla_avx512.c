@@ -143,7 +143,7 @@ K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs,
         for (int b = 0; b < 4; b++) {
             r[b] = attn_mla_row(kv, j0 + (b < nk ? b : nk - 1));
             rs[b] = attn_mla_row_scale(kv, j0 + (b < nk ? b : nk - 1));
-            kp[b] = attn_mla_row_kivi(kv, j0 + (b < nk ? b : nk - 1));
+            kp[b] = attn_mla_kivi_bits(t) ? attn_mla_row_kivi(kv, j0 + (b < nk ? b : nk - 1)) : NULL;
         }
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;

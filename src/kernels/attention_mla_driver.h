@@ -28,8 +28,10 @@ MLA_DRV_INLINE void values_t(uint32_t t, const attn_mla_kv *kv, const float *p, 
         const uint8_t *r[MLA_VROWS];
         float rs[MLA_VROWS];
         const uint16_t *kp[MLA_VROWS];
-        for (int b = 0; b < nk; b++)
-            r[b] = attn_mla_row(kv, j0 + b), rs[b] = attn_mla_row_scale(kv, j0 + b), kp[b] = attn_mla_row_kivi(kv, j0 + b);
+        for (int b = 0; b < nk; b++) { /* t is the caller's constant: no KIVI look-up for other types */
+            r[b] = attn_mla_row(kv, j0 + b), rs[b] = attn_mla_row_scale(kv, j0 + b);
+            kp[b] = attn_mla_kivi_bits(t) ? attn_mla_row_kivi(kv, j0 + b) : NULL;
+        }
         for (int h0 = 0; h0 < nh; h0 += 8) {
             const float *pp[8];
             float *oo[8];
