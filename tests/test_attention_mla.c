@@ -8,7 +8,11 @@
  * decoders for the contract; "e4m3 staged" also hands the rows of the
  * last block and the one before it over as f16 tail rows, and fills the
  * block rows the tail replaces with NaN codes, which the result would
- * show if the kernel read them. */
+ * show if the kernel read them. KIVI rows (kivi4, kivi2) are sealed per
+ * channel over each block by kv_latent_kivi_seal and read back for the
+ * contract by this file's own reading of the layout attention_mla.h
+ * draws, in doubles; "kivi4 staged" hands its last blocks over as f16
+ * tail rows as e4m3 does. */
 #include "test.h"
 
 #include <math.h>
@@ -20,18 +24,28 @@
 #include "kernels/attention_mla.h"
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
+#include "kv/kv_latent.h"
 #include "rng.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
 
-#define E4M3_STAGED 0x20000u /* ATTN_KV_FP8_E4M3 rows with a tail */
-static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E5M2, ATTN_KV_FP8_E4M3, E4M3_STAGED};
+#define E4M3_STAGED 0x20000u  /* ATTN_KV_FP8_E4M3 rows with a tail */
+#define KIVI4_STAGED 0x20001u /* ATTN_MLA_KIVI4 rows with a tail */
+static const uint32_t types[] = {DT_F32,           DT_F16,           DT_BF16,        DT_Q8_0,        DT_Q4_0,
+                                 ATTN_KV_FP8_E5M2, ATTN_KV_FP8_E4M3, E4M3_STAGED,    ATTN_MLA_KIVI4, ATTN_MLA_KIVI2,
+                                 KIVI4_STAGED};
 #define N_TYPES (sizeof types / sizeof types[0])
 
 static const char *tname(uint32_t t)
 {
-    return t == ATTN_KV_FP8_E5M2 ? "e5m2" : t == ATTN_KV_FP8_E4M3 ? "e4m3" : t == E4M3_STAGED ? "e4m3 staged" : dtype_get(t)->name;
+    return t == ATTN_KV_FP8_E5M2   ? "e5m2"
+           : t == ATTN_KV_FP8_E4M3 ? "e4m3"
+           : t == E4M3_STAGED      ? "e4m3 staged"
+           : t == ATTN_MLA_KIVI4   ? "kivi4"
+           : t == ATTN_MLA_KIVI2   ? "kivi2"
+           : t == KIVI4_STAGED     ? "kivi4 staged"
+                                   : dtype_get(t)->name;
 }
 
 static bool is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E5M2 || t == ATTN_KV_FP8_E4M3; }
@@ -40,10 +54,23 @@ static bool is_fp8(uint32_t t) { return t == ATTN_KV_FP8_E5M2 || t == ATTN_KV_FP
  * that a row read with its neighbour's scale shows. */
 static float block_scale(uint32_t b) { return (1.0f + 0.37f * (float)(b % 5)) / 448.0f; }
 
-/* Element i of row r of type t (a ggml type or OFP8) as floats. */
-static void decode_row(uint32_t t, const uint8_t *r, float scale, float *out, int L)
+static uint32_t kivi_bits(uint32_t t) { return t == ATTN_MLA_KIVI4 ? 4 : t == ATTN_MLA_KIVI2 ? 2 : 0; }
+
+/* Element i of row r of type t (a ggml type, OFP8, or KIVI with its
+ * block's parameters par) as floats. KIVI: m + d x code in doubles, read
+ * from the layout: codes LSB first, per 32 channels 32 f16 d then 32 m. */
+static void decode_row(uint32_t t, const uint8_t *r, float scale, const uint8_t *par, float *out, int L)
 {
-    if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < L; i++) out[i] = kv_e5m2_to_f32(r[i]);
+    if (kivi_bits(t)) {
+        const uint32_t b = kivi_bits(t);
+        for (int i = 0; i < L; i++) {
+            uint16_t d, m;
+            memcpy(&d, par + ((size_t)(i / 32) * 64 + (size_t)(i % 32)) * 2, 2);
+            memcpy(&m, par + ((size_t)(i / 32) * 64 + 32 + (size_t)(i % 32)) * 2, 2);
+            const uint32_t code = (r[(uint32_t)i * b / 8] >> ((uint32_t)i * b % 8)) & ((1u << b) - 1);
+            out[i] = (float)((double)f16_to_f32(m) + (double)f16_to_f32(d) * code);
+        }
+    } else if (t == ATTN_KV_FP8_E5M2) for (int i = 0; i < L; i++) out[i] = kv_e5m2_to_f32(r[i]);
     else if (t == ATTN_KV_FP8_E4M3) for (int i = 0; i < L; i++) out[i] = kv_e4m3_to_f32(r[i]) * scale;
     else quant_dequant_row(t, r, out, (size_t)L);
 }
@@ -64,10 +91,11 @@ static void cache_make(cache *c, uint32_t type, int R, int D, int n, int H, uint
 {
     rng_seed(seed);
     const int L = R + D;
-    const bool staged = type == E4M3_STAGED;
-    if (staged) type = ATTN_KV_FP8_E4M3;
-    const size_t row_bytes = is_fp8(type) ? (size_t)L : dtype_row_bytes(type, (uint64_t)L),
-                 block_bytes = bs * row_bytes + 64;
+    const bool staged = type == E4M3_STAGED || type == KIVI4_STAGED;
+    if (staged) type = type == E4M3_STAGED ? ATTN_KV_FP8_E4M3 : ATTN_MLA_KIVI4;
+    const uint32_t bits = kivi_bits(type);
+    const size_t row_bytes = is_fp8(type) ? (size_t)L : bits ? (size_t)L * bits / 8 : dtype_row_bytes(type, (uint64_t)L),
+                 block_bytes = bs * row_bytes + (bits ? attn_mla_kivi_param_bytes(L) : 64);
     const uint32_t nb = ((uint32_t)n + bs - 1) / bs, phys = 2 * nb + 1;
     c->data = calloc(phys, block_bytes);
     c->blocks = malloc(nb * sizeof *c->blocks);
@@ -81,17 +109,32 @@ static void cache_make(cache *c, uint32_t type, int R, int D, int n, int H, uint
         memcpy(c->data + (size_t)c->blocks[b] * block_bytes + c->kv.scale_off, &sb, sizeof sb);
     }
     float *row = malloc((size_t)L * sizeof *row);
+    uint16_t *f16rows = bits ? malloc((size_t)bs * L * sizeof *f16rows) : NULL; /* KIVI: a block's rows */
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < L; i++) row[i] = rng_sym();
+        /* KIVI channels with their own ranges: an outlier channel, and the rope dims wider */
+        for (int i = 0; bits && i < L; i++) row[i] *= i == 5 ? 8.0f : i >= R ? 2.0f : 1.0f;
         uint8_t *dst = c->data + (size_t)c->blocks[j / bs] * block_bytes + (size_t)(j % bs) * row_bytes;
         if (staged && (uint32_t)j >= tail0) kv_codec_f16_row(row, c->tail + (size_t)(j - (int)tail0) * L, (uint64_t)L);
-        if (staged && (uint32_t)j >= last0) memset(dst, 0x7F, row_bytes); /* NaN codes: never to be read */
+        if (staged && (uint32_t)j >= last0 && !bits) memset(dst, 0x7F, row_bytes); /* NaN codes: never to be read */
         else if (type == ATTN_KV_FP8_E5M2) for (int i = 0; i < L; i++) dst[i] = kv_e5m2_from_f32(row[i]);
         else if (type == ATTN_KV_FP8_E4M3)
             for (int i = 0; i < L; i++) dst[i] = kv_e4m3_from_f32(row[i] / block_scale((uint32_t)j / bs));
-        else quant_quantize_row(type, row, dst, (size_t)L);
+        else if (bits) { /* a block is sealed at its last row (or the cache's) */
+            kv_codec_f16_row(row, f16rows + (size_t)(j % bs) * L, (uint64_t)L);
+            if ((uint32_t)j % bs == bs - 1 || j == n - 1)
+                kv_latent_kivi_seal(c->data + (size_t)c->blocks[j / bs] * block_bytes, row_bytes, f16rows,
+                                    (uint32_t)j % bs + 1, bs, (uint32_t)L, bits);
+        } else quant_quantize_row(type, row, dst, (size_t)L);
+    }
+    if (staged && bits) /* the rows the tail replaces as maximal codes of the widest range: shows if read */
+        for (int j = (int)last0; j < n; j++) memset(c->data + (size_t)c->blocks[j / bs] * block_bytes + (size_t)(j % bs) * row_bytes, 0xFF, row_bytes);
+    if (staged && bits) {
+        uint16_t *par = (uint16_t *)(c->data + (size_t)c->blocks[last0 / bs] * block_bytes + c->kv.scale_off);
+        for (int i = 0; i < L; i++) par[(i / 32) * 64 + i % 32] = f32_to_f16(1000.0f);
     }
     free(row);
+    free(f16rows);
     if (staged) {
         c->kv.tail = c->tail;
         c->kv.tail0 = (int)tail0;
@@ -130,7 +173,9 @@ static void plain(const cache *c, int h, int n, float scale, double *out)
                            (size_t)(j % kv->block_size) * kv->row_bytes;
         if (kv->tail && j >= kv->n_sealed)
             for (int i = 0; i < L; i++) rows[(size_t)j * L + i] = f16_to_f32(kv->tail[(size_t)(j - kv->tail0) * L + i]);
-        else decode_row(kv->type, r, block_scale((uint32_t)j / kv->block_size), rows + (size_t)j * L, L);
+        else decode_row(kv->type, r, block_scale((uint32_t)j / kv->block_size),
+                        kv->base + (size_t)kv->blocks[j / kv->block_size] * kv->block_bytes + kv->scale_off,
+                        rows + (size_t)j * L, L);
         double d = 0;
         for (int i = 0; i < L; i++) d += (double)rounded(kv->type, c->q[(size_t)h * L + i]) * rows[(size_t)j * L + i];
         s[j] = d * scale;

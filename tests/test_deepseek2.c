@@ -239,10 +239,18 @@ TEST(latent_kind_geometry_is_one_row_a_token_and_layer)
     CHECK_NEAR(g.bytes_per_token, 2.0 * (96 * 16 + 4) / 16, 0);
     CHECK_EQ_INT(kv_geom_init(&g, &e5), 0);
     CHECK_NEAR(g.bytes_per_token, 2.0 * 96, 0);
+    /* KIVI: b bits an element, and per block and layer an f16 scale and zero a channel */
+    const kv_shape k4 = {2, 1, 96, 16, KV_INT4, KV_KIND_LATENT}, k2 = {2, 1, 96, 16, KV_INT2, KV_KIND_LATENT};
+    CHECK_EQ_INT(kv_geom_init(&g, &k4), 0);
+    CHECK_NEAR(g.bytes_per_token, 2.0 * (96 * 16 / 2 + 96 * 4) / 16, 0);
+    CHECK_EQ_INT(kv_geom_init(&g, &k2), 0);
+    CHECK_NEAR(g.bytes_per_token, 2.0 * (96 * 16 / 4 + 96 * 4) / 16, 0);
+    CHECK_EQ_INT(pl_kv_size_of_latent(27, 512, 64, 16, PL_KV_INT4, &sz), 0);
+    CHECK(sz.stage_bytes == 27ull * 16 * 576 * 2);
     /* what the kind cannot hold */
-    const kv_shape kivi = {2, 1, 96, 16, KV_INT4, KV_KIND_LATENT};
+    const kv_shape kivi = {2, 1, 80, 16, KV_INT4, KV_KIND_LATENT};
     CHECK_EQ_INT(kv_geom_init(&g, &kivi), PL_EUNSUPPORTED);
-    CHECK(strstr(pl_last_error(), "kivi4") && strstr(pl_last_error(), "latent"));
+    CHECK(strstr(pl_last_error(), "kivi4") && strstr(pl_last_error(), "multiple of 32"));
     const kv_shape odd4 = {2, 1, 80, 16, KV_Q4_0, KV_KIND_LATENT};
     CHECK_EQ_INT(kv_geom_init(&g, &odd4), PL_EUNSUPPORTED);
     const kv_shape odd = {2, 1, 80, 16, KV_Q8_0, KV_KIND_LATENT};
@@ -326,10 +334,22 @@ static void e4m3_write(kv_pool *pool, kv_stage *st, const uint32_t *blocks, cons
     }
 }
 
-TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches)
+/* Half a KIVI step of the block's channel c: the bound of a sealed
+ * element's error (m is the minimum exactly, d rounds to f16). */
+static double kivi_bound(const float *rows, uint32_t j0, uint32_t T, uint32_t D, uint32_t c, uint32_t bits)
+{
+    float mn = INFINITY, mx = -INFINITY;
+    for (uint32_t t = j0; t < j0 + T; t++) mn = fminf(mn, rows[(size_t)t * D + c]), mx = fmaxf(mx, rows[(size_t)t * D + c]);
+    return (mx - mn) / (double)((1u << bits) - 1) * 0.5 * 1.002 + fabs(mx) / 1024 + 1e-6;
+}
+
+/* A staged dtype (fp8_e4m3, kivi4, kivi2): the full blocks sealed, the
+ * partly filled one in the stage, the sealed bytes the same however the
+ * rows came in batches. */
+static void staged_rows_seal_whole_blocks(kv_dtype dt)
 {
     const uint32_t L = 2, D = 96, T = 4, n = 10;
-    const kv_shape s = {L, 1, D, T, KV_FP8_E4M3, KV_KIND_LATENT};
+    const kv_shape s = {L, 1, D, T, dt, KV_KIND_LATENT};
     float rows[10 * 96], back[8 * 96];
     rng_seed(77);
     for (uint32_t i = 0; i < n * D; i++) rows[i] = (float)(rng_u32() % 20001) / 5000.0f - 2.0f;
@@ -345,10 +365,14 @@ TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches)
         uint32_t blocks[3];
         CHECK_EQ_INT(kv_pool_alloc_n(&pool, 3, blocks), 0);
         e4m3_write(&pool, &st, blocks, rows, n, chunks[c], tail);
-        /* the two full blocks are sealed: e4m3 (3 mantissa bits) times a scale near amax / 448 */
+        /* the two full blocks are sealed: e4m3 (3 mantissa bits) times a scale near amax / 448; KIVI
+         * within half a step of each channel's range over its block */
+        const uint32_t bits = dt == KV_INT4 ? 4 : dt == KV_INT2 ? 2 : 0;
         for (uint32_t l = 0; l < L; l++) {
             kv_latent_read(&pool, blocks, l, 8, back);
-            for (uint32_t i = 0; i < 8 * D; i++) CHECK_NEAR(back[i], rows[i], fabs(rows[i]) / 16 + 2.0 / 448 / 8);
+            for (uint32_t i = 0; i < 8 * D; i++)
+                CHECK_NEAR(back[i], rows[i],
+                           bits ? kivi_bound(rows, i / D / T * T, T, D, i % D, bits) : fabs(rows[i]) / 16 + 2.0 / 448 / 8);
             /* the partly filled block is the stage's: rows 8, 9 in f16 */
             uint16_t h[96];
             for (uint32_t j = 8; j < n; j++) {
@@ -364,7 +388,7 @@ TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches)
             memcpy(first, b0, bytes);
             memcpy(first + bytes, kv_block_k(&pool, blocks[1], 1), bytes);
         } else {
-            CHECK_MSG(memcmp(first, b0, bytes) == 0, "chunks of %u: block 0 differs", chunks[c]);
+            CHECK_MSG(memcmp(first, b0, bytes) == 0, "%s chunks of %u: block 0 differs", kv_dtype_name(dt), chunks[c]);
             CHECK_MSG(memcmp(first + bytes, kv_block_k(&pool, blocks[1], 1), bytes) == 0, "chunks of %u: block 1",
                       chunks[c]);
         }
@@ -372,6 +396,13 @@ TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches)
         kv_pool_free(&pool);
     }
     free(first);
+}
+
+TEST(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches) { staged_rows_seal_whole_blocks(KV_FP8_E4M3); }
+TEST(kivi_latent_rows_seal_whole_blocks_whatever_the_batches)
+{
+    staged_rows_seal_whole_blocks(KV_INT4);
+    staged_rows_seal_whole_blocks(KV_INT2);
 }
 
 /* ------------------------------------------------------ batch vs alone */
@@ -471,8 +502,79 @@ TEST(a_sequence_gets_its_logits_alone_batched_and_chunked)
     /* fp8: e5m2 rows; e4m3 staged (a sequence's own block from its f16 tail, sealed when full) */
     CHECK_MSG(same_alone_batched_chunked("q8_0", "fp8_e5m2", 6, why, sizeof why) == 0, "%s", why);
     CHECK_MSG(same_alone_batched_chunked("q8_0", "fp8_e4m3", 6, why, sizeof why) == 0, "%s", why);
+    /* KIVI: staged the same way, sealed per channel */
+    CHECK_MSG(same_alone_batched_chunked("q8_0", "kivi4", 6, why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(same_alone_batched_chunked("q8_0", "kivi2", 6, why, sizeof why) == 0, "%s", why);
     /* f32 matrices take the 4-row decode path up to 4 rows */
     CHECK_MSG(same_alone_batched_chunked("f32", "f32", 3, why, sizeof why) == 0, "%s", why);
+}
+
+/* --kv-window over latent rows: two sequences stepping together past the
+ * window (sinks 4 in a block of 16, window 32: 48 rows held) get, step by
+ * step, the logits each gets alone, for an unstaged and a staged dtype;
+ * and the cache never holds more than its 3 blocks a sequence. */
+static int window_same_alone_and_batched(const char *kvt, char *why, size_t wn)
+{
+    const char *path = "/tmp/pagellm-test-ds2-window.gguf";
+    pl_model *m = NULL;
+    pl_ctx *cb = NULL, *ca[2] = {NULL, NULL};
+    int rc = synth("q8_0", path) || pl_model_load(&m, path);
+    const uint32_t nv = rc ? 0 : pl_model_n_vocab(m);
+    float *lb = rc ? NULL : malloc(sizeof(float) * nv * 2), *la = rc ? NULL : malloc(sizeof(float) * nv);
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    cp.kv_window = 32;
+    cp.kv_sinks = 4;
+    cp.max_seqs = 2;
+    if (kvt) (void)pl_kv_dtype_from_name(kvt, &cp.kv_dtype);
+    if (!rc) rc = !lb || !la || pl_ctx_new(&cb, m, &cp) || pl_ctx_new(&ca[0], m, &cp) || pl_ctx_new(&ca[1], m, &cp);
+    int32_t sb[2], sa[2], ids[MAX_PROMPT], next[2];
+    for (int i = 0; i < 2 && !rc; i++) {
+        int np;
+        prompt_of(i + 2, ids, &np); /* 15 and 20 tokens */
+        rc = pl_seq_new(cb, &sb[i]) || pl_seq_append(cb, sb[i], ids, (size_t)np, NULL) || pl_seq_new(ca[i], &sa[i]) ||
+             pl_seq_append(ca[i], sa[i], ids, (size_t)np, NULL);
+        next[i] = 11 + 17 * i;
+    }
+    if (rc) snprintf(why, wn, "kv %s: setup: %s", kvt, pl_last_error());
+    for (int step = 0; step < 90 && !rc; step++) { /* past 48 rows, drops every 16 tokens */
+        rc = pl_seq_step(cb, sb, next, 2, lb);
+        for (int i = 0; i < 2 && !rc; i++) {
+            rc = pl_seq_append(ca[i], sa[i], &next[i], 1, la);
+            uint32_t diff = 0, best = 0;
+            for (uint32_t v = 0; !rc && v < nv; v++) {
+                diff += la[v] != lb[(size_t)i * nv + v];
+                if (la[v] > la[best]) best = v;
+            }
+            if (!rc && diff) {
+                snprintf(why, wn, "kv %s: sequence %d step %d: %u logits differ batched", kvt, i, step, diff);
+                rc = 1;
+            }
+            next[i] = (int32_t)best;
+        }
+        if (rc && !why[0]) snprintf(why, wn, "kv %s: step %d: %s", kvt, step, pl_last_error());
+    }
+    if (!rc) {
+        pl_kv_stats st;
+        pl_ctx_kv_stats(cb, &st);
+        if (st.blocks_used > 2 * 3) snprintf(why, wn, "kv %s: %u blocks held", kvt, st.blocks_used), rc = 1;
+    }
+    pl_ctx_free(cb);
+    pl_ctx_free(ca[0]);
+    pl_ctx_free(ca[1]);
+    pl_model_free(m);
+    free(lb);
+    free(la);
+    unlink(path);
+    return rc;
+}
+
+TEST(a_window_over_latent_rows_gives_the_same_logits_alone_and_batched)
+{
+    char why[512] = "";
+    CHECK_MSG(window_same_alone_and_batched("q8_0", why, sizeof why) == 0, "%s", why);
+    CHECK_MSG(window_same_alone_and_batched("kivi4", why, sizeof why) == 0, "%s", why);
 }
 
 int main(void)
@@ -484,6 +586,8 @@ int main(void)
     RUN(latent_kind_geometry_is_one_row_a_token_and_layer);
     RUN(latent_rows_round_trip_and_move_with_their_block);
     RUN(e4m3_latent_rows_seal_whole_blocks_whatever_the_batches);
+    RUN(kivi_latent_rows_seal_whole_blocks_whatever_the_batches);
     RUN(a_sequence_gets_its_logits_alone_batched_and_chunked);
+    RUN(a_window_over_latent_rows_gives_the_same_logits_alone_and_batched);
     return test_summary();
 }

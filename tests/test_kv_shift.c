@@ -8,6 +8,7 @@
 #include "base/err.h"
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
+#include "kv/kv_latent.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_shift.h"
 #include "tensor/half.h"
@@ -199,8 +200,102 @@ TEST(stage_shift_equals_rope_at_new_position)
     kv_pool_free(&pool);
 }
 
+/* The latent kind: rows of c_kv (64) then k_pe (32) rotated at p0 + t,
+ * in every dtype the kind holds (staged ones sealed from f16 rows). After
+ * a shift by delta, k_pe is RoPE at p0 + t - delta within the dtype's
+ * rounding (KIVI: its per-channel step, once before and once after), and
+ * c_kv reads as before (bit for bit where re-encoding a decoded row gives
+ * it back; KIVI within the f16 rounding its re-seal goes through). */
+static void latent_case(kv_dtype dt, double tol, double tol_ckv, uint32_t delta)
+{
+    const uint32_t NL = 2, R = 64, D = 32, L = R + D, T = 4, p0 = 200;
+    const kv_shape sh = {NL, 1, L, T, dt, KV_KIND_LATENT};
+    kv_pool pool;
+    CHECK_EQ_INT(kv_pool_init(&pool, &sh, 2), 0);
+    const kv_rope rope = {.rope_dim = D, .neox = false, .base = 10000.0f, .scale = 1.0f};
+    float *scratch = malloc(kv_shift_scratch_floats(&pool) * sizeof(float));
+    float want[2][4][96], before[4 * 96], after[4 * 96], row[96];
+    uint16_t half[4 * 96];
+    const uint32_t table[1] = {1};
+    for (uint32_t l = 0; l < NL; l++) {
+        for (uint32_t t = 0; t < T; t++) {
+            for (uint32_t i = 0; i < L; i++) row[i] = frand();
+            memcpy(want[l][t], row, sizeof row);
+            kern_rope(row + R, 1, (int)D, (int)D, (int)(p0 + t), 10000.0f, 1.0f, false, NULL);
+            kern_rope(want[l][t] + R, 1, (int)D, (int)D, (int)(p0 + t - delta), 10000.0f, 1.0f, false, NULL);
+            if (kv_dtype_staged(dt)) kv_codec_f16_row(row, half + t * L, L);
+            else kv_latent_write_row(&pool, 1, l, t, row);
+        }
+        if (kv_dtype_staged(dt)) kv_latent_seal(&pool, 1, l, half);
+    }
+    double worst = 0;
+    for (uint32_t l = 0; l < NL; l++) {
+        kv_latent_read(&pool, table, l, T, before);
+        if (l == 0) kv_shift_block(&rope, &pool, 1, T, delta, scratch); /* every layer at once */
+        kv_latent_read(&pool, table, l, T, after);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < L; i++) {
+                const float got = after[t * L + i];
+                const double e = i < R ? fabs((double)got - before[t * L + i]) : fabs((double)got - want[l][t][i]);
+                if (i >= R) worst = e > worst ? e : worst;
+                CHECK_MSG(e <= (i < R ? tol_ckv : tol), "%s layer %u row %u dim %u: %.6g (c_kv before %.6g, want %.6g)",
+                          kv_dtype_name(dt), l, t, i, got, before[t * L + i], want[l][t][i]);
+            }
+    }
+    CHECK_MSG(worst > 0, "%s: k_pe came out exact: nothing was rounded", kv_dtype_name(dt));
+    free(scratch);
+    kv_pool_free(&pool);
+}
+
+TEST(latent_shift_turns_k_pe_only)
+{
+    kern_init(0);
+    latent_case(KV_F32, 2e-4, 0, 37);
+    latent_case(KV_F16, 2.0 / 1024 + 2e-4, 0, 37);
+    latent_case(KV_Q8_0, 2.0 / 127 + 2e-4, 0, 48);
+    latent_case(KV_FP8_E4M3, 2.0 / 16, 2.0 / 16, 48);
+    /* KIVI: half a step of a range up to 2 before (carried through the rotation's pairs) and after */
+    latent_case(KV_INT4, 2 * 1.5 * 2.0 / 15 / 2 + 2e-3, 2.0 / 1024, 48);
+    latent_case(KV_INT2, 2 * 1.5 * 2.0 / 3 / 2 + 2e-3, 2.0 / 1024, 48);
+}
+
+/* A latent stage's rows: only the last rope_dim halves of a row turn. */
+TEST(latent_stage_shift_turns_k_pe_only)
+{
+    kern_init(0);
+    const uint32_t R = 64, D = 32, L = R + D, T = 4, n = 3, p0 = 300, delta = 64;
+    const kv_shape sh = {1, 1, L, T, KV_INT4, KV_KIND_LATENT};
+    kv_pool pool;
+    CHECK_EQ_INT(kv_pool_init(&pool, &sh, 1), 0);
+    kv_stage st;
+    CHECK_EQ_INT(kv_stage_init(&st, &pool.g), 0);
+    const kv_rope rope = {.rope_dim = D, .neox = false, .base = 10000.0f, .scale = 1.0f};
+    float want[4][96], row[96], scratch[96];
+    uint16_t before[4][96];
+    for (uint32_t t = 0; t < T; t++) {
+        for (uint32_t i = 0; i < L; i++) row[i] = frand();
+        memcpy(want[t], row, sizeof row);
+        kern_rope(row + R, 1, (int)D, (int)D, (int)(p0 + t), 10000.0f, 1.0f, false, NULL);
+        kern_rope(want[t] + R, 1, (int)D, (int)D, (int)(p0 + t - delta), 10000.0f, 1.0f, false, NULL);
+        kv_codec_stage_row(&st, 0, KV_PLANE_K, t, row);
+        memcpy(before[t], kv_stage_plane(&st, 0, KV_PLANE_K) + t * L, sizeof before[t]);
+    }
+    kv_shift_stage(&rope, &pool, &st, n, delta, scratch);
+    for (uint32_t t = 0; t < T; t++) {
+        const uint16_t *k = kv_stage_plane(&st, 0, KV_PLANE_K) + t * L;
+        CHECK_MSG(memcmp(k, before[t], t < n ? R * 2 : sizeof before[t]) == 0, "row %u: c_kv or a row past n changed", t);
+        for (uint32_t i = R; i < L && t < n; i++)
+            CHECK_MSG(fabs((double)f16_to_f32(k[i]) - want[t][i]) <= 2.0 / 1024 + 2e-4, "row %u dim %u: %g vs %g", t, i,
+                      (double)f16_to_f32(k[i]), (double)want[t][i]);
+    }
+    kv_stage_free(&st);
+    kv_pool_free(&pool);
+}
+
 TEST(supported_dtypes)
 {
+    for (int t = 0; t < KV_DTYPE_COUNT; t++) CHECK(kv_shift_latent_supported((kv_dtype)t));
+    CHECK(!kv_shift_latent_supported(KV_DTYPE_COUNT));
     CHECK(kv_shift_supported(KV_F32) && kv_shift_supported(KV_F16) && kv_shift_supported(KV_Q4_0));
     CHECK(kv_shift_supported(KV_FP8_E4M3) && kv_shift_supported(KV_FP8_E5M2));
     CHECK(!kv_shift_supported(KV_INT4) && !kv_shift_supported(KV_INT2));
@@ -212,6 +307,8 @@ int main(void)
     RUN(f16_shift_within_f16_rounding);
     RUN(quantized_and_fp8_shift);
     RUN(stage_shift_equals_rope_at_new_position);
+    RUN(latent_shift_turns_k_pe_only);
+    RUN(latent_stage_shift_turns_k_pe_only);
     RUN(supported_dtypes);
     return test_summary();
 }

@@ -37,7 +37,7 @@ static uint32_t win_sink_blocks(const pl_ctx_params *p) { rt_params r = win_of(p
 static uint32_t win_limit(const pl_ctx_params *p) { rt_params r = win_of(p); return rt_window_limit(&r); }
 
 /* The window's parameters (after block_size and n_ctx are known). */
-static int window_check(const pl_ctx_params *p)
+static int window_check(const pl_ctx_params *p, bool latent)
 {
     if (!p->kv_window) {
         if (p->kv_sinks)
@@ -52,7 +52,7 @@ static int window_check(const pl_ctx_params *p)
                        "= %u exceed the context n_ctx (--ctx) %u", p->kv_sinks, win_sink_blocks(p) * p->block_size,
                        p->block_size, p->kv_window, win_limit(p), p->n_ctx);
     if (p->no_kv_cache) return err_set(PL_EINVAL, "kv_window (--kv-window) needs a KV cache (not --no-kv-cache)");
-    if (!kv_shift_supported((kv_dtype)p->kv_dtype))
+    if (latent ? !kv_shift_latent_supported((kv_dtype)p->kv_dtype) : !kv_shift_supported((kv_dtype)p->kv_dtype))
         return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported with KV dtype %s yet (its keys "
                        "are quantized per channel over a block and cannot be re-rotated in place)",
                        pl_kv_dtype_name(p->kv_dtype));
@@ -100,9 +100,6 @@ static int params_resolve(const model *m, pl_ctx_params *p, rt_params *out)
     uint32_t swa;
     int rc = swa_check(c, p, &swa);
     if (rc) return rc;
-    if (p->kv_window && c->mla.kv_lora_rank)
-        return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported for this %s model: its latent KV "
-                       "rows hold the RoPE key after the latent, which the re-rotation does not handle yet", c->arch_name);
     if (p->kv_window && !model_rope_shiftable(m))
         return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported for this %s model: its RoPE (YaRN, "
                        "LongRoPE or a second base for local layers) cannot re-rotate kept keys yet", c->arch_name);
@@ -125,7 +122,7 @@ static int params_resolve(const model *m, pl_ctx_params *p, rt_params *out)
     if (p->layout != PL_KV_PAGED && p->layout != PL_KV_STATIC)
         return err_set(PL_EINVAL, "unknown KV layout %d", (int)p->layout);
     rc = model_kv_dtype_check(m, (kv_dtype)p->kv_dtype);
-    if (!rc) rc = window_check(p);
+    if (!rc) rc = window_check(p, c->mla.kv_lora_rank > 0);
     if (rc) return rc;
     *out = (rt_params){
         .n_ctx = p->n_ctx,

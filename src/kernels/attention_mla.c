@@ -26,11 +26,18 @@ size_t attn_mla_scratch_floats(int n_heads, int max_ctx, int row_len)
 
 /* Row j as floats: ggml rows by their dequantizer; e5m2 as the half it is
  * the top byte of; e4m3 as its half-trick half times attn_mla_row_scale
- * (the SIMD variants' product, kv_e4m3_to_f32(b) x scale exactly). */
+ * (the SIMD variants' product, kv_e4m3_to_f32(b) x scale exactly); KIVI
+ * codes by the fused product of attention_mla.h, as the SIMD lanes form it. */
 static void row_floats(const attn_mla_kv *kv, int j, float *row)
 {
     const uint8_t *r = attn_mla_row(kv, j);
-    if (kv->type == ATTN_KV_FP8_E5M2) {
+    const uint32_t bits = attn_mla_kivi_bits(kv->type);
+    if (bits) {
+        const uint16_t *kp = attn_mla_row_kivi(kv, j);
+        for (int i = 0; i < kv->row_len; i++)
+            row[i] = fmaf(f16_to_f32(*attn_mla_kivi_d(kp, i)), (float)attn_mla_kivi_code(r, bits, i),
+                          f16_to_f32(*attn_mla_kivi_m(kp, i)));
+    } else if (kv->type == ATTN_KV_FP8_E5M2) {
         for (int i = 0; i < kv->row_len; i++) row[i] = f16_to_f32((uint16_t)(r[i] << 8));
     } else if (kv->type == ATTN_KV_FP8_E4M3) {
         const float d = attn_mla_row_scale(kv, j);
@@ -95,7 +102,7 @@ static bool simd_shape(const attn_mla_kv *kv)
     const uint32_t t = kv->type;
     return kv->rank % 32 == 0 && kv->row_len % 32 == 0 &&
            (t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || t == DT_Q4_0 || t == ATTN_KV_FP8_E4M3 ||
-            t == ATTN_KV_FP8_E5M2);
+            t == ATTN_KV_FP8_E5M2 || attn_mla_kivi_bits(t));
 }
 
 bool attn_mla_variant_available(attn_mla_variant v, const attn_mla_kv *kv)

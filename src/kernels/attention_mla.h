@@ -17,7 +17,19 @@
  * an e4m3 element is its half-trick half times 256 x the block scale, one
  * product, which is kv_e4m3_to_f32(b) x scale exactly.
  *
- * Staged caches (fp8_e4m3, kv/kv_latent.h): a token's own block is not
+ * KIVI rows (ATTN_MLA_KIVI4, ATTN_MLA_KIVI2; kv/kv_latent.h) are b-bit codes
+ * quantized per channel over a block: row j's element i is
+ *   x = fmaf(d_i, code_ji, m_i)        (d_i, m_i: f16, of row j's block)
+ * with the codes packed LSB first along the row (b = 4: byte k holds
+ * elements 2k (low nibble) and 2k + 1; b = 2: elements 4k .. 4k + 3) and
+ * the block's parameters at scale_off, 32 channels at a time:
+ *   | d[0..31] | m[0..31] | d[32..63] | m[32..63] | ...   (f16 each)
+ * As a key the row gives q . x over dequantized elements; as a value the
+ * weighted sum sum_j p_j x_ji = d_i sum_j p_j code_ji + m_i sum_j p_j is the
+ * same per channel, so no head needs more than the row's own parameters.
+ * Every variant forms x by that one fused product (bits the same).
+ *
+ * Staged caches (fp8_e4m3, KIVI; kv/kv_latent.h): a token's own block is not
  * sealed yet and its rows are f16 in `tail` (rows tail0, tail0 + 1, ...).
  * attn_mla_at(kv, n_ctx) gives the view of a token that attends over
  * n_ctx rows: rows [0, n_sealed) from the blocks, the rest from the tail
@@ -45,16 +57,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* KIVI latent rows (see the top); apart from attention.h's OFP8 codes. */
+#define ATTN_MLA_KIVI4 0x10020u
+#define ATTN_MLA_KIVI2 0x10021u
+
+/* Code bits of a KIVI row type, 0 for the others. */
+static inline uint32_t attn_mla_kivi_bits(uint32_t type)
+{
+    return type == ATTN_MLA_KIVI4 ? 4 : type == ATTN_MLA_KIVI2 ? 2 : 0;
+}
+
+/* Bytes of a KIVI block's channel parameters for rows of row_len elements
+ * (row_len a multiple of 32): an f16 scale and an f16 zero a channel. */
+static inline size_t attn_mla_kivi_param_bytes(int row_len) { return (size_t)row_len * 4; }
+
 typedef struct attn_mla_kv {
     const uint32_t *blocks; /* the sequence's block table */
     const uint8_t *base;    /* the layer's rows in physical block 0 */
     size_t block_bytes;     /* from one physical block to the next */
     size_t row_bytes;       /* from one token slot to the next */
     uint32_t block_size;    /* tokens per block */
-    uint32_t type;          /* DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3 or _E5M2 */
+    uint32_t type;          /* DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, ATTN_KV_FP8_E4M3 or _E5M2,
+                               ATTN_MLA_KIVI4 or _KIVI2 */
     int rank;               /* values: elements 0..rank-1 of a row */
     int row_len;            /* keys: all row_len elements */
-    size_t scale_off;       /* ATTN_KV_FP8_E4M3: the block's f32 scale at this offset in the block */
+    size_t scale_off;       /* ATTN_KV_FP8_E4M3: the block's f32 scale at this offset in the block;
+                               KIVI: the block's channel parameters there */
     const uint16_t *tail;   /* staged: f16 rows from row tail0 on, row_len halves each; NULL: none */
     int tail0;
     int n_sealed;           /* with a tail: rows [0, n_sealed) are in the blocks (attn_mla_at) */

@@ -11,6 +11,8 @@
  */
 #include "kernels/attention_mla_impl.h"
 
+#include <string.h>
+
 #include "kernels/attention.h"
 #include "kernels/kern_impl.h"
 #include "tensor/blocks.h"
@@ -24,9 +26,23 @@
 #define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 /* Elements i..i+7 of a row (i % 8 == 0); d: the q8_0 / q4_0 block's scale,
- * or 256 x the e4m3 block scale. */
-KAI __m256 ld8(uint32_t t, const uint8_t *r, int i, __m256 d)
+ * or 256 x the e4m3 block scale; kp: a KIVI row's block parameters. */
+KAI __m256 ld8(uint32_t t, const uint8_t *r, int i, __m256 d, const uint16_t *kp)
 {
+    if (t == ATTN_MLA_KIVI4 || t == ATTN_MLA_KIVI2) { /* each lane shifts its code down: d x code + m, fused */
+        uint32_t w = 0;
+        memcpy(&w, r + (size_t)i * attn_mla_kivi_bits(t) / 8, attn_mla_kivi_bits(t));
+        const __m256i c = t == ATTN_MLA_KIVI4
+                              ? _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w),
+                                                                   _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                                 _mm256_set1_epi32(15))
+                              : _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w),
+                                                                   _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                                 _mm256_set1_epi32(3));
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)attn_mla_kivi_d(kp, i)));
+        const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)attn_mla_kivi_m(kp, i)));
+        return _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(c), mv);
+    }
     if (t == DT_F32) return _mm256_loadu_ps((const float *)r + i);
     if (t == ATTN_KV_FP8_E5M2) /* the top byte of a half */
         return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(r + i))), 8));
@@ -72,8 +88,8 @@ KAI float hsum8(__m256 v)
 }
 
 /* s[a][b] = q[a] . r[b] over L elements. */
-KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float rs[2], const float *const q[4],
-                    float s[4][2])
+KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float rs[2], const uint16_t *const kp[2],
+                    const float *const q[4], float s[4][2])
 {
     __m256 acc[4][2];
 #pragma GCC unroll 4
@@ -82,7 +98,7 @@ KAI void score_tile(uint32_t t, int L, const uint8_t *const r[2], const float rs
         const __m256 d0 = scale8(t, r[0], i0, rs[0]), d1 = scale8(t, r[1], i0, rs[1]);
 #pragma GCC unroll 4
         for (int i = i0; i < i0 + 32; i += 8) {
-            const __m256 k0 = ld8(t, r[0], i, d0), k1 = ld8(t, r[1], i, d1);
+            const __m256 k0 = ld8(t, r[0], i, d0, kp[0]), k1 = ld8(t, r[1], i, d1, kp[1]);
 #pragma GCC unroll 4
             for (int a = 0; a < 4; a++) {
                 const __m256 x = _mm256_loadu_ps(q[a] + i);
@@ -105,12 +121,14 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
         const int nk = j_end - j0 < 2 ? j_end - j0 : 2;
         const uint8_t *r[2] = {attn_mla_row(kv, j0), attn_mla_row(kv, j0 + nk - 1)};
         const float rs[2] = {attn_mla_row_scale(kv, j0), attn_mla_row_scale(kv, j0 + nk - 1)};
+        const bool kivi = attn_mla_kivi_bits(t) != 0; /* t is the function's constant */
+        const uint16_t *kp[2] = {kivi ? attn_mla_row_kivi(kv, j0) : NULL, kivi ? attn_mla_row_kivi(kv, j0 + nk - 1) : NULL};
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;
             const float *qq[4];
             for (int a = 0; a < 4; a++) qq[a] = q + (size_t)(h0 + (a < na ? a : na - 1)) * qs;
             float s[4][2];
-            score_tile(t, kv->row_len, r, rs, qq, s);
+            score_tile(t, kv->row_len, r, rs, kp, qq, s);
             for (int a = 0; a < na; a++)
                 for (int b = 0; b < nk; b++) sc[(size_t)(h0 + a) * ld + j0 + b] = s[a][b];
         }
@@ -118,15 +136,15 @@ KAI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs, 
 }
 
 /* o[h][i..i+8) += sum_b p[h][b] r[b][i..i+8) for each 8 of the rank. */
-KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const float *rs, int nk,
-                     const float *const p[8], float *const o[8])
+KAI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const float *rs, const uint16_t *const *kp,
+                     int nk, const float *const p[8], float *const o[8])
 {
     for (int i = i0; i < i1; i += 8) {
         __m256 acc[8];
 #pragma GCC unroll 8
         for (int h = 0; h < 8; h++) acc[h] = _mm256_loadu_ps(o[h] + i);
         for (int b = 0; b < nk; b++) {
-            const __m256 v = ld8(t, r[b], i, scale8(t, r[b], i, rs[b]));
+            const __m256 v = ld8(t, r[b], i, scale8(t, r[b], i, rs[b]), kp[b]);
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h][b]), v, acc[h]);
         }

@@ -36,11 +36,37 @@ K5AI __m256i e4m3_halves(__m128i x)
     return _mm256_or_si256(w, _mm256_and_si256(nan, _mm256_set1_epi16(0x4000)));
 }
 
-/* Elements i..i+31 of a row (i % 32 == 0) as two vectors of floats; rs:
- * attn_mla_row_scale (e4m3). */
-K5AI void ld32(uint32_t t, const uint8_t *r, int i, float rs, __m512 *v0, __m512 *v1)
+/* 16 KIVI codes from the words w of the packed row: lane k takes word
+ * idx[k] shifted down by sh[k], masked to the code's bits. */
+K5AI __m512 kivi_codes(__m512i w, __m512i idx, __m512i sh, int mask)
 {
-    if (t == ATTN_KV_FP8_E4M3) {
+    return _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, w), sh), _mm512_set1_epi32(mask)));
+}
+
+/* Elements i..i+31 of a row (i % 32 == 0) as two vectors of floats; rs:
+ * attn_mla_row_scale (e4m3); kp: a KIVI row's block parameters. */
+K5AI void ld32(uint32_t t, const uint8_t *r, int i, float rs, const uint16_t *kp, __m512 *v0, __m512 *v1)
+{
+    if (t == ATTN_MLA_KIVI4 || t == ATTN_MLA_KIVI2) { /* d x code + m, fused, 16 channels a vector */
+        __m512 c0, c1;
+        if (t == ATTN_MLA_KIVI4) { /* 16 bytes: words 0-1 hold elements 0..15, words 2-3 16..31 */
+            const __m512i w = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r + i / 2)));
+            const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+            c0 = kivi_codes(w, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), sh, 15);
+            c1 = kivi_codes(w, _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), sh, 15);
+        } else { /* 8 bytes: word 0 holds elements 0..15, word 1 16..31 */
+            const __m512i w = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(r + i / 4)));
+            const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            c0 = kivi_codes(w, _mm512_setzero_si512(), sh, 3);
+            c1 = kivi_codes(w, _mm512_set1_epi32(1), sh, 3);
+        }
+        const uint16_t *d = attn_mla_kivi_d(kp, i), *m = attn_mla_kivi_m(kp, i);
+        *v0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)), c0,
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)m)));
+        *v1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + 16))), c1,
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m + 16))));
+    } else if (t == ATTN_KV_FP8_E4M3) {
         const __m512 d = _mm512_set1_ps(rs);
         *v0 = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_halves(_mm_loadu_si128((const __m128i *)(r + i)))), d);
         *v1 = _mm512_mul_ps(_mm512_cvtph_ps(e4m3_halves(_mm_loadu_si128((const __m128i *)(r + i + 16)))), d);
@@ -75,8 +101,8 @@ K5AI void ld32(uint32_t t, const uint8_t *r, int i, float rs, __m512 *v0, __m512
 }
 
 /* s[a][b] = q[a] . r[b] over L elements. */
-K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float rs[4], const float *const q[4],
-                     float s[4][4])
+K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float rs[4], const uint16_t *const kp[4],
+                     const float *const q[4], float s[4][4])
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -86,7 +112,7 @@ K5AI void score_tile(uint32_t t, int L, const uint8_t *const r[4], const float r
     for (int i = 0; i < L; i += 32) {
         __m512 k0[4], k1[4];
 #pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) ld32(t, r[b], i, rs[b], &k0[b], &k1[b]);
+        for (int b = 0; b < 4; b++) ld32(t, r[b], i, rs[b], kp[b], &k0[b], &k1[b]);
 #pragma GCC unroll 4
         for (int a = 0; a < 4; a++) {
             const __m512 x = _mm512_loadu_ps(q[a] + i);
@@ -113,16 +139,18 @@ K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs,
         const int nk = j_end - j0 < 4 ? j_end - j0 : 4;
         const uint8_t *r[4];
         float rs[4];
+        const uint16_t *kp[4];
         for (int b = 0; b < 4; b++) {
             r[b] = attn_mla_row(kv, j0 + (b < nk ? b : nk - 1));
             rs[b] = attn_mla_row_scale(kv, j0 + (b < nk ? b : nk - 1));
+            kp[b] = attn_mla_kivi_bits(t) ? attn_mla_row_kivi(kv, j0 + (b < nk ? b : nk - 1)) : NULL;
         }
         for (int h0 = 0; h0 < nh; h0 += 4) {
             const int na = nh - h0 < 4 ? nh - h0 : 4;
             const float *qq[4];
             for (int a = 0; a < 4; a++) qq[a] = q + (size_t)(h0 + (a < na ? a : na - 1)) * qs;
             float s[4][4];
-            score_tile(t, kv->row_len, r, rs, qq, s);
+            score_tile(t, kv->row_len, r, rs, kp, qq, s);
             for (int a = 0; a < na; a++)
                 for (int b = 0; b < nk; b++) sc[(size_t)(h0 + a) * ld + j0 + b] = s[a][b];
         }
@@ -132,8 +160,8 @@ K5AI void scores_t(uint32_t t, const attn_mla_kv *kv, const float *q, size_t qs,
 /* Rows per values run: 16 rows of 512 f16 values are 16 KiB, within L1
  * while every head group passes over them. */
 /* o[h][i..) += sum_b p[h][b] r[b][i..), 32 elements at a time, 8 heads. */
-K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const float *rs, int nk,
-                      const float *const p[8], float *const o[8])
+K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const float *rs, const uint16_t *const *kp,
+                      int nk, const float *const p[8], float *const o[8])
 {
     for (int i = i0; i < i1; i += 32) {
         __m512 acc[8][2];
@@ -144,7 +172,7 @@ K5AI void values_tile(uint32_t t, int i0, int i1, const uint8_t *const *r, const
         }
         for (int b = 0; b < nk; b++) {
             __m512 v0, v1;
-            ld32(t, r[b], i, rs[b], &v0, &v1);
+            ld32(t, r[b], i, rs[b], kp[b], &v0, &v1);
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) {
                 const __m512 w = _mm512_set1_ps(p[h][b]);

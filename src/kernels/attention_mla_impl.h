@@ -40,6 +40,26 @@ static inline float attn_mla_row_scale(const attn_mla_kv *kv, int j)
     return s * 256.0f;
 }
 
+/* Row j's block's KIVI channel parameters (kernels/attention_mla.h: 32
+ * scales then 32 zeros, 32 channels at a time); NULL for other types. */
+static inline const uint16_t *attn_mla_row_kivi(const attn_mla_kv *kv, int j)
+{
+    if (!attn_mla_kivi_bits(kv->type)) return NULL;
+    return (const uint16_t *)(kv->base + (size_t)kv->blocks[(uint32_t)j / kv->block_size] * kv->block_bytes +
+                              kv->scale_off);
+}
+
+/* Channel i's scale and zero among a block's parameters kp. */
+static inline const uint16_t *attn_mla_kivi_d(const uint16_t *kp, int i) { return kp + (size_t)(i / 32) * 64 + i % 32; }
+static inline const uint16_t *attn_mla_kivi_m(const uint16_t *kp, int i) { return attn_mla_kivi_d(kp, i) + 32; }
+
+/* Code i of a KIVI row of b bits. */
+static inline uint32_t attn_mla_kivi_code(const uint8_t *r, uint32_t bits, int i)
+{
+    const uint32_t bit = (uint32_t)i * bits;
+    return (r[bit >> 3] >> (bit & 7)) & ((1u << bits) - 1);
+}
+
 /* sc[h x ld + j] = q[h] . row_j (unscaled), h < n_heads, j0 <= j < j1;
  * q[h] at q + h x q_stride. */
 typedef void attn_mla_scores_fn(const attn_mla_kv *kv, const float *q, size_t q_stride, int n_heads, int j0, int j1,

@@ -2,6 +2,7 @@
 #include "kv/kv_latent.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -11,6 +12,7 @@
 #include "kv/kv_pool.h"
 #include "kv/kv_writer.h"
 #include "tensor/dtype.h"
+#include "tensor/half.h"
 #include "tensor/quant.h"
 
 uint32_t kv_latent_row_type(kv_dtype dtype)
@@ -23,6 +25,8 @@ uint32_t kv_latent_row_type(kv_dtype dtype)
     case KV_Q4_0: return DT_Q4_0;
     case KV_FP8_E4M3: return ATTN_KV_FP8_E4M3;
     case KV_FP8_E5M2: return ATTN_KV_FP8_E5M2;
+    case KV_INT4: return ATTN_MLA_KIVI4;
+    case KV_INT2: return ATTN_MLA_KIVI2;
     default: return UINT32_MAX;
     }
 }
@@ -30,16 +34,10 @@ uint32_t kv_latent_row_type(kv_dtype dtype)
 int kv_latent_check(kv_dtype dtype, uint32_t n_kv_heads, uint32_t head_dim)
 {
     if (n_kv_heads != 1) return err_set(PL_EINVAL, "KV shape: the latent kind has one row a token (n_kv_heads %u)", n_kv_heads);
-    if (dtype == KV_INT4 || dtype == KV_INT2)
-        return err_set(PL_EUNSUPPORTED,
-                       "KV dtype %s: the latent (MLA) cache does not take KIVI: its row is both the key and the value "
-                       "of every head, and the latent attention reads no KIVI block layout (docs/kv-dtypes.md, "
-                       "\"The latent kind\"); fp8_e4m3 (1 byte an element) or q4_0 (4.5 bits) are the small ones it takes",
-                       kv_dtype_get(dtype)->name);
     if (kv_latent_row_type(dtype) == UINT32_MAX)
         return err_set(PL_EUNSUPPORTED, "KV dtype %s: the latent (MLA) cache takes f32, f16, bf16, q8_0, q4_0, "
-                       "fp8_e4m3 or fp8_e5m2", kv_dtype_get(dtype)->name);
-    if ((dtype == KV_Q8_0 || dtype == KV_Q4_0) && head_dim % 32)
+                       "fp8_e4m3, fp8_e5m2, kivi4 or kivi2", kv_dtype_get(dtype)->name);
+    if ((dtype == KV_Q8_0 || dtype == KV_Q4_0 || dtype == KV_INT4 || dtype == KV_INT2) && head_dim % 32)
         return err_set(PL_EUNSUPPORTED, "KV dtype %s: the latent row of %u values is not a multiple of 32",
                        kv_dtype_get(dtype)->name, head_dim);
     return 0;
@@ -49,13 +47,17 @@ uint64_t kv_latent_row_bytes(kv_dtype dtype, uint32_t head_dim)
 {
     const uint32_t t = kv_latent_row_type(dtype);
     if (t == ATTN_KV_FP8_E4M3 || t == ATTN_KV_FP8_E5M2) return head_dim;
+    if (attn_mla_kivi_bits(t)) return (uint64_t)head_dim * attn_mla_kivi_bits(t) / 8;
     return t == UINT32_MAX ? 0 : dtype_row_bytes(t, head_dim);
 }
 
 uint64_t kv_latent_plane_bytes(kv_dtype dtype, uint32_t head_dim, uint32_t block_size)
 {
     const uint64_t rows = kv_latent_row_bytes(dtype, head_dim) * block_size;
-    return rows && dtype == KV_FP8_E4M3 ? rows + sizeof(float) : rows;
+    if (!rows) return 0;
+    if (dtype == KV_FP8_E4M3) return rows + sizeof(float);
+    if (attn_mla_kivi_bits(kv_latent_row_type(dtype))) return rows + attn_mla_kivi_param_bytes((int)head_dim);
+    return rows;
 }
 
 /* Row slot of block b in layer. */
@@ -64,22 +66,70 @@ static uint8_t *row_at(const kv_pool *pool, uint32_t b, uint32_t layer, uint32_t
     return kv_block_k(pool, b, layer) + (uint64_t)slot * pool->g.row_bytes[0];
 }
 
+void kv_latent_write_row(kv_pool *pool, uint32_t b, uint32_t layer, uint32_t slot, const float *row)
+{
+    const kv_shape *s = &pool->g.s;
+    assert(s->kind == KV_KIND_LATENT && !kv_dtype_staged(s->dtype) && slot < s->block_size);
+    const uint32_t type = kv_latent_row_type(s->dtype);
+    uint8_t *dst = row_at(pool, b, layer, slot);
+    if (type == ATTN_KV_FP8_E5M2)
+        for (uint32_t i = 0; i < s->head_dim; i++) dst[i] = kv_e5m2_from_f32(row[i]);
+    else quant_quantize_row(type, row, dst, s->head_dim);
+}
+
 void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const float *rows)
 {
     const kv_shape *s = &pool->g.s;
     assert(s->kind == KV_KIND_LATENT);
     if (kv_dtype_staged(s->dtype)) return; /* kv_latent_stage_batch writes these */
-    const uint32_t type = kv_latent_row_type(s->dtype), T = s->block_size;
+    const uint32_t T = s->block_size;
     for (int t = 0; t < b->n_tokens; t++) {
         const kv_batch_seq *q = &b->seqs[b->seq[t]];
         const uint32_t slot = (uint32_t)b->slot[t];
         assert(slot / T < q->n_blocks);
-        uint8_t *dst = row_at(pool, q->blocks[slot / T], layer, slot % T);
-        const float *src = rows + (size_t)t * s->head_dim;
-        if (type == ATTN_KV_FP8_E5M2)
-            for (uint32_t i = 0; i < s->head_dim; i++) dst[i] = kv_e5m2_from_f32(src[i]);
-        else quant_quantize_row(type, src, dst, s->head_dim);
+        kv_latent_write_row(pool, q->blocks[slot / T], layer, slot % T, rows + (size_t)t * s->head_dim);
     }
+}
+
+void kv_latent_kivi_seal(uint8_t *plane, uint64_t stride, const uint16_t *rows, uint32_t n, uint32_t T, uint32_t L,
+                         uint32_t bits)
+{
+    assert(n >= 1 && n <= T && L % 32 == 0 && (bits == 2 || bits == 4));
+    const float levels = (float)((1u << bits) - 1);
+    uint16_t *par = (uint16_t *)(plane + (uint64_t)T * stride);
+    for (uint32_t t = 0; t < T; t++) memset(plane + (uint64_t)t * stride, 0, (size_t)L * bits / 8);
+    for (uint32_t c = 0; c < L; c++) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (uint32_t t = 0; t < n; t++) {
+            const float x = f16_to_f32(rows[(size_t)t * L + c]);
+            mn = x < mn ? x : mn; /* NaN is left out */
+            mx = x > mx ? x : mx;
+        }
+        if (!(mn <= mx)) mn = mx = 0; /* all NaN */
+        /* staged rows are halves, so m is the minimum exactly; d rounds */
+        const uint16_t mh = f32_to_f16(mn), dh = f32_to_f16((mx - mn) / levels);
+        uint16_t *dp = par + (size_t)(c / 32) * 64 + c % 32;
+        memcpy(dp, &dh, sizeof dh);
+        memcpy(dp + 32, &mh, sizeof mh);
+        const float m = f16_to_f32(mh), d = f16_to_f32(dh), id = d > 0 ? 1.0f / d : 0.0f;
+        for (uint32_t t = 0; t < n; t++) {
+            float q = (f16_to_f32(rows[(size_t)t * L + c]) - m) * id;
+            q = q > 0 ? q : 0; /* also NaN -> 0 */
+            q = q < levels ? q : levels;
+            const uint32_t bit = c * bits;
+            plane[(uint64_t)t * stride + (bit >> 3)] |= (uint8_t)(quant_round_nearest(q) << (bit & 7));
+        }
+    }
+}
+
+void kv_latent_seal(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *rows)
+{
+    const kv_shape *s = &pool->g.s;
+    assert(s->kind == KV_KIND_LATENT && kv_dtype_staged(s->dtype));
+    uint8_t *plane = kv_block_k(pool, b, layer);
+    const uint32_t bits = attn_mla_kivi_bits(kv_latent_row_type(s->dtype)), T = s->block_size, L = s->head_dim;
+    if (bits) kv_latent_kivi_seal(plane, pool->g.row_bytes[0], rows, T, T, L, bits);
+    else kv_codec_e4m3_seal_f16(plane, pool->g.row_bytes[0], rows, T, 1, L);
 }
 
 uint32_t kv_latent_stage_batch(kv_pool *pool, const kv_batch *b, int seq, uint32_t layer, const float *rows,
@@ -99,8 +149,7 @@ uint32_t kv_latent_stage_batch(kv_pool *pool, const kv_batch *b, int seq, uint32
     }
     for (uint32_t b0 = tail0; b0 + T <= from + (uint32_t)n; b0 += T) { /* the blocks the batch fills */
         assert(b0 / T < q->n_blocks);
-        kv_codec_e4m3_seal_f16(kv_block_k(pool, q->blocks[b0 / T], layer), pool->g.row_bytes[0],
-                               tail + (size_t)(b0 - tail0) * L, T, 1, L);
+        kv_latent_seal(pool, q->blocks[b0 / T], layer, tail + (size_t)(b0 - tail0) * L);
     }
     return tail0;
 }
@@ -152,11 +201,20 @@ void kv_latent_read_range(const kv_pool *pool, const uint32_t *blocks, uint32_t 
 {
     const kv_shape *s = &pool->g.s;
     assert(s->kind == KV_KIND_LATENT && j0 <= j1);
-    const uint32_t type = kv_latent_row_type(s->dtype), T = s->block_size;
+    const uint32_t type = kv_latent_row_type(s->dtype), T = s->block_size, bits = attn_mla_kivi_bits(type);
     for (uint32_t j = j0; j < j1; j++) {
         const uint8_t *src = row_at(pool, blocks[j / T], layer, j % T);
         float *o = out + (size_t)j * s->head_dim, sc;
-        if (type == DT_F16) {
+        if (bits) { /* a sealed block's: the kernel's fused product (attention_mla.h) */
+            const uint16_t *par = (const uint16_t *)(kv_block_k(pool, blocks[j / T], layer) +
+                                                     (uint64_t)T * pool->g.row_bytes[0]);
+            for (uint32_t i = 0; i < s->head_dim; i++) {
+                const uint16_t *dp = par + (size_t)(i / 32) * 64 + i % 32;
+                const uint32_t bit = i * bits;
+                const uint32_t code = (src[bit >> 3] >> (bit & 7)) & ((1u << bits) - 1);
+                o[i] = fmaf(f16_to_f32(dp[0]), (float)code, f16_to_f32(dp[32]));
+            }
+        } else if (type == DT_F16) {
             kern_f16_to_f32_row(o, (const uint16_t *)src, (int)s->head_dim);
         } else if (type == ATTN_KV_FP8_E5M2) {
             for (uint32_t i = 0; i < s->head_dim; i++) o[i] = kv_e5m2_to_f32(src[i]);

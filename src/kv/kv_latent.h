@@ -5,10 +5,21 @@
  * Rows are ggml rows of the pool's dtype (f32, f16, bf16, q8_0 or q4_0;
  * the blocks of 32 need a row length that is a multiple of 32) or OFP8
  * bytes (fp8_e5m2; fp8_e4m3 with one f32 scale a block and layer after
- * the block's rows, kv_codec.h's "E4M3 scales" with one head), token t of
+ * the block's rows, kv_codec.h's "E4M3 scales" with one head) or KIVI
+ * codes (kivi4, kivi2: b-bit codes of each element, quantized per channel
+ * over the block's tokens, the block's f16 scale and zero of every channel
+ * after its rows; kernels/attention_mla.h draws the layout), token t of
  * a block at row t of the layer's K plane.
  *
- * fp8_e4m3 is staged as for K/V (kv_codec.h, kv_writer.h): the block
+ * KIVI per channel, the RoPE dims too: the latent row is every head's key
+ * and (its first kv_lora_rank values) every head's value, so its channels
+ * are keys' channels (KIVI quantizes keys per channel: outlier channels
+ * keep their own range) and the value sum stays exact per channel (d x the
+ * weighted code sum + m x the weight sum). The RoPE dims take the same
+ * per-channel range as KIVI gives rotated keys; docs/kv-dtypes.md has the
+ * measured cost.
+ *
+ * fp8_e4m3 and KIVI are staged as for K/V (kv_codec.h, kv_writer.h): the block
  * being filled lives in f16 in the sequence's stage (one plane a layer,
  * kv_stage.planes 1) and is sealed when full. For a batch,
  * per sequence and layer: kv_latent_stage_batch gathers the f16 rows of
@@ -50,7 +61,23 @@ uint32_t kv_latent_row_type(kv_dtype dtype);
  * t) into each token's block and slot; nothing for a staged dtype. */
 void kv_latent_store(kv_pool *pool, const kv_batch *b, uint32_t layer, const float *rows);
 
-/* Staged dtype (fp8_e4m3), sequence seq of b, whose n batch tokens are
+/* Writes one row (head_dim floats) at slot of block b in layer; an unstaged
+ * dtype only. */
+void kv_latent_write_row(kv_pool *pool, uint32_t b, uint32_t layer, uint32_t slot, const float *row);
+
+/* Staged dtype: seals block b's plane of layer from block_size f16 rows
+ * ([T][head_dim], rounded by kv_codec_f16_row): e4m3 rows and their block
+ * scale, or KIVI codes and channel parameters. */
+void kv_latent_seal(kv_pool *pool, uint32_t b, uint32_t layer, const uint16_t *rows);
+
+/* KIVI sealing of one latent plane: rows [0, n) of the f16 rows ([n][L],
+ * rounded by kv_codec_f16_row) quantized per channel over those n rows to
+ * b-bit codes, rows `stride` bytes apart, then the channel parameters after
+ * T rows (attention_mla.h). n < T only for tests: a pool block seals full. */
+void kv_latent_kivi_seal(uint8_t *plane, uint64_t stride, const uint16_t *rows, uint32_t n, uint32_t T, uint32_t L,
+                         uint32_t bits);
+
+/* Staged dtype (fp8_e4m3, KIVI), sequence seq of b, whose n batch tokens are
  * toks[0..n) (at consecutive slots from `from`, row toks[k] of rows):
  * fills tail ((block_size + n) x head_dim halves) with the f16 rows of
  * positions [tail0, from + n), tail0 = from / block_size x block_size,
@@ -73,7 +100,7 @@ attn_mla_kv kv_latent_view_staged(const kv_pool *pool, const uint32_t *blocks, u
                                   const uint16_t *tail, uint32_t tail0);
 
 /* out[n][head_dim] = rows 0..n-1 of the sequence with block table blocks,
- * in layer (fp8_e4m3: sealed blocks only). */
+ * in layer (fp8_e4m3, KIVI: sealed blocks only). */
 void kv_latent_read(const kv_pool *pool, const uint32_t *blocks, uint32_t layer, uint32_t n, float *out);
 /* The same for rows j0..j1-1 only, into out + j0 x head_dim (so that
  * threads can share a read out). */

@@ -30,6 +30,14 @@
  * it is filling lives in the sequence's f16 stage and is rotated there
  * (kv_shift_stage; one f16 rounding). KIVI dtypes quantize keys per channel
  * over a block: shifting them is refused (kv_shift_supported) for now.
+ *
+ * The latent kind (kv_latent.h: one row a token, c_kv then the RoPE key
+ * k_pe; deepseek2) turns only k_pe, the row's last rope_dim elements, the
+ * way llama.cpp's context shift turns deepseek2's k_pe; the queries' RoPE
+ * half is rotated at the new positions by the forward pass as for K/V.
+ * Every latent dtype shifts, KIVI too: its rows are token rows of codes
+ * with per-channel parameters a block, so a sealed block is decoded,
+ * turned and sealed anew as fp8_e4m3's is (kv_shift_latent_supported).
  */
 #ifndef PL_KV_KV_SHIFT_H
 #define PL_KV_KV_SHIFT_H
@@ -54,6 +62,9 @@ typedef struct {
 /* True if keys of dtype t can be re-rotated in place (row-major keys). */
 bool kv_shift_supported(kv_dtype t);
 
+/* The same for the latent kind: every dtype it holds. */
+bool kv_shift_latent_supported(kv_dtype t);
+
 /* Floats of scratch kv_shift_block needs for pool. */
 size_t kv_shift_scratch_floats(const kv_pool *pool);
 
@@ -63,7 +74,7 @@ size_t kv_shift_scratch_floats(const kv_pool *pool);
  * it so); the dtype must be kv_shift_supported (asserted). */
 void kv_shift_block(const kv_rope *r, kv_pool *pool, uint32_t b, uint32_t n_rows, uint32_t delta, float *scratch);
 
-/* Staged dtypes (fp8_e4m3): a block of those holds keys only once sealed
+/* Staged dtypes (fp8_e4m3, and KIVI for the latent kind): a block of those holds keys only once sealed
  * (full: kv_shift_block with n_rows = block_size); the partly filled block
  * lives in the sequence's stage: this rotates its key rows [0, n_rows) of
  * every layer by RoPE at -delta, in f16. pool gives the heads (the stage

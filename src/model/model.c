@@ -81,7 +81,6 @@ kv_rope model_kv_rope(const model *m)
 bool model_rope_shiftable(const model *m)
 {
     const model_config *c = &m->cfg;
-    if (c->mla.kv_lora_rank) return false; /* the latent rows hold k_pe after c_kv: kv_shift does not know them */
     return c->rope_scaling.type != ROPE_SCALING_YARN && c->rope_scaling.attn_factor == 1.0f && !m->w.rope_long.data &&
            !m->w.rope_short.data && (!c->local_window || (c->rope_base_local == c->rope_base &&
                                                            c->rope_scale_local == c->rope_scale));

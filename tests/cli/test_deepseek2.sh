@@ -18,7 +18,8 @@
 # expert choice with a margin of 3e-4 flips (measured: forcing the other
 # expert at that one choice takes the logit difference from 4.3 to 0.09);
 # its first difference is reported, not asserted. KV bytes per token are
-# layers x (kv_lora_rank + rope) x dtype (fp8_e4m3: plus a 4-byte scale a block and layer).
+# layers x (kv_lora_rank + rope) x dtype (fp8_e4m3: plus a 4-byte scale a block and layer;
+# kivi4/kivi2: 4/2 bits an element plus an f16 scale and zero a channel, block and layer).
 # Legacy files (`synth --legacy-kv-b`: one attn_kv_b a layer, MHA metadata) run as llama.cpp runs
 # them (its non-absorbed form): the same greedy tokens and perplexity.
 source "$(dirname "$0")/lib.sh"
@@ -40,7 +41,8 @@ check inspect_latent_kind jq -e '.arch == "deepseek2" and .kv_kind == "latent" a
 check inspect_latent_bytes_per_token jq -e '.bytes_per_token == 4 * (64 + 32) * 2 and .kv_bytes_per_token.f32 == 4 * 96 * 4
   and .kv_bytes_per_token.q8_0 == 4 * 96 / 32 * 34 and .kv_bytes_per_token.q4_0 == 4 * 96 / 32 * 18
   and .kv_bytes_per_token.fp8_e5m2 == 4 * 96 and .kv_bytes_per_token.fp8_e4m3 == 4 * (96 * 16 + 4) / 16
-  and .kv_bytes_per_token.kivi4 == null' <<<"$j"
+  and .kv_bytes_per_token.kivi4 == 4 * (96 * 16 / 2 + 96 * 4) / 16
+  and .kv_bytes_per_token.kivi2 == 4 * (96 * 16 / 4 + 96 * 4) / 16' <<<"$j"
 check inspect_experts jq -e '.n_expert == 8 and .n_expert_used == 2' <<<"$j"
 check inspect_text_names_the_kind bash -c "'$PAGELLM' inspect '$T/ds2-f32.gguf' | grep -q 'latent kind, MLA) = 4 layers x (kv_lora_rank 64 + rope dims 32)'"
 # what the run held is the same formula
@@ -68,10 +70,48 @@ for b in 1 5; do
   got=$("$PAGELLM" run -m "$T/ds2-f32.gguf" -p "$long_prompt" -n 24 --temp 0 --ignore-eos --kv-dtype fp8_e4m3 -b $b --json 2>/dev/null | jq -c .gen_ids)
   check "fp8_e4m3_same_tokens_batch_$b" test -n "$got" -a "$got" = "$(jq -c .gen_ids <<<"$e4")"
 done
-expect_exit latent_cache_refuses_kivi 1 'kivi4: the latent \(MLA\) cache' -- \
-  "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-dtype kivi4
-expect_exit kv_window_refused_for_the_latent_cache 1 'kv_window.*latent KV rows' -- \
-  "$PAGELLM" run -m "$T/ds2-f32.gguf" -p hi -n 1 --kv-window 64
+# KIVI latent rows: per channel over each block, staged like e4m3. Batch-invariance on the q8_0
+# file: f32 matrices take another path up to 4 rows (test_deepseek2.c), and a float-order
+# difference in a row can move a 2-bit code, then a greedy token
+for dt in kivi4:288 kivi2:192; do
+  k=${dt%%:*} bpt=${dt##*:}
+  kv=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 24 --temp 0 --ignore-eos --kv-dtype "$k" --json 2>/dev/null)
+  check "run_${k}_latent_cache" jq -e ".kv.bytes_per_token == $bpt and (.gen_ids | length) == 24" <<<"$kv"
+  for b in 1 5; do
+    got=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 24 --temp 0 --ignore-eos --kv-dtype "$k" -b $b --json 2>/dev/null | jq -c .gen_ids)
+    check "${k}_same_tokens_batch_$b" test -n "$got" -a "$got" = "$(jq -c .gen_ids <<<"$kv")"
+  done
+done
+check kvcalc_deepseek_v3_kivi4 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype kivi4 --json |
+  jq -e '.kind == \"latent\" and .bytes_per_token == 61 * (576 / 2 + 576 * 4 / 16) and .stage_bytes_per_seq == 61 * 16 * 576 * 2'"
+check kvcalc_deepseek_v3_kivi2 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype kivi2 --block-size 32 --json |
+  jq -e '.bytes_per_token == 61 * (576 / 4 + 576 * 4 / 32)'"
+expect_exit kvcalc_latent_kivi_needs_32 2 'kivi4.*multiple of 32' -- \
+  "$PAGELLM" kvcalc --layers 2 --kv-lora-rank 40 --rope-dim 8 --dtype kivi4
+# --kv-window over latent rows: blocks past sinks + window are freed and the kept rows' k_pe turned
+# to their new positions (kv_shift.h); the cache holds at most 5 blocks (16 sinks + 64) however far it
+# runs, and a prefill in pieces of 1 or 5 gives the same tokens (the q8_0 file, as above)
+for dt in f16 q8_0 fp8_e4m3 kivi4; do
+  w=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 300 --temp 0 --ignore-eos --kv-dtype $dt \
+    --kv-window 64 --kv-sinks 4 --json 2>"$T/win.err")
+  check "kv_window_latent_${dt}_runs_past_the_window" jq -e '(.gen_ids | length) == 300 and .kv.tokens <= 80
+    and .kv.blocks_total == 5 and .kv.bytes_used <= 5 * .kv.bytes_per_token * 16 + 5 * 128' <<<"$w"
+  for b in 1 5; do
+    got=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 300 --temp 0 --ignore-eos --kv-dtype $dt \
+      --kv-window 64 --kv-sinks 4 -b $b --json 2>/dev/null | jq -c .gen_ids)
+    check "kv_window_latent_${dt}_same_tokens_batch_$b" test -n "$got" -a "$got" = "$(jq -c .gen_ids <<<"$w")"
+  done
+done
+# the window's tokens differ from a full cache's once it slides (the dropped rows are gone), and
+# not before: the first 80 - prompt tokens agree (kivi4 both, $w the last of the loop)
+full=$("$PAGELLM" run -m "$T/ds2-q8_0.gguf" -p "$long_prompt" -n 300 --temp 0 --ignore-eos --ctx 512 --kv-dtype kivi4 --json 2>/dev/null)
+check kv_window_latent_same_until_it_slides python3 -c '
+import json, sys
+w, f = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+n = 80 - len(w["prompt_ids"])
+sys.exit(0 if n > 0 and w["gen_ids"][:n] == f["gen_ids"][:n] and w["gen_ids"] != f["gen_ids"] else 1)' "$w" "$full"
+expect_exit kv_window_latent_yarn_refused 1 'kv_window.*YaRN' -- \
+  "$PAGELLM" run -m "$T/ds2-yarn.gguf" -p hi -n 1 --kv-window 64
 expect_exit kvcalc_latent_needs_rope_dim 2 '--rope-dim is required' -- "$PAGELLM" kvcalc --layers 27 --kv-lora-rank 512
 check kvcalc_deepseek_v3_bf16 bash -c "'$PAGELLM' kvcalc --layers 61 --kv-lora-rank 512 --rope-dim 64 --dtype bf16 --json |
   jq -e '.kind == \"latent\" and .bytes_per_token == 70272 and .total_bytes == 70272 * 4096'"
@@ -107,6 +147,21 @@ serve_checks() { # DTYPE BYTES_PER_TOKEN
 serve_checks f16 768
 # fp8_e4m3: prefix hits are whole sealed blocks (the token-granular tail copy is off for staged dtypes)
 serve_checks fp8_e4m3 385
+serve_checks kivi4 288
+
+# --- the disk tier: a KIVI latent entry written by one server is served to the next
+DK=$T/kvdisk-kivi
+for run in a b; do
+  serve_start "$T/serve-disk-$run.log" "$T/ds2-q8_0.gguf" --ctx 256 --kv-dtype kivi4 --kv-disk "$DK" --kv-disk-max 64M \
+    --kv-tier-timeout-ms 2000
+  if [ -z "$PORT" ]; then fail "kv_disk_kivi4_latent_start_$run" "$(tail -3 "$T/serve-disk-$run.log")"; break; fi
+  curl -s -m 30 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"the little cat was sad because the dog ran away and the sun went down over the hills","max_tokens":12,"temperature":0}' \
+    >"$T/disk-$run.json"
+  kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+done
+check kv_disk_kivi4_latent_round_trip jq -e --slurpfile a "$T/disk-a.json" \
+  '.usage.prompt_tokens_details.cached_tokens >= 16 and .choices[0].text == $a[0].choices[0].text' "$T/disk-b.json"
 
 if ! have_peer; then skip deepseek2_vs_llama_cpp "llama.cpp peer not built (make peer)"; exit 0; fi
 
