@@ -39,11 +39,15 @@ K5AI void iq4p_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int n
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i tab = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values)),
                                         _mm256_set1_epi8(-128)); /* value + 128 as u8 */
+    /* decode (NX = 1) streams the weights: the CPU's prefetch distance (kern_pf_stream) */
+    const int pfd = NX == 1 ? kern_pf_stream : 0;
     __m256 acc[KERN_NX_MAX];
 #pragma GCC unroll 4
     for (int r = 0; r < NX; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *s = wp + (size_t)b * KERN_IQ4P_SLAB, *q = s + KERN_IQ4P_Q;
+        /* past the group or the matrix too: a prefetch neither faults nor changes a value */
+        for (int l = 0; pfd && l < KERN_IQ4P_SLAB / 64 + 1; l++) _mm_prefetch((const char *)s + pfd + 64 * l, _MM_HINT_T1);
         __m256i isum[KERN_NX_MAX];
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) isum[r] = _mm256_setzero_si256();
