@@ -31,10 +31,12 @@
  * count.
  *
  * Float orders, chosen by how W is stored and by m:
- * - packed at load (Q8_0/Q4_0, and F16 on x86, by default:
- *   model_weights_repack): the packed GEMM for EVERY m, decode included,
- *   every element in the reference's order (F16: the packed F16 order of
- *   kern_impl.h): a row is the same bit for bit whatever m or variant. With
+ * - packed at load (Q8_0/Q4_0, and F16 and IQ4_XS on x86, by default:
+ *   model_weights_repack): the packed GEMM for EVERY m, decode included
+ *   (IQ4_XS from the kern_kgemm's min_m: that GEMM on kern_kpack.c groups
+ *   converted from the packed ones per chunk), every element in the
+ *   reference's order (F16: the packed F16 order of kern_impl.h): a row
+ *   is the same bit for bit whatever m or variant. With
  *   the weights already packed, its m = 1 tile beats the decode dot tiles
  *   (no horizontal work, 8 rows per vector: in L2, 1.4x for Q8_0 and 2.2x
  *   for Q4_0, single-threaded 2048 x 128; F16 as fast from DRAM), so
