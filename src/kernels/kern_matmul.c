@@ -578,8 +578,8 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
             if (m <= KERN_DOT_MAX_M && vt->dot[wi->type]) p->mode = MM_DOT, p->dot = vt->dot[wi->type];
             else if (vt->kgemm[wi->type].gemm && m >= vt->kgemm[wi->type].min_m && kern_kpack_layout(wi->type))
                 p->mode = MM_KPACK, p->kg = vt->kgemm[wi->type], p->gb = kern_kpack_group_bytes(n_in);
-            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && wi->type != DT_F16 &&
-                     kern_pack_supports(wi->type, n_in))
+            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && (wi->type == DT_Q8_0 || wi->type == DT_Q4_0) &&
+                     kern_pack_supports(wi->type, n_in)) /* F16, IQ4_XS: packed at load only */
                 p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
             else p->mode = MM_GEMM;
         }
