@@ -208,7 +208,7 @@ static int synth_110m(const char *type, char *path, size_t n)
 
 TEST(synthetic_110m_greedy_equals_llama_cpp_in_every_weight_type)
 {
-    const char *types[] = {"f32", "f16", "q8_0", "q4_0", "q4_k_m"};
+    const char *types[] = {"f32", "f16", "q8_0", "q4_0", "q4_k_m", "iq4_xs"}; /* iq4_xs: packed at load on x86 */
     char path[512], why[512];
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         CHECK_MSG(synth_110m(types[i], path, sizeof path) == 0, "making %s: %s", types[i], pl_last_error());

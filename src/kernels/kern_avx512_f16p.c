@@ -132,7 +132,7 @@ static K5 void pxf_row_x512(float *f, size_t rows, const void *x, int n)
 
 void kern_avx512_fill_f16p(kern_vtable *t)
 {
-    t->packed[DT_F16] = (kern_packed){8, NULL, gemmp_f16_x512, F16P_GMAX, pxf_row_x512};
+    t->packed[DT_F16] = (kern_packed){8, NULL, gemmp_f16_x512, F16P_GMAX, pxf_row_x512, NULL};
 }
 
 #else

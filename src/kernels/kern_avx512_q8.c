@@ -417,8 +417,8 @@ void kern_avx512_fill_q8(kern_vtable *t)
     const kern_vtable *a2 = kern_vt_avx2();
     t->dot[DT_Q8_0] = dot_q8_0_x512;
     t->dot[DT_Q4_0] = dot_q4_0_x512;
-    t->packed[DT_Q8_0] = (kern_packed){a2->packed[DT_Q8_0].nx, a2->packed[DT_Q8_0].px_row, gemmp_q8_0_x512, 2, NULL};
-    t->packed[DT_Q4_0] = (kern_packed){a2->packed[DT_Q4_0].nx, a2->packed[DT_Q4_0].px_row, gemmp_q4_0_x512, 2, NULL};
+    t->packed[DT_Q8_0] = (kern_packed){a2->packed[DT_Q8_0].nx, a2->packed[DT_Q8_0].px_row, gemmp_q8_0_x512, 2, NULL, NULL};
+    t->packed[DT_Q4_0] = (kern_packed){a2->packed[DT_Q4_0].nx, a2->packed[DT_Q4_0].px_row, gemmp_q4_0_x512, 2, NULL, NULL};
 }
 
 #else

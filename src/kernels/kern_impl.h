@@ -83,16 +83,17 @@ typedef struct {
     kern_conv_fn xconv;
     int x_elem;
 } kern_gemm;
-/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16): the variant's
- * GEMM on the packed layout of kern_pack.c (groups of kern_pack_rows(type)
- * weight rows, packed once at model load by kern_pack, or per chunk by
- * kern_matmul for Q8_0/Q4_0 weights that were not), against nx (1..the
- * tile's nx) activation rows. wp is one group (gw of them for F16); nw of
- * its rows are stored. Q8_0/Q4_0 must compute every element with the
- * reference's float operations, F16 in THE PACKED F16 ORDER below, so
- * that packed results are the same bits whatever m, nx, threads or
- * variant. A variant without one gets kern_pack.c's portable version
- * (kern_packed_for); F16 is packed only where the variant has its own
+/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16, IQ4_XS): the
+ * variant's GEMM on the packed layout of kern_pack.c (groups of
+ * kern_pack_rows(type) weight rows, packed once at model load by
+ * kern_pack, or per chunk by kern_matmul for Q8_0/Q4_0 weights that were
+ * not), against nx (1..the tile's nx) activation rows. wp is one group (gw
+ * of them for F16); nw of its rows are stored. Q8_0/Q4_0/IQ4_XS must
+ * compute every element with the reference's float operations (IQ4_XS:
+ * x is Q8_K rows), F16 in THE PACKED F16 ORDER below, so that packed
+ * results are the same bits whatever m, nx, threads or variant. A variant
+ * without one gets kern_pack.c's portable version (kern_packed_for); F16
+ * and IQ4_XS are packed only where the variant has its own
  * (kern_pack_supports).
  *
  * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px_row)
@@ -136,6 +137,10 @@ typedef struct {
     /* The F16 form of px (kern_px.f): f16 row x (the dot type's bytes) of n
      * values as f32 at f[k * rows] (f already offset to the row). */
     void (*pxf_row)(float *f, size_t rows, const void *x, int n);
+    /* IQ4_XS: one kern_kpack.c group (16 rows) from the packed groups at
+     * wp (two, gb bytes apart; nw <= 16 rows stored), for kern_kgemm at
+     * prefill (kern_pack_iq4.c); NULL: none. */
+    void (*to_kpack)(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
 } kern_packed;
 
 /* Optional per-call packed GEMM of a K-quant or IQ4_XS type against Q8_K
@@ -240,6 +245,15 @@ size_t kern_pack_group_bytes(uint32_t t, int n);
  * line, so a converted load is the 16 rows' lanes). */
 #define KERN_PACKF_ROWS 16
 static inline int kern_pack_rows(uint32_t t) { return t == DT_F16 ? KERN_PACKF_ROWS : KERN_PACK_ROWS; }
+/* IQ4_XS (kern_pack_iq4.c has the picture): groups of KERN_PACK_ROWS rows,
+ * one slab of KERN_IQ4P_SLAB bytes per super-block: the 8 rows' d as f32
+ * (KERN_IQ4P_D), their sub-block scales minus 32 as int8 (KERN_IQ4P_SC +
+ * 8 j + c), then 32 vectors of 32 bytes of nibbles (KERN_IQ4P_Q + 32 v),
+ * vector 4 j + t holding row c's qs[16 j + 4 t .. + 3] at 4 c. */
+#define KERN_IQ4P_D 0
+#define KERN_IQ4P_SC 32
+#define KERN_IQ4P_Q 96
+#define KERN_IQ4P_SLAB (KERN_IQ4P_Q + 32 * 32)
 /* THE PACKED F16 ORDER: element (row c, activation r) is, in float,
  *   tot = 0; for each block of KERN_PACKF_KB elements k from 0 (the last
  *   may be shorter): acc = 0; acc = fma(w[c][k], x[r][k], acc) for k in
@@ -271,6 +285,17 @@ static inline const uint16_t *kern_pack_scales(const uint8_t *g, size_t gq, int 
     } while (0)
 void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t);
+/* kern_pack_iq4.c: IQ4_XS's packed group (bytes, packing), its portable
+ * GEMM and its portable kern_packed.to_kpack. */
+size_t kern_iq4p_group_bytes(int n);
+void kern_iq4p_group(uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+void kern_gemmp_iq4_xs_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                           const kern_px *px, int nx);
+void kern_iq4p_to_kpack_ref(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
+/* kern_avx2_iq4p.c: the AVX2 ones (x86 only; the AVX-512 table keeps its to_kpack) */
+void kern_gemmp_iq4_xs_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                            const kern_px *px, int nx);
+void kern_iq4p_to_kpack_avx2(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
 /* kern_kpack.c: the K-quant/IQ4_XS packed layout (kern_kgemm). Whether t
  * has one, bytes of one group of KERN_KPACK_ROWS rows of n values (a
  * multiple of 64), and packing of nw <= KERN_KPACK_ROWS ggml rows (w,
@@ -409,6 +434,7 @@ void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4
 void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_0, Q5_1, IQ4_NL */
 void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
 void kern_avx512_fill_lowbit(kern_vtable *t); /* kern_avx512_lowbit.c: Q3_K, Q2_K, TQ2_0 */
+void kern_avx512_fill_iq4p(kern_vtable *t);  /* kern_avx512_iq4p.c: IQ4_XS packed at load */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the integer dots use the dot-product

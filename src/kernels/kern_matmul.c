@@ -31,10 +31,12 @@
  * count.
  *
  * Float orders, chosen by how W is stored and by m:
- * - packed at load (Q8_0/Q4_0, and F16 on x86, by default:
- *   model_weights_repack): the packed GEMM for EVERY m, decode included,
- *   every element in the reference's order (F16: the packed F16 order of
- *   kern_impl.h): a row is the same bit for bit whatever m or variant. With
+ * - packed at load (Q8_0/Q4_0, and F16 and IQ4_XS on x86, by default:
+ *   model_weights_repack): the packed GEMM for EVERY m, decode included
+ *   (IQ4_XS from the kern_kgemm's min_m: that GEMM on kern_kpack.c groups
+ *   converted from the packed ones per chunk), every element in the
+ *   reference's order (F16: the packed F16 order of kern_impl.h): a row
+ *   is the same bit for bit whatever m or variant. With
  *   the weights already packed, its m = 1 tile beats the decode dot tiles
  *   (no horizontal work, 8 rows per vector: in L2, 1.4x for Q8_0 and 2.2x
  *   for Q4_0, single-threaded 2048 x 128; F16 as fast from DRAM), so
@@ -223,6 +225,10 @@ typedef struct {
     kern_dot_fn dot;
     const kern_packed *pk;
     kern_kgemm kg;
+    /* MM_KPACK from weights packed at load (IQ4_XS): kern_packed.to_kpack
+     * and the bytes of one packed group; else NULL */
+    void (*to_kpack)(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
+    size_t pgb;
 } mm_part;
 
 /* Threads with a share of their own; a bigger pool shares one counter. */
@@ -326,16 +332,20 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 }
 
 /* The K-quant/IQ4_XS batched path: the chunk's rows packed once into this
- * thread's buffer (groups of KERN_KPACK_ROWS), then swept once per group of
- * up to KERN_KPACK_NX activation rows. */
+ * thread's buffer (groups of KERN_KPACK_ROWS; from ggml rows, or from
+ * IQ4_XS's groups packed at load, two to one), then swept once per group
+ * of up to KERN_KPACK_NX activation rows. */
 static void mm_kpack_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
     const int R = KERN_KPACK_ROWS, ng = (c1 - c0 + R - 1) / R;
     uint8_t *buf = mm_pack_buf((size_t)ng * p->gb);
     for (int g = 0; g < ng; g++) {
-        const int c = c0 + g * R;
-        (p->kg.pack ? p->kg.pack : kern_kpack_group)(p->wtype, buf + (size_t)g * p->gb, p->w + (size_t)c * p->w_row,
-                                                     p->w_row, c1 - c < R ? c1 - c : R, j->n_in);
+        const int c = c0 + g * R, nw = c1 - c < R ? c1 - c : R;
+        if (p->to_kpack)
+            p->to_kpack(buf + (size_t)g * p->gb, p->w + (size_t)(c / KERN_PACK_ROWS) * p->pgb, p->pgb, nw, j->n_in);
+        else
+            (p->kg.pack ? p->kg.pack : kern_kpack_group)(p->wtype, buf + (size_t)g * p->gb, p->w + (size_t)c * p->w_row,
+                                                         p->w_row, nw, j->n_in);
     }
     const int m = j->m, n_in = j->n_in, gx = mm_row_group(m, KERN_KPACK_NX);
     const size_t gb = p->gb, x_row = p->x_row, n_out = (size_t)p->n_out;
@@ -553,16 +563,23 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
                        .x_row = mm_x_row_bytes(dt, n_in), .gemm = vt->gemm[wi->type]};
         if (wi->packed) {
             assert(kern_pack_bytes(wi->type, n_in, 1) != 0 && "kern_matmul: no packed layout for this type");
-            p->mode = MM_PACKED;
             p->w = wi->packed;
-            p->pk = kern_packed_for(vt, wi->type);
+            const kern_packed *pk = kern_packed_for(vt, wi->type);
+            if (pk->to_kpack && vt->kgemm[wi->type].gemm && m >= vt->kgemm[wi->type].min_m) {
+                /* prefill: the kgemm on kern_kpack.c groups made from the packed ones */
+                p->mode = MM_KPACK, p->kg = vt->kgemm[wi->type], p->gb = kern_kpack_group_bytes(n_in);
+                p->to_kpack = pk->to_kpack, p->pgb = kern_pack_group_bytes(wi->type, n_in);
+            } else {
+                p->mode = MM_PACKED;
+                p->pk = pk;
+            }
         } else {
             p->w = wi->data;
             if (m <= KERN_DOT_MAX_M && vt->dot[wi->type]) p->mode = MM_DOT, p->dot = vt->dot[wi->type];
             else if (vt->kgemm[wi->type].gemm && m >= vt->kgemm[wi->type].min_m && kern_kpack_layout(wi->type))
                 p->mode = MM_KPACK, p->kg = vt->kgemm[wi->type], p->gb = kern_kpack_group_bytes(n_in);
-            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && wi->type != DT_F16 &&
-                     kern_pack_supports(wi->type, n_in))
+            else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && (wi->type == DT_Q8_0 || wi->type == DT_Q4_0) &&
+                     kern_pack_supports(wi->type, n_in)) /* F16, IQ4_XS: packed at load only */
                 p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
             else p->mode = MM_GEMM;
         }

@@ -97,15 +97,22 @@ for t in q4_1 q5_0 q5_1 iq4_nl; do
 done
 
 # --- the 256-element formats on a 110m-shape model (one mix: q3_K, q4_K,
-# q5_K and q6_K tensors; one chunk of 128, 63 scored tokens)
+# q5_K and q6_K tensors; one chunk of 128, 63 scored tokens), and iq4_xs
+# itself (its matrices packed at load on x86: kern_pack_iq4.c)
 if "$PAGELLM" synth --shape 110m --seed 1 --type f16 -o "$T/m-f16.gguf" >/dev/null 2>&1 &&
-   "$QUANT" "$T/m-f16.gguf" "$T/m-q3_k_m.gguf" q3_k_m >/dev/null 2>&1; then
+   "$QUANT" "$T/m-f16.gguf" "$T/m-q3_k_m.gguf" q3_k_m >/dev/null 2>&1 &&
+   "$QUANT" "$T/m-f16.gguf" "$T/m-iq4_xs.gguf" iq4_xs >/dev/null 2>&1; then
   rm -f "$T/m-f16.gguf"
   a=$("$PAGELLM" perplexity -m "$T/m-q3_k_m.gguf" -f "$DEVIL" -c 128 --chunks 1 --json 2>"$T/err" | jq .ppl)
   b=$("$PPL" -m "$T/m-q3_k_m.gguf" -f "$DEVIL" -c 128 -chunks 1 -t 2 2>/dev/null | jq .ppl)
   types=$("$PAGELLM" inspect "$T/m-q3_k_m.gguf" 2>/dev/null | awk '/^  type +tensors/{on=1; next} on && NF==0{exit} on{printf "%s ", $1}')
   echo "INFO 110m q3_k_m ($types): ppl $a, llama.cpp $b (relative difference $(rel "$a" "$b"))"
   if within "$a" "$b" 0.03; then pass "synth110m_q3_k_m_ppl"; else fail "synth110m_q3_k_m_ppl" "$a vs llama.cpp $b; $(tail -c 200 "$T/err")"; fi
+  a=$("$PAGELLM" perplexity -m "$T/m-iq4_xs.gguf" -f "$DEVIL" -c 128 --chunks 1 --json 2>"$T/err" | jq .ppl)
+  b=$("$PPL" -m "$T/m-iq4_xs.gguf" -f "$DEVIL" -c 128 -chunks 1 -t 2 2>/dev/null | jq .ppl)
+  types=$("$PAGELLM" inspect "$T/m-iq4_xs.gguf" 2>/dev/null | awk '/^  type +tensors/{on=1; next} on && NF==0{exit} on{printf "%s ", $1}')
+  echo "INFO 110m iq4_xs ($types): ppl $a, llama.cpp $b (relative difference $(rel "$a" "$b"))"
+  if within "$a" "$b" 0.03; then pass "synth110m_iq4_xs_ppl"; else fail "synth110m_iq4_xs_ppl" "$a vs llama.cpp $b; $(tail -c 200 "$T/err")"; fi
 else
   fail synth110m_q3_k_m "synth or peer-quantize failed"
 fi
