@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "store/store_bytes.h"
 #include "store/store_entry.h"
 #include "store/store_segment.h"
 
@@ -234,7 +235,7 @@ static void disk_drop(disk *d, disk_entry *e)
     int fd = s == d->active ? d->active_fd : open(p, O_RDWR | O_CLOEXEC);
     if (fd < 0) return; /* gone behind our back: nothing left to free */
     uint8_t dead[4];
-    seg_put_u32(dead, SEG_DEAD);
+    le_put_u32(dead, SEG_DEAD);
     bool marked = pwrite(fd, dead, 4, (off_t)(off + SEG_STATE_AT)) == 4;
     if (!marked || fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(off + SEG_REC_HEADER), (off_t)bytes) != 0) {
         s->dead_bytes += SEG_REC_HEADER + bytes;
@@ -364,7 +365,7 @@ static int disk_get_many(store_backend *b, const store_key *keys, size_t n, uint
         } else if (same) {
             lru_unlink(d, e);
             lru_push_tail(d, e);
-            seg_put_u64(stamp, ++d->clock);
+            le_put_u64(stamp, ++d->clock);
             shallowest = keys[r];
             any = true;
             vals[r] = v;

@@ -6,31 +6,9 @@
 #include <xxhash.h>
 
 #include "base/err.h"
+#include "store/store_bytes.h"
 
 static const uint8_t entry_magic[4] = {'P', 'L', 'K', 'V'};
-
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 size_t store_entry_size(uint32_t n_tokens, uint64_t payload_len)
 {
@@ -41,18 +19,18 @@ uint8_t *store_entry_begin(uint8_t *out, const store_entry_meta *m, const int32_
 {
     memset(out, 0, STORE_ENTRY_HEADER);
     memcpy(out, entry_magic, 4);
-    put_u16(out + 4, STORE_ENTRY_VERSION);
-    put_u16(out + 6, 0);
-    put_u64(out + 8, m->salt[0]);
-    put_u64(out + 16, m->salt[1]);
-    put_u64(out + 24, m->parent.h[0]);
-    put_u64(out + 32, m->parent.h[1]);
-    put_u64(out + 40, m->key.h[0]);
-    put_u64(out + 48, m->key.h[1]);
-    put_u32(out + 56, m->n_tokens);
-    put_u64(out + 64, m->payload_len);
+    le_put_u16(out + 4, STORE_ENTRY_VERSION);
+    le_put_u16(out + 6, 0);
+    le_put_u64(out + 8, m->salt[0]);
+    le_put_u64(out + 16, m->salt[1]);
+    le_put_u64(out + 24, m->parent.h[0]);
+    le_put_u64(out + 32, m->parent.h[1]);
+    le_put_u64(out + 40, m->key.h[0]);
+    le_put_u64(out + 48, m->key.h[1]);
+    le_put_u32(out + 56, m->n_tokens);
+    le_put_u64(out + 64, m->payload_len);
     uint8_t *p = out + STORE_ENTRY_HEADER;
-    for (uint32_t i = 0; i < m->n_tokens; i++, p += 4) put_u32(p, (uint32_t)tokens[i]);
+    for (uint32_t i = 0; i < m->n_tokens; i++, p += 4) le_put_u32(p, (uint32_t)tokens[i]);
     return p;
 }
 
@@ -65,39 +43,39 @@ static uint64_t entry_checksum(const uint8_t *e, size_t len)
     return XXH3_64bits_digest(&st);
 }
 
-void store_entry_seal(uint8_t *e, size_t len) { put_u64(e + 80, entry_checksum(e, len)); }
+void store_entry_seal(uint8_t *e, size_t len) { le_put_u64(e + 80, entry_checksum(e, len)); }
 
 int store_entry_frame_check(const uint8_t *e, size_t len, store_entry_meta *m)
 {
     if (!e || len < STORE_ENTRY_HEADER) return err_set(PL_EFORMAT, "store entry: %zu bytes, shorter than its header", len);
     if (memcmp(e, entry_magic, 4)) return err_set(PL_EFORMAT, "store entry: bad magic");
-    if (get_u16(e + 4) != STORE_ENTRY_VERSION)
-        return err_set(PL_EFORMAT, "store entry: version %u, expected %u", get_u16(e + 4), STORE_ENTRY_VERSION);
-    if (get_u16(e + 6) != 0) return err_set(PL_EFORMAT, "store entry: unknown flags 0x%x", get_u16(e + 6));
-    store_entry_meta x = {.salt = {get_u64(e + 8), get_u64(e + 16)},
-                          .parent = {{get_u64(e + 24), get_u64(e + 32)}},
-                          .key = {{get_u64(e + 40), get_u64(e + 48)}},
-                          .n_tokens = get_u32(e + 56),
-                          .payload_len = get_u64(e + 64)};
+    if (le_get_u16(e + 4) != STORE_ENTRY_VERSION)
+        return err_set(PL_EFORMAT, "store entry: version %u, expected %u", le_get_u16(e + 4), STORE_ENTRY_VERSION);
+    if (le_get_u16(e + 6) != 0) return err_set(PL_EFORMAT, "store entry: unknown flags 0x%x", le_get_u16(e + 6));
+    store_entry_meta x = {.salt = {le_get_u64(e + 8), le_get_u64(e + 16)},
+                          .parent = {{le_get_u64(e + 24), le_get_u64(e + 32)}},
+                          .key = {{le_get_u64(e + 40), le_get_u64(e + 48)}},
+                          .n_tokens = le_get_u32(e + 56),
+                          .payload_len = le_get_u64(e + 64)};
     if (x.n_tokens == 0 || x.n_tokens > (1u << 20) || x.payload_len > ((uint64_t)1 << 40) ||
         store_entry_size(x.n_tokens, x.payload_len) != len)
         return err_set(PL_EFORMAT, "store entry: %u tokens and %llu payload bytes do not make its %zu bytes",
                        x.n_tokens, (unsigned long long)x.payload_len, len);
-    if (get_u32(e + 60) || get_u64(e + 72) || get_u64(e + 88)) return err_set(PL_EFORMAT, "store entry: reserved bytes set");
-    if (entry_checksum(e, len) != get_u64(e + 80)) return err_set(PL_EFORMAT, "store entry: checksum mismatch");
+    if (le_get_u32(e + 60) || le_get_u64(e + 72) || le_get_u64(e + 88)) return err_set(PL_EFORMAT, "store entry: reserved bytes set");
+    if (entry_checksum(e, len) != le_get_u64(e + 80)) return err_set(PL_EFORMAT, "store entry: checksum mismatch");
     *m = x;
     return 0;
 }
 
 int store_entry_peek(const uint8_t *e, size_t len, store_entry_meta *m)
 {
-    if (!e || len < STORE_ENTRY_HEADER || memcmp(e, entry_magic, 4) || get_u16(e + 4) != STORE_ENTRY_VERSION)
+    if (!e || len < STORE_ENTRY_HEADER || memcmp(e, entry_magic, 4) || le_get_u16(e + 4) != STORE_ENTRY_VERSION)
         return PL_EFORMAT;
-    *m = (store_entry_meta){.salt = {get_u64(e + 8), get_u64(e + 16)},
-                            .parent = {{get_u64(e + 24), get_u64(e + 32)}},
-                            .key = {{get_u64(e + 40), get_u64(e + 48)}},
-                            .n_tokens = get_u32(e + 56),
-                            .payload_len = get_u64(e + 64)};
+    *m = (store_entry_meta){.salt = {le_get_u64(e + 8), le_get_u64(e + 16)},
+                            .parent = {{le_get_u64(e + 24), le_get_u64(e + 32)}},
+                            .key = {{le_get_u64(e + 40), le_get_u64(e + 48)}},
+                            .n_tokens = le_get_u32(e + 56),
+                            .payload_len = le_get_u64(e + 64)};
     return 0;
 }
 
@@ -118,7 +96,7 @@ int store_entry_verify(const uint8_t *e, size_t len, const store_entry_meta *wan
                        (unsigned long long)m.payload_len, want->n_tokens, (unsigned long long)want->payload_len);
     const uint8_t *p = e + STORE_ENTRY_HEADER;
     for (uint32_t i = 0; i < m.n_tokens; i++, p += 4)
-        if (get_u32(p) != (uint32_t)tokens[i]) return err_set(PL_EFORMAT, "store entry: token %u differs", i);
+        if (le_get_u32(p) != (uint32_t)tokens[i]) return err_set(PL_EFORMAT, "store entry: token %u differs", i);
     *payload = p;
     return 0;
 }

@@ -6,29 +6,9 @@
 #include <xxhash.h>
 
 #include "base/err.h"
+#include "store/store_bytes.h"
 
 static const uint8_t seg_magic[4] = {'P', 'L', 'S', 'G'};
-
-void seg_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-void seg_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 static uint32_t seg_check(const uint8_t *h)
 {
@@ -43,25 +23,25 @@ void seg_record_header(uint8_t out[SEG_REC_HEADER], const store_key *key, uint64
 {
     memset(out, 0, SEG_REC_HEADER);
     memcpy(out, seg_magic, 4);
-    seg_put_u32(out + SEG_STATE_AT, SEG_LIVE);
-    seg_put_u64(out + 8, entry_len);
-    seg_put_u64(out + SEG_STAMP_AT, stamp);
-    seg_put_u64(out + 24, key->h[0]);
-    seg_put_u64(out + 32, key->h[1]);
-    seg_put_u32(out + 40, seg_check(out));
+    le_put_u32(out + SEG_STATE_AT, SEG_LIVE);
+    le_put_u64(out + 8, entry_len);
+    le_put_u64(out + SEG_STAMP_AT, stamp);
+    le_put_u64(out + 24, key->h[0]);
+    le_put_u64(out + 32, key->h[1]);
+    le_put_u32(out + 40, seg_check(out));
 }
 
 int seg_record_parse(const uint8_t h[SEG_REC_HEADER], uint32_t *state, store_key *key, uint64_t *entry_len,
                      uint64_t *stamp)
 {
-    if (memcmp(h, seg_magic, 4) || get_u32(h + 40) != seg_check(h) || get_u32(h + 44) != 0) return PL_EFORMAT;
-    uint32_t s = get_u32(h + SEG_STATE_AT);
+    if (memcmp(h, seg_magic, 4) || le_get_u32(h + 40) != seg_check(h) || le_get_u32(h + 44) != 0) return PL_EFORMAT;
+    uint32_t s = le_get_u32(h + SEG_STATE_AT);
     if (s != SEG_LIVE && s != SEG_DEAD) return PL_EFORMAT;
     *state = s;
-    *entry_len = get_u64(h + 8);
-    *stamp = get_u64(h + SEG_STAMP_AT);
-    key->h[0] = get_u64(h + 24);
-    key->h[1] = get_u64(h + 32);
+    *entry_len = le_get_u64(h + 8);
+    *stamp = le_get_u64(h + SEG_STAMP_AT);
+    key->h[0] = le_get_u64(h + 24);
+    key->h[1] = le_get_u64(h + 32);
     return 0;
 }
 

@@ -49,10 +49,6 @@ void seg_record_header(uint8_t out[SEG_REC_HEADER], const store_key *key, uint64
 int seg_record_parse(const uint8_t h[SEG_REC_HEADER], uint32_t *state, store_key *key, uint64_t *entry_len,
                      uint64_t *stamp);
 
-/* 4 and 8 bytes as state and stamp are stored. */
-void seg_put_u32(uint8_t *p, uint32_t v);
-void seg_put_u64(uint8_t *p, uint64_t v);
-
 /* One record found by a scan. */
 typedef struct {
     uint64_t off;          /* of the record header */
