@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/store_bytes.h"
 #include "store/store_segment.h"
 
 typedef struct {
@@ -80,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r[i].off != at || r[i].entry_len > size || r[i].off + SEG_REC_HEADER + r[i].entry_len > size) abort();
         uint8_t h[SEG_REC_HEADER];
         seg_record_header(h, &r[i].key, r[i].entry_len, r[i].stamp);
-        seg_put_u32(h + SEG_STATE_AT, r[i].state);
+        le_put_u32(h + SEG_STATE_AT, r[i].state);
         if (memcmp(h, data + r[i].off, SEG_REC_HEADER) != 0) abort();
         at = r[i].off + SEG_REC_HEADER + r[i].entry_len;
     }
