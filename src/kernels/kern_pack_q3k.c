@@ -85,29 +85,39 @@ static inline uint16_t q3p_d(const uint8_t *s, int c)
     return d;
 }
 
+/* Row c's super-block w into slab s: u of the 256 values (loops of
+ * constant length, which the compiler vectorizes), then each triple's three
+ * bytes per value position straight from them; the scales, d. */
+static void q3p_pack_block(uint8_t *restrict s, int c, const block_q3_K *restrict w)
+{
+    uint8_t u[QK_K];
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++)
+                u[128 * h + 32 * k + l] =
+                    (uint8_t)(((w->qs[32 * h + l] >> (2 * k)) & 3) | (((w->hmask[l] >> (4 * h + k)) & 1) << 2));
+    memcpy(s + 2 * c, &w->d, 2);
+    for (int i = 0; i < 8; i++) {
+        uint8_t *t = s + KERN_Q3P_D_BYTES + (size_t)i * KERN_Q3P_TRI;
+        const uint8_t *v = u + 32 * i; /* v[4 o + e]: u_o of lane byte e */
+        for (int e = 0; e < 4; e++) {
+            const int p = KERN_Q3P_SC_BYTES + 4 * c + e;
+            t[p] = (uint8_t)(v[e] | v[4 + e] << 3 | (v[24 + e] & 3) << 6);
+            t[32 + p] = (uint8_t)(v[8 + e] | v[12 + e] << 3 | (v[24 + e] >> 2) << 6 | (v[28 + e] & 1) << 7);
+            t[64 + p] = (uint8_t)(v[16 + e] | v[20 + e] << 3 | (v[28 + e] >> 1) << 6);
+        }
+        t[2 * c] = (uint8_t)(int8_t)(block_q3_K_scale(2 * i, w->scales) - 32);
+        t[2 * c + 1] = (uint8_t)(int8_t)(block_q3_K_scale(2 * i + 1, w->scales) - 32);
+    }
+}
+
 void kern_q3p_group(uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n)
 {
-    static const uint8_t sh[8] = {0, 3, 0, 3, 0, 3, 0, 0}; /* where u_o's low bits go */
     const int nb = n / QK_K;
     memset(dst, 0, kern_q3p_group_bytes(n)); /* padding rows and the tail */
     for (int c = 0; c < nw; c++) {
         const block_q3_K *row = (const block_q3_K *)(w + (size_t)c * ws);
-        for (int b = 0; b < nb; b++) {
-            uint8_t *s = dst + (size_t)b * KERN_Q3P_SLAB;
-            memcpy(s + 2 * c, &row[b].d, 2);
-            for (int v = 0; v < QK_K; v++) {
-                const int h = v / 128, k = (v / 32) % 4, l = v % 32;
-                const int u = ((row[b].qs[32 * h + l] >> (2 * k)) & 3) | (((row[b].hmask[l] >> (4 * h + k)) & 1) << 2);
-                uint8_t *t = s + KERN_Q3P_D_BYTES + (size_t)(v / 32) * KERN_Q3P_TRI + KERN_Q3P_SC_BYTES;
-                const int o = (v / 4) % 8, p = 4 * c + v % 4;
-                if (o < 6) t[32 * (o / 2) + p] |= (uint8_t)(u << sh[o]);
-                else if (o == 6) t[p] |= (uint8_t)((u & 3) << 6), t[32 + p] |= (uint8_t)((u >> 2) << 6);
-                else t[32 + p] |= (uint8_t)((u & 1) << 7), t[64 + p] |= (uint8_t)((u >> 1) << 6);
-            }
-            for (int j = 0; j < 16; j++)
-                s[KERN_Q3P_D_BYTES + (size_t)(j / 2) * KERN_Q3P_TRI + 2 * c + j % 2] =
-                    (uint8_t)(int8_t)(block_q3_K_scale(j, row[b].scales) - 32);
-        }
+        for (int b = 0; b < nb; b++) q3p_pack_block(dst + (size_t)b * KERN_Q3P_SLAB, c, &row[b]);
     }
 }
 
