@@ -83,17 +83,17 @@ typedef struct {
     kern_conv_fn xconv;
     int x_elem;
 } kern_gemm;
-/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16, IQ4_XS): the
+/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16, IQ4_XS, Q3_K): the
  * variant's GEMM on the packed layout of kern_pack.c (groups of
  * kern_pack_rows(type) weight rows, packed once at model load by
  * kern_pack, or per chunk by kern_matmul for Q8_0/Q4_0 weights that were
  * not), against nx (1..the tile's nx) activation rows. wp is one group (gw
- * of them for F16); nw of its rows are stored. Q8_0/Q4_0/IQ4_XS must
- * compute every element with the reference's float operations (IQ4_XS:
- * x is Q8_K rows), F16 in THE PACKED F16 ORDER below, so that packed
+ * of them for F16); nw of its rows are stored. Q8_0/Q4_0/IQ4_XS/Q3_K must
+ * compute every element with the reference's float operations (IQ4_XS,
+ * Q3_K: x is Q8_K rows), F16 in THE PACKED F16 ORDER below, so that packed
  * results are the same bits whatever m, nx, threads or variant. A variant
- * without one gets kern_pack.c's portable version (kern_packed_for); F16
- * and IQ4_XS are packed only where the variant has its own
+ * without one gets kern_pack.c's portable version (kern_packed_for); F16,
+ * IQ4_XS and Q3_K are packed only where the variant has its own
  * (kern_pack_supports).
  *
  * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px_row)
@@ -137,9 +137,9 @@ typedef struct {
     /* The F16 form of px (kern_px.f): f16 row x (the dot type's bytes) of n
      * values as f32 at f[k * rows] (f already offset to the row). */
     void (*pxf_row)(float *f, size_t rows, const void *x, int n);
-    /* IQ4_XS: one kern_kpack.c group (16 rows) from the packed groups at
+    /* IQ4_XS, Q3_K: one kern_kpack.c group (16 rows) from the packed groups at
      * wp (two, gb bytes apart; nw <= 16 rows stored), for kern_kgemm at
-     * prefill (kern_pack_iq4.c); NULL: none. */
+     * prefill (kern_pack_iq4.c, kern_pack_q3k.c); NULL: none. */
     void (*to_kpack)(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
 } kern_packed;
 
@@ -254,6 +254,15 @@ static inline int kern_pack_rows(uint32_t t) { return t == DT_F16 ? KERN_PACKF_R
 #define KERN_IQ4P_SC 32
 #define KERN_IQ4P_Q 96
 #define KERN_IQ4P_SLAB (KERN_IQ4P_Q + 32 * 32)
+/* Q3_K (kern_pack_q3k.c has the picture): groups of KERN_PACK_ROWS rows,
+ * one slab of KERN_Q3P_SLAB bytes per super-block: the 8 rows' d as f16,
+ * then 8 triples of KERN_Q3P_TRI bytes (the 8 rows' two sub-block scales
+ * minus 32 as int8, then three 32-byte vectors holding 8 values x 3 bits
+ * of every row's 4-byte lane). */
+#define KERN_Q3P_D_BYTES 16
+#define KERN_Q3P_SC_BYTES 16
+#define KERN_Q3P_TRI (KERN_Q3P_SC_BYTES + 3 * 32)
+#define KERN_Q3P_SLAB (KERN_Q3P_D_BYTES + 8 * KERN_Q3P_TRI)
 /* THE PACKED F16 ORDER: element (row c, activation r) is, in float,
  *   tot = 0; for each block of KERN_PACKF_KB elements k from 0 (the last
  *   may be shorter): acc = 0; acc = fma(w[c][k], x[r][k], acc) for k in
@@ -296,6 +305,17 @@ void kern_iq4p_to_kpack_ref(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, 
 void kern_gemmp_iq4_xs_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                             const kern_px *px, int nx);
 void kern_iq4p_to_kpack_avx2(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
+/* kern_pack_q3k.c: Q3_K's packed group (bytes, packing), its portable
+ * GEMM and its portable kern_packed.to_kpack; kern_avx2_q3kp.c: the AVX2
+ * GEMM and to_kpack (x86 only). */
+size_t kern_q3p_group_bytes(int n);
+void kern_q3p_group(uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+void kern_gemmp_q3_K_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                         const kern_px *px, int nx);
+void kern_q3p_to_kpack_ref(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
+void kern_gemmp_q3_K_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                          const kern_px *px, int nx);
+void kern_q3p_to_kpack_avx2(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
 /* kern_kpack.c: the K-quant/IQ4_XS packed layout (kern_kgemm). Whether t
  * has one, bytes of one group of KERN_KPACK_ROWS rows of n values (a
  * multiple of 64), and packing of nw <= KERN_KPACK_ROWS ggml rows (w,
@@ -435,6 +455,7 @@ void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_
 void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
 void kern_avx512_fill_lowbit(kern_vtable *t); /* kern_avx512_lowbit.c: Q3_K, Q2_K, TQ2_0 */
 void kern_avx512_fill_iq4p(kern_vtable *t);  /* kern_avx512_iq4p.c: IQ4_XS packed at load */
+void kern_avx512_fill_q3kp(kern_vtable *t);  /* kern_avx512_q3kp.c: Q3_K packed at load */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the integer dots use the dot-product

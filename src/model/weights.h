@@ -7,8 +7,8 @@
  * quantized types than Q8_0/Q4_0 (K-quants) once model_weights_repack
  * ran (F32/BF16 matrices stay in the file): those are copied, as
  * they are, into one anonymous region on huge pages and `data` points at
- * the copy. The Q8_0, Q4_0 and (where kern_pack_supports it) F16 and
- * IQ4_XS matrices the matmuls read are repacked into the same region in kern_pack's
+ * the copy. The Q8_0, Q4_0 and (where kern_pack_supports it) F16, IQ4_XS
+ * and Q3_K matrices the matmuls read are repacked into the same region in kern_pack's
  * layout (`packed`); their `data` stays on the file. The file pages of both are dropped from memory: a read of the
  * file's copy faults the page back in, which the embedding lookup of
  * token_embd relies on when the output matrix is tied to it (the output's
@@ -68,7 +68,7 @@ int model_weights_bind(const gguf_file *f, const model_config *c, model_weights 
 /* One tensor of dims [n_in] (n_out 0: an f32 vector) or [n_in, n_out];
  * optional: absent leaves w zeroed. Errors as model_weights_bind's. */
 int model_weight_bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_out, bool optional, weight *w);
-/* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0, F16, IQ4_XS) and copies
+/* Repacks every matmul weight kern_pack supports (Q8_0, Q4_0, F16, IQ4_XS, Q3_K) and copies
  * the other quantized matmul weights into one anonymous region, unless the
  * environment sets PAGELLM_NO_REPACK=1 or the region cannot be had (then
  * the weights stay as they are: not an error). release_src: the tensors
