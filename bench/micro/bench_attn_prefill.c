@@ -12,9 +12,12 @@
  * The rows are forward.c's plan: vectors (KV head, token, query head of the
  * group) in that order, tiles of ATTN_ROWS_CAP of them (two tokens x the 8
  * heads of one KV head), up to ATTN_TILES_CAP tiles a attn_chunks_run call
- * (so a chunk of keys read once serves 16 tiles from L2). Every block is
- * read in place: the engine reads a row's own block of a staged dtype (e4m3,
- * KIVI) through its codec's reader, 1/(D/16 + 1) of its keys and left out.
+ * (so a chunk of keys read once serves 16 tiles from L2). KIVI runs the
+ * engine's split mode: the blocks before a row's own one in place, its own
+ * block through the codec's block reader (kv_codec_k_dot / v_axpy; the
+ * engine's stage holds that block in f16, here it is sealed codes, which
+ * the reader decodes). e4m3 reads every block in place (the engine reads
+ * a row's own block through its reader: 1/(D/16 + 1) of its keys).
  * The cache is warm (a prefill reuses each chunk of keys across tiles, so
  * the kernel's compute is the figure).
  *
@@ -33,6 +36,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_chunks.h"
 #include "kernels/kernels.h"
+#include "kv/kv_codec.h"
 #include "micro.h"
 #include "rng.h"
 
@@ -53,6 +57,36 @@ static uint32_t type_of(const char *s)
         if (!strcmp(s, name)) return fake_kv_types[k];
     }
     return 0;
+}
+
+/* The codec's block reader over the fake KIVI cache (bench_attn_decode's:
+ * every block sealed, so own is ignored). */
+static kv_block_ref kivi_ref(const fake_kv *f, uint32_t blk)
+{
+    const attn_kv *kv = &f->kv;
+    return (kv_block_ref){.dtype = kv->kv_type == ATTN_KV_KIVI2 ? KV_INT2 : KV_INT4,
+                          .plane = {kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes,
+                                    kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes},
+                          .row_bytes = {0, kv->row_bytes},
+                          .block_size = kv->block_size,
+                          .n_kv_heads = (uint32_t)f->n_kv,
+                          .head_dim = (uint32_t)kv->head_dim};
+}
+
+static void kivi_k_dot(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *const *q, int n_q,
+                       float *scores, size_t ld, float *scratch)
+{
+    (void)own;
+    const kv_block_ref r = kivi_ref(ctx, blk);
+    kv_codec_k_dot(&r, (uint32_t)g, 0, n, q, n_q, scores, ld, scratch);
+}
+
+static void kivi_v_axpy(const void *ctx, int g, uint32_t blk, uint32_t n, bool own, const float *w, size_t ldw,
+                        int n_q, float *const *acc, float *scratch)
+{
+    (void)own;
+    const kv_block_ref r = kivi_ref(ctx, blk);
+    kv_codec_v_axpy(&r, (uint32_t)g, 0, n, w, ldw, n_q, acc, scratch);
 }
 
 static int env_int(const char *name, long lo, long hi, int dflt, int *out)
@@ -86,7 +120,13 @@ static int bench_type(const char *name, uint32_t t, int D, int P, int reps)
                                           : fake_kv_make(&f, t, HD, N_KV, n, BS, 9);
     if (made) return -1;
     const int call_max = (int)attn_chunk_call_max(BS);
-    const size_t sf = attn_scratch_floats(n < call_max ? n : call_max, HD);
+    const bool kivi = t == ATTN_KV_KIVI4 || t == ATTN_KV_KIVI2;
+    const size_t rdf = kv_codec_scratch_floats(HD, BS, ATTN_ROWS_CAP);
+    const size_t sf = attn_scratch_floats(n < call_max ? n : call_max, HD) + (kivi ? rdf : 0);
+    const attn_reader rd = {kivi_k_dot, kivi_v_axpy, &f, rdf};
+    attn_kv split = f.kv; /* KIVI: the engine's view, a reader with the sealed blocks in place */
+    split.reader = &rd;
+    split.sealed = &f.kv;
     float *scratch = malloc(sizeof(float) * sf), *work = malloc(sizeof(float) * attn_chunks_work_floats(HD));
     float *q = malloc(sizeof(float) * (size_t)n_vec * HD), *o = malloc(sizeof(float) * (size_t)n_vec * HD);
     attn_row *rows = malloc(sizeof *rows * (size_t)n_vec);
@@ -102,7 +142,7 @@ static int bench_type(const char *name, uint32_t t, int D, int P, int reps)
         double ms[MAX_REPS];
         for (int r = 0; r < reps; r++) {
             const double t0 = micro_cpu_s();
-            layer_attention(&f.kv, rows, n_vec, scratch, sf, work);
+            layer_attention(kivi ? &split : &f.kv, rows, n_vec, scratch, sf, work);
             ms[r] = (micro_cpu_s() - t0) * 1e3;
         }
         micro_doubles_sort(ms, reps);
