@@ -160,9 +160,13 @@ static int bench_type(const char *name, uint32_t t, int D, int P, int reps)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    if (argc < 2) {
+        fprintf(stderr, "%s: TYPE missing\nusage: %s TYPE [TYPE...]   (env DEPTH, CHUNK, REPS)\n", prog, prog);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         printf("usage: %s TYPE [TYPE...]   (env DEPTH, CHUNK, REPS)\n", prog);
-        return argc < 2 ? 2 : 0;
+        return 0;
     }
     int D, P, reps;
     if (env_int("DEPTH", 0, 1 << 20, 4096, &D) || env_int("CHUNK", 1, 1 << 14, 512, &P) ||
