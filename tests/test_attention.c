@@ -469,18 +469,19 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
             fake_kv f;
             CHECK(fake_kv_make_kivi(&f, types[ti], hd, shapes[si].n_kv, nmax, shapes[si].bs, 500u + 7u * ti + si) == 0);
             for (size_t ci = 0; ci < sizeof ctxs / sizeof ctxs[0]; ci++)
-                for (int rep = 1; rep <= 8; rep *= 8) {
+                for (int ri = 0; ri < 3; ri++) { /* 16 rows: a prefill tile, 8 heads x 2 tokens */
+                    const int rep = ri == 0 ? 1 : 8 * ri;
                     const int n = ctxs[ci], g = (int)(ci % (size_t)shapes[si].n_kv), lo = ci % 3 == 2 ? n / 3 : 0;
                     const size_t sf = attn_scratch_floats(n, hd);
                     float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * (size_t)rep * hd);
                     float *o[3];
                     for (int v = 0; v < 3; v++) o[v] = malloc(sizeof(float) * (size_t)rep * hd);
-                    attn_row rr[3][8];
+                    attn_row rr[3][16];
                     for (int i = 0; i < rep * hd; i++) q[i] = 0.8f * rng_gauss();
                     for (int v = 0; v < 3; v++)
                         for (int r = 0; r < rep; r++) rr[v][r] = (attn_row){q + r * hd, o[v] + r * hd, n, g, lo};
                     const float scale = 1.0f / sqrtf((float)hd);
-                    float lse[2][8];
+                    float lse[2][16];
                     attn_kv kv = f.kv;
                     kv.lse = lse[0];
                     attn_paged_ref(&kv, rr[0], rep, scale, scratch, sf);
@@ -511,18 +512,18 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
                         CHECK_MSG(md <= 1e-5 * vmax, "kivi%d %s hd %d bs %d rep %d n_ctx %d lo %d: %.3g off the reference",
                                   ti ? 2 : 4, v == 1 ? "avx2" : "avx512", hd, shapes[si].bs, rep, n, lo, md);
                     }
-                    for (int v = 1; v < 3 && rep == 8; v++) { /* row independence: mixed rows, batch vs alone */
+                    for (int v = 1; v < 3 && rep >= 8; v++) { /* row independence: mixed rows, batch vs alone */
                         if (v == 1 ? !attn_avx2_available() : !attn_avx512_available()) continue;
                         void (*run)(const attn_kv *, const attn_row *, int, float, float *, size_t) =
                             v == 1 ? attn_paged_avx2 : attn_paged_avx512;
-                        attn_row mix[8];
+                        attn_row mix[16];
                         float one[128];
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < rep; r++) {
                             const int nr = n - 3 * r > 1 ? n - 3 * r : 1;
                             mix[r] = (attn_row){q + r * hd, o[v] + r * hd, nr, g, lo < nr ? lo : nr - 1};
                         }
-                        run(&f.kv, mix, 8, scale, scratch, sf);
-                        for (int r = 0; r < 8; r++) {
+                        run(&f.kv, mix, rep, scale, scratch, sf);
+                        for (int r = 0; r < rep; r++) {
                             attn_row alone = mix[r];
                             alone.out = one;
                             run(&f.kv, &alone, 1, scale, scratch, sf);
@@ -544,7 +545,8 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
 /* fp8 caches on AVX-512 (attention_fp8_avx512.c) do AVX2's float operations
  * in AVX2's order, so they must give attn_paged_avx2's bits: head dims not
  * a multiple of 16 (masked V tails), contexts not a multiple of 16 (partial
- * key steps), GQA segments of 1..8 rows with mixed contexts in one call,
+ * key steps), GQA segments of 1..16 rows (16: a prefill tile, 2 tokens x
+ * 8 heads) with mixed contexts in one call,
  * several KV heads a call, windows (lo), and, in every key and value row,
  * the extreme codes (+-max, +-0, +-smallest subnormal). A second pass puts
  * a NaN code (S.1111.111) in one key: then the outputs must be NaN where
@@ -561,7 +563,7 @@ TEST(avx512_fp8_is_avx2_bit_for_bit)
     if (!attn_avx512_available() || !attn_avx2_available()) { test_skip(__func__, "no AVX-512"); return; }
     static const struct { int hd, n_kv, bs; } shapes[] = {{8, 3, 16}, {24, 2, 7}, {64, 4, 16}, {72, 2, 32}, {128, 2, 1}};
     static const int ctxs[] = {1, 2, 15, 16, 17, 31, 33, 100, 257, 700};
-    static const int reps[] = {1, 2, 3, 5, 8};
+    static const int reps[] = {1, 2, 3, 5, 8, 11, 16};
     static const uint8_t extreme[] = {0x7E, 0xFE, 0x00, 0x80, 0x01, 0x81, 0x08, 0x77};
     int calls = 0;
     for (int ti = 5; ti < 7; ti++) /* e4m3, e5m2 */

@@ -61,6 +61,38 @@ K5AI float fold(const float *q, const float *dk, const float *mk, int D, float *
     return _mm_cvtss_f32(h);
 }
 
+/* The high 8 lanes (extractf64x4: what avx512_intrin.h's emulation has). */
+K5AI __m256 hi8(__m512 x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }
+
+/* The lanes' sum of an 8-lane bias by fold's tree. */
+K5AI float fold_sum(__m256 l)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* fold of two rows at once, row a in the low half of each vector and row b
+ * in the high half: each half does fold's operations on its row (the same
+ * bits), for half the instructions (a block's fold for every row of a
+ * prefill tile was ~9% of its attention). */
+K5AI void fold2(const float *qa, const float *qb, const float *dk, const float *mk, int D, float *qsa, float *qsb,
+                float *ba, float *bb)
+{
+    __m512 l = _mm512_setzero_ps();
+    for (int i = 0; i < D; i += 8) {
+        const __m512 vq = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + i)), _mm256_loadu_ps(qb + i), 1);
+        const __m512 vd = _mm512_broadcast_f32x8(_mm256_loadu_ps(dk + i)), vm = _mm512_broadcast_f32x8(_mm256_loadu_ps(mk + i));
+        const __m512 x = _mm512_mul_ps(vq, vd);
+        _mm256_storeu_ps(qsa + i, _mm512_castps512_ps256(x));
+        _mm256_storeu_ps(qsb + i, hi8(x));
+        l = _mm512_fmadd_ps(vq, vm, l);
+    }
+    *ba = fold_sum(_mm512_castps512_ps256(l));
+    *bb = fold_sum(hi8(l));
+}
+
 /* The block's key scales and mins of head g's channels (D % 16 == 0). */
 K5AI void key_params(const kivi_geom *k, const uint8_t *kp, int g, int D, float *dk, float *mk)
 {
@@ -122,7 +154,11 @@ static K5 void seg_scores(const attn_kv *kv, const kivi_geom *k, const attn_row 
         const uint8_t *kp = kv->k_base + (size_t)kv->blocks[blk] * kv->block_bytes;
         const uint8_t *col = kp + (size_t)g * D * k->cb;
         key_params(k, kp, g, D, s->dk, s->mk);
-        for (int r = 0; r < R; r++) s->bias[r] = fold(rows[r].q, s->dk, s->mk, D, s->qs + (size_t)r * D);
+        int r = 0;
+        for (; r + 2 <= R; r += 2)
+            fold2(rows[r].q, rows[r + 1].q, s->dk, s->mk, D, s->qs + (size_t)r * D, s->qs + (size_t)(r + 1) * D,
+                  &s->bias[r], &s->bias[r + 1]);
+        for (; r < R; r++) s->bias[r] = fold(rows[r].q, s->dk, s->mk, D, s->qs + (size_t)r * D);
         const uint32_t n = (uint32_t)nmax - blk * k->T < k->T ? (uint32_t)nmax - blk * k->T : k->T;
         for (int r0 = 0; r0 < R; r0 += 8) {
             const int rn = R - r0 < 8 ? R - r0 : 8;

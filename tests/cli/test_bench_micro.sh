@@ -14,7 +14,7 @@ tiny() {
   check "${name}_exit" [ "$rc" -eq 0 ]
   check "${name}_quiet" [ ! -s "$T/$name.err" ]
 }
-for p in bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode; do
+for p in bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode bench_attn_prefill; do
   check "${p}_built" [ -x "$D/$p" ]
 done
 
@@ -92,4 +92,17 @@ if [ -x "$B" ]; then
   check attn_decode_index_line [ "$(grep -Ec "$re" "$T/attn_decode_index.txt")" -eq 1 ]
   tiny attn_decode_all env NCTX=100 NOEVICT=1 "$B" 2 1 -1 2 2 4
   check attn_decode_all_lines [ "$(grep -c '^decode ' "$T/attn_decode_all.txt")" -eq 8 ]
+fi
+
+# bench_attn_prefill TYPE [TYPE...], env DEPTH CHUNK REPS
+B=$D/bench_attn_prefill
+if [ -x "$B" ]; then
+  expect_exit attn_prefill_missing 2 "TYPE missing" -- "$B"
+  expect_exit attn_prefill_type 2 "TYPE: 'q9'" -- "$B" f16 q9
+  expect_exit attn_prefill_depth 2 "DEPTH: 'x'" -- env DEPTH=x "$B" f16
+  expect_exit attn_prefill_reps 2 "REPS: '0'" -- env REPS=0 "$B" f16
+  check attn_prefill_help "$B" --help
+  tiny attn_prefill env DEPTH=40 CHUNK=24 REPS=1 "$B" f16_pool e4m3 kivi4
+  re='^prefill (f16_pool|e4m3|kivi4) +depth 40 chunk 24: [0-9.]+ ms/layer median, [0-9.]+ fastest, [0-9.]+ GFLOP/s$'
+  check attn_prefill_lines [ "$(grep -Ec "$re" "$T/attn_prefill.txt")" -eq 3 ]
 fi
