@@ -41,14 +41,34 @@
 #define KG_UNROLL _Pragma("GCC unroll 8")
 #endif
 
-/* 4 bytes at p broadcast to the 16 lanes (the compiler folds it into the
- * vpdpbusd/vpdpwssd as a {1to16} memory operand). */
+/* acc + the dot of u with the 4 bytes (dpbusd) or 2 words (dpwssd) at p
+ * broadcast to the 16 lanes, the broadcast embedded in the instruction
+ * ({1to16} memory operand): GCC keeps a separate vpbroadcastd for
+ * _mm512_set1_epi32 from memory, one more uop per vpdpbusd in a tile that
+ * has one broadcast per vpdpbusd. The emulation build has the intrinsics. */
+#ifdef PL_AVX512_EMU
 K5AI __m512i kg_bcast4(const void *p)
 {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
 }
+#define kg_dpbusd_b32(acc, u, p) _mm512_dpbusd_epi32(acc, u, kg_bcast4(p))
+#define kg_dpwssd_b32(acc, u, p) _mm512_dpwssd_epi32(acc, u, kg_bcast4(p))
+#else
+typedef int32_t __attribute__((may_alias)) kg_i32_alias; /* the 4 bytes are int8 or int16 data */
+K5AI __m512i kg_dpbusd_b32(__m512i acc, __m512i u, const void *p)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const kg_i32_alias *)p));
+    return acc;
+}
+
+K5AI __m512i kg_dpwssd_b32(__m512i acc, __m512i u, const void *p)
+{
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const kg_i32_alias *)p));
+    return acc;
+}
+#endif
 
 /* One group wp (nw rows stored) against NX rows of Q8_K x (xs bytes
  * apart): y[r * ys + c] for c < nw. SB: values per sub-block (32, or 16
@@ -77,7 +97,7 @@ KG_UNROLL
             for (int v = j * SB / 4; v < (j + 1) * SB / 4; v++) {
                 const __m512i wv = _mm512_load_si512((const void *)(sl + 64 * v));
 KG_UNROLL
-                for (int r = 0; r < NX; r++) acc[r] = _mm512_dpbusd_epi32(acc[r], wv, kg_bcast4(xb[r]->qs + 4 * v));
+                for (int r = 0; r < NX; r++) acc[r] = kg_dpbusd_b32(acc[r], wv, xb[r]->qs + 4 * v);
             }
             const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(sl + KPACK_SC + 16 * j)));
 KG_UNROLL
@@ -90,7 +110,7 @@ KG_UNROLL
         for (int i = 0; i < 8; i++) {
             const __m512i pv = _mm512_load_si512((const void *)(sl + KPACK_PAIRS + 64 * i));
 KG_UNROLL
-            for (int r = 0; r < NX; r++) ps[r] = _mm512_dpwssd_epi32(ps[r], pv, kg_bcast4(xb[r]->bsums + 2 * i));
+            for (int r = 0; r < NX; r++) ps[r] = kg_dpwssd_b32(ps[r], pv, xb[r]->bsums + 2 * i);
         }
         const __m512 dv = _mm512_load_ps((const float *)(sl + KPACK_D));
         const __m512 dmv = _mm512_load_ps((const float *)(sl + KPACK_DMIN));
