@@ -171,13 +171,33 @@ K5AI void kg_iq4_xs_values(uint8_t *u, const block_iq4_xs *w)
     }
 }
 
+/* Q5_K's values (kern_kpack.c's u) of one super-block: 32 bytes of
+ * nibbles give values 64 g + l (low) and 64 g + 32 + l (high), their fifth
+ * bits being bits 2g and 2g + 1 of qh[l]. 16-bit shifts on bytes: each
+ * byte's bit s lands in its own bit 0 before the mask. */
+K5AI void kg_q5_K_values(uint8_t *u, const block_q5_K *w)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)w->qh);
+    for (int g = 0; g < 4; g++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * g));
+        const __m128i s0 = _mm_cvtsi32_si128(2 * g), s1 = _mm_cvtsi32_si128(2 * g + 1);
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i b0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, s0), one), 4);
+        const __m256i b1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, s1), one), 4);
+        _mm256_store_si256((__m256i *)(u + 64 * g), _mm256_or_si256(lo, b0));
+        _mm256_store_si256((__m256i *)(u + 64 * g + 32), _mm256_or_si256(hi, b1));
+    }
+}
+
 /* Super-blocks a packing step unpacks per row (rows[KG_PACK_KB][16] on the
  * stack, 20 KiB). */
 #define KG_PACK_KB 4
 
 /* kern_kpack_group's bytes: the 16 rows' super-blocks unpacked
- * (kern_kpack_unpack) KG_PACK_KB at a time row by row, so the group's rows
- * (one contiguous run) are read in address order with the next step's
+ * (kern_kpack_unpack; IQ4_XS's and Q5_K's values by the vector code above,
+ * the compiler's own vectors serving Q4_K's and Q6_K's as well) KG_PACK_KB
+ * at a time row by row, so the group's rows (one contiguous run) are read in address order with the next step's
  * lines prefetched: unpacking one super-block of each row in turn (16
  * streams 1-4 KiB apart) stalled on every load, 57 ns a row and
  * super-block. Then the values move into the slab's vectors by 16 x 16
@@ -199,8 +219,10 @@ static K5 void kpack_x512(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws,
             for (size_t l = 0; b0 + kb < nb && l < KG_PACK_KB * wb; l += 64)
                 _mm_prefetch((const char *)(row + kb * wb + l), _MM_HINT_T0);
             for (int i = 0; i < kb; i++) {
-                kern_kpack_unpack(t, &rows[i][c], row + (size_t)i * wb, false);
-                if (t == DT_IQ4_XS) kg_iq4_xs_values(rows[i][c].u, (const block_iq4_xs *)(row + (size_t)i * wb));
+                const void *blk = row + (size_t)i * wb;
+                kern_kpack_unpack(t, &rows[i][c], blk, false);
+                if (t == DT_IQ4_XS) kg_iq4_xs_values(rows[i][c].u, blk);
+                else if (t == DT_Q5_K) kg_q5_K_values(rows[i][c].u, blk);
             }
         }
         for (int i = 0; i < kb; i++) {
