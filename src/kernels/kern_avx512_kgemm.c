@@ -41,18 +41,22 @@
 #define KG_UNROLL _Pragma("GCC unroll 8")
 #endif
 
-/* acc + the dot of u with the 4 bytes (dpbusd) or 2 words (dpwssd) at p
- * broadcast to the 16 lanes, the broadcast embedded in the instruction
- * ({1to16} memory operand): GCC keeps a separate vpbroadcastd for
- * _mm512_set1_epi32 from memory, one more uop per vpdpbusd in a tile that
- * has one broadcast per vpdpbusd. The emulation build has the intrinsics. */
-#ifdef PL_AVX512_EMU
+/* 4 bytes at p broadcast to the 16 lanes (a separate vpbroadcastd: GCC
+ * does not fold _mm512_set1_epi32 from memory into the vpdpbusd). */
 K5AI __m512i kg_bcast4(const void *p)
 {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
 }
+
+/* acc + the dot of u with the 4 bytes (dpbusd) or 2 words (dpwssd) at p
+ * broadcast to the 16 lanes, the broadcast embedded in the instruction
+ * ({1to16} memory operand): one uop fewer per vpdpbusd, which the 32-value
+ * sub-block tiles (Q4_K, Q5_K, IQ4_XS) gain from; the 16-value ones (Q3_K,
+ * Q6_K, Q2_K) measured slower with it and keep kg_bcast4 (docs/speed.md).
+ * The emulation build has the intrinsics. */
+#ifdef PL_AVX512_EMU
 #define kg_dpbusd_b32(acc, u, p) _mm512_dpbusd_epi32(acc, u, kg_bcast4(p))
 #define kg_dpwssd_b32(acc, u, p) _mm512_dpwssd_epi32(acc, u, kg_bcast4(p))
 #else
@@ -97,7 +101,8 @@ KG_UNROLL
             for (int v = j * SB / 4; v < (j + 1) * SB / 4; v++) {
                 const __m512i wv = _mm512_load_si512((const void *)(sl + 64 * v));
 KG_UNROLL
-                for (int r = 0; r < NX; r++) acc[r] = kg_dpbusd_b32(acc[r], wv, xb[r]->qs + 4 * v);
+                for (int r = 0; r < NX; r++) acc[r] = SB == 32 ? kg_dpbusd_b32(acc[r], wv, xb[r]->qs + 4 * v)
+                                          : _mm512_dpbusd_epi32(acc[r], wv, kg_bcast4(xb[r]->qs + 4 * v));
             }
             const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(sl + KPACK_SC + 16 * j)));
 KG_UNROLL
@@ -110,7 +115,8 @@ KG_UNROLL
         for (int i = 0; i < 8; i++) {
             const __m512i pv = _mm512_load_si512((const void *)(sl + KPACK_PAIRS + 64 * i));
 KG_UNROLL
-            for (int r = 0; r < NX; r++) ps[r] = kg_dpwssd_b32(ps[r], pv, xb[r]->bsums + 2 * i);
+            for (int r = 0; r < NX; r++) ps[r] = SB == 32 ? kg_dpwssd_b32(ps[r], pv, xb[r]->bsums + 2 * i)
+                                         : _mm512_dpwssd_epi32(ps[r], pv, kg_bcast4(xb[r]->bsums + 2 * i));
         }
         const __m512 dv = _mm512_load_ps((const float *)(sl + KPACK_D));
         const __m512 dmv = _mm512_load_ps((const float *)(sl + KPACK_DMIN));
