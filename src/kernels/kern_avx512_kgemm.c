@@ -41,14 +41,38 @@
 #define KG_UNROLL _Pragma("GCC unroll 8")
 #endif
 
-/* 4 bytes at p broadcast to the 16 lanes (the compiler folds it into the
- * vpdpbusd/vpdpwssd as a {1to16} memory operand). */
+/* 4 bytes at p broadcast to the 16 lanes (a separate vpbroadcastd: GCC
+ * does not fold _mm512_set1_epi32 from memory into the vpdpbusd). */
 K5AI __m512i kg_bcast4(const void *p)
 {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
 }
+
+/* acc + the dot of u with the 4 bytes (dpbusd) or 2 words (dpwssd) at p
+ * broadcast to the 16 lanes, the broadcast embedded in the instruction
+ * ({1to16} memory operand): one uop fewer per vpdpbusd, which the 32-value
+ * sub-block tiles (Q4_K, Q5_K, IQ4_XS) gain from; the 16-value ones (Q3_K,
+ * Q6_K, Q2_K) measured slower with it and keep kg_bcast4 (docs/speed.md).
+ * The emulation build has the intrinsics. */
+#ifdef PL_AVX512_EMU
+#define kg_dpbusd_b32(acc, u, p) _mm512_dpbusd_epi32(acc, u, kg_bcast4(p))
+#define kg_dpwssd_b32(acc, u, p) _mm512_dpwssd_epi32(acc, u, kg_bcast4(p))
+#else
+typedef int32_t __attribute__((may_alias)) kg_i32_alias; /* the 4 bytes are int8 or int16 data */
+K5AI __m512i kg_dpbusd_b32(__m512i acc, __m512i u, const void *p)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const kg_i32_alias *)p));
+    return acc;
+}
+
+K5AI __m512i kg_dpwssd_b32(__m512i acc, __m512i u, const void *p)
+{
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const kg_i32_alias *)p));
+    return acc;
+}
+#endif
 
 /* One group wp (nw rows stored) against NX rows of Q8_K x (xs bytes
  * apart): y[r * ys + c] for c < nw. SB: values per sub-block (32, or 16
@@ -77,7 +101,8 @@ KG_UNROLL
             for (int v = j * SB / 4; v < (j + 1) * SB / 4; v++) {
                 const __m512i wv = _mm512_load_si512((const void *)(sl + 64 * v));
 KG_UNROLL
-                for (int r = 0; r < NX; r++) acc[r] = _mm512_dpbusd_epi32(acc[r], wv, kg_bcast4(xb[r]->qs + 4 * v));
+                for (int r = 0; r < NX; r++) acc[r] = SB == 32 ? kg_dpbusd_b32(acc[r], wv, xb[r]->qs + 4 * v)
+                                          : _mm512_dpbusd_epi32(acc[r], wv, kg_bcast4(xb[r]->qs + 4 * v));
             }
             const __m512i scv = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(sl + KPACK_SC + 16 * j)));
 KG_UNROLL
@@ -90,7 +115,8 @@ KG_UNROLL
         for (int i = 0; i < 8; i++) {
             const __m512i pv = _mm512_load_si512((const void *)(sl + KPACK_PAIRS + 64 * i));
 KG_UNROLL
-            for (int r = 0; r < NX; r++) ps[r] = _mm512_dpwssd_epi32(ps[r], pv, kg_bcast4(xb[r]->bsums + 2 * i));
+            for (int r = 0; r < NX; r++) ps[r] = SB == 32 ? kg_dpwssd_b32(ps[r], pv, xb[r]->bsums + 2 * i)
+                                         : _mm512_dpwssd_epi32(ps[r], pv, kg_bcast4(xb[r]->bsums + 2 * i));
         }
         const __m512 dv = _mm512_load_ps((const float *)(sl + KPACK_D));
         const __m512 dmv = _mm512_load_ps((const float *)(sl + KPACK_DMIN));
@@ -151,13 +177,33 @@ K5AI void kg_iq4_xs_values(uint8_t *u, const block_iq4_xs *w)
     }
 }
 
+/* Q5_K's values (kern_kpack.c's u) of one super-block: 32 bytes of
+ * nibbles give values 64 g + l (low) and 64 g + 32 + l (high), their fifth
+ * bits being bits 2g and 2g + 1 of qh[l]. 16-bit shifts on bytes: each
+ * byte's bit s lands in its own bit 0 before the mask. */
+K5AI void kg_q5_K_values(uint8_t *u, const block_q5_K *w)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)w->qh);
+    for (int g = 0; g < 4; g++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * g));
+        const __m128i s0 = _mm_cvtsi32_si128(2 * g), s1 = _mm_cvtsi32_si128(2 * g + 1);
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i b0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, s0), one), 4);
+        const __m256i b1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, s1), one), 4);
+        _mm256_store_si256((__m256i *)(u + 64 * g), _mm256_or_si256(lo, b0));
+        _mm256_store_si256((__m256i *)(u + 64 * g + 32), _mm256_or_si256(hi, b1));
+    }
+}
+
 /* Super-blocks a packing step unpacks per row (rows[KG_PACK_KB][16] on the
  * stack, 20 KiB). */
 #define KG_PACK_KB 4
 
 /* kern_kpack_group's bytes: the 16 rows' super-blocks unpacked
- * (kern_kpack_unpack) KG_PACK_KB at a time row by row, so the group's rows
- * (one contiguous run) are read in address order with the next step's
+ * (kern_kpack_unpack; IQ4_XS's and Q5_K's values by the vector code above,
+ * the compiler's own vectors serving Q4_K's and Q6_K's as well) KG_PACK_KB
+ * at a time row by row, so the group's rows (one contiguous run) are read in address order with the next step's
  * lines prefetched: unpacking one super-block of each row in turn (16
  * streams 1-4 KiB apart) stalled on every load, 57 ns a row and
  * super-block. Then the values move into the slab's vectors by 16 x 16
@@ -179,8 +225,10 @@ static K5 void kpack_x512(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws,
             for (size_t l = 0; b0 + kb < nb && l < KG_PACK_KB * wb; l += 64)
                 _mm_prefetch((const char *)(row + kb * wb + l), _MM_HINT_T0);
             for (int i = 0; i < kb; i++) {
-                kern_kpack_unpack(t, &rows[i][c], row + (size_t)i * wb, false);
-                if (t == DT_IQ4_XS) kg_iq4_xs_values(rows[i][c].u, (const block_iq4_xs *)(row + (size_t)i * wb));
+                const void *blk = row + (size_t)i * wb;
+                kern_kpack_unpack(t, &rows[i][c], blk, false);
+                if (t == DT_IQ4_XS) kg_iq4_xs_values(rows[i][c].u, blk);
+                else if (t == DT_Q5_K) kg_q5_K_values(rows[i][c].u, blk);
             }
         }
         for (int i = 0; i < kb; i++) {

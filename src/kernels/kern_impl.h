@@ -325,17 +325,17 @@ size_t kern_kpack_group_bytes(int n);
 void kern_kpack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
 /* The pieces a variant's faster packing (kern_kgemm.pack) is built from:
  * one row's super-block blk unpacked (the values u, the scales, the pairs,
- * d and dmin of kern_kpack.c's table; IQ4_XS's values only if iq4_values:
- * a table lookup per value the compiler does not vectorize, which the
- * variant does with a byte shuffle), and everything of a slab s but the
- * quants, from rows 0..nw-1. */
+ * d and dmin of kern_kpack.c's table; the values of IQ4_XS and Q5_K only
+ * if values: a variant writes those faster with its own vectors, the
+ * IQ4_XS table lookup by a byte shuffle, Q5_K's bit planes by 16-bit
+ * shifts), and everything of a slab s but the quants, from rows 0..nw-1. */
 typedef struct {
     _Alignas(64) uint8_t u[256];
     int8_t sc[16];
     int16_t pair[8][2];
     float d, dmin;
 } kern_kpack_row;
-void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool iq4_values);
+void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool values);
 void kern_kpack_slab_tail(uint8_t *s, const kern_kpack_row *rows, int nw);
 /* One super-block of a group (KPACK_SLAB bytes): the quants, vector v
  * (0..63) at 64 v holding values 4v..4v+3 of row c at bytes 4c..4c+3;

@@ -80,9 +80,9 @@ static void kp_q4_K(kern_kpack_row *restrict o, const block_q4_K *restrict w)
     kp_scales_mins(o, w->scales, w->d, w->dmin);
 }
 
-static void kp_q5_K(kern_kpack_row *restrict o, const block_q5_K *restrict w)
+static void kp_q5_K(kern_kpack_row *restrict o, const block_q5_K *restrict w, bool values)
 {
-    for (int g = 0; g < 4; g++)
+    for (int g = 0; values && g < 4; g++)
         for (int l = 0; l < 32; l++) {
             o->u[64 * g + l] = (uint8_t)((w->qs[32 * g + l] & 0xF) | (((w->qh[l] >> (2 * g)) & 1) << 4));
             o->u[64 * g + 32 + l] = (uint8_t)((w->qs[32 * g + l] >> 4) | (((w->qh[l] >> (2 * g + 1)) & 1) << 4));
@@ -148,15 +148,15 @@ static void kp_iq4_xs(kern_kpack_row *restrict o, const block_iq4_xs *restrict w
     o->d = f16_to_f32(w->d), o->dmin = 0.0f;
 }
 
-void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool iq4_values)
+void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool values)
 {
     memset(o->sc, 0, sizeof o->sc);
     if (t == DT_Q4_K) kp_q4_K(o, blk);
-    else if (t == DT_Q5_K) kp_q5_K(o, blk);
+    else if (t == DT_Q5_K) kp_q5_K(o, blk, values);
     else if (t == DT_Q6_K) kp_q6_K(o, blk);
     else if (t == DT_Q3_K) kp_q3_K(o, blk);
     else if (t == DT_Q2_K) kp_q2_K(o, blk);
-    else kp_iq4_xs(o, blk, iq4_values);
+    else kp_iq4_xs(o, blk, values);
 }
 
 void kern_kpack_slab_tail(uint8_t *s, const kern_kpack_row *rows, int nw)
