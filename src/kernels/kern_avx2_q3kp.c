@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/kern_avx2_pack8.h"
 #include "tensor/blocks.h"
 #include "tensor/half.h"
 
@@ -88,15 +89,7 @@ KI2I void q3p2_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int n
             acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), _mm256_cvtepi32_ps(tot)));
         }
     }
-    for (int r = 0; r < NX; r++) {
-        if (nw == KERN_PACK_ROWS) {
-            _mm256_storeu_ps(y + (size_t)r * ys, acc[r]);
-        } else {
-            float o[8];
-            _mm256_storeu_ps(o, acc[r]);
-            memcpy(y + (size_t)r * ys, o, sizeof(float) * (size_t)nw);
-        }
-    }
+    pack8_store_rows(y, ys, acc, NX, nw);
 }
 
 KI2 void kern_gemmp_q3_K_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
