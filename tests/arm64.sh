@@ -15,15 +15,16 @@
 # Output: the tests' own PASS/FAIL/SKIP lines, each name prefixed with the
 # build. Without the cross compiler or qemu it prints one SKIP line and exits
 # 0. Env: BUILD, CROSS_ARM64, QEMU_ARM64, ARM64_TESTS (default test_kernels
-# test_kernels_q3kp, ~12 s a build under qemu: the portable packed Q3_K GEMM
-# and to_kpack, which aarch64 runs only there; test_attention runs too but
+# test_kernels_q3kp test_kernels_q4kp, ~12 s each a build under qemu: the
+# portable packed Q3_K and Q4_K GEMMs and to_kpack, which aarch64 runs only
+# there; test_attention runs too but
 # only exercises the reference on aarch64 and takes ~40 s of CPU under qemu).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 CC=${CROSS_ARM64:-aarch64-linux-gnu-gcc}
 QEMU=${QEMU_ARM64:-qemu-aarch64}
-read -r -a tests <<<"${ARM64_TESTS:-test_kernels test_kernels_q3kp}"
+read -r -a tests <<<"${ARM64_TESTS:-test_kernels test_kernels_q3kp test_kernels_q4kp}"
 for tool in "$CC" "$QEMU"; do
   if ! command -v "$tool" >/dev/null; then
     echo "SKIP arm64: $tool not found (apt-get install gcc-aarch64-linux-gnu qemu-user)"

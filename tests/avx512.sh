@@ -13,12 +13,12 @@
 # Output: the tests' own PASS/FAIL/SKIP lines, each name prefixed with
 # "avx512-emu/". Without SIMDe's headers (apt-get install libsimde-dev) it
 # prints one SKIP line and exits 0. Env: BUILD, AVX512_EMU_TESTS (default
-# test_kernels test_kernels_elem test_kernels_iq4p test_kernels_q3kp test_attention).
+# test_kernels test_kernels_elem test_kernels_iq4p test_kernels_q3kp test_kernels_q4kp test_attention).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 CC=${CC:-cc}
-read -r -a tests <<<"${AVX512_EMU_TESTS:-test_kernels test_kernels_elem test_kernels_iq4p test_kernels_q3kp test_attention}"
+read -r -a tests <<<"${AVX512_EMU_TESTS:-test_kernels test_kernels_elem test_kernels_iq4p test_kernels_q3kp test_kernels_q4kp test_attention}"
 if [ "$(uname -m)" != x86_64 ]; then echo "SKIP avx512-emu: x86-64 only"; exit 0; fi
 if [ ! -f /usr/include/simde/x86/avx512.h ]; then
   echo "SKIP avx512-emu: SIMDe headers not found (apt-get install libsimde-dev)"

@@ -237,4 +237,18 @@ static inline __m512 pl_emu_scalef_ps(__m512 a, __m512 b)
 #endif
 
 #endif
+
+#ifdef PL_HAVE_AVX512_CODE
+#include <stdint.h>
+#include <string.h>
+
+/* 4 bytes at p broadcast to the 8 int32 lanes of a ymm: the activation
+ * operand of the tiles on weights packed 8 rows a group. */
+K5AI __m256i k5_bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+#endif
 #endif

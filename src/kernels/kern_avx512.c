@@ -65,6 +65,7 @@ static void avx512_tables_init(void)
         kern_avx512_fill_lowbit(t);
         kern_avx512_fill_iq4p(t);
         kern_avx512_fill_q3kp(t);
+        kern_avx512_fill_q4kp(t);
     }
 }
 

@@ -137,9 +137,10 @@ typedef struct {
     /* The F16 form of px (kern_px.f): f16 row x (the dot type's bytes) of n
      * values as f32 at f[k * rows] (f already offset to the row). */
     void (*pxf_row)(float *f, size_t rows, const void *x, int n);
-    /* IQ4_XS, Q3_K: one kern_kpack.c group (16 rows) from the packed groups at
-     * wp (two, gb bytes apart; nw <= 16 rows stored), for kern_kgemm at
-     * prefill (kern_pack_iq4.c, kern_pack_q3k.c); NULL: none. */
+    /* IQ4_XS, Q3_K, Q4_K: one kern_kpack.c group (16 rows) from the packed
+     * groups at wp (two, gb bytes apart; nw <= 16 rows stored), for
+     * kern_kgemm at prefill (kern_pack_iq4.c, kern_pack_q3k.c,
+     * kern_pack_q4k.c); NULL: none. */
     void (*to_kpack)(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
 } kern_packed;
 
@@ -263,6 +264,18 @@ static inline int kern_pack_rows(uint32_t t) { return t == DT_F16 ? KERN_PACKF_R
 #define KERN_Q3P_SC_BYTES 16
 #define KERN_Q3P_TRI (KERN_Q3P_SC_BYTES + 3 * 32)
 #define KERN_Q3P_SLAB (KERN_Q3P_D_BYTES + 8 * KERN_Q3P_TRI)
+/* Q4_K (kern_pack_q4k.c has the picture): groups of KERN_PACK_ROWS rows,
+ * one slab of KERN_Q4P_SLAB bytes per super-block: the 8 rows' d, then
+ * dmin, as f16 (KERN_Q4P_HEAD bytes), then 4 quads of KERN_Q4P_QUAD bytes
+ * (sub-blocks 2 g, 2 g + 1: the 8 rows' two scales, then two mins, as
+ * bytes, then 8 vectors of 32 bytes, vector t holding row c's qs[32 g +
+ * 4 t .. + 3] at 4 c). */
+#define KERN_Q4P_HEAD 32
+#define KERN_Q4P_SC 0
+#define KERN_Q4P_MIN 16
+#define KERN_Q4P_Q 32
+#define KERN_Q4P_QUAD (KERN_Q4P_Q + 8 * 32)
+#define KERN_Q4P_SLAB (KERN_Q4P_HEAD + 4 * KERN_Q4P_QUAD)
 /* THE PACKED F16 ORDER: element (row c, activation r) is, in float,
  *   tot = 0; for each block of KERN_PACKF_KB elements k from 0 (the last
  *   may be shorter): acc = 0; acc = fma(w[c][k], x[r][k], acc) for k in
@@ -316,6 +329,19 @@ void kern_q3p_to_kpack_ref(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, i
 void kern_gemmp_q3_K_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
                           const kern_px *px, int nx);
 void kern_q3p_to_kpack_avx2(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
+/* kern_pack_q4k.c: Q4_K's packed group (bytes, packing), its portable
+ * GEMM, its portable kern_packed.to_kpack and the part of it that every
+ * variant's to_kpack shares (slab b's scales, pairs, d and dmin);
+ * kern_avx2_q4kp.c: the AVX2 GEMM and to_kpack (x86 only). */
+size_t kern_q4p_group_bytes(int n);
+void kern_q4p_group(uint8_t *dst, const uint8_t *w, size_t ws, int nw, int n);
+void kern_gemmp_q4_K_ref(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                         const kern_px *px, int nx);
+void kern_q4p_to_kpack_ref(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
+void kern_q4p_kpack_tail(uint8_t *s, const uint8_t *wp, size_t gb, int ng, int b);
+void kern_gemmp_q4_K_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,
+                          const kern_px *px, int nx);
+void kern_q4p_to_kpack_avx2(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
 /* kern_kpack.c: the K-quant/IQ4_XS packed layout (kern_kgemm). Whether t
  * has one, bytes of one group of KERN_KPACK_ROWS rows of n values (a
  * multiple of 64), and packing of nw <= KERN_KPACK_ROWS ggml rows (w,
@@ -456,6 +482,7 @@ void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q3_K, Q4_K
 void kern_avx512_fill_lowbit(kern_vtable *t); /* kern_avx512_lowbit.c: Q3_K, Q2_K, TQ2_0 */
 void kern_avx512_fill_iq4p(kern_vtable *t);  /* kern_avx512_iq4p.c: IQ4_XS packed at load */
 void kern_avx512_fill_q3kp(kern_vtable *t);  /* kern_avx512_q3kp.c: Q3_K packed at load */
+void kern_avx512_fill_q4kp(kern_vtable *t);  /* kern_avx512_q4kp.c: Q4_K packed at load */
 /* The NEON variant (kern_neon.c), or NULL when not compiled for aarch64.
  * Advanced SIMD is part of the aarch64 base ABI, so no run-time check is
  * needed; its name says whether the integer dots use the dot-product

@@ -31,9 +31,9 @@
  * count.
  *
  * Float orders, chosen by how W is stored and by m:
- * - packed at load (Q8_0/Q4_0, and F16, IQ4_XS and Q3_K on x86, by default:
+ * - packed at load (Q8_0/Q4_0, and F16, IQ4_XS, Q3_K and Q4_K on x86, by default:
  *   model_weights_repack): the packed GEMM for EVERY m, decode included
- *   (IQ4_XS and Q3_K from the kern_kgemm's min_m: that GEMM on kern_kpack.c groups
+ *   (IQ4_XS, Q3_K and Q4_K from the kern_kgemm's min_m: that GEMM on kern_kpack.c groups
  *   converted from the packed ones per chunk), every element in the
  *   reference's order (F16: the packed F16 order of kern_impl.h): a row
  *   is the same bit for bit whatever m or variant. With
@@ -225,7 +225,7 @@ typedef struct {
     kern_dot_fn dot;
     const kern_packed *pk;
     kern_kgemm kg;
-    /* MM_KPACK from weights packed at load (IQ4_XS, Q3_K): kern_packed.to_kpack
+    /* MM_KPACK from weights packed at load (IQ4_XS, Q3_K, Q4_K): kern_packed.to_kpack
      * and the bytes of one packed group; else NULL */
     void (*to_kpack)(uint8_t *dst, const uint8_t *wp, size_t gb, int nw, int n);
     size_t pgb;
@@ -333,7 +333,7 @@ static void mm_packed_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 
 /* The K-quant/IQ4_XS batched path: the chunk's rows packed once into this
  * thread's buffer (groups of KERN_KPACK_ROWS; from ggml rows, or from
- * IQ4_XS's or Q3_K's groups packed at load, two to one), then swept once per group
+ * IQ4_XS's, Q3_K's or Q4_K's groups packed at load, two to one), then swept once per group
  * of up to KERN_KPACK_NX activation rows. */
 static void mm_kpack_chunk(const mm_job *j, const mm_part *p, int c0, int c1)
 {
@@ -579,7 +579,7 @@ void kern_matmul_mats(int n_mats, float *const *y, const float *x, const kern_ma
             else if (vt->kgemm[wi->type].gemm && m >= vt->kgemm[wi->type].min_m && kern_kpack_layout(wi->type))
                 p->mode = MM_KPACK, p->kg = vt->kgemm[wi->type], p->gb = kern_kpack_group_bytes(n_in);
             else if (vt->packed[wi->type].gemm && m >= MM_PACK_MIN_M && (wi->type == DT_Q8_0 || wi->type == DT_Q4_0) &&
-                     kern_pack_supports(wi->type, n_in)) /* F16, IQ4_XS, Q3_K: packed at load only */
+                     kern_pack_supports(wi->type, n_in)) /* F16, IQ4_XS, Q3_K, Q4_K: packed at load only */
                 p->mode = MM_PACK_CALL, p->pk = &vt->packed[wi->type];
             else p->mode = MM_GEMM;
         }

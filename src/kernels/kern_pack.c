@@ -1,8 +1,9 @@
 /* kern_pack.c - the packed weight layouts of Q8_0, Q4_0 and F16 matrices:
  * packing (once at model load, kern_pack; or per call by kern_matmul for
  * Q8_0/Q4_0 weights that were not packed) and the portable GEMMs on them.
- * IQ4_XS's and Q3_K's layouts (packed at load only) are kern_pack_iq4.c's
- * and kern_pack_q3k.c's; the entry points below hand them over.
+ * IQ4_XS's, Q3_K's and Q4_K's layouts (packed at load only) are
+ * kern_pack_iq4.c's, kern_pack_q3k.c's and kern_pack_q4k.c's; the entry
+ * points below hand them over.
  *
  * F16 (KERN_PACKF_ROWS = 16 rows a group, 32 n bytes):
  *
@@ -59,16 +60,16 @@
 #include "tensor/half.h"
 
 /* The types and row lengths the layout exists for (IQ4_XS: kern_pack_iq4.c,
- * Q3_K: kern_pack_q3k.c). */
+ * Q3_K: kern_pack_q3k.c, Q4_K: kern_pack_q4k.c). */
 static bool pack_layout(uint32_t wtype, int n_in)
 {
-    if (wtype == DT_IQ4_XS || wtype == DT_Q3_K) return n_in > 0 && n_in % QK_K == 0;
+    if (wtype == DT_IQ4_XS || wtype == DT_Q3_K || wtype == DT_Q4_K) return n_in > 0 && n_in % QK_K == 0;
     return (wtype == DT_Q8_0 || wtype == DT_Q4_0 || wtype == DT_F16) && n_in > 0 && n_in % 32 == 0;
 }
 
 bool kern_pack_supports(uint32_t wtype, int n_in)
 {
-    /* F16, IQ4_XS and Q3_K only where the variant has a packed tile: the
+    /* F16, IQ4_XS, Q3_K and Q4_K only where the variant has a packed tile: the
      * portable ones (fmaf chains; a table lookup or bit gathering per
      * value) would be slower than the variant's tiles on ggml rows (NEON
      * keeps those) */
@@ -81,6 +82,7 @@ size_t kern_pack_group_bytes(uint32_t t, int n)
     if (t == DT_F16) return (size_t)n * 2 * KERN_PACKF_ROWS;
     if (t == DT_IQ4_XS) return kern_iq4p_group_bytes(n);
     if (t == DT_Q3_K) return kern_q3p_group_bytes(n);
+    if (t == DT_Q4_K) return kern_q4p_group_bytes(n);
     const size_t nb = (size_t)(n / 32), runs = (nb + KERN_PACK_RUN - 1) / KERN_PACK_RUN;
     return runs * 64 + nb * kern_pack_block_quant_bytes(t);
 }
@@ -117,6 +119,10 @@ void kern_pack_group(uint32_t t, uint8_t *dst, const uint8_t *w, size_t ws, int 
     }
     if (t == DT_Q3_K) {
         kern_q3p_group(dst, w, ws, nw, n);
+        return;
+    }
+    if (t == DT_Q4_K) {
+        kern_q4p_group(dst, w, ws, nw, n);
         return;
     }
     const int nb = n / 32, qv = t == DT_Q8_0 ? 8 : 4;
@@ -237,17 +243,19 @@ static void pxf_row_ref(float *f, size_t rows, const void *x, int n)
     for (int k = 0; k < n; k++) f[(size_t)k * rows] = f16_to_f32(h[k]);
 }
 
-static const kern_packed packed_ref[5] = {
+static const kern_packed packed_ref[6] = {
     {4, NULL, gemmp_q8_0_ref, 1, NULL, NULL},
     {4, NULL, gemmp_q4_0_ref, 1, NULL, NULL},
     {4, NULL, gemmp_f16_ref, 8, pxf_row_ref, NULL},
     {4, NULL, kern_gemmp_iq4_xs_ref, 1, NULL, kern_iq4p_to_kpack_ref}, /* kern_pack_iq4.c */
     {4, NULL, kern_gemmp_q3_K_ref, 1, NULL, kern_q3p_to_kpack_ref},    /* kern_pack_q3k.c */
+    {4, NULL, kern_gemmp_q4_K_ref, 1, NULL, kern_q4p_to_kpack_ref},    /* kern_pack_q4k.c */
 };
 
 const kern_packed *kern_packed_for(const kern_vtable *vt, uint32_t t)
 {
-    if (t != DT_Q8_0 && t != DT_Q4_0 && t != DT_F16 && t != DT_IQ4_XS && t != DT_Q3_K) return NULL;
-    if (vt->packed[t].gemm) return &vt->packed[t];
-    return &packed_ref[t == DT_Q8_0 ? 0 : t == DT_Q4_0 ? 1 : t == DT_F16 ? 2 : t == DT_IQ4_XS ? 3 : 4];
+    static const uint32_t types[6] = {DT_Q8_0, DT_Q4_0, DT_F16, DT_IQ4_XS, DT_Q3_K, DT_Q4_K};
+    for (int i = 0; i < 6; i++)
+        if (t == types[i]) return vt->packed[t].gemm ? &vt->packed[t] : &packed_ref[i];
+    return NULL;
 }

@@ -7,8 +7,8 @@
  * quantized types than Q8_0/Q4_0 (K-quants) once model_weights_repack
  * ran (F32/BF16 matrices stay in the file): those are copied, as
  * they are, into one anonymous region on huge pages and `data` points at
- * the copy. The Q8_0, Q4_0 and (where kern_pack_supports it) F16, IQ4_XS
- * and Q3_K matrices the matmuls read are repacked into the same region in kern_pack's
+ * the copy. The Q8_0, Q4_0 and (where kern_pack_supports it) F16, IQ4_XS,
+ * Q3_K and Q4_K matrices the matmuls read are repacked into the same region in kern_pack's
  * layout (`packed`); their `data` stays on the file. The file pages of both are dropped from memory: a read of the
  * file's copy faults the page back in, which the embedding lookup of
  * token_embd relies on when the output matrix is tied to it (the output's
