@@ -1,7 +1,8 @@
 /* packed8_check.h - the checks every test of a type packed at load 8 rows
- * a group shares (test_kernels_q4kp.c): the packed product against the
- * reference bit for bit in every table, and to_kpack's bytes against
- * kern_kpack_group's. Header-only; -Itests finds it.
+ * a group shares (test_kernels_iq4p.c, test_kernels_q3kp.c,
+ * test_kernels_q4kp.c): the packed product against the reference bit for
+ * bit in every table, and to_kpack's bytes against kern_kpack_group's.
+ * Header-only; -Itests finds it.
  */
 #ifndef PL_TESTS_PACKED8_CHECK_H
 #define PL_TESTS_PACKED8_CHECK_H
@@ -30,7 +31,7 @@ static const int packed8_ms[] = {1, 2, 3, 4, 5, 8, 9, 33, 40};
 /* y of the packed matrix wp (type t) against x (PACKED8_M_MAX rows, the
  * first m taken) equals ref bit for bit in every table (chosen, portable,
  * each SIMD one), on 1 and 2 threads; the first difference into why. */
-static void packed8_vs_ref(uint32_t t, const char *what, const float *x, const uint8_t *wp, const float *ref, int n_in,
+static inline void packed8_vs_ref(uint32_t t, const char *what, const float *x, const uint8_t *wp, const float *ref, int n_in,
                            int n_out, threadpool *tp2, char *why, size_t wn)
 {
     const kern_vtable *vs[4] = {0};
@@ -57,7 +58,7 @@ static void packed8_vs_ref(uint32_t t, const char *what, const float *x, const u
 
 /* The packed product of w (n_out ggml rows of type t) against x equals the
  * reference variant's product of the ggml rows (packed8_vs_ref). */
-static void packed8_check_matmul(uint32_t t, const char *what, const uint8_t *w, const float *x, int n_in, int n_out,
+static inline void packed8_check_matmul(uint32_t t, const char *what, const uint8_t *w, const float *x, int n_in, int n_out,
                                  threadpool *tp2, char *why, size_t wn)
 {
     float *ref = malloc(sizeof(float) * PACKED8_M_MAX * (size_t)n_out);
@@ -74,7 +75,7 @@ static void packed8_check_matmul(uint32_t t, const char *what, const uint8_t *w,
  * kern_kgemm tile reads for the stored rows (values, scales, pairs, d,
  * dmin), and every variant's to_kpack writes exactly the portable one's
  * bytes; for n = 256, 768 and nw = 1, 5, 8, 9, 16. */
-static void packed8_check_to_kpack(uint32_t t, void (*to_kpack_ref)(uint8_t *, const uint8_t *, size_t, int, int),
+static inline void packed8_check_to_kpack(uint32_t t, void (*to_kpack_ref)(uint8_t *, const uint8_t *, size_t, int, int),
                                    uint64_t seed, char *why, size_t wn)
 {
     static const int ns[] = {256, 768}, nws[] = {1, 5, 8, 9, 16};

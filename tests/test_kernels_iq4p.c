@@ -15,8 +15,7 @@
  * - kern_pack_supports packs IQ4_XS only where the variant has a tile.
  */
 #include "test.h"
-#include "kern_variants.h"
-#include "mm_data.h"
+#include "packed8_check.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -81,38 +80,6 @@ TEST(iq4p_pack_round_trip)
     }
 }
 
-/* Every activation-row count of the check below: the packed tile's
- * heights, two sweeps, and the prefill path. */
-static const int iq4p_ms[] = {1, 2, 3, 4, 5, 8, 9, 33, 40};
-#define N_MS (int)(sizeof iq4p_ms / sizeof iq4p_ms[0])
-
-/* y of the packed matrix wp against x (m rows) equals ref bit for bit in
- * every table (chosen, portable, each SIMD one), on 1 and 2 threads. */
-static void packed_vs_ref(const char *what, const float *x, const uint8_t *wp, const float *ref, int n_in, int n_out,
-                          threadpool *tp2, char *why, size_t wn)
-{
-    const kern_vtable *vs[4] = {0};
-    const int nv = kern_simd_variants(vs);
-    const kern_mat pm = {NULL, wp, DT_IQ4_XS, n_in, n_out}, *pmp = &pm;
-    float *y = malloc(sizeof(float) * 40 * (size_t)n_out);
-    for (int v = -2; v < nv && !why[0]; v++) {
-        if (v < 0) kern_init(v == -1);
-        else kern_vt = *vs[v];
-        for (int mi = 0; mi < N_MS && !why[0]; mi++)
-            for (int th = 0; th < 2 && !why[0]; th++) {
-                const int m = iq4p_ms[mi];
-                for (size_t k = 0; k < (size_t)m * n_out; k++) y[k] = NAN;
-                kern_matmul_mats(1, &y, x, &pmp, m, th ? tp2 : NULL);
-                for (size_t k = 0; k < (size_t)m * n_out && !why[0]; k++)
-                    if (memcmp(&y[k], &ref[k], 4) != 0)
-                        snprintf(why, wn, "%s %s n_in=%d n_out=%d m=%d threads=%d: y[%zu][%zu] = %.9g, ref %.9g", what,
-                                 kern_variant(), n_in, n_out, m, th + 1, k / n_out, k % n_out, y[k], ref[k]);
-            }
-    }
-    kern_init(0);
-    free(y);
-}
-
 TEST(iq4p_matmul_equals_reference)
 {
     static const int n_outs[] = {1, 7, 8, 9, 77, 1001};
@@ -128,7 +95,7 @@ TEST(iq4p_matmul_equals_reference)
         kern_pack(wp, w, DT_IQ4_XS, n_in, n_out);
         kern_init(1);
         kern_matmul(ref, x, w, DT_IQ4_XS, M, n_in, n_out, NULL);
-        packed_vs_ref("random", x, wp, ref, n_in, n_out, tp2, why, sizeof why);
+        packed8_vs_ref(DT_IQ4_XS, "random", x, wp, ref, n_in, n_out, tp2, why, sizeof why);
         free(w), free(x), free(ref), free(wp);
     }
     tp_free(tp2);
@@ -167,7 +134,7 @@ TEST(iq4p_matmul_extreme_values)
         kern_matmul(ref, x, w, DT_IQ4_XS, M, n_in, n_out, NULL);
         char what[32];
         snprintf(what, sizeof what, "pattern %d", pat);
-        packed_vs_ref(what, x, wp, ref, n_in, n_out, tp2, why, sizeof why);
+        packed8_vs_ref(DT_IQ4_XS, what, x, wp, ref, n_in, n_out, tp2, why, sizeof why);
         free(w), free(x), free(ref), free(wp);
     }
     tp_free(tp2);
@@ -180,46 +147,8 @@ TEST(iq4p_matmul_extreme_values)
  * variant's to_kpack writes exactly the portable one's bytes. */
 TEST(iq4p_to_kpack_bytes)
 {
-    static const int ns[] = {256, 768}, nws[] = {1, 5, 8, 9, 16};
-    const kern_vtable *vs[4] = {0};
-    const int nv = kern_simd_variants(vs);
     char why[256] = "";
-    for (int q = 0; q < 2 && !why[0]; q++)
-        for (int wi = 0; wi < 5 && !why[0]; wi++) {
-            const int n = ns[q], nw = nws[wi];
-            rng_seed(9400 + (uint64_t)(q * 8 + wi));
-            uint8_t *w = mm_weights_make(DT_IQ4_XS, nw, n);
-            const size_t wr = dtype_row_bytes(DT_IQ4_XS, (uint64_t)n), kb = kern_kpack_group_bytes(n);
-            const size_t pb = kern_pack_bytes(DT_IQ4_XS, n, 16), gb = kern_pack_group_bytes(DT_IQ4_XS, n);
-            uint8_t *wp = aligned_alloc(64, pb), *want = aligned_alloc(64, kb), *got = aligned_alloc(64, kb);
-            uint8_t *alt = aligned_alloc(64, kb);
-            memset(wp, 0x3C, pb); /* a second group past nw is not read */
-            kern_pack(wp, w, DT_IQ4_XS, n, nw);
-            kern_kpack_group(DT_IQ4_XS, want, w, wr, nw, n);
-            memset(got, 0x5A, kb);
-            kern_iq4p_to_kpack_ref(got, wp, gb, nw, n);
-            for (int b = 0; b < n / QK_K && !why[0]; b++) {
-                const uint8_t *sw = want + (size_t)b * KPACK_SLAB, *sg = got + (size_t)b * KPACK_SLAB;
-                for (int c = 0; c < nw && !why[0]; c++) {
-                    bool same = true;
-                    for (int v = 0; v < 64; v++) same &= memcmp(sw + 64 * v + 4 * c, sg + 64 * v + 4 * c, 4) == 0;
-                    for (int j = 0; j < 16; j++) same &= sw[KPACK_SC + 16 * j + c] == sg[KPACK_SC + 16 * j + c];
-                    for (int i = 0; i < 8; i++) same &= memcmp(sw + KPACK_PAIRS + 64 * i + 4 * c, sg + KPACK_PAIRS + 64 * i + 4 * c, 4) == 0;
-                    same &= memcmp(sw + KPACK_D + 4 * c, sg + KPACK_D + 4 * c, 4) == 0;
-                    same &= memcmp(sw + KPACK_DMIN + 4 * c, sg + KPACK_DMIN + 4 * c, 4) == 0;
-                    if (!same) snprintf(why, sizeof why, "portable n=%d nw=%d: super-block %d row %d differs from kern_kpack_group", n, nw, b, c);
-                }
-            }
-            for (int v = 0; v < nv && !why[0]; v++) {
-                const kern_packed *pk = &vs[v]->packed[DT_IQ4_XS];
-                if (!pk->gemm || !pk->to_kpack) continue;
-                memset(alt, 0xA5, kb);
-                pk->to_kpack(alt, wp, gb, nw, n);
-                if (memcmp(alt, got, kb) != 0)
-                    snprintf(why, sizeof why, "%s n=%d nw=%d: to_kpack differs from the portable one", vs[v]->name, n, nw);
-            }
-            free(w), free(wp), free(want), free(got), free(alt);
-        }
+    packed8_check_to_kpack(DT_IQ4_XS, kern_iq4p_to_kpack_ref, 9400, why, sizeof why);
     CHECK_MSG(!why[0], "%s", why);
 }
 

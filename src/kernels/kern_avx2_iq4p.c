@@ -23,13 +23,6 @@
 #define KI2 __attribute__((target("avx2,fma,f16c")))
 #define KI2I static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-KI2I __m256i iq4p2_bcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 KI2I void iq4p2_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int nw, const uint8_t *x, size_t xs)
 {
     const int nb = n / QK_K;
@@ -51,8 +44,8 @@ KI2I void iq4p2_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int 
                 const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
                 for (int r = 0; r < NX; r++) {
                     const int8_t *xq = ((const block_q8_K *)(x + (size_t)r * xs) + b)->qs + 32 * j + 4 * t;
-                    const __m256i plo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(iq4p2_bcast4(xq), lo));
-                    const __m256i phi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(iq4p2_bcast4(xq + 16), hi));
+                    const __m256i plo = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(pack8_bcast4(xq), lo));
+                    const __m256i phi = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(pack8_bcast4(xq + 16), hi));
                     /* each pair by itself: two pairs may reach 4 * 127 * 127 > 2^15 */
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(plo, sc), _mm256_madd_epi16(phi, sc)));
                 }

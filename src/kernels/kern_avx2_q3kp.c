@@ -25,13 +25,6 @@
 #define KI2 __attribute__((target("avx2,fma,f16c")))
 #define KI2I static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-KI2I __m256i q3p2_bcast4(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* The eight u vectors of the triple whose value vectors start at t. */
 KI2I void q3p2_values(const uint8_t *t, __m256i u[8])
 {
@@ -72,14 +65,14 @@ KI2I void q3p2_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int n
             for (int r = 0; r < NX; r++) {
                 const block_q8_K *xb = (const block_q8_K *)(x + (size_t)r * xs) + b;
                 const int8_t *xq = xb->qs + 32 * i;
-                __m256i p0 = _mm256_maddubs_epi16(u[0], q3p2_bcast4(xq));
-                __m256i p1 = _mm256_maddubs_epi16(u[4], q3p2_bcast4(xq + 16));
+                __m256i p0 = _mm256_maddubs_epi16(u[0], pack8_bcast4(xq));
+                __m256i p1 = _mm256_maddubs_epi16(u[4], pack8_bcast4(xq + 16));
                 for (int o = 1; o < 4; o++) {
-                    p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(u[o], q3p2_bcast4(xq + 4 * o)));
-                    p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(u[4 + o], q3p2_bcast4(xq + 16 + 4 * o)));
+                    p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(u[o], pack8_bcast4(xq + 4 * o)));
+                    p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(u[4 + o], pack8_bcast4(xq + 16 + 4 * o)));
                 }
                 isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(p0, sc0), _mm256_madd_epi16(p1, sc1)));
-                off[r] = _mm256_add_epi32(off[r], _mm256_madd_epi16(sc, q3p2_bcast4(xb->bsums + 2 * i)));
+                off[r] = _mm256_add_epi32(off[r], _mm256_madd_epi16(sc, pack8_bcast4(xb->bsums + 2 * i)));
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));

@@ -22,16 +22,8 @@
 
 #ifdef PL_HAVE_AVX512_CODE
 
-#include <string.h>
 
 #include "tensor/blocks.h"
-
-K5AI __m256i iq4p_bcast4(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
 
 K5AI void iq4p_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int nw, const uint8_t *x, size_t xs)
 {
@@ -67,8 +59,8 @@ K5AI void iq4p_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int n
 #pragma GCC unroll 4
                 for (int r = 0; r < NX; r++) {
                     const int8_t *xq = ((const block_q8_K *)(x + (size_t)r * xs) + b)->qs + 32 * j + 4 * t;
-                    a[r] = _mm256_dpbusd_epi32(a[r], lo, iq4p_bcast4(xq));
-                    a[r] = _mm256_dpbusd_epi32(a[r], hi, iq4p_bcast4(xq + 16));
+                    a[r] = _mm256_dpbusd_epi32(a[r], lo, k5_bcast4(xq));
+                    a[r] = _mm256_dpbusd_epi32(a[r], hi, k5_bcast4(xq + 16));
                 }
             }
 #pragma GCC unroll 4

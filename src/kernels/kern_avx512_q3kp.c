@@ -23,16 +23,8 @@
 
 #ifdef PL_HAVE_AVX512_CODE
 
-#include <string.h>
 
 #include "tensor/blocks.h"
-
-K5AI __m256i q3p_bcast4(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
 
 /* (a & m) | (b & ~m), bit by bit */
 #define Q3P_SELECT 0xE4
@@ -75,12 +67,12 @@ K5AI void q3p_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int nw
                 __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
                 for (int o = 0; o < 4; o++) {
-                    a0 = _mm256_dpbusd_epi32(a0, u[o], q3p_bcast4(xq + 4 * o));
-                    a1 = _mm256_dpbusd_epi32(a1, u[4 + o], q3p_bcast4(xq + 16 + 4 * o));
+                    a0 = _mm256_dpbusd_epi32(a0, u[o], k5_bcast4(xq + 4 * o));
+                    a1 = _mm256_dpbusd_epi32(a1, u[4 + o], k5_bcast4(xq + 16 + 4 * o));
                 }
                 const __m256i pr = _mm256_blend_epi16(a0, _mm256_slli_epi32(a1, 16), 0xAA);
                 isum[r] = _mm256_dpwssd_epi32(isum[r], pr, sc);
-                off[r] = _mm256_dpwssd_epi32(off[r], sc, q3p_bcast4(xb->bsums + 2 * i));
+                off[r] = _mm256_dpwssd_epi32(off[r], sc, k5_bcast4(xb->bsums + 2 * i));
             }
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
