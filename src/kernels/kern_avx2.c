@@ -986,7 +986,7 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_F16] = {4, NULL, kern_gemmp_f16_avx2, 4, kern_pxf_row_f16_avx2}, /* kern_avx2_f16p.c */
         [DT_IQ4_XS] = {4, NULL, kern_gemmp_iq4_xs_avx2, 1, NULL, kern_iq4p_to_kpack_avx2}, /* kern_avx2_iq4p.c */
         [DT_Q3_K] = {4, NULL, kern_gemmp_q3_K_avx2, 1, NULL, kern_q3p_to_kpack_avx2},    /* kern_avx2_q3kp.c */
-        [DT_Q4_K] = {4, NULL, kern_gemmp_q4_K_avx2, 1, NULL, kern_q4p_to_kpack_avx2},    /* kern_avx2_q4kp.c */
+        [DT_Q4_K] = {2, NULL, kern_gemmp_q4_K_avx2, 1, NULL, kern_q4p_to_kpack_avx2},    /* kern_avx2_q4kp.c: 2 rows a sweep (4 spill) */
     },
     /* kern_avx2_kgemm.c; Q6_K from 64 rows as in the AVX-512 table (its packing's cost) */
     .kgemm = {

@@ -55,10 +55,15 @@ KI2I void q4p2_tile(int NX, int n, float *y, size_t ys, const uint8_t *wp, int n
                 }
             }
             const __m256i sc0 = q4p2_pairs(q + KERN_Q4P_SC, 0), sc1 = q4p2_pairs(q + KERN_Q4P_SC, 1);
+            for (int r = 0; r < NX; r++)
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(p0[r], sc0), _mm256_madd_epi16(p1[r], sc1)));
+        }
+        /* the min terms after the values: fewer registers live in the loop above */
+        for (int g = 0; g < 4; g++) {
+            const uint8_t *q = s + KERN_Q4P_HEAD + (size_t)g * KERN_Q4P_QUAD;
             const __m256i mn0 = q4p2_pairs(q + KERN_Q4P_MIN, 0), mn1 = q4p2_pairs(q + KERN_Q4P_MIN, 1);
             for (int r = 0; r < NX; r++) {
                 const int16_t *bs = ((const block_q8_K *)(x + (size_t)r * xs) + b)->bsums + 4 * g;
-                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_madd_epi16(p0[r], sc0), _mm256_madd_epi16(p1[r], sc1)));
                 msum[r] = _mm256_add_epi32(msum[r], _mm256_add_epi32(_mm256_madd_epi16(mn0, pack8_bcast4(bs)),
                                                                      _mm256_madd_epi16(mn1, pack8_bcast4(bs + 2))));
             }
