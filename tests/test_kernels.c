@@ -790,11 +790,11 @@ TEST(pack_round_trip)
 {
     static const int shapes[][2] = {{32, 1}, {32, 9}, {96, 8}, {288, 13}, {2048, 3}};
     static const uint32_t types[] = {DT_Q8_0, DT_Q4_0};
-    CHECK(!kern_pack_supports(DT_Q4_K, 256) && !kern_pack_supports(DT_F16, 48) && !kern_pack_supports(DT_Q8_0, 48));
+    CHECK(!kern_pack_supports(DT_Q2_K, 256) && !kern_pack_supports(DT_F16, 48) && !kern_pack_supports(DT_Q8_0, 48));
     CHECK(!kern_pack_supports(DT_F32, 64) && !kern_pack_supports(DT_BF16, 64));
     /* F16 packs where the variant has its own tile (AVX2, AVX-512), not on the portable one */
     CHECK(kern_pack_supports(DT_F16, 64) == (kern_vt.packed[DT_F16].gemm != NULL));
-    CHECK(kern_pack_bytes(DT_Q6_K, 256, 8) == 0 && kern_pack_bytes(DT_F16, 48, 8) == 0);
+    CHECK(kern_pack_bytes(DT_Q2_K, 256, 8) == 0 && kern_pack_bytes(DT_F16, 48, 8) == 0);
     for (int ti = 0; ti < 2; ti++)
         for (int si = 0; si < 5; si++) {
             const uint32_t t = types[ti];
