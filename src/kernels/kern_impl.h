@@ -83,18 +83,18 @@ typedef struct {
     kern_conv_fn xconv;
     int x_elem;
 } kern_gemm;
-/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16, IQ4_XS, Q3_K): the
- * variant's GEMM on the packed layout of kern_pack.c (groups of
+/* Optional packed GEMM per weight type (Q8_0, Q4_0, F16, IQ4_XS, Q3_K,
+ * Q4_K): the variant's GEMM on the packed layout of kern_pack.c (groups of
  * kern_pack_rows(type) weight rows, packed once at model load by
  * kern_pack, or per chunk by kern_matmul for Q8_0/Q4_0 weights that were
  * not), against nx (1..the tile's nx) activation rows. wp is one group (gw
- * of them for F16); nw of its rows are stored. Q8_0/Q4_0/IQ4_XS/Q3_K must
- * compute every element with the reference's float operations (IQ4_XS,
- * Q3_K: x is Q8_K rows), F16 in THE PACKED F16 ORDER below, so that packed
- * results are the same bits whatever m, nx, threads or variant. A variant
- * without one gets kern_pack.c's portable version (kern_packed_for); F16,
- * IQ4_XS and Q3_K are packed only where the variant has its own
- * (kern_pack_supports).
+ * of them for F16); nw of its rows are stored. Q8_0/Q4_0/IQ4_XS/Q3_K/Q4_K
+ * must compute every element with the reference's float operations
+ * (IQ4_XS, Q3_K, Q4_K: x is Q8_K rows), F16 in THE PACKED F16 ORDER below,
+ * so that packed results are the same bits whatever m, nx, threads or
+ * variant. A variant without one gets kern_pack.c's portable version
+ * (kern_packed_for); F16, IQ4_XS, Q3_K and Q4_K are packed only where the
+ * variant has its own (kern_pack_supports).
  *
  * Besides the Q8_0 rows x (x_stride bytes apart), a GEMM may ask (px_row)
  * for the same activations re-laid once per call by kern_matmul (kern_px):

@@ -49,19 +49,20 @@ void kern_matmul(float *y, const float *x, const void *w, uint32_t wtype, int m,
                  threadpool *tp);
 
 /* Weights packed once (at model load) for kern_matmul: Q8_0, Q4_0 and F16
- * with n_in % 32 == 0, IQ4_XS and Q3_K with n_in % 256 == 0.
+ * with n_in % 32 == 0, IQ4_XS, Q3_K and Q4_K with n_in % 256 == 0.
  * kern_pack_supports says whether packing pays here (Q8_0/Q4_0 always;
- * F16, IQ4_XS and Q3_K where the chosen variant has a packed tile: AVX2,
- * AVX-512). kern_pack_bytes is the size of the packed copy (0 if there is
- * no layout): as many bytes as the ggml rows (IQ4_XS: 140 a row and
- * super-block for 136; Q3_K: 114 for 110), plus padding to whole groups
- * (8 rows; F16 16 rows). dst must be 64-byte aligned. With packed weights
- * every m takes the packed GEMM (IQ4_XS and Q3_K from the kern_kgemm's
- * min_m its packed-per-call GEMM, made from the packed groups), so rows
- * are the same bit for bit whatever m (1 included), batching, threads or
- * variant: Q8_0/Q4_0/IQ4_XS/Q3_K in the reference's float order (equal to the
- * reference variant's), F16 in the packed F16 order (kern_impl.h; within
- * rounding of the reference's double sums). */
+ * F16, IQ4_XS, Q3_K and Q4_K where the chosen variant has a packed tile:
+ * AVX2, AVX-512). kern_pack_bytes is the size of the packed copy (0 if
+ * there is no layout): as many bytes as the ggml rows (IQ4_XS: 140 a row
+ * and super-block for 136; Q3_K: 114 for 110; Q4_K: 148 for 144), plus
+ * padding to whole groups (8 rows; F16 16 rows). dst must be 64-byte
+ * aligned. With packed weights every m takes the packed GEMM (IQ4_XS, Q3_K
+ * and Q4_K from the kern_kgemm's min_m its packed-per-call GEMM, made from
+ * the packed groups), so rows are the same bit for bit whatever m (1
+ * included), batching, threads or variant: Q8_0/Q4_0/IQ4_XS/Q3_K/Q4_K in
+ * the reference's float order (equal to the reference variant's), F16 in
+ * the packed F16 order (kern_impl.h; within rounding of the reference's
+ * double sums). */
 bool kern_pack_supports(uint32_t wtype, int n_in);
 size_t kern_pack_bytes(uint32_t wtype, int n_in, int n_out);
 void kern_pack(void *dst, const void *w, uint32_t wtype, int n_in, int n_out);
