@@ -4,7 +4,7 @@
  * overlays this table; on other architectures the file compiles to a stub
  * and kern_vt_neon() returns NULL. Entries left NULL (rope; the decode dot
  * tiles of the float types, Q4_K and Q6_K, whose GEMM tiles then serve
- * every m; TQ1_0) fall back to the reference (kern_impl.h). The other
+ * every m) fall back to the reference (kern_impl.h). The other
  * block formats' tiles live in kern_neon_quants.c.
  *
  * Integer dots of 32 int8 pairs use SDOT when the compiler targets the
@@ -571,6 +571,7 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q5_K] = {kern_gemm_q5_K_neon, 1, 4},
         [DT_IQ4_XS] = {kern_gemm_iq4_xs_neon, 1, 4},
         [DT_TQ2_0] = {kern_gemm_tq2_0_neon, 1, 4},
+        [DT_TQ1_0] = {kern_gemm_tq1_0_neon, 1, 4},
     },
     .dot = {
         [DT_Q8_0] = dot_q8_0_neon,
@@ -584,6 +585,7 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q5_K] = kern_dot_q5_K_neon,
         [DT_IQ4_XS] = kern_dot_iq4_xs_neon,
         [DT_TQ2_0] = kern_dot_tq2_0_neon,
+        [DT_TQ1_0] = kern_dot_tq1_0_neon,
     },
     .conv = {
         [DT_F16] = conv_f16_neon,
