@@ -504,21 +504,22 @@ TEST(simd_conversions_bit_exact)
     const int nv = simd_variants(vs);
     float x[1024];
     static uint8_t a[2048 * 2], b[2048 * 2];
-    static const int dts[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q8_K};
+    static const int dts[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q8_K, DT_Q8_1};
     rng_seed(7);
     for (int v = 0; v < nv; v++)
         for (int which = 0; which < 14; which++)
-            for (int d = 0; d < 4; d++) {
+            for (int d = 0; d < 5; d++) {
                 /* rows of 1024, then of 29 Q8_0 blocks (not a multiple of the 8 blocks AVX2 converts at once) */
                 const int n = which < 7 ? 1024 : 928;
                 if (!vs[v]->conv[dts[d]] || (n % 256 && dts[d] == DT_Q8_K)) continue;
-                if (which % 7 == 5 && (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K)) continue; /* finite input only */
+                const bool q8 = dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K || dts[d] == DT_Q8_1;
+                if (which % 7 == 5 && q8) continue; /* finite input only */
                 if (which % 7 == 6 && dts[d] != DT_BF16) continue; /* f16 NaN payloads may differ */
                 fill_special_rows(x, n, which % 7);
                 const size_t bytes = dtype_row_bytes((uint32_t)dts[d], (uint64_t)n);
                 memset(a, 0, bytes);
                 memset(b, 0xAB, bytes);
-                if (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K) quant_quantize_row((uint32_t)dts[d], x, a, n);
+                if (q8) quant_quantize_row((uint32_t)dts[d], x, a, n);
                 else kern_vt_ref.conv[dts[d]](a, x, n);
                 vs[v]->conv[dts[d]](b, x, n);
                 for (size_t k = 0; k < bytes; k++)
