@@ -9,8 +9,9 @@
  *   weights and dequantized converted activations.
  * - Every SIMD variant's decode dot tiles (nx <= KERN_DOT_NX_MAX) vs the
  *   reference, same tolerance; one PASS line per variant and weight type,
- *   the block formats also on extreme blocks, NEON's tiles of those
- *   bit for bit; every variant has tiles of its own for every block format.
+ *   the block formats also on extreme blocks, NEON's tiles of those and
+ *   every variant's TQ1_0 tiles bit for bit; every variant has tiles of
+ *   its own for every block format.
  * - Threaded matmul equals single-threaded bit for bit; within each of
  *   matmul's two paths rows are batch-invariant bit for bit (m <= 4: the
  *   decode dot tiles; m = 5..33: the GEMM), and the two paths agree within
