@@ -15,8 +15,9 @@
  *   v6       [* 9, * 27]                     elements 192..223
  *   v7       [* 81, qh * (1, 3, 9, 27)]      elements 224..255
  *
- * The byte products mod 256 come from vpmullw on the two bytes of a word
- * apart (both bytes of a word share a multiplier here). The digit of a
+ * The byte products mod 256: v1..v4 by adds (x3 each), v5..v7 by vpmullw
+ * on the two bytes of a word apart (both bytes of a word share a
+ * multiplier there). The digit of a
  * product p is (p >= 86) + (p >= 171): two signed compares on p ^ 0x80,
  * and that flip is made once on the loaded bytes, since (b ^ 0x80) * odd
  * = b * odd ^ 0x80 mod 256.
