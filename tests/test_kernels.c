@@ -9,8 +9,9 @@
  *   weights and dequantized converted activations.
  * - Every SIMD variant's decode dot tiles (nx <= KERN_DOT_NX_MAX) vs the
  *   reference, same tolerance; one PASS line per variant and weight type,
- *   the block formats also on extreme blocks, NEON's tiles of those
- *   bit for bit; every variant has tiles of its own for every block format.
+ *   the block formats also on extreme blocks, NEON's tiles of those and
+ *   every variant's TQ1_0 tiles bit for bit; every variant has tiles of
+ *   its own for every block format.
  * - Threaded matmul equals single-threaded bit for bit; within each of
  *   matmul's two paths rows are batch-invariant bit for bit (m <= 4: the
  *   decode dot tiles; m = 5..33: the GEMM), and the two paths agree within
@@ -269,10 +270,9 @@ TEST(stream_prefetch_follows_cpu_and_env)
 /* ------------------------------------------------- dots and conversions */
 
 /* The block formats beside Q8_0/Q4_0/Q4_K/Q6_K for which every SIMD
- * variant has GEMM and decode dot tiles of its own (TQ1_0 keeps the
- * reference). */
+ * variant has GEMM and decode dot tiles of its own. */
 static const uint32_t block_formats[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K,
-                                         DT_Q3_K, DT_Q5_K, DT_IQ4_XS, DT_TQ2_0};
+                                         DT_Q3_K, DT_Q5_K, DT_IQ4_XS, DT_TQ2_0, DT_TQ1_0};
 #define N_BLOCK_FORMATS (int)(sizeof block_formats / sizeof block_formats[0])
 
 TEST(simd_variants_cover_block_formats)
@@ -296,9 +296,11 @@ TEST(simd_variants_cover_block_formats)
 }
 
 /* Whether variant v's tiles of type t give the reference's bits: the NEON
- * tiles of the block formats (kern_neon_quants.c). */
+ * tiles of the block formats (kern_neon_quants.c) and every variant's
+ * TQ1_0 tiles (kern_avx2_tq1.c, kern_avx512_tq1.c). */
 static bool tiles_exact(const kern_vtable *v, uint32_t t)
 {
+    if (t == DT_TQ1_0) return true;
     if (v != kern_vt_neon()) return false;
     for (int i = 0; i < N_BLOCK_FORMATS; i++)
         if (block_formats[i] == t) return true;
@@ -322,6 +324,7 @@ static void case_extreme(mm_case *c, int pat)
     case DT_Q3_K: d_at = offsetof(block_q3_K, d); break;
     case DT_Q5_K: m_at = offsetof(block_q5_K, dmin); break;
     case DT_TQ2_0: d_at = offsetof(block_tq2_0, d); break;
+    case DT_TQ1_0: d_at = offsetof(block_tq1_0, d); break;
     default: break; /* Q5_0, IQ4_NL, IQ4_XS: d first */
     }
     for (size_t b = 0; b < nb; b++) {
@@ -502,21 +505,22 @@ TEST(simd_conversions_bit_exact)
     const int nv = simd_variants(vs);
     float x[1024];
     static uint8_t a[2048 * 2], b[2048 * 2];
-    static const int dts[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q8_K};
+    static const int dts[] = {DT_F16, DT_BF16, DT_Q8_0, DT_Q8_K, DT_Q8_1};
     rng_seed(7);
     for (int v = 0; v < nv; v++)
         for (int which = 0; which < 14; which++)
-            for (int d = 0; d < 4; d++) {
+            for (int d = 0; d < 5; d++) {
                 /* rows of 1024, then of 29 Q8_0 blocks (not a multiple of the 8 blocks AVX2 converts at once) */
                 const int n = which < 7 ? 1024 : 928;
                 if (!vs[v]->conv[dts[d]] || (n % 256 && dts[d] == DT_Q8_K)) continue;
-                if (which % 7 == 5 && (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K)) continue; /* finite input only */
+                const bool q8 = dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K || dts[d] == DT_Q8_1;
+                if (which % 7 == 5 && q8) continue; /* finite input only */
                 if (which % 7 == 6 && dts[d] != DT_BF16) continue; /* f16 NaN payloads may differ */
                 fill_special_rows(x, n, which % 7);
                 const size_t bytes = dtype_row_bytes((uint32_t)dts[d], (uint64_t)n);
                 memset(a, 0, bytes);
                 memset(b, 0xAB, bytes);
-                if (dts[d] == DT_Q8_0 || dts[d] == DT_Q8_K) quant_quantize_row((uint32_t)dts[d], x, a, n);
+                if (q8) quant_quantize_row((uint32_t)dts[d], x, a, n);
                 else kern_vt_ref.conv[dts[d]](a, x, n);
                 vs[v]->conv[dts[d]](b, x, n);
                 for (size_t k = 0; k < bytes; k++)
@@ -763,6 +767,53 @@ TEST(gemm_bit_identical_to_single_rows)
             case_free(&c);
         }
     }
+    tp_free(tp2);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+/* TQ1_0's tiles perform the reference's own operations on every table
+ * (kern_avx2_tq1.c, kern_avx512_tq1.c, kern_neon_quants.c): kern_matmul
+ * gives the reference's bits through both of its paths (the decode dots
+ * up to KERN_DOT_MAX_M rows, the GEMM tiles above), single-threaded and
+ * on 2 threads, on random and extreme blocks (all bytes 0xFF, 0, or each
+ * 0 or 0xFF). */
+TEST(tq1_0_matmul_equals_reference_on_every_table)
+{
+    static const int ms[] = {1, 2, 3, 4, 5, 8, 9, 33, 40};
+    const int n_in = 1024, n_out = 37, M = 40;
+    threadpool *tp2 = tp_new(2);
+    CHECK(tp2 != NULL);
+    const kern_vtable *vs[4] = {0};
+    const int nv = simd_variants(vs);
+    char why[320] = "";
+    for (int pat = 0; pat < 4 && !why[0]; pat++) {
+        mm_case c;
+        case_make(&c, DT_TQ1_0, M, n_in, n_out, 6000 + (uint64_t)pat);
+        if (pat) case_extreme(&c, pat);
+        const size_t ny = (size_t)M * n_out;
+        float *ref = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
+        kern_init(1);
+        for (int v = 0; v < nv && !why[0]; v++) {
+            CHECK(vs[v]->gemm[DT_TQ1_0].fn && vs[v]->dot[DT_TQ1_0]);
+            for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]) && !why[0]; mi++) {
+                const int m = ms[mi];
+                const size_t nm = (size_t)m * n_out;
+                kern_init(1);
+                kern_matmul(ref, c.x, c.w, DT_TQ1_0, m, n_in, n_out, NULL);
+                kern_vt_overlay(&kern_vt, vs[v]);
+                for (size_t k = 0; k < nm; k++) y[k] = y2[k] = NAN;
+                kern_matmul(y, c.x, c.w, DT_TQ1_0, m, n_in, n_out, NULL);
+                kern_matmul(y2, c.x, c.w, DT_TQ1_0, m, n_in, n_out, tp2);
+                for (size_t k = 0; k < nm && !why[0]; k++)
+                    if (memcmp(&y[k], &ref[k], 4) != 0 || memcmp(&y2[k], &ref[k], 4) != 0)
+                        snprintf(why, sizeof why, "%s tq1_0 pattern %d m=%d: y[%zu][%zu] = %.9g (2 threads %.9g) vs ref %.9g",
+                                 vs[v]->name, pat, m, k / n_out, k % n_out, y[k], y2[k], ref[k]);
+            }
+        }
+        free(ref), free(y), free(y2);
+        case_free(&c);
+    }
+    kern_init(0);
     tp_free(tp2);
     CHECK_MSG(!why[0], "%s", why);
 }
@@ -1504,6 +1555,8 @@ int main(void)
     else test_skip("simd_matmul_matches_ref", "no SIMD variant on this CPU");
     RUN(threaded_matmul_equals_single);
     RUN(gemm_bit_identical_to_single_rows);
+    if (have_simd) RUN(tq1_0_matmul_equals_reference_on_every_table);
+    else test_skip("tq1_0_matmul_equals_reference_on_every_table", "no SIMD variant on this CPU");
     RUN(pack_round_trip);
     RUN(packed_matmul_equals_reference);
     RUN(packed_matmul_extreme_values);

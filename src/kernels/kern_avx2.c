@@ -961,6 +961,7 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q5_K] = {kern_gemm_q5_K_avx2, 1, 4},
         [DT_IQ4_XS] = {kern_gemm_iq4_xs_avx2, 1, 4},
         [DT_TQ2_0] = {kern_gemm_tq2_0_avx2, 1, 4},
+        [DT_TQ1_0] = {kern_gemm_tq1_0_avx2, 1, 4}, /* kern_avx2_tq1.c */
     },
     .dot = {
         [DT_F32] = dot_f32_avx2,
@@ -979,6 +980,7 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q5_K] = kern_dot_q5_K_avx2,
         [DT_IQ4_XS] = kern_dot_iq4_xs_avx2,
         [DT_TQ2_0] = kern_dot_tq2_0_avx2,
+        [DT_TQ1_0] = kern_dot_tq1_0_avx2,
     },
     .packed = {
         [DT_Q8_0] = {Q8P_NX, px_row_avx2, gemmp_q8_0_avx2, 1, NULL},

@@ -1,8 +1,8 @@
 /* kern_avx2_quants.c - AVX2 dots of the block formats beside Q8_0, Q4_0,
  * Q4_K and Q6_K (kern_avx2.c has those): Q4_1, Q5_0, Q5_1, IQ4_NL (blocks
  * of 32) and Q2_K, Q3_K, Q5_K, IQ4_XS, TQ2_0 (super-blocks of 256). The
- * AVX2 table lists them (the AVX-512 tables have their own); TQ1_0 keeps the
- * reference.
+ * AVX2 table lists them (the AVX-512 tables have their own); TQ1_0 has
+ * kern_avx2_tq1.c.
  *
  * One function per type computes one weight row against one activation
  * row; the GEMM tile and the decode dot tile call it for each pair, so an

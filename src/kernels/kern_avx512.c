@@ -2,8 +2,8 @@
  *
  * The variant's kernels live in one file per family (kern_avx512_q8.c:
  * Q8_0/Q4_0; kern_avx512_kquant.c: Q4_K/Q6_K; kern_avx512_lowbit.c:
- * Q3_K/Q2_K/TQ2_0; kern_avx512_quants.c, kern_avx512_legacy.c: the other
- * block formats; kern_avx512_float.c: F32/F16/BF16; kern_avx512_elem.c:
+ * Q3_K/Q2_K/TQ2_0; kern_avx512_tq1.c: TQ1_0; kern_avx512_quants.c,
+ * kern_avx512_legacy.c: the other block formats; kern_avx512_float.c: F32/F16/BF16; kern_avx512_elem.c:
  * the row kernels); each fills its
  * entries into the two tables built here, "avx512" (F, BW, VL, DQ, VNNI) and
  * "avx512-bf16" (the same plus AVX512_BF16). An entry left NULL falls back
@@ -63,6 +63,7 @@ static void avx512_tables_init(void)
         kern_avx512_fill_quants(t);
         kern_avx512_fill_kgemm(t);
         kern_avx512_fill_lowbit(t);
+        kern_avx512_fill_tq1(t);
         kern_avx512_fill_iq4p(t);
         kern_avx512_fill_q3kp(t);
         kern_avx512_fill_q4kp(t);

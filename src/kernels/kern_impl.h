@@ -441,6 +441,7 @@ KERN_AVX2Q_DECL(q3_K)
 KERN_AVX2Q_DECL(q5_K)
 KERN_AVX2Q_DECL(iq4_xs)
 KERN_AVX2Q_DECL(tq2_0)
+KERN_AVX2Q_DECL(tq1_0) /* kern_avx2_tq1.c */
 #undef KERN_AVX2Q_DECL
 /* kern_avx2_kgemm.c: the AVX2 table's K-quant/IQ4_XS packed GEMM
  * (kern_kgemm.gemm; x86 only). */
@@ -480,6 +481,7 @@ void kern_avx512_fill_quants(kern_vtable *t); /* kern_avx512_quants.c: Q5_K, IQ4
 void kern_avx512_fill_legacy(kern_vtable *t); /* kern_avx512_legacy.c: Q4_1, Q5_0, Q5_1, IQ4_NL */
 void kern_avx512_fill_kgemm(kern_vtable *t);  /* kern_avx512_kgemm.c: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS packed per call */
 void kern_avx512_fill_lowbit(kern_vtable *t); /* kern_avx512_lowbit.c: Q3_K, Q2_K, TQ2_0 */
+void kern_avx512_fill_tq1(kern_vtable *t);   /* kern_avx512_tq1.c: TQ1_0 */
 void kern_avx512_fill_iq4p(kern_vtable *t);  /* kern_avx512_iq4p.c: IQ4_XS packed at load */
 void kern_avx512_fill_q3kp(kern_vtable *t);  /* kern_avx512_q3kp.c: Q3_K packed at load */
 void kern_avx512_fill_q4kp(kern_vtable *t);  /* kern_avx512_q4kp.c: Q4_K packed at load */
@@ -506,6 +508,7 @@ KERN_NEONQ_DECL(q3_K)
 KERN_NEONQ_DECL(q5_K)
 KERN_NEONQ_DECL(iq4_xs)
 KERN_NEONQ_DECL(tq2_0)
+KERN_NEONQ_DECL(tq1_0)
 #undef KERN_NEONQ_DECL
 /* kern_elem_avx2.c: the AVX2 elementwise kernels the avx2 table lists
  * (x86 only; same feature requirement). */

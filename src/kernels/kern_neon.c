@@ -4,7 +4,7 @@
  * overlays this table; on other architectures the file compiles to a stub
  * and kern_vt_neon() returns NULL. Entries left NULL (rope; the decode dot
  * tiles of the float types, Q4_K and Q6_K, whose GEMM tiles then serve
- * every m; TQ1_0) fall back to the reference (kern_impl.h). The other
+ * every m) fall back to the reference (kern_impl.h). The other
  * block formats' tiles live in kern_neon_quants.c.
  *
  * Integer dots of 32 int8 pairs use SDOT when the compiler targets the
@@ -391,33 +391,50 @@ static void gemm_q6_K_neon(int n, float *y, size_t ys, const void *w, size_t ws,
 
 /* ------------------------------------------------- activation conversions */
 
-/* Same bytes as quant_q8_0_quantize_row for finite input: d = amax/127,
- * q = roundf(x * (1/d)); FCVTAS rounds to nearest with ties away from zero,
- * as roundf, and never leaves [-127, 127] here (|x / d| <= 127 up to
- * rounding), so the saturating narrows do not clip. */
+/* One block of 32 as quant_q8_0_quantize_row quantizes it, for finite
+ * input: d = amax/127 (returned), q = roundf(x * (1/d)) into qs; FCVTAS
+ * rounds to nearest with ties away from zero, as roundf, and never leaves
+ * [-127, 127] here (|x / d| <= 127 up to rounding), so the saturating
+ * narrows do not clip. */
+static inline float q8_block_neon(const float *x, int8_t *qs)
+{
+    float32x4_t v[8], m = vdupq_n_f32(0.0f);
+    for (int k = 0; k < 8; k++) {
+        v[k] = vld1q_f32(x + 4 * k);
+        m = vmaxq_f32(m, vabsq_f32(v[k]));
+    }
+    const float amax = vmaxvq_f32(m);
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int h = 0; h < 2; h++) {
+        int16x8_t q[2];
+        for (int k = 0; k < 2; k++) {
+            const int32x4_t a = vcvtaq_s32_f32(vmulq_n_f32(v[4 * h + 2 * k], id));
+            const int32x4_t c = vcvtaq_s32_f32(vmulq_n_f32(v[4 * h + 2 * k + 1], id));
+            q[k] = vcombine_s16(vqmovn_s32(a), vqmovn_s32(c));
+        }
+        vst1q_s8(qs + 16 * h, vcombine_s8(vqmovn_s16(q[0]), vqmovn_s16(q[1])));
+    }
+    return d;
+}
+
+/* Same bytes as quant_q8_0_quantize_row for finite input. */
 static void conv_q8_0_neon(void *dst, const float *src, int n)
 {
     block_q8_0 *y = dst;
-    for (int b = 0; b < n / QK8_0; b++) {
-        const float *x = src + (size_t)b * QK8_0;
-        float32x4_t v[8], m = vdupq_n_f32(0.0f);
-        for (int k = 0; k < 8; k++) {
-            v[k] = vld1q_f32(x + 4 * k);
-            m = vmaxq_f32(m, vabsq_f32(v[k]));
-        }
-        const float amax = vmaxvq_f32(m);
-        const float d = amax / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int b = 0; b < n / QK8_0; b++) y[b].d = f32_to_f16(q8_block_neon(src + (size_t)b * QK8_0, y[b].qs));
+}
+
+/* Same bytes as quant_q8_1_quantize_row for finite input (the activations
+ * of Q4_1 and Q5_1): Q8_0's block, plus s = sum(q) * d as f16. */
+static void conv_q8_1_neon(void *dst, const float *src, int n)
+{
+    block_q8_1 *y = dst;
+    for (int b = 0; b < n / QK8_1; b++) {
+        const float d = q8_block_neon(src + (size_t)b * QK8_1, y[b].qs);
+        const int sum = vaddlvq_s8(vld1q_s8(y[b].qs)) + vaddlvq_s8(vld1q_s8(y[b].qs + 16));
         y[b].d = f32_to_f16(d);
-        for (int h = 0; h < 2; h++) {
-            int16x8_t q[2];
-            for (int k = 0; k < 2; k++) {
-                const int32x4_t a = vcvtaq_s32_f32(vmulq_n_f32(v[4 * h + 2 * k], id));
-                const int32x4_t c = vcvtaq_s32_f32(vmulq_n_f32(v[4 * h + 2 * k + 1], id));
-                q[k] = vcombine_s16(vqmovn_s32(a), vqmovn_s32(c));
-            }
-            vst1q_s8(y[b].qs + 16 * h, vcombine_s8(vqmovn_s16(q[0]), vqmovn_s16(q[1])));
-        }
+        y[b].s = f32_to_f16((float)sum * d);
     }
 }
 
@@ -571,6 +588,7 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q5_K] = {kern_gemm_q5_K_neon, 1, 4},
         [DT_IQ4_XS] = {kern_gemm_iq4_xs_neon, 1, 4},
         [DT_TQ2_0] = {kern_gemm_tq2_0_neon, 1, 4},
+        [DT_TQ1_0] = {kern_gemm_tq1_0_neon, 1, 4},
     },
     .dot = {
         [DT_Q8_0] = dot_q8_0_neon,
@@ -584,11 +602,13 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q5_K] = kern_dot_q5_K_neon,
         [DT_IQ4_XS] = kern_dot_iq4_xs_neon,
         [DT_TQ2_0] = kern_dot_tq2_0_neon,
+        [DT_TQ1_0] = kern_dot_tq1_0_neon,
     },
     .conv = {
         [DT_F16] = conv_f16_neon,
         [DT_BF16] = conv_bf16_neon,
         [DT_Q8_0] = conv_q8_0_neon,
+        [DT_Q8_1] = conv_q8_1_neon,
         [DT_Q8_K] = conv_q8_K_neon,
     },
     .rmsnorm = rmsnorm_neon,

@@ -1,9 +1,9 @@
 /* kern_neon_quants.c - NEON GEMM tiles and decode dot tiles of the block
  * formats beside Q8_0, Q4_0, Q4_K and Q6_K (kern_neon.c has those):
  * Q4_1, Q5_1 (against Q8_1), Q5_0, IQ4_NL (against Q8_0), and Q2_K, Q3_K,
- * Q5_K, IQ4_XS, TQ2_0 (super-blocks of 256, against Q8_K). kern_neon.c's
- * table lists them; TQ1_0 keeps the reference. On other architectures the
- * file is empty.
+ * Q5_K, IQ4_XS, TQ2_0, TQ1_0 (super-blocks of 256, against Q8_K).
+ * kern_neon.c's table lists them. On other architectures the file is
+ * empty.
  *
  * Tiles: one weight row against NX activation rows (GEMM tile {1, 4},
  * decode dot NX <= 2). Each weight block is unpacked once into int8
@@ -20,7 +20,7 @@
  *   Q2_K           s = s + ((dx * d) * isum - (dx * dmin) * msum)
  *   Q5_K           s = s + (d * dx) * isum;  s = s - (dmin * dx) * msum
  *   Q3_K, IQ4_XS   s = s + (d * dx) * isum
- *   TQ2_0          s = s + isum * (d * dx)
+ *   TQ2_0, TQ1_0   s = s + isum * (d * dx)
  *
  * The 32-element formats take 4 blocks at a time: their 4 integer sums
  * land in the 4 lanes of one vector (two rounds of ADDP), the per-block
@@ -37,6 +37,7 @@
 #if defined(__aarch64__)
 
 #include <arm_neon.h>
+#include <string.h>
 
 #include "kernels/kern_neon_intrin.h"
 #include "tensor/blocks.h"
@@ -165,7 +166,7 @@ KNI void lq_tile(int T, int NX, int n, float *s, size_t ss, const void *w, const
 
 /* ------------------------------------------------ 256-element blocks */
 
-enum { KQ_Q2_K, KQ_Q3_K, KQ_Q5_K, KQ_IQ4_XS, KQ_TQ2_0 };
+enum { KQ_Q2_K, KQ_Q3_K, KQ_Q5_K, KQ_IQ4_XS, KQ_TQ2_0, KQ_TQ1_0 };
 
 /* One weight super-block unpacked: the 256 levels in element order, 16 a
  * vector; the scale code of each 16 elements (a 32-element sub-block's
@@ -255,6 +256,31 @@ KNI void kq_unpack_iq4_xs(const block_iq4_xs *wb, kq_block *u)
     }
 }
 
+/* TQ1_0's level of byte product p = b * 3^i mod 256 (digit i of b):
+ * (p >= 86) + (p >= 171) - 1, as ~(the two compares' sum of -1s). */
+KNI int8x16_t kq_trit(uint8x16_t p)
+{
+    const uint8x16_t ge86 = vcgeq_u8(p, vdupq_n_u8(86)), ge171 = vcgeq_u8(p, vdupq_n_u8(171));
+    return vreinterpretq_s8_u8(vmvnq_u8(vaddq_u8(ge86, ge171)));
+}
+
+/* TQ1_0 (kern_avx2_tq1.c has the layout): element 32i + m is digit i of
+ * qs[m] (m < 32), 160 + 16i + m of qs[32 + m], 240 + 4i + m of qh[m]. */
+KNI void kq_unpack_tq1_0(const block_tq1_0 *wb, kq_block *u)
+{
+    static const uint8_t pow3_dword[16] = {1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27};
+    const uint8x16_t three = vdupq_n_u8(3);
+    uint8x16_t a = vld1q_u8(wb->qs), b = vld1q_u8(wb->qs + 16), c = vld1q_u8(wb->qs + 32);
+#pragma GCC unroll 5
+    for (int i = 0; i < 5; i++) {
+        u->q[2 * i] = kq_trit(a), u->q[2 * i + 1] = kq_trit(b), u->q[10 + i] = kq_trit(c);
+        a = vmulq_u8(a, three), b = vmulq_u8(b, three), c = vmulq_u8(c, three);
+    }
+    uint32_t qh;
+    memcpy(&qh, wb->qh, 4);
+    u->q[15] = kq_trit(vmulq_u8(vreinterpretq_u8_u32(vdupq_n_u32(qh)), vld1q_u8(pow3_dword)));
+}
+
 KNI void kq_unpack(int T, const void *w, int b, kq_block *u)
 {
     switch (T) {
@@ -288,6 +314,12 @@ KNI void kq_unpack(int T, const void *w, int b, kq_block *u)
         u->d = f16s(wb->d);
         break;
     }
+    case KQ_TQ1_0: {
+        const block_tq1_0 *wb = (const block_tq1_0 *)w + b;
+        kq_unpack_tq1_0(wb, u);
+        u->d = f16s(wb->d);
+        break;
+    }
     default: {
         const block_tq2_0 *wb = (const block_tq2_0 *)w + b;
         kq_2bit(wb->qs, u->q, 1);
@@ -298,11 +330,11 @@ KNI void kq_unpack(int T, const void *w, int b, kq_block *u)
 }
 
 /* The exact sum over the super-block of (scale code) x (level . y); TQ2_0
- * has no scales. */
+ * and TQ1_0 have no scales. */
 KNI int32_t kq_isum(int T, const kq_block *u, const int8_t *y)
 {
     int32x4_t iv = vdupq_n_s32(0);
-    if (T == KQ_TQ2_0) {
+    if (T == KQ_TQ2_0 || T == KQ_TQ1_0) {
 #pragma GCC unroll 8
         for (int j = 0; j < 16; j += 2)
             iv = vaddq_s32(iv, dot_i8x32(u->q[j], u->q[j + 1], vld1q_s8(y + 16 * j), vld1q_s8(y + 16 * j + 16)));
@@ -344,6 +376,7 @@ KNI float kq_accumulate(int T, float s, const kq_block *u, const block_q8_K *xb)
         s = s + u->d * xb->d * (float)isum;
         return s - u->dmin * xb->d * (float)kq_msum(T, u, xb);
     case KQ_TQ2_0:
+    case KQ_TQ1_0:
         return s + (float)isum * (u->d * xb->d);
     default:
         return s + u->d * xb->d * (float)isum;
@@ -399,5 +432,6 @@ NEONQ_TILES(q3_K, kq_tile, KQ_Q3_K)
 NEONQ_TILES(q5_K, kq_tile, KQ_Q5_K)
 NEONQ_TILES(iq4_xs, kq_tile, KQ_IQ4_XS)
 NEONQ_TILES(tq2_0, kq_tile, KQ_TQ2_0)
+NEONQ_TILES(tq1_0, kq_tile, KQ_TQ1_0)
 
 #endif
