@@ -422,24 +422,28 @@ static double vmax_any(const fake_kv *f, int g, int n)
     return m;
 }
 
-/* Worst |out - ref| / max|v| of 16 decode rows (heads 0 and 1, 8 each) at
- * depth n: attn_chunks_run under the active kernel table against
- * attn_paged_ref's one call per row over all n keys. */
-static double decode_vs_ref(const fake_kv *f, int n, const float *q, chunk_buf *b, float *ref_scratch, size_t rsf)
+/* The reference's one call per row over all n keys, for the 16 decode
+ * rows of q (heads 0 and 1, 8 each) at depth n, into oref. */
+static void decode_ref(const fake_kv *f, int n, const float *q, float *oref, float *ref_scratch, size_t rsf)
 {
-    enum { R = 16 };
-    static float o[R * 64], oref[R * 64];
-    attn_row rows[R];
-    for (int r = 0; r < R; r++) {
-        rows[r] = (attn_row){q + r * 64, o + r * 64, n, r / 8, 0};
+    for (int r = 0; r < 16; r++) {
         const attn_row one = {q + r * 64, oref + r * 64, n, r / 8, 0};
         attn_paged_ref(&f->kv, &one, 1, 0.125f, ref_scratch, rsf);
     }
+}
+
+/* Worst |out - oref| / vmax of the same 16 rows through attn_chunks_run
+ * under the active kernel table. */
+static double decode_vs_ref(const fake_kv *f, int n, const float *q, const float *oref, double vmax, chunk_buf *b)
+{
+    enum { R = 16 };
+    static float o[R * 64];
+    attn_row rows[R];
+    for (int r = 0; r < R; r++) rows[r] = (attn_row){q + r * 64, o + r * 64, n, r / 8, 0};
     run_chunks(&f->kv, rows, R, 0.125f, b);
-    const double vm = fmax(vmax_any(f, 0, n), vmax_any(f, 1, n));
     double md = 0;
     for (int i = 0; i < R * 64; i++) md = fmax(md, fabs((double)o[i] - oref[i]));
-    return md / vm;
+    return md / vmax;
 }
 
 TEST(decode_rows_across_chunk_boundaries_match_the_reference_on_every_variant)
@@ -448,7 +452,7 @@ TEST(decode_rows_across_chunk_boundaries_match_the_reference_on_every_variant)
     const int depths[] = {ck - 1, ck, ck + 1, 2 * ck, 2 * ck + 1, 3 * ck - 1, 3 * ck, 3 * ck + 1};
     static const char *const caps[] = {"ref", "avx2", "avx512"};
     enum { NT = FAKE_KV_N_TYPES + 2 };
-    static float q[16 * 64];
+    static float q[16 * 64], oref[16 * 64];
     for (int i = 0; i < 16 * 64; i++) q[i] = 0.8f * rng_gauss();
     const size_t rsf = attn_scratch_floats(nmax, 64);
     float *ref_scratch = malloc(sizeof(float) * rsf);
@@ -463,16 +467,19 @@ TEST(decode_rows_across_chunk_boundaries_match_the_reference_on_every_variant)
         /* f16: the weights are rounded to f16 per chunk; else the SIMD
          * variants' 1e-5 of max|v| and as much for the merge */
         const double tol = fake_kv_elem_type(t) == DT_F16 ? 1.0 / 1024 : 2e-5;
-        for (int v = 0; v < 3; v++) {
-            if ((v == 1 && !attn_avx2_available()) || (v == 2 && !attn_avx512_available())) continue;
-            setenv("PAGELLM_KERNELS", caps[v], 1);
-            kern_init(0);
-            for (size_t k = 0; k < sizeof depths / sizeof depths[0]; k++) {
-                const double d = decode_vs_ref(&f, depths[k], q, &b, ref_scratch, rsf);
+        for (size_t k = 0; k < sizeof depths / sizeof depths[0]; k++) {
+            const int n = depths[k];
+            decode_ref(&f, n, q, oref, ref_scratch, rsf);
+            const double vmax = fmax(vmax_any(&f, 0, n), vmax_any(&f, 1, n));
+            for (int v = 0; v < 3; v++) {
+                if ((v == 1 && !attn_avx2_available()) || (v == 2 && !attn_avx512_available())) continue;
+                setenv("PAGELLM_KERNELS", caps[v], 1);
+                kern_init(0);
+                const double d = decode_vs_ref(&f, n, q, oref, vmax, &b);
                 worst[ti] = fmax(worst[ti], d);
                 CHECK_MSG(d <= tol, "%s on %s, n_ctx %d (chunk %d): %.3g of max|v| off the reference > %.3g",
                           attn_is_kivi(t) ? (t == ATTN_KV_KIVI4 ? "kivi4" : "kivi2") : fake_kv_type_name(t), caps[v],
-                          depths[k], ck, d, tol);
+                          n, ck, d, tol);
             }
         }
         unsetenv("PAGELLM_KERNELS");
