@@ -17,6 +17,11 @@
  * - With a sealed view beside the reader (fp8_e4m3, kivi4, kivi2), every
  *   block before a row's own is read in place and only the own block
  *   through the reader; the result matches one in-place call.
+ * - Across the chunk boundaries (one chunk's keys and one more or less,
+ *   the first chunked depth, several chunks), a decode call of 16 rows
+ *   (two GQA groups) under each kernel table (reference, AVX2, AVX-512)
+ *   matches the reference's one call over all keys, for every KV row type
+ *   and sealed KIVI read in place.
  */
 #include "test.h"
 #include "fake_kv.h"
@@ -404,6 +409,90 @@ TEST(fp8_chunks_on_avx512_are_avx2s_bits)
     }
 }
 
+/* max |v| of head g over keys [0, n) of any fake cache (KIVI or rows). */
+static double vmax_any(const fake_kv *f, int g, int n)
+{
+    if (!attn_is_kivi(f->kv.kv_type)) return max_abs_v(f, g, 0, n);
+    double m = 0;
+    float v[64];
+    for (int j = 0; j < n; j++) {
+        fake_kivi_decode(&f->kv, 1, j, g, v);
+        for (int i = 0; i < 64; i++) m = fmax(m, fabs(v[i]));
+    }
+    return m;
+}
+
+/* The reference's one call per row over all n keys, for the 16 decode
+ * rows of q (heads 0 and 1, 8 each) at depth n, into oref. */
+static void decode_ref(const fake_kv *f, int n, const float *q, float *oref, float *ref_scratch, size_t rsf)
+{
+    for (int r = 0; r < 16; r++) {
+        const attn_row one = {q + r * 64, oref + r * 64, n, r / 8, 0};
+        attn_paged_ref(&f->kv, &one, 1, 0.125f, ref_scratch, rsf);
+    }
+}
+
+/* Worst |out - oref| / vmax of the same 16 rows through attn_chunks_run
+ * under the active kernel table. */
+static double decode_vs_ref(const fake_kv *f, int n, const float *q, const float *oref, double vmax, chunk_buf *b)
+{
+    enum { R = 16 };
+    static float o[R * 64];
+    attn_row rows[R];
+    for (int r = 0; r < R; r++) rows[r] = (attn_row){q + r * 64, o + r * 64, n, r / 8, 0};
+    run_chunks(&f->kv, rows, R, 0.125f, b);
+    double md = 0;
+    for (int i = 0; i < R * 64; i++) md = fmax(md, fabs((double)o[i] - oref[i]));
+    return md / vmax;
+}
+
+TEST(decode_rows_across_chunk_boundaries_match_the_reference_on_every_variant)
+{
+    const int ck = (int)attn_chunk_keys(16), nmax = 3 * ck + 1;
+    const int depths[] = {ck - 1, ck, ck + 1, 2 * ck, 2 * ck + 1, 3 * ck - 1, 3 * ck, 3 * ck + 1};
+    static const char *const caps[] = {"ref", "avx2", "avx512"};
+    enum { NT = FAKE_KV_N_TYPES + 2 };
+    static float q[16 * 64], oref[16 * 64];
+    for (int i = 0; i < 16 * 64; i++) q[i] = 0.8f * rng_gauss();
+    const size_t rsf = attn_scratch_floats(nmax, 64);
+    float *ref_scratch = malloc(sizeof(float) * rsf);
+    chunk_buf b;
+    CHECK(ref_scratch && buf_make(&b, (int)attn_chunk_call_max(16), 64, 0) == 0);
+    double worst[NT] = {0};
+    for (int ti = 0; ti < NT; ti++) {
+        const uint32_t t = ti < FAKE_KV_N_TYPES ? fake_kv_types[ti] : ti == NT - 2 ? ATTN_KV_KIVI4 : ATTN_KV_KIVI2;
+        fake_kv f;
+        CHECK((attn_is_kivi(t) ? fake_kv_make_kivi(&f, t, 64, 2, nmax, 16, 1700u + ti)
+                               : fake_kv_make(&f, t, 64, 2, nmax, 16, 1700u + ti)) == 0);
+        /* f16: the weights are rounded to f16 per chunk; else the SIMD
+         * variants' 1e-5 of max|v| and as much for the merge */
+        const double tol = fake_kv_elem_type(t) == DT_F16 ? 1.0 / 1024 : 2e-5;
+        for (size_t k = 0; k < sizeof depths / sizeof depths[0]; k++) {
+            const int n = depths[k];
+            decode_ref(&f, n, q, oref, ref_scratch, rsf);
+            const double vmax = fmax(vmax_any(&f, 0, n), vmax_any(&f, 1, n));
+            for (int v = 0; v < 3; v++) {
+                if ((v == 1 && !attn_avx2_available()) || (v == 2 && !attn_avx512_available())) continue;
+                setenv("PAGELLM_KERNELS", caps[v], 1);
+                kern_init(0);
+                const double d = decode_vs_ref(&f, n, q, oref, vmax, &b);
+                worst[ti] = fmax(worst[ti], d);
+                CHECK_MSG(d <= tol, "%s on %s, n_ctx %d (chunk %d): %.3g of max|v| off the reference > %.3g",
+                          attn_is_kivi(t) ? (t == ATTN_KV_KIVI4 ? "kivi4" : "kivi2") : fake_kv_type_name(t), caps[v],
+                          n, ck, d, tol);
+            }
+        }
+        unsetenv("PAGELLM_KERNELS");
+        kern_init(0);
+        fake_kv_free(&f);
+    }
+    buf_free(&b);
+    free(ref_scratch);
+    INFO("worst |decode - ref| / max|v| at chunk boundaries: f32 %.2g, f16 %.2g, bf16 %.2g, q8_0 %.2g, q4_0 %.2g, "
+         "e4m3 %.2g, e5m2 %.2g, f16 pool %.2g, kivi4 %.2g, kivi2 %.2g",
+         worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6], worst[7], worst[8], worst[9]);
+}
+
 int main(void)
 {
     kern_init(0);
@@ -415,5 +504,6 @@ int main(void)
     RUN(pieces_folded_after_give_the_bits_of_one_run);
     RUN(chunk_sizes_are_whole_blocks_and_bound_every_call);
     RUN(fp8_chunks_on_avx512_are_avx2s_bits);
+    RUN(decode_rows_across_chunk_boundaries_match_the_reference_on_every_variant);
     return test_summary();
 }

@@ -20,6 +20,12 @@
  * token's weights stream through the caches between two layers' attention.
  * The read buffer is written first, so that its pages are real ones (reads
  * of untouched pages all hit the one zero page and evict nothing).
+ * A layer is attn_chunks_run over the ROWS rows, as forward.c calls it:
+ * rows past attn_chunk_call_max keys walk the keys in chunks merged by
+ * log-sum-exp, so any depth takes up to ATTN_ROWS_CAP rows; the variant
+ * is chosen by capping the kernel table (PAGELLM_KERNELS=avx2 / avx512).
+ * ONECALL=1 times one attn_paged call over all keys instead (its scores
+ * live in scratch at once: ROWS <= attn_rows_max(NCTX)).
  * Env: NCTX=n the depth (default 2,048 keys), BS=b keys a block (default
  * 16), NOEVICT=1 warm caches (no reads), MINT=1 the fastest call x L
  * instead of the mean (a compute-bound kernel's figure on a noisy host).
@@ -38,6 +44,7 @@
 
 #include "fake_kv.h"
 #include "kernels/attention.h"
+#include "kernels/attention_chunks.h"
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
 #include "micro.h"
@@ -50,7 +57,7 @@ enum { HD = 64, L2_EVICT = 8 << 20 };
 typedef struct {
     int L, reps, only, n_kv, rep, rows; /* only: a fake_kv_types index, -1 for all */
     int n_ctx, bs;
-    bool evict, best;
+    bool evict, best, one_call;
 } decode_args;
 
 /* The KIVI types, indices FAKE_KV_N_TYPES + 0..3 (not in "all"). */
@@ -137,7 +144,8 @@ static int decode_args_parse(decode_args *a, int argc, char **argv)
                 (a->rows + a->rep - 1) / a->rep, a->rep, a->n_kv);
         return -1;
     }
-    if (a->rows > attn_rows_max(a->n_ctx)) {
+    a->one_call = getenv("ONECALL") != NULL;
+    if (a->one_call && a->rows > attn_rows_max(a->n_ctx)) {
         fprintf(stderr, "%s: ROWS: %d rows over %d keys (NCTX) exceed the kernel's %d a call\n", prog, a->rows,
                 a->n_ctx, attn_rows_max(a->n_ctx));
         return -1;
@@ -174,16 +182,35 @@ static void evictor_read(evictor *e, size_t bytes)
     e->buf[0] = (uint8_t)(x | 1);
 }
 
+/* Keys a call sees at most: the depth, or a chunk pair (attn_chunks_run). */
+static int decode_call_ctx(const decode_args *a)
+{
+    const int cm = (int)attn_chunk_call_max((uint32_t)a->bs);
+    return a->one_call || a->n_ctx < cm ? a->n_ctx : cm;
+}
+
+/* One layer's attention, variant v (0 AVX2, 1 AVX-512): the chunked
+ * engine path under the kernel table capped to v (decode_time sets it),
+ * or one call of that variant. */
+static void decode_layer(const decode_args *a, int v, const fake_kv *f, const attn_row *rows, float *scratch,
+                         size_t sf, float *work)
+{
+    if (a->one_call) (v ? attn_paged_avx512 : attn_paged_avx2)(&f->kv, rows, a->rows, 0.125f, scratch, sf);
+    else attn_chunks_run(&f->kv, &rows, &a->rows, 1, 0.125f, scratch, sf, work);
+}
+
 /* ms a token of variant v (0 AVX2, 1 AVX-512) over the L pools f. */
 static double decode_time(const decode_args *a, int v, const fake_kv *f, const attn_row *rows, float *scratch,
-                          size_t sf, evictor *e)
+                          size_t sf, float *work, evictor *e)
 {
+    setenv("PAGELLM_KERNELS", v ? "avx512" : "avx2", 1);
+    kern_init(0);
     double t = 0;
     for (int i = 0; i < a->reps; i++)
         for (int l = 0; l < a->L; l++) {
             if (a->evict) evictor_read(e, l == 0 ? e->n : (size_t)L2_EVICT);
             const double t0 = micro_cpu_s();
-            (v ? attn_paged_avx512 : attn_paged_avx2)(&f[l].kv, rows, a->rows, 0.125f, scratch, sf);
+            decode_layer(a, v, &f[l], rows, scratch, sf, work);
             const double dt = micro_cpu_s() - t0;
             if (!a->best) t += dt;
             else if (t == 0 || dt * a->reps * a->L < t) t = dt * a->reps * a->L; /* the best call x L, as a token */
@@ -199,10 +226,11 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
     const int kivi = ti - FAKE_KV_N_TYPES; /* 0..3, or < 0 */
     attn_reader *rd = kivi >= 2 ? calloc((size_t)a->L, sizeof *rd) : NULL;
     const size_t rdf = kv_codec_scratch_floats(HD, (uint32_t)a->bs, ATTN_ROWS_CAP);
-    const size_t sf = attn_scratch_floats(n, HD) + (kivi >= 2 ? rdf : 0);
+    const size_t sf = attn_scratch_floats(decode_call_ctx(a), HD) + (kivi >= 2 ? rdf : 0);
     float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * R * HD), *o = malloc(sizeof(float) * R * HD);
+    float *work = malloc(sizeof(float) * attn_chunks_work_floats(HD));
     int made = 0;
-    bool ok = f && scratch && q && o && (kivi < 2 || rd);
+    bool ok = f && scratch && q && o && work && (kivi < 2 || rd);
     while (ok && made < a->L)
         if ((kivi >= 0 ? fake_kv_make_kivi(&f[made], kivi % 2 ? ATTN_KV_KIVI2 : ATTN_KV_KIVI4, HD, a->n_kv, n, a->bs,
                                            9 + (uint64_t)made)
@@ -218,14 +246,14 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
         for (int i = 0; i < R * HD; i++) q[i] = rng_gauss();
         attn_row rows[ATTN_ROWS_CAP];
         for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * HD, o + v * HD, n, v / a->rep, 0};
-        const double t2 = decode_time(a, 0, f, rows, scratch, sf, e);
-        const double t512 = attn_avx512_available() ? decode_time(a, 1, f, rows, scratch, sf, e) : 0;
+        const double t2 = decode_time(a, 0, f, rows, scratch, sf, work, e);
+        const double t512 = attn_avx512_available() ? decode_time(a, 1, f, rows, scratch, sf, work, e) : 0;
         printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): avx2 %.3f, avx512 %.3f ms/token/thread\n",
                kivi >= 0 ? kivi_names[kivi] : fake_kv_type_name(fake_kv_types[ti]), HD, n, a->L, R, a->rep, t2, t512);
         fflush(stdout);
     }
     for (int l = 0; l < made; l++) fake_kv_free(&f[l]);
-    free(f), free(scratch), free(q), free(o), free(rd);
+    free(f), free(scratch), free(q), free(o), free(rd), free(work);
     return ok ? 0 : -1;
 }
 

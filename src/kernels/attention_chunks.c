@@ -7,7 +7,10 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define CHUNK_KEYS 2048u
+#ifndef ATTN_CHUNK_KEYS
+#define ATTN_CHUNK_KEYS 2048u /* a build may set it to measure others (docs/long-context.md) */
+#endif
+#define CHUNK_KEYS ATTN_CHUNK_KEYS
 
 uint32_t attn_chunk_keys(uint32_t bs)
 {

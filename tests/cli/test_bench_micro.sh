@@ -75,7 +75,7 @@ if [ -x "$B" ]; then
   check attn_calls_types [ "$(grep -E "$re" "$T/attn_calls.txt" | sed -E 's/ +hd 64.*//' | tr '\n' ',')" = "f32,f16,bf16,q8_0,q4_0,e4m3,e5m2,f16 pool," ]
 fi
 
-# bench_attn_decode L REPS TYPE N_KV REP ROWS, env NCTX BS NOEVICT MINT
+# bench_attn_decode L REPS TYPE N_KV REP ROWS, env NCTX BS NOEVICT MINT ONECALL
 B=$D/bench_attn_decode
 if [ -x "$B" ]; then
   expect_exit attn_decode_missing 2 "ROWS missing" -- "$B" 1 1 f16 2 2
@@ -92,6 +92,10 @@ if [ -x "$B" ]; then
   check attn_decode_index_line [ "$(grep -Ec "$re" "$T/attn_decode_index.txt")" -eq 1 ]
   tiny attn_decode_all env NCTX=100 NOEVICT=1 "$B" 2 1 -1 2 2 4
   check attn_decode_all_lines [ "$(grep -c '^decode ' "$T/attn_decode_all.txt")" -eq 8 ]
+  # 16 rows past one call's score scratch: refused in one call, walked in chunks as the engine does
+  expect_exit attn_decode_onecall 2 "ROWS: 16 rows over 20000 keys" -- env ONECALL=1 NCTX=20000 "$B" 1 1 f16_pool 2 8 16
+  tiny attn_decode_chunked env NCTX=20000 NOEVICT=1 "$B" 1 1 f16_pool 2 8 16
+  check attn_decode_chunked_line [ "$(grep -Ec '^decode f16 pool +hd 64 n_ctx 20000, 1 layers x 16 rows' "$T/attn_decode_chunked.txt")" -eq 1 ]
 fi
 
 # bench_attn_prefill TYPE [TYPE...], env DEPTH CHUNK REPS
