@@ -9,13 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 if [ ! -x "$dir/peer-bench" ]; then
   if ! bash "$here/../shared/peer/build.sh" "$dir" >/tmp/pagellm-peer-build.log 2>&1; then
     echo "peer: build failed, see /tmp/pagellm-peer-build.log" >&2
-    if [ ! -x "$dir/peer-embed" ] || [ "$here/tests/peer/peer_embed.c" -nt "$dir/peer-embed" ]; then
-  gcc -O2 -std=gnu11 -o "$dir/peer-embed" "$here/tests/peer/peer_embed.c" \
-      -I"$dir/headers/include" -I"$dir/headers/ggml/include" -DPEER_LIBDIR="\"$lib\"" \
-      -L"$lib" -lllama -lggml -lggml-base -lm -Wl,-rpath,"$lib" ||
-    echo "peer: peer-embed did not build" >&2
-fi
-exit 0
+    exit 0
   fi
 fi
 lib="$dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
