@@ -30,6 +30,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/kern_avx2_hsum.h"
 #include "tensor/blocks.h"
 #include "tensor/half.h"
 
@@ -41,14 +42,6 @@
 #define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 /* ----------------------------------------------------------- helpers */
-
-KAI int hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 KAI float hsum_f32(__m256 v)
 {
@@ -173,7 +166,7 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
         const __m256i sb = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         scales_dup(_mm256_and_si256(sb, _mm256_set1_epi16(0xF)), &slo, &shi);
         const __m256i mins = _mm256_srli_epi16(sb, 4);
-        const int msum = hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)x[b].bsums)));
+        const int msum = kavx2_hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)x[b].bsums)));
         #pragma GCC unroll 8
         for (int h = 0; h < 2; h++) {
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * h));
@@ -185,7 +178,7 @@ static KA float dot1_q2_K_avx2(int n, const block_q2_K *w, const block_q8_K *x)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
             }
         }
-        s += x[b].d * H2F(w[b].d) * (float)hsum_i32(isum) - x[b].d * H2F(w[b].dmin) * (float)msum;
+        s += x[b].d * H2F(w[b].d) * (float)kavx2_hsum_i32(isum) - x[b].d * H2F(w[b].dmin) * (float)msum;
     }
     return s;
 }
@@ -234,7 +227,7 @@ static KA float dot1_q3_K_avx2(int n, const block_q3_K *w, const block_q8_K *x)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sc));
             }
         }
-        s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
+        s += H2F(w[b].d) * x[b].d * (float)kavx2_hsum_i32(isum);
     }
     return s;
 }
@@ -262,7 +255,7 @@ static KA float dot1_q5_K_avx2(int n, const block_q5_K *w, const block_q8_K *x)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), _mm256_set1_epi16(sc)));
             }
         }
-        s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
+        s += H2F(w[b].d) * x[b].d * (float)kavx2_hsum_i32(isum);
         s -= H2F(w[b].dmin) * x[b].d * (float)msum;
     }
     return s;
@@ -281,7 +274,7 @@ static KA float dot1_iq4_xs_avx2(int n, const block_iq4_xs *w, const block_q8_K 
             const __m256i sc = _mm256_set1_epi16((short)(block_iq4_xs_scale(j, &w[b]) - 32));
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(dot_s8_pairs(q, y), sc));
         }
-        s += H2F(w[b].d) * x[b].d * (float)hsum_i32(isum);
+        s += H2F(w[b].d) * x[b].d * (float)kavx2_hsum_i32(isum);
     }
     return s;
 }
@@ -305,7 +298,7 @@ static KA float dot1_tq2_0_avx2(int n, const block_tq2_0 *w, const block_q8_K *x
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones));
             }
         }
-        s += (float)(hsum_i32(isum) - ysum) * (H2F(w[b].d) * x[b].d);
+        s += (float)(kavx2_hsum_i32(isum) - ysum) * (H2F(w[b].d) * x[b].d);
     }
     return s;
 }

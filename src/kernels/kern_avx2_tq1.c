@@ -36,18 +36,11 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/kern_avx2_hsum.h"
 #include "tensor/blocks.h"
 
 #define KA __attribute__((target("avx2,fma,f16c")))
 #define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-KAI int tq1_hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
 
 KAI __m256i tq1_times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
 
@@ -104,7 +97,7 @@ KAI void tq1_tile(int NX, int nb, float *s, size_t ss, const block_tq1_0 *w, con
             for (int k = 0; k < 8; k++)
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(d[k], _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * k))));
             p = _mm256_sub_epi16(p, _mm256_loadu_si256((const __m256i *)xb->bsums));
-            const int isum = tq1_hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+            const int isum = kavx2_hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
             acc[r] += (float)isum * (dw * xb->d);
         }
     }
