@@ -19,9 +19,11 @@ run_one() {
   local p f s
   p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out"); s=$(grep -c '^SKIP ' "$out")
   grep -E '^(FAIL|SKIP|INFO) ' "$out" | sed "s|^|  $(basename "$name"): |"
+  grep -E '^FAIL ' "$out" | sed "s|^|  $(basename "$name"): |" >>"$log/failures"
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "  $(basename "$name"): exited $rc without a FAIL line; stderr tail:"
     tail -n 15 "$out.err" | sed 's/^/    /'
+    echo "  $(basename "$name"): exited $rc without a FAIL line" >>"$log/failures"
     f=1
   fi
   printf '%-28s %3d passed %3d failed %3d skipped  (%ds)\n' "$(basename "$name")" "$p" "$f" "$s" $((SECONDS - t0))
@@ -37,6 +39,11 @@ done
 run_one arm64-qemu bash tests/arm64.sh
 # the AVX-512 kernels on SIMDe's emulation (any x86-64; SKIP without libsimde-dev)
 run_one avx512-emu bash tests/avx512.sh
+# the failures again, so that a log's tail names them
+if [ -s "$log/failures" ]; then
+  echo "failures:"
+  head -n 60 "$log/failures"
+fi
 rm -rf "$log"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
