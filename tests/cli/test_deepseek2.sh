@@ -178,29 +178,10 @@ same_as_peer() { # NAME FILE PROMPT [our flags]
 }
 
 # tokens_agree FILE: 32 greedy tokens equal, or first different at a near
-# tie of llama.cpp's logits (top-2 within 0.1, ours its second choice)
+# tie of llama.cpp's logits (both choices within 0.1 of its best)
 tokens_agree() {
-  local out
-  out=$(gen "$1" "Once upon a time" 32)
-  python3 - "$1" "$LOGITS" "$T/l.f32" "$out" <<'PY'
-import json, struct, subprocess, sys
-f, logits, tmp, out = sys.argv[1:5]
-lines = out.split("\n")
-if len(lines) != 2 or not all(lines): sys.exit(print("a run failed:", out) or 1)
-(pa, ga), (pb, gb) = map(json.loads, lines)
-if pa != pb: sys.exit(print("prompt ids differ", pa, pb) or 1)
-if ga == gb: sys.exit(0)
-i = next(k for k in range(min(len(ga), len(gb))) if ga[k] != gb[k])
-subprocess.run([logits, "-m", f, "-ids", ",".join(map(str, pa + gb[:i])), "-o", tmp, "-t", "1"], check=True,
-               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-raw = open(tmp, "rb").read()
-row = struct.unpack("<%df" % (len(raw) // 4), raw)[-512:]
-top = sorted(range(512), key=lambda k: -row[k])[:2]
-gap = row[top[0]] - row[top[1]]
-ok = top[0] == gb[i] and top[1] == ga[i] and gap <= 0.1
-print("first difference at token %d: ours %d, llama.cpp %d, its top-2 gap %.3g%s" % (i, ga[i], gb[i], gap, "" if ok else " (not a near tie)"))
-sys.exit(0 if ok else 1)
-PY
+  local out; out=$(gen "$1" "Once upon a time" 32)
+  python3 tests/cli/tokens_agree.py "$LOGITS" "$1" 0.1 "$T/l.f32" "$(sed -n 1p <<<"$out")" "$(sed -n 2p <<<"$out")"
 }
 
 within() { python3 -c "import sys; a,b,t=map(float,sys.argv[1:4]); sys.exit(0 if abs(a-b) <= t*b else 1)" "$1" "$2" "$3"; }
