@@ -22,6 +22,12 @@
 #include "tensor/half.h"
 
 /* n_out random rows of n_in elements of weight type t. */
+/* IQ1_M's f16 d lives in the top nibbles of its 4 scale u16. */
+static inline void mm_iq1_m_set_d(block_iq1_m *x, uint16_t d)
+{
+    for (int i = 0; i < 4; i++) x->scales[2 * i + 1] = (uint8_t)((x->scales[2 * i + 1] & 0x0F) | ((d >> (4 * i)) & 0xF) << 4);
+}
+
 static inline uint8_t *mm_weights_make(uint32_t t, int n_out, int n_in)
 {
     const size_t row = dtype_row_bytes(t, (uint64_t)n_in), bytes = row * (size_t)n_out;
@@ -71,6 +77,10 @@ static inline uint8_t *mm_weights_make(uint32_t t, int n_out, int n_in)
             case DT_IQ4_XS: d = &((block_iq4_xs *)blk)->d; break;
             case DT_TQ1_0: d = &((block_tq1_0 *)blk)->d; break;
             case DT_TQ2_0: d = &((block_tq2_0 *)blk)->d; break;
+            case DT_IQ2_XXS: case DT_IQ2_XS: case DT_IQ2_S: case DT_IQ3_XXS: case DT_IQ3_S: case DT_IQ1_S:
+                d = (uint16_t *)blk; /* the lattice formats' d comes first */
+                break;
+            case DT_IQ1_M: mm_iq1_m_set_d((block_iq1_m *)blk, rng_scale(1e-4f, 2e-3f, 0)); break;
             }
             if (d) *d = k ? rng_scale(1e-4f, 2e-3f, t == DT_Q3_K || t == DT_IQ4_XS) : rng_scale(1e-3f, 2e-2f, 1);
             if (m) *m = k ? rng_scale(1e-4f, 2e-3f, 0) : rng_scale(1e-3f, 2e-1f, 1);

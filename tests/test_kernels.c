@@ -141,9 +141,10 @@ static double case_naive(const mm_case *c, int i, int j, double *mag)
     return s;
 }
 
-static const uint32_t mm_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0,   DT_Q4_K,   DT_Q6_K,  DT_Q4_1,
-                                    DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q5_K, DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0,
-                                    DT_TQ2_0};
+static const uint32_t mm_types[] = {DT_F32,     DT_F16,    DT_BF16,  DT_Q8_0,    DT_Q4_0,  DT_Q4_K,  DT_Q6_K,
+                                    DT_Q4_1,    DT_Q5_0,   DT_Q5_1,  DT_Q2_K,    DT_Q3_K,  DT_Q5_K,  DT_IQ4_NL,
+                                    DT_IQ4_XS,  DT_TQ1_0,  DT_TQ2_0, DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS,
+                                    DT_IQ3_S,   DT_IQ1_S,  DT_IQ1_M};
 #define N_MM_TYPES (int)(sizeof mm_types / sizeof mm_types[0])
 
 /* Tolerances, as a fraction of sum |w*x| (the natural scale of rounding
@@ -297,10 +298,11 @@ TEST(simd_variants_cover_block_formats)
 
 /* Whether variant v's tiles of type t give the reference's bits: the NEON
  * tiles of the block formats (kern_neon_quants.c) and every variant's
- * TQ1_0 tiles (kern_avx2_tq1.c, kern_avx512_tq1.c). */
+ * TQ1_0 and lattice i-quant tiles (kern_avx2_tq1.c, kern_avx512_tq1.c,
+ * kern_avx2_lattice.c). */
 static bool tiles_exact(const kern_vtable *v, uint32_t t)
 {
-    if (t == DT_TQ1_0) return true;
+    if (t == DT_TQ1_0 || quant_is_lattice(t)) return true;
     if (v != kern_vt_neon()) return false;
     for (int i = 0; i < N_BLOCK_FORMATS; i++)
         if (block_formats[i] == t) return true;
@@ -331,6 +333,10 @@ static void case_extreme(mm_case *c, int pat)
         uint8_t *blk = c->w + b * bs;
         for (size_t k = 0; k < bs; k++) blk[k] = pat == 1 ? 0xFF : pat == 2 ? 0x00 : (rng_u32() & 1) ? 0xFF : 0x00;
         const uint16_t d = f32_to_f16(0.001f * (float)(1 + b % 7)), m = f32_to_f16(0.002f * (float)(1 + b % 3));
+        if (c->wtype == DT_IQ1_M) {
+            mm_iq1_m_set_d((block_iq1_m *)blk, d);
+            continue;
+        }
         memcpy(blk + d_at, &d, 2);
         if (m_at) memcpy(blk + m_at, &m, 2);
     }
@@ -404,6 +410,7 @@ TEST(simd_dots_match_ref)
     const int nn = blk == 1 ? 6 : blk == 32 ? 5 : 3;
     bool is_block_format = false;
     for (int i = 0; i < N_BLOCK_FORMATS; i++) is_block_format |= block_formats[i] == t;
+    is_block_format |= quant_is_lattice(t);
     char why[400] = "";
     for (int q = 0; q < nn && !why[0]; q++)
         for (int pat = 0; pat < (is_block_format ? 4 : 1) && !why[0]; pat++) {
@@ -1240,7 +1247,8 @@ TEST(matmul_reserve_and_supports)
     CHECK(kern_matmul_supports(DT_Q4_K));
     CHECK(kern_matmul_supports(DT_BF16));
     CHECK(kern_matmul_supports(DT_Q5_K) && kern_matmul_supports(DT_IQ4_XS) && kern_matmul_supports(DT_TQ1_0));
-    CHECK(!kern_matmul_supports(DT_IQ2_XXS));
+    CHECK(kern_matmul_supports(DT_IQ2_XXS) && kern_matmul_supports(DT_IQ1_M));
+    CHECK(!kern_matmul_supports(DT_MXFP4));
     CHECK(!kern_matmul_supports(DT_Q8_1));
     CHECK(!kern_matmul_supports(DT_Q8_K));
     CHECK_EQ_INT(kern_matmul_reserve(16, 4096), 0);

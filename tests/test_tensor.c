@@ -130,6 +130,9 @@ TEST(block_sizes_match_dtype_table)
         {DT_Q8_1, sizeof(block_q8_1)}, {DT_Q2_K, sizeof(block_q2_K)}, {DT_Q3_K, sizeof(block_q3_K)},
         {DT_Q5_K, sizeof(block_q5_K)}, {DT_IQ4_NL, sizeof(block_iq4_nl)}, {DT_IQ4_XS, sizeof(block_iq4_xs)},
         {DT_TQ1_0, sizeof(block_tq1_0)}, {DT_TQ2_0, sizeof(block_tq2_0)},
+        {DT_IQ2_XXS, sizeof(block_iq2_xxs)}, {DT_IQ2_XS, sizeof(block_iq2_xs)}, {DT_IQ2_S, sizeof(block_iq2_s)},
+        {DT_IQ3_XXS, sizeof(block_iq3_xxs)}, {DT_IQ3_S, sizeof(block_iq3_s)}, {DT_IQ1_S, sizeof(block_iq1_s)},
+        {DT_IQ1_M, sizeof(block_iq1_m)},
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         CHECK_MSG(more[i].size == dtype_get(more[i].t)->type_size, "%s: struct %zu B, table %u B",
@@ -142,6 +145,11 @@ TEST(block_sizes_match_dtype_table)
     CHECK_EQ_INT(offsetof(block_iq4_xs, qs), 8);
     CHECK_EQ_INT(offsetof(block_tq1_0, qh), 48);
     CHECK_EQ_INT(offsetof(block_tq2_0, d), 64);
+    CHECK_EQ_INT(offsetof(block_iq2_s, qh), 66);
+    CHECK_EQ_INT(offsetof(block_iq3_s, signs), 74);
+    CHECK_EQ_INT(offsetof(block_iq3_s, scales), 106);
+    CHECK_EQ_INT(offsetof(block_iq1_s, qh), 34);
+    CHECK_EQ_INT(offsetof(block_iq1_m, scales), 48);
 }
 
 TEST(supported_types)
@@ -150,7 +158,15 @@ TEST(supported_types)
                             DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_1, DT_Q2_K, DT_Q3_K, DT_Q5_K,
                             DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) CHECK(quant_supported(yes[i]));
-    CHECK(!quant_supported(DT_IQ2_XXS));
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) CHECK(quant_can_quantize(yes[i]));
+    /* the lattice i-quants: read, not written */
+    const uint32_t lattice[] = {DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M};
+    for (size_t i = 0; i < sizeof lattice / sizeof lattice[0]; i++) {
+        CHECK(quant_supported(lattice[i]));
+        CHECK(quant_is_lattice(lattice[i]));
+        CHECK(!quant_can_quantize(lattice[i]));
+    }
+    CHECK(!quant_is_lattice(DT_IQ4_XS));
     CHECK(!quant_supported(DT_MXFP4));
     CHECK(!quant_supported(DT_I32));
     CHECK(!quant_supported(12345));
@@ -705,6 +721,15 @@ static bool oracle_load(void)
         snprintf(name, sizeof name, "quantize_row_%s_ref", more[i].name);
         ORACLE_BIND(oracle.qref[more[i].t], h, name);
     }
+    static const struct { uint32_t t; const char *name; } lattice[] = {
+        {DT_IQ2_XXS, "iq2_xxs"}, {DT_IQ2_XS, "iq2_xs"}, {DT_IQ2_S, "iq2_s"}, {DT_IQ3_XXS, "iq3_xxs"},
+        {DT_IQ3_S, "iq3_s"},     {DT_IQ1_S, "iq1_s"},   {DT_IQ1_M, "iq1_m"},
+    };
+    for (size_t i = 0; i < sizeof lattice / sizeof lattice[0]; i++) { /* no quantizer of ours to compare */
+        char name[64];
+        snprintf(name, sizeof name, "dequantize_row_%s", lattice[i].name);
+        ORACLE_BIND(oracle.deq[lattice[i].t], h, name);
+    }
     ORACLE_BIND(oracle.fp16_to_fp32, h, "ggml_fp16_to_fp32");
     ORACLE_BIND(oracle.fp32_to_fp16, h, "ggml_fp32_to_fp16");
     ORACLE_BIND(oracle.bf16_to_fp32, h, "ggml_bf16_to_fp32");
@@ -736,7 +761,21 @@ static int block_scales16(uint32_t t, uint8_t *blk, uint16_t **sc)
     case DT_IQ4_XS: sc[0] = &((block_iq4_xs *)blk)->d; return 1;
     case DT_TQ1_0: sc[0] = &((block_tq1_0 *)blk)->d; return 1;
     case DT_TQ2_0: sc[0] = &((block_tq2_0 *)blk)->d; return 1;
+    case DT_IQ2_XXS: sc[0] = &((block_iq2_xxs *)blk)->d; return 1;
+    case DT_IQ2_XS: sc[0] = &((block_iq2_xs *)blk)->d; return 1;
+    case DT_IQ2_S: sc[0] = &((block_iq2_s *)blk)->d; return 1;
+    case DT_IQ3_XXS: sc[0] = &((block_iq3_xxs *)blk)->d; return 1;
+    case DT_IQ3_S: sc[0] = &((block_iq3_s *)blk)->d; return 1;
+    case DT_IQ1_S: sc[0] = &((block_iq1_s *)blk)->d; return 1;
     default: return 0;
+    }
+}
+
+/* IQ1_M keeps its f16 scale in the top nibbles of its 4 scale u16. */
+static void iq1_m_set_d(block_iq1_m *x, uint16_t d)
+{
+    for (int i = 0; i < 4; i++) {
+        x->scales[2 * i + 1] = (uint8_t)((x->scales[2 * i + 1] & 0x0F) | ((d >> (4 * i)) & 0xF) << 4);
     }
 }
 
@@ -763,6 +802,7 @@ static void *random_blocks(uint32_t t, int64_t n)
             uint16_t *sc[2];
             const int k = block_scales16(t, p + (size_t)b * dtype_get(t)->type_size, sc);
             for (int i = 0; i < k; i++) *sc[i] = random_scale16();
+            if (t == DT_IQ1_M) iq1_m_set_d((block_iq1_m *)p + b, random_scale16());
         }
         }
     }
@@ -772,8 +812,10 @@ static void *random_blocks(uint32_t t, int64_t n)
 TEST(oracle_dequant)
 {
     rng_seed(7);
-    const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_K, DT_Q4_1, DT_Q5_0, DT_Q5_1,
-                              DT_Q2_K, DT_Q3_K, DT_Q5_K, DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
+    const uint32_t types[] = {DT_Q8_0,  DT_Q4_0,   DT_Q4_K,    DT_Q6_K,   DT_Q8_K,    DT_Q4_1,  DT_Q5_0,
+                              DT_Q5_1,  DT_Q2_K,   DT_Q3_K,    DT_Q5_K,   DT_IQ4_NL,  DT_IQ4_XS, DT_TQ1_0,
+                              DT_TQ2_0, DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S,
+                              DT_IQ1_M};
     const int64_t n = 256 * 32;
     float *a = gx, *b = gy;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -795,8 +837,9 @@ TEST(oracle_dequant)
  * ggml through blocks of d = 1 holding the indices 0..15. */
 TEST(oracle_dequant_extremes)
 {
-    const uint32_t types[] = {DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q5_K,
-                              DT_IQ4_NL, DT_IQ4_XS, DT_TQ1_0, DT_TQ2_0};
+    const uint32_t types[] = {DT_Q4_1,    DT_Q5_0,   DT_Q5_1,  DT_Q2_K,    DT_Q3_K,  DT_Q5_K,  DT_IQ4_NL,
+                              DT_IQ4_XS,  DT_TQ1_0,  DT_TQ2_0, DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS,
+                              DT_IQ3_S,   DT_IQ1_S,  DT_IQ1_M};
     static const struct { uint8_t fill; uint16_t scale; } kinds[] = {
         {0x00, 0x0000}, {0xFF, 0x7BFF}, {0xFF, 0xFBFF}, {0x00, 0x7BFF}, {0xFF, 0x0001},
         {0x55, 0x3C00}, {0xAA, 0xBC00}, {0x0F, 0x7BFF}, {0xF0, 0xFBFF},
@@ -811,6 +854,7 @@ TEST(oracle_dequant_extremes)
                 uint16_t *sc[2];
                 const int ns = block_scales16(types[t], gq + o, sc);
                 for (int i = 0; i < ns; i++) *sc[i] = kinds[k].scale;
+                if (types[t] == DT_IQ1_M) iq1_m_set_d((block_iq1_m *)(gq + o), kinds[k].scale);
             }
             quant_dequant_row(types[t], gq, a, n);
             oracle.deq[types[t]](gq, b, n);
@@ -824,6 +868,77 @@ TEST(oracle_dequant_extremes)
     for (int j = 0; j < 16; j++) {
         CHECK_EQ_INT(a[j], quant_iq4nl_values[j]);
         CHECK_EQ_INT(a[16 + j], quant_iq4nl_values[15 - j]);
+    }
+}
+
+/* Every codebook entry of the lattice formats against ggml: a block whose
+ * every index is entry e (the other bits random: signs, scales), ours and
+ * ggml's dequantization bit for bit. Index bits: IQ2_XXS a byte of each
+ * sub-block's first u32; IQ2_XS 9 of each u16; IQ2_S a byte + 2 bits of
+ * qh; IQ3_XXS a byte; IQ3_S a byte + a bit of qh; IQ1_S/M a byte + 3 bits. */
+static void set_lattice_index(uint32_t t, uint8_t *blk, int e)
+{
+    switch (t) {
+    case DT_IQ2_XXS: {
+        block_iq2_xxs *x = (block_iq2_xxs *)blk;
+        for (int s = 0; s < 8; s++) x->qs[4 * s] = x->qs[4 * s + 1] = (uint16_t)(e | e << 8);
+        break;
+    }
+    case DT_IQ2_XS: {
+        block_iq2_xs *x = (block_iq2_xs *)blk;
+        for (int i = 0; i < 32; i++) x->qs[i] = (uint16_t)((x->qs[i] & ~511u) | (unsigned)e);
+        break;
+    }
+    case DT_IQ2_S: {
+        block_iq2_s *x = (block_iq2_s *)blk;
+        memset(x->qs, e & 0xFF, 32);
+        memset(x->qh, (e >> 8) * 0x55, 8);
+        break;
+    }
+    case DT_IQ3_XXS: memset(((block_iq3_xxs *)blk)->qs, e, 64); break;
+    case DT_IQ3_S: {
+        block_iq3_s *x = (block_iq3_s *)blk;
+        memset(x->qs, e & 0xFF, 64);
+        memset(x->qh, e >> 8 ? 0xFF : 0, 8);
+        break;
+    }
+    case DT_IQ1_S: {
+        block_iq1_s *x = (block_iq1_s *)blk;
+        memset(x->qs, e & 0xFF, 32);
+        const unsigned hi = (unsigned)e >> 8;
+        for (int s = 0; s < 8; s++) x->qh[s] = (uint16_t)((x->qh[s] & 0xF000u) | hi | hi << 3 | hi << 6 | hi << 9);
+        break;
+    }
+    default: {
+        block_iq1_m *x = (block_iq1_m *)blk;
+        memset(x->qs, e & 0xFF, 32);
+        const unsigned hi = (unsigned)e >> 8;
+        for (int i = 0; i < 16; i++) x->qh[i] = (uint8_t)((x->qh[i] & 0x88u) | hi | hi << 4);
+        break;
+    }
+    }
+}
+
+TEST(oracle_lattice_grids)
+{
+    static const struct { uint32_t t; int entries; } fmts[] = {
+        {DT_IQ2_XXS, 256}, {DT_IQ2_XS, 512}, {DT_IQ2_S, 1024}, {DT_IQ3_XXS, 256},
+        {DT_IQ3_S, 512},   {DT_IQ1_S, 2048}, {DT_IQ1_M, 2048},
+    };
+    rng_seed(11);
+    float *a = gx, *b = gy;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+        const uint32_t t = fmts[f].t;
+        int bad = -1;
+        for (int e = 0; e < fmts[f].entries && bad < 0; e++) {
+            uint8_t *blk = random_blocks(t, QK_K);
+            set_lattice_index(t, blk, e);
+            quant_dequant_row(t, blk, a, QK_K);
+            oracle.deq[t](blk, b, QK_K);
+            for (int i = 0; i < QK_K; i++)
+                if (f32_bits(a[i]) != f32_bits(b[i])) bad = e;
+        }
+        CHECK_MSG(bad < 0, "%s: codebook entry %d decodes unlike ggml's", dtype_get(t)->name, bad);
     }
 }
 
@@ -1086,7 +1201,7 @@ static int syn_add(syn_tensor *t, int n, const char *name, uint32_t type, uint32
     const int64_t elems = (int64_t)(ne0 * ne1);
     const uint64_t bytes = dtype_row_bytes(type, ne0) * ne1;
     s->data = malloc(bytes ? bytes : 1);
-    if (type == DT_I32 || !quant_supported(type)) {
+    if (type == DT_I32 || !quant_can_quantize(type)) {
         for (uint64_t i = 0; i < bytes; i++) ((uint8_t *)s->data)[i] = (uint8_t)rng_next();
     } else {
         float *f = malloc((size_t)elems * sizeof *f);
@@ -1238,12 +1353,12 @@ TEST(quantize_errors_name_file_and_tensor)
 {
     rng_seed(12);
     const char *in = qpath("bad.gguf"), *out = qpath("bad-out.gguf");
-    /* a weight in a type pagellm cannot read (iq2_xxs) */
-    CHECK(syn_write(in, true, "blk.3.attn_k.weight", DT_IQ2_XXS) == 0);
+    /* a weight in a type pagellm cannot read (mxfp4) */
+    CHECK(syn_write(in, true, "blk.3.attn_k.weight", DT_MXFP4) == 0);
     int rc = pl_quantize(in, out, "q8_0");
     CHECK_EQ_INT(rc, PL_EUNSUPPORTED);
     CHECK_MSG(strstr(pl_last_error(), in) && strstr(pl_last_error(), "blk.3.attn_k.weight")
-              && strstr(pl_last_error(), "iq2_xxs"), "message: %s", pl_last_error());
+              && strstr(pl_last_error(), "mxfp4"), "message: %s", pl_last_error());
     CHECK(access(out, F_OK) != 0); /* nothing written */
     /* but it may stay what it is when the target is its own type: f32 keeps
      * it only if it is not a weight matrix, so f16 fails the same way */
@@ -1297,6 +1412,7 @@ int main(void)
     if (oracle_load()) {
         RUN(oracle_dequant);
         RUN(oracle_dequant_extremes);
+        RUN(oracle_lattice_grids);
         RUN(oracle_half_conversions);
         RUN(oracle_q8_quantize_bit_exact);
         RUN(oracle_weight_quantizers_not_worse);

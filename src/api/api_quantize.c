@@ -96,7 +96,7 @@ static void model_info(const qctx *q, char *arch, size_t cap, quant_model *m)
 static int tensor_check(qctx *q, const qtensor *t)
 {
     if (t->type == t->src->type) return 0;
-    if (!quant_supported(t->src->type) || !quant_supported(t->type)) {
+    if (!quant_supported(t->src->type) || !quant_can_quantize(t->type)) {
         const dtype_traits *a = dtype_get(t->src->type), *b = dtype_get(t->type);
         return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s cannot be re-encoded as %s", q->in_path,
                        t->name, a ? a->name : "?", b ? b->name : "?");

@@ -962,6 +962,13 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_IQ4_XS] = {kern_gemm_iq4_xs_avx2, 1, 4},
         [DT_TQ2_0] = {kern_gemm_tq2_0_avx2, 1, 4},
         [DT_TQ1_0] = {kern_gemm_tq1_0_avx2, 1, 4}, /* kern_avx2_tq1.c */
+        [DT_IQ2_XXS] = {kern_gemm_iq2_xxs_avx2, 1, 4}, /* kern_avx2_lattice.c */
+        [DT_IQ2_XS] = {kern_gemm_iq2_xs_avx2, 1, 4},
+        [DT_IQ2_S] = {kern_gemm_iq2_s_avx2, 1, 4},
+        [DT_IQ3_XXS] = {kern_gemm_iq3_xxs_avx2, 1, 4},
+        [DT_IQ3_S] = {kern_gemm_iq3_s_avx2, 1, 4},
+        [DT_IQ1_S] = {kern_gemm_iq1_s_avx2, 1, 4},
+        [DT_IQ1_M] = {kern_gemm_iq1_m_avx2, 1, 4},
     },
     .dot = {
         [DT_F32] = dot_f32_avx2,
@@ -981,6 +988,13 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_IQ4_XS] = kern_dot_iq4_xs_avx2,
         [DT_TQ2_0] = kern_dot_tq2_0_avx2,
         [DT_TQ1_0] = kern_dot_tq1_0_avx2,
+        [DT_IQ2_XXS] = kern_dot_iq2_xxs_avx2,
+        [DT_IQ2_XS] = kern_dot_iq2_xs_avx2,
+        [DT_IQ2_S] = kern_dot_iq2_s_avx2,
+        [DT_IQ3_XXS] = kern_dot_iq3_xxs_avx2,
+        [DT_IQ3_S] = kern_dot_iq3_s_avx2,
+        [DT_IQ1_S] = kern_dot_iq1_s_avx2,
+        [DT_IQ1_M] = kern_dot_iq1_m_avx2,
     },
     .packed = {
         [DT_Q8_0] = {Q8P_NX, px_row_avx2, gemmp_q8_0_avx2, 1, NULL},

@@ -161,7 +161,14 @@ int kern_dot_type(uint32_t wtype)
     case DT_Q6_K:
     case DT_IQ4_XS:
     case DT_TQ1_0:
-    case DT_TQ2_0: return DT_Q8_K;
+    case DT_TQ2_0:
+    case DT_IQ2_XXS:
+    case DT_IQ2_XS:
+    case DT_IQ2_S:
+    case DT_IQ3_XXS:
+    case DT_IQ3_S:
+    case DT_IQ1_S:
+    case DT_IQ1_M: return DT_Q8_K;
     default: return -1;
     }
 }

@@ -386,6 +386,15 @@ void kern_gemm_q2_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, in
 void kern_gemm_q3_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
 void kern_gemm_q5_K_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
 void kern_gemm_iq4_xs_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+#define KERN_LATTICE_REF_DECL(name) \
+    void kern_gemm_##name##_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
+KERN_LATTICE_REF_DECL(iq2_xxs)
+KERN_LATTICE_REF_DECL(iq2_xs)
+KERN_LATTICE_REF_DECL(iq2_s)
+KERN_LATTICE_REF_DECL(iq3_xxs)
+KERN_LATTICE_REF_DECL(iq3_s)
+KERN_LATTICE_REF_DECL(iq1_s)
+KERN_LATTICE_REF_DECL(iq1_m)
 void kern_gemm_tq1_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
 void kern_gemm_tq2_0_ref(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx);
 void kern_conv_q8_1_ref(void *dst, const float *src, int n);
@@ -440,6 +449,13 @@ KERN_AVX2Q_DECL(q2_K)
 KERN_AVX2Q_DECL(q3_K)
 KERN_AVX2Q_DECL(q5_K)
 KERN_AVX2Q_DECL(iq4_xs)
+KERN_AVX2Q_DECL(iq2_xxs) /* kern_avx2_lattice.c */
+KERN_AVX2Q_DECL(iq2_xs)
+KERN_AVX2Q_DECL(iq2_s)
+KERN_AVX2Q_DECL(iq3_xxs)
+KERN_AVX2Q_DECL(iq3_s)
+KERN_AVX2Q_DECL(iq1_s)
+KERN_AVX2Q_DECL(iq1_m)
 KERN_AVX2Q_DECL(tq2_0)
 KERN_AVX2Q_DECL(tq1_0) /* kern_avx2_tq1.c */
 #undef KERN_AVX2Q_DECL
@@ -499,6 +515,13 @@ const kern_vtable *kern_vt_neon(void);
     void kern_gemm_##T##_neon(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
                               size_t xs, int nx);                                                       \
     void kern_dot_##T##_neon(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
+KERN_NEONQ_DECL(iq2_xxs) /* kern_neon_lattice.c */
+KERN_NEONQ_DECL(iq2_xs)
+KERN_NEONQ_DECL(iq2_s)
+KERN_NEONQ_DECL(iq3_xxs)
+KERN_NEONQ_DECL(iq3_s)
+KERN_NEONQ_DECL(iq1_s)
+KERN_NEONQ_DECL(iq1_m)
 KERN_NEONQ_DECL(q4_1)
 KERN_NEONQ_DECL(q5_0)
 KERN_NEONQ_DECL(q5_1)

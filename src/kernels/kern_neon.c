@@ -588,6 +588,13 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q5_K] = {kern_gemm_q5_K_neon, 1, 4},
         [DT_IQ4_XS] = {kern_gemm_iq4_xs_neon, 1, 4},
         [DT_TQ2_0] = {kern_gemm_tq2_0_neon, 1, 4},
+        [DT_IQ2_XXS] = {kern_gemm_iq2_xxs_neon, 1, 4}, /* kern_neon_lattice.c */
+        [DT_IQ2_XS] = {kern_gemm_iq2_xs_neon, 1, 4},
+        [DT_IQ2_S] = {kern_gemm_iq2_s_neon, 1, 4},
+        [DT_IQ3_XXS] = {kern_gemm_iq3_xxs_neon, 1, 4},
+        [DT_IQ3_S] = {kern_gemm_iq3_s_neon, 1, 4},
+        [DT_IQ1_S] = {kern_gemm_iq1_s_neon, 1, 4},
+        [DT_IQ1_M] = {kern_gemm_iq1_m_neon, 1, 4},
         [DT_TQ1_0] = {kern_gemm_tq1_0_neon, 1, 4},
     },
     .dot = {
@@ -602,6 +609,13 @@ static const kern_vtable kern_vt_neon_table = {
         [DT_Q5_K] = kern_dot_q5_K_neon,
         [DT_IQ4_XS] = kern_dot_iq4_xs_neon,
         [DT_TQ2_0] = kern_dot_tq2_0_neon,
+        [DT_IQ2_XXS] = kern_dot_iq2_xxs_neon,
+        [DT_IQ2_XS] = kern_dot_iq2_xs_neon,
+        [DT_IQ2_S] = kern_dot_iq2_s_neon,
+        [DT_IQ3_XXS] = kern_dot_iq3_xxs_neon,
+        [DT_IQ3_S] = kern_dot_iq3_s_neon,
+        [DT_IQ1_S] = kern_dot_iq1_s_neon,
+        [DT_IQ1_M] = kern_dot_iq1_m_neon,
         [DT_TQ1_0] = kern_dot_tq1_0_neon,
     },
     .conv = {

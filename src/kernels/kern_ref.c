@@ -293,6 +293,13 @@ const kern_vtable kern_vt_ref = {
         [DT_IQ4_XS] = {kern_gemm_iq4_xs_ref, KERN_NW_MAX, 4},
         [DT_TQ1_0] = {kern_gemm_tq1_0_ref, KERN_NW_MAX, 4},
         [DT_TQ2_0] = {kern_gemm_tq2_0_ref, KERN_NW_MAX, 4},
+        [DT_IQ2_XXS] = {kern_gemm_iq2_xxs_ref, KERN_NW_MAX, 4},
+        [DT_IQ2_XS] = {kern_gemm_iq2_xs_ref, KERN_NW_MAX, 4},
+        [DT_IQ2_S] = {kern_gemm_iq2_s_ref, KERN_NW_MAX, 4},
+        [DT_IQ3_XXS] = {kern_gemm_iq3_xxs_ref, KERN_NW_MAX, 4},
+        [DT_IQ3_S] = {kern_gemm_iq3_s_ref, KERN_NW_MAX, 4},
+        [DT_IQ1_S] = {kern_gemm_iq1_s_ref, KERN_NW_MAX, 4},
+        [DT_IQ1_M] = {kern_gemm_iq1_m_ref, KERN_NW_MAX, 4},
     },
     .conv = {
         [DT_F16] = conv_f16_ref,

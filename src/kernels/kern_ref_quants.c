@@ -7,6 +7,8 @@
  *   Q4_1, Q5_1                          Q8_1       (dw*dx) * isum + m*s
  *   Q2_K, Q5_K                          Q8_K       dx*d*isum - dx*dmin*msum
  *   Q3_K, IQ4_XS, TQ1_0, TQ2_0          Q8_K       dx*d*isum
+ *   IQ2_*, IQ3_*, IQ1_* (lattice)       Q8_K       (d*dx)*isum, d from
+ *                                                  quant_lattice_unpack
  *
  * isum is the exact integer sum over the block of (sub-block scale code) x
  * (weight level . activation ints); msum the mins' codes against Q8_K's
@@ -214,6 +216,35 @@ static float dot1_tq1_0(int n, const block_tq1_0 *w, const block_q8_K *x)
     return s;
 }
 
+/* The lattice i-quants through their integer view (quant_lattice_unpack):
+ * scales per 16. */
+static float dot1_lattice(uint32_t t, int n, const void *w, const block_q8_K *x)
+{
+    float s = 0.0f;
+    quant_lattice_block u;
+    for (int b = 0; b < n / QK_K; b++) {
+        quant_lattice_unpack(t, w, b, &u);
+        int isum = 0;
+        for (int j = 0; j < QK_K / 16; j++) {
+            int dot = 0;
+            for (int l = 0; l < 16; l++) dot += u.q[16 * j + l] * x[b].qs[16 * j + l];
+            isum += u.sc[j] * dot;
+        }
+        s += u.d * x[b].d * (float)isum;
+    }
+    return s;
+}
+
+#define LATTICE_DOT1(name, T) \
+    static float dot1_##name(int n, const void *w, const block_q8_K *x) { return dot1_lattice(T, n, w, x); }
+LATTICE_DOT1(iq2_xxs, DT_IQ2_XXS)
+LATTICE_DOT1(iq2_xs, DT_IQ2_XS)
+LATTICE_DOT1(iq2_s, DT_IQ2_S)
+LATTICE_DOT1(iq3_xxs, DT_IQ3_XXS)
+LATTICE_DOT1(iq3_s, DT_IQ3_S)
+LATTICE_DOT1(iq1_s, DT_IQ1_S)
+LATTICE_DOT1(iq1_m, DT_IQ1_M)
+
 /* ------------------------------------------------------------ GEMM tiles */
 
 /* The single-row dot for every (row, column) pair of the tile, so an
@@ -238,6 +269,13 @@ REFQ_TILE(kern_gemm_q5_K_ref, block_q5_K, block_q8_K, dot1_q5_K)
 REFQ_TILE(kern_gemm_iq4_xs_ref, block_iq4_xs, block_q8_K, dot1_iq4_xs)
 REFQ_TILE(kern_gemm_tq1_0_ref, block_tq1_0, block_q8_K, dot1_tq1_0)
 REFQ_TILE(kern_gemm_tq2_0_ref, block_tq2_0, block_q8_K, dot1_tq2_0)
+REFQ_TILE(kern_gemm_iq2_xxs_ref, uint8_t, block_q8_K, dot1_iq2_xxs)
+REFQ_TILE(kern_gemm_iq2_xs_ref, uint8_t, block_q8_K, dot1_iq2_xs)
+REFQ_TILE(kern_gemm_iq2_s_ref, uint8_t, block_q8_K, dot1_iq2_s)
+REFQ_TILE(kern_gemm_iq3_xxs_ref, uint8_t, block_q8_K, dot1_iq3_xxs)
+REFQ_TILE(kern_gemm_iq3_s_ref, uint8_t, block_q8_K, dot1_iq3_s)
+REFQ_TILE(kern_gemm_iq1_s_ref, uint8_t, block_q8_K, dot1_iq1_s)
+REFQ_TILE(kern_gemm_iq1_m_ref, uint8_t, block_q8_K, dot1_iq1_m)
 
 /* quant.c's Q8_1: one implementation of ggml's rounding for the program. */
 void kern_conv_q8_1_ref(void *dst, const float *src, int n) { quant_quantize_row(DT_Q8_1, src, dst, n); }

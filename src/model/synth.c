@@ -334,7 +334,7 @@ static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
 
 static int synth_check_type(const synth_shape *s, const char *arch, uint32_t n_vocab, int type)
 {
-    if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)
+    if (type < 0 || !quant_can_quantize((uint32_t)type) || type == DT_Q8_K)
         return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
     const dtype_traits *tr = dtype_get((uint32_t)type);
     if (s->dim % tr->blck_size || s->ffn % tr->blck_size)
@@ -381,7 +381,7 @@ static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
         return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, tiny-v2, mla-bench, deepseek2-lite)", p->shape);
     if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
     const int type = dtype_from_name(p->type ? p->type : "f32");
-    if (type < 0 || !quant_supported((uint32_t)type) || type == DT_Q8_K)
+    if (type < 0 || !quant_can_quantize((uint32_t)type) || type == DT_Q8_K)
         return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
     const dtype_traits *tr = dtype_get((uint32_t)type);
     int rc = synth_deepseek2_check_type(p->shape, tr->blck_size, tr->name);

@@ -38,7 +38,8 @@ static int bind(const gguf_file *f, const char *name, uint64_t n_in, uint64_t n_
     if (!tr || !tr->computable || !quant_supported(t->type))
         return err_set(PL_EUNSUPPORTED,
                        "%s: tensor '%s' (data at offset %llu): type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, "
-                       "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0)",
+                       "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0, iq3_s, iq3_xxs, iq2_s, "
+                       "iq2_xs, iq2_xxs, iq1_s, iq1_m)",
                        gguf_tensor_path(f, t), name, (unsigned long long)gguf_tensor_file_offset(f, t), tr ? tr->name : "?");
     *w = (weight){.data = t->data, .type = t->type, .n_in = t->ne[0], .n_out = want1};
     return 0;

@@ -224,6 +224,76 @@ typedef struct {
 } block_tq2_0;
 static_assert(sizeof(block_tq2_0) == 66, "block_tq2_0 size");
 
+/* The lattice i-quants (quant_lattice.c has the decoding; quant_grids.h the
+ * codebooks). A "grid" index picks 8 (IQ2, IQ1) or 4 (IQ3) magnitudes at
+ * once; signs come 8 at a time, as a byte or as 7 bits whose 8th is their
+ * parity (an even count of minus signs). Scales are 4 bits (IQ2, IQ3) or 3
+ * (IQ1), used as 2s+1.
+ *   IQ2_XXS (256, 66 B): d | qs[32]:u16; per 32: 2 u32 = 4 index bytes |
+ *         4 x 7 sign bits, scale in bits 28-31            x = d(2s+1)/8 g
+ *   IQ2_XS (256, 74 B): d | qs[32]:u16 (9-bit index, 7 sign bits) |
+ *         scales[8] (a nibble per 16)                     x = d(2s+1)/8 g
+ *   IQ2_S (256, 82 B): d | qs[32] index lo 8 | signs[32] | qh[8] (2 index
+ *         bits a group of 8) | scales[8]                  x = d(2s+1)/8 g
+ *   IQ3_XXS (256, 98 B): d | qs[64] indices | 8 u32: 4 x 7 sign bits,
+ *         scale in bits 28-31                             x = d(2s+1)/4 g
+ *   IQ3_S (256, 110 B): d | qs[64] index lo 8 | qh[8] | signs[32] |
+ *         scales[4] (a nibble per 32)                     x = d(2s+1) g
+ *   IQ1_S (256, 50 B): d | qs[32] index lo 8 | qh[8]:u16 (3 index bits a
+ *         group, scale in bits 12-14, delta sign 15)      x = d(2s+1)(g +- 1/8)
+ *   IQ1_M (256, 56 B): qs[32] | qh[16] (3 index bits and a delta sign a
+ *         group) | scales[8] (3-bit scales per 16; d's f16 bits are the 4
+ *         top nibbles of the 4 u16)                       x = d(2s+1)(g +- 1/8) */
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];
+} block_iq2_xxs;
+static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs size");
+
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];
+    uint8_t scales[QK_K / 32];
+} block_iq2_xs;
+static_assert(sizeof(block_iq2_xs) == 74, "block_iq2_xs size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t scales[QK_K / 32];
+} block_iq2_s;
+static_assert(sizeof(block_iq2_s) == 82, "block_iq2_s size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[3 * QK_K / 8];
+} block_iq3_xxs;
+static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];
+} block_iq3_s;
+static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 8];
+    uint16_t qh[QK_K / 32];
+} block_iq1_s;
+static_assert(sizeof(block_iq1_s) == 50, "block_iq1_s size");
+
+typedef struct {
+    uint8_t qs[QK_K / 8];
+    uint8_t qh[QK_K / 16];
+    uint8_t scales[QK_K / 32];
+} block_iq1_m;
+static_assert(sizeof(block_iq1_m) == 56, "block_iq1_m size");
+
 /* The 16 levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl, recovered by
  * dequantizing crafted blocks; test_tensor checks them against ggml). */
 extern const int8_t quant_iq4nl_values[16];

@@ -191,9 +191,11 @@ bool quant_supported(uint32_t type)
     case DT_IQ4_NL: case DT_IQ4_XS: case DT_TQ1_0: case DT_TQ2_0:
         return true;
     default:
-        return false;
+        return quant_is_lattice(type);
     }
 }
+
+bool quant_can_quantize(uint32_t type) { return quant_supported(type) && !quant_is_lattice(type); }
 
 void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
 {
@@ -217,6 +219,13 @@ void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
     case DT_IQ4_XS: quant_iq4_xs_dequant_row(src, dst, n); break;
     case DT_TQ1_0: quant_tq1_0_dequant_row(src, dst, n); break;
     case DT_TQ2_0: quant_tq2_0_dequant_row(src, dst, n); break;
+    case DT_IQ2_XXS: quant_iq2_xxs_dequant_row(src, dst, n); break;
+    case DT_IQ2_XS: quant_iq2_xs_dequant_row(src, dst, n); break;
+    case DT_IQ2_S: quant_iq2_s_dequant_row(src, dst, n); break;
+    case DT_IQ3_XXS: quant_iq3_xxs_dequant_row(src, dst, n); break;
+    case DT_IQ3_S: quant_iq3_s_dequant_row(src, dst, n); break;
+    case DT_IQ1_S: quant_iq1_s_dequant_row(src, dst, n); break;
+    case DT_IQ1_M: quant_iq1_m_dequant_row(src, dst, n); break;
     default: assert(!"quant_dequant_row: unsupported type"); break;
     }
 }

@@ -31,8 +31,11 @@
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
 
-/* True if type has both functions below. */
+/* True if quant_dequant_row reads type. */
 bool quant_supported(uint32_t type);
+
+/* True if quant_quantize_row writes type too (not the lattice i-quants). */
+bool quant_can_quantize(uint32_t type);
 
 /* dst[0..n) = the values of the row src (n elements of type). */
 void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
@@ -89,6 +92,27 @@ void quant_tq1_0_dequant_row(const block_tq1_0 *src, float *dst, int64_t n);
 void quant_tq1_0_quantize_row(const float *src, block_tq1_0 *dst, int64_t n);
 void quant_tq2_0_dequant_row(const block_tq2_0 *src, float *dst, int64_t n);
 void quant_tq2_0_quantize_row(const float *src, block_tq2_0 *dst, int64_t n);
+/* quant_lattice.c: dequantization only */
+void quant_iq2_xxs_dequant_row(const block_iq2_xxs *src, float *dst, int64_t n);
+void quant_iq2_xs_dequant_row(const block_iq2_xs *src, float *dst, int64_t n);
+void quant_iq2_s_dequant_row(const block_iq2_s *src, float *dst, int64_t n);
+void quant_iq3_xxs_dequant_row(const block_iq3_xxs *src, float *dst, int64_t n);
+void quant_iq3_s_dequant_row(const block_iq3_s *src, float *dst, int64_t n);
+void quant_iq1_s_dequant_row(const block_iq1_s *src, float *dst, int64_t n);
+void quant_iq1_m_dequant_row(const block_iq1_m *src, float *dst, int64_t n);
+
+/* A lattice super-block as integers, for the dot kernels:
+ * x[i] = d * sc[i / 16] * q[i] exactly (|q| <= 62, 1 <= sc <= 31; d is the
+ * block's f16 scale times the format's power of two). */
+typedef struct {
+    int8_t q[QK_K];
+    int8_t sc[QK_K / 16];
+    float d;
+} quant_lattice_block;
+
+bool quant_is_lattice(uint32_t type);
+/* Super-block b of a row of lattice type t. */
+void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_block *u);
 
 /* Round to the nearest integer, ties to even, as ggml's nearest_int(): adding
  * 1.5*2^23 leaves the rounded value in the low mantissa bits. Valid for

@@ -34,10 +34,10 @@ expect_exit unknown_type_id 1 "offset [0-9]+: tensor\[[0-9]+\] 'blk.1.attn_q.wei
 cp "$T/s.gguf" "$T/row.gguf"; set_type "$T/row.gguf" blk.1.attn_q.weight 13  # q5_K: rows of 256, these are 64
 expect_exit row_not_a_block_multiple 1 "offset [0-9]+: tensor\[[0-9]+\] 'blk.1.attn_q.weight' ne\[0\]: row length 64 is not a multiple of the q5_K block size 256" -- run1 "$T/row.gguf"
 
-# a type ggml has but pagellm does not compute: iq2_xxs (256-element rows)
+# a type ggml has but pagellm does not compute: mxfp4
 if "$PAGELLM" synth --shape tiny256 --type q4_K -o "$T/k.gguf" >/dev/null 2>&1; then
-  set_type "$T/k.gguf" blk.2.ffn_up.weight 16
-  expect_exit known_type_not_computed 1 "tensor 'blk.2.ffn_up.weight' \(data at offset [0-9]+\): type iq2_xxs is not supported" -- run1 "$T/k.gguf"
+  set_type "$T/k.gguf" blk.2.ffn_up.weight 39
+  expect_exit known_type_not_computed 1 "tensor 'blk.2.ffn_up.weight' \(data at offset [0-9]+\): type mxfp4 is not supported" -- run1 "$T/k.gguf"
 else
   fail known_type_not_computed "synth tiny256 failed"
 fi
