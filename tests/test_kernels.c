@@ -965,17 +965,19 @@ TEST(packed_matmul_equals_reference)
  * of one sign (the AVX2 tile's int16 run sums at their bound). */
 TEST(kgemm_tiles_equal_reference)
 {
-    static const uint32_t types[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    static const uint32_t types[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_XS, DT_IQ2_XXS,
+                                     DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S,  DT_IQ1_M};
+    const int nt = (int)(sizeof types / sizeof types[0]);
     static const int ns[] = {256, 768, 4096}, nws[] = {1, 5, 8, 9, KERN_KPACK_ROWS};
     const kern_vtable *vs[4] = {0};
     const int nv = simd_variants(vs);
     char why[320] = "";
     rng_seed(8900);
-    for (int ti = 0; ti < 6 && kern_vt_avx2() && kern_cpu_has_avx2(); ti++)
+    for (int ti = 0; ti < nt && kern_vt_avx2() && kern_cpu_has_avx2(); ti++)
         CHECK_MSG(kern_vt_avx2()->kgemm[types[ti]].gemm != NULL, "the AVX2 table lacks %s's kgemm",
                   dtype_get(types[ti])->name);
     for (int v = 0; v < nv && !why[0]; v++)
-        for (int ti = 0; ti < 6 && !why[0]; ti++) {
+        for (int ti = 0; ti < nt && !why[0]; ti++) {
             const uint32_t t = types[ti];
             if (!vs[v]->kgemm[t].gemm) continue;
             for (int q = 0; q < 3 && !why[0]; q++)
@@ -993,7 +995,8 @@ TEST(kgemm_tiles_equal_reference)
                                             : t == DT_Q3_K ? offsetof(block_q3_K, d)
                                             : t == DT_Q2_K ? offsetof(block_q2_K, d)
                                                            : 0;
-                        memcpy(blk + d_at, &d, 2);
+                        if (t == DT_IQ1_M) mm_iq1_m_set_d((block_iq1_m *)blk, d);
+                        else memcpy(blk + d_at, &d, 2);
                         if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q2_K) memcpy(blk + d_at + 2, &d, 2); /* dmin */
                     }
                     const size_t xr = dtype_row_bytes(DT_Q8_K, (uint64_t)n);

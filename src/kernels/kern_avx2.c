@@ -1012,6 +1012,13 @@ static const kern_vtable kern_vt_avx2_table = {
         [DT_Q5_K] = {kern_kgemm_q5_K_avx2, NULL, KERN_KPACK_MIN_M},
         [DT_Q6_K] = {kern_kgemm_q6_K_avx2, NULL, 2 * KERN_KPACK_MIN_M},
         [DT_IQ4_XS] = {kern_kgemm_iq4_xs_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ2_XXS] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ2_XS] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ2_S] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ3_XXS] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ3_S] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ1_S] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
+        [DT_IQ1_M] = {kern_kgemm_lattice_avx2, NULL, KERN_KPACK_MIN_M},
     },
     .conv = {
         [DT_F16] = conv_f16_avx2,

@@ -21,6 +21,7 @@
  *   Q3_K    0..7                1778       4 (a sub-block of 16)
  *   Q2_K    0..3                 762       4 (a sub-block of 16)
  *   IQ4_XS  1..241               -         1: signed values, see below
+ *   IQ1-3   66..190          15748         2: signed values (|q| <= 62)
  *
  * IQ4_XS's u = value + 128 would overflow vpmaddubsw's pair sum, so the
  * tile multiplies the value itself (u ^ 0x80, |value| <= 127) by ggml's
@@ -183,5 +184,6 @@ KG2_DRIVER(kern_kgemm_q6_K_avx2, 16, 2, false, 0)
 KG2_DRIVER(kern_kgemm_q3_K_avx2, 16, 4, false, 0)
 KG2_DRIVER(kern_kgemm_q2_K_avx2, 16, 4, false, 2)
 KG2_DRIVER(kern_kgemm_iq4_xs_avx2, 32, 1, true, 0)
+KG2_DRIVER(kern_kgemm_lattice_avx2, 16, 2, true, 0) /* every lattice i-quant */
 
 #endif

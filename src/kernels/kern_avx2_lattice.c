@@ -3,7 +3,8 @@
  * them; the AVX-512 tables keep these.
  *
  * Per 32-element sub-block: the codebook entries are looked up (4 u64 or 8
- * u32 loads, quant_grids), the 32 signs become a byte mask, and the signed
+ * u32 loads, quant_grids), the 32 signs become a byte mask (4 u64 loads of
+ * quant_grids.signs7, or a byte shuffle of 4 sign bytes), and the signed
  * levels (quant_lattice_unpack's q, |q| <= 62) meet the activation ints in
  * maddubs (sign trick) and a madd with the scale codes of the two halves.
  * The super-block's integer sum is exact, and its float step is the
@@ -49,12 +50,12 @@ KAI __m256i with_signs(__m256i g, uint32_t bits)
     return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
 
-/* Four 7-bit sign fields (bits 0..27 of f) as 4 sign bytes. */
-static inline uint32_t signs7x4(uint32_t f)
+/* g with the signs of four 7-bit fields a..d (elements 0-7, ..., 24-31). */
+KAI __m256i with_signs7(__m256i g, unsigned a, unsigned b, unsigned c, unsigned d)
 {
-    uint32_t r = 0;
-    for (int l = 0; l < 4; l++) r |= (uint32_t)quant_signs7((f >> (7 * l)) & 127) << (8 * l);
-    return r;
+    const uint64_t *S = quant_grids.signs7;
+    const __m256i m = _mm256_set_epi64x((long long)S[d], (long long)S[c], (long long)S[b], (long long)S[a]);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
 
 /* Sub-block s of super-block b as 32 signed levels; *lo, *hi: the scale
@@ -69,7 +70,7 @@ KAI __m256i unpack32(int T, const void *row, int b, int s, int *lo, int *hi)
         *lo = *hi = (int)(2 * (sg >> 28) + 1);
         const __m256i g = _mm256_set_epi64x((long long)G[idx >> 24], (long long)G[(idx >> 16) & 255],
                                             (long long)G[(idx >> 8) & 255], (long long)G[idx & 255]);
-        return with_signs(g, signs7x4(sg));
+        return with_signs7(g, sg & 127, sg >> 7 & 127, sg >> 14 & 127, sg >> 21 & 127);
     }
     case DT_IQ2_XS: {
         const block_iq2_xs *x = (const block_iq2_xs *)row + b;
@@ -78,9 +79,7 @@ KAI __m256i unpack32(int T, const void *row, int b, int s, int *lo, int *hi)
         *lo = 2 * (x->scales[s] & 0xF) + 1, *hi = 2 * (x->scales[s] >> 4) + 1;
         const __m256i g = _mm256_set_epi64x((long long)G[q[3] & 511], (long long)G[q[2] & 511],
                                             (long long)G[q[1] & 511], (long long)G[q[0] & 511]);
-        const uint32_t bits = (uint32_t)quant_signs7(q[0] >> 9) | (uint32_t)quant_signs7(q[1] >> 9) << 8 |
-                              (uint32_t)quant_signs7(q[2] >> 9) << 16 | (uint32_t)quant_signs7(q[3] >> 9) << 24;
-        return with_signs(g, bits);
+        return with_signs7(g, q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
     }
     case DT_IQ2_S: {
         const block_iq2_s *x = (const block_iq2_s *)row + b;
@@ -99,7 +98,7 @@ KAI __m256i unpack32(int T, const void *row, int b, int s, int *lo, int *hi)
         *lo = *hi = (int)(2 * (sg >> 28) + 1);
         const __m256i g = _mm256_set_epi32((int)G[q[7]], (int)G[q[6]], (int)G[q[5]], (int)G[q[4]], (int)G[q[3]],
                                            (int)G[q[2]], (int)G[q[1]], (int)G[q[0]]);
-        return with_signs(g, signs7x4(sg));
+        return with_signs7(g, sg & 127, sg >> 7 & 127, sg >> 14 & 127, sg >> 21 & 127);
     }
     case DT_IQ3_S: {
         const block_iq3_s *x = (const block_iq3_s *)row + b;
@@ -191,25 +190,7 @@ KAI void lat_tile(int T, int NX, int n, float *s, size_t ss, const void *w, cons
     for (int r = 0; r < NX; r++) s[r * ss] = acc[r];
 }
 
-#define LAT_TILES(name, T)                                                                                    \
-    KA void kern_gemm_##name##_avx2(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
-                                    size_t xs, int nx)                                                        \
-    {                                                                                                         \
-        for (int c = 0; c < nw; c++) {                                                                        \
-            const void *wc = (const uint8_t *)w + (size_t)c * ws;                                             \
-            switch (nx) {                                                                                     \
-            case 1: lat_tile(T, 1, n, y + c, ys, wc, x, xs); break;                                           \
-            case 2: lat_tile(T, 2, n, y + c, ys, wc, x, xs); break;                                           \
-            case 3: lat_tile(T, 3, n, y + c, ys, wc, x, xs); break;                                           \
-            default: lat_tile(T, 4, n, y + c, ys, wc, x, xs); break;                                          \
-            }                                                                                                 \
-        }                                                                                                     \
-    }                                                                                                         \
-    KA void kern_dot_##name##_avx2(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx) \
-    {                                                                                                         \
-        if (nx == 1) lat_tile(T, 1, n, s, ss, w, x, xs);                                                      \
-        else lat_tile(T, 2, n, s, ss, w, x, xs);                                                              \
-    }
+#define LAT_TILES(name, T) KERN_ROW_TILES(KA, kern_gemm_##name##_avx2, kern_dot_##name##_avx2, lat_tile, T)
 
 LAT_TILES(iq2_xxs, DT_IQ2_XXS)
 LAT_TILES(iq2_xs, DT_IQ2_XS)

@@ -161,7 +161,7 @@ KG_UNROLL
 
 KG_DRIVER(kgemm_min_x512, 32, 1)   /* Q4_K, Q5_K */
 KG_DRIVER(kgemm_sb32_x512, 32, 0)  /* IQ4_XS */
-KG_DRIVER(kgemm_sb16_x512, 16, 0)  /* Q3_K, Q6_K */
+KG_DRIVER(kgemm_sb16_x512, 16, 0)  /* Q3_K, Q6_K, the lattice i-quants */
 KG_DRIVER(kgemm_q2_K_x512, 16, 2)  /* Q2_K */
 
 /* IQ4_XS's values + 128 (kern_kpack.c's u) of one super-block: sub-block
@@ -275,6 +275,9 @@ void kern_avx512_fill_kgemm(kern_vtable *t)
     t->kgemm[DT_Q4_K] = (kern_kgemm){kgemm_min_x512, kpack_x512, KERN_KPACK_MIN_M};
     t->kgemm[DT_Q5_K] = (kern_kgemm){kgemm_min_x512, kpack_x512, KERN_KPACK_MIN_M};
     t->kgemm[DT_Q6_K] = (kern_kgemm){kgemm_sb16_x512, kpack_x512, 2 * KERN_KPACK_MIN_M};
+    static const uint32_t lattice[] = {DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M};
+    for (size_t i = 0; i < sizeof lattice / sizeof lattice[0]; i++)
+        t->kgemm[lattice[i]] = (kern_kgemm){kgemm_sb16_x512, kpack_x512, KERN_KPACK_MIN_M};
     t->kgemm[DT_IQ4_XS] = (kern_kgemm){kgemm_sb32_x512, kpack_x512, KERN_KPACK_MIN_M};
 }
 

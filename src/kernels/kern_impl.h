@@ -437,6 +437,29 @@ void kern_dot_f32_avx2_stream(int n, float *s, size_t ss, const void *w, const v
 void kern_dot_f16_avx2_stream(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx);
 /* kern_avx2_quants.c: the AVX2 table's GEMM and decode dot tiles of the
  * other block formats (x86 only). */
+/* A per-row tile TILE(T, NX, n, s, ss, w, x, xs) (one weight row against
+ * NX activation rows, NX a constant of each instantiation) as a GEMM tile
+ * (kern_gemm_fn: nw rows one at a time, nx <= 4) named GEMM and a decode
+ * dot tile (kern_dot_fn, nx <= 2) named DOT; ATTR: their target attribute. */
+#define KERN_ROW_TILES(ATTR, GEMM, DOT, TILE, T)                                                        \
+    ATTR void GEMM(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx) \
+    {                                                                                                  \
+        for (int c = 0; c < nw; c++) {                                                                 \
+            const void *wc = (const uint8_t *)w + (size_t)c * ws;                                      \
+            switch (nx) {                                                                              \
+            case 1: TILE(T, 1, n, y + c, ys, wc, x, xs); break;                                        \
+            case 2: TILE(T, 2, n, y + c, ys, wc, x, xs); break;                                        \
+            case 3: TILE(T, 3, n, y + c, ys, wc, x, xs); break;                                        \
+            default: TILE(T, 4, n, y + c, ys, wc, x, xs); break;                                       \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+    ATTR void DOT(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)         \
+    {                                                                                                  \
+        if (nx == 1) TILE(T, 1, n, s, ss, w, x, xs);                                                   \
+        else TILE(T, 2, n, s, ss, w, x, xs);                                                           \
+    }
+
 #define KERN_AVX2Q_DECL(T)                                                                             \
     void kern_gemm_##T##_avx2(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
                               size_t xs, int nx);                                                       \
@@ -470,6 +493,7 @@ KERN_AVX2KG_DECL(q4_K)
 KERN_AVX2KG_DECL(q5_K)
 KERN_AVX2KG_DECL(q6_K)
 KERN_AVX2KG_DECL(iq4_xs)
+KERN_AVX2KG_DECL(lattice)
 #undef KERN_AVX2KG_DECL
 /* kern_avx2_f16p.c: the AVX2 table's packed F16 GEMM (kern_packed). */
 void kern_gemmp_f16_avx2(int n, float *y, size_t ys, const void *wp, int nw, const void *x, size_t xs,

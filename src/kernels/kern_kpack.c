@@ -30,6 +30,9 @@
  *   Q2_K    16  q (0..3)        sc (0..15)     (m_2i, m_2i+1): the min term, times dmin
  *   Q3_K    16  q + 4 (0..7)    sc - 32        (-4 sc_2i, -4 sc_2i+1)
  *   IQ4_XS  32  value + 128     ls - 32        (-128 sc_i, -128 sc_i)
+ *   IQ1-3   16  q + 128         sc (1..31)     (-128 sc_2i, -128 sc_2i+1)
+ *
+ * (IQ1-3: the lattice i-quants through quant_lattice_unpack, |q| <= 62.)
  *
  * so that per super-block sum_j sc_j (u.y)_j + sum_i pair_i . bsums_i is
  * the reference's exact integer sum (Q3_K, Q6_K, IQ4_XS), or the two sums are
@@ -49,10 +52,12 @@
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"
+#include "tensor/quant.h"
 
 bool kern_kpack_layout(uint32_t t)
 {
-    return t == DT_Q2_K || t == DT_Q3_K || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K || t == DT_IQ4_XS;
+    return t == DT_Q2_K || t == DT_Q3_K || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K || t == DT_IQ4_XS ||
+           quant_is_lattice(t);
 }
 
 size_t kern_kpack_group_bytes(int n) { return (size_t)(n / QK_K) * KPACK_SLAB; }
@@ -148,8 +153,27 @@ static void kp_iq4_xs(kern_kpack_row *restrict o, const block_iq4_xs *restrict w
     o->d = f16_to_f32(w->d), o->dmin = 0.0f;
 }
 
+/* A lattice i-quant's super-block (values whatever `values` says: no
+ * variant has a faster way to them). */
+static void kp_lattice(kern_kpack_row *restrict o, uint32_t t, const void *blk)
+{
+    quant_lattice_block u;
+    quant_lattice_unpack(t, blk, 0, &u);
+    for (int i = 0; i < QK_K; i++) o->u[i] = (uint8_t)(u.q[i] + 128);
+    for (int j = 0; j < 16; j++) o->sc[j] = u.sc[j];
+    for (int i = 0; i < 8; i++) {
+        o->pair[i][0] = (int16_t)(-128 * u.sc[2 * i]);
+        o->pair[i][1] = (int16_t)(-128 * u.sc[2 * i + 1]);
+    }
+    o->d = u.d, o->dmin = 0.0f;
+}
+
 void kern_kpack_unpack(uint32_t t, kern_kpack_row *o, const void *blk, bool values)
 {
+    if (quant_is_lattice(t)) {
+        kp_lattice(o, t, blk);
+        return;
+    }
     memset(o->sc, 0, sizeof o->sc);
     if (t == DT_Q4_K) kp_q4_K(o, blk);
     else if (t == DT_Q5_K) kp_q5_K(o, blk, values);

@@ -35,25 +35,7 @@ KNI void lat_tile(uint32_t T, int NX, int n, float *s, size_t ss, const void *w,
     for (int r = 0; r < NX; r++) s[r * ss] = acc[r];
 }
 
-#define LAT_TILES(name, T)                                                                                    \
-    void kern_gemm_##name##_neon(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x,  \
-                                 size_t xs, int nx)                                                           \
-    {                                                                                                         \
-        for (int c = 0; c < nw; c++) {                                                                        \
-            const void *wc = (const uint8_t *)w + (size_t)c * ws;                                             \
-            switch (nx) {                                                                                     \
-            case 1: lat_tile(T, 1, n, y + c, ys, wc, x, xs); break;                                           \
-            case 2: lat_tile(T, 2, n, y + c, ys, wc, x, xs); break;                                           \
-            case 3: lat_tile(T, 3, n, y + c, ys, wc, x, xs); break;                                           \
-            default: lat_tile(T, 4, n, y + c, ys, wc, x, xs); break;                                          \
-            }                                                                                                 \
-        }                                                                                                     \
-    }                                                                                                         \
-    void kern_dot_##name##_neon(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx)   \
-    {                                                                                                         \
-        if (nx == 1) lat_tile(T, 1, n, s, ss, w, x, xs);                                                      \
-        else lat_tile(T, 2, n, s, ss, w, x, xs);                                                              \
-    }
+#define LAT_TILES(name, T) KERN_ROW_TILES(, kern_gemm_##name##_neon, kern_dot_##name##_neon, lat_tile, T)
 
 LAT_TILES(iq2_xxs, DT_IQ2_XXS)
 LAT_TILES(iq2_xs, DT_IQ2_XS)

@@ -403,25 +403,7 @@ KNI void kq_tile(int T, int NX, int n, float *s, size_t ss, const void *w, const
 /* GEMM tile (kern_gemm_fn, {1, 4}: weight rows one at a time against nx
  * <= 4 rows) and decode dot tile (kern_dot_fn, nx <= 2) of type T, every
  * height its own instantiation. */
-#define NEONQ_TILES(name, TILE, T)                                                                     \
-    void kern_gemm_##name##_neon(int n, float *y, size_t ys, const void *w, size_t ws, int nw, const void *x, \
-                                 size_t xs, int nx)                                                    \
-    {                                                                                                  \
-        for (int c = 0; c < nw; c++) {                                                                 \
-            const void *wc = (const uint8_t *)w + (size_t)c * ws;                                      \
-            switch (nx) {                                                                              \
-            case 1: TILE(T, 1, n, y + c, ys, wc, x, xs); break;                                        \
-            case 2: TILE(T, 2, n, y + c, ys, wc, x, xs); break;                                        \
-            case 3: TILE(T, 3, n, y + c, ys, wc, x, xs); break;                                        \
-            default: TILE(T, 4, n, y + c, ys, wc, x, xs); break;                                       \
-            }                                                                                          \
-        }                                                                                              \
-    }                                                                                                  \
-    void kern_dot_##name##_neon(int n, float *s, size_t ss, const void *w, const void *x, size_t xs, int nx) \
-    {                                                                                                  \
-        if (nx == 1) TILE(T, 1, n, s, ss, w, x, xs);                                                   \
-        else TILE(T, 2, n, s, ss, w, x, xs);                                                           \
-    }
+#define NEONQ_TILES(name, TILE, T) KERN_ROW_TILES(, kern_gemm_##name##_neon, kern_dot_##name##_neon, TILE, T)
 
 NEONQ_TILES(q4_1, lq_tile, LQ_Q4_1)
 NEONQ_TILES(q5_0, lq_tile, LQ_Q5_0)

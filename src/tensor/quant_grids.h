@@ -26,6 +26,7 @@ typedef struct {
     uint64_t iq2xxs[256], iq2xs[512], iq2s[1024]; /* magnitudes 8, 25, 43 */
     uint64_t iq1s[2048];                          /* int8 -1, 0, 1 */
     uint32_t iq3xxs[256], iq3s[512];              /* magnitudes */
+    uint64_t signs7[128]; /* a 7-bit sign field as 8 byte masks (0xFF: minus), parity bit included */
 } quant_grid_tables;
 
 extern quant_grid_tables quant_grids;

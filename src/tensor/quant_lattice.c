@@ -39,6 +39,11 @@ __attribute__((constructor)) static void quant_grids_expand(void)
     for (int e = 0; e < 2048; e++) quant_grids.iq1s[e] = expand8(quant_grid_iq1s[e], iq1);
     for (int e = 0; e < 256; e++) quant_grids.iq3xxs[e] = expand4(quant_grid_iq3xxs[e], iq3xxs);
     for (int e = 0; e < 512; e++) quant_grids.iq3s[e] = expand4(quant_grid_iq3s[e], iq3s);
+    for (uint32_t f = 0; f < 128; f++) {
+        uint64_t m = 0;
+        for (int j = 0; j < 8; j++) m |= (uint64_t)(quant_signs7(f) >> j & 1 ? 0xFF : 0) << (8 * j);
+        quant_grids.signs7[f] = m;
+    }
 }
 
 static inline uint32_t load_u32(const void *p)
