@@ -22,9 +22,9 @@
 
 #include "kernels/kern_avx2_hsum.h"
 #include "tensor/blocks.h"
+#include "tensor/quant.h"
 #include "tensor/quant_grids.h"
 
-#define H2F(h) kern_f16_lut[(h)]
 #define KA __attribute__((target("avx2,fma,f16c")))
 #define KAI static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
@@ -140,25 +140,6 @@ KAI __m256i unpack32(int T, const void *row, int b, int s, int *lo, int *hi)
     }
 }
 
-/* The super-block scale d of quant_lattice_unpack, bit for bit. */
-KAI float block_d(int T, const void *row, int b)
-{
-    switch (T) {
-    case DT_IQ2_XXS: return H2F(((const block_iq2_xxs *)row)[b].d) * 0.125f;
-    case DT_IQ2_XS: return H2F(((const block_iq2_xs *)row)[b].d) * 0.125f;
-    case DT_IQ2_S: return H2F(((const block_iq2_s *)row)[b].d) * 0.125f;
-    case DT_IQ3_XXS: return H2F(((const block_iq3_xxs *)row)[b].d) * 0.25f;
-    case DT_IQ3_S: return H2F(((const block_iq3_s *)row)[b].d);
-    case DT_IQ1_S: return H2F(((const block_iq1_s *)row)[b].d) * 0.125f;
-    default: {
-        uint16_t sc[4];
-        memcpy(sc, ((const block_iq1_m *)row)[b].scales, 8);
-        return H2F((uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000))) *
-               0.125f;
-    }
-    }
-}
-
 /* One weight row against NX activation rows (Q8_K, x + r * xs). */
 KAI void lat_tile(int T, int NX, int n, float *s, size_t ss, const void *w, const uint8_t *x, size_t xs)
 {
@@ -179,7 +160,7 @@ KAI void lat_tile(int T, int NX, int n, float *s, size_t ss, const void *w, cons
                 isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), sc));
             }
         }
-        const float d = block_d(T, w, b);
+        const float d = quant_lattice_d((uint32_t)T, w, b);
 #pragma GCC unroll 4
         for (int r = 0; r < NX; r++) {
             const block_q8_K *xb = (const block_q8_K *)(x + (size_t)r * xs) + b;

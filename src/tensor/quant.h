@@ -111,7 +111,9 @@ typedef struct {
 } quant_lattice_block;
 
 bool quant_is_lattice(uint32_t type);
-/* Super-block b of a row of lattice type t. */
+/* Super-block b of a row of lattice type t: its d (as the view's), and the
+ * whole view. */
+float quant_lattice_d(uint32_t t, const void *row, int64_t b);
 void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_block *u);
 
 /* Round to the nearest integer, ties to even, as ggml's nearest_int(): adding

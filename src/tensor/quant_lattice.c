@@ -207,6 +207,23 @@ void quant_iq1_m_dequant_row(const block_iq1_m *x, float *y, int64_t n)
 
 /* ------------------------------------------------------ integer view */
 
+float quant_lattice_d(uint32_t t, const void *row, int64_t b)
+{
+    switch (t) {
+    case DT_IQ2_XXS: return f16_to_f32(((const block_iq2_xxs *)row)[b].d) * 0.125f;
+    case DT_IQ2_XS: return f16_to_f32(((const block_iq2_xs *)row)[b].d) * 0.125f;
+    case DT_IQ2_S: return f16_to_f32(((const block_iq2_s *)row)[b].d) * 0.125f;
+    case DT_IQ3_XXS: return f16_to_f32(((const block_iq3_xxs *)row)[b].d) * 0.25f;
+    case DT_IQ3_S: return f16_to_f32(((const block_iq3_s *)row)[b].d);
+    case DT_IQ1_S: return f16_to_f32(((const block_iq1_s *)row)[b].d) * 0.125f;
+    default: {
+        assert(t == DT_IQ1_M);
+        uint16_t sc[4];
+        return f16_to_f32(iq1_m_d((const block_iq1_m *)row + b, sc)) * 0.125f;
+    }
+    }
+}
+
 bool quant_is_lattice(uint32_t t)
 {
     return t == DT_IQ2_XXS || t == DT_IQ2_XS || t == DT_IQ2_S || t == DT_IQ3_XXS || t == DT_IQ3_S ||
@@ -239,10 +256,10 @@ static inline void put8_iq1(int8_t *q, uint64_t g, bool neg)
 void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_block *u)
 {
     int8_t *q = u->q;
+    u->d = quant_lattice_d(t, row, b);
     switch (t) {
     case DT_IQ2_XXS: {
         const block_iq2_xxs *x = (const block_iq2_xxs *)row + b;
-        u->d = f16_to_f32(x->d) * 0.125f;
         for (int s = 0; s < 8; s++) {
             const uint32_t idx = load_u32(x->qs + 4 * s), sg = load_u32(x->qs + 4 * s + 2);
             u->sc[2 * s] = u->sc[2 * s + 1] = (int8_t)(2 * (sg >> 28) + 1);
@@ -253,7 +270,6 @@ void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_
     }
     case DT_IQ2_XS: {
         const block_iq2_xs *x = (const block_iq2_xs *)row + b;
-        u->d = f16_to_f32(x->d) * 0.125f;
         for (int s = 0; s < 8; s++) {
             u->sc[2 * s] = (int8_t)(2 * (x->scales[s] & 0xF) + 1);
             u->sc[2 * s + 1] = (int8_t)(2 * (x->scales[s] >> 4) + 1);
@@ -266,7 +282,6 @@ void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_
     }
     case DT_IQ2_S: {
         const block_iq2_s *x = (const block_iq2_s *)row + b;
-        u->d = f16_to_f32(x->d) * 0.125f;
         for (int s = 0; s < 8; s++) {
             u->sc[2 * s] = (int8_t)(2 * (x->scales[s] & 0xF) + 1);
             u->sc[2 * s + 1] = (int8_t)(2 * (x->scales[s] >> 4) + 1);
@@ -278,7 +293,6 @@ void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_
     }
     case DT_IQ3_XXS: {
         const block_iq3_xxs *x = (const block_iq3_xxs *)row + b;
-        u->d = f16_to_f32(x->d) * 0.25f;
         for (int s = 0; s < 8; s++) {
             const uint32_t sg = load_u32(x->qs + QK_K / 4 + 4 * s);
             u->sc[2 * s] = u->sc[2 * s + 1] = (int8_t)(2 * (sg >> 28) + 1);
@@ -292,7 +306,6 @@ void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_
     }
     case DT_IQ3_S: {
         const block_iq3_s *x = (const block_iq3_s *)row + b;
-        u->d = f16_to_f32(x->d);
         for (int s = 0; s < 8; s++) {
             const uint8_t *qs = x->qs + 8 * s, *signs = x->signs + 4 * s, qh = x->qh[s];
             u->sc[2 * s] = u->sc[2 * s + 1] = (int8_t)(1 + 2 * ((x->scales[s / 2] >> (4 * (s & 1))) & 0xF));
@@ -305,7 +318,6 @@ void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_
     }
     case DT_IQ1_S: {
         const block_iq1_s *x = (const block_iq1_s *)row + b;
-        u->d = f16_to_f32(x->d) * 0.125f;
         for (int s = 0; s < 8; s++) {
             const uint16_t qh = x->qh[s];
             u->sc[2 * s] = u->sc[2 * s + 1] = (int8_t)(2 * ((qh >> 12) & 7) + 1);
@@ -317,7 +329,7 @@ void quant_lattice_unpack(uint32_t t, const void *row, int64_t b, quant_lattice_
     case DT_IQ1_M: {
         const block_iq1_m *x = (const block_iq1_m *)row + b;
         uint16_t sc[4];
-        u->d = f16_to_f32(iq1_m_d(x, sc)) * 0.125f;
+        iq1_m_d(x, sc);
         for (int s = 0; s < 8; s++) {
             u->sc[2 * s] = (int8_t)(2 * ((sc[s / 2] >> (6 * (s % 2))) & 7) + 1);
             u->sc[2 * s + 1] = (int8_t)(2 * ((sc[s / 2] >> (6 * (s % 2) + 3)) & 7) + 1);
