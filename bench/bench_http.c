@@ -192,7 +192,12 @@ void bench_http_run(bench_http *c)
         if (r <= 0) continue; /* the deadline check ends it */
         ssize_t n = read(fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) { eof = true; break; } /* EOF (or reset) */
+        if (n <= 0) { /* EOF (or reset) */
+            eof = true;
+            if (c->phase == 0 && !c->hdr.len)
+                http_fail(c, "the server closed the connection before any answer (%s)", n < 0 ? strerror(errno) : "EOF");
+            break;
+        }
         on_bytes(c, buf, (size_t)n, bench_now());
         /* a client that goes away mid-stream: the server must free the
          * request's blocks at its next step */

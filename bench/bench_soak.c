@@ -401,7 +401,7 @@ int bench_soak(int argc, char **argv)
         if (rc || (r.kv.blocks_used == 0 && r.kv.running == 0) || bench_now() > until) break;
     }
     r.rss_end = bench_server_rss_kb(&srv);
-    r.server_clean = bench_server_stop(&srv, rc != 0) == 0;
+    r.server_clean = bench_server_stop(&srv, rc != 0 || t.errors > 0) == 0; /* errors: its stderr may say why */
     if (rc) {
         free(t.lat);
         return 1;

@@ -170,6 +170,18 @@ static void answer(srv_gate *g, unsigned i, int status, const char *type, const 
     c->t_linger = mono_now() + SRV_GATE_LINGER_MS / 1000.0;
 }
 
+/* The HTTP library refused a relayed connection (its connection limit,
+ * or no thread for it): said on stderr at most once a second, as the
+ * client's 503 alone would not tell the operator why. */
+static void refused_say(int why)
+{
+    static double last;
+    const double t = mono_now();
+    if (t - last < 1.0) return;
+    last = t;
+    fprintf(stderr, "pagellm serve: the HTTP library refused a connection (%s); answered 503\n", strerror(why));
+}
+
 /* The first valid request: a socket pair, one end to the library with the
  * client's address. false: the connection is answered or closed. */
 static bool relay_open(srv_gate *g, unsigned i)
@@ -184,9 +196,11 @@ static bool relay_open(srv_gate *g, unsigned i)
     srv_guard_relay(g->p.guard, gc, sv[1]);
     c->gc = NULL; /* the library's from here: it closes the entry */
     if (g->p.handoff(g->p.cls, sv[1], (struct sockaddr *)&c->addr, c->alen) != 0) {
+        const int why = errno;
         srv_guard_close(g->p.guard, gc); /* refused at once: the library closed its end and knows no entry */
         close(sv[0]);
-        conn_close(g, i);
+        refused_say(why);
+        answer(g, i, 503, "server_error", "server_overloaded", "the server cannot take this connection now; retry later");
         return false;
     }
     c->sfd = sv[0];

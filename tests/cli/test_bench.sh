@@ -103,6 +103,7 @@ if [ -f "$M" ]; then
     >"$T/soak.json" 2>"$T/soak.err"
   rc=$?
   check bench_soak_exit [ "$rc" -eq 0 ]
+  [ "$rc" -eq 0 ] || sed 's/^/    soak: /' "$T/soak.err" | tail -n 30 >&2 # the server's last lines say why
   jq_check bench_soak_fields "$T/soak.json" \
     '.ok == true and .failed == [] and .errors == 0 and .completed > 0 and .disconnects > 0 and .requests == .completed + .disconnects + .errors and .kv_blocks_total == 20 and .kv_blocks_used_end == 0 and .requests_running_end == 0 and .preemptions > 0 and .latency_p99_ms >= .latency_p50_ms and .latency_p50_ms > 0 and .rss_start_kb > 0 and .rss_end_kb > 0 and .server_clean_exit == true and (.rss_judged | type) == "boolean"'
   timeout 60 "$PAGELLM" bench soak -m "$M" --seconds 1 --clients 2 --ctx 48 -t 1 --json >"$T/soak_bad.json" 2>"$T/soak_bad.err"
