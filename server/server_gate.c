@@ -134,6 +134,7 @@ static const char *reason_phrase(int status)
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
     case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
     case 505: return "HTTP Version Not Supported";
     default: return "Bad Request";
@@ -180,6 +181,17 @@ static void refused_say(int why)
     if (t - last < 1.0) return;
     last = t;
     fprintf(stderr, "pagellm serve: the HTTP library refused a connection (%s); answered 503\n", strerror(why));
+}
+
+/* The library closed a relayed request without a byte of its answer; said
+ * at most once a second (every such close is a fault of the server). */
+static void unanswered_say(void)
+{
+    static double last;
+    const double t = mono_now();
+    if (t - last < 1.0) return;
+    last = t;
+    fprintf(stderr, "pagellm serve: the HTTP library closed a request without answering it; answered 500\n");
 }
 
 /* The first valid request: a socket pair, one end to the library with the
@@ -400,6 +412,12 @@ static void pump(srv_gate *g, unsigned i)
             }
         }
         if (c->sv_eof && !c->out_len) { /* the library is done and all it wrote is sent */
+            if (c->b->resp.due && !c->b->resp.started && !c->cl_eof) {
+                /* it closed a request it never answered: the client is told, not left with a bare close */
+                unanswered_say();
+                answer(g, i, 500, "server_error", "internal_error", "the server ended this request without an answer");
+                continue;
+            }
             if (c->cl_eof) {
                 conn_close(g, i);
                 return;
