@@ -29,11 +29,16 @@ static const char quantize_usage[] =
     "  q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k\n"
     "                                  256-element k-quant mixes\n"
     "  iq4_nl iq4_xs tq1_0 tq2_0       non-linear and ternary formats\n"
+    "  iq3_xxs iq3_xs iq3_s iq3_m iq2_xxs iq2_xs iq2_s iq2_m iq1_s iq1_m\n"
+    "                                  lattice (codebook) mixes, 1.6-3.7 bits\n"
     "Each tensor gets the type llama.cpp's quantizer picks for it: the output\n"
     "projection in q6_K (q8_0 for q8_0), more bits for attn_v / ffn_down in the\n"
     "layers the _m / _l / _s mixes name, and for a row the block does not divide,\n"
     "llama.cpp's fallback (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K ->\n"
-    "q4_0, iq4_xs -> iq4_nl, then f16). Norms and other 1-D tensors are copied.";
+    "q4_0, iq4_xs and the lattice types -> iq4_nl, then f16). Norms and other 1-D\n"
+    "tensors are copied. There is no importance matrix: the lattice mixes follow\n"
+    "llama.cpp's rules for a file made without one (llama.cpp itself refuses most\n"
+    "of them then), and the 1- and 2-bit ones lose more than files made with one.";
 
 static bool quantize_type_known(const char *t)
 {

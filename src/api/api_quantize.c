@@ -1,6 +1,6 @@
 /* api_quantize.c - pl_quantize: re-encode a GGUF model's weights under one
- * of llama.cpp's presets (f32, f16, bf16, q8_0, q4_0 ... q4_k_m, iq4_xs),
- * as llama.cpp's llama-quantize.
+ * of llama.cpp's presets (f32, f16, bf16, q8_0, q4_0 ... q4_k_m, iq4_xs,
+ * the lattice iq1_s ... iq3_m), as llama.cpp's llama-quantize.
  *
  * The input is mapped read-only; every metadata pair is copied, except that
  * general.file_type becomes llama.cpp's LLAMA_FTYPE of the preset (so that

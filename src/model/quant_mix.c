@@ -1,7 +1,11 @@
 /* quant_mix.c - llama.cpp's per-tensor type rules for its quantization
  * presets (src/llama-quant.cpp: tensor_allows_quantization,
- * llama_tensor_get_type, tensor_type_fallback), for the presets that need
- * no importance matrix.
+ * llama_tensor_get_type, tensor_type_fallback): the float, legacy, k-quant,
+ * iq4 and ternary presets, and the lattice i-quant ones (iq3_m ... iq1_s).
+ * There is no importance matrix here: the rules that depend on one are
+ * taken with has_imatrix = false (llama.cpp itself refuses to write
+ * iq3_xxs / iq2_* / iq1_* tensors without one; the mix is what its
+ * --dry-run reports).
  *
  * A tensor's type, in order:
  *   1. not a weight matrix (1-D, norms, routers, positional tables...):
@@ -9,17 +13,23 @@
  *   2. float presets (f32, f16, bf16): that type, no fallback;
  *   3. the preset's rule for the tensor's category: the output projection
  *      (output.weight, or token_embd.weight when the model has no
- *      output.weight) gets q6_K (q8_0 if its row does not fit the default
- *      type's block, or for q8_0 itself); attn_v and ffn_down get more bits
- *      in the layers use_more_bits() picks (q4_k_m, q5_k_m), in the first
- *      layers (q3_k_m, q4_k_s, iq4_*), or everywhere (q2_k, q3_k_l);
- *      attn_output gets more in q2_k / q3_k_m / q3_k_l;
+ *      output.weight) gets q6_K (q5_K for iq3_xxs / iq2_* / iq1_*; q8_0 if
+ *      its row does not fit the default type's block, or for q8_0 itself);
+ *      attn_v and ffn_down get more bits in the layers use_more_bits()
+ *      picks (q4_k_m, q5_k_m), in the first layers (q3_k_m, q4_k_s, iq4_*,
+ *      iq3_xxs, iq3_m, iq2_*, iq1_*), or everywhere (q2_k, q3_k_l, and
+ *      attn_v in iq3_*); attn_output gets more in q2_k / q3_k_m / q3_k_l /
+ *      iq3_xxs / iq3_m / iq2_s / iq2_m / iq1_*; iq3_xs and iq3_xxs give
+ *      attn_q / attn_k (and iq3_xs the middle layers' ffn_gate / ffn_up)
+ *      fewer;
  *   4. fallback when the row length is not a multiple of the block:
  *      q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K / tq* -> q4_0,
- *      iq4_xs -> iq4_nl; and f16 if even that block does not divide it.
- * The layer of an attn_v / ffn_down tensor is its rank among the tensors of
+ *      iq4_xs and the lattice types -> iq4_nl; and f16 if even that block
+ *      does not divide it.
+ * The layer of an attn_v / ffn_* tensor is its rank among the tensors of
  * its kind in llama.cpp's order (by "blk.<i>." number, then by name), as
- * llama.cpp counts them; MoE models (n_expert > 1) read it from the name.
+ * llama.cpp counts them; MoE models (n_expert > 1) read it from the name,
+ * except in the iq2_* / iq1_* mixes, whose ffn_down rule uses the rank.
  */
 #include "model/quant_mix.h"
 
@@ -36,8 +46,9 @@
 enum {
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9,
     FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15,
-    FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_BF16 = 32,
-    FT_TQ1_0 = 36, FT_TQ2_0 = 37,
+    FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ2_XXS = 19, FT_IQ2_XS = 20, FT_IQ3_XS = 22,
+    FT_IQ3_XXS = 23, FT_IQ1_S = 24, FT_IQ4_NL = 25, FT_IQ3_S = 26, FT_IQ3_M = 27, FT_IQ2_S = 28,
+    FT_IQ2_M = 29, FT_IQ4_XS = 30, FT_IQ1_M = 31, FT_BF16 = 32, FT_TQ1_0 = 36, FT_TQ2_0 = 37,
 };
 
 static const quant_preset presets[] = {
@@ -48,6 +59,10 @@ static const quant_preset presets[] = {
     {"q4_k_s", FT_Q4_K_S, DT_Q4_K},  {"q4_k_m", FT_Q4_K_M, DT_Q4_K},  {"q5_k_s", FT_Q5_K_S, DT_Q5_K},
     {"q5_k_m", FT_Q5_K_M, DT_Q5_K},  {"q6_k", FT_Q6_K, DT_Q6_K},      {"iq4_nl", FT_IQ4_NL, DT_IQ4_NL},
     {"iq4_xs", FT_IQ4_XS, DT_IQ4_XS}, {"tq1_0", FT_TQ1_0, DT_TQ1_0}, {"tq2_0", FT_TQ2_0, DT_TQ2_0},
+    {"iq3_m", FT_IQ3_M, DT_IQ3_S},   {"iq3_s", FT_IQ3_S, DT_IQ3_S},   {"iq3_xs", FT_IQ3_XS, DT_IQ3_S},
+    {"iq3_xxs", FT_IQ3_XXS, DT_IQ3_XXS}, {"iq2_m", FT_IQ2_M, DT_IQ2_S}, {"iq2_s", FT_IQ2_S, DT_IQ2_XS},
+    {"iq2_xs", FT_IQ2_XS, DT_IQ2_XS}, {"iq2_xxs", FT_IQ2_XXS, DT_IQ2_XXS}, {"iq1_m", FT_IQ1_M, DT_IQ1_M},
+    {"iq1_s", FT_IQ1_S, DT_IQ1_S},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -152,16 +167,56 @@ static int layer_of(const mix_state *s, int rank, const char *name, int *layer)
     return 0;
 }
 
+/* The iq2_* / iq1_* presets: llama.cpp gives them a rule set of their own. */
+static bool low_bit_mix(uint32_t ft)
+{
+    return ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_S
+           || ft == FT_IQ1_M;
+}
+
 static uint32_t output_type(const mix_state *s, uint32_t nt, uint64_t ne0)
 {
     if (s->falcon || ne0 % dtype_get(nt)->blck_size != 0) return DT_Q8_0;
+    if (low_bit_mix(s->ftype) || s->ftype == FT_IQ3_XXS) return DT_Q5_K;
     return nt != DT_Q8_0 ? DT_Q6_K : nt;
+}
+
+/* token_embd.weight when the model has its own output.weight. */
+static uint32_t token_embd_type(uint32_t ft, uint32_t nt)
+{
+    if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S || ft == FT_IQ1_M) return DT_Q2_K;
+    if (ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ3_XXS) return DT_IQ3_S;
+    if (ft == FT_TQ1_0 || ft == FT_TQ2_0) return DT_Q4_K;
+    return nt;
+}
+
+/* Every other tensor of an iq2_* / iq1_* mix. Its ffn_down layer is the
+ * tensor's rank even in MoE models (llama.cpp reads no name there). */
+static uint32_t low_bit_type(mix_state *s, tensor_cat cat, uint32_t nt)
+{
+    const uint32_t ft = s->ftype;
+    const uint32_t more = ft == FT_IQ2_S || ft == FT_IQ2_M ? DT_IQ3_S : DT_Q2_K;
+    switch (cat) {
+    case CAT_ATTN_V:
+        s->i_attn_v++;
+        return s->n_gqa >= 4 || s->n_expert >= 4 ? DT_Q4_K : more;
+    case CAT_ATTN_K: return s->n_expert == 8 ? DT_Q4_K : nt;
+    case CAT_FFN_DOWN: return s->i_ffn_down++ < (int)s->n_layer / 8 ? more : nt;
+    case CAT_ATTN_OUTPUT:
+        if (s->n_expert == 8) return DT_Q5_K;
+        if (ft == FT_IQ1_S || ft == FT_IQ1_M) return DT_IQ2_XXS;
+        return ft == FT_IQ2_S || ft == FT_IQ2_M ? DT_IQ3_S : nt;
+    default: return nt;
+    }
 }
 
 static uint32_t attn_v_type(mix_state *s, uint32_t nt)
 {
     const uint32_t ft = s->ftype;
     if (ft == FT_Q2_K) nt = s->n_gqa >= 4 ? DT_Q4_K : DT_Q3_K;
+    else if (ft == FT_IQ3_XXS) nt = s->n_gqa >= 4 ? DT_Q4_K : DT_IQ3_S; /* iq3_xxs with no imatrix */
+    else if ((ft == FT_IQ3_XS || ft == FT_IQ3_S) && s->n_gqa >= 4) nt = DT_Q4_K;
+    else if (ft == FT_IQ3_M) nt = DT_Q4_K;
     else if (ft == FT_Q3_K_M) nt = s->i_attn_v < 2 ? DT_Q5_K : DT_Q4_K;
     else if (ft == FT_Q3_K_L) nt = DT_Q5_K;
     else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && s->n_gqa >= 4) nt = DT_Q5_K;
@@ -178,8 +233,10 @@ static uint32_t ffn_down_type(const mix_state *s, uint32_t nt, int i, int n)
 {
     const uint32_t ft = s->ftype;
     if (ft == FT_Q2_K) return DT_Q3_K;
+    if (ft == FT_IQ3_XXS) return i < n / 8 ? DT_Q4_K : DT_Q3_K; /* with no imatrix */
     if (ft == FT_Q3_K_M)
         return i < n / 16 ? DT_Q5_K : !s->falcon || use_more_bits(i, n) ? DT_Q4_K : DT_Q3_K;
+    if (ft == FT_IQ3_M && (i < n / 8 || (s->n_expert == 8 && use_more_bits(i, n)))) return DT_Q4_K;
     if (ft == FT_Q3_K_L) return s->falcon ? DT_Q4_K : DT_Q5_K;
     if (ft == FT_Q4_K_M) {
         if (s->falcon) return i < n / 16 ? DT_Q6_K : use_more_bits(i, n) ? DT_Q5_K : DT_Q4_K;
@@ -196,13 +253,25 @@ static uint32_t attn_output_type(const mix_state *s, uint32_t nt)
     const uint32_t ft = s->ftype;
     if (s->falcon) return ft == FT_Q3_K_L ? DT_Q4_K : nt;
     if (s->n_expert == 8)
-        return ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_IQ4_NL || ft == FT_Q4_K_S
-                       || ft == FT_Q4_K_M || ft == FT_IQ4_XS
+        return ft == FT_Q2_K || ft == FT_IQ3_XS || ft == FT_IQ3_XXS || ft == FT_Q3_K_S || ft == FT_Q3_K_M
+                       || ft == FT_IQ4_NL || ft == FT_Q4_K_S || ft == FT_Q4_K_M || ft == FT_IQ3_S
+                       || ft == FT_IQ3_M || ft == FT_IQ4_XS
                    ? DT_Q5_K
                    : nt;
     if (ft == FT_Q2_K) return DT_Q3_K;
-    if (ft == FT_Q3_K_M) return DT_Q4_K;
+    if (ft == FT_IQ3_XXS) return DT_IQ3_S;
+    if (ft == FT_Q3_K_M || ft == FT_IQ3_M) return DT_Q4_K;
     if (ft == FT_Q3_K_L) return DT_Q5_K;
+    return nt;
+}
+
+/* attn_q / attn_k: fewer bits in iq3_xs and iq3_xxs; q8_0 for the attn_k of
+ * 8-expert models. */
+static uint32_t attn_qk_type(const mix_state *s, tensor_cat cat, uint32_t nt)
+{
+    if (cat == CAT_ATTN_K && s->n_expert == 8) return DT_Q8_0;
+    if (s->ftype == FT_IQ3_XS) return DT_IQ3_XXS;
+    if (s->ftype == FT_IQ3_XXS) return DT_IQ2_S;
     return nt;
 }
 
@@ -210,17 +279,22 @@ static uint32_t attn_output_type(const mix_state *s, uint32_t nt)
 static int rule_type(mix_state *s, const quant_mix_tensor *t, uint32_t nt, uint32_t *out)
 {
     const tensor_cat cat = category_of(t->name);
+    const int n = (int)s->n_layer;
     int layer, rc = 0;
     if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) nt = output_type(s, nt, t->ne[0]);
-    else if (cat == CAT_TOKEN_EMBD) nt = s->ftype == FT_TQ1_0 || s->ftype == FT_TQ2_0 ? DT_Q4_K : nt;
+    else if (cat == CAT_TOKEN_EMBD) nt = token_embd_type(s->ftype, nt);
+    else if (low_bit_mix(s->ftype)) nt = low_bit_type(s, cat, nt);
     else if (cat == CAT_ATTN_V) nt = attn_v_type(s, nt);
-    else if (cat == CAT_ATTN_K) nt = s->n_expert == 8 ? DT_Q8_0 : nt;
+    else if (cat == CAT_ATTN_K || cat == CAT_ATTN_Q) nt = attn_qk_type(s, cat, nt);
     else if (cat == CAT_ATTN_OUTPUT) nt = attn_output_type(s, nt);
     else if (cat == CAT_FFN_DOWN) {
         rc = layer_of(s, s->i_ffn_down++, t->name, &layer);
-        if (!rc) nt = ffn_down_type(s, nt, layer, (int)s->n_layer);
-    } else if (cat == CAT_FFN_GATE) rc = layer_of(s, s->i_ffn_gate++, t->name, &layer);
-    else if (cat == CAT_FFN_UP) rc = layer_of(s, s->i_ffn_up++, t->name, &layer);
+        if (!rc) nt = ffn_down_type(s, nt, layer, n);
+    } else if (cat == CAT_FFN_GATE || cat == CAT_FFN_UP) {
+        rc = layer_of(s, cat == CAT_FFN_GATE ? s->i_ffn_gate++ : s->i_ffn_up++, t->name, &layer);
+        /* iq3_xs: the middle layers' gate and up in iq3_xxs */
+        if (!rc && s->ftype == FT_IQ3_XS && layer >= n / 8 && layer < 7 * n / 8) nt = DT_IQ3_XXS;
+    }
     *out = nt;
     return rc;
 }
@@ -232,6 +306,7 @@ static int fallback_type(const quant_mix_tensor *t, uint32_t nt, uint32_t *out)
     *out = nt;
     if (t->ne[0] % blck == 0) return 0;
     switch (nt) {
+    case DT_IQ1_S: case DT_IQ1_M: case DT_IQ2_XXS: case DT_IQ2_XS: case DT_IQ2_S: case DT_IQ3_XXS: case DT_IQ3_S:
     case DT_IQ4_XS: nt = DT_IQ4_NL; break;
     case DT_Q2_K: case DT_Q3_K: case DT_TQ1_0: case DT_TQ2_0: nt = DT_Q4_0; break;
     case DT_Q4_K: nt = DT_Q5_0; break;

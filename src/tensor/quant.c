@@ -195,7 +195,7 @@ bool quant_supported(uint32_t type)
     }
 }
 
-bool quant_can_quantize(uint32_t type) { return quant_supported(type) && !quant_is_lattice(type); }
+bool quant_can_quantize(uint32_t type) { return quant_supported(type); }
 
 void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n)
 {
@@ -252,6 +252,9 @@ void quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
     case DT_IQ4_XS: quant_iq4_xs_quantize_row(src, dst, n); break;
     case DT_TQ1_0: quant_tq1_0_quantize_row(src, dst, n); break;
     case DT_TQ2_0: quant_tq2_0_quantize_row(src, dst, n); break;
-    default: assert(!"quant_quantize_row: unsupported type"); break;
+    default:
+        assert(quant_is_lattice(type) && "quant_quantize_row: unsupported type");
+        quant_lattice_quantize_row(type, src, dst, n);
+        break;
     }
 }

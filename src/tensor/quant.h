@@ -1,7 +1,8 @@
 /* quant.h - reference (de)quantization of rows in the ggml block formats.
  *
  * Supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
- * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, and the activation
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, the lattice i-quants
+ * (IQ1_S ... IQ3_S), and the activation
  * formats the dot products use: Q8_0, Q8_1 (with Q4_1/Q5_1) and Q8_K (the
  * 256-element formats). A row of n elements must
  * have n a multiple of the type's block size (see dtype.h).
@@ -34,7 +35,7 @@
 /* True if quant_dequant_row reads type. */
 bool quant_supported(uint32_t type);
 
-/* True if quant_quantize_row writes type too (not the lattice i-quants). */
+/* True if quant_quantize_row writes type too (today: every type read). */
 bool quant_can_quantize(uint32_t type);
 
 /* dst[0..n) = the values of the row src (n elements of type). */
@@ -92,7 +93,8 @@ void quant_tq1_0_dequant_row(const block_tq1_0 *src, float *dst, int64_t n);
 void quant_tq1_0_quantize_row(const float *src, block_tq1_0 *dst, int64_t n);
 void quant_tq2_0_dequant_row(const block_tq2_0 *src, float *dst, int64_t n);
 void quant_tq2_0_quantize_row(const float *src, block_tq2_0 *dst, int64_t n);
-/* quant_lattice.c: dequantization only */
+/* quant_lattice.c (dequantization) and quant_lattice_enc.c (a codebook
+ * search per super-block, no importance matrix) */
 void quant_iq2_xxs_dequant_row(const block_iq2_xxs *src, float *dst, int64_t n);
 void quant_iq2_xs_dequant_row(const block_iq2_xs *src, float *dst, int64_t n);
 void quant_iq2_s_dequant_row(const block_iq2_s *src, float *dst, int64_t n);
@@ -100,6 +102,7 @@ void quant_iq3_xxs_dequant_row(const block_iq3_xxs *src, float *dst, int64_t n);
 void quant_iq3_s_dequant_row(const block_iq3_s *src, float *dst, int64_t n);
 void quant_iq1_s_dequant_row(const block_iq1_s *src, float *dst, int64_t n);
 void quant_iq1_m_dequant_row(const block_iq1_m *src, float *dst, int64_t n);
+void quant_lattice_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 
 /* A lattice super-block as integers, for the dot kernels:
  * x[i] = d * sc[i / 16] * q[i] exactly (|q| <= 62, 1 <= sc <= 31; d is the

@@ -4,8 +4,7 @@
  * test_tensor checks), and each super-block as integers for the dot
  * kernels: x[i] = d * sc[i / 16] * q[i], exactly.
  *
- * There is no quantizer for these formats here: files come from llama.cpp
- * (which wants an importance matrix for the 1- and 2-bit ones).
+ * The quantizer is quant_lattice_enc.c.
  */
 #include <assert.h>
 
