@@ -171,27 +171,15 @@ static void answer(srv_gate *g, unsigned i, int status, const char *type, const 
     c->t_linger = mono_now() + SRV_GATE_LINGER_MS / 1000.0;
 }
 
-/* The HTTP library refused a relayed connection (its connection limit,
- * or no thread for it): said on stderr at most once a second, as the
- * client's 503 alone would not tell the operator why. */
-static void refused_say(int why)
+/* A fault of the server that a client sees only as a 503 or 500: said on
+ * stderr at most once a second, so that the operator learns why. */
+static void say_at_most_each_second(const char *what)
 {
     static double last;
     const double t = mono_now();
     if (t - last < 1.0) return;
     last = t;
-    fprintf(stderr, "pagellm serve: the HTTP library refused a connection (%s); answered 503\n", strerror(why));
-}
-
-/* The library closed a relayed request without a byte of its answer; said
- * at most once a second (every such close is a fault of the server). */
-static void unanswered_say(void)
-{
-    static double last;
-    const double t = mono_now();
-    if (t - last < 1.0) return;
-    last = t;
-    fprintf(stderr, "pagellm serve: the HTTP library closed a request without answering it; answered 500\n");
+    fprintf(stderr, "pagellm serve: %s\n", what);
 }
 
 /* The first valid request: a socket pair, one end to the library with the
@@ -211,7 +199,9 @@ static bool relay_open(srv_gate *g, unsigned i)
         const int why = errno;
         srv_guard_close(g->p.guard, gc); /* refused at once: the library closed its end and knows no entry */
         close(sv[0]);
-        refused_say(why);
+        char m[160];
+        snprintf(m, sizeof m, "the HTTP library refused a connection (%s); answered 503", strerror(why));
+        say_at_most_each_second(m);
         answer(g, i, 503, "server_error", "server_overloaded", "the server cannot take this connection now; retry later");
         return false;
     }
@@ -414,7 +404,7 @@ static void pump(srv_gate *g, unsigned i)
         if (c->sv_eof && !c->out_len) { /* the library is done and all it wrote is sent */
             if (c->b->resp.due && !c->b->resp.started && !c->cl_eof) {
                 /* it closed a request it never answered: the client is told, not left with a bare close */
-                unanswered_say();
+                say_at_most_each_second("the HTTP library closed a request without answering it; answered 500");
                 answer(g, i, 500, "server_error", "internal_error", "the server ended this request without an answer");
                 continue;
             }
