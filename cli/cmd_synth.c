@@ -19,7 +19,7 @@ int cmd_synth(int argc, char **argv)
         {"shape", 's', CLI_STR, &shape, 0, 0, "NAME", "tiny | tiny256 | 110m | tinyllama-1.1b | llama3.2-1b | qwen3moe-3b (default tiny)"},
         {"seed", 0, CLI_U64, &seed, 0, 0, "N", "random seed (default 1)"},
         {"vocab", 0, CLI_STR, &vocab, 0, 0, "GGUF", "take the tokenizer from this GGUF (default: built-in byte-level BPE)"},
-        {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0"},
+        {"type", 't', CLI_STR, &type, 0, 0, "TYPE", "weight type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0, iq3_s, iq3_xxs, iq2_s, iq2_xs, iq2_xxs, iq1_s, iq1_m"},
         {"output", 'o', CLI_STR, &out, 0, 0, "PATH", "output GGUF file (required)"},
         {"arch", 0, CLI_STR, &arch, 0, 0, "A", "llama (default; qwen3moe for the qwen3moe-3b shape), qwen2 (q/k/v biases), qwen3 (q/k norms), gemma, gemma2, gemma3, phi3, mixtral, qwen2moe, qwen3moe (experts), deepseek2 (latent attention; shapes tiny, tiny-v2, mla-bench, deepseek2-lite)"},
         {"sliding-window", 0, CLI_INT, &swa, 1, 1 << 20, "W", "write <arch>.attention.sliding_window = W (Mistral's key; default: none)"},
@@ -45,10 +45,11 @@ int cmd_synth(int argc, char **argv)
     if (!known) { cli_error("synth", "unknown --shape '%s' (see --list)", shape); return 2; }
     if (!out) { cli_error("synth", "missing -o OUT.gguf"); return 2; }
     static const char *const types[] = {"f32",  "f16",  "bf16", "q8_0",   "q4_0",   "q4_1",  "q5_0",  "q5_1",  "q2_K",
-                                        "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0", NULL};
+                                        "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs", "tq1_0", "tq2_0", "iq3_s",
+                                        "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_s", "iq1_m", NULL};
     int type_ok = 0;
     for (int i = 0; types[i]; i++) type_ok |= strcasecmp(types[i], type) == 0;
-    if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0)", type); return 2; }
+    if (!type_ok) { cli_error("synth", "bad value '%s' for --type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, tq1_0, tq2_0, iq3_s, iq3_xxs, iq2_s, iq2_xs, iq2_xxs, iq1_s, iq1_m)", type); return 2; }
     static const char *const archs[] = {"llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3",
                                         "mixtral", "qwen2moe", "qwen3moe", "deepseek2"};
     bool arch_ok = false;
