@@ -23,9 +23,9 @@
  * cell; the entries within a small distance of every cell are listed once
  * per format (lazily, ~0.1 s for the 2048-entry IQ1 codebook), and the
  * listed one of least weighted error is taken.
- * Weights are x^2 + sigma^2 (sigma^2 the super-block's mean square): no
- * importance matrix, so the 1- and 2-bit formats lose more than llama.cpp's
- * files made with one.
+ * Weights are x^2 + sigma^2 (sigma^2 the super-block's mean square), or
+ * with an importance matrix (a mean square activation per input column,
+ * imatrix.h) that times sqrt(sigma^2 + x^2), as llama.cpp weighs them.
  */
 #include <assert.h>
 #include <math.h>
@@ -226,7 +226,7 @@ static float fit_group(const lat_ctx *c, const float *xp, const float *w, int n,
         const float delta = di ? -1.f : 1.f;
         for (int k = -4; k <= 4; k++) {
             const float a0 = amax / (top * (1.f + 0.08f * (float)k));
-            lat_pick p;
+            lat_pick p = {{0}, {0}};
             float sqx, sq2;
             pick_at(c, xp, w, n, a0, delta, &p, &sqx, &sq2);
             if (sq2 <= 0 || sqx <= 0) continue;
@@ -279,7 +279,7 @@ typedef struct {
     lat_pick pick[QK_K / 16]; /* per scale group */
 } lat_block;
 
-static void quantize_block(const lat_ctx *c, const float *x, lat_block *b)
+static void quantize_block(const lat_ctx *c, const float *x, const float *qw, lat_block *b)
 {
     const lat_fmt *f = c->f;
     const int n_sg = QK_K / f->sgroup, per_sg = f->sgroup / f->G;
@@ -287,7 +287,7 @@ static void quantize_block(const lat_ctx *c, const float *x, lat_block *b)
     float sigma2 = 0;
     for (int i = 0; i < QK_K; i++) sigma2 += x[i] * x[i];
     sigma2 /= QK_K;
-    for (int i = 0; i < QK_K; i++) w[i] = x[i] * x[i] + sigma2;
+    for (int i = 0; i < QK_K; i++) w[i] = qw ? qw[i] * sqrtf(sigma2 + x[i] * x[i]) : x[i] * x[i] + sigma2;
     for (int k = 0; k < QK_K / 8; k++) b->signs[k] = signs_of(f, x + 8 * k, w + 8 * k, xp + 8 * k);
     float amax = 0;
     for (int g = 0; g < n_sg; g++) {
@@ -313,7 +313,7 @@ static void quantize_block(const lat_ctx *c, const float *x, lat_block *b)
             const float as = D * (float)(2 * s + 1);
             const int n_delta = f->delta == DELTA_PER_SCALE ? 2 : 1;
             for (int di = 0; di < n_delta; di++) {
-                lat_pick p;
+                lat_pick p = {{0}, {0}};
                 float sqx, sq2;
                 const float err = pick_at(c, xg, wg, f->sgroup, as, di ? -1.f : 1.f, &p, &sqx, &sq2);
                 if (f->delta == DELTA_PER_SCALE)
@@ -447,14 +447,14 @@ static size_t fmt_index(uint32_t type)
     return 0;
 }
 
-void quant_lattice_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
+void quant_lattice_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, const float *qw)
 {
     const size_t fi = fmt_index(type);
     const lat_ctx c = {&FMTS[fi], tables_of(fi)};
     const size_t bytes = dtype_get(type)->type_size;
     for (int64_t b = 0; b < n / QK_K; b++) {
         lat_block blk;
-        quantize_block(&c, src + b * QK_K, &blk);
+        quantize_block(&c, src + b * QK_K, qw ? qw + b * QK_K : NULL, &blk);
         pack(c.f, &blk, (uint8_t *)dst + (size_t)b * bytes);
     }
 }
