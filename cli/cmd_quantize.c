@@ -21,7 +21,7 @@
 #define QUANTIZE "quantize"
 
 static const char quantize_usage[] =
-    "IN.gguf OUT.gguf TYPE [--split N]\n\n"
+    "IN.gguf OUT.gguf TYPE [--split N] [--imatrix FILE]\n\n"
     "Re-encodes the weight matrices of IN under llama.cpp's preset TYPE and writes\n"
     "OUT (metadata copied, general.file_type set to llama.cpp's value for TYPE):\n"
     "  f32, f16, bf16                  plain float weights\n"
@@ -36,9 +36,10 @@ static const char quantize_usage[] =
     "layers the _m / _l / _s mixes name, and for a row the block does not divide,\n"
     "llama.cpp's fallback (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K ->\n"
     "q4_0, iq4_xs and the lattice types -> iq4_nl, then f16). Norms and other 1-D\n"
-    "tensors are copied. There is no importance matrix: the lattice mixes follow\n"
-    "llama.cpp's rules for a file made without one (llama.cpp itself refuses most\n"
-    "of them then), and the 1- and 2-bit ones lose more than files made with one.";
+    "tensors are copied. --imatrix takes llama.cpp's importance matrix (llama-imatrix's\n"
+    "output, GGUF or .dat): the lattice searches weigh their error by it, and the mix\n"
+    "follows llama.cpp's rules for a file made with one. Without it the 1- and 2-bit\n"
+    "lattice mixes lose more (llama.cpp refuses to write most of them then).";
 
 static bool quantize_type_known(const char *t)
 {
@@ -98,8 +99,10 @@ static uint64_t quantize_input_bytes(const char *in)
 int cmd_quantize(int argc, char **argv)
 {
     int split = 0;
+    const char *imatrix = NULL;
     const cli_opt opts[] = {
         {"split", 0, CLI_INT, &split, 1, 99999, "N", "write N shards OUT-00001-of-0000N.gguf ... (llama.cpp's split files)"},
+        {"imatrix", 0, CLI_STR, &imatrix, 0, 0, "FILE", "llama.cpp's importance matrix (GGUF or legacy .dat)"},
         {0},
     };
     const char *pos[3];
@@ -120,7 +123,8 @@ int cmd_quantize(int argc, char **argv)
     const uint64_t in_bytes = quantize_input_bytes(pos[0]);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (pl_quantize_split(pos[0], pos[1], pos[2], split > 1 ? (uint32_t)split : 1) != 0) {
+    const pl_quantize_params qp = {pos[0], pos[1], pos[2], split > 1 ? (uint32_t)split : 1, imatrix};
+    if (pl_quantize_run(&qp) != 0) {
         cli_error(QUANTIZE, "%s", pl_last_error());
         return 1;
     }

@@ -191,6 +191,17 @@ int pl_quantize(const char *in_path, const char *out_path, const char *type);
 /* The same, written as n_split shards OUT-00001-of-0000N.gguf ... (llama.cpp's
  * gguf-split naming; out_path's ".gguf" is dropped for the prefix). */
 int pl_quantize_split(const char *in_path, const char *out_path, const char *type, uint32_t n_split);
+/* The same with every option: n_split 0 or 1 writes one file; imatrix is
+ * llama.cpp's importance matrix file (llama-imatrix's GGUF or legacy .dat),
+ * or NULL. With one, its mean square activation per input column weighs
+ * the lattice searches' error (iq1_s ... iq3_m), and the mix takes
+ * llama.cpp's rules for a file made with one. */
+typedef struct {
+    const char *in_path, *out_path, *type;
+    uint32_t n_split;
+    const char *imatrix;
+} pl_quantize_params;
+int pl_quantize_run(const pl_quantize_params *p);
 /* The presets pl_quantize knows, NULL-terminated. */
 const char *const *pl_quantize_types(void);
 

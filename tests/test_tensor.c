@@ -34,6 +34,7 @@
 #include "tensor/dtype.h"
 #include "tensor/half.h"
 #include "tensor/quant.h"
+#include "model/imatrix.h"
 #include "model/quant_mix.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -1375,7 +1376,7 @@ TEST(quant_mix_counts_in_llama_cpp_order)
         ts[2 * i] = (quant_mix_tensor){names[2 * i], DT_F16, 2, {256, 64, 1, 1}};
         ts[2 * i + 1] = (quant_mix_tensor){names[2 * i + 1], DT_F16, 2, {256, 256, 1, 1}};
     }
-    const quant_model m = {"llama", 12, 8, 8, 0};
+    const quant_model m = {"llama", 12, 8, 8, 0, false};
     uint32_t out[24];
     CHECK(quant_mix_types(quant_preset_find("q3_k_m"), &m, ts, 24, out) == 0);
     for (int i = 0; i < 12; i++) {
@@ -1390,7 +1391,7 @@ TEST(quant_mix_counts_in_llama_cpp_order)
         CHECK_MSG(out[2 * i] == (uint32_t)(more ? DT_Q6_K : DT_Q4_K), "q4_k_m %s", names[2 * i]);
         CHECK_MSG(out[2 * i + 1] == (uint32_t)(more ? DT_Q6_K : DT_Q4_K), "q4_k_m %s", names[2 * i + 1]);
     }
-    const quant_model moe = {"llama", 12, 8, 8, 8};
+    const quant_model moe = {"llama", 12, 8, 8, 8, false};
     ts[3].name = "ffn_down_without_layer.weight";
     CHECK(quant_mix_types(quant_preset_find("q4_k_m"), &moe, ts, 24, out) == PL_EINVAL);
     CHECK_MSG(strstr(err_msg(), "ffn_down_without_layer.weight"), "%s", err_msg());
@@ -1460,8 +1461,8 @@ static uint32_t lm_type(const lattice_model *lm, const char *name)
  * output and token_embd rules (tied or not), and the iq4_nl fallback. */
 TEST(quant_mix_lattice_presets)
 {
-    const quant_model gqa4 = {"llama", 8, 32, 8, 0}, gqa1 = {"llama", 8, 8, 8, 0};
-    const quant_model l70b = {"llama", 80, 64, 8, 0}, moe8 = {"llama", 8, 8, 8, 8};
+    const quant_model gqa4 = {"llama", 8, 32, 8, 0, false}, gqa1 = {"llama", 8, 8, 8, 0, false};
+    const quant_model l70b = {"llama", 80, 64, 8, 0, false}, moe8 = {"llama", 8, 8, 8, 8, false};
     const struct {
         const char *preset;
         const quant_model *m;
@@ -1595,6 +1596,151 @@ TEST(quant_mix_lattice_presets)
     }
 }
 
+/* ------------------------------------------------ importance matrices */
+
+/* An imatrix GGUF with one entry: sums (ne0 x n_mat) and counts (n_mat). */
+static int write_imatrix_gguf(const char *path, const char *name, const float *sums, uint64_t ne0, const float *counts,
+                              uint64_t n_mat, uint32_t sums_type)
+{
+    gguf_writer *w = gguf_writer_new();
+    char a[128], b[128];
+    snprintf(a, sizeof a, "%s.in_sum2", name);
+    snprintf(b, sizeof b, "%s.counts", name);
+    const uint64_t ne_s[2] = {ne0, n_mat}, ne_c[2] = {1, n_mat};
+    int rc = w ? 0 : -1;
+    if (!rc && gguf_writer_add_tensor(w, a, sums_type, 2, ne_s, sums) < 0) rc = -1;
+    if (!rc && counts && gguf_writer_add_tensor(w, b, DT_F32, 2, ne_c, counts) < 0) rc = -1;
+    if (!rc) rc = gguf_writer_write(w, path, NULL, NULL);
+    gguf_writer_free(w);
+    return rc;
+}
+
+/* The same entry in llama.cpp's legacy layout (values = mean x ncall). */
+static int write_imatrix_dat(const char *path, const char *name, const float *v, int32_t n, int32_t ncall, size_t cut)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    const int32_t one = 1, len = (int32_t)strlen(name);
+    uint8_t buf[4096];
+    size_t at = 0;
+    memcpy(buf + at, &one, 4), at += 4;
+    memcpy(buf + at, &len, 4), at += 4;
+    memcpy(buf + at, name, (size_t)len), at += (size_t)len;
+    memcpy(buf + at, &ncall, 4), at += 4;
+    memcpy(buf + at, &n, 4), at += 4;
+    memcpy(buf + at, v, 4 * (size_t)n), at += 4 * (size_t)n;
+    const size_t wrote = fwrite(buf, 1, cut && cut < at ? cut : at, f);
+    fclose(f);
+    return wrote ? 0 : -1;
+}
+
+/* Both of llama.cpp's formats read to the same means (sum / count, 1 where
+ * a count is 0; legacy: value / ncall); bad files name file and entry. */
+TEST(imatrix_files)
+{
+    float sums[2 * 8], counts[2] = {4, 0}, want[16], dat[16];
+    for (int i = 0; i < 16; i++) sums[i] = (float)(i + 1);
+    for (int i = 0; i < 8; i++) want[i] = sums[i] / 4, want[8 + i] = 1; /* expert 1 saw no token */
+    for (int i = 0; i < 16; i++) dat[i] = want[i] * 3;                   /* legacy: x ncall */
+    const char *g = qpath("im.gguf"), *d = qpath("im.dat");
+    CHECK(write_imatrix_gguf(g, "blk.0.ffn_up.weight", sums, 8, counts, 2, DT_F32) == 0);
+    CHECK(write_imatrix_dat(d, "blk.0.ffn_up.weight", dat, 16, 3, 0) == 0);
+    const char *files[2] = {g, d};
+    for (int k = 0; k < 2; k++) {
+        imatrix *m = NULL;
+        CHECK_MSG(imatrix_load(&m, files[k]) == 0, "%s: %s", files[k], err_msg());
+        if (!m) continue;
+        uint64_t n = 0;
+        const float *v = imatrix_find(m, "blk.0.ffn_up.weight", &n);
+        CHECK(imatrix_count(m) == 1 && v && n == 16);
+        for (uint64_t i = 0; v && i < 16; i++) CHECK_MSG(v[i] == want[i], "%s value %llu: %g", files[k], (unsigned long long)i, v[i]);
+        CHECK(imatrix_find(m, "blk.0.ffn_down.weight", &n) == NULL);
+        imatrix_free(m);
+    }
+    /* bad: counts missing, f16 sums, negative / NaN values, truncated legacy */
+    imatrix *m = NULL;
+    CHECK(write_imatrix_gguf(g, "a.weight", sums, 8, NULL, 2, DT_F32) == 0);
+    CHECK(imatrix_load(&m, g) != 0 && strstr(err_msg(), "a.weight") && strstr(err_msg(), "im.gguf"));
+    uint16_t h[16] = {0};
+    CHECK(write_imatrix_gguf(g, "a.weight", (const float *)h, 8, counts, 2, DT_F16) == 0);
+    CHECK(imatrix_load(&m, g) != 0 && strstr(err_msg(), "f32"));
+    sums[3] = -1;
+    CHECK(write_imatrix_gguf(g, "a.weight", sums, 8, counts, 2, DT_F32) == 0);
+    CHECK(imatrix_load(&m, g) != 0 && strstr(err_msg(), "value 3"));
+    dat[5] = NAN;
+    CHECK(write_imatrix_dat(d, "b.weight", dat, 16, 3, 0) == 0);
+    CHECK(imatrix_load(&m, d) != 0 && strstr(err_msg(), "b.weight") && strstr(err_msg(), "value 5"));
+    dat[5] = 1;
+    CHECK(write_imatrix_dat(d, "b.weight", dat, 16, 3, 30) == 0);
+    CHECK(imatrix_load(&m, d) != 0 && strstr(err_msg(), "im.dat"));
+    CHECK(imatrix_load(&m, qpath("absent.dat")) != 0);
+    CHECK(m == NULL);
+    unlink(g), unlink(d);
+}
+
+/* The importance steers the lattice search: every 4th column marked 100x
+ * as important (a uniform factor over a whole scale group would change
+ * nothing) comes out closer to the input than under a uniform importance
+ * (and the others pay for it), for every lattice type; other types ignore
+ * it. */
+TEST(imatrix_weighs_lattice_error)
+{
+    rng_seed(12);
+    const int64_t n = 256 * 64;
+    float *x = gx, *y = gy, *z = gz;
+    static float qw[256 * 64], ones[256 * 64];
+    fill_weights(x, n);
+    for (int64_t i = 0; i < n; i++) qw[i] = i % 4 == 0 ? 100.f : 1.f, ones[i] = 1.f; /* within every group */
+    const uint32_t types[] = {LATTICE_TYPES};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        quant_quantize_row_w(types[t], x, gq, n, ones);
+        quant_dequant_row(types[t], gq, y, n);
+        quant_quantize_row_w(types[t], x, gq, n, qw);
+        quant_dequant_row(types[t], gq, z, n);
+        double e0 = 0, e1 = 0, r0 = 0, r1 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double a = (x[i] - y[i]) * (double)(x[i] - y[i]), b = (x[i] - z[i]) * (double)(x[i] - z[i]);
+            if (i % 4 == 0) e0 += a, e1 += b;
+            else r0 += a, r1 += b;
+        }
+        printf("# %s: marked columns' squared error %.4g -> %.4g, the rest %.4g -> %.4g\n",
+               dtype_get(types[t])->name, e0, e1, r0, r1);
+        CHECK_MSG(e1 < 0.8 * e0, "%s: marked %g vs %g", dtype_get(types[t])->name, e1, e0);
+        CHECK_MSG(r1 > r0, "%s: the rest %g vs %g", dtype_get(types[t])->name, r1, r0);
+    }
+    quant_quantize_row(DT_Q4_K, x, gq, 256);
+    quant_quantize_row_w(DT_Q4_K, x, gq2, 256, qw);
+    CHECK(memcmp(gq, gq2, sizeof(block_q4_K)) == 0);
+}
+
+/* With an importance matrix the mix takes llama.cpp's rules for one. */
+TEST(quant_mix_with_imatrix)
+{
+    quant_mix_tensor ts[4] = {
+        {"blk.0.attn_v.weight", DT_F16, 2, {256, 256, 1, 1}},
+        {"blk.0.ffn_down.weight", DT_F16, 2, {256, 256, 1, 1}},
+        {"blk.1.ffn_down.weight", DT_F16, 2, {256, 256, 1, 1}},
+        {"output.weight", DT_F16, 2, {256, 256, 1, 1}},
+    };
+    uint32_t out[4];
+    quant_model m = {"llama", 8, 8, 8, 0, false};
+    CHECK(quant_mix_types(quant_preset_find("iq3_xxs"), &m, ts, 4, out) == 0);
+    CHECK(out[0] == DT_IQ3_S && out[1] == DT_Q4_K && out[2] == DT_Q3_K);
+    CHECK(quant_mix_types(quant_preset_find("iq4_xs"), &m, ts, 4, out) == 0);
+    CHECK(out[1] == DT_Q5_K);
+    CHECK(quant_mix_types(quant_preset_find("q4_0"), &m, ts, 4, out) == 0);
+    CHECK(out[1] == DT_Q4_0);
+    m.has_imatrix = true;
+    CHECK(quant_mix_types(quant_preset_find("iq3_xxs"), &m, ts, 4, out) == 0);
+    CHECK(out[0] == DT_IQ3_XXS && out[1] == DT_IQ3_XXS && out[2] == DT_IQ3_XXS && out[3] == DT_Q5_K);
+    CHECK(quant_mix_types(quant_preset_find("iq4_xs"), &m, ts, 4, out) == 0);
+    CHECK(out[1] == DT_IQ4_XS);
+    CHECK(quant_mix_types(quant_preset_find("q4_0"), &m, ts, 4, out) == 0);
+    CHECK(out[1] == DT_Q4_1 && out[2] == DT_Q4_0);
+    CHECK(quant_mix_types(quant_preset_find("q5_0"), &m, ts, 4, out) == 0);
+    CHECK(out[1] == DT_Q5_1 && out[2] == DT_Q5_0);
+}
+
 TEST(quantize_errors_name_file_and_tensor)
 {
     rng_seed(12);
@@ -1672,6 +1818,9 @@ int main(void)
     RUN(quant_mix_counts_in_llama_cpp_order);
     RUN(quant_mix_lattice_presets);
     RUN(quantize_errors_name_file_and_tensor);
+    RUN(imatrix_files);
+    RUN(imatrix_weighs_lattice_error);
+    RUN(quant_mix_with_imatrix);
     if (qdir[0]) {
         const char *files[] = {"stories.gguf", "syn.gguf", "syn-out.gguf", "bad.gguf", "bad-out.gguf"};
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(qpath(files[i]));

@@ -34,6 +34,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "gguf/gguf.h"
+#include "model/imatrix.h"
 #include "model/quant_mix.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
@@ -45,12 +46,15 @@ typedef struct {
     const gguf_tensor *src;
     char *name;         /* NUL-terminated copy of src->name */
     uint32_t type;      /* output type */
+    const float *im;    /* its importance matrix rows (ne0 x experts), or NULL */
 } qtensor;
 
 typedef struct {
     const char *in_path;
     gguf_file *in;
     const quant_preset *mix;
+    const imatrix *im;      /* NULL: none */
+    const char *im_path;
     qtensor *ts;
     uint64_t n_ts;
     threadpool *tp;
@@ -93,13 +97,23 @@ static void model_info(const qctx *q, char *arch, size_t cap, quant_model *m)
 }
 
 /* Rows of the tensors that change type must be readable here. */
-static int tensor_check(qctx *q, const qtensor *t)
+static int tensor_check(qctx *q, qtensor *t)
 {
     if (t->type == t->src->type) return 0;
     if (!quant_supported(t->src->type) || !quant_can_quantize(t->type)) {
         const dtype_traits *a = dtype_get(t->src->type), *b = dtype_get(t->type);
         return err_set(PL_EUNSUPPORTED, "%s: tensor '%s': type %s cannot be re-encoded as %s", q->in_path,
                        t->name, a ? a->name : "?", b ? b->name : "?");
+    }
+    if (q->im) { /* as llama.cpp: absent is allowed, a wrong size is not (but for the embeddings) */
+        uint64_t n = 0;
+        const float *v = imatrix_find(q->im, t->name, &n);
+        if (v && n == t->src->ne[0] * t->src->ne[2]) t->im = v;
+        else if (v && strcmp(t->name, "token_embd.weight") != 0)
+            return err_set(PL_EINVAL, "%s: entry '%s' has %llu values, the tensor wants %llu (row %llu x %llu experts)",
+                           q->im_path, t->name, (unsigned long long)n,
+                           (unsigned long long)(t->src->ne[0] * t->src->ne[2]), (unsigned long long)t->src->ne[0],
+                           (unsigned long long)t->src->ne[2]);
     }
     const uint64_t in_row = dtype_row_bytes(t->src->type, t->src->ne[0]);
     if (t->src->ne[0] > q->max_row_elems) q->max_row_elems = t->src->ne[0];
@@ -131,6 +145,7 @@ static int quantize_plan(qctx *q)
     quant_model m;
     if (!rc) {
         model_info(q, arch, sizeof arch, &m);
+        m.has_imatrix = q->im != NULL;
         if (m.n_layer == 0) m.n_layer = max_layer;
         rc = quant_mix_types(q->mix, &m, mt, (size_t)q->n_ts, types);
         if (rc) err_prefix(rc, "%s", q->in_path);
@@ -195,12 +210,14 @@ static void convert_rows(void *arg, int ith, int nth)
     uint8_t *raw = j->q->raw_rows + (size_t)ith * j->q->raw_stride;
     const uint64_t r0 = j->rows * (uint64_t)ith / (uint64_t)nth;
     const uint64_t r1 = j->rows * (uint64_t)(ith + 1) / (uint64_t)nth;
+    const uint64_t rows_per_expert = t->src->ne[1];
     for (uint64_t r = r0; r < r1; r++) {
         /* the mapping only guarantees the file's alignment for the tensor
          * start; an aligned copy makes every row safe to read as its type */
         memcpy(raw, (const uint8_t *)t->src->data + r * j->in_row, (size_t)j->in_row);
         quant_dequant_row(t->src->type, raw, f, n);
-        quant_quantize_row(t->type, f, j->dst + r * j->out_row, n);
+        const float *qw = t->im ? t->im + (r / rows_per_expert) * (uint64_t)n : NULL;
+        quant_quantize_row_w(t->type, f, j->dst + r * j->out_row, n, qw);
     }
 }
 
@@ -285,12 +302,28 @@ static int quantize_write_split(gguf_writer *w, const char *out, uint32_t n, qct
 
 int pl_quantize_split(const char *in_path, const char *out_path, const char *type, uint32_t n_split)
 {
-    if (!in_path || !out_path || !type) return err_set(PL_EINVAL, "pl_quantize: NULL argument");
-    const quant_preset *mix = quant_preset_find(type);
-    if (!mix) return err_set(PL_EINVAL, "unknown quantization type '%s' (see pl_quantize_types())", type);
-    qctx q = {.in_path = in_path, .mix = mix, .n_threads = 1};
+    const pl_quantize_params p = {in_path, out_path, type, n_split, NULL};
+    return pl_quantize_run(&p);
+}
+
+int pl_quantize_run(const pl_quantize_params *p)
+{
+    if (!p || !p->in_path || !p->out_path || !p->type) return err_set(PL_EINVAL, "pl_quantize: NULL argument");
+    const char *in_path = p->in_path, *out_path = p->out_path;
+    const uint32_t n_split = p->n_split;
+    const quant_preset *mix = quant_preset_find(p->type);
+    if (!mix) return err_set(PL_EINVAL, "unknown quantization type '%s' (see pl_quantize_types())", p->type);
+    imatrix *im = NULL;
+    if (p->imatrix) {
+        int rc = imatrix_load(&im, p->imatrix);
+        if (rc) return rc;
+    }
+    qctx q = {.in_path = in_path, .mix = mix, .im = im, .im_path = p->imatrix, .n_threads = 1};
     int rc = gguf_open_model(&q.in, in_path);
-    if (rc) return rc;
+    if (rc) {
+        imatrix_free(im);
+        return rc;
+    }
     gguf_writer *w = NULL;
     rc = quantize_plan(&q);
     if (!rc) rc = scratch_alloc(&q);
@@ -301,5 +334,6 @@ int pl_quantize_split(const char *in_path, const char *out_path, const char *typ
     else if (!rc) rc = gguf_writer_write(w, out_path, fill_tensor, &q);
     gguf_writer_free(w);
     qctx_free(&q);
+    imatrix_free(im);
     return rc;
 }

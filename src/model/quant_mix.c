@@ -2,10 +2,11 @@
  * presets (src/llama-quant.cpp: tensor_allows_quantization,
  * llama_tensor_get_type, tensor_type_fallback): the float, legacy, k-quant,
  * iq4 and ternary presets, and the lattice i-quant ones (iq3_m ... iq1_s).
- * There is no importance matrix here: the rules that depend on one are
- * taken with has_imatrix = false (llama.cpp itself refuses to write
- * iq3_xxs / iq2_* / iq1_* tensors without one; the mix is what its
- * --dry-run reports).
+ * The rules that depend on an importance matrix (iq3_xxs's attn_v and
+ * ffn_down, iq4_*'s and q4_0/q5_0's first ffn_down) follow
+ * quant_model.has_imatrix (without one, llama.cpp itself refuses to write
+ * iq3_xxs / iq2_* / iq1_* tensors; the mix is then what its --dry-run
+ * reports).
  *
  * A tensor's type, in order:
  *   1. not a weight matrix (1-D, norms, routers, positional tables...):
@@ -134,7 +135,7 @@ static bool allows_quantization(const quant_mix_tensor *t)
 
 typedef struct {
     uint32_t ftype;
-    bool falcon, is_70b, tied;
+    bool falcon, is_70b, tied, has_imatrix;
     uint32_t n_gqa, n_expert, n_layer;
     int n_attn_v, i_attn_v, i_ffn_down, i_ffn_gate, i_ffn_up;
 } mix_state;
@@ -214,7 +215,7 @@ static uint32_t attn_v_type(mix_state *s, uint32_t nt)
 {
     const uint32_t ft = s->ftype;
     if (ft == FT_Q2_K) nt = s->n_gqa >= 4 ? DT_Q4_K : DT_Q3_K;
-    else if (ft == FT_IQ3_XXS) nt = s->n_gqa >= 4 ? DT_Q4_K : DT_IQ3_S; /* iq3_xxs with no imatrix */
+    else if (ft == FT_IQ3_XXS) nt = s->n_gqa >= 4 ? DT_Q4_K : s->has_imatrix ? DT_IQ3_XXS : DT_IQ3_S;
     else if ((ft == FT_IQ3_XS || ft == FT_IQ3_S) && s->n_gqa >= 4) nt = DT_Q4_K;
     else if (ft == FT_IQ3_M) nt = DT_Q4_K;
     else if (ft == FT_Q3_K_M) nt = s->i_attn_v < 2 ? DT_Q5_K : DT_Q4_K;
@@ -233,7 +234,7 @@ static uint32_t ffn_down_type(const mix_state *s, uint32_t nt, int i, int n)
 {
     const uint32_t ft = s->ftype;
     if (ft == FT_Q2_K) return DT_Q3_K;
-    if (ft == FT_IQ3_XXS) return i < n / 8 ? DT_Q4_K : DT_Q3_K; /* with no imatrix */
+    if (ft == FT_IQ3_XXS && !s->has_imatrix) return i < n / 8 ? DT_Q4_K : DT_Q3_K;
     if (ft == FT_Q3_K_M)
         return i < n / 16 ? DT_Q5_K : !s->falcon || use_more_bits(i, n) ? DT_Q4_K : DT_Q3_K;
     if (ft == FT_IQ3_M && (i < n / 8 || (s->n_expert == 8 && use_more_bits(i, n)))) return DT_Q4_K;
@@ -242,7 +243,9 @@ static uint32_t ffn_down_type(const mix_state *s, uint32_t nt, int i, int n)
         if (s->falcon) return i < n / 16 ? DT_Q6_K : use_more_bits(i, n) ? DT_Q5_K : DT_Q4_K;
         return use_more_bits(i, n) ? DT_Q6_K : nt;
     }
-    if (i < n / 8 && (ft == FT_IQ4_NL || ft == FT_IQ4_XS)) return DT_Q5_K;
+    if (i < n / 8 && (ft == FT_IQ4_NL || ft == FT_IQ4_XS) && !s->has_imatrix) return DT_Q5_K;
+    /* llama.cpp's guard for the first ffn_down layers, taken only with an importance matrix */
+    if (i < n / 8 && s->has_imatrix && (ft == FT_Q4_0 || ft == FT_Q5_0)) return ft == FT_Q4_0 ? DT_Q4_1 : DT_Q5_1;
     if (ft == FT_Q5_K_M && use_more_bits(i, n)) return DT_Q6_K;
     if (ft == FT_Q4_K_S && !s->falcon && i < n / 8) return DT_Q5_K;
     return nt;
@@ -343,6 +346,7 @@ static void state_init(mix_state *s, const quant_preset *p, const quant_model *m
     s->n_gqa = n_head_kv ? m->n_head / n_head_kv : 0;
     s->n_expert = m->n_expert;
     s->n_layer = m->n_layer;
+    s->has_imatrix = m->has_imatrix;
     s->tied = true;
     for (size_t i = 0; i < n; i++) {
         const tensor_cat c = category_of(ts[i].name);

@@ -11,6 +11,7 @@
 #ifndef PL_MODEL_QUANT_MIX_H
 #define PL_MODEL_QUANT_MIX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,7 @@ typedef struct {
     uint32_t n_head;    /* <arch>.attention.head_count */
     uint32_t n_head_kv; /* <arch>.attention.head_count_kv (0: = n_head) */
     uint32_t n_expert;  /* <arch>.expert_count */
+    bool has_imatrix;   /* an importance matrix is given (a few rules change) */
 } quant_model;
 
 typedef struct {

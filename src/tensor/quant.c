@@ -254,7 +254,13 @@ void quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
     case DT_TQ2_0: quant_tq2_0_quantize_row(src, dst, n); break;
     default:
         assert(quant_is_lattice(type) && "quant_quantize_row: unsupported type");
-        quant_lattice_quantize_row(type, src, dst, n);
+        quant_lattice_quantize_row(type, src, dst, n, NULL);
         break;
     }
+}
+
+void quant_quantize_row_w(uint32_t type, const float *src, void *dst, int64_t n, const float *qw)
+{
+    if (qw && quant_is_lattice(type)) quant_lattice_quantize_row(type, src, dst, n, qw);
+    else quant_quantize_row(type, src, dst, n);
 }

@@ -43,6 +43,10 @@ void quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Encodes n floats into dtype_row_bytes(type, n) bytes at dst. */
 void quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+/* The same with an importance per element (an importance matrix row: the
+ * mean square activation of each input column), NULL for none. Only the
+ * lattice searches take it; the other types quantize as without. */
+void quant_quantize_row_w(uint32_t type, const float *src, void *dst, int64_t n, const float *qw);
 
 /* ------------------------------------------------------ per-type rows */
 /* n is the element count (a multiple of the block size). */
@@ -102,7 +106,7 @@ void quant_iq3_xxs_dequant_row(const block_iq3_xxs *src, float *dst, int64_t n);
 void quant_iq3_s_dequant_row(const block_iq3_s *src, float *dst, int64_t n);
 void quant_iq1_s_dequant_row(const block_iq1_s *src, float *dst, int64_t n);
 void quant_iq1_m_dequant_row(const block_iq1_m *src, float *dst, int64_t n);
-void quant_lattice_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+void quant_lattice_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, const float *qw);
 
 /* A lattice super-block as integers, for the dot kernels:
  * x[i] = d * sc[i / 16] * q[i] exactly (|q| <= 62, 1 <= sc <= 31; d is the

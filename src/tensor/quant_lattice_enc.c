@@ -180,6 +180,12 @@ typedef struct {
     int8_t neg[32 / 4]; /* delta -1 */
 } lat_pick;
 
+/* The first n_groups picks of src into dst (the rest of src is unset). */
+static void pick_copy(lat_pick *dst, const lat_pick *src, int n_groups)
+{
+    for (int g = 0; g < n_groups; g++) dst->idx[g] = src->idx[g], dst->neg[g] = src->neg[g];
+}
+
 /* Entries for the n targets at scale a; the weighted error, and the sums
  * of the least-squares refit (a = sqx / sq2). delta_fixed: IQ1_S's one
  * delta for the group (+-1), else ignored. */
@@ -226,7 +232,7 @@ static float fit_group(const lat_ctx *c, const float *xp, const float *w, int n,
         const float delta = di ? -1.f : 1.f;
         for (int k = -4; k <= 4; k++) {
             const float a0 = amax / (top * (1.f + 0.08f * (float)k));
-            lat_pick p = {{0}, {0}};
+            lat_pick p;
             float sqx, sq2;
             pick_at(c, xp, w, n, a0, delta, &p, &sqx, &sq2);
             if (sq2 <= 0 || sqx <= 0) continue;
@@ -241,7 +247,7 @@ static float fit_group(const lat_ctx *c, const float *xp, const float *w, int n,
                     err += w[g * f->G + j] * r * r;
                 }
             }
-            if (err < best_err) best_err = err, best_a = a, *best = p;
+            if (err < best_err) best_err = err, best_a = a, pick_copy(best, &p, n / f->G);
         }
     }
     return best_a;
@@ -295,6 +301,7 @@ static void quantize_block(const lat_ctx *c, const float *x, const float *qw, la
         amax = fmaxf(amax, a[g]);
     }
     memset(b->s, 0, sizeof b->s);
+    memset(b->pick, 0, sizeof b->pick); /* a group whose every fit is NaN keeps entry 0 */
     b->d16 = f32_to_f16(amax / (float)(2 * f->smax + 1) / f->pow2);
     b->d = f16_to_f32(b->d16);
     const float D = b->d * f->pow2;
@@ -313,12 +320,12 @@ static void quantize_block(const lat_ctx *c, const float *x, const float *qw, la
             const float as = D * (float)(2 * s + 1);
             const int n_delta = f->delta == DELTA_PER_SCALE ? 2 : 1;
             for (int di = 0; di < n_delta; di++) {
-                lat_pick p = {{0}, {0}};
+                lat_pick p;
                 float sqx, sq2;
                 const float err = pick_at(c, xg, wg, f->sgroup, as, di ? -1.f : 1.f, &p, &sqx, &sq2);
                 if (f->delta == DELTA_PER_SCALE)
                     for (int k = 0; k < per_sg; k++) p.neg[k] = di;
-                if (err < best_err) best_err = err, b->s[g] = (uint8_t)s, b->pick[g] = p;
+                if (err < best_err) best_err = err, b->s[g] = (uint8_t)s, pick_copy(&b->pick[g], &p, per_sg);
             }
         }
     }
