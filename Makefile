@@ -156,7 +156,8 @@ $(BUILD)/faults/%: tests/faults/%.c $(LIBPL)
 # the model's config and tensor binding (it links the kernels from LIBPL),
 # the server's request JSON and other request parsers, the command-line flags, the GBNF
 # parser/matcher, the JSON-schema compiler, the Jinja interpreter,
-# the KV tier entry reader and segment scan, the server's request-head checker
+# the KV tier entry reader and segment scan, the server's request-head checker,
+# the importance matrix reader
 FUZZ_SECONDS ?= 60
 fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) gguf
@@ -171,6 +172,7 @@ fuzz: deps $(LIBPL)
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) store
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) segment
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) head
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS) imatrix
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -45,6 +45,13 @@ const float *imatrix_find(const imatrix *m, const char *name, uint64_t *n)
     return NULL;
 }
 
+const float *imatrix_at(const imatrix *m, size_t i, const char **name, uint64_t *n)
+{
+    *name = m->e[i].name;
+    *n = m->e[i].n;
+    return m->e[i].v;
+}
+
 /* A new entry of n values (zeroed), or NULL (error set). */
 static im_entry *entry_add(imatrix *m, const char *path, const char *name, size_t name_len, uint64_t n)
 {
@@ -105,10 +112,10 @@ static bool ends_with(gguf_str s, const char *suffix, size_t *stem)
     return true;
 }
 
-static int load_gguf(imatrix *m, const char *path)
+static int load_gguf(imatrix *m, const char *path, const void *data, size_t size)
 {
     gguf_file *f;
-    int rc = gguf_open(&f, path);
+    int rc = gguf_open_mem(&f, data, size, path);
     if (rc) return rc;
     char name[IM_MAX_NAME + 16];
     for (uint64_t i = 0; !rc && i < gguf_tensor_count(f); i++) {
@@ -212,32 +219,32 @@ static int load_legacy(imatrix *m, const char *path, const uint8_t *p, size_t si
     return rc; /* what follows (chunk count, dataset name) is not needed */
 }
 
-int imatrix_load(imatrix **out, const char *path)
+int imatrix_load_mem(imatrix **out, const void *data, size_t size, const char *name)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return err_set(PL_EIO, "%s: cannot open the importance matrix", path);
-    uint8_t magic[4] = {0};
-    const size_t got = fread(magic, 1, 4, fp);
     imatrix *m = calloc(1, sizeof *m);
-    int rc = m ? 0 : err_set(PL_ENOMEM, "%s: out of memory", path);
-    if (!rc && got == 4 && memcmp(magic, "GGUF", 4) == 0) {
-        fclose(fp);
-        fp = NULL;
-        rc = load_gguf(m, path);
-    } else if (!rc) {
-        uint8_t *buf = NULL;
-        long size = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
-        if (size < 0 || fseek(fp, 0, SEEK_SET) != 0) rc = err_set(PL_EIO, "%s: cannot read it", path);
-        else if (!(buf = malloc(size ? (size_t)size : 1))) rc = err_set(PL_ENOMEM, "%s: out of memory", path);
-        else if (fread(buf, 1, (size_t)size, fp) != (size_t)size) rc = err_set(PL_EIO, "%s: cannot read it", path);
-        if (!rc) rc = load_legacy(m, path, buf, (size_t)size);
-        free(buf);
-    }
-    if (fp) fclose(fp);
+    int rc = m ? 0 : err_set(PL_ENOMEM, "%s: out of memory", name);
+    if (!rc && size >= 4 && memcmp(data, "GGUF", 4) == 0) rc = load_gguf(m, name, data, size);
+    else if (!rc) rc = load_legacy(m, name, data, size);
     if (rc) {
         imatrix_free(m);
         return rc;
     }
     *out = m;
     return 0;
+}
+
+int imatrix_load(imatrix **out, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return err_set(PL_EIO, "%s: cannot open the importance matrix", path);
+    uint8_t *buf = NULL;
+    const long size = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    int rc = 0;
+    if (size < 0 || fseek(fp, 0, SEEK_SET) != 0) rc = err_set(PL_EIO, "%s: cannot read it", path);
+    else if (!(buf = malloc(size ? (size_t)size : 1))) rc = err_set(PL_ENOMEM, "%s: out of memory", path);
+    else if (fread(buf, 1, (size_t)size, fp) != (size_t)size) rc = err_set(PL_EIO, "%s: cannot read it", path);
+    fclose(fp);
+    if (!rc) rc = imatrix_load_mem(out, buf, (size_t)size, path);
+    free(buf); /* the entries are copies */
+    return rc;
 }

@@ -22,11 +22,15 @@
 typedef struct imatrix imatrix;
 
 int imatrix_load(imatrix **out, const char *path);
+/* The same from memory (name is used in errors). */
+int imatrix_load_mem(imatrix **out, const void *data, size_t size, const char *name);
 void imatrix_free(imatrix *m);
 
 /* Entries, and the n values of the entry for tensor name (ne0 x experts),
  * or NULL. */
 size_t imatrix_count(const imatrix *m);
 const float *imatrix_find(const imatrix *m, const char *name, uint64_t *n);
+/* Entry i (< imatrix_count): its values, name and count. */
+const float *imatrix_at(const imatrix *m, size_t i, const char **name, uint64_t *n);
 
 #endif

@@ -12,7 +12,8 @@
 # entry reader, src/store/store_entry.c), segment (the disk tier segment
 # scan, src/store/store_segment.c) or head (the server's request-head
 # checker and the request gate's chunked-body reader, server/server_head.c,
-# and answer tracker, server/server_resp.c).
+# and answer tracker, server/server_resp.c) or imatrix (llama.cpp's
+# importance matrix files, src/model/imatrix.c).
 #
 #   $FUZZ_BUILD (default build-fuzz/)  fuzz_TARGET, seedgen (gguf), TARGET.dict,
 #                                      corpus-TARGET/ (seeds + what libFuzzer
@@ -407,8 +408,22 @@ $CLANG $FLAGS -DFUZZ_SEEDGEN $SRC tests/fuzz/fuzz_store_segment.c -o "$OUT/seedg
 exec "$OUT/fuzz_store_segment" -max_total_time="$SECS" -max_len=4096 -timeout=10 \
   -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
 ;;
+imatrix)
+# the importance matrix reader over the GGUF reader; seeds: a legacy .dat,
+# and the gguf target's seed files (GGUF files of other content: the
+# reader's GGUF side is reached from them)
+SRC="src/base/err.c src/base/mem.c src/tensor/dtype.c $(ls src/gguf/*.c) src/model/imatrix.c"
+# shellcheck disable=SC2086
+$CLANG $FLAGS $SAN $SRC tests/fuzz/fuzz_imatrix.c -o "$OUT/fuzz_imatrix" -lm || exit 2
+# shellcheck disable=SC2086
+$CLANG $FLAGS -DFUZZ_SEEDGEN tests/fuzz/fuzz_imatrix.c -o "$OUT/seedgen_imatrix" || exit 2
+"$OUT/seedgen_imatrix" "$CORPUS" || exit 2
+[ -d "$OUT/corpus" ] && find "$OUT/corpus" -maxdepth 1 -type f -size -64k | head -20 | xargs -r cp -t "$CORPUS"
+exec "$OUT/fuzz_imatrix" -max_total_time="$SECS" -max_len=65536 -timeout=10 \
+  -rss_limit_mb=2048 -artifact_prefix="$OUT/crashes/" -print_final_stats=1 "$CORPUS"
+;;
 *)
-echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store | segment | head)" >&2
+echo "run.sh: unknown target '$TARGET' (gguf | tokenizer | model | openai | cli | grammar | schema | server | jinja | store | segment | head | imatrix)" >&2
 exit 2
 ;;
 esac
