@@ -57,3 +57,24 @@ if "$PAGELLM" synth --shape tiny256 --seed 3 --type f16 -o "$T/tiny256.gguf" >/d
 else
   fail tiny256_synth "$(tail -c 300 "$T/err")"
 fi
+
+# --imatrix: bad files are refused with the file and the entry named, and
+# nothing is written
+python3 - "$T/bad.dat" <<'PY'
+import struct, sys
+name = b"blk.0.ffn_up.weight"
+with open(sys.argv[1], "wb") as f:  # one entry of 7 values: no tensor has rows of 7
+    f.write(struct.pack("<i", 1) + struct.pack("<i", len(name)) + name + struct.pack("<ii", 1, 7) + struct.pack("<7f", *[1.0] * 7))
+PY
+"$PAGELLM" quantize "$M" "$T/im-out.gguf" iq4_nl --imatrix "$T/bad.dat" >/dev/null 2>"$T/err"
+rc=$?
+check imatrix_wrong_size_exit_1 [ "$rc" -eq 1 ]
+check imatrix_wrong_size_names_entry grep -q "bad.dat: entry 'blk.0.ffn_up.weight' has 7 values" "$T/err"
+check imatrix_wrong_size_writes_nothing [ ! -e "$T/im-out.gguf" ]
+"$PAGELLM" quantize "$M" "$T/im-out.gguf" iq4_nl --imatrix "$T/absent.dat" >/dev/null 2>"$T/err"
+rc=$?
+check imatrix_missing_file_exit_1 [ "$rc" -eq 1 ]
+check imatrix_missing_file_named grep -q "absent.dat" "$T/err"
+printf 'GGUF\003\000\000\000garbage' >"$T/trunc.gguf"
+"$PAGELLM" quantize "$M" "$T/im-out.gguf" iq4_nl --imatrix "$T/trunc.gguf" >/dev/null 2>"$T/err"
+check imatrix_truncated_gguf_refused [ $? -eq 1 ]
