@@ -319,7 +319,7 @@ static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
     if (rc) return rc;
     const gguf_value *toks;
     rc = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks);
-    if (rc) { gguf_close(f); return err_prefix(rc, "synth: vocab %s", path); }
+    if (rc) { gguf_close(f); return err_prefix(rc, "vocab %s", path); }
     *n_vocab = (uint32_t)toks->v.arr.n;
     for (uint64_t i = 0; i < gguf_meta_count(f) && !rc; i++) {
         const gguf_meta *kv = gguf_meta_at(f, i);
@@ -335,14 +335,14 @@ static int vocab_copy(gguf_writer *w, const char *path, uint32_t *n_vocab)
 static int synth_check_type(const synth_shape *s, const char *arch, uint32_t n_vocab, int type)
 {
     if (type < 0 || !quant_can_quantize((uint32_t)type) || type == DT_Q8_K)
-        return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
+        return err_set(PL_EINVAL, "--type: unsupported weight type");
     const dtype_traits *tr = dtype_get((uint32_t)type);
     if (s->dim % tr->blck_size || s->ffn % tr->blck_size)
-        return err_set(PL_EINVAL, "synth: --type %s: shape %s has rows (dim %u, ffn %u) not a multiple of %u",
+        return err_set(PL_EINVAL, "--type %s: shape %s has rows (dim %u, ffn %u) not a multiple of %u",
                        tr->name, s->name, s->dim, s->ffn, tr->blck_size);
     synth_moe m;
     if (synth_moe_of(arch, s->name, &m) && (m.ffn_exp % tr->blck_size || m.ffn_shexp % tr->blck_size))
-        return err_set(PL_EINVAL, "synth: --type %s: the experts' rows (%u, shared %u) are not a multiple of %u",
+        return err_set(PL_EINVAL, "--type %s: the experts' rows (%u, shared %u) are not a multiple of %u",
                        tr->name, m.ffn_exp, m.ffn_shexp, tr->blck_size);
     (void)n_vocab;
     return 0;
@@ -353,7 +353,7 @@ static int synth_write_split(gguf_writer *w, const char *out, uint32_t n, synth_
 {
     const size_t len = strlen(out);
     char *prefix = strndup(out, len > 5 && strcmp(out + len - 5, ".gguf") == 0 ? len - 5 : len);
-    if (!prefix) return err_set(PL_ENOMEM, "synth: out of memory");
+    if (!prefix) return err_set(PL_ENOMEM, "out of memory");
     int rc = gguf_writer_write_split(w, prefix, n, synth_fill, fc);
     free(prefix);
     return rc;
@@ -378,11 +378,11 @@ static void ds2_add(void *ctx, const char *name, uint64_t ne0, uint64_t ne1, uin
 static int synth_deepseek2(const pl_synth_params *p, uint32_t n_split)
 {
     if (!synth_deepseek2_shape(p->shape))
-        return err_set(PL_EINVAL, "synth: --arch deepseek2: shape '%s' (tiny, tiny-v2, mla-bench, deepseek2-lite)", p->shape);
-    if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
+        return err_set(PL_EINVAL, "--arch deepseek2: shape '%s' (tiny, tiny-v2, mla-bench, deepseek2-lite)", p->shape);
+    if (!p->out_path) return err_set(PL_EINVAL, "no output path");
     const int type = dtype_from_name(p->type ? p->type : "f32");
     if (type < 0 || !quant_can_quantize((uint32_t)type) || type == DT_Q8_K)
-        return err_set(PL_EINVAL, "synth: --type: unsupported weight type");
+        return err_set(PL_EINVAL, "--type: unsupported weight type");
     const dtype_traits *tr = dtype_get((uint32_t)type);
     int rc = synth_deepseek2_check_type(p->shape, tr->blck_size, tr->name);
     if (rc) return rc;
@@ -421,16 +421,16 @@ int pl_synth_split(const pl_synth_params *p, uint32_t n_split)
     const synth_shape *s = p->shape ? shape_find(p->shape) : NULL;
     const bool ds2_only = s && synth_deepseek2_shape(s->name) && strcmp(s->name, "tiny") != 0;
     if (!s || ds2_only)
-        return err_set(PL_EINVAL, "synth: unknown shape '%s'%s", p->shape ? p->shape : "(none)",
+        return err_set(PL_EINVAL, "unknown shape '%s'%s", p->shape ? p->shape : "(none)",
                        s ? " (it is written with --arch deepseek2)" : "");
     /* a MoE shape is a qwen3moe model unless another architecture is asked for */
     const char *arch = p->arch ? p->arch : strncmp(s->name, "qwen3moe", 8) == 0 ? "qwen3moe" : "llama";
     const bool own = synth_arch_handles(arch); /* gemma family, phi3: synth_arch.c */
     synth_moe moe;
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !own && !synth_moe_of(arch, s->name, &moe))
-        return err_set(PL_EINVAL, "synth: unknown architecture '%s' (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, "
+        return err_set(PL_EINVAL, "unknown architecture '%s' (llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, "
                        "mixtral, qwen2moe, qwen3moe, deepseek2)", arch);
-    if (!p->out_path) return err_set(PL_EINVAL, "synth: no output path");
+    if (!p->out_path) return err_set(PL_EINVAL, "no output path");
     int type = dtype_from_name(p->type ? p->type : "f32");
     gguf_writer *w = gguf_writer_new();
     if (!w) return PL_ENOMEM;

@@ -28,12 +28,12 @@ int synth_rope_meta(gguf_writer *w, const char *arch, uint32_t ctx, const pl_syn
 #define K(name) (snprintf(key, sizeof key, "%s." name, arch), key)
     const bool longrope = !strcmp(t, "longrope");
     if (strcmp(t, "linear") && strcmp(t, "yarn") && !longrope)
-        return err_set(PL_EINVAL, "synth: --rope-scaling '%s': expected linear, yarn or longrope", t);
+        return err_set(PL_EINVAL, "--rope-scaling '%s': expected linear, yarn or longrope", t);
     if (longrope && strcmp(arch, "phi3"))
-        return err_set(PL_EINVAL, "synth: --rope-scaling longrope is written for --arch phi3 only");
+        return err_set(PL_EINVAL, "--rope-scaling longrope is written for --arch phi3 only");
     const uint32_t orig = p->rope_orig_ctx ? p->rope_orig_ctx : ctx / 4;
     if (orig == 0 || orig > ctx)
-        return err_set(PL_EINVAL, "synth: --rope-orig-ctx %u must be in 1..%u (the context)", orig, ctx);
+        return err_set(PL_EINVAL, "--rope-orig-ctx %u must be in 1..%u (the context)", orig, ctx);
     int rc = gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), orig);
     if (longrope) { /* as the phi3 converter: no type, the attention factor of the ratio */
         const double scale = (double)ctx / orig;
@@ -42,7 +42,7 @@ int synth_rope_meta(gguf_writer *w, const char *arch, uint32_t ctx, const pl_syn
         return rc;
     }
     const float factor = p->rope_factor > 0 ? p->rope_factor : 4.0f;
-    if (!(factor >= 1.0f) || factor > 1024.0f) return err_set(PL_EINVAL, "synth: --rope-factor %g out of range 1..1024", factor);
+    if (!(factor >= 1.0f) || factor > 1024.0f) return err_set(PL_EINVAL, "--rope-factor %g out of range 1..1024", factor);
     if (!rc) rc = gguf_writer_set_str(w, K("rope.scaling.type"), t);
     if (!rc) rc = gguf_writer_set_f32(w, K("rope.scaling.factor"), factor);
 #undef K

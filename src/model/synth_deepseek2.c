@@ -58,7 +58,7 @@ int synth_deepseek2_check_type(const char *shape, uint32_t blck, const char *typ
                              s->heads * s->v_head, s->q_lora ? s->q_lora : s->dim};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (rows[i] % blck)
-            return err_set(PL_EINVAL, "synth: --type %s: deepseek2 shape %s has rows of %u, not a multiple of %u",
+            return err_set(PL_EINVAL, "--type %s: deepseek2 shape %s has rows of %u, not a multiple of %u",
                            type_name, s->name, rows[i], blck);
     return 0;
 }

@@ -56,7 +56,7 @@ static void word_at(uint64_t i, char *tok, char *merge)
 
 int synth_vocab_write(gguf_writer *w, uint32_t n)
 {
-    if (n < SYNTH_FIRST_WORD + 1) return err_set(PL_EINVAL, "synth: vocab size %u < %d", n, SYNTH_FIRST_WORD + 1);
+    if (n < SYNTH_FIRST_WORD + 1) return err_set(PL_EINVAL, "vocab size %u < %d", n, SYNTH_FIRST_WORD + 1);
     uint32_t n_words = n - SYNTH_FIRST_WORD;
     char *text = malloc((size_t)n * 32 + (size_t)n_words * 48);
     gguf_str *toks = mem_calloc(n, sizeof *toks);

@@ -49,3 +49,6 @@ expect_exit synth_bad_arch 2 "bad value 'gptj' for --arch" -- "$PAGELLM" synth -
 expect_exit synth_bad_seed 2 "bad value 'abc' for --seed" -- "$PAGELLM" synth --seed abc -o "$T/x.gguf"
 expect_exit synth_missing_vocab 1 'nope.gguf' -- "$PAGELLM" synth --vocab "$T/nope.gguf" -o "$T/x.gguf"
 expect_exit synth_unwritable 1 'cannot create' -- "$PAGELLM" synth -o /nonexistent/dir/x.gguf
+# an error from the library: the command's name once, then what and where
+expect_exit synth_library_error_one_prefix 1 "^pagellm synth: --rope-scaling longrope is written for --arch phi3 only$" -- \
+  "$PAGELLM" synth --shape tiny --rope-scaling longrope -o "$T/x.gguf"
