@@ -30,6 +30,8 @@
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "tensor/half.h"
@@ -75,10 +77,10 @@ typedef struct {
 } lat_tables;
 
 static lat_tables TABLES[N_FMTS];
-static pthread_once_t TABLES_ONCE[N_FMTS] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                             PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                             PTHREAD_ONCE_INIT};
-static_assert(sizeof TABLES_ONCE / sizeof TABLES_ONCE[0] == N_FMTS, "one once per format");
+/* Built lazily, each format on first use, under one lock; the flag is
+ * read without it once set. */
+static pthread_mutex_t TABLES_LOCK = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic bool TABLES_BUILT[N_FMTS];
 
 static int level_of(const lat_fmt *f, uint16_t e, int j) { return (e >> (f->bits * j)) & ((1 << f->bits) - 1); }
 
@@ -119,18 +121,16 @@ static void tables_build(size_t fi)
     free(dist);
 }
 
-static void build0(void) { tables_build(0); }
-static void build1(void) { tables_build(1); }
-static void build2(void) { tables_build(2); }
-static void build3(void) { tables_build(3); }
-static void build4(void) { tables_build(4); }
-static void build5(void) { tables_build(5); }
-static void build6(void) { tables_build(6); }
-static void (*const BUILDERS[N_FMTS])(void) = {build0, build1, build2, build3, build4, build5, build6};
-
 static const lat_tables *tables_of(size_t fi)
 {
-    pthread_once(&TABLES_ONCE[fi], BUILDERS[fi]);
+    if (!atomic_load_explicit(&TABLES_BUILT[fi], memory_order_acquire)) {
+        pthread_mutex_lock(&TABLES_LOCK);
+        if (!atomic_load_explicit(&TABLES_BUILT[fi], memory_order_relaxed)) {
+            tables_build(fi);
+            atomic_store_explicit(&TABLES_BUILT[fi], true, memory_order_release);
+        }
+        pthread_mutex_unlock(&TABLES_LOCK);
+    }
     return &TABLES[fi];
 }
 
@@ -307,7 +307,6 @@ static void quantize_block(const lat_ctx *c, const float *x, const float *qw, la
     const float D = b->d * f->pow2;
     if (!(D > 0) || !isfinite(D)) { /* all zero (or not finite): d = 0 decodes zeros whatever the codes */
         b->d16 = 0, b->d = 0;
-        for (int g = 0; g < n_sg; g++) memset(&b->pick[g], 0, sizeof b->pick[g]);
         return;
     }
     for (int g = 0; g < n_sg; g++) {
@@ -323,8 +322,6 @@ static void quantize_block(const lat_ctx *c, const float *x, const float *qw, la
                 lat_pick p;
                 float sqx, sq2;
                 const float err = pick_at(c, xg, wg, f->sgroup, as, di ? -1.f : 1.f, &p, &sqx, &sq2);
-                if (f->delta == DELTA_PER_SCALE)
-                    for (int k = 0; k < per_sg; k++) p.neg[k] = di;
                 if (err < best_err) best_err = err, b->s[g] = (uint8_t)s, pick_copy(&b->pick[g], &p, per_sg);
             }
         }
