@@ -34,6 +34,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/attention_walk.h"
 #endif
+#include "kernels/attention_impl.h"
+#include "tensor/quant.h"
 #include "kernels/kernels.h"
 #include "kv/kv_codec.h"
 #include "tensor/dtype.h"
@@ -299,6 +301,38 @@ TEST(avx512_q8_0_q4_0_scores_are_the_references)
         fake_kv_free(&f);
     }
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The int8 kernels' query (attn_query_q8): quant_q8_0_quantize_row's
+ * bytes for gaussian rows, rows with ties at .5 after scaling, zero blocks,
+ * huge and tiny values, and rows with an inf or a NaN (the reference's
+ * own mapping); the block sums x offset as the scalar sum gives them. */
+TEST(query_q8_is_the_references_bytes_and_sums)
+{
+    if (!attn_avx2_available()) { test_skip(__func__, "no AVX2"); return; }
+    enum { HD = 256, NB = HD / 32 };
+    int bad = -1;
+    for (int c = 0; c < 400 && bad < 0; c++) {
+        float q[HD];
+        for (int i = 0; i < HD; i++) q[i] = rng_gauss() * (c % 7 == 0 ? 1e30f : c % 7 == 1 ? 1e-30f : 3.0f);
+        if (c % 5 == 2) /* amax 127 x 2^k: every integer and half-integer multiple scales to a tie */
+            for (int i = 0; i < HD; i++) q[i] = i % 32 == 0 ? 127.0f : (float)(rng_u32() % 255) * 0.5f - 63.5f;
+        if (c % 5 == 3) memset(q + 32, 0, 32 * sizeof(float));
+        if (c % 11 == 4) q[rng_u32() % HD] = c % 2 ? INFINITY : -INFINITY;
+        if (c % 11 == 5) q[rng_u32() % HD] = NAN;
+        block_q8_0 want[NB], got[NB];
+        int32_t sums[NB];
+        quant_q8_0_quantize_row(q, want, HD);
+        attn_query_q8(q, got, HD, c % 2 ? 128 : 8, sums);
+        for (int b = 0; b < NB && bad < 0; b++) {
+            int32_t s = 0;
+            for (int i = 0; i < 32; i++) s += want[b].qs[i];
+            if (memcmp(&want[b], &got[b], sizeof want[b]) != 0 || sums[b] != (c % 2 ? 128 : 8) * s) bad = c;
+        }
+    }
+    CHECK_MSG(bad < 0, "case %d: bytes or sums differ from the reference", bad);
+}
+#endif
 
 /* The in-register fp8 decodings (AVX2 and AVX-512, scale folded into the
  * weight) and the reference's give every code's value exactly, as kv_codec.h decodes it
@@ -649,6 +683,9 @@ int main(void)
     RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(f16_pool_layout_reads_the_same_keys_and_values_as_rows);
     RUN(avx512_q8_0_q4_0_scores_are_the_references);
+#if defined(__x86_64__) || defined(__i386__)
+    RUN(query_q8_is_the_references_bytes_and_sums);
+#endif
     RUN(fp8_every_code_reads_as_the_codec_decodes_it);
     RUN(dispatch_follows_kern_init);
     RUN(vline_prefetch_walk_covers_each_blocks_heads_once_in_order);

@@ -650,12 +650,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         qr[r] = d;
         q8[r] = (const block_q8_0 *)d;
         if (i8) {
-            quant_q8_0_quantize_row(rows[r].q, (block_q8_0 *)d, hd);
-            for (int b = 0; b < nb; b++) {
-                int32_t sum = 0;
-                for (int i = 0; i < QK8_0; i++) sum += q8[r][b].qs[i];
-                q8s[r][b] = (t == DT_Q8_0 ? 128 : 8) * sum;
-            }
+            attn_query_q8(rows[r].q, (block_q8_0 *)d, hd, t == DT_Q8_0 ? 128 : 8, q8s[r]);
             continue;
         }
         for (int i = 0; i < hd; i += 16) {

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "tensor/blocks.h"
 #include "tensor/half.h"
 
 /* Score floats of one call at most (1 MiB): long contexts get fewer rows. */
@@ -71,6 +72,11 @@ static inline float attn_fp8_to_f32(uint32_t t, uint8_t b)
 
 static inline bool attn_is_kivi(uint32_t t) { return t == ATTN_KV_KIVI4 || t == ATTN_KV_KIVI2; }
 static inline uint32_t attn_kivi_bits(uint32_t t) { return t == ATTN_KV_KIVI2 ? 2 : 4; }
+
+/* attention_avx2.c (x86 with AVX2 only): query row q (hd a multiple of 32)
+ * as q8_0 blocks, the bytes of quant_q8_0_quantize_row; sums (or NULL):
+ * offset x each block's sum of quants. */
+void attn_query_q8(const float *q, block_q8_0 *dst, int hd, int32_t offset, int32_t *sums);
 
 /* Sealed KIVI blocks read in place (attention_kivi.c): the reference and
  * the AVX2 variant (the reference's bits but for the softmax; head dims not
