@@ -33,9 +33,11 @@
  * Numerics relative to the reference (attention.c): F16: the same f16
  * query, weights and values; each dot product one FMA chain in dim order
  * (the reference: one chain of separate multiplies and adds). Q8_0,
- * Q4_0: the reference's scores bit for bit. All: vector expf within ~2
- * ulp and the softmax sum in another order, FMA in the V sum: within
- * test_attention's tolerances. Relative to the AVX2 variant: for F16
+ * Q4_0: the reference's scores bit for bit, and the V sum of the
+ * unnormalized exponentials times (float)(1 / sum) at the end instead of
+ * the normalized weights'. All: vector expf within ~2 ulp and the softmax
+ * sum in another order, FMA in the V sum: within test_attention's
+ * tolerances. Relative to the AVX2 variant: for F16
  * another order of the dot products, for all the avx512 softmax, so the
  * two differ in the last bits (each is row independent on its own), and
  * with near-tied logits (the synthetic bench models) the tokens can differ.
@@ -517,8 +519,12 @@ static K5 void vrows(int kind, int nr, bool first, float *const *o, const float 
  * one max chain; R rows give R times the independent work, and the f16
  * rounding rides on the last pass instead of a pass of its own (about a
  * quarter off the softmax stage in cache: docs/speed.md). Row results do
- * not depend on R (row independence). */
-K5AI void softmax_group(int R, float *const *x, int n, bool f16, float *const *lse)
+ * not depend on R (row independence). With inv (q8_0 and q4_0 caches, whose
+ * weights are not rounded) the last pass is skipped: x keeps the
+ * exponentials, inv[r] = (float)(1 / sum), and the caller multiplies the V
+ * sum by it (one pass over the scores fewer: ~3% of a decode call over
+ * 2,048 keys in L2, bench_attn_decode). */
+K5AI void softmax_group(int R, float *const *x, int n, bool f16, float *const *lse, float *inv)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 vm[8];
@@ -559,6 +565,11 @@ K5AI void softmax_group(int R, float *const *x, int n, bool f16, float *const *l
         vi[r] = _mm512_set1_ps((float)(1.0 / sum));
         if (lse[r]) *lse[r] = _mm_cvtss_f32(_mm512_castps512_ps128(vm[r])) + (float)log(sum);
     }
+    if (inv) { /* the caller scales the V sum instead */
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) inv[r] = _mm_cvtss_f32(_mm512_castps512_ps128(vi[r]));
+        return;
+    }
     for (i = 0; i < n; i += 16) {
         const __mmask16 k = lanes16(n - i < 16 ? n - i : 16);
 #pragma GCC unroll 8
@@ -572,9 +583,10 @@ K5AI void softmax_group(int R, float *const *x, int n, bool f16, float *const *l
 
 /* Step 2 of a call: each row's softmax over its own scores lo..n_ctx-1
  * (the keys before lo weigh 0), the weights rounded to f16 for an f16
- * cache; rows with the same range (a decode call's) 4 at a time. */
+ * cache; rows with the same range (a decode call's) 4 at a time. inv (or
+ * NULL): softmax_group's, row r's factor at inv[r]. */
 static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap,
-                            float *kv_lse)
+                            float *kv_lse, float *inv)
 {
     for (int r = 0; r < n_rows && softcap > 0; r++)
         attn_softcap(sc + (size_t)r * ncp + rows[r].lo, rows[r].n_ctx - rows[r].lo, softcap);
@@ -588,10 +600,10 @@ static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t 
             for (int j = 0; j < lo; j++) sc[(size_t)r * ncp + j] = 0;
         }
         switch (r1 - r0) {
-        case 1: softmax_group(1, x, n - lo, f16, lse); break;
-        case 2: softmax_group(2, x, n - lo, f16, lse); break;
-        case 3: softmax_group(3, x, n - lo, f16, lse); break;
-        default: softmax_group(4, x, n - lo, f16, lse); break;
+        case 1: softmax_group(1, x, n - lo, f16, lse, inv ? inv + r0 : NULL); break;
+        case 2: softmax_group(2, x, n - lo, f16, lse, inv ? inv + r0 : NULL); break;
+        case 3: softmax_group(3, x, n - lo, f16, lse, inv ? inv + r0 : NULL); break;
+        default: softmax_group(4, x, n - lo, f16, lse, inv ? inv + r0 : NULL); break;
         }
     }
 }
@@ -722,7 +734,8 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
     }
 
     /* 2. softmax */
-    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap, kv->lse);
+    float inv[ATTN_ROWS_CAP];
+    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap, kv->lse, t == DT_F16 ? NULL : inv);
     /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
     kv_cursor vc = cursor_at(kv, kv->v_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {
@@ -757,6 +770,11 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         pf_take(&pvb, ATTN_VB);
         if (vlines) vline_until(&lv, j0 + jn + pfd); /* what the tiles left */
     }
+    for (int r = 0; t != DT_F16 && r < n_rows; r++)
+        for (int i = 0; i < hd; i += 16) {
+            const __mmask16 m = lanes16(hd - i < 16 ? hd - i : 16);
+            _mm512_mask_storeu_ps(rows[r].out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[r].out + i), _mm512_set1_ps(inv[r])));
+        }
 }
 
 #else /* not x86 */
