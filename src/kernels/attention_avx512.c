@@ -375,14 +375,15 @@ static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t go
  * (RR x C <= 16 accumulators),
  * the last one masked by klast (kind VK_F16; VK_Q8_0 and VK_Q4_0 rows have
  * a head dim that is a multiple of 32): for r < RR, c < C,
- *   o[r][d0 + 16c ..] (+)= sum_k p[r][k] * v_k[d0 + 16c ..]   k = 0..n-1 ascending,
+ *   o[r][d0 + 16c ..] (+)= sum_k w[r ATTN_VB + k] * v_k[d0 + 16c ..]   k = 0..n-1 ascending,
  * from 0 when first (else from o). Each V vector is converted once in a
  * register for the RR rows (q8_0, q4_0: d x q, exact); per output element
  * one FMA chain over k. */
 enum { VK_F16, VK_Q8_0, VK_Q4_0 };
-K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
+K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *w, int n,
                const void *const *vp, int d0, const char *pf, int npf)
 {
+    assert(kind == VK_F16 || d0 % 32 == 0); /* q8_0, q4_0: whole blocks */
     __m512 a[8][4];
 #pragma GCC unroll 8
     for (int r = 0; r < RR; r++)
@@ -394,21 +395,24 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
     for (int k = 0; k < n; k++) {
         if (k < npf) _mm_prefetch(pf + 64 * (size_t)k, ATTN_PF_HINT);
         __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; /* C used */
-        if (kind == VK_Q8_0) {
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
+        if (kind == VK_Q8_0) { /* a block's 32 dims (d0 % 32 == 0), its scale looked up once */
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c += 2) {
                 const block_q8_0 *bl = (const block_q8_0 *)vp[k] + (d0 + 16 * c) / QK8_0;
-                const __m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bl->qs + (d0 + 16 * c) % QK8_0)));
-                v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(qi), _mm512_set1_ps(kern_f16_lut[bl->d]));
+                const __m512 d = _mm512_set1_ps(kern_f16_lut[bl->d]);
+                v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)bl->qs))), d);
+                if (c + 1 < C)
+                    v[c + 1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bl->qs + 16)))), d);
             }
-        } else if (kind == VK_Q4_0) { /* 16 dims: the low (first half of a block) or high nibbles, minus 8 */
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
+        } else if (kind == VK_Q4_0) { /* a block's 32 dims (d0 % 32 == 0): its 16 bytes widened once, the low
+                                          nibbles then the high, (q - 8) d as q d - 8 d (both exact: same bits) */
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c += 2) {
                 const block_q4_0 *bl = (const block_q4_0 *)vp[k] + (d0 + 16 * c) / QK4_0;
-                __m128i nib = _mm_loadu_si128((const __m128i *)bl->qs);
-                if ((d0 + 16 * c) % QK4_0) nib = _mm_srli_epi16(nib, 4);
-                nib = _mm_sub_epi8(_mm_and_si128(nib, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
-                v[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nib)), _mm512_set1_ps(kern_f16_lut[bl->d]));
+                const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)bl->qs));
+                const __m512 d = _mm512_set1_ps(kern_f16_lut[bl->d]), d8 = _mm512_mul_ps(d, _mm512_set1_ps(8.0f));
+                v[c] = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, _mm512_set1_epi32(0x0F))), d, d8);
+                if (c + 1 < C) v[c + 1] = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)), d, d8);
             }
         } else {
             const uint16_t *vr = (const uint16_t *)vp[k] + d0;
@@ -420,7 +424,7 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
 #pragma GCC unroll 8
         for (int r = 0; r < RR; r++) {
 #pragma GCC unroll 4
-            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(a[r][c], v[c], &p[r][k]);
+            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(a[r][c], v[c], &w[r * ATTN_VB + k]);
         }
     }
 #pragma GCC unroll 8
@@ -431,34 +435,34 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
 
 /* vtile with RR and C as constants (accumulators in registers). */
 #define VT_RC(name, KIND)                                                                                        \
-    static K5 void name(int rr, int c, __mmask16 klast, bool first, float *const *o, const float *const *p, int n, \
+    static K5 void name(int rr, int c, __mmask16 klast, bool first, float *const *o, const float *w, int n,       \
                         const void *const *vp, int d0, const char *pf, int npf)                                \
     {                                                                                                          \
         switch (rr * 16 + c) {                                                                                 \
-        case 0x11: vtile(KIND, 1, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x12: vtile(KIND, 1, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x13: vtile(KIND, 1, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x14: vtile(KIND, 1, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x21: vtile(KIND, 2, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x22: vtile(KIND, 2, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x23: vtile(KIND, 2, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x24: vtile(KIND, 2, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x31: vtile(KIND, 3, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x32: vtile(KIND, 3, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x33: vtile(KIND, 3, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x34: vtile(KIND, 3, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x41: vtile(KIND, 4, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x42: vtile(KIND, 4, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x43: vtile(KIND, 4, 3, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x44: vtile(KIND, 4, 4, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x51: vtile(KIND, 5, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x52: vtile(KIND, 5, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x61: vtile(KIND, 6, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x62: vtile(KIND, 6, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x71: vtile(KIND, 7, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x72: vtile(KIND, 7, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        case 0x81: vtile(KIND, 8, 1, klast, first, o, p, n, vp, d0, pf, npf); break;                                      \
-        default: vtile(KIND, 8, 2, klast, first, o, p, n, vp, d0, pf, npf); break;                                        \
+        case 0x11: vtile(KIND, 1, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x12: vtile(KIND, 1, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x13: vtile(KIND, 1, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x14: vtile(KIND, 1, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x21: vtile(KIND, 2, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x22: vtile(KIND, 2, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x23: vtile(KIND, 2, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x24: vtile(KIND, 2, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x31: vtile(KIND, 3, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x32: vtile(KIND, 3, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x33: vtile(KIND, 3, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x34: vtile(KIND, 3, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x41: vtile(KIND, 4, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x42: vtile(KIND, 4, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x43: vtile(KIND, 4, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x44: vtile(KIND, 4, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x51: vtile(KIND, 5, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x52: vtile(KIND, 5, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x61: vtile(KIND, 6, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x62: vtile(KIND, 6, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x71: vtile(KIND, 7, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x72: vtile(KIND, 7, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        case 0x81: vtile(KIND, 8, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
+        default: vtile(KIND, 8, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                        \
         }                                                                                                      \
     }
 VT_RC(vtile_rc_f16, VK_F16)
@@ -472,8 +476,8 @@ VT_RC(vtile_rc_q4, VK_Q4_0)
  * pb/take: prefetches issued per pass. */
 K5I int vdims_width(int rr) { return rr > 4 ? 32 : 64; }
 
-K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const *p, int n, const void *const *vp,
-               int hd, kv_pfb *pb, int take, vline_pf *lp)
+K5I void vdims(int kind, int rr, bool first, float *const *o, const float *wt, int n, const void *const *vp, int hd,
+               kv_pfb *pb, int take, vline_pf *lp)
 {
     const int w = vdims_width(rr);
     for (int d0 = 0; d0 < hd; d0 += w) {
@@ -482,28 +486,40 @@ K5I void vdims(int kind, int rr, bool first, float *const *o, const float *const
         const char *pf = NULL;
         const int npf = lp ? vline_span(lp, n, &pf) : 0;
         pf_take(pb, take);
-        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, p, n, vp, d0, pf, npf);
+        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, wt, n, vp, d0, pf, npf);
     }
 }
 
-/* The V sum of nr rows (o[r], p[r] at the tile's first key, n[r] >= 1 keys
- * each) over the keys vp[0..max n): rows in chunks of up to 8 over their
- * common keys, then each row alone over the keys only it has. */
+/* The V sum of nr rows (o[r], p[r] at the tile's first key, 1 <= n[r] <=
+ * ATTN_VB keys each) over the keys vp[0..max n): rows in chunks of up to 8
+ * over their common keys, then each row alone over the keys only it has.
+ * A chunk's weights are copied first into rows ATTN_VB floats apart (wt),
+ * so that the tile reads them from one base register and constant offsets:
+ * with a pointer per row the 8 pointers did not fit in the general
+ * registers beside the tile's own and were reloaded every key. */
 static K5 void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n, const void *const *vp,
                      int hd, kv_pfb *pb, int quota, vline_pf *lp)
 {
+    float wt[8 * ATTN_VB] __attribute__((aligned(64)));
+    static_assert(ATTN_VB % 16 == 0, "a row of wt is whole vectors");
     for (int r0 = 0; r0 < nr; r0 += 8) {
         const int rr = nr - r0 < 8 ? nr - r0 : 8, w = vdims_width(rr);
         int nmin = n[r0];
         for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
+        assert(nmin >= 1 && nmin <= ATTN_VB);
+        for (int r = 0; r < rr && rr > 1; r++)
+            for (int i = 0; i < nmin; i += 16) {
+                const __mmask16 m = lanes16(nmin - i < 16 ? nmin - i : 16);
+                _mm512_mask_storeu_ps(wt + r * ATTN_VB + i, m, _mm512_maskz_loadu_ps(m, p[r0 + r] + i));
+            }
         const int passes = (hd + w - 1) / w, calls = ((nr - r0 + 8 - 1) / 8) * passes;
         const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
-        vdims(kind, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take, lp);
+        vdims(kind, rr, first, o + r0, rr > 1 ? wt : p[r0], nmin, vp, hd, pb, take, lp); /* one row: any stride */
         quota -= take * passes;
         for (int r = r0; r < r0 + rr; r++) {
             if (n[r] == nmin) continue;
-            const float *pr = p[r] + nmin;
-            vdims(kind, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0, NULL);
+            assert(n[r] <= ATTN_VB);
+            vdims(kind, 1, false, o + r, p[r] + nmin, n[r] - nmin, vp + nmin, hd, NULL, 0, NULL);
         }
     }
 }
