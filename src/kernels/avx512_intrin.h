@@ -191,14 +191,8 @@ static inline __m512i pl_emu_cvtepi8_epi32(__m128i v)
 }
 #define _mm512_cvtepi8_epi32 pl_emu_cvtepi8_epi32
 
-static inline __m512i pl_emu_cvtepu8_epi32(__m128i v)
-{
-    uint8_t b[16];
-    int32_t d[16];
-    _mm_storeu_si128((__m128i *)b, v);
-    for (int i = 0; i < 16; i++) d[i] = b[i];
-    return _mm512_loadu_si512(d);
-}
+/* zero extension: the sign extension's low byte */
+static inline __m512i pl_emu_cvtepu8_epi32(__m128i v) { return _mm512_and_si512(pl_emu_cvtepi8_epi32(v), _mm512_set1_epi32(0xFF)); }
 #define _mm512_cvtepu8_epi32 pl_emu_cvtepu8_epi32
 
 static inline __m512i pl_emu_cvtepu16_epi32(__m256i v)
