@@ -66,7 +66,6 @@
 #include "kernels/kern_impl.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
-#include "tensor/quant.h"
 
 #ifdef PL_HAVE_AVX512_CODE
 
