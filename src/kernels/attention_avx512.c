@@ -262,35 +262,71 @@ static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int
 
 /* ---------------------------------------------------- q8_0 keys: VNNI */
 
-/* Block b of 16 keys' q8_0 or q4_0 head rows (k[kk] + goff) as 8 vectors
- * of 16 int32 lanes: t[j] lane kk = elements 4j..4j+3 of key kk as u8 (for
- * vpdpbusd's unsigned operand): q8_0's quants + 128, q4_0's nibbles (the
- * value + 8), and dk lane kk = the key's d.
- * A 16 x 8 transpose of dwords: keys (p, p + 4) (p < 4) and (p + 4, p + 8)
- * (p >= 4) share a zmm, so that one 128-bit lane shuffle per output leaves
- * the keys in order. */
-K5I __m256i key_u8(bool q4, const uint8_t *row, int b, uint16_t *d)
+/* q8_0's block b of a key's head row as u8 (the quants + 128); its d in *d. */
+K5I __m256i key_u8(const uint8_t *row, int b, uint16_t *d)
 {
-    if (q4) { /* element i < 16: low nibble of byte i, 16 + i: its high nibble */
-        const block_q4_0 *x = (const block_q4_0 *)row + b;
-        const __m128i raw = _mm_loadu_si128((const __m128i *)x->qs), m4 = _mm_set1_epi8(0x0F);
-        *d = x->d;
-        return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
-    }
     const block_q8_0 *x = (const block_q8_0 *)row + b;
     *d = x->d;
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x->qs), _mm256_set1_epi8((char)0x80));
 }
 
+/* q4_0's block b of 16 keys as keys_i8 gives it, from a 16 x 4 transpose
+ * of the raw bytes' dwords: raw dword j of a key holds elements 4j..4j+3
+ * in its low nibbles and 16 + 4j.. in its high ones, so the nibbles are
+ * split after the transpose, 4 vectors at a time, not per key. z[p]'s
+ * 128-bit lane L holds key 4L + p, so the unpacks leave the keys in order. */
+K5I void keys_q4(const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512 *dk)
+{
+    __m512i z[4], u[4];
+    uint16_t d[16];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const block_q4_0 *x[4];
+#pragma GCC unroll 4
+        for (int L = 0; L < 4; L++) {
+            x[L] = (const block_q4_0 *)(k[4 * L + p] + goff) + b;
+            d[4 * L + p] = x[L]->d;
+        }
+        z[p] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)x[0]->qs));
+        z[p] = _mm512_inserti32x4(z[p], _mm_loadu_si128((const __m128i *)x[1]->qs), 1);
+        z[p] = _mm512_inserti32x4(z[p], _mm_loadu_si128((const __m128i *)x[2]->qs), 2);
+        z[p] = _mm512_inserti32x4(z[p], _mm_loadu_si128((const __m128i *)x[3]->qs), 3);
+    }
+    *dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+    u[0] = _mm512_unpacklo_epi32(z[0], z[1]); /* per lane: dwords 0, 1 of keys p = 0, 1 */
+    u[1] = _mm512_unpackhi_epi32(z[0], z[1]); /* dwords 2, 3 */
+    u[2] = _mm512_unpacklo_epi32(z[2], z[3]);
+    u[3] = _mm512_unpackhi_epi32(z[2], z[3]);
+    const __m512i raw[4] = {_mm512_unpacklo_epi64(u[0], u[2]), _mm512_unpackhi_epi64(u[0], u[2]),
+                            _mm512_unpacklo_epi64(u[1], u[3]), _mm512_unpackhi_epi64(u[1], u[3])};
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_and_si512(raw[j], m4);
+        t[j + 4] = _mm512_and_si512(_mm512_srli_epi16(raw[j], 4), m4);
+    }
+}
+
+/* Block b of 16 keys' q8_0 or q4_0 head rows (k[kk] + goff) as 8 vectors
+ * of 16 int32 lanes: t[j] lane kk = elements 4j..4j+3 of key kk as u8 (for
+ * vpdpbusd's unsigned operand): q8_0's quants + 128, q4_0's nibbles (the
+ * value + 8), and dk lane kk = the key's d.
+ * q8_0: a 16 x 8 transpose of dwords: keys (p, p + 4) (p < 4) and (p + 4,
+ * p + 8) (p >= 4) share a zmm, so that one 128-bit lane shuffle per output
+ * leaves the keys in order. q4_0: keys_q4. */
 K5I void keys_i8(bool q4, const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512 *dk)
 {
+    if (q4) {
+        keys_q4(k, goff, b, t, dk);
+        return;
+    }
     static const int lo_key[8] = {0, 1, 2, 3, 8, 9, 10, 11};
     __m512i z[8], u[8];
     uint16_t d[16];
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
-        const __m256i a = key_u8(q4, k[lo_key[p]] + goff, b, &d[lo_key[p]]);
-        const __m256i c = key_u8(q4, k[lo_key[p] + 4] + goff, b, &d[lo_key[p] + 4]);
+        const __m256i a = key_u8(k[lo_key[p]] + goff, b, &d[lo_key[p]]);
+        const __m256i c = key_u8(k[lo_key[p] + 4] + goff, b, &d[lo_key[p] + 4]);
         z[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
     }
     *dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
