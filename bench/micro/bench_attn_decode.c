@@ -27,8 +27,11 @@
  * ONECALL=1 times one attn_paged call over all keys instead (its scores
  * live in scratch at once: ROWS <= attn_rows_max(NCTX)).
  * Env: NCTX=n the depth (default 2,048 keys), BS=b keys a block (default
- * 16), NOEVICT=1 warm caches (no reads), MINT=1 the fastest call x L
- * instead of the mean (a compute-bound kernel's figure on a noisy host).
+ * 16), TILES=t t calls' worth of ROWS rows each (tile i on the KV heads
+ * after tile i - 1's) walking the chunks together in one attn_chunks_run,
+ * as a split decode's or a prefill's tiles do (default 1), NOEVICT=1
+ * warm caches (no reads), MINT=1 the fastest call x L instead of the mean
+ * (a compute-bound kernel's figure on a noisy host).
  * Times are the calling thread's CPU time.
  *
  * One line a type:
@@ -56,7 +59,7 @@ enum { HD = 64, L2_EVICT = 8 << 20 };
 
 typedef struct {
     int L, reps, only, n_kv, rep, rows; /* only: a fake_kv_types index, -1 for all */
-    int n_ctx, bs;
+    int n_ctx, bs, tiles; /* tiles: calls' worth of rows walking the chunks together (TILES) */
     bool evict, best, one_call;
 } decode_args;
 
@@ -137,11 +140,20 @@ static int decode_args_parse(decode_args *a, int argc, char **argv)
         decode_arg_type(argv[3], &a->only) || micro_arg_int(prog, "N_KV", argv[4], 1, ATTN_ROWS_CAP, &a->n_kv) ||
         micro_arg_int(prog, "REP", argv[5], 1, ATTN_ROWS_CAP, &a->rep) ||
         micro_arg_int(prog, "ROWS", argv[6], 1, ATTN_ROWS_CAP, &a->rows) ||
-        decode_env_int("NCTX", 1, 1 << 20, 2048, &a->n_ctx) || decode_env_int("BS", 1, 256, 16, &a->bs))
+        decode_env_int("NCTX", 1, 1 << 20, 2048, &a->n_ctx) || decode_env_int("BS", 1, 256, 16, &a->bs) ||
+        decode_env_int("TILES", 1, ATTN_TILES_CAP, 1, &a->tiles))
         return -1;
-    if (a->rows > a->n_kv * a->rep) {
-        fprintf(stderr, "%s: ROWS: %d rows need %d KV heads of REP %d, N_KV is %d\n", prog, a->rows,
-                (a->rows + a->rep - 1) / a->rep, a->rep, a->n_kv);
+    if (a->rows * a->tiles > a->n_kv * a->rep) {
+        const int need = (a->rows * a->tiles + a->rep - 1) / a->rep;
+        if (a->tiles == 1)
+            fprintf(stderr, "%s: ROWS: %d rows need %d KV heads of REP %d, N_KV is %d\n", prog, a->rows, need, a->rep, a->n_kv);
+        else
+            fprintf(stderr, "%s: ROWS: %d x %d rows (TILES) need %d KV heads of REP %d, N_KV is %d\n", prog, a->rows,
+                    a->tiles, need, a->rep, a->n_kv);
+        return -1;
+    }
+    if (a->tiles > 1 && getenv("ONECALL")) {
+        fprintf(stderr, "%s: TILES and ONECALL: one call takes one tile\n", prog);
         return -1;
     }
     a->one_call = getenv("ONECALL") != NULL;
@@ -196,7 +208,12 @@ static void decode_layer(const decode_args *a, int v, const fake_kv *f, const at
                          size_t sf, float *work)
 {
     if (a->one_call) (v ? attn_paged_avx512 : attn_paged_avx2)(&f->kv, rows, a->rows, 0.125f, scratch, sf);
-    else attn_chunks_run(&f->kv, &rows, &a->rows, 1, 0.125f, scratch, sf, work);
+    else {
+        const attn_row *tiles[ATTN_TILES_CAP];
+        int n[ATTN_TILES_CAP];
+        for (int t = 0; t < a->tiles; t++) tiles[t] = rows + (size_t)t * a->rows, n[t] = a->rows;
+        attn_chunks_run(&f->kv, tiles, n, a->tiles, 0.125f, scratch, sf, work);
+    }
 }
 
 /* ms a token of variant v (0 AVX2, 1 AVX-512) over the L pools f. */
@@ -221,7 +238,7 @@ static double decode_time(const decode_args *a, int v, const fake_kv *f, const a
 /* Times type index ti and prints its line; 0, or -1 when out of memory. */
 static int decode_type(const decode_args *a, int ti, evictor *e)
 {
-    const int n = a->n_ctx, R = a->rows;
+    const int n = a->n_ctx, R = a->rows * a->tiles;
     fake_kv *f = calloc((size_t)a->L, sizeof *f);
     const int kivi = ti - FAKE_KV_N_TYPES; /* 0..3, or < 0 */
     attn_reader *rd = kivi >= 2 ? calloc((size_t)a->L, sizeof *rd) : NULL;
@@ -244,7 +261,7 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
         }
     if (ok) {
         for (int i = 0; i < R * HD; i++) q[i] = rng_gauss();
-        attn_row rows[ATTN_ROWS_CAP];
+        attn_row rows[ATTN_ROWS_CAP * ATTN_TILES_CAP];
         for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * HD, o + v * HD, n, v / a->rep, 0};
         const double t2 = decode_time(a, 0, f, rows, scratch, sf, work, e);
         const double t512 = attn_avx512_available() ? decode_time(a, 1, f, rows, scratch, sf, work, e) : 0;

@@ -75,7 +75,7 @@ if [ -x "$B" ]; then
   check attn_calls_types [ "$(grep -E "$re" "$T/attn_calls.txt" | sed -E 's/ +hd 64.*//' | tr '\n' ',')" = "f32,f16,bf16,q8_0,q4_0,e4m3,e5m2,f16 pool," ]
 fi
 
-# bench_attn_decode L REPS TYPE N_KV REP ROWS, env NCTX BS NOEVICT MINT ONECALL
+# bench_attn_decode L REPS TYPE N_KV REP ROWS, env NCTX BS TILES NOEVICT MINT ONECALL
 B=$D/bench_attn_decode
 if [ -x "$B" ]; then
   expect_exit attn_decode_missing 2 "ROWS missing" -- "$B" 1 1 f16 2 2
@@ -85,6 +85,8 @@ if [ -x "$B" ]; then
   expect_exit attn_decode_rows 2 "ROWS: 5 rows need" -- "$B" 1 1 f16 2 2 5
   expect_exit attn_decode_nctx 2 "NCTX: 'x'" -- env NCTX=x "$B" 1 1 f16 2 2 4
   expect_exit attn_decode_bs 2 "BS: '0'" -- env BS=0 "$B" 1 1 f16 2 2 4
+  expect_exit attn_decode_tiles 2 "ROWS: 4 x 2 rows .TILES. need 4 KV heads" -- env TILES=2 "$B" 1 1 f16 2 2 4
+  expect_exit attn_decode_tiles_onecall 2 "TILES and ONECALL" -- env TILES=2 ONECALL=1 "$B" 1 1 f16 4 2 4
   re='^decode (f16|f16 pool) +hd 64 n_ctx 100, 2 layers x 4 rows \(GQA 2\): avx2 [0-9.]+, avx512 [0-9.]+ ms/token/thread$'
   tiny attn_decode env NCTX=100 BS=8 "$B" 2 2 f16 2 2 4
   check attn_decode_line [ "$(grep -Ec "$re" "$T/attn_decode.txt")" -eq 1 ]
@@ -96,6 +98,9 @@ if [ -x "$B" ]; then
   expect_exit attn_decode_onecall 2 "ROWS: 16 rows over 20000 keys" -- env ONECALL=1 NCTX=20000 "$B" 1 1 f16_pool 2 8 16
   tiny attn_decode_chunked env NCTX=20000 NOEVICT=1 "$B" 1 1 f16_pool 2 8 16
   check attn_decode_chunked_line [ "$(grep -Ec '^decode f16 pool +hd 64 n_ctx 20000, 1 layers x 16 rows' "$T/attn_decode_chunked.txt")" -eq 1 ]
+  # two tiles of 16 rows (TinyLlama's 4 KV heads) walking the chunks together
+  tiny attn_decode_tiles env TILES=2 NCTX=9000 NOEVICT=1 "$B" 1 1 q8_0 4 8 16
+  check attn_decode_tiles_line [ "$(grep -Ec '^decode q8_0 +hd 64 n_ctx 9000, 1 layers x 32 rows' "$T/attn_decode_tiles.txt")" -eq 1 ]
 fi
 
 # bench_attn_prefill TYPE [TYPE...], env DEPTH CHUNK REPS
