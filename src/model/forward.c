@@ -213,7 +213,8 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->attn_work = (kv_view_scratch_floats(kvg, call_ctx) + 15) & ~(size_t)15;
     s->attn_scratch_stride = s->attn_work + ((attn_chunks_work_floats((int)c->head_dim) + 15) & ~(size_t)15);
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
-    /* fewer GQA groups than threads, each with at most max_ctx / chunk + 2 pieces (attn_split) */
+    /* fewer GQA groups than threads, so fewer split tiles, each with at most max_ctx / chunk + 2 pieces of up
+     * to ATTN_ROWS_CAP rows (attn_split) */
     s->attn_parts_floats = (size_t)tp_size(tp) * ((size_t)max_ctx / attn_chunk_keys(kvg->s.block_size) + 2) *
                            attn_chunks_piece_floats(ATTN_ROWS_CAP, (int)c->head_dim);
     s->attn_parts = mem_alloc_aligned(s->attn_parts_floats * sizeof(float), 64);
@@ -380,20 +381,32 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
 }
 
 /* Flash-decoding: a batch of fewer GQA groups (token x KV head) than
- * threads, every group's rows long enough to be chunked, splits each
- * group's keys across the threads instead of its query heads. A unit is
- * one piece (chunk) of one group; the units are shared out in order like
- * tiles, each writes its rows' partial results into s->attn_parts, and the
- * calling thread folds them in order after the pass (attn_chunks_fold): the
- * bits of attn_chunks_run whatever the thread count. So one long sequence
- * on a machine with more threads than KV heads reads each KV head once,
- * not once per thread that holds some of its query heads. */
-#define ATTN_SPLIT_GROUPS_MAX 64
+ * threads, every group's rows long enough to be chunked, splits the keys
+ * across the threads instead of the query heads. So one long sequence on a
+ * machine with more threads than KV heads reads each KV head once, not
+ * once per thread that holds some of its query heads. A tile is a token's
+ * run of KV heads, up to ATTN_ROWS_CAP query rows (one attention call: two
+ * GQA groups a call cost less per key than one); a unit is one piece
+ * (chunk) of one tile. Units go out piece by piece (every tile's piece p,
+ * then p + 1), each to the thread where the midpoint of its cost (its
+ * keys) falls, so a thread's units are a run of positions of all the
+ * token's heads; each unit writes its rows' partial outputs and
+ * log-sum-exps into s->attn_parts, and the calling thread folds them in
+ * piece order after the pass (attn_chunks_fold): the bits of
+ * attn_chunks_run whatever the thread count. With as many groups as
+ * threads (TinyLlama's 4 KV heads on 2 threads) the heads are shared out
+ * instead: splitting the keys there measured no faster
+ * (docs/long-context.md, "Flash-decoding across threads"). */
+#define ATTN_SPLIT_TILES_MAX 64
 typedef struct {
-    int n_groups, rep;
-    int np[ATTN_SPLIT_GROUPS_MAX];     /* pieces of group i */
-    uint32_t c0[ATTN_SPLIT_GROUPS_MAX]; /* its first chunk */
-    size_t off[ATTN_SPLIT_GROUPS_MAX];  /* its pieces in attn_parts */
+    int n_tiles, max_np;
+    int t[ATTN_SPLIT_TILES_MAX], g0[ATTN_SPLIT_TILES_MAX], ng[ATTN_SPLIT_TILES_MAX]; /* token t, KV heads g0.. */
+    int np[ATTN_SPLIT_TILES_MAX];                                                     /* pieces of tile i */
+    int n_ctx[ATTN_SPLIT_TILES_MAX], lo[ATTN_SPLIT_TILES_MAX];                         /* its rows' keys */
+    uint32_t chunk_keys, block_size;
+    bool own;                                                                         /* a last own-block piece */
+    uint32_t c0[ATTN_SPLIT_TILES_MAX];                                                /* its first chunk */
+    size_t off[ATTN_SPLIT_TILES_MAX];                                                 /* its pieces in attn_parts */
 } attn_split;
 
 static inline float attn_scale_of(const model_config *c)
@@ -402,75 +415,109 @@ static inline float attn_scale_of(const model_config *c)
     return c->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)c->head_dim);
 }
 
-/* The view of group gi's sequence and its rows (token gi / n_kv, KV head
- * gi % n_kv: the rep query heads of that head). */
-static void split_group(const attn_job *j, int gi, kv_view *view, attn_row *rows)
+/* KV heads a split tile takes: as many as fill one attention call. */
+static inline int attn_split_heads(const model_config *c)
+{
+    const int rep = (int)(c->n_heads / c->n_kv_heads), g = ATTN_ROWS_CAP / rep;
+    return g < 1 ? 1 : g;
+}
+
+/* The view of tile ti's sequence and its rows (the rep query heads of each
+ * of its KV heads, in head order); returns the number of rows. */
+static int split_rows(const attn_job *j, const attn_split *sp, int ti, kv_view *view, attn_row *rows)
 {
     const model_config *c = &j->m->cfg;
     const fwd_batch *b = j->b;
-    const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
-    const int t = gi / n_kv, g = gi % n_kv;
+    const int rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim, t = sp->t[ti];
     const uint32_t lw = model_config_layer_local(c, j->layer) ? c->local_window : 0;
     kv_view_init(view, j->kv, j->s->kvw, &j->s->kvb, b->seq[t], j->layer);
     view->kv.softcap = c->attn_softcap;
-    for (int r = 0; r < rep; r++) {
-        const size_t off = (size_t)t * c->n_heads * hd + (size_t)(g * rep + r) * hd;
-        rows[r] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t, lw)};
-    }
+    int n = 0;
+    for (int g = sp->g0[ti]; g < sp->g0[ti] + sp->ng[ti]; g++)
+        for (int r = 0; r < rep; r++, n++) {
+            const size_t off = (size_t)t * c->n_heads * hd + (size_t)(g * rep + r) * hd;
+            rows[n] = (attn_row){j->s->q + off, j->s->att + off, attn_ctx(b, t), g, attn_lo(b, t, lw)};
+        }
+    assert(n >= 1 && n <= ATTN_ROWS_CAP);
+    return n;
 }
 
 /* Whether this pass splits keys across nth threads, and how (see above). */
 static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
 {
     const model_config *c = &j->m->cfg;
-    const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads);
-    const int groups = j->b->n_tokens * n_kv;
-    if (nth < 2 || groups >= nth || groups > ATTN_SPLIT_GROUPS_MAX || rep > ATTN_ROWS_CAP) return false;
-    const size_t pf = attn_chunks_piece_floats(rep, (int)c->head_dim);
+    const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads), T = j->b->n_tokens;
+    const int gpt = attn_split_heads(c), tpt = (n_kv + gpt - 1) / gpt;
+    if (nth < 2 || T * n_kv >= nth || rep > ATTN_ROWS_CAP || T * tpt > ATTN_SPLIT_TILES_MAX) return false;
     size_t off = 0;
-    sp->n_groups = groups;
-    sp->rep = rep;
-    for (int gi = 0; gi < groups; gi++) {
-        kv_view view;
-        attn_row rows[ATTN_ROWS_CAP];
-        split_group(j, gi, &view, rows);
-        sp->np[gi] = attn_chunks_n_pieces(&view.kv, rows, rep, &sp->c0[gi]);
-        if (sp->np[gi] < 2) return false; /* short rows: no split */
-        sp->off[gi] = off;
-        off += (size_t)sp->np[gi] * pf;
-    }
+    sp->n_tiles = sp->max_np = 0;
+    for (int t = 0; t < T; t++)
+        for (int g0 = 0; g0 < n_kv; g0 += gpt) {
+            const int i = sp->n_tiles++;
+            sp->t[i] = t;
+            sp->g0[i] = g0;
+            sp->ng[i] = n_kv - g0 < gpt ? n_kv - g0 : gpt;
+            kv_view view;
+            attn_row rows[ATTN_ROWS_CAP];
+            const int n = split_rows(j, sp, i, &view, rows);
+            sp->np[i] = attn_chunks_n_pieces(&view.kv, rows, n, &sp->c0[i]);
+            if (sp->np[i] < 2) return false; /* short rows: no split */
+            sp->n_ctx[i] = rows[0].n_ctx; /* a token's rows share their range */
+            sp->lo[i] = rows[0].lo;
+            sp->block_size = view.kv.block_size;
+            sp->chunk_keys = attn_chunk_keys(view.kv.block_size);
+            sp->own = view.kv.reader && view.kv.sealed;
+            sp->max_np = sp->np[i] > sp->max_np ? sp->np[i] : sp->max_np;
+            sp->off[i] = off;
+            off += (size_t)sp->np[i] * attn_chunks_piece_floats(n, (int)c->head_dim);
+        }
     return off <= j->s->attn_parts_floats;
 }
 
-/* This thread's units of a split pass: units (group, piece) in order, a
- * unit to the thread its index's midpoint falls to. */
+/* The cost of piece p of tile ti: the keys it reads (chunk c0 + p's part
+ * of the rows' range, or a block for the own-block pass) and a call's
+ * overhead, in keys. A decode row's last chunk is often a few keys: by
+ * count alone, units would load one thread with a chunk more. */
+static int64_t split_piece_cost(const attn_split *sp, int ti, int p)
+{
+    if (sp->own && p == sp->np[ti] - 1) return (int64_t)sp->block_size + 64;
+    const int64_t a = (int64_t)(sp->c0[ti] + (uint32_t)p) * sp->chunk_keys, b = a + sp->chunk_keys;
+    const int64_t lo = a > sp->lo[ti] ? a : sp->lo[ti], hi = b < sp->n_ctx[ti] ? b : sp->n_ctx[ti];
+    return (hi > lo ? hi - lo : 0) + 64;
+}
+
+/* This thread's units of a split pass: units (piece, tile) in piece order,
+ * a unit to the thread its cost's midpoint falls to. */
 static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, int nth, float *scratch)
 {
     const model_config *c = &j->m->cfg;
-    const size_t pf = attn_chunks_piece_floats(sp->rep, (int)c->head_dim);
-    int total = 0;
-    for (int gi = 0; gi < sp->n_groups; gi++) total += sp->np[gi];
-    for (int gi = 0, u = 0; gi < sp->n_groups; gi++) {
-        kv_view view;
-        attn_row rows[ATTN_ROWS_CAP];
-        bool made = false;
-        for (int p = 0; p < sp->np[gi]; p++, u++) {
-            if ((int)(((int64_t)2 * u + 1) * nth / (2 * (int64_t)total)) != ith) continue;
-            if (!made) split_group(j, gi, &view, rows), made = true;
-            attn_chunks_piece(&view.kv, rows, sp->rep, p, sp->c0[gi], attn_scale_of(c), scratch, j->s->attn_work,
-                              scratch + j->s->attn_work, j->s->attn_parts + sp->off[gi] + (size_t)p * pf);
+    int64_t total = 0, done = 0;
+    for (int ti = 0; ti < sp->n_tiles; ti++)
+        for (int p = 0; p < sp->np[ti]; p++) total += split_piece_cost(sp, ti, p);
+    for (int p = 0; p < sp->max_np; p++)
+        for (int ti = 0; ti < sp->n_tiles; ti++) {
+            if (p >= sp->np[ti]) continue;
+            const int64_t cost = split_piece_cost(sp, ti, p);
+            const int64_t owner = (done + cost / 2) * nth / total;
+            done += cost;
+            if ((owner < nth ? owner : nth - 1) != ith) continue;
+            kv_view view;
+            attn_row rows[ATTN_ROWS_CAP];
+            const int n = split_rows(j, sp, ti, &view, rows);
+            float *parts = j->s->attn_parts + sp->off[ti] + (size_t)p * attn_chunks_piece_floats(n, (int)c->head_dim);
+            attn_chunks_piece(&view.kv, rows, n, p, sp->c0[ti], attn_scale_of(c), scratch, j->s->attn_work,
+                              scratch + j->s->attn_work, parts);
         }
-    }
 }
 
-/* After a split pass: each group's pieces folded into its rows' outputs. */
+/* After a split pass: each tile's pieces folded into its rows' outputs. */
 static void attn_split_fold(const attn_job *j, const attn_split *sp)
 {
-    for (int gi = 0; gi < sp->n_groups; gi++) {
+    for (int ti = 0; ti < sp->n_tiles; ti++) {
         kv_view view;
         attn_row rows[ATTN_ROWS_CAP];
-        split_group(j, gi, &view, rows);
-        attn_chunks_fold(rows, sp->rep, (int)j->m->cfg.head_dim, j->s->attn_parts + sp->off[gi], sp->np[gi]);
+        const int n = split_rows(j, sp, ti, &view, rows);
+        attn_chunks_fold(rows, n, (int)j->m->cfg.head_dim, j->s->attn_parts + sp->off[ti], sp->np[ti]);
     }
 }
 

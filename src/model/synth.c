@@ -46,6 +46,7 @@ typedef struct {
 static const synth_shape shapes[] = {
     {"tiny", 128, 4, 4, 2, 384, 512, 2048, 10000.0f},
     {"tiny256", 256, 12, 8, 2, 512, 512, 2048, 10000.0f}, /* rows fit 256-element super-blocks */
+    {"tiny-gqa8", 512, 2, 32, 4, 512, 512, 2048, 10000.0f}, /* TinyLlama's heads (32 over 4 KV) at a tiny size */
     {"110m", 768, 12, 12, 12, 2048, 32000, 4096, 10000.0f},
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 4096, 10000.0f},
     {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f},

@@ -13,7 +13,7 @@ size=$(stat -c %s "$T/a.gguf")
 check "synth_tiny_is_a_few_MB_($size)" test "$size" -gt 1000000 -a "$size" -lt 8000000
 j=$("$PAGELLM" inspect "$T/a.gguf" --json)
 check synth_tiny_shape jq -e '.n_layers == 4 and .n_kv_heads == 2 and .head_dim == 32' <<<"$j"
-check synth_lists_shapes test "$("$PAGELLM" synth --list | tr '\n' ' ')" == "tiny tiny256 110m tinyllama-1.1b llama3.2-1b qwen3moe-3b gemma3-1b phi3-mini tiny-v2 mla-bench deepseek2-lite "
+check synth_lists_shapes test "$("$PAGELLM" synth --list | tr '\n' ' ')" == "tiny tiny256 tiny-gqa8 110m tinyllama-1.1b llama3.2-1b qwen3moe-3b gemma3-1b phi3-mini tiny-v2 mla-bench deepseek2-lite "
 
 # 39 tensors: 30 matrices in q8_0, the 9 norm vectors stay f32
 "$PAGELLM" synth --shape tiny --type q8_0 -o "$T/q8.gguf" 2>/dev/null
