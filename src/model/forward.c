@@ -170,6 +170,17 @@ void fwd_state_free(fwd_state *s)
     free(s);
 }
 
+/* Tiles of one flash-decoding pass at most (attn_split below; more: the
+ * heads are shared out instead). */
+#define ATTN_SPLIT_TILES_MAX 64
+
+/* KV heads a flash-decoding tile takes: as many as fill one attention call. */
+static inline int attn_split_heads(const model_config *c)
+{
+    const int rep = (int)(c->n_heads / c->n_kv_heads), g = ATTN_ROWS_CAP / rep;
+    return g < 1 ? 1 : g;
+}
+
 int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, const kv_geom *kvg, threadpool *tp)
 {
     const model_config *c = &m->cfg;
@@ -213,9 +224,12 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->attn_work = (kv_view_scratch_floats(kvg, call_ctx) + 15) & ~(size_t)15;
     s->attn_scratch_stride = s->attn_work + ((attn_chunks_work_floats((int)c->head_dim) + 15) & ~(size_t)15);
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
-    /* fewer GQA groups than threads, so fewer split tiles, each with at most max_ctx / chunk + 2 pieces of up
-     * to ATTN_ROWS_CAP rows (attn_split) */
-    s->attn_parts_floats = (size_t)tp_size(tp) * ((size_t)max_ctx / attn_chunk_keys(kvg->s.block_size) + 2) *
+    /* fewer tokens than threads, each in tiles of up to ATTN_ROWS_CAP rows with at most max_ctx / chunk + 2
+     * pieces (attn_split) */
+    size_t split_tiles = (size_t)(tp_size(tp) > 1 ? tp_size(tp) - 1 : 1) *
+                         ((c->n_kv_heads + attn_split_heads(c) - 1) / attn_split_heads(c));
+    if (split_tiles > ATTN_SPLIT_TILES_MAX) split_tiles = ATTN_SPLIT_TILES_MAX;
+    s->attn_parts_floats = split_tiles * ((size_t)max_ctx / attn_chunk_keys(kvg->s.block_size) + 2) *
                            attn_chunks_piece_floats(ATTN_ROWS_CAP, (int)c->head_dim);
     s->attn_parts = mem_alloc_aligned(s->attn_parts_floats * sizeof(float), 64);
     s->kv_seqs = mem_calloc(T, sizeof *s->kv_seqs);
@@ -380,24 +394,23 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
     return c;
 }
 
-/* Flash-decoding: a batch of fewer GQA groups (token x KV head) than
- * threads, every group's rows long enough to be chunked, splits the keys
- * across the threads instead of the query heads. So one long sequence on a
- * machine with more threads than KV heads reads each KV head once, not
- * once per thread that holds some of its query heads. A tile is a token's
- * run of KV heads, up to ATTN_ROWS_CAP query rows (one attention call: two
- * GQA groups a call cost less per key than one); a unit is one piece
- * (chunk) of one tile. Units go out piece by piece (every tile's piece p,
- * then p + 1), each to the thread where the midpoint of its cost (its
- * keys) falls, so a thread's units are a run of positions of all the
- * token's heads; each unit writes its rows' partial outputs and
- * log-sum-exps into s->attn_parts, and the calling thread folds them in
- * piece order after the pass (attn_chunks_fold): the bits of
- * attn_chunks_run whatever the thread count. With as many groups as
- * threads (TinyLlama's 4 KV heads on 2 threads) the heads are shared out
- * instead: splitting the keys there measured no faster
- * (docs/long-context.md, "Flash-decoding across threads"). */
-#define ATTN_SPLIT_TILES_MAX 64
+/* Flash-decoding: a batch of fewer tokens than threads, with rows long
+ * enough to be chunked, splits the keys across the threads instead of the
+ * query heads. Each thread then reads every KV head of its share of the
+ * positions, once: split by heads, a thread with fewer heads than a KV
+ * head's group would read that head's keys beside another thread, and even
+ * with whole groups (TinyLlama's 4 KV heads on 2 threads) each thread reads
+ * its part of every cache row, which measured ~5-10% more attention time a
+ * decode step at depth 8192 (docs/long-context.md, "Flash-decoding across
+ * threads"). A tile is a token's run of KV heads, up to ATTN_ROWS_CAP query
+ * rows (one attention call: two GQA groups a call cost less per key than
+ * one); a unit is one piece (chunk) of one tile. Units go out piece by
+ * piece (every tile's piece p, then p + 1), each to the thread where the
+ * midpoint of its cost (its keys) falls, so a thread's units are a run of
+ * positions of all of a token's heads; each unit writes its rows' partial
+ * outputs and log-sum-exps into s->attn_parts, and the calling thread
+ * folds them per tile in piece order after the pass (attn_chunks_fold):
+ * the bits of attn_chunks_run whatever the thread count. */
 typedef struct {
     int n_tiles, max_np;
     int t[ATTN_SPLIT_TILES_MAX], g0[ATTN_SPLIT_TILES_MAX], ng[ATTN_SPLIT_TILES_MAX]; /* token t, KV heads g0.. */
@@ -413,13 +426,6 @@ static inline float attn_scale_of(const model_config *c)
 {
     /* q is pre-scaled where llama.cpp scales it (gemma, phi3: attention scale 1) */
     return c->q_scale > 0 ? 1.0f : 1.0f / sqrtf((float)c->head_dim);
-}
-
-/* KV heads a split tile takes: as many as fill one attention call. */
-static inline int attn_split_heads(const model_config *c)
-{
-    const int rep = (int)(c->n_heads / c->n_kv_heads), g = ATTN_ROWS_CAP / rep;
-    return g < 1 ? 1 : g;
 }
 
 /* The view of tile ti's sequence and its rows (the rep query heads of each
@@ -448,7 +454,7 @@ static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
     const model_config *c = &j->m->cfg;
     const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads), T = j->b->n_tokens;
     const int gpt = attn_split_heads(c), tpt = (n_kv + gpt - 1) / gpt;
-    if (nth < 2 || T * n_kv >= nth || rep > ATTN_ROWS_CAP || T * tpt > ATTN_SPLIT_TILES_MAX) return false;
+    if (nth < 2 || T >= nth || rep > ATTN_ROWS_CAP || T * tpt > ATTN_SPLIT_TILES_MAX) return false;
     size_t off = 0;
     sp->n_tiles = sp->max_np = 0;
     for (int t = 0; t < T; t++)

@@ -5,7 +5,7 @@
 # one attention call takes, so every layer goes through attention_chunks.c's
 # chunks: the text is the same with 1, 2 and 3 threads (the cut and the
 # merge depend only on each row, never on the threads; with more threads
-# than KV heads decode splits the keys across threads), and `serve`
+# than decode tokens decode splits the keys across threads), and `serve`
 # answers the same greedy text as `run`.
 source "$(dirname "$0")/lib.sh"
 
@@ -31,9 +31,9 @@ python3 -c "print(' '.join('word%d' % (i % 500) for i in range(800)))" >"$T/mid.
 "$PAGELLM" run -m "$M" --ctx 32768 -f "$T/mid.txt" -n 12 -t 3 --temp 0 >"$T/m3.txt" 2>/dev/null
 check long_ctx_run_three_threads_exit [ $? -eq 0 ]
 check long_ctx_same_text_keys_split_across_threads cmp -s "$T/m1.txt" "$T/m3.txt"
-# TinyLlama's heads (32 query heads over 4 KV heads) on 5 threads: the split
-# takes each token's heads in two tiles of 16 rows, whose pieces go out
-# piece by piece and are folded per tile
+# TinyLlama's heads (32 query heads over 4 KV heads) on 2 and 5 threads: the
+# split takes each token's heads in two tiles of 16 rows, whose pieces go
+# out piece by piece and are folded per tile
 G="$T/gqa8.gguf"
 "$PAGELLM" synth --shape tiny-gqa8 -o "$G" >/dev/null 2>&1
 check long_ctx_gqa8_synth [ $? -eq 0 ]
@@ -41,6 +41,8 @@ check long_ctx_gqa8_synth [ $? -eq 0 ]
 "$PAGELLM" run -m "$G" --ctx 32768 -f "$T/mid.txt" -n 12 -t 5 --temp 0 >"$T/g5.txt" 2>/dev/null
 check long_ctx_gqa8_five_threads_exit [ $? -eq 0 ]
 check long_ctx_gqa8_same_text_split_in_two_tiles cmp -s "$T/g1.txt" "$T/g5.txt"
+"$PAGELLM" run -m "$G" --ctx 32768 -f "$T/mid.txt" -n 12 -t 2 --temp 0 >"$T/g2.txt" 2>/dev/null
+check long_ctx_gqa8_same_text_two_threads cmp -s "$T/g1.txt" "$T/g2.txt"
 
 command -v curl >/dev/null || { skip long_ctx_serve "curl not installed"; exit 0; }
 command -v jq >/dev/null || { skip long_ctx_serve "jq not installed"; exit 0; }
