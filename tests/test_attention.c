@@ -28,6 +28,7 @@
 #include "fake_kv.h"
 #include "rng.h"
 
+#include <float.h>
 #include <stdint.h>
 
 #include "kernels/attention.h"
@@ -576,23 +577,40 @@ TEST(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference)
          worst_simd);
 }
 
-/* fp8 caches on AVX-512 (attention_fp8_avx512.c) do AVX2's float operations
- * in AVX2's order, so they must give attn_paged_avx2's bits: head dims not
- * a multiple of 16 (masked V tails), contexts not a multiple of 16 (partial
- * key steps), GQA segments of 1..16 rows (16: a prefill tile, 2 tokens x
- * 8 heads) with mixed contexts in one call,
- * several KV heads a call, windows (lo), and, in every key and value row,
- * the extreme codes (+-max, +-0, +-smallest subnormal). A second pass puts
- * a NaN code (S.1111.111) in one key: then the outputs must be NaN where
- * AVX2's are (NaN payloads and signs are not compared). */
-static bool same_or_both_nan(const float *a, const float *b, size_t n)
+/* max over keys j < n of scale x sum_d |q_d k_jd| (head g): the size of a
+ * row's scores, which sets how far two orders of the dot products may
+ * move a softmax weight (about an ulp of it, relative). */
+static double max_score_size(const fake_kv *f, const float *q, int g, int n, float scale)
 {
-    for (size_t i = 0; i < n; i++)
-        if (isnan(a[i]) ? !isnan(b[i]) : memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
-    return true;
+    const int hd = f->kv.head_dim;
+    float *k = malloc(sizeof(float) * (size_t)hd);
+    double m = 0;
+    for (int j = 0; j < n; j++) {
+        const uint8_t *blk = f->kv.k_base + (size_t)f->kv.blocks[j / f->kv.block_size] * f->kv.block_bytes;
+        float sc;
+        memcpy(&sc, blk + f->kv.scale_off + 4 * (size_t)g, 4);
+        fake_kv_decode_row(f->kv.kv_type,
+                           blk + (size_t)(j % f->kv.block_size) * f->kv.row_bytes + (size_t)g * f->kv.head_bytes, k, hd, sc);
+        double a = 0;
+        for (int i = 0; i < hd; i++) a += fabs((double)q[i] * k[i]);
+        m = isfinite(a) && a * scale > m ? a * scale : m;
+    }
+    free(k);
+    return m;
 }
 
-TEST(avx512_fp8_is_avx2_bit_for_bit)
+/* fp8 caches on AVX-512 (attention_fp8_avx512.c: lanes over keys, its own
+ * order of operations) against the reference within the tolerance of
+ * simd_vs_reference: head dims not a multiple of 16 or 32 (masked key
+ * slices and V tails), block sizes that split a 16-key step (e4m3's scale
+ * per key), contexts not a multiple of 16 (partial key steps), GQA
+ * segments of 1..16 rows (16: a prefill tile, 2 tokens x 8 heads) with
+ * mixed contexts in one call, several KV heads a call, windows (lo), and,
+ * in every key and value row, the extreme codes (+-max, +-0, +-smallest
+ * subnormal). A second pass puts a NaN code (S.1111.111) in one key: then
+ * the outputs must be NaN exactly where the reference's are, and the
+ * log-sum-exps too. */
+TEST(avx512_fp8_matches_the_reference_on_extreme_codes_and_nan)
 {
     if (!attn_avx512_available() || !attn_avx2_available()) { test_skip(__func__, "no AVX-512"); return; }
     static const struct { int hd, n_kv, bs; } shapes[] = {{8, 3, 16}, {24, 2, 7}, {64, 4, 16}, {72, 2, 32}, {128, 2, 1}};
@@ -640,12 +658,30 @@ TEST(avx512_fp8_is_avx2_bit_for_bit)
                         const float scale = 1.0f / sqrtf((float)hd);
                         attn_kv kv = f.kv;
                         kv.lse = lse[0];
-                        attn_paged_avx2(&kv, rr[0], R, scale, scratch, sf);
+                        attn_paged_ref(&kv, rr[0], R, scale, scratch, sf);
                         kv.lse = lse[1];
                         attn_paged_avx512(&kv, rr[1], R, scale, scratch, sf);
-                        const bool ok = same_or_both_nan(o[0], o[1], (size_t)R * hd) && same_or_both_nan(lse[0], lse[1], (size_t)R);
-                        CHECK_MSG(ok, "%s hd %d bs %d rep %d n_kv %d n_ctx %d lo %d nan %d: avx512 differs from avx2",
-                                  fake_kv_type_name(t), hd, bs, rep, n_kv, n, lo, nan);
+                        /* each row's error over its tolerance: 1e-5 max|v|, plus an ulp of its largest
+                         * score per unit of weight (the extreme codes make scores of thousands) */
+                        double md = 0, vmax = 0, ld = 0;
+                        bool nan_same = true;
+                        for (int r = 0; r < R; r++) {
+                            const double vm = max_abs_v(&f, rr[0][r].g, n);
+                            const double ss = max_score_size(&f, rr[0][r].q, rr[0][r].g, n, scale);
+                            const double tol = 1e-5 + 2 * FLT_EPSILON * ss;
+                            vmax = fmax(vmax, vm);
+                            nan_same &= isnan(lse[0][r]) == isnan(lse[1][r]);
+                            if (!isnan(lse[0][r])) ld = fmax(ld, fabs((double)lse[0][r] - lse[1][r]) / fmax(1.0, ss) / tol);
+                            for (int i = 0; i < hd; i++) {
+                                const float a = o[0][r * hd + i], b = o[1][r * hd + i];
+                                nan_same &= isnan(a) == isnan(b);
+                                if (!isnan(a)) md = fmax(md, fabs((double)a - b) / (tol * vm));
+                            }
+                        }
+                        CHECK_MSG(nan_same && md <= 1 && ld <= 1,
+                                  "%s hd %d bs %d rep %d n_kv %d n_ctx %d lo %d nan %d: avx512 differs from the reference "
+                                  "by %.3g tolerances (max|v| %.3g), log-sum-exp by %.3g, NaNs %s",
+                                  fake_kv_type_name(t), hd, bs, rep, n_kv, n, lo, nan, md, vmax, ld, nan_same ? "same" : "differ");
                         /* the NaN key makes NaN every output of the rows of head 0 whose window holds it, and
                          * no other row's */
                         for (int r = 0; r < R; r++) {
@@ -662,7 +698,7 @@ TEST(avx512_fp8_is_avx2_bit_for_bit)
             }
             fake_kv_free(&f);
         }
-    INFO("%d fp8 calls, avx512 = avx2 bit for bit", calls);
+    INFO("%d fp8 calls, avx512 within tolerance of the reference, NaNs where it has them", calls);
 }
 
 TEST(scratch_sizing)
@@ -690,7 +726,7 @@ int main(void)
     RUN(dispatch_follows_kern_init);
     RUN(vline_prefetch_walk_covers_each_blocks_heads_once_in_order);
     RUN(kivi_in_place_matches_the_dequantized_oracle_and_simd_the_reference);
-    RUN(avx512_fp8_is_avx2_bit_for_bit);
+    RUN(avx512_fp8_matches_the_reference_on_extreme_codes_and_nan);
     RUN(scratch_sizing);
     return test_summary();
 }

@@ -376,10 +376,10 @@ TEST(chunk_sizes_are_whole_blocks_and_bound_every_call)
 }
 
 /* fp8 rows in chunks (the split mode a long row takes) with the kernels
- * capped at AVX2 and at AVX-512: the AVX-512 fp8 kernel does AVX2's float
- * operations in AVX2's order, so each chunk's output and log-sum-exp, and
- * so the merged row, are the same bits (a GQA group, windows included). */
-TEST(fp8_chunks_on_avx512_are_avx2s_bits)
+ * capped at AVX2 and at AVX-512: the two fp8 kernels order their float
+ * operations differently, so the merged rows agree within 1e-5 max|v| (a
+ * GQA group, windows included). */
+TEST(fp8_chunks_on_avx512_agree_with_avx2s)
 {
     if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
     static const struct { int n, lo; } rows_of[] = {{4097, 0}, {9000, 3000}, {8200, 2047}};
@@ -399,8 +399,11 @@ TEST(fp8_chunks_on_avx512_are_avx2s_bits)
                 for (int r = 0; r < 8; r++) a[r] = (attn_row){q + r * 64, o[v] + r * 64, rows_of[k].n, 1, rows_of[k].lo};
                 run_chunks(&f.kv, a, 8, 0.125f, &b);
             }
-            CHECK_MSG(memcmp(o[0], o[1], sizeof o[0]) == 0, "%s n_ctx %d lo %d: avx512 chunks differ from avx2's",
-                      fake_kv_type_name(t), rows_of[k].n, rows_of[k].lo);
+            const double vmax = max_abs_v(&f, 1, 0, rows_of[k].n);
+            double md = 0;
+            for (int i = 0; i < 8 * 64; i++) md = fmax(md, fabs((double)o[0][i] - o[1][i]));
+            CHECK_MSG(md <= 1e-5 * vmax, "%s n_ctx %d lo %d: avx512 chunks differ from avx2's by %.3g (max|v| %.3g)",
+                      fake_kv_type_name(t), rows_of[k].n, rows_of[k].lo, md, vmax);
         }
         unsetenv("PAGELLM_KERNELS");
         kern_init(0);
@@ -503,7 +506,7 @@ int main(void)
     RUN(with_a_sealed_view_only_the_own_block_goes_through_the_reader);
     RUN(pieces_folded_after_give_the_bits_of_one_run);
     RUN(chunk_sizes_are_whole_blocks_and_bound_every_call);
-    RUN(fp8_chunks_on_avx512_are_avx2s_bits);
+    RUN(fp8_chunks_on_avx512_agree_with_avx2s);
     RUN(decode_rows_across_chunk_boundaries_match_the_reference_on_every_variant);
     return test_summary();
 }

@@ -311,42 +311,23 @@ K5I void keys_q4(const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512
  * of 16 int32 lanes: t[j] lane kk = elements 4j..4j+3 of key kk as u8 (for
  * vpdpbusd's unsigned operand): q8_0's quants + 128, q4_0's nibbles (the
  * value + 8), and dk lane kk = the key's d.
- * q8_0: a 16 x 8 transpose of dwords: keys (p, p + 4) (p < 4) and (p + 4,
- * p + 8) (p >= 4) share a zmm, so that one 128-bit lane shuffle per output
- * leaves the keys in order. q4_0: keys_q4. */
+ * q8_0: k5_transpose16x8_epi32. q4_0: keys_q4. */
 K5I void keys_i8(bool q4, const uint8_t *const *k, size_t goff, int b, __m512i *t, __m512 *dk)
 {
     if (q4) {
         keys_q4(k, goff, b, t, dk);
         return;
     }
-    static const int lo_key[8] = {0, 1, 2, 3, 8, 9, 10, 11};
-    __m512i z[8], u[8];
+    __m512i z[8];
     uint16_t d[16];
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
-        const __m256i a = key_u8(k[lo_key[p]] + goff, b, &d[lo_key[p]]);
-        const __m256i c = key_u8(k[lo_key[p] + 4] + goff, b, &d[lo_key[p] + 4]);
+        const __m256i a = key_u8(k[K5_TR_KEY(p)] + goff, b, &d[K5_TR_KEY(p)]);
+        const __m256i c = key_u8(k[K5_TR_KEY(p) + 4] + goff, b, &d[K5_TR_KEY(p) + 4]);
         z[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
     }
     *dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) { /* pairs of keys: dwords 4h, 4h+1 | 4h+2, 4h+3 */
-        u[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
-        u[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) { /* quads of keys: z[4h..4h+3]'s keys, dword j (lanes 0, 2) and j + 4 (lanes 1, 3) */
-        z[4 * h] = _mm512_unpacklo_epi64(u[4 * h], u[4 * h + 2]);
-        z[4 * h + 1] = _mm512_unpackhi_epi64(u[4 * h], u[4 * h + 2]);
-        z[4 * h + 2] = _mm512_unpacklo_epi64(u[4 * h + 1], u[4 * h + 3]);
-        z[4 * h + 3] = _mm512_unpackhi_epi64(u[4 * h + 1], u[4 * h + 3]);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm512_shuffle_i32x4(z[j], z[4 + j], 0x88);
-        t[j + 4] = _mm512_shuffle_i32x4(z[j], z[4 + j], 0xDD);
-    }
+    k5_transpose16x8_epi32(z, t);
 }
 
 /* NR (1..8) rows against 16 q8_0 (or q4 = q4_0) keys: per (row, key) and
@@ -632,12 +613,13 @@ K5AI void softmax_group(int R, float *const *x, int n, bool f16, float *const *l
     }
 }
 
-/* Step 2 of a call: each row's softmax over its own scores lo..n_ctx-1
- * (the keys before lo weigh 0), the weights rounded to f16 for an f16
- * cache; rows with the same range (a decode call's) 4 at a time. inv (or
- * NULL): softmax_group's, row r's factor at inv[r]. */
-static K5 void softmax_rows(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap,
-                            float *kv_lse, float *inv)
+/* Step 2 of a call (also fp8's, attention_fp8_avx512.c): each row's
+ * softmax over its own scores lo..n_ctx-1 (the keys before lo weigh 0),
+ * the weights rounded to f16 for an f16 cache; rows with the same range (a
+ * decode call's) 4 at a time. inv (or NULL): softmax_group's, row r's
+ * factor at inv[r]. */
+K5 void attn_softmax_rows_avx512(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap,
+                                 float *kv_lse, float *inv)
 {
     for (int r = 0; r < n_rows && softcap > 0; r++)
         attn_softcap(sc + (size_t)r * ncp + rows[r].lo, rows[r].n_ctx - rows[r].lo, softcap);
@@ -786,7 +768,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
 
     /* 2. softmax */
     float inv[ATTN_ROWS_CAP];
-    softmax_rows(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap, kv->lse, t == DT_F16 ? NULL : inv);
+    attn_softmax_rows_avx512(rows, n_rows, sc, ncp, t == DT_F16, kv->softcap, kv->lse, t == DT_F16 ? NULL : inv);
     /* 3. values, ATTN_VB keys at a time, heads visited as in 1 */
     kv_cursor vc = cursor_at(kv, kv->v_base, 0);
     for (int j0 = 0; j0 < nmax; j0 += ATTN_VB) {

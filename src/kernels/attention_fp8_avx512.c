@@ -1,27 +1,27 @@
 /* attention_fp8_avx512.c - fp8 caches (ATTN_KV_FP8_E4M3 / _E5M2) read in
- * place, AVX-512 variant (attn_paged_avx512's route for them). It does the
- * AVX2 variant's float operations in the AVX2 variant's order, so its
- * results are attn_paged_avx2's bits for these types (tests/test_attention.c
- * checks that); only the work per instruction changes:
+ * place, AVX-512 variant (attn_paged_avx512's route for them). Its order
+ * of float operations is its own (the AVX2 variant's 8-lane chains and hadd
+ * trees, which it once copied for the same bits, took about 40% more time
+ * a decode call), so the two variants differ in the last bits, as for F16;
+ * tests/test_attention.c holds it to the reference:
  *
- *   conversion: 16 codes a vector, by the half trick (attention_impl.h)
- *   in 16-bit lanes then vcvtph2ps; e4m3's NaN code S.1111.111 made a half
- *   NaN exactly as AVX2's ld8 does (the same half bits, so the same NaN);
- *   e5m2 is the top byte of a half.
- *   e4m3's x 256 and block scale multiply the scores before and the
- *   weights after the softmax (scale_by_block), as in AVX2.
+ *   scores: lanes over 16 keys, as attention_avx512.c's q8_0 keys: a
+ *   step's 16 key rows transposed in registers 32 codes at a time
+ *   (k5_transpose16x8_epi32), then each dword lane's 4 codes moved to the
+ *   top bytes of halves (one vpermw) and converted (vcvtph2ps), once for
+ *   the segment's rows; per (row, key) one FMA chain over the dims in
+ *   order (f32 query), times the key's 256 x block scale (e4m3) x scale.
+ *   e5m2 is the top byte of a half; e4m3 the half trick (attention_impl.h)
+ *   x 2^-8; a key with an e4m3 NaN code (S.1111.111) scores NaN.
  *
- *   scores: a vector holds 2 keys x 8 dims, so each key's lanes run AVX2's
- *   8-lane FMA chain (lane l: dims l, l + 8, ... in order) and are reduced
- *   by AVX2's hadd tree on each 256-bit half. A key pair is converted once
- *   for up to 8 rows of a GQA segment; fewer rows take more pairs at once
- *   (8 pairs for 1 row), so there are always about 8 chains in flight.
- *
- *   softmax: the AVX2 table's (kern_vt_avx2()->softmax), as AVX2 calls it.
+ *   softmax: attention_avx512.c's (attn_softmax_rows_avx512), the
+ *   exponentials left and each row's V sum times 1 / sum at the end; for
+ *   e4m3 each weight times its value's 256 x block scale (scale_by_block).
  *
  *   values: per output element one FMA chain p_j x v_j, j ascending, from
  *   0, continued across tiles through the output: 16 dims a vector, each V
- *   vector converted once in a register for up to 8 rows.
+ *   vector converted once in a register for up to 8 rows (the half trick
+ *   in 16-bit lanes, e4m3's NaN code made a half NaN).
  *
  * The cache walk and prefetching are AVX2's (attention_walk.h).
  */
@@ -52,106 +52,115 @@ K5AI __m512 fp8_16(bool e4m3, __m128i x)
     return _mm512_cvtph_ps(_mm256_ternarylogic_epi32(w, nan, _mm256_set1_epi16(0x4000), 0xF8));
 }
 
-/* Dims i..i+7 of key a in the low half, of key b in the high half. */
-K5AI __m512 fp8_pair(bool e4m3, const uint8_t *a, const uint8_t *b, int i)
+/* 16 keys' codes [i, i + 32) (zeros past hd) as 8 vectors of 16 dword
+ * lanes: t[j] lane kk = codes i + 4j .. i + 4j + 3 of key kk. */
+K5AI void keys16(const uint8_t *const *k, int i, int hd, __m512i *t)
 {
-    return fp8_16(e4m3, _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(a + i)),
-                                           _mm_loadl_epi64((const __m128i *)(b + i))));
-}
-
-/* AVX2's hsum8_ps: lane x = ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) of a[x]. */
-K5AI __m256 hsum8_ps(const __m256 *a)
-{
-    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-/* The dots of NR rows (1..8) with keys k[0..2 PG): PG pairs at once, each
- * pair converted once per 8 dims for the NR rows. res[k][r] = row r . key k
- * by AVX2's chain and tree (rows >= NR: zeros). */
-K5AI void dots_pairs(int NR, int PG, bool e4m3, const uint8_t *const *k, const float *const *q, int hd,
-                     float (*res)[8])
-{
-    __m512 a[8][8]; /* [pair][row] */
+    __m512i z[8];
+    const int w = hd - i < 32 ? hd - i : 32;
 #pragma GCC unroll 8
-    for (int p = 0; p < PG; p++)
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) a[p][r] = _mm512_setzero_ps();
-    for (int i = 0; i < hd; i += 8) {
-        __m512 qv[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) qv[r] = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[r] + i))));
-#pragma GCC unroll 8
-        for (int p = 0; p < PG; p++) {
-            const __m512 kc = fp8_pair(e4m3, k[2 * p], k[2 * p + 1], i);
-#pragma GCC unroll 8
-            for (int r = 0; r < NR; r++) a[p][r] = _mm512_fmadd_ps(kc, qv[r], a[p][r]);
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *a = k[K5_TR_KEY(p)] + i, *c = k[K5_TR_KEY(p) + 4] + i;
+        if (w == 32) {
+            z[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                                      _mm256_loadu_si256((const __m256i *)c), 1);
+        } else { /* a head dim's last 8, 16 or 24 codes (no byte-masked load in the emulation build) */
+            uint8_t b[64] = {0};
+            memcpy(b, a, (size_t)w);
+            memcpy(b + 32, c, (size_t)w);
+            z[p] = _mm512_loadu_si512(b);
         }
     }
+    k5_transpose16x8_epi32(z, t);
+}
+
+/* The 4 dims of t (16 keys' dwords of 4 codes) as 4 vectors of 16 f32
+ * keys, x[b] = dim b: the keys' low words then high words side by side
+ * (one vpermw), each code moved to the top byte of a half (e5m2: that is
+ * the half; e4m3: the half trick without its NaN, whose codes the caller
+ * finds by e4m3_nans). */
+K5AI void codes4(bool e4m3, __m512i t, __m512 *x)
+{
+    const __m512i idx = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 30, 28, 26, 24, 22,
+                                         20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i w = _mm512_permutexvar_epi16(idx, t);
+    __m512i lo = _mm512_slli_epi16(w, 8), hi = _mm512_and_si512(w, _mm512_set1_epi16((short)0xFF00));
+    if (e4m3) { /* S.EEEE.MMM at bits 15..8 -> S.0EEEE.MMM0000000 */
+        lo = _mm512_and_si512(_mm512_srai_epi16(lo, 1), _mm512_set1_epi16((short)0xBF80));
+        hi = _mm512_and_si512(_mm512_srai_epi16(hi, 1), _mm512_set1_epi16((short)0xBF80));
+    }
+    x[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(lo));
+    x[1] = _mm512_cvtph_ps(_mm512_castsi512_si256(hi));
+    x[2] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1));
+    x[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1));
+}
+
+/* Bits 4kk .. 4kk + 3 set where key kk's codes in t are e4m3 NaN (S.1111.111). */
+K5AI uint64_t e4m3_nans(__m512i t)
+{
+    return _mm512_cmpeq_epi8_mask(_mm512_or_si512(t, _mm512_set1_epi8((char)0x80)), _mm512_set1_epi8((char)0xFF));
+}
+
+/* The keys (lanes) with a bit of their nibble set in m. */
+static inline __mmask16 nan_keys(uint64_t m)
+{
+    unsigned r = 0;
+    for (int kk = 0; kk < 16; kk++) r |= ((m >> (4 * kk)) & 15) ? 1u << kk : 0;
+    return (__mmask16)r;
+}
+
+/* Scores of NR rows (1..8) against 16 keys k[0..16): lanes over the keys,
+ * per (row, key) one FMA chain over the dims in order, then x ks (lane kk:
+ * the key's 256 x block scale for e4m3, times scale); a key with an e4m3
+ * NaN code scores NaN. qt: the rows' queries interleaved (element d of row
+ * r at qt[d NR + r]: each dim's NR broadcasts from one base register).
+ * out[r][kk] for kk < n[r] (at most 16; rows with n[r] <= 0 store nothing). */
+K5AI void scores_t(int NR, bool e4m3, const uint8_t *const *k, const float *qt, int hd, __m512 ks, float *const *out,
+                   const int *n)
+{
+    __m512 acc[8];
 #pragma GCC unroll 8
-    for (int p = 0; p < PG; p++) {
-        __m256 lo[8], hi[8];
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    uint64_t nan = 0;
+    for (int i = 0; i < hd; i += 32) {
+        __m512i t[8];
+        keys16(k, i, hd, t);
+        const int nj = hd - i >= 32 ? 8 : (hd - i) / 4;
+        for (int j = 0; j < nj; j++) {
+            __m512 x[4];
+            codes4(e4m3, t[j], x);
+            if (e4m3) nan |= e4m3_nans(t[j]);
+            const float *qd = qt + (size_t)(i + 4 * j) * NR;
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) /* hd % 8 == 0: whole dwords */
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            lo[r] = r < NR ? _mm512_castps512_ps256(a[p][r]) : _mm256_setzero_ps();
-            hi[r] = r < NR ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[p][r]), 1)) : _mm256_setzero_ps();
+                for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qd[b * NR + r]), x[b], acc[r]);
         }
-        _mm256_storeu_ps(res[2 * p], hsum8_ps(lo));
-        _mm256_storeu_ps(res[2 * p + 1], hsum8_ps(hi));
+    }
+    const __mmask16 nk = nan ? nan_keys(nan) : 0;
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        if (n[r] <= 0) continue;
+        const __m512 s = _mm512_mask_mov_ps(_mm512_mul_ps(acc[r], ks), nk, _mm512_set1_ps(NAN));
+        _mm512_mask_storeu_ps(out[r], lanes16(n[r] < 16 ? n[r] : 16), s);
     }
 }
 
-/* t[r] = x[0..8)[r]: 8 keys' scores of 8 rows turned into each row's 8
- * keys (the scores' read-out, a scalar loop of loads from just-stored
- * vectors before, ~7% of a prefill's e4m3 attention). */
-K5AI void transpose8(const float (*x)[8], __m256 *t)
+static K5 void scores_t_nr(int nr, bool e4m3, const uint8_t *const *k, const float *qt, int hd, __m512 ks,
+                           float *const *out, const int *n)
 {
-    __m256 a[8], b[8];
-    for (int k = 0; k < 8; k += 2) {
-        a[k] = _mm256_unpacklo_ps(_mm256_loadu_ps(x[k]), _mm256_loadu_ps(x[k + 1]));
-        a[k + 1] = _mm256_unpackhi_ps(_mm256_loadu_ps(x[k]), _mm256_loadu_ps(x[k + 1]));
-    }
-    for (int k = 0; k < 8; k += 4) {
-        b[k] = _mm256_shuffle_ps(a[k], a[k + 2], 0x44);
-        b[k + 1] = _mm256_shuffle_ps(a[k], a[k + 2], 0xEE);
-        b[k + 2] = _mm256_shuffle_ps(a[k + 1], a[k + 3], 0x44);
-        b[k + 3] = _mm256_shuffle_ps(a[k + 1], a[k + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm256_permute2f128_ps(b[i], b[i + 4], 0x20);
-        t[i + 4] = _mm256_permute2f128_ps(b[i], b[i + 4], 0x31);
-    }
-}
-
-/* Scores of nr rows (1..8) against 16 keys: out[r][k] = (row r . key k) x
- * scale for k < n[r] (at most 16; rows with n[r] <= 0 store nothing). */
-static K5 void scores16(bool e4m3, int nr, const uint8_t *const *k, const float *const *q, int hd, float scale,
-                        float *const *out, const int *n)
-{
-    float res[16][8];
-#define DP(NR, PG)                                                                          \
-    for (int p0 = 0; p0 < 8; p0 += PG) dots_pairs(NR, PG, e4m3, k + 2 * p0, q, hd, res + 2 * p0)
+#define ST(R) (e4m3 ? scores_t(R, true, k, qt, hd, ks, out, n) : scores_t(R, false, k, qt, hd, ks, out, n))
     switch (nr) {
-    case 1: DP(1, 8); break;
-    case 2: DP(2, 8); break;
-    case 3: DP(3, 4); break;
-    case 4: DP(4, 4); break;
-    case 5: DP(5, 2); break;
-    case 6: DP(6, 2); break;
-    case 7: DP(7, 2); break;
-    default: DP(8, 2); break;
+    case 1: ST(1); break;
+    case 2: ST(2); break;
+    case 3: ST(3); break;
+    case 4: ST(4); break;
+    case 5: ST(5); break;
+    case 6: ST(6); break;
+    case 7: ST(7); break;
+    default: ST(8); break;
     }
-#undef DP
-    const __m256 vs = _mm256_set1_ps(scale);
-    for (int h = 0; h < 2; h++) { /* keys 8h..8h+7 */
-        __m256 t[8];
-        transpose8(res + 8 * h, t);
-        for (int r = 0; r < nr; r++) {
-            const int m = n[r] - 8 * h < 0 ? 0 : n[r] - 8 * h > 8 ? 8 : n[r] - 8 * h;
-            _mm256_mask_storeu_ps(out[r] + 8 * h, (__mmask8)((1u << m) - 1), _mm256_mul_ps(t[r], vs));
-        }
-    }
+#undef ST
 }
 
 /* AVX2's scale_by_block: x[j] *= 256 x (e4m3 scale of head g in the block
@@ -173,7 +182,7 @@ static K5 void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, fl
 /* The V sum of RR rows (1..8) over C vectors (1..4) of 16 dims from d0,
  * the last masked by klast: o[r][d0 ..] (+)= sum_k p[r][k] v_k, k = 0..n-1
  * ascending, from 0 when first. One FMA chain a output element. */
-K5AI void vtile(int RR, int C, bool e4m3, __mmask16 klast, bool first, float *const *o, const float *const *p, int n,
+K5AI void vtile(int RR, int C, bool e4m3, __mmask16 klast, bool first, float *const *o, const float *w, int n,
                 const uint8_t *const *vp, int d0, const char *pf, int npf)
 {
     __m512 a[8][4];
@@ -196,7 +205,7 @@ K5AI void vtile(int RR, int C, bool e4m3, __mmask16 klast, bool first, float *co
         }
 #pragma GCC unroll 8
         for (int r = 0; r < RR; r++) {
-            const __m512 pk = _mm512_set1_ps(p[r][k]);
+            const __m512 pk = _mm512_set1_ps(w[r * ATTN_VB + k]);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(pk, v[c], a[r][c]);
         }
@@ -209,10 +218,10 @@ K5AI void vtile(int RR, int C, bool e4m3, __mmask16 klast, bool first, float *co
 }
 
 /* vtile with RR and C constants: up to 4 rows x 4 vectors, 5..8 rows x 2. */
-static K5 void vtile_rc(int rr, int c, bool e4m3, __mmask16 klast, bool first, float *const *o, const float *const *p,
+static K5 void vtile_rc(int rr, int c, bool e4m3, __mmask16 klast, bool first, float *const *o, const float *w,
                         int n, const uint8_t *const *vp, int d0, const char *pf, int npf)
 {
-#define VT(R, C) vtile(R, C, e4m3, klast, first, o, p, n, vp, d0, pf, npf)
+#define VT(R, C) vtile(R, C, e4m3, klast, first, o, w, n, vp, d0, pf, npf)
     switch (rr * 16 + c) {
     case 0x11: VT(1, 1); break;
     case 0x12: VT(1, 2); break;
@@ -244,36 +253,45 @@ static K5 void vtile_rc(int rr, int c, bool e4m3, __mmask16 klast, bool first, f
 
 /* All of the head's dims for rr rows over n keys: passes of 64 dims for up
  * to 4 rows, 32 for 5..8; take: prefetches issued a pass. */
-static K5 void vdims(bool e4m3, int rr, bool first, float *const *o, const float *const *p, int n,
+static K5 void vdims(bool e4m3, int rr, bool first, float *const *o, const float *w, int n,
                      const uint8_t *const *vp, int hd, kv_pfb *pb, int take, vline_pf *lp)
 {
-    const int w = rr > 4 ? 32 : 64;
-    for (int d0 = 0; d0 < hd; d0 += w) {
-        const int left = hd - d0 < w ? hd - d0 : w, c = (left + 15) / 16;
+    const int width = rr > 4 ? 32 : 64;
+    for (int d0 = 0; d0 < hd; d0 += width) {
+        const int left = hd - d0 < width ? hd - d0 : width, c = (left + 15) / 16;
         const char *pf = NULL;
         const int npf = lp ? vline_span(lp, n, &pf) : 0;
         pf_take(pb, take);
-        vtile_rc(rr, c, e4m3, lanes16(left - 16 * (c - 1)), first, o, p, n, vp, d0, pf, npf);
+        vtile_rc(rr, c, e4m3, lanes16(left - 16 * (c - 1)), first, o, w, n, vp, d0, pf, npf);
     }
 }
 
 /* nr rows (n[r] >= 1 keys each from the tile's first): chunks of up to 8
- * rows over their common keys, then each row alone over the rest. */
+ * rows over their common keys, then each row alone over the rest. A
+ * chunk's weights are copied first into rows ATTN_VB floats apart (wt):
+ * the tile then reads them from one base register (attention_avx512.c's
+ * vrows, for the same reason). */
 static K5 void vrows(bool e4m3, int nr, bool first, float *const *o, const float *const *p, const int *n,
                      const uint8_t *const *vp, int hd, kv_pfb *pb, int quota, vline_pf *lp)
 {
+    float wt[8 * ATTN_VB] __attribute__((aligned(64)));
     for (int r0 = 0; r0 < nr; r0 += 8) {
         const int rr = nr - r0 < 8 ? nr - r0 : 8, w = rr > 4 ? 32 : 64;
         int nmin = n[r0];
         for (int r = r0 + 1; r < r0 + rr; r++) nmin = n[r] < nmin ? n[r] : nmin;
+        assert(nmin >= 1 && nmin <= ATTN_VB);
+        for (int r = 0; r < rr && rr > 1; r++)
+            for (int i = 0; i < nmin; i += 16) {
+                const __mmask16 m = lanes16(nmin - i < 16 ? nmin - i : 16);
+                _mm512_mask_storeu_ps(wt + r * ATTN_VB + i, m, _mm512_maskz_loadu_ps(m, p[r0 + r] + i));
+            }
         const int passes = (hd + w - 1) / w, calls = ((nr - r0 + 7) / 8) * passes;
         const int take = pb && quota > 0 ? (quota + calls - 1) / calls : 0;
-        vdims(e4m3, rr, first, o + r0, p + r0, nmin, vp, hd, pb, take, lp);
+        vdims(e4m3, rr, first, o + r0, rr > 1 ? wt : p[r0], nmin, vp, hd, pb, take, lp);
         quota -= take * passes;
         for (int r = r0; r < r0 + rr; r++) {
             if (n[r] == nmin) continue;
-            const float *pr = p[r] + nmin;
-            vdims(e4m3, 1, false, o + r, &pr, n[r] - nmin, vp + nmin, hd, NULL, 0, NULL);
+            vdims(e4m3, 1, false, o + r, p[r] + nmin, n[r] - nmin, vp + nmin, hd, NULL, 0, NULL);
         }
     }
 }
@@ -296,7 +314,7 @@ K5 void attn_fp8_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const size_t ncp = attn_round8((size_t)nmax), hdp = attn_round8((size_t)hd);
     assert(attn_layout_floats((size_t)n_rows, (size_t)nmax, (size_t)hd) <= scratch_floats);
     (void)scratch_floats;
-    float *sc = scratch + (size_t)n_rows * hdp; /* the layout's scores (the queries are read in place) */
+    float *sc = scratch + (size_t)n_rows * hdp; /* the layout's scores */
 
     int gmin = rows[0].g, gmax = rows[0].g;
     for (int r = 1; r < n_rows; r++) {
@@ -312,9 +330,18 @@ K5 void attn_fp8_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     pf_until(&pk, pfd);
 
     /* 1. scores, 16 keys a step (keys past nmax repeat the last one), the
-     * call's heads visited key step by key step as AVX2 does */
+     * call's heads visited key step by key step as AVX2 does; the queries
+     * interleaved per chunk of 8 rows (scores_t) in the layout's query
+     * space, chunk [a, a + nr) at qt + a hd */
+    float *qt = scratch;
+    for (int sg = 0; sg < n_sg; sg++)
+        for (int a = sg_r0[sg]; a < sg_r0[sg + 1]; a += 8) {
+            const int nr = sg_r0[sg + 1] - a < 8 ? sg_r0[sg + 1] - a : 8;
+            for (int r = 0; r < nr; r++)
+                for (int d = 0; d < hd; d++) qt[(size_t)a * hd + (size_t)d * nr + r] = rows[a + r].q[d];
+        }
     kv_cursor kc = cursor_at(kv, kv->k_base, 0);
-    const int pk_share = (16 + n_sg - 1) / n_sg;
+    const int pk_share = (16 + n_sg - 1) / n_sg, bs = (int)kv->block_size;
     for (int j0 = 0; j0 < nmax; j0 += 16) {
         kv_pfb pkb;
         pkb.n = pkb.next = 0;
@@ -326,40 +353,48 @@ K5 void attn_fp8_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             if (j0 + k + 1 < nmax) cursor_next(&kc);
         }
         for (int sg = 0; sg < n_sg; sg++) {
-            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1];
+            const int r0 = sg_r0[sg], r1 = sg_r0[sg + 1], g = rows[r0].g;
             if (sg_n[sg] <= j0) continue;
-            const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
+            const size_t goff = (size_t)g * kv->head_bytes;
             const uint8_t *kp[16];
             for (int k = 0; k < 16; k++) kp[k] = krow[k] + goff;
+            __m512 ks = _mm512_set1_ps(scale);
+            if (e4m3) { /* each key's 256 x block scale x scale (keys past nmax: the last one's) */
+                int b = j0 / bs, e = (b + 1) * bs; /* key j0's block, the first position past it */
+                float cur = 256.0f * attn_fp8_scale(kv, kv->k_base, kv->blocks[b], g) * scale;
+                if (e >= j0 + 16 || e >= nmax) {
+                    ks = _mm512_set1_ps(cur); /* one block (bs a multiple of 16: always) */
+                } else {
+                    float f[16];
+                    for (int k = 0; k < 16; k++) {
+                        if (j0 + k >= e && j0 + k < nmax)
+                            b++, e += bs, cur = 256.0f * attn_fp8_scale(kv, kv->k_base, kv->blocks[b], g) * scale;
+                        f[k] = cur;
+                    }
+                    ks = _mm512_loadu_ps(f);
+                }
+            }
             pf_take(&pkb, pk_share);
             for (int a = r0; a < r1; a += 8) {
                 const int nr = r1 - a < 8 ? r1 - a : 8;
-                const float *q[8];
                 float *out[8];
                 int n[8];
                 for (int r = 0; r < nr; r++) {
-                    q[r] = rows[a + r].q;
                     out[r] = sc + (size_t)(a + r) * ncp + j0;
                     n[r] = rows[a + r].n_ctx - j0;
                 }
-                scores16(e4m3, nr, kp, q, hd, scale, out, n);
+                scores_t_nr(nr, e4m3, kp, qt + (size_t)a * hd, hd, ks, out, n);
             }
         }
         pf_take(&pkb, 16);
     }
 
-    /* 2. softmax of each row over its own scores lo..n_ctx-1, AVX2's */
-    const kern_vtable *vt2 = kern_vt_avx2();
-    for (int r = 0; r < n_rows; r++) {
-        float *s = sc + (size_t)r * ncp;
-        if (e4m3) scale_by_block(kv, kv->k_base, rows[r].g, s, rows[r].n_ctx);
-        const int lo = rows[r].lo;
-        attn_softcap(s + lo, rows[r].n_ctx - lo, kv->softcap);
-        const float lse = vt2->softmax(s + lo, rows[r].n_ctx - lo);
-        if (kv->lse) kv->lse[r] = lse;
-        for (int j = 0; j < lo; j++) s[j] = 0;
-        if (e4m3) scale_by_block(kv, kv->v_base, rows[r].g, s, rows[r].n_ctx);
-    }
+    /* 2. softmax of each row over its own scores lo..n_ctx-1, AVX-512's,
+     * the exponentials left (the V sum is scaled by inv at the end), then
+     * x each value's 256 x block scale for e4m3 */
+    float inv[ATTN_ROWS_CAP];
+    attn_softmax_rows_avx512(rows, n_rows, sc, ncp, false, kv->softcap, kv->lse, inv);
+    for (int r = 0; e4m3 && r < n_rows; r++) scale_by_block(kv, kv->v_base, rows[r].g, sc + (size_t)r * ncp, rows[r].n_ctx);
     if (vlines) vline_until(&lv, pfd);
 
     /* 3. values, ATTN_VB keys a tile, heads visited as in 1 */
@@ -395,6 +430,11 @@ K5 void attn_fp8_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         pf_take(&pvb, ATTN_VB);
         if (vlines) vline_until(&lv, j0 + jn + pfd);
     }
+    for (int r = 0; r < n_rows; r++)
+        for (int i = 0; i < hd; i += 16) {
+            const __mmask16 m = lanes16(hd - i < 16 ? hd - i : 16);
+            _mm512_mask_storeu_ps(rows[r].out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, rows[r].out + i), _mm512_set1_ps(inv[r])));
+        }
 }
 
 #else

@@ -90,10 +90,16 @@ void attn_kivi_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, float s
 void attn_kivi_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                       size_t scratch_floats);
 
-/* attention_fp8_avx512.c: fp8 caches read in place, AVX2's float
- * operations in AVX2's order (attn_paged_avx2's bits), 16 codes a vector. */
+/* attention_fp8_avx512.c: fp8 caches read in place, lanes over 16 keys
+ * for the scores, 16 dims for the values. */
 void attn_fp8_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, float scale, float *scratch,
                      size_t scratch_floats);
+/* attention_avx512.c's softmax of a call's rows over their scores (row r
+ * at sc + r ncp): weights rounded to f16 with f16, or with inv the
+ * exponentials left and row r's 1 / sum in inv[r]; softcap, and the
+ * log-sum-exps in kv_lse (or NULL). AVX-512 CPUs only. */
+void attn_softmax_rows_avx512(const attn_row *rows, int n_rows, float *sc, size_t ncp, bool f16, float softcap,
+                              float *kv_lse, float *inv);
 
 /* The e4m3 scale of head g in physical block pb of a plane (1 for e5m2). */
 static inline float attn_fp8_scale(const attn_kv *kv, const uint8_t *plane, uint32_t pb, int g)

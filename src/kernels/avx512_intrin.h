@@ -254,5 +254,34 @@ K5AI __m256i k5_bcast4(const void *p)
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
 }
+
+/* The key tiles' 16 x 8 transpose of dwords (attention's q8_0 and fp8
+ * keys: lanes over 16 keys). z[p] holds key K5_TR_KEY(p) in its low 256
+ * bits and key K5_TR_KEY(p) + 4 in its high ones, 8 dwords each (keys (p,
+ * p + 4) for p < 4, (p + 4, p + 8) after: then one 128-bit lane shuffle
+ * per output leaves the keys in order); t[j] lane kk = dword j of key kk.
+ * z is overwritten. */
+#define K5_TR_KEY(p) ((p) < 4 ? (p) : (p) + 4)
+K5AI void k5_transpose16x8_epi32(__m512i *z, __m512i *t)
+{
+    __m512i u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* pairs of keys: dwords 4h, 4h+1 | 4h+2, 4h+3 */
+        u[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+        u[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* quads of keys: z[4h..4h+3]'s keys, dword j (lanes 0, 2) and j + 4 (lanes 1, 3) */
+        z[4 * h] = _mm512_unpacklo_epi64(u[4 * h], u[4 * h + 2]);
+        z[4 * h + 1] = _mm512_unpackhi_epi64(u[4 * h], u[4 * h + 2]);
+        z[4 * h + 2] = _mm512_unpacklo_epi64(u[4 * h + 1], u[4 * h + 3]);
+        z[4 * h + 3] = _mm512_unpackhi_epi64(u[4 * h + 1], u[4 * h + 3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_i32x4(z[j], z[4 + j], 0x88);
+        t[j + 4] = _mm512_shuffle_i32x4(z[j], z[4 + j], 0xDD);
+    }
+}
 #endif
 #endif
