@@ -1,6 +1,6 @@
 /* attention_avx512.c - paged attention, AVX-512 variant for F16 caches
  * (the engine's default), Q8_0 and Q4_0; fp8 caches go to
- * attention_fp8_avx512.c (AVX2's bits), sealed KIVI blocks to
+ * attention_fp8_avx512.c, sealed KIVI blocks to
  * attention_kivi_avx512.c; every other cache type, and calls through a
  * reader, go to the AVX2 variant whole (attention_avx2.c), so each type
  * keeps one variant and its row independence. See attention.h
@@ -652,7 +652,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         attn_kivi_avx512(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
-    if (!kv->reader && attn_is_fp8(t)) { /* fp8 rows in place, AVX2's bits: attention_fp8_avx512.c */
+    if (!kv->reader && attn_is_fp8(t)) { /* fp8 rows in place: attention_fp8_avx512.c */
         attn_fp8_avx512(kv, rows, n_rows, scale, scratch, scratch_floats);
         return;
     }
