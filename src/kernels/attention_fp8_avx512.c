@@ -163,8 +163,8 @@ static K5 void scores_t_nr(int nr, bool e4m3, const uint8_t *const *k, const flo
 #undef ST
 }
 
-/* AVX2's scale_by_block: x[j] *= 256 x (e4m3 scale of head g in the block
- * of position j), j < n (powers of two: exact, the same bits). */
+/* x[j] *= 256 x (e4m3 scale of head g in the block of position j), j < n:
+ * the values' block scales, applied to their weights (as AVX2 does). */
 static K5 void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, float *x, int n)
 {
     const int T = (int)kv->block_size;
@@ -180,7 +180,7 @@ static K5 void scale_by_block(const attn_kv *kv, const uint8_t *plane, int g, fl
 }
 
 /* The V sum of RR rows (1..8) over C vectors (1..4) of 16 dims from d0,
- * the last masked by klast: o[r][d0 ..] (+)= sum_k p[r][k] v_k, k = 0..n-1
+ * the last masked by klast: o[r][d0 ..] (+)= sum_k w[r ATTN_VB + k] v_k, k = 0..n-1
  * ascending, from 0 when first. One FMA chain a output element. */
 K5AI void vtile(int RR, int C, bool e4m3, __mmask16 klast, bool first, float *const *o, const float *w, int n,
                 const uint8_t *const *vp, int d0, const char *pf, int npf)
