@@ -14,7 +14,7 @@ tiny() {
   check "${name}_exit" [ "$rc" -eq 0 ]
   check "${name}_quiet" [ ! -s "$T/$name.err" ]
 }
-for p in bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode bench_attn_prefill; do
+for p in bench_fma_peak bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode bench_attn_prefill; do
   check "${p}_built" [ -x "$D/$p" ]
 done
 
@@ -59,6 +59,21 @@ if [ -x "$B" ]; then
   tiny layers "$B" q8_0 2 64 128 32 1
   check layers_head grep -Eq '^[a-z0-9-]+ q8_0 layers 2 x \(dim 64, ffn 128, kv 32\), [0-9]+ MiB, 1 threads: probe [0-9.]+ GB/s, step/probe [0-9.]+ \(quartiles [0-9.]+-[0-9.]+\)$' "$T/layers.txt"
   check layers_kinds [ "$(grep -E '^  (qkv|wo|gate\+up|down) +[0-9.]+ ms a step +[0-9.]+ GB/s$' "$T/layers.txt" | awk '{print $1}' | tr '\n' ' ')" = "qkv wo gate+up down " ]
+fi
+
+# bench_fma_peak [THREADS]: a line a kind the CPU runs (zmm FMAs only with
+# AVX-512, dpbusd only with AVX512-VNNI); the figures must be positive
+B=$D/bench_fma_peak
+if [ -x "$B" ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  expect_exit fma_threads 2 "THREADS: '0'" -- "$B" 0
+  expect_exit fma_extra 2 "unexpected argument 'x'" -- "$B" 2 x
+  check fma_help "$B" -h
+  tiny fma "$B" 2
+  re=': [0-9]*[1-9][0-9]*\.[0-9]+ G instr/s a thread, [0-9.]+ G multiply-adds/s a thread, [0-9]*[1-9][0-9]*\.[0-9] G multiply-adds/s over 2 threads$'
+  want="f32 fma ymm"
+  grep -qw avx512f /proc/cpuinfo && want="f32 fma zmm,$want"
+  grep -qw avx512f /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo && want="$want,int8 dpbusd zmm"
+  check fma_lines [ "$(grep -E "$re" "$T/fma.txt" | sed 's/:.*//' | paste -sd,)" = "$want" ]
 fi
 
 if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
