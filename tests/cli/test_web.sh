@@ -19,7 +19,8 @@ trap cleanup EXIT
 if [ ! -f "$M" ]; then skip web "$M not found"; exit 0; fi
 command -v curl >/dev/null || { skip web "curl not installed"; exit 0; }
 
-serve_start "$T/serve.log" "$M" --api-key "$KEY" --threads 2 --max-seqs 8
+# --ctx 8192: room for the long answer Stop interrupts
+serve_start "$T/serve.log" "$M" --api-key "$KEY" --threads 2 --max-seqs 8 --ctx 8192
 if [ -z "$PORT" ]; then fail web_serve_starts "$(tail -3 "$T/serve.log")"; exit 0; fi
 URL=http://127.0.0.1:$PORT
 
