@@ -99,7 +99,10 @@ $(BUILD)/tests/%: tests/%.c $(LIBSRV) $(LIBPL)
 
 $(BUILD)/bench/%: bench/micro/%.c $(LIBPL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MICROINC) -MMD -MP -o $@ $< $(LIBPL) $(LIBS)
+	$(CC) $(CFLAGS) $(MICROINC) -MMD -MP -o $@ $< $(filter %.o,$^) $(LIBPL) $(LIBS)
+
+# bench_fma_peak prints what `bench speed` measures (bench/fma_peak.c)
+$(BUILD)/bench/bench_fma_peak: $(BUILD)/obj/bench/fma_peak.o
 
 -include $(OBJ:.o=.d) $(SRVOBJ:.o=.d) $(CLIOBJ:.o=.d) $(MICROBIN:=.d) $(TESTBIN:=.d)
 

@@ -85,6 +85,7 @@
 
 #include "bench_common.h"
 #include "cli.h"
+#include "fma_peak.h"
 #include "svg.h"
 
 #define SP_MAX_MODELS 16
@@ -783,11 +784,21 @@ static void emit_json(const sp_opts *o, json_t *j)
     json_decref(j);
 }
 
+/* The multiply-add rates of this CPU over the bench's threads (fma_peak.h),
+ * measured once before the first decode row at depth; 0 when not. */
+static double sp_peak_f32, sp_peak_i8;
+
+/* The arithmetic floor of a decode row at depth (see sp_floor): its
+ * tok/s and our share of it, medians over our runs; 0 where none. */
+typedef struct {
+    double tok_s, share;
+} sp_floor_fig;
+
 /* roof, share, bw: the medians over our runs of the test of each run's
  * roofline, share of it and bandwidth (0 for pp512, which has no
- * roofline). */
+ * roofline); fl: the decode rows' floor at depth. */
 static void print_row_as(const sp_opts *o, const sp_model *m, int test, const char *label, double ours, double peer,
-                         double roof, double share, double bw)
+                         double roof, double share, double bw, sp_floor_fig fl)
 {
     if (test >= 0 && sp_n_rows < (int)(sizeof sp_rows / sizeof sp_rows[0])) {
         snprintf(sp_rows[sp_n_rows].label, sizeof sp_rows[0].label, "%s %s", m->name, m->weights);
@@ -795,21 +806,23 @@ static void print_row_as(const sp_opts *o, const sp_model *m, int test, const ch
         sp_n_rows++;
     }
     if (o->json || json_out_f) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights", m->weights,
-                              "test", label, "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
+        json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "model", m->name, "weights",
+                              m->weights, "test", label, "pagellm_tok_s", num_or_null(ours), "peer_tok_s",
                               num_or_null(peer), "ratio", num_or_null(peer > 0 ? ours / peer : 0),
                               "roofline_tok_s", num_or_null(roof), "roofline_share", num_or_null(share),
-                              "bandwidth_gb_s", num_or_null(bw));
+                              "bandwidth_gb_s", num_or_null(bw), "floor_tok_s", num_or_null(fl.tok_s), "floor_share",
+                              num_or_null(fl.share));
         emit_json(o, j);
     }
     if (!o->json) {
-        char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-", bs[16] = "-";
+        char pr[16] = "-", ra[16] = "-", rf[16] = "-", fo[16] = "-", fp[16] = "-", bs[16] = "-", ft[16] = "-", fs[16] = "-";
+        if (fl.tok_s > 0) snprintf(ft, sizeof ft, "%.1f", fl.tok_s), snprintf(fs, sizeof fs, "%.0f%%", 100 * fl.share);
         if (peer > 0) snprintf(pr, sizeof pr, "%.1f", peer), snprintf(ra, sizeof ra, "%.2fx", ours / peer);
         if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * share);
         if (roof > 0 && peer > 0) snprintf(fp, sizeof fp, "%.0f%%", 100 * peer / roof);
         if (bw > 0) snprintf(bs, sizeof bs, "%.1f", bw);
-        printf("%-16s %-7s %-18s %10.1f %10s %7s %10s %7s %9s %6s\n", m->name, m->weights, label, ours, pr, ra, rf,
-               fo, fp, bs);
+        printf("%-16s %-7s %-18s %10.1f %10s %7s %10s %7s %9s %6s %8s %8s\n", m->name, m->weights, label, ours, pr, ra,
+               rf, fo, fp, bs, ft, fs);
     }
     fflush(stdout);
 }
@@ -817,7 +830,7 @@ static void print_row_as(const sp_opts *o, const sp_model *m, int test, const ch
 static void print_row(const sp_opts *o, const sp_model *m, int test, double ours, double peer, double roof, double share,
                       double bw)
 {
-    print_row_as(o, m, test, test_names[test], ours, peer, roof, share, bw);
+    print_row_as(o, m, test, test_names[test], ours, peer, roof, share, bw, (sp_floor_fig){0, 0});
 }
 
 /* ---------------------------------------------------------------- main */
@@ -876,6 +889,25 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
 }
 
 /* bw == 0: no speed test, so no bandwidth either (only rss). */
+/* The multiply-add peaks the floors of the depth rows use (a JSON object
+ * {"bench": "fma_peak", ...} after the header, or a line). */
+static void print_peaks(const sp_opts *o, fma_kind fk, fma_kind ik)
+{
+    if (o->json || json_out_f) {
+        json_t *j = json_pack("{s:s, s:i, s:s, s:o, s:s, s:o}", "bench", "fma_peak", "threads", o->threads, "f32_kind",
+                              fma_kind_name(fk), "f32_g_macs_s", num_or_null(sp_peak_f32 * 1e-9), "i8_kind",
+                              fma_kind_name(ik), "i8_g_macs_s", num_or_null(sp_peak_i8 * 1e-9));
+        emit_json(o, j);
+    }
+    if (!o->json) {
+        if (sp_peak_f32 > 0)
+            printf("multiply-add peak over %d threads (best of 3 rounds): f32 %.1f G/s (%s), int8 %.1f G/s (%s)\n",
+                   o->threads, sp_peak_f32 * 1e-9, fma_kind_name(fk), sp_peak_i8 * 1e-9, fma_kind_name(ik));
+        else printf("multiply-add peak: not measured on this CPU (no floor column)\n");
+    }
+    fflush(stdout);
+}
+
 static void print_header(const sp_opts *o, double bw, double bw_best, int pf, const double calib[2], bool peer_ok,
                          const char *peer_note)
 {
@@ -975,6 +1007,22 @@ static int peer_at_depth(const sp_opts *o, const sp_model *m, const sp_depth_row
     return 0;
 }
 
+/* A decode step's arithmetic floor at depth (docs/speed.md): the weights
+ * read at the run's bandwidth, then attention, which takes at least the
+ * longer of reading the dtype's KV at that bandwidth and its multiply-adds
+ * at the CPU's peak: 2 x heads x head dim x layers a position of context
+ * (scores and the V sum), f32 for every dtype but the scores of q8_0 and
+ * q4_0 keys, which are int8 dots. Returns tok/s at bandwidth bw_gbs. */
+static double sp_floor(double bw_gbs, double w, double kv_bytes, double depth, const pl_file_info *fi, pl_kv_dtype t)
+{
+    const double B = bw_gbs * 1e9;
+    const double macs = 2.0 * fi->n_heads * fi->head_dim * fi->n_layers * depth;
+    const bool i8 = t == PL_KV_Q8_0 || t == PL_KV_Q4_0;
+    const double arith = i8 ? macs / 2 / sp_peak_i8 + macs / 2 / sp_peak_f32 : macs / sp_peak_f32;
+    const double att = kv_bytes / B > arith ? kv_bytes / B : arith;
+    return 1.0 / (w / B + att);
+}
+
 /* The tg32@dN / pp512@dN rows of one model, each in every --kv-dtypes,
  * ours then the peer, reps times. w: the weight bytes of a decode step. */
 static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, const bw_probe *probe, bool peer_ok,
@@ -1003,13 +1051,26 @@ static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, co
             pl_kv_shape ks = {fi->n_layers, fi->n_kv_heads, fi->head_dim, 16};
             pl_kv_size kvs = {0};
             pl_kv_size_of(&ks, o->kvd[k], &kvs);
-            const double per_gbs = r->pp ? 0 : 1e9 / (w + kvs.bytes_per_token * (r->depth + DEPTH_TG_N / 2));
+            const double depth = r->depth + DEPTH_TG_N / 2;
+            const double per_gbs = r->pp ? 0 : 1e9 / (w + kvs.bytes_per_token * depth);
             double roof = 0, share = 0, bw = 0;
             if (per_gbs > 0) run_medians(a, ra, na, per_gbs, &roof, &share, &bw);
+            sp_floor_fig fl = {0, 0};
+            if (!r->pp && sp_peak_f32 > 0 && sp_peak_i8 > 0 && fi->n_heads && fi->head_dim) {
+                double ft[SP_MAX_REPS], fs[SP_MAX_REPS];
+                int nf = 0;
+                for (int i = 0; i < na; i++) {
+                    if (!(ra[i] > 0)) continue;
+                    ft[nf] = sp_floor(ra[i], w, kvs.bytes_per_token * depth, depth, fi, o->kvd[k]);
+                    fs[nf] = a[i] / ft[nf];
+                    nf++;
+                }
+                fl = (sp_floor_fig){bench_median(ft, (size_t)nf), bench_median(fs, (size_t)nf)};
+            }
             char label[48];
             snprintf(label, sizeof label, "%s@d%d:%s", r->pp ? "pp512" : "tg32", r->depth, pl_kv_dtype_name(o->kvd[k]));
             print_row_as(o, m, -1, label, bench_median(a, (size_t)na), nb ? bench_median(b, (size_t)nb) : 0, roof, share,
-                         bw);
+                         bw, fl);
         }
     return 0;
 }
@@ -1168,18 +1229,25 @@ int bench_speed(int argc, char **argv)
     double calib[2] = {0, 0};
     if (any_speed) bw_probe_calibrate(&probe, calib);
     double bw_best = 0, bw = any_speed ? bw_probe_run(&probe, 5, &bw_best) : 0;
+    bool dep_tg = false;
+    for (int d = 0; d < o.n_dep; d++) dep_tg = dep_tg || !o.dep[d].pp;
+    fma_kind fk = FMA_F32_YMM, ik = FMA_I8_MADDUBS;
+    if (dep_tg && fma_peak_kernels(o.threads, &sp_peak_f32, &sp_peak_i8, &fk, &ik) != 0) sp_peak_f32 = sp_peak_i8 = 0;
     print_header(&o, bw, bw_best, probe.pf, calib, peer_ok, peer_note);
+    if (dep_tg) print_peaks(&o, fk, ik);
     if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed)
-        printf("%-16s %-7s %-18s %10s %10s %7s %10s %7s %9s %6s\n", "model", "weights", "test", "pagellm", "peer", "ratio",
-               "roofline", "pl/roof", "peer/roof", "GB/s");
+        printf("%-16s %-7s %-18s %10s %10s %7s %10s %7s %9s %6s %8s %8s\n", "model", "weights", "test", "pagellm", "peer",
+               "ratio", "roofline", "pl/roof", "peer/roof", "GB/s", "floor", "pl/floor");
     int status = 0;
     for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], &probe, peer_ok);
     bw_probe_free(&probe);
     if (!o.json && any_speed)
         printf("(tok/s; roofline = bandwidth x sequences / bytes read per decode step, where a run's bandwidth (GB/s) is "
                "the mean of probe passes taken just before, every %d decode steps during (outside the timing) and just "
-               "after it; roofline, pl/roof and GB/s are the medians over our runs of each run's own)\n",
+               "after it; roofline, pl/roof and GB/s are the medians over our runs of each run's own; floor, for decode "
+               "at depth = 1 / (weights / bandwidth + the longer of KV / bandwidth and attention's multiply-adds at the "
+               "peak above), and pl/floor, likewise)\n",
                SP_SAMPLE_EVERY);
     if (json_out_f) fclose(json_out_f);
     json_out_f = NULL;

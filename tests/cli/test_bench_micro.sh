@@ -62,7 +62,8 @@ if [ -x "$B" ]; then
 fi
 
 # bench_fma_peak [THREADS]: a line a kind the CPU runs (zmm FMAs only with
-# AVX-512, dpbusd only with AVX512-VNNI); the figures must be positive
+# AVX-512, dpbusd only with AVX512-VNNI, AVX2's maddubs triple always); the
+# figures must be positive
 B=$D/bench_fma_peak
 if [ -x "$B" ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
   expect_exit fma_threads 2 "THREADS: '0'" -- "$B" 0
@@ -73,6 +74,7 @@ if [ -x "$B" ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; the
   want="f32 fma ymm"
   grep -qw avx512f /proc/cpuinfo && want="f32 fma zmm,$want"
   grep -qw avx512f /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo && want="$want,int8 dpbusd zmm"
+  want="$want,int8 maddubs ymm"
   check fma_lines [ "$(grep -E "$re" "$T/fma.txt" | sed 's/:.*//' | paste -sd,)" = "$want" ]
 fi
 

@@ -52,8 +52,10 @@ jq_check bench_speed_header "$T/speed.json" '.[0].bench == "speed" and .[0].band
 # the probe's read loop: plain loads or with the 8 KiB prefetch, whichever read faster at the start
 jq_check bench_speed_read_loop "$T/speed.json" '.[0].bandwidth_prefetch_bytes == 0 or .[0].bandwidth_prefetch_bytes == 8192'
 jq_check bench_speed_row_fields "$T/speed.json" \
-  '[.[1:][] | select(.test != "rss") | keys] == [["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_share","roofline_tok_s","test","weights"],
-                                                 ["bandwidth_gb_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_share","roofline_tok_s","test","weights"]]'
+  '[.[1:][] | select(.test != "rss") | keys] == [["bandwidth_gb_s","floor_share","floor_tok_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_share","roofline_tok_s","test","weights"],
+                                                 ["bandwidth_gb_s","floor_share","floor_tok_s","model","pagellm_tok_s","peer_tok_s","ratio","roofline_share","roofline_tok_s","test","weights"]]'
+# the arithmetic floor is for decode rows at depth only (and its peak is measured only for them)
+jq_check bench_speed_no_floor "$T/speed.json" 'all(.[1:][] | select(.test != "rss"); .floor_tok_s == null) and all(.[]; .bench != "fma_peak")'
 jq_check bench_speed_rows "$T/speed.json" \
   '[.[1:][] | select(.test != "rss")] as $r | ($r | map(.test)) == ["tg128","tg128x8"] and
    all($r[]; .model == "tiny" and .weights == "q8_0" and .pagellm_tok_s > 0 and .roofline_tok_s > 0 and .bandwidth_gb_s > 0)'
@@ -82,11 +84,25 @@ timeout 120 "$PAGELLM" bench speed --models "$T/models/tiny-q8_0.gguf" --reps 1 
   --tests tg32@d64,pp512@d64 --kv-dtypes f16,q4_0 --json >"$T/depth.json" 2>"$T/depth.err"
 check bench_speed_depth_exit [ $? -eq 0 ]
 jq_check bench_speed_depth_rows "$T/depth.json" \
-  '[.[1:][] | .test] == ["tg32@d64:f16","tg32@d64:q4_0","pp512@d64:f16","pp512@d64:q4_0"] and
-   all(.[1:][]; .pagellm_tok_s > 0 and .peer_tok_s == null)'
+  '[.[2:][] | .test] == ["tg32@d64:f16","tg32@d64:q4_0","pp512@d64:f16","pp512@d64:q4_0"] and
+   all(.[2:][]; .pagellm_tok_s > 0 and .peer_tok_s == null)'
 jq_check bench_speed_depth_roofline "$T/depth.json" \
-  '[.[1:][] | select(.test | startswith("tg32"))] as $d | ($d[1].roofline_tok_s / $d[1].bandwidth_gb_s) > ($d[0].roofline_tok_s / $d[0].bandwidth_gb_s) and
-   all(.[1:][] | select(.test | startswith("pp512")); .roofline_tok_s == null)'
+  '[.[2:][] | select(.test | startswith("tg32"))] as $d | ($d[1].roofline_tok_s / $d[1].bandwidth_gb_s) > ($d[0].roofline_tok_s / $d[0].bandwidth_gb_s) and
+   all(.[2:][] | select(.test | startswith("pp512")); .roofline_tok_s == null)'
+# decode rows at depth: the CPU's multiply-add peak (an object after the
+# header), and a floor no faster than the roofline (it adds the arithmetic to
+# the bytes), our share of it from the same run; prompt rows have none
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  jq_check bench_speed_fma_peak "$T/depth.json" \
+    '.[1].bench == "fma_peak" and .[1].threads == 1 and .[1].f32_g_macs_s > 0 and .[1].i8_g_macs_s > .[1].f32_g_macs_s and
+     (.[1].f32_kind | test("^f32 fma [yz]mm$")) and (.[1].i8_kind | test("^int8 (dpbusd zmm|maddubs ymm)$"))'
+  jq_check bench_speed_depth_floor "$T/depth.json" \
+    'all(.[2:][] | select(.test | startswith("tg32")); .floor_tok_s > 0 and .floor_tok_s <= .roofline_tok_s * (1 + 1e-9) and
+       ((.floor_share - .pagellm_tok_s / .floor_tok_s) | fabs) < 1e-4 * .floor_share) and
+     all(.[2:][] | select(.test | startswith("pp512")); .floor_tok_s == null and .floor_share == null)'
+else
+  skip bench_speed_depth_floor "no AVX2 with FMA: no multiply-add peak"
+fi
 for f in "$T"/*.err; do
   if grep -q Sanitizer "$f"; then fail "bench_speed_sanitizer" "$(head -c 400 "$f")"; fi
 done
