@@ -821,7 +821,7 @@ static void print_row_as(const sp_opts *o, const sp_model *m, int test, const ch
         if (roof > 0) snprintf(rf, sizeof rf, "%.1f", roof), snprintf(fo, sizeof fo, "%.0f%%", 100 * share);
         if (roof > 0 && peer > 0) snprintf(fp, sizeof fp, "%.0f%%", 100 * peer / roof);
         if (bw > 0) snprintf(bs, sizeof bs, "%.1f", bw);
-        printf("%-16s %-7s %-18s %10.1f %10s %7s %10s %7s %9s %6s %8s %8s\n", m->name, m->weights, label, ours, pr, ra,
+        printf("%-16s %-7s %-20s %10.1f %10s %7s %10s %7s %9s %6s %8s %8s\n", m->name, m->weights, label, ours, pr, ra,
                rf, fo, fp, bs, ft, fs);
     }
     fflush(stdout);
@@ -1237,7 +1237,7 @@ int bench_speed(int argc, char **argv)
     if (dep_tg) print_peaks(&o, fk, ik);
     if (o.want[T_RSS]) print_rss(&o, &rss_m, &rr);
     if (!o.json && any_speed)
-        printf("%-16s %-7s %-18s %10s %10s %7s %10s %7s %9s %6s %8s %8s\n", "model", "weights", "test", "pagellm", "peer",
+        printf("%-16s %-7s %-20s %10s %10s %7s %10s %7s %9s %6s %8s %8s\n", "model", "weights", "test", "pagellm", "peer",
                "ratio", "roofline", "pl/roof", "peer/roof", "GB/s", "floor", "pl/floor");
     int status = 0;
     for (int i = 0; i < n_models && !status; i++) status = bench_model(&o, &models[i], &probe, peer_ok);
