@@ -888,7 +888,6 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
     return parse_tests(o, o->tests);
 }
 
-/* bw == 0: no speed test, so no bandwidth either (only rss). */
 /* The multiply-add peaks the floors of the depth rows use (a JSON object
  * {"bench": "fma_peak", ...} after the header, or a line). */
 static void print_peaks(const sp_opts *o, fma_kind fk, fma_kind ik)
@@ -908,6 +907,7 @@ static void print_peaks(const sp_opts *o, fma_kind fk, fma_kind ik)
     fflush(stdout);
 }
 
+/* bw == 0: no speed test, so no bandwidth either (only rss). */
 static void print_header(const sp_opts *o, double bw, double bw_best, int pf, const double calib[2], bool peer_ok,
                          const char *peer_note)
 {
