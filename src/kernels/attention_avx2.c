@@ -28,10 +28,13 @@
  *   3. values: keys in tiles of ATTN_VB. The rows of a segment go in
  *      chunks of up to 4, dims in chunks of C vectors (about 8
  *      accumulators: 4 rows x 2, 2 x 4, 1 x 8): each V vector is loaded and
- *      converted once in a register for the chunk's rows (f16, bf16, e5m2,
- *      and any single row), or, when the conversion costs several ops and
- *      rows share it (q8_0, e4m3; q4_0 always), converted once per segment
- *      into vt. Each output element is one FMA chain p_j * v_j, j ascending.
+ *      converted once in a register for the chunk's rows (f16, bf16, fp8,
+ *      and any single row), or, when rows share a costlier conversion
+ *      (q8_0; q4_0 always), converted once per segment into vt. (e4m3 in
+ *      registers takes its 4-op form when no value of the tile is a NaN
+ *      code, e4m3_kind: ~16% off a GQA call on Zen 5 against its vt copy,
+ *      docs/long-context.md.) Each output element is one FMA chain
+ *      p_j * v_j, j ascending.
  *      (Before: V went to vt for every GQA segment, then each row reloaded
  *      it; the store and 8 reloads per vector cost more than the FMAs.)
  *
@@ -167,11 +170,8 @@ KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
             for (int p = 0; p < 4; p++)
                 _mm256_storeu_ps(dst + 8 * p, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p])), d));
         }
-    } else if (t == ATTN_KV_FP8_E4M3) { /* unscaled, as ld8 reads it in place */
-        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_E4M3, src, i));
-    } else if (t == ATTN_KV_FP8_E5M2) {
-        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_E5M2, src, i));
-    } else { /* F32 */
+    } else { /* F32 (fp8 is always read in place) */
+        assert(t == DT_F32);
         memcpy(dst, src, sizeof(float) * (size_t)hd);
     }
 }
@@ -817,9 +817,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             if (sn <= j0) continue;
             const int sjn = sn - j0 < jn ? sn - j0 : jn; /* keys of this tile any row of the segment needs */
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
-            /* in registers when the conversion is an op or two (f16, bf16,
-             * e5m2) or one row reads the tile; else once into vt */
-            const bool inplace = t != DT_Q4_0 && (r1 - r0 == 1 || !(t == DT_Q8_0 || t == ATTN_KV_FP8_E4M3));
+            /* in registers when the conversion is a few ops (f16, bf16,
+             * fp8) or one row reads the tile; else once into vt */
+            const bool inplace = t != DT_Q4_0 && (r1 - r0 == 1 || t != DT_Q8_0);
             const void *vp[ATTN_VB];
             for (int k = 0; k < sjn; k++) {
                 if (inplace) {

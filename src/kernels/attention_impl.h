@@ -9,8 +9,8 @@
  *   sc  [R][ncp]        scores, then softmax weights, of each row
  *   kt  [8][hdp]        8 keys converted to f32 (one score group)
  *   vt  [ATTN_VB][hdp]  ATTN_VB values converted to f32 (one V tile; only for
- *                       q4_0, and q8_0 / e4m3 read by several rows: the
- *                       other V rows are converted in registers)
+ *                       q4_0, and q8_0 read by several rows: the other V
+ *                       rows are converted in registers)
  *
  * The reference uses only the front: scores[ncp], tmp[hdp], acc[hdp], the
  * f16 query (hdp halves) and a key gathered from its columns (hdp halves,
