@@ -28,15 +28,12 @@
  *   3. values: keys in tiles of ATTN_VB. The rows of a segment go in
  *      chunks of up to 4, dims in chunks of C vectors (about 8
  *      accumulators: 4 rows x 2, 2 x 4, 1 x 8): each V vector is loaded and
- *      converted once in a register for the chunk's rows (f16, bf16, fp8,
- *      and any single row), or, when rows share a costlier conversion
- *      (q8_0; q4_0 always), converted once per segment into vt. (e4m3 in
- *      registers takes its 4-op form when no value of the tile is a NaN
- *      code, e4m3_kind: ~16% off a GQA call on Zen 5 against its vt copy,
- *      docs/long-context.md.) Each output element is one FMA chain
- *      p_j * v_j, j ascending.
- *      (Before: V went to vt for every GQA segment, then each row reloaded
- *      it; the store and 8 reloads per vector cost more than the FMAs.)
+ *      converted once in a register for the chunk's rows, whatever the
+ *      dtype (e4m3 in its 4-op form when no value of the tile is a NaN
+ *      code, e4m3_kind). An f32 copy of the tile, converted once for the
+ *      segment and reloaded by each row, cost more than converting each
+ *      vector for up to 4 rows, even for q4_0 (see FK_F32 below). Each
+ *      output element is one FMA chain p_j * v_j, j ascending.
  *
  * Both sweeps prefetch the cache rows ~8 KiB ahead (see kv_pf; the call's
  * heads of each row):
@@ -83,17 +80,26 @@
 
 bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() != NULL; }
 
-/* How a row of f32-able elements is read: in place from the cache (F32,
- * F16, BF16, Q8_0) or from a converted f32 tile (then FK_F32). Q8_0 in
- * place converts d x q per 8 elements, the same exact values as a tile:
- * worth it when one row reads the key (no GQA sharing), where the tile's
- * store and reload cost more than the conversion. */
-enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2, FK_E4M3_NONAN };
+/* How a cache row's elements become f32 in registers: every dtype is read
+ * in place (conversions are exact, d x q for the quants). A converted f32
+ * copy of a tile, once shared by a GQA segment's rows, cost more in stores
+ * and reloads than converting each vector for up to 4 rows (V in L2,
+ * PAGELLM_KERNELS=avx2, Zen 5: e4m3 -16%, q8_0 -19%, q4_0 -16% a call;
+ * docs/long-context.md). FK_Q4_0 is read by vtile only (its scores are
+ * int8 dots). */
+enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2, FK_E4M3_NONAN, FK_Q4_0 };
+
+/* The kind of a cache dtype (FK_E4M3 before e4m3_kind's check). */
+static inline int fk_of(uint32_t t)
+{
+    return t == DT_F16 ? FK_F16 : t == DT_BF16 ? FK_BF16 : t == DT_Q8_0 ? FK_Q8_0 : t == DT_Q4_0 ? FK_Q4_0
+         : t == ATTN_KV_FP8_E4M3 ? FK_E4M3 : t == ATTN_KV_FP8_E5M2 ? FK_E5M2 : FK_F32;
+}
 
 KAI __m256 ld8(int kind, const void *p, int i)
 {
     if (kind == FK_F32) return _mm256_loadu_ps((const float *)p + i);
-    if (kind == FK_Q8_0) { /* d x q, exact in f32: the values row_to_f32 stores */
+    if (kind == FK_Q8_0) { /* d x q, exact in f32 (quant_dequant_row's values) */
         const block_q8_0 *b = (const block_q8_0 *)p + i / QK8_0;
         const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % QK8_0)));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(_cvtsh_ss(b->d)));
@@ -138,43 +144,6 @@ KAI int e4m3_kind(const void *const *r, int n, int hd)
 }
 
 /* kv_cursor, kv_pf, kv_pfb, pf_*, segment_*: attention_walk.h */
-
-/* One head row of the cache to f32, exactly (q8_0/q4_0: d * q is exact in
- * float, as in quant_dequant_row). hd is a multiple of 8 (and of 32 for the
- * quantized types, which kv_dtype_check_heads guarantees). */
-KAI void row_to_f32(uint32_t t, const uint8_t *src, float *dst, int hd)
-{
-    if (t == DT_F16) {
-        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_F16, src, i));
-    } else if (t == DT_BF16) {
-        for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(dst + i, ld8(FK_BF16, src, i));
-    } else if (t == DT_Q8_0) {
-        const block_q8_0 *b = (const block_q8_0 *)src;
-        for (int k = 0; k < hd / QK8_0; k++, dst += QK8_0) {
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[k].d));
-            for (int i = 0; i < QK8_0; i += 8) {
-                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[k].qs + i)));
-                _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
-            }
-        }
-    } else if (t == DT_Q4_0) {
-        const block_q4_0 *b = (const block_q4_0 *)src;
-        const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-        for (int k = 0; k < hd / QK4_0; k++, dst += QK4_0) {
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[k].d));
-            const __m128i raw = _mm_loadu_si128((const __m128i *)b[k].qs);
-            /* element i < 16 is the low nibble of byte i, element 16 + i the high one */
-            const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m4), eight);
-            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), eight);
-            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-            for (int p = 0; p < 4; p++)
-                _mm256_storeu_ps(dst + 8 * p, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p])), d));
-        }
-    } else { /* F32 (fp8 is always read in place) */
-        assert(t == DT_F32);
-        memcpy(dst, src, sizeof(float) * (size_t)hd);
-    }
-}
 
 /* Lane x = the sum of a[x]'s lanes, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)),
  * for every x: the hadd tree (the same order whichever x). */
@@ -302,6 +271,20 @@ KAI void vtile(int RR, int C, int kind, bool first, float *const *o, const float
                 const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[e / QK8_0].qs + e % QK8_0)));
                 v[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
             }
+        } else if (kind == FK_Q4_0) { /* d x (nibble - 8): element e < 16 of a block is the low
+                                         nibble of byte e, 16 + e the high one; d as for q8_0 */
+            const block_q4_0 *b = (const block_q4_0 *)vp[k] + d0 / QK4_0;
+            const int e0 = C >= 4 ? 0 : d0 % QK4_0;
+            __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                if (c == 4) d = _mm256_set1_ps(_cvtsh_ss(b[1].d));
+                const int e = e0 + 8 * c, i = e % QK4_0;
+                __m128i x = _mm_loadl_epi64((const __m128i *)(b[e / QK4_0].qs + i % 16));
+                if (i >= 16) x = _mm_srli_epi16(x, 4);
+                x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+                v[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), d);
+            }
         } else {
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) v[c] = ld8(kind, vp[k], d0 + 8 * c);
@@ -342,6 +325,7 @@ static KA void vtile_rc(int kind, int rr, int c, bool first, float *const *o, co
     if (kind == FK_F16) { VT_RC(FK_F16) }
     else if (kind == FK_BF16) { VT_RC(FK_BF16) }
     else if (kind == FK_Q8_0) { VT_RC(FK_Q8_0) }
+    else if (kind == FK_Q4_0) { VT_RC(FK_Q4_0) }
     else if (kind == FK_E4M3) { VT_RC(FK_E4M3) }
     else if (kind == FK_E4M3_NONAN) { VT_RC(FK_E4M3_NONAN) }
     else if (kind == FK_E5M2) { VT_RC(FK_E5M2) }
@@ -355,7 +339,7 @@ static KA void vtile_rc(int kind, int rr, int c, bool first, float *const *o, co
 static KA void vrows(int kind, int nr, bool first, float *const *o, const float *const *p, const int *n,
                      const void *const *vp, int hd, kv_pfb *pb, int quota, vline_pf *lp)
 {
-    /* f32 rows (F32, or a tile in vt) have no conversion to share: one row
+    /* f32 rows (an F32 cache) have no conversion to share: one row
      * at a time, whose loads fold into the FMAs (as before the register
      * tiles; callgrind, q8_0 GQA at 830 keys: 1.09 -> 1.05 M instructions a
      * call) */
@@ -652,7 +636,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
     const size_t hdp = attn_round8((size_t)hd), ncp = attn_round8((size_t)nmax);
     assert(attn_layout_floats((size_t)n_rows, (size_t)nmax, (size_t)hd) <= scratch_floats);
     (void)scratch_floats;
-    float *qf = scratch, *sc = qf + (size_t)n_rows * hdp, *kt = sc + (size_t)n_rows * ncp, *vt = kt + 8 * hdp;
+    float *qf = scratch, *sc = qf + (size_t)n_rows * hdp, *kt = sc + (size_t)n_rows * ncp; /* vt: cols' tile only */
 
     /* queries as the dot uses them: rounded to f16 for an f16 cache (ggml's
      * dot type), else copied as they are */
@@ -673,18 +657,7 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         }
     }
 
-    /* A segment (adjacent rows of one KV head) reads the cache rows in place
-     * when no other row would reuse a conversion (always for F32); else they
-     * are converted once into kt / vt. The values are the same either way. */
-#define SEG_INPLACE(r0, r1) \
-    (t == DT_F32 || ((r1) - (r0) == 1 && (t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || attn_is_fp8(t))))
-#define SEG_KIND(inplace)                                                                          \
-    (!(inplace) || t == DT_F32 ? FK_F32                                                            \
-     : t == DT_F16             ? FK_F16                                                            \
-     : t == DT_BF16            ? FK_BF16                                                           \
-     : t == DT_Q8_0            ? FK_Q8_0                                                           \
-     : t == ATTN_KV_FP8_E4M3   ? FK_E4M3                                                           \
-                               : FK_E5M2)
+    const int fk = fk_of(t); /* every row is read in place (FK_ above) */
 
     /* 1. scores, 8 keys at a time; keys past nmax repeat the last one. The
      * KV heads of a call are visited key group by key group, so that a
@@ -742,10 +715,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                 continue;
             }
             if (r1 - r0 >= 2) { /* GQA: each K row converted once, in registers, for all the rows */
-                const bool ip = true;
                 const void *kp[8];
                 for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
-                int kind = SEG_KIND(ip);
+                int kind = fk;
                 if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
                 for (int a = r0; a < r1; a += 8) {
                     const int nr = r1 - a < 8 ? r1 - a : 8;
@@ -760,17 +732,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                 }
                 continue;
             }
-            const bool inplace = SEG_INPLACE(r0, r1);
             const void *kp[8];
-            for (int k = 0; k < 8; k++) {
-                if (inplace) {
-                    kp[k] = krow[k] + goff;
-                } else {
-                    row_to_f32(t, krow[k] + goff, kt + (size_t)k * hdp, hd);
-                    kp[k] = kt + (size_t)k * hdp;
-                }
-            }
-            int kind = SEG_KIND(inplace);
+            for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
+            int kind = fk;
             if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
             pf_take(pkp, pk_share);
             for (int r = r0; r < r1; r++)
@@ -817,19 +781,9 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
             if (sn <= j0) continue;
             const int sjn = sn - j0 < jn ? sn - j0 : jn; /* keys of this tile any row of the segment needs */
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
-            /* in registers when the conversion is a few ops (f16, bf16,
-             * fp8) or one row reads the tile; else once into vt */
-            const bool inplace = t != DT_Q4_0 && (r1 - r0 == 1 || t != DT_Q8_0);
             const void *vp[ATTN_VB];
-            for (int k = 0; k < sjn; k++) {
-                if (inplace) {
-                    vp[k] = vrow[k] + goff;
-                } else {
-                    row_to_f32(t, vrow[k] + goff, vt + (size_t)k * hdp, hd);
-                    vp[k] = vt + (size_t)k * hdp;
-                }
-            }
-            int kind = SEG_KIND(inplace);
+            for (int k = 0; k < sjn; k++) vp[k] = vrow[k] + goff;
+            int kind = fk;
             if (kind == FK_E4M3) kind = e4m3_kind(vp, sjn, hd);
             float *op[ATTN_ROWS_CAP];
             const float *pp[ATTN_ROWS_CAP];
@@ -846,8 +800,6 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
         pf_take(pvp, ATTN_VB);
         if (vlines) vline_until(&lv, j0 + jn + pfd); /* what the tiles left */
     }
-#undef SEG_INPLACE
-#undef SEG_KIND
 }
 
 #else /* not x86 */

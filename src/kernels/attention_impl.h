@@ -8,9 +8,9 @@
  *   qf  [R][hdp]        the queries as the dot uses them (f16-rounded for F16)
  *   sc  [R][ncp]        scores, then softmax weights, of each row
  *   kt  [8][hdp]        8 keys converted to f32 (one score group)
- *   vt  [ATTN_VB][hdp]  ATTN_VB values converted to f32 (one V tile; only for
- *                       q4_0, and q8_0 read by several rows: the other V
- *                       rows are converted in registers)
+ *   vt  [ATTN_VB][hdp]  room for one V tile of f32 (the variants convert V
+ *                       in registers; AVX2's column scores use kt and vt
+ *                       together, below)
  *
  * The reference uses only the front: scores[ncp], tmp[hdp], acc[hdp], the
  * f16 query (hdp halves) and a key gathered from its columns (hdp halves,
