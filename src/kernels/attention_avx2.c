@@ -32,7 +32,7 @@
  *      dtype (e4m3 in its 4-op form when no value of the tile is a NaN
  *      code, e4m3_kind). An f32 copy of the tile, converted once for the
  *      segment and reloaded by each row, cost more than converting each
- *      vector for up to 4 rows, even for q4_0 (see FK_F32 below). Each
+ *      vector for up to 4 rows, even for q4_0 (the FK_ kinds below). Each
  *      output element is one FMA chain p_j * v_j, j ascending.
  *
  * Both sweeps prefetch the cache rows ~8 KiB ahead (see kv_pf; the call's
@@ -89,6 +89,23 @@ bool attn_avx2_available(void) { return kern_cpu_has_avx2() && kern_vt_avx2() !=
  * int8 dots). */
 enum { FK_F32, FK_F16, FK_BF16, FK_Q8_0, FK_E4M3, FK_E5M2, FK_E4M3_NONAN, FK_Q4_0 };
 
+/* Block b's scale of a q8_0 / q4_0 head row (blocks of 32 elements). */
+KAI float quant_d(int kind, const void *p, int b)
+{
+    return _cvtsh_ss(kind == FK_Q8_0 ? ((const block_q8_0 *)p)[b].d : ((const block_q4_0 *)p)[b].d);
+}
+
+/* Elements i .. i + 7 (i a multiple of 8) of block b as int8 in the low
+ * 8 bytes: q8_0's quants; q4_0's nibble - 8, element i < 16 the low nibble
+ * of byte i, 16 + i the high one. */
+KAI __m128i quant8(int kind, const void *p, int b, int i)
+{
+    if (kind == FK_Q8_0) return _mm_loadl_epi64((const __m128i *)(((const block_q8_0 *)p)[b].qs + i));
+    __m128i x = _mm_loadl_epi64((const __m128i *)(((const block_q4_0 *)p)[b].qs + i % 16));
+    if (i >= 16) x = _mm_srli_epi16(x, 4);
+    return _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+}
+
 /* The kind of a cache dtype (FK_E4M3 before e4m3_kind's check). */
 static inline int fk_of(uint32_t t)
 {
@@ -99,11 +116,9 @@ static inline int fk_of(uint32_t t)
 KAI __m256 ld8(int kind, const void *p, int i)
 {
     if (kind == FK_F32) return _mm256_loadu_ps((const float *)p + i);
-    if (kind == FK_Q8_0) { /* d x q, exact in f32 (quant_dequant_row's values) */
-        const block_q8_0 *b = (const block_q8_0 *)p + i / QK8_0;
-        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % QK8_0)));
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(_cvtsh_ss(b->d)));
-    }
+    if (kind == FK_Q8_0) /* d x q, exact in f32 (quant_dequant_row's values) */
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quant8(FK_Q8_0, p, i / 32, i % 32))),
+                             _mm256_set1_ps(quant_d(FK_Q8_0, p, i / 32)));
     if (kind == FK_E5M2) /* the top byte of a half */
         return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)p + i))), 8));
     if (kind == FK_E4M3) { /* the half trick (attention_impl.h) without the x 256, which the block scale carries */
@@ -259,31 +274,16 @@ KAI void vtile(int RR, int C, int kind, bool first, float *const *o, const float
     for (int k = 0; k < n; k++) {
         if (k < npf) _mm_prefetch(pf + 64 * (size_t)k, ATTN_PF_HINT); /* vline_pf's span: a line a key */
         __m256 v[8];
-        if (kind == FK_Q8_0) { /* ld8's values, each block's d converted once: d0 is a multiple of
-                                  8 C, so C <= 4 vectors lie in one block and C = 8 in two */
-            const block_q8_0 *b = (const block_q8_0 *)vp[k] + d0 / QK8_0;
-            const int e0 = C >= 4 ? 0 : d0 % QK8_0; /* a constant for C >= 4 */
-            __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+        if (kind == FK_Q8_0 || kind == FK_Q4_0) { /* d x q, each block's d converted once: d0 is a
+                                                     multiple of 8 C, so C <= 4 vectors lie in one
+                                                     block and C = 8 in two */
+            const int b0 = d0 / 32, e0 = C >= 4 ? 0 : d0 % 32; /* e0 a constant for C >= 4 */
+            __m256 d = _mm256_set1_ps(quant_d(kind, vp[k], b0));
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
-                if (c == 4) d = _mm256_set1_ps(_cvtsh_ss(b[1].d));
+                if (c == 4) d = _mm256_set1_ps(quant_d(kind, vp[k], b0 + 1));
                 const int e = e0 + 8 * c;
-                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[e / QK8_0].qs + e % QK8_0)));
-                v[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
-            }
-        } else if (kind == FK_Q4_0) { /* d x (nibble - 8): element e < 16 of a block is the low
-                                         nibble of byte e, 16 + e the high one; d as for q8_0 */
-            const block_q4_0 *b = (const block_q4_0 *)vp[k] + d0 / QK4_0;
-            const int e0 = C >= 4 ? 0 : d0 % QK4_0;
-            __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
-#pragma GCC unroll 8
-            for (int c = 0; c < C; c++) {
-                if (c == 4) d = _mm256_set1_ps(_cvtsh_ss(b[1].d));
-                const int e = e0 + 8 * c, i = e % QK4_0;
-                __m128i x = _mm_loadl_epi64((const __m128i *)(b[e / QK4_0].qs + i % 16));
-                if (i >= 16) x = _mm_srli_epi16(x, 4);
-                x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
-                v[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), d);
+                v[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(quant8(kind, vp[k], b0 + e / 32, e % 32))), d);
             }
         } else {
 #pragma GCC unroll 8
@@ -714,11 +714,10 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                                                     nb, vscale));
                 continue;
             }
+            const void *kp[8];
+            for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
+            const int kind = fk == FK_E4M3 ? e4m3_kind(kp, 8, hd) : fk;
             if (r1 - r0 >= 2) { /* GQA: each K row converted once, in registers, for all the rows */
-                const void *kp[8];
-                for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
-                int kind = fk;
-                if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
                 for (int a = r0; a < r1; a += 8) {
                     const int nr = r1 - a < 8 ? r1 - a : 8;
                     const float *q[8];
@@ -732,10 +731,6 @@ KA void attn_paged_avx2(const attn_kv *kv, const attn_row *rows, int n_rows, flo
                 }
                 continue;
             }
-            const void *kp[8];
-            for (int k = 0; k < 8; k++) kp[k] = krow[k] + goff;
-            int kind = fk;
-            if (kind == FK_E4M3) kind = e4m3_kind(kp, 8, hd);
             pf_take(pkp, pk_share);
             for (int r = r0; r < r1; r++)
                 if (rows[r].n_ctx > j0)

@@ -7,7 +7,7 @@
  *
  *   qf  [R][hdp]        the queries as the dot uses them (f16-rounded for F16)
  *   sc  [R][ncp]        scores, then softmax weights, of each row
- *   kt  [8][hdp]        8 keys converted to f32 (one score group)
+ *   kt  [8][hdp]        one score group's keys (AVX2: q8_0 / q4_0 as int8)
  *   vt  [ATTN_VB][hdp]  room for one V tile of f32 (the variants convert V
  *                       in registers; AVX2's column scores use kt and vt
  *                       together, below)
