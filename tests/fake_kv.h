@@ -5,11 +5,12 @@
  *
  * One layer's K and V planes per block, several KV heads a row, the block
  * table a shuffled permutation of the physical blocks (one spare block, so
- * ids are not dense), filled with random rows of each KV row type: F32,
- * F16, BF16, Q8_0, Q4_0, the OFP8 rows E4M3 (a power-of-two scale per
- * block, plane and head in the plane tail) and E5M2 encoded with
- * kv/kv_codec.h, and the pool's f16 layout (FAKE_KV_F16C). Keys are scaled
- * so that softmaxes range from flat to peaked.
+ * ids are not dense; fake_kv_make_laid also lays them in order, or spaced
+ * as the engine's pool spaces one layer's planes), filled with random rows
+ * of each KV row type: F32, F16, BF16, Q8_0, Q4_0, the OFP8 rows E4M3 (a
+ * power-of-two scale per block, plane and head in the plane tail) and E5M2
+ * encoded with kv/kv_codec.h, and the pool's f16 layout (FAKE_KV_F16C).
+ * Keys are scaled so that softmaxes range from flat to peaked.
  *
  *   block: [K plane: bs rows x n_kv heads | n_kv f32 scales]
  *          [V plane: the same] [16 bytes, so that blocks do not all
@@ -21,6 +22,7 @@
 #ifndef PL_TESTS_FAKE_KV_H
 #define PL_TESTS_FAKE_KV_H
 
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -76,17 +78,30 @@ static inline void fake_kv_decode_row(uint32_t t, const uint8_t *src, float *dst
     else quant_dequant_row(t, src, dst, n);
 }
 
-/* n_ctx tokens of n_kv heads in blocks of bs tokens, physical blocks
- * shuffled (and one spare block more than needed, so ids are not dense).
+/* Where the physical blocks sit (fake_kv_make_laid): the table shuffled
+ * (false: block i of the sequence is physical block i), and the distance
+ * from one block to the next, times the packed block's bytes (1: packed;
+ * L: as the engine's pool, whose block holds every one of L layers'
+ * planes, so that one layer's planes of consecutive blocks are L packed
+ * blocks apart; the bytes between are never read). */
+typedef struct {
+    bool shuffled;
+    int stride_blocks;
+} fake_kv_layout;
+
+/* n_ctx tokens of n_kv heads in blocks of bs tokens laid out as lay says
+ * (and one spare block more than needed, so ids are not dense).
  * 0, or -1 when out of memory (then nothing is held; else fake_kv_free). */
-static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
+static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx, int bs, uint64_t seed,
+                                    fake_kv_layout lay)
 {
     const uint32_t t = fake_kv_elem_type(t_test);
     rng_seed(seed);
     const size_t head_bytes = fake_kv_head_bytes(t, hd), row_bytes = head_bytes * (size_t)n_kv;
     /* a plane: bs rows, then (e4m3) one f32 scale per head, as the codec lays it out */
     const size_t rows_bytes = row_bytes * (size_t)bs, plane = rows_bytes + 4 * (size_t)n_kv;
-    const size_t block_bytes = 2 * plane + 16;
+    assert(lay.stride_blocks >= 1);
+    const size_t block_bytes = (2 * plane + 16) * (size_t)lay.stride_blocks;
     const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
     uint8_t *data = mem_alloc_huge((size_t)n_phys * block_bytes); /* as the pool (2 MiB pages) */
     uint32_t *table = malloc(sizeof(uint32_t) * (size_t)n_phys);
@@ -99,7 +114,7 @@ static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, in
     f->data = data;
     f->table = table;
     for (int i = 0; i < n_phys; i++) f->table[i] = (uint32_t)i;
-    for (int i = n_phys - 1; i > 0; i--) {
+    for (int i = n_phys - 1; i > 0 && lay.shuffled; i--) {
         int k = (int)(rng_u32() % (uint32_t)(i + 1));
         uint32_t x = f->table[i];
         f->table[i] = f->table[k];
@@ -150,6 +165,12 @@ static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, in
     }
     free(rows);
     return 0;
+}
+
+/* fake_kv_make_laid with the blocks shuffled and packed. */
+static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
+{
+    return fake_kv_make_laid(f, t_test, hd, n_kv, n_ctx, bs, seed, (fake_kv_layout){true, 1});
 }
 
 /* ------------------------------------------------------------ KIVI blocks */

@@ -26,6 +26,11 @@
  * is chosen by capping the kernel table (PAGELLM_KERNELS=avx2 / avx512).
  * ONECALL=1 times one attn_paged call over all keys instead (its scores
  * live in scratch at once: ROWS <= attn_rows_max(NCTX)).
+ * LAYOUT= where a layer's blocks sit (fake_kv_layout; row types only):
+ * shuffled (the default: a pool after much churn), inorder (block i of
+ * the sequence is physical block i, packed), engine (in order, a layer's
+ * planes of consecutive blocks L packed blocks apart, as in the engine's
+ * pool, whose block holds every layer; L x the memory).
  * Env: NCTX=n the depth (default 2,048 keys), BS=b keys a block (default
  * 16), TILES=t t calls' worth of ROWS rows each (tile i on the KV heads
  * after tile i - 1's) walking the chunks together in one attn_chunks_run,
@@ -35,7 +40,7 @@
  * Times are the calling thread's CPU time.
  *
  * One line a type:
- *   decode TYPE hd 64 n_ctx N, L layers x ROWS rows (GQA REP): avx2 MS, avx512 MS ms/token/thread
+ *   decode TYPE hd 64 n_ctx N, L layers x ROWS rows (GQA REP)[, blocks LAYOUT]: avx2 MS, avx512 MS ms/token/thread
  * ms a token (L calls) for the AVX2 and the AVX-512 variant (0.000 where
  * the CPU has no AVX-512). x86-64 with AVX2+FMA+F16C.
  */
@@ -61,6 +66,8 @@ typedef struct {
     int L, reps, only, n_kv, rep, rows; /* only: a fake_kv_types index, -1 for all */
     int n_ctx, bs, tiles; /* tiles: calls' worth of rows walking the chunks together (TILES) */
     bool evict, best, one_call;
+    fake_kv_layout lay;
+    const char *lay_name; /* LAYOUT, or NULL for the default */
 } decode_args;
 
 /* The KIVI types, indices FAKE_KV_N_TYPES + 0..3 (not in "all"). */
@@ -164,8 +171,24 @@ static int decode_args_parse(decode_args *a, int argc, char **argv)
     }
     a->evict = !getenv("NOEVICT");
     a->best = getenv("MINT") != NULL;
-    /* f32 rows, K and V, every layer */
-    return micro_arg_bytes(prog, "L x N_KV x NCTX", 2.0 * 4 * HD * a->n_kv * ((double)a->n_ctx + 2 * a->bs) * a->L);
+    a->lay = (fake_kv_layout){true, 1};
+    a->lay_name = getenv("LAYOUT");
+    if (a->lay_name && !strcmp(a->lay_name, "inorder")) a->lay.shuffled = false;
+    else if (a->lay_name && !strcmp(a->lay_name, "engine")) a->lay = (fake_kv_layout){false, a->L};
+    else if (a->lay_name && strcmp(a->lay_name, "shuffled")) {
+        fprintf(stderr, "%s: LAYOUT: '%s' is not shuffled, inorder or engine\n", prog, a->lay_name);
+        return -1;
+    }
+    if (a->lay_name && a->only >= FAKE_KV_N_TYPES) {
+        fprintf(stderr, "%s: LAYOUT: KIVI blocks are laid out shuffled only; name a row type\n", prog);
+        return -1;
+    }
+    /* K and V rows of every layer (of f32 for all types, the widest), spaced as the layout spaces them */
+    const double row = a->only < 0 ? 4.0 * HD
+                       : a->only < FAKE_KV_N_TYPES ? (double)fake_kv_head_bytes(fake_kv_elem_type(fake_kv_types[a->only]), HD)
+                                                   : (double)HD; /* KIVI: under a byte an element */
+    return micro_arg_bytes(prog, "L x N_KV x NCTX", 2.0 * row * a->n_kv * ((double)a->n_ctx + 2 * a->bs) * a->L *
+                                                        a->lay.stride_blocks);
 }
 
 /* A buffer of n bytes, written: reading it evicts n bytes of cache. */
@@ -251,7 +274,8 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
     while (ok && made < a->L)
         if ((kivi >= 0 ? fake_kv_make_kivi(&f[made], kivi % 2 ? ATTN_KV_KIVI2 : ATTN_KV_KIVI4, HD, a->n_kv, n, a->bs,
                                            9 + (uint64_t)made)
-                       : fake_kv_make(&f[made], fake_kv_types[ti], HD, a->n_kv, n, a->bs, 9 + (uint64_t)made)) == 0)
+                       : fake_kv_make_laid(&f[made], fake_kv_types[ti], HD, a->n_kv, n, a->bs, 9 + (uint64_t)made,
+                                           a->lay)) == 0)
             made++;
         else ok = false;
     if (ok && kivi >= 2)
@@ -265,8 +289,9 @@ static int decode_type(const decode_args *a, int ti, evictor *e)
         for (int v = 0; v < R; v++) rows[v] = (attn_row){q + v * HD, o + v * HD, n, v / a->rep, 0};
         const double t2 = decode_time(a, 0, f, rows, scratch, sf, work, e);
         const double t512 = attn_avx512_available() ? decode_time(a, 1, f, rows, scratch, sf, work, e) : 0;
-        printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d): avx2 %.3f, avx512 %.3f ms/token/thread\n",
-               kivi >= 0 ? kivi_names[kivi] : fake_kv_type_name(fake_kv_types[ti]), HD, n, a->L, R, a->rep, t2, t512);
+        printf("decode %-5s hd %d n_ctx %d, %d layers x %d rows (GQA %d)%s%s: avx2 %.3f, avx512 %.3f ms/token/thread\n",
+               kivi >= 0 ? kivi_names[kivi] : fake_kv_type_name(fake_kv_types[ti]), HD, n, a->L, R, a->rep,
+               a->lay_name ? ", blocks " : "", a->lay_name ? a->lay_name : "", t2, t512);
         fflush(stdout);
     }
     for (int l = 0; l < made; l++) fake_kv_free(&f[l]);

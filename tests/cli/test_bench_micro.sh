@@ -14,7 +14,7 @@ tiny() {
   check "${name}_exit" [ "$rc" -eq 0 ]
   check "${name}_quiet" [ ! -s "$T/$name.err" ]
 }
-for p in bench_fma_peak bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode bench_attn_prefill; do
+for p in bench_fma_peak bench_matmul bench_matmul_stream bench_matmul_layers bench_attn_calls bench_attn_decode bench_attn_prefill bench_read_runs; do
   check "${p}_built" [ -x "$D/$p" ]
 done
 
@@ -115,9 +115,32 @@ if [ -x "$B" ]; then
   expect_exit attn_decode_onecall 2 "ROWS: 16 rows over 20000 keys" -- env ONECALL=1 NCTX=20000 "$B" 1 1 f16_pool 2 8 16
   tiny attn_decode_chunked env NCTX=20000 NOEVICT=1 "$B" 1 1 f16_pool 2 8 16
   check attn_decode_chunked_line [ "$(grep -Ec '^decode f16 pool +hd 64 n_ctx 20000, 1 layers x 16 rows' "$T/attn_decode_chunked.txt")" -eq 1 ]
+  # the blocks in order, and spaced as the engine's pool spaces one layer's planes
+  expect_exit attn_decode_layout 2 "LAYOUT: 'rows' is not shuffled, inorder or engine" -- env LAYOUT=rows "$B" 1 1 f16 2 2 4
+  expect_exit attn_decode_layout_kivi 2 "LAYOUT: KIVI blocks are laid out shuffled only" -- env LAYOUT=engine "$B" 1 1 kivi4 2 2 4
+  tiny attn_decode_engine env LAYOUT=engine NCTX=300 NOEVICT=1 "$B" 3 1 q4_0 2 2 4
+  check attn_decode_engine_line [ "$(grep -Ec '^decode q4_0 +hd 64 n_ctx 300, 3 layers x 4 rows \(GQA 2\), blocks engine: avx2 [0-9.]+, avx512 [0-9.]+ ms/token/thread$' "$T/attn_decode_engine.txt")" -eq 1 ]
+  tiny attn_decode_inorder env LAYOUT=inorder NCTX=300 NOEVICT=1 "$B" 1 1 f16_pool 2 2 4
+  check attn_decode_inorder_line [ "$(grep -Ec ', blocks inorder: avx2 ' "$T/attn_decode_inorder.txt")" -eq 1 ]
   # two tiles of 16 rows (TinyLlama's 4 KV heads) walking the chunks together
   tiny attn_decode_tiles env TILES=2 NCTX=9000 NOEVICT=1 "$B" 1 1 q8_0 4 8 16
   check attn_decode_tiles_line [ "$(grep -Ec '^decode q8_0 +hd 64 n_ctx 9000, 1 layers x 32 rows' "$T/attn_decode_tiles.txt")" -eq 1 ]
+fi
+
+# bench_read_runs RUN SLOT [MIB], env ORDER PF
+B=$D/bench_read_runs
+if [ -x "$B" ]; then
+  expect_exit read_runs_missing 2 "SLOT missing" -- "$B" 4096
+  expect_exit read_runs_run 2 "RUN: '8192'" -- "$B" 8192 4096
+  expect_exit read_runs_lines 2 "whole 64-byte lines" -- "$B" 100 4096
+  expect_exit read_runs_order 2 "ORDER: 'back' is not inorder or shuffled" -- env ORDER=back "$B" 4096 16384 8
+  expect_exit read_runs_pf 2 "PF: 'x'" -- env PF=x "$B" 4096 16384 8
+  expect_exit read_runs_slots 2 "fewer than 2 slots" -- "$B" 4096 4194304 4
+  check read_runs_help "$B" --help
+  tiny read_runs env ORDER=inorder PF=8192 "$B" 4096 16384 8
+  check read_runs_line [ "$(grep -Ec '^read runs of 4096 B every 16384 B, inorder, pf 8192 B: [0-9.]+ GB/s$' "$T/read_runs.txt")" -eq 1 ]
+  tiny read_runs_shuffled "$B" 128 4096 4
+  check read_runs_shuffled_line [ "$(grep -Ec '^read runs of 128 B every 4096 B, shuffled, pf 0 B: [0-9.]+ GB/s$' "$T/read_runs_shuffled.txt")" -eq 1 ]
 fi
 
 # bench_attn_prefill TYPE [TYPE...], env DEPTH CHUNK REPS
