@@ -10,8 +10,8 @@
  * (default 4,096), CHUNK=P (default 512), REPS=n layers timed (default 3).
  *
  * The rows are forward.c's plan: vectors (KV head, token, query head of the
- * group) in that order, tiles of ATTN_ROWS_CAP of them (two tokens x the 8
- * heads of one KV head), up to ATTN_TILES_CAP tiles a attn_chunks_run call
+ * group) in that order, tiles of ATTN_ROWS_CAP of them (four tokens x the
+ * 8 heads of one KV head), up to ATTN_TILES_CAP tiles a attn_chunks_run call
  * (so a chunk of keys read once serves 16 tiles from L2). KIVI runs the
  * engine's split mode: the blocks before a row's own one in place, its own
  * block through the codec's block reader (kv_codec_k_dot / v_axpy; the
