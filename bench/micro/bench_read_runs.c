@@ -71,14 +71,13 @@ int main(int argc, char **argv)
         return 2;
     }
     if (micro_arg_bytes(prog, "MIB", (double)bytes)) return 2;
-    uint8_t *buf = mem_alloc_huge(bytes); /* written: real pages, not the zero page */
+    uint8_t *buf = mem_alloc_huge(bytes); /* zeroed by writes: real pages, not the shared zero page */
     uint32_t *at = malloc(sizeof *at * n);
     if (!buf || !at) {
         fprintf(stderr, "%s: out of memory\n", prog);
         mem_free(buf), free(at);
         return 1;
     }
-    memset(buf, 1, bytes);
     for (size_t i = 0; i < n; i++) at[i] = (uint32_t)i;
     rng_seed(7);
     for (size_t i = n - 1; i > 0 && shuffled; i--) {
