@@ -64,8 +64,8 @@ typedef struct {
 
 typedef struct {
     double bytes_per_token;   /* exact for the formula; fractional for block scales */
-    uint64_t bytes_per_block; /* one block as allocated (block_size tokens, all layers, K and V; blocks of
-                                 4 KiB and more are padded to an odd number of 64-byte lines) */
+    uint64_t bytes_per_block; /* one block as allocated (block_size tokens, all layers, K and V; each
+                                 plane padded to 16 bytes) */
     uint64_t stage_bytes;     /* per sequence, outside the blocks: KIVI's and fp8_e4m3's f16 staging block
                                  (layers x 2 x block_size x kv_dim x 2 B); 0 for other dtypes */
 } pl_kv_size;

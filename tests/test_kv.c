@@ -195,7 +195,7 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_BF16, &sz), 0);
     CHECK_EQ_INT(sz.stage_bytes, 0);
     CHECK_EQ_INT(sz.bytes_per_token, 327680);
-    CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16 + 64); /* as allocated: with the line of pad (kv_pool.h) */
+    CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16); /* as allocated: planes of 4 KiB need no pad */
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_FP8_E4M3, &sz), 0);
     CHECK_EQ_INT(sz.bytes_per_token, 80 * 2 * (1024 + 2));
     pl_kv_shape bad = {80, 1, 8, 16};
@@ -212,7 +212,7 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(t, PL_KV_INT4);
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_INT2, &sz), 0);
     CHECK_EQ_INT(sz.bytes_per_token, 71680);
-    CHECK_EQ_INT(sz.bytes_per_block, 71680 * 16 + 64); /* + the line of pad */
+    CHECK_EQ_INT(sz.bytes_per_block, 71680 * 16); /* the planes, nothing added */
     /* KIVI's per-sequence f16 stage: layers x K,V x T x kv_dim x 2 B */
     CHECK_EQ_INT(sz.stage_bytes, 80 * 2 * 16 * 1024 * 2);
 }
@@ -237,17 +237,12 @@ TEST(geom_layout_and_padding)
     CHECK_EQ_INT(g.block_bytes, 3 * 64);
     CHECK_EQ_INT(g.block_bytes_exact, 3 * 36);
     CHECK_EQ_INT(kv_geom_blocks_for_bytes(&g, 1000), 5);
-    /* TinyLlama at f16 (22 layers x 16 KiB, a multiple of 4 KiB): one line
-     * more, so that consecutive blocks start on other cache sets; a block
-     * that is already an odd number of lines keeps its size */
+    /* TinyLlama at f16: 22 layers of two 8 KiB planes, nothing added */
     kv_shape tl = {22, 4, 64, 16, KV_F16, KV_KIND_KV};
     CHECK_EQ_INT(kv_geom_init(&g, &tl), 0);
     CHECK_EQ_INT(g.block_bytes_exact, 22 * 2 * 16 * 256 * 2);
-    CHECK_EQ_INT(g.block_bytes, g.block_bytes_exact + 64);
-    CHECK_EQ_INT(g.block_bytes / 64 % 2, 1);
-    kv_shape odd = {1, 1, 8, 65, KV_F32, KV_KIND_KV}; /* 2 planes of 65 rows of 32 bytes: 65 lines */
-    CHECK_EQ_INT(kv_geom_init(&g, &odd), 0);
-    CHECK_EQ_INT(g.block_bytes, 65 * 64);
+    CHECK_EQ_INT(g.block_bytes, g.block_bytes_exact);
+    CHECK_EQ_INT(g.layer_stride, 16384);
 }
 
 TEST(geom_rejects_bad_shapes)
@@ -299,10 +294,12 @@ TEST(pool_init_addresses)
     CHECK_EQ_INT(kv_pool_available(&pool), 10);
     CHECK((uintptr_t)pool.data % KV_POOL_ALIGN == 0);
     /* Every plane of every block is aligned, inside the pool, and the planes
-     * tile the pool exactly in the drawn order. */
+     * tile the pool exactly in the drawn order: layer-major, a layer's
+     * blocks in id order one layer_stride apart (kv_block_stride). */
     uint8_t *expect = pool.data;
-    for (uint32_t b = 0; b < 10; b++)
-        for (uint32_t l = 0; l < 2; l++) {
+    CHECK_EQ_INT(kv_block_stride(&pool), pool.g.layer_stride);
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t b = 0; b < 10; b++) {
             CHECK(kv_block_k(&pool, b, l) == expect);
             CHECK(kv_block_v(&pool, b, l) == expect + pool.g.plane_stride[0]);
             CHECK((uintptr_t)kv_block_v(&pool, b, l) % KV_PLANE_ALIGN == 0);
@@ -311,6 +308,42 @@ TEST(pool_init_addresses)
         }
     CHECK(expect == pool.data + 10 * pool.g.block_bytes);
     CHECK_EQ_INT(kv_row_stride(&pool, KV_PLANE_K), 32);
+    kv_pool_free(&pool);
+}
+
+/* A block is one piece a layer: copy, save and load move exactly its
+ * layers' planes, in slot order, and touch no other block. */
+TEST(block_copy_save_and_load_move_every_layer_and_nothing_else)
+{
+    kv_pool pool;
+    const kv_shape sh = {3, 2, 8, 4, KV_F16, KV_KIND_KV};
+    CHECK_EQ_INT(kv_pool_init(&pool, &sh, 6), 0);
+    const uint64_t all = pool.g.block_bytes * pool.n_blocks, ls = pool.g.layer_stride;
+    CHECK_EQ_INT(pool.g.block_bytes, 3 * ls);
+    for (uint64_t i = 0; i < all; i++) pool.data[i] = (uint8_t)((i * 2654435761u) >> 13); /* no short period */
+    uint8_t *before = malloc(all), *saved = malloc(pool.g.block_bytes);
+    CHECK(before && saved);
+    memcpy(before, pool.data, all);
+    kv_pool_copy_block(&pool, 4, 1);
+    kv_block_save(&pool, 1, saved);
+    for (uint32_t l = 0; l < 3; l++) {
+        CHECK(memcmp(kv_block_k(&pool, 4, l), kv_block_k(&pool, 1, l), ls) == 0);
+        CHECK(memcmp(saved + l * ls, kv_block_k(&pool, 1, l), ls) == 0);
+    }
+    uint64_t changed = 0;
+    for (uint64_t i = 0; i < all; i++) changed += pool.data[i] != before[i];
+    CHECK(changed > 0 && changed <= 3 * ls); /* block 4's planes only */
+    for (uint32_t l = 0; l < 3; l++)
+        for (uint32_t b = 0; b < 6; b++)
+            if (b != 4) CHECK(memcmp(kv_block_k(&pool, b, l), before + (kv_block_k(&pool, b, l) - pool.data), ls) == 0);
+    kv_block_load(&pool, 2, saved);
+    uint8_t *again = malloc(pool.g.block_bytes);
+    CHECK(again);
+    kv_block_save(&pool, 2, again);
+    CHECK(memcmp(again, saved, pool.g.block_bytes) == 0);
+    free(again);
+    free(saved);
+    free(before);
     kv_pool_free(&pool);
 }
 
@@ -1190,6 +1223,7 @@ int main(void)
     RUN(geom_rejects_bad_shapes);
     RUN(large_pool_is_on_a_2_mib_edge_and_zeroed);
     RUN(pool_init_addresses);
+    RUN(block_copy_save_and_load_move_every_layer_and_nothing_else);
     RUN(pool_fp8_tail_address);
     RUN(pool_kivi_planes);
     RUN(pool_alloc_until_full);

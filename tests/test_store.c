@@ -887,6 +887,8 @@ TEST(random_ram_and_disk_against_model)
     CHECK_MSG(disk, "%s", err);
     store_params sp = {.block_size = RT, .block_bytes = pool.g.block_bytes, .timeout_ms = 2000};
     memcpy(sp.salt, pc.salt, sizeof sp.salt);
+    uint8_t *gather = malloc(pool.g.block_bytes);
+    CHECK(gather);
     store *s;
     CHECK_EQ_INT(store_new(&s, &sp), 0);
     CHECK_EQ_INT(store_add_tier(s, disk), 0);
@@ -949,7 +951,7 @@ TEST(random_ram_and_disk_against_model)
             uint32_t from = cur.n_blocks;
             uint64_t par[2] = {cur.hash[0], cur.hash[1]};
             prefix_register(&pc, &q, tok, &cur);
-            store_kv_publish(s, &pool, &q, tok, 0, from, cur.n_blocks, par);
+            store_kv_publish(s, &pool, &q, tok, 0, from, cur.n_blocks, par, gather);
             if (n / RT > 0 && n_seen < 4096) {
                 memcpy(seen[n_seen], tok, sizeof tok);
                 seen_len[n_seen++] = n / RT * RT;
@@ -967,6 +969,7 @@ TEST(random_ram_and_disk_against_model)
          (unsigned long long)tier_blocks);
     CHECK(tier_blocks > 50);
     store_free(s);
+    free(gather);
     prefix_free(&pc);
     kv_pool_free(&pool);
     rm_tmpdir();

@@ -56,21 +56,6 @@ int kv_geom_init(kv_geom *g, const kv_shape *shape)
     if (!mul_u64(t.layer_stride, shape->n_layers, &t.block_bytes) ||
         !mul_u64(exact, shape->n_layers, &t.block_bytes_exact))
         return err_set(PL_ERANGE, "KV shape: block size overflows");
-    /* Blocks of 4 KiB and more: a block stride that is an odd number of
-     * cache lines, so that the same row of consecutive blocks does not sit
-     * at one offset modulo 4 KiB (the L1's set period). With a stride that
-     * is a multiple of 4 KiB (TinyLlama at f16: 22 x 16 KiB), every block's
-     * KV heads 0-1 rows fell into the same few L1 sets and DRAM channels as
-     * each other and as the output rows: a decode token's attention at depth
-     * 2000 took 415 us a layer for the thread reading heads 0-1 and 220 us
-     * for heads 2-3 (cache cold: `bench_attn_decode` with
-     * 4 KiB-aligned blocks, 7.8 vs 4.7 ms a token). One line more a block:
-     * 205-230 us for both; one line a plane did as well but costs 44 lines a
-     * block. At most 127 bytes a block (0.02% of TinyLlama's 352 KiB). */
-    if (t.block_bytes >= 4096) {
-        const uint64_t lines = (t.block_bytes + 63) / 64;
-        t.block_bytes = (lines | 1) * 64;
-    }
     t.bytes_per_token = (double)t.block_bytes_exact / shape->block_size;
     *g = t;
     return 0;
@@ -131,7 +116,7 @@ int kv_pool_init(kv_pool *pool, const kv_shape *shape, uint32_t n_blocks)
     if (!mul_u64(g.block_bytes, n_blocks, &bytes) || bytes > SIZE_MAX)
         return err_set(PL_ERANGE, "KV pool: %u blocks of %llu bytes overflow", n_blocks,
                        (unsigned long long)g.block_bytes);
-    kv_pool p = {.g = g, .n_blocks = n_blocks};
+    kv_pool p = {.g = g, .n_blocks = n_blocks, .layer_span = g.layer_stride * n_blocks}; /* <= bytes: no overflow */
     p.data = mem_alloc_huge((size_t)bytes); /* 2 MiB pages: see mem.h */
     p.blocks = p.data ? mem_calloc(n_blocks, sizeof *p.blocks) : NULL;
     p.scratch = p.blocks ? mem_calloc(n_blocks, sizeof *p.scratch) : NULL;
@@ -297,6 +282,26 @@ void kv_pool_clear_hash(kv_pool *pool, uint32_t b)
 
 void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src)
 {
-    assert(dst != src);
-    memcpy(kv_block_data(pool, dst), kv_block_data(pool, src), (size_t)pool->g.block_bytes);
+    assert(dst < pool->n_blocks && src < pool->n_blocks);
+    const uint64_t d = (uint64_t)dst * pool->g.layer_stride, o = (uint64_t)src * pool->g.layer_stride;
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) {
+        uint8_t *arena = pool->data + l * pool->layer_span;
+        memcpy(arena + d, arena + o, (size_t)pool->g.layer_stride);
+    }
+}
+
+void kv_block_save(const kv_pool *pool, uint32_t b, uint8_t *out)
+{
+    assert(b < pool->n_blocks);
+    const uint64_t ls = pool->g.layer_stride;
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++)
+        memcpy(out + l * ls, pool->data + l * pool->layer_span + b * ls, (size_t)ls);
+}
+
+void kv_block_load(kv_pool *pool, uint32_t b, const uint8_t *in)
+{
+    assert(b < pool->n_blocks);
+    const uint64_t ls = pool->g.layer_stride;
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++)
+        memcpy(pool->data + l * pool->layer_span + b * ls, in + l * ls, (size_t)ls);
 }

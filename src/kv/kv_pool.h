@@ -6,20 +6,30 @@
  * A block id addresses the same block_size-token range in every layer.
  *
  * Data layout (pool->data, 2 MiB aligned on 2 MiB pages when it is that
- * large (mem_alloc_huge: the attention reads a few KiB per block and
- * layer, scattered over the pool); planes padded to KV_PLANE_ALIGN):
+ * large (mem_alloc_huge); planes padded to KV_PLANE_ALIGN). Layer-major:
+ * each layer (slot) has an arena of every block's planes of that layer,
+ * so a sequence's blocks of one layer, taken in id order, are one stream:
  *
- *   data: | block 0 | block 1 | ... | block n_blocks-1 |     block_bytes each
- *   (block_bytes: the layers, padded for blocks of 4 KiB and more to an odd
- *   number of 64-byte lines, so that consecutive blocks' rows do not all
- *   fall on the same cache sets; kv_geom_init has the measurement)
- *   block:| layer 0        | layer 1        | ... | layer L-1      |
- *   layer:| K plane | V plane |                               layer_stride
+ *   data: | layer 0 arena | layer 1 arena | ... | layer L-1 arena |  layer_span each
+ *   arena:| block 0 | block 1 | ... | block n_blocks-1 |             layer_stride each
+ *   block in an arena: | K plane | V plane |
  *   plane:| row 0 | row 1 | ... | row T-1 | tail | pad |      plane_stride[p]
  *          ^ kv_block_k(pool, b, l)        ^ kv_block_tail(...)
  *   row:  kv_dim = n_kv_heads x head_dim elements of the KV dtype,
  *         head h at h x head_dim (see kv_dtype.h for the quantized rows,
  *         and for f16, whose K plane is columns and V plane head runs)
+ *
+ * Why layer-major: a decode step's attention reads one layer of every
+ * block of a sequence, then the next layer. With a block's layers side by
+ * side (block-major) that was a few KiB out of every block_bytes (352 KiB
+ * for TinyLlama at f16), which one core reads at a third of a stream's
+ * rate however it prefetches. Layer-major, the f16 decode attention at
+ * depth 8192 took 8-19% less time (docs/long-context.md, "The pool's
+ * layout at depth").
+ * The cost: a whole block is n_layers pieces, so copy-on-write and the
+ * tiers move it with kv_block_save / kv_block_load (one piece a layer),
+ * and its serialized form (block_bytes: layer 0's planes, layer 1's, ...)
+ * is not a run of the pool.
  *
  * KV kinds (kv_shape.kind), the second level of the pool: what a block
  * holds per token and layer. Layer groups (kv_groups.h) are a kind of the
@@ -35,9 +45,6 @@
  *                   values from the first kv_lora_rank elements of the same
  *                   row. Rows are ggml rows of f32, f16, bf16 or q8_0
  *                   (kv/kv_latent.h writes and reads them).
- *
- * A block is contiguous across layers so that copy-on-write is one memcpy
- * and a block can later be moved to another tier (disk, Redis) as one piece.
  *
  * Block states (each block is in exactly one):
  *   FREE    refcount 0, on the free list, no hash
@@ -81,7 +88,7 @@ typedef struct {
     uint64_t plane_bytes[2];    /* exact plane size (rows + tail) */
     uint64_t plane_stride[2];   /* plane_bytes rounded up to KV_PLANE_ALIGN */
     uint64_t layer_stride;      /* plane_stride[K] + plane_stride[V] (latent: V's is 0) */
-    uint64_t block_bytes;       /* n_layers x layer_stride (+ the pad above): one block as laid out */
+    uint64_t block_bytes;       /* n_layers x layer_stride: one block, all layers (pool bytes, tier payload) */
     uint64_t block_bytes_exact; /* n_layers x (plane_bytes[K] + plane_bytes[V]): the formula */
     double bytes_per_token;     /* block_bytes_exact / block_size */
 } kv_geom;
@@ -114,7 +121,8 @@ typedef void (*kv_evict_fn)(void *user, uint32_t block, const uint64_t hash[2]);
 typedef struct kv_pool {
     kv_geom g;
     uint32_t n_blocks;
-    uint8_t *data;      /* [n_blocks][g.block_bytes], one allocation */
+    uint8_t *data;      /* [n_layers][n_blocks][g.layer_stride], one allocation */
+    uint64_t layer_span; /* n_blocks x g.layer_stride: from one layer's arena to the next */
     kv_block *blocks;   /* [n_blocks] */
     kv_list free_list;  /* FREE blocks; taken from the head, returned to the head (warm) */
     kv_list lru;        /* CACHED blocks; head = least recently used */
@@ -179,24 +187,29 @@ void kv_pool_clear_hash(kv_pool *pool, uint32_t b);
 /* Copies all layers' K and V (the whole block) from src to dst. */
 void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src);
 
-/* ------------------------------------------------------------ addressing */
+/* A whole block in one run of g.block_bytes: slot 0's K and V planes (one
+ * layer_stride), then slot 1's, ... (the tiers' payload; bit for bit what
+ * kv_block_load puts back). */
+void kv_block_save(const kv_pool *pool, uint32_t b, uint8_t *out);
+void kv_block_load(kv_pool *pool, uint32_t b, const uint8_t *in);
 
-static inline uint8_t *kv_block_data(const kv_pool *pool, uint32_t b)
-{
-    assert(b < pool->n_blocks);
-    return pool->data + (uint64_t)b * pool->g.block_bytes;
-}
+/* ------------------------------------------------------------ addressing */
 
 /* Base of the plane p (K or V) of layer in block b: row 0. With layer
  * groups, layer is the model's and names its slot (kv_pool_set_layer_slots). */
 static inline uint8_t *kv_block_plane(const kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p)
 {
+    assert(b < pool->n_blocks);
     assert(!pool->layer_slot || layer < pool->n_mapped);
     const uint32_t slot = pool->layer_slot ? pool->layer_slot[layer] : layer;
     assert(slot < pool->g.s.n_layers);
-    return kv_block_data(pool, b) + (uint64_t)slot * pool->g.layer_stride +
+    return pool->data + (uint64_t)slot * pool->layer_span + (uint64_t)b * pool->g.layer_stride +
            (p == KV_PLANE_V ? pool->g.plane_stride[KV_PLANE_K] : 0);
 }
+
+/* Bytes from block b's plane of a layer to block b + 1's (attention views'
+ * block stride). */
+static inline uint64_t kv_block_stride(const kv_pool *pool) { return pool->g.layer_stride; }
 
 static inline uint8_t *kv_block_k(const kv_pool *pool, uint32_t b, uint32_t layer)
 {

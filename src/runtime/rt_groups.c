@@ -170,7 +170,7 @@ static int groups_push_copy(kv_pool *pool, kv_seq *t, const uint8_t *bytes)
     uint32_t b;
     int rc = kv_pool_alloc(pool, &b);
     if (rc) return rc;
-    memcpy(kv_block_data(pool, b), bytes, pool->g.block_bytes);
+    kv_block_load(pool, b, bytes);
     rc = kv_seq_push_block(t, b); /* takes a reference of its own */
     kv_pool_decref(pool, b);
     return rc;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const int32_t *tokens, uint32_t base,
-                      uint32_t from, uint32_t to, const uint64_t parent[2])
+                      uint32_t from, uint32_t to, const uint64_t parent[2], uint8_t *scratch)
 {
     const uint32_t t = pool->g.s.block_size;
     uint64_t par[2] = {parent[0], parent[1]};
@@ -12,7 +12,8 @@ void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const i
         uint32_t b = seq->table[i - base];
         const kv_block *k = &pool->blocks[b];
         if (!(k->flags & KV_BLOCK_HASHED)) return;
-        store_put_block(st, k->hash, par, tokens + (size_t)(i - base) * t, kv_block_data(pool, b));
+        kv_block_save(pool, b, scratch);
+        store_put_block(st, k->hash, par, tokens + (size_t)(i - base) * t, scratch);
         par[0] = k->hash[0];
         par[1] = k->hash[1];
     }
@@ -32,9 +33,9 @@ void store_kv_publish_groups(store *st, const kv_pool *pool, const kv_seq *seq, 
         bool held = i >= lg->dropped;
         for (uint32_t g = 1; held && g < n_groups; g++) held = i - lg->dropped < lg->t[g - 1].n_blocks;
         if (held) {
-            memcpy(scratch, kv_block_data(pool, b), bb);
+            kv_block_save(pool, b, scratch);
             for (uint32_t g = 1; g < n_groups; g++)
-                memcpy(scratch + g * bb, kv_block_data(pool, lg->t[g - 1].table[i - lg->dropped]), bb);
+                kv_block_save(pool, lg->t[g - 1].table[i - lg->dropped], scratch + g * bb);
             store_put_block(st, k->hash, par, tokens + (size_t)i * t, scratch);
         }
         par[0] = k->hash[0];
@@ -52,7 +53,7 @@ uint32_t store_kv_load(prefix_cache *pc, kv_seq *seq, prefix_cursor *cur, const 
     while (done < n && kv_pool_available(pool) > reserve && seq->n_tokens + t <= seq->max_ctx) {
         uint32_t b;
         if (kv_pool_alloc(pool, &b) != 0) break;
-        memcpy(kv_block_data(pool, b), blocks[done], pool->g.block_bytes);
+        kv_block_load(pool, b, blocks[done]);
         int rc = kv_seq_push_block(seq, b); /* takes a reference of its own */
         kv_pool_decref(pool, b);
         if (rc) break;

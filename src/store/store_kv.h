@@ -3,7 +3,7 @@
  * lookup found into fresh pool blocks that the prefix cache then knows.
  *
  * Keys are the prefix cache's (prefix_chain_keys); a block's bytes are its
- * whole extent in the pool (all layers' K and V planes, kv_block_data), so
+ * serialized form (all layers' K and V planes, kv_block_save), so
  * a loaded block is bit for bit the block that was written.
  *
  * Layer groups (kv/kv_groups.h): one entry per chain block holds that
@@ -30,9 +30,10 @@
 /* Queues the keyed full blocks [from, to) of seq's chain to the tiers:
  * tokens[0] and seq->table[0] are those of chain block `base` (SWA drops
  * the front; 0 otherwise), parent = the key of block from - 1 (PREFIX_ROOT
- * for 0). Stops at the first block without a key (a collision). */
+ * for 0). Stops at the first block without a key (a collision). Each
+ * block is gathered into scratch (block bytes: kv_block_save) first. */
 void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const int32_t *tokens, uint32_t base,
-                      uint32_t from, uint32_t to, const uint64_t parent[2]);
+                      uint32_t from, uint32_t to, const uint64_t parent[2], uint8_t *scratch);
 
 /* store_kv_publish for a context with layer groups: global table seq
  * (tokens[0] and table[0] are chain block 0), local tables lg of

@@ -43,9 +43,8 @@ field kvcalc_llama70b_e5m2_no_stage .stage_bytes_per_seq 0 -- $L70 --dtype fp8_e
 # 16 codes + f16 scale + f16 min), V = 16 rows x 32 groups x (f16 scale + min + 32 codes).
 field kvcalc_llama70b_kivi4 .bytes_per_token $((80 * (1024 * (8 + 4) + 16 * 32 * 20) / 16)) -- $L70 --dtype kivi4
 field kvcalc_llama70b_kivi2 .bytes_per_token $((80 * (1024 * (4 + 4) + 16 * 32 * 12) / 16)) -- $L70 --dtype kivi2
-# A block as allocated: blocks of 4 KiB and more take a line (64 bytes) of pad
-# when their size is an even number of lines (kv_pool.h: cache sets).
-field kvcalc_kivi4_block .bytes_per_block $((80 * (1024 * 12 + 16 * 640) + 64)) -- $L70 --dtype kivi4
+# A block as allocated: its layers' planes, nothing added.
+field kvcalc_kivi4_block .bytes_per_block $((80 * (1024 * 12 + 16 * 640))) -- $L70 --dtype kivi4
 field kvcalc_int4_alias .dtype kivi4 -- $L70 --dtype int4
 field kvcalc_int2_alias .dtype kivi2 -- $L70 --dtype INT2
 # Blocks of 32 halve the per-channel key scales' share: K column 16 B + 4.
@@ -56,21 +55,20 @@ field kvcalc_llama8b_128k_blocks .blocks_per_seq 8000 -- $L8 --ctx 128000
 field kvcalc_mha_32_kv_heads .total_bytes 67108864000 -- --layers 32 --kv-heads 32 --head-dim 128 --ctx 128000
 field kvcalc_batch .total_bytes $((131072 * 1000 * 4)) -- $L8 --ctx 1000 --batch 4
 field kvcalc_ctx_suffix .ctx 131072 -- $L8 --ctx 128K
-# Whole blocks: 100 tokens take 7 blocks of 16 (112 slots); 12 slots are tail,
-# and each block's line of pad is allocated but holds no token.
-field kvcalc_allocated_whole_blocks .allocated_bytes $((7 * (16 * 131072 + 64))) -- $L8 --ctx 100
-field kvcalc_tail_waste .tail_waste_bytes $((12 * 131072 + 7 * 64)) -- $L8 --ctx 100
-field kvcalc_block_size_32 .allocated_bytes $((4 * (32 * 131072 + 64) * 2)) -- $L8 --ctx 100 --block-size 32 --batch 2
+# Whole blocks: 100 tokens take 7 blocks of 16 (112 slots); 12 slots are tail.
+field kvcalc_allocated_whole_blocks .allocated_bytes $((7 * 16 * 131072)) -- $L8 --ctx 100
+field kvcalc_tail_waste .tail_waste_bytes $((12 * 131072)) -- $L8 --ctx 100
+field kvcalc_block_size_32 .allocated_bytes $((4 * 32 * 131072 * 2)) -- $L8 --ctx 100 --block-size 32 --batch 2
 # GQA against MHA: 32 query heads on 8 KV heads is 4x.
 field kvcalc_gqa_ratio .gqa_ratio 4 -- $L8 --heads 32
 field kvcalc_gqa_mha_bytes .mha_bytes_per_token 524288 -- $L8 --heads 32
 field kvcalc_gqa_saved .gqa_saved_bytes_per_token 393216 -- $L8 --heads 32
 
 # Layer groups: gemma3-1b (26 layers, 22 local, W 512, 1 KV head of 256) at 32K: blocks of the 4
-# global layers (16 x 16 KiB + 64 pad = 65600 B); 2048 of them global, 6 local groups x 33 blocks
+# global layers (4 x 16 KiB = 65536 B); 2048 of them global, 6 local groups x 33 blocks
 G3="--layers 26 --kv-heads 1 --head-dim 256 --local-layers 22 --window 512 --ctx 32768"
-field kvcalc_groups_global .layer_groups.global_bytes $((2048 * 65600)) -- $G3
-field kvcalc_groups_local .layer_groups.local_bytes $((6 * 33 * 65600)) -- $G3
+field kvcalc_groups_global .layer_groups.global_bytes $((2048 * 65536)) -- $G3
+field kvcalc_groups_local .layer_groups.local_bytes $((6 * 33 * 65536)) -- $G3
 field kvcalc_groups_count .layer_groups.groups 7 -- $G3
 expect_exit kvcalc_groups_need_a_global_layer 2 "--local-layers" -- "$PAGELLM" kvcalc --layers 4 --kv-heads 1 --head-dim 8 --local-layers 4 --window 8
 expect_exit kvcalc_groups_window_alone 2 "--window" -- "$PAGELLM" kvcalc $L8 --window 64

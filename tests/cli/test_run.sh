@@ -17,7 +17,7 @@ check run_json_prompt_ids test "$(jq -c .prompt_ids <<<"$j")" == "[1,403,407,261
 check run_json_gen_count test "$(jq '.gen_ids | length' <<<"$j")" -eq 20
 # 5 prompt tokens + 19 appended (the 20th generated token is never fed back)
 # a block of 16 x 640 bytes = 160 lines takes one line of pad (kv_pool.h)
-check run_json_kv_fields jq -e '.kv | (.block_size == 16 and .blocks_used == 2 and .bytes_per_token == 640 and .bytes_used == 2 * 10304 and .tokens == 24 and .bytes_wasted == 2 * 10304 - 24 * 640)' <<<"$j"
+check run_json_kv_fields jq -e '.kv | (.block_size == 16 and .blocks_used == 2 and .bytes_per_token == 640 and .bytes_used == 2 * 10240 and .tokens == 24 and .bytes_wasted == 2 * 10240 - 24 * 640)' <<<"$j"
 check run_json_rates jq -e '.prefill_tok_s > 0 and .decode_tok_s > 0' <<<"$j"
 
 # sampling: a fixed seed repeats, another seed differs

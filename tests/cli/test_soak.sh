@@ -23,8 +23,8 @@ fi
 export ASAN_OPTIONS=detect_leaks=1:exitcode=66 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export PAGELLM_ENGINE_CHECK=1
 PAGELLM=${FAULTS_BUILD:-build-faults}/pagellm
-# 20 blocks of 16 tokens (10304 bytes each for stories260K at f16)
-serve_start "$T/serve.log" "$M" --kv-mem 206080 --max-seqs 8 -c 256 --max-queue 64
+# 20 blocks of 16 tokens (10240 bytes each for stories260K at f16)
+serve_start "$T/serve.log" "$M" --kv-mem 204800 --max-seqs 8 -c 256 --max-queue 64
 trap 'kill -KILL "$SPID" 2>/dev/null; rm -rf "$T"' EXIT
 if [ -z "$PORT" ]; then fail soak_starts "$(tail -3 "$T/serve.log")"; exit 0; fi
 timeout $((SECS + 60)) node tests/serve/soak.mjs "http://127.0.0.1:$PORT" "$SECS" 8 "$SPID" >"$T/soak.json" 2>"$T/soak.err"
