@@ -114,12 +114,7 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
     f->data = data;
     f->table = table;
     for (int i = 0; i < n_phys; i++) f->table[i] = (uint32_t)i;
-    for (int i = n_phys - 1; i > 0 && lay.shuffled; i--) {
-        int k = (int)(rng_u32() % (uint32_t)(i + 1));
-        uint32_t x = f->table[i];
-        f->table[i] = f->table[k];
-        f->table[k] = x;
-    }
+    if (lay.shuffled) rng_shuffle_u32(f->table, (size_t)n_phys);
     f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
                       rows_bytes, false, 0.0f, 0, false, NULL, NULL};
     for (int b = 0; b < n_phys; b++) /* scales 2^-4 .. 2^-1 (|x| / s stays within e4m3's range) */
@@ -212,12 +207,7 @@ static inline int fake_kv_make_kivi(fake_kv *f, uint32_t t, int hd, int n_kv, in
         return -1;
     }
     for (int i = 0; i < n_phys; i++) table[i] = (uint32_t)i;
-    for (int i = n_phys - 1; i > 0; i--) {
-        const int k = (int)(rng_u32() % (uint32_t)(i + 1));
-        const uint32_t y = table[i];
-        table[i] = table[k];
-        table[k] = y;
-    }
+    rng_shuffle_u32(table, (size_t)n_phys);
     for (int b = 0; b < n_phys; b++) {
         uint8_t *kp = data + (size_t)b * block_bytes, *vp = kp + kplane;
         /* keys: channels of varied offset and spread (outlier channels), tokens of varied norm */

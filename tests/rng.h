@@ -30,6 +30,17 @@ static inline float rng_unit(void) { return (float)(rng_u32() & 0xFFFFFF) / 1677
 static inline float rng_sym(void) { return 2.0f * rng_unit() - 1.0f; }                       /* [-1,1) */
 static inline float rng_gauss(void) { return rng_sym() + rng_sym() + rng_sym(); }
 
+/* Fisher-Yates over a[0, n): the blocks of a fake pool, a read order. */
+static inline void rng_shuffle_u32(uint32_t *a, size_t n)
+{
+    for (size_t i = n; i-- > 1;) {
+        const size_t k = rng_u32() % (uint32_t)(i + 1);
+        const uint32_t x = a[i];
+        a[i] = a[k];
+        a[k] = x;
+    }
+}
+
 static inline void rng_bytes(uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rng_u32();

@@ -80,11 +80,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < n; i++) at[i] = (uint32_t)i;
     rng_seed(7);
-    for (size_t i = n - 1; i > 0 && shuffled; i--) {
-        const size_t k = rng_u32() % (i + 1);
-        const uint32_t x = at[i];
-        at[i] = at[k], at[k] = x;
-    }
+    if (shuffled) rng_shuffle_u32(at, n);
     /* the prefetch runs pf bytes of runs ahead: slot i + pf / run, line (pf % run) / 64 on */
     const size_t ahead = (size_t)pf / (size_t)run, off = (size_t)pf % (size_t)run;
     double gbs[6];
