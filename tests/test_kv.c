@@ -195,7 +195,7 @@ TEST(public_kv_size_of)
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_BF16, &sz), 0);
     CHECK_EQ_INT(sz.stage_bytes, 0);
     CHECK_EQ_INT(sz.bytes_per_token, 327680);
-    CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16); /* as allocated: planes of 4 KiB need no pad */
+    CHECK_EQ_INT(sz.bytes_per_block, 327680 * 16); /* as allocated: the planes, nothing added */
     CHECK_EQ_INT(pl_kv_size_of(&l70, PL_KV_FP8_E4M3, &sz), 0);
     CHECK_EQ_INT(sz.bytes_per_token, 80 * 2 * (1024 + 2));
     pl_kv_shape bad = {80, 1, 8, 16};

@@ -282,7 +282,7 @@ void kv_pool_clear_hash(kv_pool *pool, uint32_t b)
 
 void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src)
 {
-    assert(dst < pool->n_blocks && src < pool->n_blocks);
+    assert(dst < pool->n_blocks && src < pool->n_blocks && dst != src);
     const uint64_t d = (uint64_t)dst * pool->g.layer_stride, o = (uint64_t)src * pool->g.layer_stride;
     for (uint32_t l = 0; l < pool->g.s.n_layers; l++) {
         uint8_t *arena = pool->data + l * pool->layer_span;
