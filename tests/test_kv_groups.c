@@ -420,7 +420,8 @@ static store *tier_open(pl_ctx *c)
                        .timeout_ms = 5000};
     memcpy(sp.salt, rt_ctx_prefix_cache(c)->salt, sizeof sp.salt);
     store *st = NULL;
-    if (store_new(&st, &sp) || store_add_tier(st, b) || rt_ctx_set_store(c, st)) return NULL;
+    if (store_new(&st, &sp) || store_add_tier(st, b)) return NULL;
+    rt_ctx_set_store(c, st);
     return st;
 }
 

@@ -7,7 +7,8 @@
  * layout refused), the store's
  * threads with a slow fake backend (the caller never waits: puts and polls
  * return at once, the deadline turns pending keys into misses, a full
- * staging buffer drops writes, a two-tier chain where the second tier serves
+ * staging buffer drops writes (and a gathering fill runs only for the
+ * entries taken), a two-tier chain where the second tier serves
  * what the first lost and the hit is written back to the first), the scheduler stepping a decoding request
  * while another waits on a slow lookup, an engine restarted on its disk tier
  * (and the prefill and decode roles), and a randomized run of a RAM pool + prefix
@@ -800,6 +801,58 @@ TEST(store_full_staging_drops_writes)
     store_free(s); /* writes what was staged */
 }
 
+/* A fill writing byte i + seed of the payload; counts its calls. */
+typedef struct {
+    int calls;
+    uint8_t seed;
+} fill_count;
+
+static void fill_pattern(const void *user, uint8_t *payload, size_t len)
+{
+    fill_count *c = (fill_count *)(uintptr_t)user;
+    c->calls++;
+    for (size_t i = 0; i < len; i++) payload[i] = (uint8_t)(i + c->seed);
+}
+
+/* The write-behind gathers a pool block straight into its entry: the fill
+ * runs once for each entry the store takes, never for a key written
+ * already nor for a write the full staging drops, and its bytes are what a
+ * lookup serves. */
+TEST(store_fill_runs_only_for_entries_taken)
+{
+    store_params p = sparams;
+    p.staging_bytes = 2 * store_entry_size(ST, SBYTES);
+    store *s;
+    CHECK_EQ_INT(store_new(&s, &p), 0);
+    fake_be *f = fake_new(200);
+    CHECK_EQ_INT(store_add_tier(s, &f->base), 0);
+    int32_t tok[ST] = {1, 2, 3, 4};
+    uint64_t root[2] = {0, 0}, key[2] = {5, 6};
+    fill_count c = {.seed = 3};
+    store_put_block_fill(s, key, root, tok, fill_pattern, &c);
+    store_put_block_fill(s, key, root, tok, fill_pattern, &c); /* written already */
+    CHECK_EQ_INT(c.calls, 1);
+    for (uint64_t i = 1; i <= 10; i++) store_put_block_fill(s, (uint64_t[2]){i, i}, root, tok, fill_pattern, &c);
+    store_tier_stats st;
+    store_tier_stats_get(s, 0, &st);
+    CHECK_MSG(st.dropped_writes >= 7, "%llu dropped", (unsigned long long)st.dropped_writes);
+    CHECK_EQ_INT(c.calls, 1 + 10 - (int)st.dropped_writes);
+    const uint64_t mark = store_put_mark(s);
+    for (int i = 0; i < 500 && !store_put_done(s, mark); i++) usleep(10000);
+    CHECK(store_put_done(s, mark));
+    f->delay_ms = 0;
+    store_lookup *l = store_lookup_start(s, root, (const uint64_t(*)[2])key, tok, 1);
+    bool done = false;
+    for (int i = 0; i < 200 && !(store_lookup_poll(l, &done), done); i++) usleep(2000);
+    CHECK_EQ_INT(store_lookup_poll(l, &done), 1);
+    const uint8_t *got = store_lookup_block(l, 0);
+    bool same = true;
+    for (int i = 0; i < SBYTES; i++) same &= got[i] == (uint8_t)(i + 3);
+    CHECK(same);
+    store_lookup_free(l);
+    store_free(s);
+}
+
 TEST(store_two_tiers_chain)
 {
     store *s;
@@ -887,8 +940,6 @@ TEST(random_ram_and_disk_against_model)
     CHECK_MSG(disk, "%s", err);
     store_params sp = {.block_size = RT, .block_bytes = pool.g.block_bytes, .timeout_ms = 2000};
     memcpy(sp.salt, pc.salt, sizeof sp.salt);
-    uint8_t *gather = malloc(pool.g.block_bytes);
-    CHECK(gather);
     store *s;
     CHECK_EQ_INT(store_new(&s, &sp), 0);
     CHECK_EQ_INT(store_add_tier(s, disk), 0);
@@ -951,7 +1002,7 @@ TEST(random_ram_and_disk_against_model)
             uint32_t from = cur.n_blocks;
             uint64_t par[2] = {cur.hash[0], cur.hash[1]};
             prefix_register(&pc, &q, tok, &cur);
-            store_kv_publish(s, &pool, &q, tok, 0, from, cur.n_blocks, par, gather);
+            store_kv_publish(s, &pool, &q, tok, 0, from, cur.n_blocks, par);
             if (n / RT > 0 && n_seen < 4096) {
                 memcpy(seen[n_seen], tok, sizeof tok);
                 seen_len[n_seen++] = n / RT * RT;
@@ -969,7 +1020,6 @@ TEST(random_ram_and_disk_against_model)
          (unsigned long long)tier_blocks);
     CHECK(tier_blocks > 50);
     store_free(s);
-    free(gather);
     prefix_free(&pc);
     kv_pool_free(&pool);
     rm_tmpdir();
@@ -1179,6 +1229,7 @@ int main(void)
     RUN(disk_layout_unknown_refused);
     RUN(store_never_waits_on_a_slow_tier);
     RUN(store_full_staging_drops_writes);
+    RUN(store_fill_runs_only_for_entries_taken);
     RUN(store_two_tiers_chain);
     RUN(random_ram_and_disk_against_model);
     RUN(scheduler_steps_others_while_a_lookup_waits);

@@ -47,11 +47,7 @@ int eng_tiers_open(pl_engine *e, store **out)
         store_free(st);
         return rc;
     }
-    rc = rt_ctx_set_store(e->ctx, st);
-    if (rc) {
-        store_free(st);
-        return rc;
-    }
+    rt_ctx_set_store(e->ctx, st);
     sched_set_store(&e->sc, st);
     *out = st;
     return 0;

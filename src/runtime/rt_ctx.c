@@ -137,7 +137,6 @@ void rt_ctx_free(rt_ctx *c)
     free(c->b_tables);
     free(c->b_gslot);
     free(c->shift_scratch);
-    free(c->st_gather);
     free(c);
 }
 

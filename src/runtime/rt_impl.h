@@ -43,7 +43,6 @@ struct pl_ctx {
     prefix_cache pc;                /* over pool; paged layout with a KV cache only */
     bool prefix_ok;
     store *st;                      /* the tiers below the prefix cache, or NULL (not owned) */
-    uint8_t *st_gather;             /* with a store: one entry's payload (n_groups blocks, or one) */
     rt_seq *seqs;                   /* [max_seqs] */
     int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] batch scratch */
     int32_t *b_lidx;                /* [max(max_seqs, max_batch)] rows that want logits */

@@ -72,28 +72,12 @@ void rt_seq_publish(rt_ctx *c, rt_seq *s)
     if (!c->st || s->pcur.n_blocks <= before.n_blocks) return;
     if (rt_groups_on(c)) /* no SWA nor window with groups: base 0 */
         store_kv_publish_groups(c->st, &c->pool, &s->kv, &s->lg, c->kg.n_groups, s->tokens, before.n_blocks,
-                                s->pcur.n_blocks, before.hash, c->st_gather);
+                                s->pcur.n_blocks, before.hash);
     else
-        store_kv_publish(c->st, &c->pool, &s->kv, s->tokens, base, before.n_blocks, s->pcur.n_blocks, before.hash,
-                         c->st_gather);
+        store_kv_publish(c->st, &c->pool, &s->kv, s->tokens, base, before.n_blocks, s->pcur.n_blocks, before.hash);
 }
 
-/* A tier entry is gathered into st_gather before it is queued: a block's
- * layers are apart in the pool (kv_pool.h), and with layer groups an entry
- * holds every group's block of a position (store_kv.h). */
-int rt_ctx_set_store(rt_ctx *c, store *st)
-{
-    c->st = c->prefix_ok ? st : NULL;
-    if (c->st && !c->st_gather) {
-        const uint32_t n = rt_groups_on(c) ? c->kg.n_groups : 1;
-        c->st_gather = mem_calloc(n, c->pool.g.block_bytes);
-        if (!c->st_gather) {
-            c->st = NULL;
-            return err_set(PL_ENOMEM, "out of memory for the KV tiers' entry of %u blocks", n);
-        }
-    }
-    return 0;
-}
+void rt_ctx_set_store(rt_ctx *c, store *st) { c->st = c->prefix_ok ? st : NULL; }
 
 uint64_t rt_ctx_tier_block_bytes(const rt_ctx *c)
 {

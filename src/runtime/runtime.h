@@ -154,9 +154,8 @@ const prefix_cache *rt_ctx_prefix_cache(const rt_ctx *c);
 
 /* The KV tiers below the prefix cache (src/store): every block the prefix
  * cache keys from now on is also written behind to st. NULL: none. The
- * store must outlive its use (not owned). PL_ENOMEM (then no store is
- * used) if a layer groups' entry buffer cannot be had. */
-int rt_ctx_set_store(rt_ctx *c, store *st);
+ * store must outlive its use (not owned). */
+void rt_ctx_set_store(rt_ctx *c, store *st);
 /* The payload of one tier entry: a pool block, or with layer groups one
  * block of every group (store_kv.h). */
 uint64_t rt_ctx_tier_block_bytes(const rt_ctx *c);

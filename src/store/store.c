@@ -538,8 +538,8 @@ static store_key *recent_slot(store *s, const uint64_t key[2])
     return &s->recent[(key[0] ^ (key[1] >> 11)) & (STORE_RECENT - 1)];
 }
 
-void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], const int32_t *tokens,
-                     const uint8_t *block)
+void store_put_block_fill(store *s, const uint64_t key[2], const uint64_t parent[2], const int32_t *tokens,
+                          store_fill_fn fill, const void *user)
 {
     if (s->n_tiers == 0) return;
     store_key *r = recent_slot(s, key);
@@ -567,12 +567,20 @@ void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], 
                           .payload_len = s->p.block_bytes};
     /* the one copy the engine thread makes (the pool block may be reused
      * at once); the checksum is left to the writer (put_seal) */
-    memcpy(store_entry_begin(buf, &m, tokens), block, s->p.block_bytes);
+    fill(user, store_entry_begin(buf, &m, tokens), s->p.block_bytes);
     *j = (put_job){.key = m.key, .buf = buf, .len = len};
     *r = m.key;
     pthread_mutex_lock(&s->mu);
     put_queue(s, j, s->n_tiers);
     pthread_mutex_unlock(&s->mu);
+}
+
+static void fill_copy(const void *block, uint8_t *payload, size_t len) { memcpy(payload, block, len); }
+
+void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], const int32_t *tokens,
+                     const uint8_t *block)
+{
+    store_put_block_fill(s, key, parent, tokens, fill_copy, block);
 }
 
 uint64_t store_put_mark(store *s)

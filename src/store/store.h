@@ -109,6 +109,15 @@ uint64_t store_staged_bytes(store *s);
 void store_put_block(store *s, const uint64_t key[2], const uint64_t parent[2], const int32_t *tokens,
                      const uint8_t *block);
 
+/* Writes an entry's payload of len (block_bytes) bytes from user's data. */
+typedef void (*store_fill_fn)(const void *user, uint8_t *payload, size_t len);
+
+/* store_put_block whose payload fill writes straight into the entry (a
+ * block gathered from the pool's layer arenas): called at most once, and
+ * not at all when the key was written already or the staging is full. */
+void store_put_block_fill(store *s, const uint64_t key[2], const uint64_t parent[2], const int32_t *tokens,
+                          store_fill_fn fill, const void *user);
+
 /* Asks the tiers for n chained blocks: keys[i] holds tokens[i T, (i+1) T)
  * and its parent is keys[i - 1] (parent0 for i = 0). NULL if out of memory
  * (then there is nothing to wait for). */

@@ -1,10 +1,28 @@
 /* store_kv.c - publish and load full KV blocks; see store_kv.h. */
 #include "store/store_kv.h"
 
+#include <assert.h>
 #include <string.h>
 
+/* One entry's blocks: the position's block of every group (one without). */
+typedef struct {
+    const kv_pool *pool;
+    uint32_t n;
+    uint32_t b[KV_GROUPS_MAX];
+} entry_blocks;
+
+/* store_fill_fn: gathers each block's layers into the entry's payload. */
+static void fill_blocks(const void *user, uint8_t *payload, size_t len)
+{
+    const entry_blocks *e = user;
+    const size_t bb = e->pool->g.block_bytes;
+    assert(len == e->n * bb);
+    (void)len;
+    for (uint32_t g = 0; g < e->n; g++) kv_block_save(e->pool, e->b[g], payload + g * bb);
+}
+
 void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const int32_t *tokens, uint32_t base,
-                      uint32_t from, uint32_t to, const uint64_t parent[2], uint8_t *scratch)
+                      uint32_t from, uint32_t to, const uint64_t parent[2])
 {
     const uint32_t t = pool->g.s.block_size;
     uint64_t par[2] = {parent[0], parent[1]};
@@ -12,8 +30,8 @@ void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const i
         uint32_t b = seq->table[i - base];
         const kv_block *k = &pool->blocks[b];
         if (!(k->flags & KV_BLOCK_HASHED)) return;
-        kv_block_save(pool, b, scratch);
-        store_put_block(st, k->hash, par, tokens + (size_t)(i - base) * t, scratch);
+        const entry_blocks e = {.pool = pool, .n = 1, .b = {b}};
+        store_put_block_fill(st, k->hash, par, tokens + (size_t)(i - base) * t, fill_blocks, &e);
         par[0] = k->hash[0];
         par[1] = k->hash[1];
     }
@@ -21,10 +39,10 @@ void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const i
 
 void store_kv_publish_groups(store *st, const kv_pool *pool, const kv_seq *seq, const kv_glocal *lg,
                              uint32_t n_groups, const int32_t *tokens, uint32_t from, uint32_t to,
-                             const uint64_t parent[2], uint8_t *scratch)
+                             const uint64_t parent[2])
 {
     const uint32_t t = pool->g.s.block_size;
-    const size_t bb = pool->g.block_bytes;
+    assert(n_groups >= 1 && n_groups <= KV_GROUPS_MAX);
     uint64_t par[2] = {parent[0], parent[1]};
     for (uint32_t i = from; i < to && i < seq->n_blocks; i++) {
         const uint32_t b = seq->table[i];
@@ -33,10 +51,9 @@ void store_kv_publish_groups(store *st, const kv_pool *pool, const kv_seq *seq, 
         bool held = i >= lg->dropped;
         for (uint32_t g = 1; held && g < n_groups; g++) held = i - lg->dropped < lg->t[g - 1].n_blocks;
         if (held) {
-            kv_block_save(pool, b, scratch);
-            for (uint32_t g = 1; g < n_groups; g++)
-                kv_block_save(pool, lg->t[g - 1].table[i - lg->dropped], scratch + g * bb);
-            store_put_block(st, k->hash, par, tokens + (size_t)i * t, scratch);
+            entry_blocks e = {.pool = pool, .n = n_groups, .b = {b}};
+            for (uint32_t g = 1; g < n_groups; g++) e.b[g] = lg->t[g - 1].table[i - lg->dropped];
+            store_put_block_fill(st, k->hash, par, tokens + (size_t)i * t, fill_blocks, &e);
         }
         par[0] = k->hash[0];
         par[1] = k->hash[1];

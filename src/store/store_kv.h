@@ -31,19 +31,20 @@
  * tokens[0] and seq->table[0] are those of chain block `base` (SWA drops
  * the front; 0 otherwise), parent = the key of block from - 1 (PREFIX_ROOT
  * for 0). Stops at the first block without a key (a collision). Each
- * block is gathered into scratch (block bytes: kv_block_save) first. */
+ * block's layers are gathered (kv_block_save) straight into its entry,
+ * and only when the store takes it (store_put_block_fill). */
 void store_kv_publish(store *st, const kv_pool *pool, const kv_seq *seq, const int32_t *tokens, uint32_t base,
-                      uint32_t from, uint32_t to, const uint64_t parent[2], uint8_t *scratch);
+                      uint32_t from, uint32_t to, const uint64_t parent[2]);
 
 /* store_kv_publish for a context with layer groups: global table seq
  * (tokens[0] and table[0] are chain block 0), local tables lg of
- * n_groups - 1 groups. Each entry gathers the block of every group into
- * scratch (n_groups x block bytes) first. A block whose local partners the
+ * n_groups - 1 groups. Each entry gathers the block of every group
+ * (n_groups x block bytes, global first). A block whose local partners the
  * window already dropped is skipped (a re-walk after a truncate: it was
  * written when sealed). */
 void store_kv_publish_groups(store *st, const kv_pool *pool, const kv_seq *seq, const kv_glocal *lg,
                              uint32_t n_groups, const int32_t *tokens, uint32_t from, uint32_t to,
-                             const uint64_t parent[2], uint8_t *scratch);
+                             const uint64_t parent[2]);
 
 /* seq (paged) holds exactly cur->n_blocks full blocks of tokens, as
  * prefix_attach left it; blocks[j] holds the K/V of chain block
