@@ -282,26 +282,19 @@ void kv_pool_clear_hash(kv_pool *pool, uint32_t b)
 
 void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src)
 {
-    assert(dst < pool->n_blocks && src < pool->n_blocks && dst != src);
-    const uint64_t d = (uint64_t)dst * pool->g.layer_stride, o = (uint64_t)src * pool->g.layer_stride;
-    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) {
-        uint8_t *arena = pool->data + l * pool->layer_span;
-        memcpy(arena + d, arena + o, (size_t)pool->g.layer_stride);
-    }
+    assert(dst != src);
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++)
+        memcpy(kv_slot_piece(pool, l, dst), kv_slot_piece(pool, l, src), (size_t)pool->g.layer_stride);
 }
 
 void kv_block_save(const kv_pool *pool, uint32_t b, uint8_t *out)
 {
-    assert(b < pool->n_blocks);
     const uint64_t ls = pool->g.layer_stride;
-    for (uint32_t l = 0; l < pool->g.s.n_layers; l++)
-        memcpy(out + l * ls, pool->data + l * pool->layer_span + b * ls, (size_t)ls);
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) memcpy(out + l * ls, kv_slot_piece(pool, l, b), (size_t)ls);
 }
 
 void kv_block_load(kv_pool *pool, uint32_t b, const uint8_t *in)
 {
-    assert(b < pool->n_blocks);
     const uint64_t ls = pool->g.layer_stride;
-    for (uint32_t l = 0; l < pool->g.s.n_layers; l++)
-        memcpy(pool->data + l * pool->layer_span + b * ls, in + l * ls, (size_t)ls);
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) memcpy(kv_slot_piece(pool, l, b), in + l * ls, (size_t)ls);
 }

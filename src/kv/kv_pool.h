@@ -195,16 +195,21 @@ void kv_block_load(kv_pool *pool, uint32_t b, const uint8_t *in);
 
 /* ------------------------------------------------------------ addressing */
 
+/* Block b's piece of slot's arena: its K plane, then its V plane
+ * (layer_stride bytes). */
+static inline uint8_t *kv_slot_piece(const kv_pool *pool, uint32_t slot, uint32_t b)
+{
+    assert(b < pool->n_blocks && slot < pool->g.s.n_layers);
+    return pool->data + (uint64_t)slot * pool->layer_span + (uint64_t)b * pool->g.layer_stride;
+}
+
 /* Base of the plane p (K or V) of layer in block b: row 0. With layer
  * groups, layer is the model's and names its slot (kv_pool_set_layer_slots). */
 static inline uint8_t *kv_block_plane(const kv_pool *pool, uint32_t b, uint32_t layer, kv_plane p)
 {
-    assert(b < pool->n_blocks);
     assert(!pool->layer_slot || layer < pool->n_mapped);
     const uint32_t slot = pool->layer_slot ? pool->layer_slot[layer] : layer;
-    assert(slot < pool->g.s.n_layers);
-    return pool->data + (uint64_t)slot * pool->layer_span + (uint64_t)b * pool->g.layer_stride +
-           (p == KV_PLANE_V ? pool->g.plane_stride[KV_PLANE_K] : 0);
+    return kv_slot_piece(pool, slot, b) + (p == KV_PLANE_V ? pool->g.plane_stride[KV_PLANE_K] : 0);
 }
 
 /* Bytes from block b's plane of a layer to block b + 1's (attention views'
