@@ -438,6 +438,84 @@ TEST(pool_alloc_n_contiguous)
     kv_pool_free(&pool);
 }
 
+/* Table entries that do not follow their neighbour's id. */
+static uint32_t table_breaks(const kv_seq *s)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 1; i < s->n_blocks; i++) n += s->table[i] != s->table[i - 1] + 1;
+    return n;
+}
+
+/* Two conversations decoding side by side each take a block every
+ * block_size tokens. Taken from the free list's head, their tails
+ * interleaved (a, b, a, b...); taken to follow their own last block, each
+ * stays a run, which one layer's arena holds as one stream. */
+TEST(pool_alloc_next_keeps_each_sequence_a_run)
+{
+    kv_pool pool;
+    kv_seq a, b;
+    CHECK_EQ_INT(pool_and_seq(&pool, 64, &a, 4096, KV_SEQ_PAGED), 0);
+    CHECK_EQ_INT(kv_seq_init(&b, &pool, 4096, KV_SEQ_PAGED), 0);
+    const uint32_t T = small.block_size;
+    CHECK_EQ_INT(kv_seq_reserve(&a, 10 * T), 0); /* prompts, one after the other */
+    CHECK_EQ_INT(kv_seq_reserve(&b, 10 * T), 0);
+    CHECK_EQ_INT(a.table[0], 0);
+    /* b's first block leaves the run after a's last block half to a */
+    CHECK_EQ_INT(b.table[0], 10 + 54 / 2);
+    for (int step = 0; step < 20 * (int)T; step++) {
+        CHECK_EQ_INT(kv_seq_reserve(&a, 1), 0);
+        CHECK_EQ_INT(kv_seq_reserve(&b, 1), 0);
+    }
+    INFO("after 20 blocks each: a %u..%u (%u breaks), b %u..%u (%u breaks)", a.table[0], a.table[a.n_blocks - 1],
+         table_breaks(&a), b.table[0], b.table[b.n_blocks - 1], table_breaks(&b));
+    CHECK_EQ_INT(table_breaks(&a), 0);
+    /* 37..63 ran out: b went on in the middle of 28..36, whose first half
+     * a (then at 27) still grew into */
+    CHECK_EQ_INT(table_breaks(&b), 1);
+    CHECK_EQ_INT(b.table[27], 28 + 9 / 2);
+    CHECK_EQ_INT(free_two_checked(&pool, &a, &b), 0);
+}
+
+/* Where a block goes when its neighbour's successor is taken: the largest
+ * run of FREE ids (found across the free bitmap's words), at its start
+ * unless a USED block precedes it; with no FREE block, the LRU's head is
+ * evicted as kv_pool_alloc does; with none at all, PL_EFULL. */
+TEST(pool_alloc_next_picks_the_largest_free_run)
+{
+    kv_pool pool;
+    uint32_t b;
+    CHECK_EQ_INT(kv_pool_init(&pool, &small, 200), 0);
+    kv_pool_acquire(&pool, 5);
+    kv_pool_acquire(&pool, 70);
+    kv_pool_acquire(&pool, 140);
+    /* runs 0..4, 6..69 (64), 71..139 (69), 141..199 (59) */
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, KV_NONE, &b), 0);
+    CHECK_EQ_INT(b, 71 + 69 / 2);
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, 140, &b), 0); /* 141 is free */
+    CHECK_EQ_INT(b, 141);
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, 69, &b), 0); /* 70 is taken: 6..69 is the largest now */
+    CHECK_EQ_INT(b, 6 + 64 / 2);
+    kv_pool_decref(&pool, 5); /* runs 0..37 (38), 142..199 (58, after 141) */
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, 199, &b), 0); /* the pool's end: no successor */
+    CHECK_EQ_INT(b, 142 + 58 / 2);
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, KV_NONE, &b), 0); /* 0..37 is the largest, after no block */
+    CHECK_EQ_INT(b, 0);
+    for (uint32_t i = 0; i < 200; i++)
+        if (pool.blocks[i].state == KV_BLOCK_FREE) kv_pool_acquire(&pool, i);
+    /* no FREE block: one CACHED block is evicted to serve */
+    kv_pool_set_hash(&pool, 199, (uint64_t[2]){1, 2}, KV_NONE);
+    kv_pool_decref(&pool, 199);
+    CHECK_EQ_INT(pool.blocks[199].state, KV_BLOCK_CACHED);
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, 3, &b), 0);
+    CHECK_EQ_INT(b, 199);
+    CHECK(!(pool.blocks[199].flags & KV_BLOCK_HASHED));
+    CHECK_EQ_INT(kv_pool_alloc_next(&pool, 3, &b), PL_EFULL);
+    for (uint32_t i = 0; i < 200; i++) kv_pool_decref(&pool, i);
+    CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
+    CHECK_EQ_INT(pool.free_list.n, 200);
+    kv_pool_free(&pool);
+}
+
 static uint32_t evicted[16], n_evicted;
 static void note_evict(void *user, uint32_t block, const uint64_t hash[2])
 {
@@ -834,6 +912,15 @@ TEST(check_detects_corruption)
     pool.free_list.n++;
     CHECK_EQ_INT(kv_check(&pool, all, 1), PL_EFORMAT);
     pool.free_list.n--;
+    const uint32_t fb = (uint32_t)pool.free_list.head;
+    pool.free_bits[fb / 64] &= ~(UINT64_C(1) << (fb % 64)); /* a free block's bit lost */
+    CHECK_EQ_INT(kv_check(&pool, all, 1), PL_EFORMAT);
+    CHECK(strstr(err_msg(), "free bit") != NULL);
+    pool.free_bits[fb / 64] |= UINT64_C(1) << (fb % 64);
+    pool.free_bits[b0 / 64] |= UINT64_C(1) << (b0 % 64); /* a used block's bit set */
+    CHECK_EQ_INT(kv_check(&pool, all, 1), PL_EFORMAT);
+    CHECK(strstr(err_msg(), "free bits for") != NULL);
+    pool.free_bits[b0 / 64] &= ~(UINT64_C(1) << (b0 % 64));
     s.n_tokens = 13; /* more tokens than its blocks hold */
     CHECK_EQ_INT(kv_check(&pool, all, 1), PL_EFORMAT);
     s.n_tokens = 9;
@@ -1229,6 +1316,8 @@ int main(void)
     RUN(pool_alloc_until_full);
     RUN(pool_acquire_from_middle_of_free_list);
     RUN(pool_alloc_n_contiguous);
+    RUN(pool_alloc_next_keeps_each_sequence_a_run);
+    RUN(pool_alloc_next_picks_the_largest_free_run);
     RUN(pool_cached_lru_revive_evict);
     RUN(seq_reserve_grows_by_blocks);
     RUN(seq_full_leaves_state_unchanged);

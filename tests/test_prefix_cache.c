@@ -400,21 +400,22 @@ TEST(tail_source_is_pinned_while_copied)
     CHECK_EQ_INT(fx_with_seq(&f, 4, &a, A16, 8), 0); /* blocks 0, 1 */
     CHECK_EQ_INT(ts_new(&f, &c), 0);
     const int32_t cc[4] = {9, 9, 9, 9};
-    CHECK_EQ_INT(ts_step(&f, &c, cc, 4), 0); /* block 2 */
+    CHECK_EQ_INT(ts_step(&f, &c, cc, 4), 0); /* block 3: the middle of the free 2..3 after a's 1 */
+    CHECK_EQ_INT(c.kv.table[0], 3);
     ts_free(&a);
-    ts_free(&c); /* LRU: 1, 0, 2 */
+    ts_free(&c); /* LRU: 1, 0, 3 */
     CHECK_EQ_INT(ts_new(&f, &d), 0);
-    CHECK_EQ_INT(ts_step(&f, &d, cc, 2), 0); /* block 3 */
+    CHECK_EQ_INT(ts_step(&f, &d, cc, 2), 0); /* block 2 */
     CHECK_EQ_INT(f.pool.lru.head, 1);
     /* Hit block 0, then copy 3 rows of block 1, the LRU head: the copy's
-     * block must evict block 2, not the source. */
+     * block must evict block 3, not the source. */
     CHECK_EQ_INT(ts_new(&f, &b), 0);
     CHECK_EQ_INT(ts_attach(&f, &b, A16, 8, false, &hit), 0);
     CHECK_EQ_INT(hit, 7);
-    CHECK_EQ_INT(b.kv.table[1], 2);
+    CHECK_EQ_INT(b.kv.table[1], 3);
     CHECK(ts_rows_ok(&b));
     CHECK_EQ_INT(f.pc.st.evictions, 1);
-    CHECK(keyed(&f, 1) && !keyed(&f, 2));
+    CHECK(keyed(&f, 1) && !keyed(&f, 3));
     CHECK_EQ_INT(prefix_match_len(&f.pc, cc, 5), 0);
     tseq both[2] = {d, b};
     CHECK_EQ_INT(check_all(&f, both, 2), 0);

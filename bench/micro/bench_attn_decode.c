@@ -29,8 +29,10 @@
  * LAYOUT= where a layer's blocks sit (fake_kv_layout; row types only):
  * shuffled (the default: a pool after much churn), inorder (block i of
  * the sequence is physical block i, packed), engine (in order, a layer's
- * planes of consecutive blocks L packed blocks apart, as in the engine's
- * pool, whose block holds every layer; L x the memory).
+ * planes of consecutive blocks L packed blocks apart, as in a block-major
+ * pool, whose block holds every layer; L x the memory), apart:N (in
+ * order, N packed blocks apart: one layer's arena where N sequences that
+ * decode together took a block each in turn; N x the memory).
  * Env: NCTX=n the depth (default 2,048 keys), BS=b keys a block (default
  * 16), TILES=t t calls' worth of ROWS rows each (tile i on the KV heads
  * after tile i - 1's) walking the chunks together in one attn_chunks_run,
@@ -175,8 +177,16 @@ static int decode_args_parse(decode_args *a, int argc, char **argv)
     a->lay_name = getenv("LAYOUT");
     if (a->lay_name && !strcmp(a->lay_name, "inorder")) a->lay.shuffled = false;
     else if (a->lay_name && !strcmp(a->lay_name, "engine")) a->lay = (fake_kv_layout){false, a->L};
-    else if (a->lay_name && strcmp(a->lay_name, "shuffled")) {
-        fprintf(stderr, "%s: LAYOUT: '%s' is not shuffled, inorder or engine\n", prog, a->lay_name);
+    else if (a->lay_name && !strncmp(a->lay_name, "apart:", 6)) {
+        char *end;
+        long n = strtol(a->lay_name + 6, &end, 10);
+        if (*end || n < 1 || n > 64) {
+            fprintf(stderr, "%s: LAYOUT: '%s': apart:N takes N in 1..64\n", prog, a->lay_name);
+            return -1;
+        }
+        a->lay = (fake_kv_layout){false, (int)n};
+    } else if (a->lay_name && strcmp(a->lay_name, "shuffled")) {
+        fprintf(stderr, "%s: LAYOUT: '%s' is not shuffled, inorder, engine or apart:N\n", prog, a->lay_name);
         return -1;
     }
     if (a->lay_name && a->only >= FAKE_KV_N_TYPES) {

@@ -78,6 +78,9 @@ static int kv_check_list(kv_pool *pool, const kv_list *l, kv_block_state want, c
         const kv_block *k = &pool->blocks[b];
         if (pool->scratch[b] & KV_SEEN) return KV_BAD("block %d met twice on the lists", b);
         pool->scratch[b] |= KV_SEEN;
+        const bool bit = (pool->free_bits[b / 64] >> (b % 64)) & 1;
+        if (bit != (want == KV_BLOCK_FREE))
+            return KV_BAD("block %d on the %s list has its free bit %s", b, what, bit ? "set" : "clear");
         if (k->state != want) return KV_BAD("block %d on the %s list has state %u", b, what, k->state);
         if (k->prev != prev) return KV_BAD("block %d: prev %d, expected %d (%s list)", b, k->prev, prev, what);
         if (k->refcount != 0) return KV_BAD("block %d on the %s list has refcount %u", b, what, k->refcount);
@@ -135,6 +138,9 @@ int kv_check(kv_pool *pool, kv_seq *const *seqs, size_t n_seqs)
     memset(pool->scratch, 0, (size_t)pool->n_blocks * sizeof *pool->scratch);
     if ((rc = kv_check_list(pool, &pool->free_list, KV_BLOCK_FREE, "free"))) return rc;
     if ((rc = kv_check_list(pool, &pool->lru, KV_BLOCK_CACHED, "LRU"))) return rc;
+    uint64_t bits = 0; /* each free-list block's bit is set (above): no other may be */
+    for (uint32_t w = 0; w < (pool->n_blocks + 63) / 64; w++) bits += (uint64_t)__builtin_popcountll(pool->free_bits[w]);
+    if (bits != pool->free_list.n) return KV_BAD("%llu free bits for %u free blocks", (unsigned long long)bits, pool->free_list.n);
     for (size_t j = 0; j < n_seqs; j++)
         if ((rc = kv_check_seq(pool, seqs[j], j))) return rc;
     uint32_t n_used = 0;

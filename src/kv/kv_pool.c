@@ -69,8 +69,18 @@ uint32_t kv_geom_blocks_for_bytes(const kv_geom *g, uint64_t bytes)
 
 /* ---------------------------------------------------------------- lists */
 
+/* free_bits follows the free list: set on the way in, cleared on the way out. */
+static void kv_free_bit(kv_pool *pool, const kv_list *l, uint32_t b, bool set)
+{
+    if (l != &pool->free_list) return;
+    const uint64_t m = UINT64_C(1) << (b % 64);
+    if (set) pool->free_bits[b / 64] |= m;
+    else pool->free_bits[b / 64] &= ~m;
+}
+
 static void kv_list_unlink(kv_pool *pool, kv_list *l, uint32_t b)
 {
+    kv_free_bit(pool, l, b, false);
     kv_block *k = &pool->blocks[b];
     if (k->prev != KV_NONE) pool->blocks[k->prev].next = k->next;
     else l->head = k->next;
@@ -83,6 +93,7 @@ static void kv_list_unlink(kv_pool *pool, kv_list *l, uint32_t b)
 
 static void kv_list_push_head(kv_pool *pool, kv_list *l, uint32_t b)
 {
+    kv_free_bit(pool, l, b, true);
     kv_block *k = &pool->blocks[b];
     k->prev = KV_NONE;
     k->next = l->head;
@@ -94,6 +105,7 @@ static void kv_list_push_head(kv_pool *pool, kv_list *l, uint32_t b)
 
 static void kv_list_push_tail(kv_pool *pool, kv_list *l, uint32_t b)
 {
+    kv_free_bit(pool, l, b, true);
     kv_block *k = &pool->blocks[b];
     k->next = KV_NONE;
     k->prev = l->tail;
@@ -120,9 +132,11 @@ int kv_pool_init(kv_pool *pool, const kv_shape *shape, uint32_t n_blocks)
     p.data = mem_alloc_huge((size_t)bytes); /* 2 MiB pages: see mem.h */
     p.blocks = p.data ? mem_calloc(n_blocks, sizeof *p.blocks) : NULL;
     p.scratch = p.blocks ? mem_calloc(n_blocks, sizeof *p.scratch) : NULL;
-    if (!p.scratch) {
+    p.free_bits = p.scratch ? mem_calloc(((size_t)n_blocks + 63) / 64, sizeof *p.free_bits) : NULL;
+    if (!p.free_bits) {
         mem_free(p.data);
         mem_free(p.blocks);
+        mem_free(p.scratch);
         return err_prefix(PL_ENOMEM, "KV pool of %u blocks (%llu bytes)", n_blocks, (unsigned long long)bytes);
     }
     p.free_list = p.lru = (kv_list){KV_NONE, KV_NONE, 0};
@@ -140,6 +154,7 @@ void kv_pool_free(kv_pool *pool)
     mem_free(pool->data);
     mem_free(pool->blocks);
     mem_free(pool->scratch);
+    mem_free(pool->free_bits);
     memset(pool, 0, sizeof *pool);
 }
 
@@ -189,6 +204,51 @@ int kv_pool_alloc(kv_pool *pool, uint32_t *out)
     } else {
         return err_set(PL_EFULL, "KV pool full: all %u blocks in use", pool->n_blocks);
     }
+    kv_block_mark_used(pool, b);
+    *out = b;
+    return 0;
+}
+
+/* The largest run of FREE ids (the lowest first on a tie): its length, 0 if
+ * none, and its first id in *start. Walks free_bits a run at a time. */
+static uint32_t kv_largest_free_run(const kv_pool *pool, uint32_t *start)
+{
+    uint32_t best = 0, best_at = 0, run = 0, run_at = 0;
+    const uint32_t n_words = (pool->n_blocks + 63) / 64; /* bits past n_blocks are 0 */
+    for (uint32_t w = 0; w < n_words; w++) {
+        const uint64_t x = pool->free_bits[w];
+        for (uint32_t pos = 0; pos < 64;) {
+            const uint64_t y = x >> pos; /* bits past 64 - pos read as 0 */
+            uint32_t len;
+            if (y & 1) {
+                len = ~y ? (uint32_t)__builtin_ctzll(~y) : 64; /* ~y has a 1 at 64 - pos when pos > 0 */
+                if (run == 0) run_at = w * 64 + pos;
+                run += len;
+            } else {
+                len = y ? (uint32_t)__builtin_ctzll(y) : 64 - pos;
+                if (run > best) best = run, best_at = run_at;
+                run = 0;
+            }
+            pos += len;
+        }
+    }
+    if (run > best) best = run, best_at = run_at;
+    *start = best_at;
+    return best;
+}
+
+int kv_pool_alloc_next(kv_pool *pool, int64_t prev, uint32_t *out)
+{
+    assert(prev >= KV_NONE && prev < (int64_t)pool->n_blocks);
+    uint32_t b = (uint32_t)(prev + 1);
+    if (prev == KV_NONE || b >= pool->n_blocks || pool->blocks[b].state != KV_BLOCK_FREE) {
+        uint32_t at, len = kv_largest_free_run(pool, &at);
+        if (len == 0) return kv_pool_alloc(pool, out);
+        const bool after_used = at > 0 && pool->blocks[at - 1].state == KV_BLOCK_USED;
+        b = after_used ? at + len / 2 : at;
+    }
+    assert(pool->blocks[b].state == KV_BLOCK_FREE);
+    kv_list_unlink(pool, &pool->free_list, b);
     kv_block_mark_used(pool, b);
     *out = b;
     return 0;

@@ -125,6 +125,7 @@ typedef struct kv_pool {
     uint64_t layer_span; /* n_blocks x g.layer_stride: from one layer's arena to the next */
     kv_block *blocks;   /* [n_blocks] */
     kv_list free_list;  /* FREE blocks; taken from the head, returned to the head (warm) */
+    uint64_t *free_bits; /* [ceil(n_blocks / 64)]: bit b set iff block b is FREE (runs, kv_pool_alloc_next) */
     kv_list lru;        /* CACHED blocks; head = least recently used */
     uint32_t n_used;
     uint32_t *scratch;  /* [n_blocks] for kv_check / kv_stats_get, so they need no malloc */
@@ -165,6 +166,16 @@ static inline uint32_t kv_pool_available(const kv_pool *pool)
 /* Takes a block (FREE first, else evicts the least recently used CACHED
  * one): USED, refcount 1. PL_EFULL if none; nothing changes then. */
 int kv_pool_alloc(kv_pool *pool, uint32_t *out);
+
+/* Takes a block to follow block prev (KV_NONE: a sequence's first) in a
+ * block table, so that a sequence's blocks stay runs of ids, which a
+ * layer's arena holds as runs of memory (what decode attention streams):
+ * prev + 1 if it is FREE; else a FREE block where the largest run of FREE
+ * ids starts, or its middle if a USED block precedes the run (leaving the
+ * first half to that block's sequence to grow into); else as
+ * kv_pool_alloc (evicts the least recently used CACHED block). USED,
+ * refcount 1; PL_EFULL if none, nothing changed. */
+int kv_pool_alloc_next(kv_pool *pool, int64_t prev, uint32_t *out);
 
 /* Takes n blocks into ids[], contiguous ids if a run of n FREE blocks exists
  * (first fit), else any n. All or nothing: PL_EFULL leaves the pool as it was. */

@@ -3,7 +3,9 @@
  * Every fallible operation first counts the blocks it will take (new table
  * entries plus at most one copy) against kv_pool_available(), and only then
  * changes anything, so that PL_EFULL leaves the sequence and the pool as
- * they were. After the count, kv_pool_alloc cannot fail.
+ * they were. After the count, taking a block cannot fail. Blocks are taken
+ * to follow their table neighbour (kv_pool_alloc_next), so that a
+ * sequence's blocks stay runs of ids.
  */
 #include "kv/kv_seq.h"
 
@@ -68,7 +70,7 @@ static void kv_seq_take(kv_seq *seq, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         assert(seq->n_blocks < seq->cap);
-        int rc = kv_pool_alloc(seq->pool, &seq->table[seq->n_blocks]);
+        int rc = kv_pool_alloc_next(seq->pool, kv_seq_last_block(seq), &seq->table[seq->n_blocks]);
         assert(rc == 0);
         (void)rc;
         seq->n_blocks++;
@@ -97,7 +99,7 @@ static void kv_seq_cow(kv_seq *seq, uint32_t i)
 {
     kv_pool *pool = seq->pool;
     uint32_t old = seq->table[i], b;
-    int rc = kv_pool_alloc(pool, &b);
+    int rc = kv_pool_alloc_next(pool, i > 0 ? (int64_t)seq->table[i - 1] : KV_NONE, &b);
     assert(rc == 0);
     (void)rc;
     kv_pool_copy_block(pool, b, old);

@@ -68,6 +68,13 @@ int kv_seq_reserve(kv_seq *seq, uint32_t n);
  * copy-on-write if shared. PL_EFULL if no block for the copy. */
 int kv_seq_prepare_write(kv_seq *seq, uint32_t pos);
 
+/* The table's last block, KV_NONE if it has none: what a block taken for
+ * the table's end follows (kv_pool_alloc_next). */
+static inline int64_t kv_seq_last_block(const kv_seq *seq)
+{
+    return seq->n_blocks ? (int64_t)seq->table[seq->n_blocks - 1] : KV_NONE;
+}
+
 /* Appends block b, which already holds block_size tokens' K/V (a prefix-
  * cache hit), as the next logical block: n_tokens += block_size. Paged
  * sequences at a block boundary only (PL_EINVAL), within max_ctx

@@ -168,7 +168,7 @@ static uint64_t groups_load_cost(const rt_ctx *c, uint32_t k0, uint32_t j)
 static int groups_push_copy(kv_pool *pool, kv_seq *t, const uint8_t *bytes)
 {
     uint32_t b;
-    int rc = kv_pool_alloc(pool, &b);
+    int rc = kv_pool_alloc_next(pool, kv_seq_last_block(t), &b);
     if (rc) return rc;
     kv_block_load(pool, b, bytes);
     rc = kv_seq_push_block(t, b); /* takes a reference of its own */

@@ -69,7 +69,7 @@ uint32_t store_kv_load(prefix_cache *pc, kv_seq *seq, prefix_cursor *cur, const 
     if (seq->mode != KV_SEQ_PAGED || seq->n_tokens != cur->n_blocks * t) return 0;
     while (done < n && kv_pool_available(pool) > reserve && seq->n_tokens + t <= seq->max_ctx) {
         uint32_t b;
-        if (kv_pool_alloc(pool, &b) != 0) break;
+        if (kv_pool_alloc_next(pool, kv_seq_last_block(seq), &b) != 0) break;
         kv_block_load(pool, b, blocks[done]);
         int rc = kv_seq_push_block(seq, b); /* takes a reference of its own */
         kv_pool_decref(pool, b);
