@@ -11,6 +11,7 @@
 #include "kv/kv_pool.h"
 #include "kv/kv_seq.h"
 #include "tensor/dtype.h"
+#include "rng.h"
 
 #include <stdint.h>
 
@@ -513,6 +514,65 @@ TEST(pool_alloc_next_picks_the_largest_free_run)
     for (uint32_t i = 0; i < 200; i++) kv_pool_decref(&pool, i);
     CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
     CHECK_EQ_INT(pool.free_list.n, 200);
+    kv_pool_free(&pool);
+}
+
+/* What kv_pool_alloc_next(KV_NONE) must pick, by a plain scan of the
+ * states: the largest FREE run's start, or its middle after a USED block;
+ * -1 when no block is FREE. */
+static int64_t plain_first_pick(const kv_pool *pool)
+{
+    uint32_t best = 0, best_at = 0, run = 0;
+    for (uint32_t b = 0; b <= pool->n_blocks; b++) {
+        if (b < pool->n_blocks && pool->blocks[b].state == KV_BLOCK_FREE) {
+            run++;
+            continue;
+        }
+        if (run > best) best = run, best_at = b - run;
+        run = 0;
+    }
+    if (best == 0) return -1;
+    return best_at > 0 && pool->blocks[best_at - 1].state == KV_BLOCK_USED ? best_at + best / 2 : best_at;
+}
+
+/* The free bitmap's run walk against a plain scan, on a pool of 300 blocks
+ * (words of 64 ids and a partial last word) churned at random; static
+ * sequences' first fit (kv_pool_alloc_n) walks the same runs. */
+TEST(pool_alloc_next_matches_a_plain_scan)
+{
+    kv_pool pool;
+    uint32_t b, ids[8];
+    CHECK_EQ_INT(kv_pool_init(&pool, &small, 300), 0);
+    rng_seed(11);
+    int checked = 0;
+    for (int it = 0; it < 4000; it++) {
+        uint32_t x = rng_u32() % 300;
+        if (pool.blocks[x].state == KV_BLOCK_FREE) kv_pool_acquire(&pool, x);
+        else kv_pool_decref(&pool, x);
+        if (it % 7) continue;
+        const int64_t want = plain_first_pick(&pool);
+        if (want < 0) continue;
+        CHECK_EQ_INT(kv_pool_alloc_next(&pool, KV_NONE, &b), 0);
+        CHECK_EQ_INT(b, want);
+        kv_pool_decref(&pool, b);
+        if (kv_pool_alloc_n(&pool, 8, ids) == 0) { /* a run of 8 if there is one: ids ascending by one */
+            bool run = true;
+            for (int i = 1; i < 8; i++) run &= ids[i] == ids[i - 1] + 1;
+            uint32_t len = 0, longest = 0;
+            for (uint32_t i = 0; i < 300; i++) {
+                len = pool.blocks[i].state == KV_BLOCK_FREE ? len + 1 : 0;
+                if (len > longest) longest = len;
+            }
+            if (!run) CHECK_MSG(longest < 8, "a run of %u FREE ids was there", longest);
+            for (int i = 0; i < 8; i++) kv_pool_decref(&pool, ids[i]);
+        }
+        checked++;
+    }
+    INFO("%d picks checked against the plain scan", checked);
+    CHECK(checked > 400);
+    for (uint32_t i = 0; i < 300; i++)
+        if (pool.blocks[i].state == KV_BLOCK_USED) kv_pool_decref(&pool, i);
+    CHECK_EQ_INT(kv_check(&pool, NULL, 0), 0);
     kv_pool_free(&pool);
 }
 
@@ -1053,9 +1113,9 @@ typedef struct {
 
 static rseq R[R_SEQS];
 static rcache RC[R_BLOCKS];
-static uint64_t rng_state;
 static unsigned long r_full, r_cow, r_evict, r_revive, r_fork, r_static, r_drop, r_drop_cow;
 
+/* A draw in [0, n) from rng.h's xorshift64 state (its 64 bits mod n). */
 static uint32_t rnd(uint32_t n)
 {
     rng_state ^= rng_state << 13;
@@ -1318,6 +1378,7 @@ int main(void)
     RUN(pool_alloc_n_contiguous);
     RUN(pool_alloc_next_keeps_each_sequence_a_run);
     RUN(pool_alloc_next_picks_the_largest_free_run);
+    RUN(pool_alloc_next_matches_a_plain_scan);
     RUN(pool_cached_lru_revive_evict);
     RUN(seq_reserve_grows_by_blocks);
     RUN(seq_full_leaves_state_unchanged);

@@ -209,31 +209,37 @@ int kv_pool_alloc(kv_pool *pool, uint32_t *out)
     return 0;
 }
 
+/* The first run of FREE ids at or after id `from`: its length (0 if none)
+ * and its first id in *start. Reads free_bits a word at a time; bits past
+ * n_blocks are 0, so a run ends at the pool's end at the latest. */
+static uint32_t kv_free_run_from(const kv_pool *pool, uint32_t from, uint32_t *start)
+{
+    const uint32_t n_words = (pool->n_blocks + 63) / 64;
+    uint32_t w = from / 64;
+    if (w >= n_words) return 0;
+    uint64_t x = pool->free_bits[w] & (~UINT64_C(0) << (from % 64));
+    while (!x) {
+        if (++w == n_words) return 0;
+        x = pool->free_bits[w];
+    }
+    const uint32_t s = w * 64 + (uint32_t)__builtin_ctzll(x);
+    uint64_t y = ~pool->free_bits[w] & (~UINT64_C(0) << (s % 64)); /* the ids after s that are not FREE */
+    while (!y) {
+        if (++w == n_words) break; /* the pool's last word was all FREE */
+        y = ~pool->free_bits[w];
+    }
+    const uint32_t end = w == n_words ? pool->n_blocks : w * 64 + (uint32_t)__builtin_ctzll(y);
+    *start = s;
+    return end - s;
+}
+
 /* The largest run of FREE ids (the lowest first on a tie): its length, 0 if
- * none, and its first id in *start. Walks free_bits a run at a time. */
+ * none, and its first id in *start. */
 static uint32_t kv_largest_free_run(const kv_pool *pool, uint32_t *start)
 {
-    uint32_t best = 0, best_at = 0, run = 0, run_at = 0;
-    const uint32_t n_words = (pool->n_blocks + 63) / 64; /* bits past n_blocks are 0 */
-    for (uint32_t w = 0; w < n_words; w++) {
-        const uint64_t x = pool->free_bits[w];
-        for (uint32_t pos = 0; pos < 64;) {
-            const uint64_t y = x >> pos; /* bits past 64 - pos read as 0 */
-            uint32_t len;
-            if (y & 1) {
-                len = ~y ? (uint32_t)__builtin_ctzll(~y) : 64; /* ~y has a 1 at 64 - pos when pos > 0 */
-                if (run == 0) run_at = w * 64 + pos;
-                run += len;
-            } else {
-                len = y ? (uint32_t)__builtin_ctzll(y) : 64 - pos;
-                if (run > best) best = run, best_at = run_at;
-                run = 0;
-            }
-            pos += len;
-        }
-    }
-    if (run > best) best = run, best_at = run_at;
-    *start = best_at;
+    uint32_t best = 0, at, len;
+    for (uint32_t from = 0; (len = kv_free_run_from(pool, from, &at)) > 0; from = at + len)
+        if (len > best) best = len, *start = at;
     return best;
 }
 
@@ -254,15 +260,13 @@ int kv_pool_alloc_next(kv_pool *pool, int64_t prev, uint32_t *out)
     return 0;
 }
 
-/* First FREE run of n ids, or KV_NONE. O(n_blocks): used only when a static
- * sequence is made, never while decoding. */
+/* First FREE run of n ids, or KV_NONE (used when a static sequence is
+ * made, never while decoding). */
 static int32_t kv_pool_find_run(const kv_pool *pool, uint32_t n)
 {
-    uint32_t run = 0;
-    for (uint32_t b = 0; b < pool->n_blocks; b++) {
-        run = pool->blocks[b].state == KV_BLOCK_FREE ? run + 1 : 0;
-        if (run == n) return (int32_t)(b + 1 - n);
-    }
+    uint32_t at, len;
+    for (uint32_t from = 0; (len = kv_free_run_from(pool, from, &at)) > 0; from = at + len)
+        if (len >= n) return (int32_t)at;
     return KV_NONE;
 }
 
