@@ -124,7 +124,7 @@ typedef struct kv_pool {
     uint8_t *data;      /* [n_layers][n_blocks][g.layer_stride], one allocation */
     uint64_t layer_span; /* n_blocks x g.layer_stride: from one layer's arena to the next */
     kv_block *blocks;   /* [n_blocks] */
-    kv_list free_list;  /* FREE blocks; taken from the head, returned to the head (warm) */
+    kv_list free_list;  /* FREE blocks; kv_pool_alloc takes the head, kv_pool_alloc_next by id; returned to the head */
     uint64_t *free_bits; /* [ceil(n_blocks / 64)]: bit b set iff block b is FREE (runs, kv_pool_alloc_next) */
     kv_list lru;        /* CACHED blocks; head = least recently used */
     uint32_t n_used;
