@@ -781,14 +781,25 @@ TEST(store_never_waits_on_a_slow_tier)
     store_free(s);
 }
 
-TEST(store_full_staging_drops_writes)
+/* A store whose staging holds two entries, over one fake tier that takes
+ * 200 ms a call (*f); NULL if it cannot be made. */
+static store *two_entry_store(fake_be **f)
 {
     store_params p = sparams;
     p.staging_bytes = 2 * store_entry_size(ST, SBYTES);
     store *s;
-    CHECK_EQ_INT(store_new(&s, &p), 0);
-    fake_be *f = fake_new(200);
-    CHECK_EQ_INT(store_add_tier(s, &f->base), 0);
+    if (store_new(&s, &p)) return NULL;
+    *f = fake_new(200);
+    if (store_add_tier(s, &(*f)->base) == 0) return s;
+    store_free(s); /* the tier closed the backend */
+    return NULL;
+}
+
+TEST(store_full_staging_drops_writes)
+{
+    fake_be *f;
+    store *s = two_entry_store(&f);
+    CHECK(s);
     uint8_t block[SBYTES] = {0};
     int32_t tok[ST] = {1, 2, 3, 4};
     uint64_t root[2] = {0, 0};
@@ -820,12 +831,9 @@ static void fill_pattern(const void *user, uint8_t *payload, size_t len)
  * lookup serves. */
 TEST(store_fill_runs_only_for_entries_taken)
 {
-    store_params p = sparams;
-    p.staging_bytes = 2 * store_entry_size(ST, SBYTES);
-    store *s;
-    CHECK_EQ_INT(store_new(&s, &p), 0);
-    fake_be *f = fake_new(200);
-    CHECK_EQ_INT(store_add_tier(s, &f->base), 0);
+    fake_be *f;
+    store *s = two_entry_store(&f);
+    CHECK(s);
     int32_t tok[ST] = {1, 2, 3, 4};
     uint64_t root[2] = {0, 0}, key[2] = {5, 6};
     fill_count c = {.seed = 3};
