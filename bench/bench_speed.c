@@ -29,6 +29,13 @@
  *                flash attention, as its quantized KV needs; KV dtypes it
  *                has: f16, q8_0, q4_0). Roofline bytes: the weights + the
  *                dtype's KV bytes at depth N + 16.
+ *   tg32xB@dN    B (2..8) sequences at depth N decoding together, for each
+ *                KV dtype: B N-id prompts of their own (offset ids, as
+ *                tg128x8), untimed, then 31 steps decoding all B in one
+ *                forward pass; tok/s counts all B. The peer's `-np N -ng 32
+ *                -b B -fa 1 -ctk T -ctv T` (its one unified cache: each
+ *                sequence's attention spans every sequence's cells, masked).
+ *                Roofline bytes: the weights + B x the KV at depth N + 16.
  *   pp512@dN     an N-id prompt (untimed), then 512 more ids timed. The
  *                peer fills its depth in one batch and times only its
  *                prompt, so its figure is 512 / (t(N + 512) - t(N)) from
@@ -69,6 +76,7 @@
  * RSS children are started before this process maps any model or buffer
  * (a forked child starts with its parent's resident pages counted).
  */
+#include <assert.h>
 #include <errno.h>
 #include <immintrin.h>
 #include <jansson.h>
@@ -100,13 +108,15 @@ static const char *const test_names[T_COUNT] = {"pp512", "tg128", "tg128@d2048",
 /* The shapes of the tests (peer-bench's -np / -ng / -depth / -b). */
 enum { PP_N = 512, TG_N = 128, DEPTH_N = 2048, X8_B = 8, X8_PROMPT = 128 };
 
-/* Long-context rows (tg32@dN, pp512@dN), each run for every --kv-dtypes. */
+/* Long-context rows (tg32@dN, tg32xB@dN, pp512@dN), each run for every
+ * --kv-dtypes. */
 #define SP_MAX_DEPTH_ROWS 8
 #define SP_MAX_KV_DTYPES 8
 enum { DEPTH_TG_N = 32, DEPTH_PP_N = 512 };
 typedef struct {
-    bool pp;   /* pp512@dN, else tg32@dN */
+    bool pp;   /* pp512@dN, else tg32@dN or tg32xB@dN */
     int depth; /* N */
+    int seqs;  /* B: sequences decoding together (1 but for tg32xB@dN) */
 } sp_depth_row;
 
 typedef struct {
@@ -199,18 +209,21 @@ static int parse_models(const char *list, sp_model *out, int *n)
     return 0;
 }
 
-/* tg32@dN or pp512@dN (s holds len chars) into *r; false if not one. */
+/* tg32@dN, tg32xB@dN or pp512@dN (s holds len chars) into *r; false if
+ * not one. */
 static bool parse_depth_row(const char *s, size_t len, sp_depth_row *r)
 {
     char buf[32], tail;
-    int n;
+    int n, b = 1;
     if (len >= sizeof buf) return false;
     memcpy(buf, s, len);
     buf[len] = 0;
     if (sscanf(buf, "tg32@d%d%c", &n, &tail) == 1) r->pp = false;
+    else if (sscanf(buf, "tg32x%d@d%d%c", &b, &n, &tail) == 2 && b >= 2 && b <= X8_B) r->pp = false;
     else if (sscanf(buf, "pp512@d%d%c", &n, &tail) == 1) r->pp = true;
     else return false;
     r->depth = n;
+    r->seqs = b;
     return n >= 1 && n <= (1 << 20);
 }
 
@@ -227,7 +240,7 @@ static int parse_tests(sp_opts *o, const char *list)
         sp_depth_row dr;
         if (t == T_COUNT && parse_depth_row(s, len, &dr)) {
             if (o->n_dep == SP_MAX_DEPTH_ROWS) {
-                cli_error("bench speed", "--tests: at most %d tg32@dN / pp512@dN rows", SP_MAX_DEPTH_ROWS);
+                cli_error("bench speed", "--tests: at most %d tg32@dN / tg32xB@dN / pp512@dN rows", SP_MAX_DEPTH_ROWS);
                 return 2;
             }
             o->dep[o->n_dep++] = dr;
@@ -238,7 +251,7 @@ static int parse_tests(sp_opts *o, const char *list)
         }
         if (t == T_COUNT) {
             cli_error("bench speed", "unknown test '%.*s' in --tests (pp512, tg128, tg128@d2048, tg128x8, rss, "
-                      "tg32@dN, pp512@dN with N in 1..1048576)", (int)len, s);
+                      "tg32@dN, tg32xB@dN, pp512@dN with N in 1..1048576, B in 2..%d)", (int)len, s, X8_B);
             return 2;
         }
         want[t] = true;
@@ -417,10 +430,41 @@ static int ours_depth(sp_ours *o, double *tg)
     return rc;
 }
 
+/* tg32xB@dN in KV dtype kv: B sequences, each an N-id prompt of its own
+ * (offset ids: the prefix cache shares nothing, as the peer keeps B
+ * copies), untimed, then 31 timed steps decoding all B in one forward
+ * pass; tok/s of all B. */
+static int ours_at_depth_x(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
+{
+    pl_ctx *c;
+    int32_t seqs[X8_B], last[X8_B], *ids = malloc(sizeof *ids * (size_t)r->depth);
+    assert(r->seqs >= 2 && r->seqs <= X8_B && !r->pp);
+    int rc = ids ? ctx_open_kv(o, (uint32_t)(r->depth + DEPTH_TG_N + 8), (uint32_t)r->seqs, kv, &c) : PL_ERR_NOMEM;
+    if (rc) { free(ids); return rc; }
+    for (int s = 0; s < r->seqs && !rc; s++) {
+        fill_ids((int32_t)o->nv, o->bos, ids, r->depth, 37 * s, true);
+        rc = pl_seq_new(c, &seqs[s]);
+        if (!rc) rc = append(c, seqs[s], ids, r->depth, o->logits);
+        last[s] = argmax(o->logits, o->nv);
+    }
+    double t0 = bench_now(), sec = 0;
+    for (int g = 1; g < DEPTH_TG_N && !rc; g++) {
+        decode_lap(o, g - 1, &t0, &sec);
+        rc = pl_seq_step(c, seqs, last, (size_t)r->seqs, o->logits);
+        for (int s = 0; s < r->seqs && !rc; s++) last[s] = argmax(o->logits + (size_t)s * o->nv, o->nv);
+    }
+    sec += bench_now() - t0;
+    *tok = (double)(DEPTH_TG_N - 1) * r->seqs / sec;
+    pl_ctx_free(c);
+    free(ids);
+    return rc;
+}
+
 /* A long-context row in KV dtype kv: depth ids (untimed), then 31 timed
  * decode steps (tg32) or 512 more ids timed (pp512); tok/s. */
 static int ours_at_depth(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
 {
+    if (r->seqs > 1) return ours_at_depth_x(o, r, kv, tok);
     pl_ctx *c;
     const int n = r->depth + (r->pp ? DEPTH_PP_N : 0);
     int32_t seq, *ids = malloc(sizeof *ids * (size_t)n);
@@ -850,8 +894,8 @@ static int sp_parse(int argc, char **argv, sp_opts *o)
     const cli_opt opts[] = {
         {"models", 0, CLI_STR, &o->models, 0, 0, "LIST", "SHAPE:TYPE items or .gguf paths (default: 110m q8_0/q4_0, tinyllama-1.1b q8_0/q4_0/f16)"},
         {"tests", 0, CLI_STR, &o->tests, 0, 0, "LIST", "of pp512,tg128,tg128@d2048,tg128x8,rss (default: all), "
-                                                       "and long-context rows tg32@dN, pp512@dN"},
-        {"kv-dtypes", 0, CLI_STR, &o->kv_dtypes, 0, 0, "LIST", "KV dtypes of the tg32@dN / pp512@dN rows (default f16)"},
+                                                       "and long-context rows tg32@dN, tg32xB@dN, pp512@dN"},
+        {"kv-dtypes", 0, CLI_STR, &o->kv_dtypes, 0, 0, "LIST", "KV dtypes of the long-context rows (default f16)"},
         {"reps", 0, CLI_INT, &o->reps, 1, SP_MAX_REPS, "N", "runs per test and engine; the median is reported (default 3)"},
         {"threads", 't', CLI_INT, &o->threads, 1, 64, "N", "threads, both engines (default 2)"},
         {"dir", 0, CLI_STR, &o->dir, 0, 0, "DIR", "where generated models live (default /tmp/pagellm-bench)"},
@@ -988,11 +1032,12 @@ static int peer_at_depth(const sp_opts *o, const sp_model *m, const sp_depth_row
 {
     const char *t = pl_kv_dtype_name(kv);
     if (strcmp(t, "f16") != 0 && strcmp(t, "q8_0") != 0 && strcmp(t, "q4_0") != 0) return -1;
-    char np[16], ng[16];
+    char np[16], ng[16], nb[16];
     double pp = 0, tg = 0;
     snprintf(np, sizeof np, "%d", r->depth);
     snprintf(ng, sizeof ng, "%d", r->pp ? 1 : DEPTH_TG_N);
-    const char *args[] = {"-np", np, "-ng", ng, "-fa", "1", "-ctk", t, "-ctv", t, NULL};
+    snprintf(nb, sizeof nb, "%d", r->seqs);
+    const char *args[] = {"-np", np, "-ng", ng, "-b", nb, "-fa", "1", "-ctk", t, "-ctv", t, NULL};
     if (peer_run(o->peer, m->path, o->threads, args, &pp, &tg) != 0) return -1;
     if (!r->pp) {
         *tok = tg;
@@ -1023,7 +1068,7 @@ static double sp_floor(double bw_gbs, double w, double kv_bytes, double depth, c
     return 1.0 / (w / B + att);
 }
 
-/* The tg32@dN / pp512@dN rows of one model, each in every --kv-dtypes,
+/* The long-context rows of one model, each in every --kv-dtypes,
  * ours then the peer, reps times. w: the weight bytes of a decode step. */
 static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, const bw_probe *probe, bool peer_ok,
                             double w, const pl_file_info *fi)
@@ -1047,12 +1092,14 @@ static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, co
             }
             us->sample = NULL;
             if (rc) return rc;
-            /* decode: the weights + this dtype's KV at the run's mean depth */
+            /* decode: the weights + this dtype's KV of every sequence at the
+             * run's mean depth */
             pl_kv_shape ks = {fi->n_layers, fi->n_kv_heads, fi->head_dim, 16};
             pl_kv_size kvs = {0};
             pl_kv_size_of(&ks, o->kvd[k], &kvs);
             const double depth = r->depth + DEPTH_TG_N / 2;
-            const double per_gbs = r->pp ? 0 : 1e9 / (w + kvs.bytes_per_token * depth);
+            const double kv_step = kvs.bytes_per_token * depth * r->seqs;
+            const double per_gbs = r->pp ? 0 : 1e9 * r->seqs / (w + kv_step);
             double roof = 0, share = 0, bw = 0;
             if (per_gbs > 0) run_medians(a, ra, na, per_gbs, &roof, &share, &bw);
             sp_floor_fig fl = {0, 0};
@@ -1061,14 +1108,16 @@ static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, co
                 int nf = 0;
                 for (int i = 0; i < na; i++) {
                     if (!(ra[i] > 0)) continue;
-                    ft[nf] = sp_floor(ra[i], w, kvs.bytes_per_token * depth, depth, fi, o->kvd[k]);
+                    ft[nf] = r->seqs * sp_floor(ra[i], w, kv_step, depth * r->seqs, fi, o->kvd[k]);
                     fs[nf] = a[i] / ft[nf];
                     nf++;
                 }
                 fl = (sp_floor_fig){bench_median(ft, (size_t)nf), bench_median(fs, (size_t)nf)};
             }
             char label[48];
-            snprintf(label, sizeof label, "%s@d%d:%s", r->pp ? "pp512" : "tg32", r->depth, pl_kv_dtype_name(o->kvd[k]));
+            char name[16] = "pp512";
+            if (!r->pp) snprintf(name, sizeof name, r->seqs > 1 ? "tg32x%d" : "tg32", r->seqs);
+            snprintf(label, sizeof label, "%s@d%d:%s", name, r->depth, pl_kv_dtype_name(o->kvd[k]));
             print_row_as(o, m, -1, label, bench_median(a, (size_t)na), nb ? bench_median(b, (size_t)nb) : 0, roof, share,
                          bw, fl);
         }

@@ -79,16 +79,24 @@ check bench_speed_bandwidth grep -q 'memory read bandwidth' "$T/speed.txt"
 check bench_speed_read_loop_line grep -Eq '^read loop: (plain loads|loads with prefetch) \(calibration, medians of 4: plain loads [0-9.]+ GB/s, with the lines 8 KiB ahead prefetched into L2 [0-9.]+\)$' "$T/speed.txt"
 # long-context rows: one per (row, KV dtype), named ROW:DTYPE; decode rows have a roofline of their dtype's bytes
 expect_exit bench_speed_depth_bad 2 "tests" -- "$PAGELLM" bench speed --tests tg32@d0
+expect_exit bench_speed_seqs_bad 2 "tests" -- "$PAGELLM" bench speed --tests tg32x1@d64
+expect_exit bench_speed_seqs_many 2 "tests" -- "$PAGELLM" bench speed --tests tg32x9@d64
 expect_exit bench_speed_kv_dtypes_bad 2 "kv-dtypes" -- "$PAGELLM" bench speed --tests tg32@d64 --kv-dtypes f16,q9
 timeout 120 "$PAGELLM" bench speed --models "$T/models/tiny-q8_0.gguf" --reps 1 -t 1 --bw-mib 64 --no-peer \
-  --tests tg32@d64,pp512@d64 --kv-dtypes f16,q4_0 --json >"$T/depth.json" 2>"$T/depth.err"
+  --tests tg32@d64,pp512@d64,tg32x2@d64 --kv-dtypes f16,q4_0 --json >"$T/depth.json" 2>"$T/depth.err"
 check bench_speed_depth_exit [ $? -eq 0 ]
 jq_check bench_speed_depth_rows "$T/depth.json" \
-  '[.[2:][] | .test] == ["tg32@d64:f16","tg32@d64:q4_0","pp512@d64:f16","pp512@d64:q4_0"] and
+  '[.[2:][] | .test] == ["tg32@d64:f16","tg32@d64:q4_0","pp512@d64:f16","pp512@d64:q4_0","tg32x2@d64:f16","tg32x2@d64:q4_0"] and
    all(.[2:][]; .pagellm_tok_s > 0 and .peer_tok_s == null)'
 jq_check bench_speed_depth_roofline "$T/depth.json" \
   '[.[2:][] | select(.test | startswith("tg32"))] as $d | ($d[1].roofline_tok_s / $d[1].bandwidth_gb_s) > ($d[0].roofline_tok_s / $d[0].bandwidth_gb_s) and
    all(.[2:][] | select(.test | startswith("pp512")); .roofline_tok_s == null)'
+# two sequences at a depth: twice the tokens a step for the weights once and
+# twice the KV, so per GB/s above one sequence's roofline and below twice it
+jq_check bench_speed_depth_seqs_roofline "$T/depth.json" \
+  '[.[2:][] | select(.test | startswith("tg32")) | {key: .test, value: (.roofline_tok_s / .bandwidth_gb_s)}] |
+   from_entries as $p |
+   all(["f16","q4_0"][]; $p["tg32x2@d64:" + .] > $p["tg32@d64:" + .] and $p["tg32x2@d64:" + .] < 2 * $p["tg32@d64:" + .])'
 # decode rows at depth: the CPU's multiply-add peak (an object after the
 # header), and a floor no faster than the roofline (it adds the arithmetic to
 # the bytes), our share of it from the same run; prompt rows have none
