@@ -430,31 +430,31 @@ static int ours_depth(sp_ours *o, double *tg)
     return rc;
 }
 
-/* tg32xB@dN in KV dtype kv: B sequences, each an N-id prompt of its own
+/* B (<= X8_B) sequences in KV dtype kv, each a prompt of n ids of its own
  * (offset ids: the prefix cache shares nothing, as the peer keeps B
- * copies), untimed, then 31 timed steps decoding all B in one forward
- * pass; tok/s of all B. */
-static int ours_at_depth_x(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
+ * copies), untimed, then steps - 1 timed steps decoding all B in one
+ * forward pass; tok/s of all B. tg128x8 and tg32xB@dN. */
+static int ours_together(sp_ours *o, pl_kv_dtype kv, int B, int n, int steps, double *tok)
 {
     pl_ctx *c;
-    int32_t seqs[X8_B], last[X8_B], *ids = malloc(sizeof *ids * (size_t)r->depth);
-    assert(r->seqs >= 2 && r->seqs <= X8_B && !r->pp);
-    int rc = ids ? ctx_open_kv(o, (uint32_t)(r->depth + DEPTH_TG_N + 8), (uint32_t)r->seqs, kv, &c) : PL_ERR_NOMEM;
+    int32_t seqs[X8_B], last[X8_B], *ids = malloc(sizeof *ids * (size_t)n);
+    assert(B >= 1 && B <= X8_B && steps >= 2);
+    int rc = ids ? ctx_open_kv(o, (uint32_t)(n + steps + 8), (uint32_t)B, kv, &c) : PL_ERR_NOMEM;
     if (rc) { free(ids); return rc; }
-    for (int s = 0; s < r->seqs && !rc; s++) {
-        fill_ids((int32_t)o->nv, o->bos, ids, r->depth, 37 * s, true);
+    for (int s = 0; s < B && !rc; s++) {
+        fill_ids((int32_t)o->nv, o->bos, ids, n, 37 * s, true);
         rc = pl_seq_new(c, &seqs[s]);
-        if (!rc) rc = append(c, seqs[s], ids, r->depth, o->logits);
+        if (!rc) rc = append(c, seqs[s], ids, n, o->logits);
         last[s] = argmax(o->logits, o->nv);
     }
     double t0 = bench_now(), sec = 0;
-    for (int g = 1; g < DEPTH_TG_N && !rc; g++) {
+    for (int g = 1; g < steps && !rc; g++) {
         decode_lap(o, g - 1, &t0, &sec);
-        rc = pl_seq_step(c, seqs, last, (size_t)r->seqs, o->logits);
-        for (int s = 0; s < r->seqs && !rc; s++) last[s] = argmax(o->logits + (size_t)s * o->nv, o->nv);
+        rc = pl_seq_step(c, seqs, last, (size_t)B, o->logits);
+        for (int s = 0; s < B && !rc; s++) last[s] = argmax(o->logits + (size_t)s * o->nv, o->nv);
     }
     sec += bench_now() - t0;
-    *tok = (double)(DEPTH_TG_N - 1) * r->seqs / sec;
+    *tok = (double)(steps - 1) * B / sec;
     pl_ctx_free(c);
     free(ids);
     return rc;
@@ -464,7 +464,7 @@ static int ours_at_depth_x(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, do
  * decode steps (tg32) or 512 more ids timed (pp512); tok/s. */
 static int ours_at_depth(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
 {
-    if (r->seqs > 1) return ours_at_depth_x(o, r, kv, tok);
+    if (r->seqs > 1) return ours_together(o, kv, r->seqs, r->depth, DEPTH_TG_N, tok);
     pl_ctx *c;
     const int n = r->depth + (r->pp ? DEPTH_PP_N : 0);
     int32_t seq, *ids = malloc(sizeof *ids * (size_t)n);
@@ -485,30 +485,6 @@ static int ours_at_depth(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, doub
     }
     pl_ctx_free(c);
     free(ids);
-    return rc;
-}
-
-static int ours_x8(sp_ours *o, double *tg)
-{
-    pl_ctx *c;
-    int32_t seqs[X8_B], last[X8_B], ids[X8_PROMPT];
-    int rc = ctx_open(o, X8_PROMPT + TG_N + 8, X8_B, &c);
-    if (rc) return rc;
-    for (int s = 0; s < X8_B && !rc; s++) {
-        fill_ids((int32_t)o->nv, o->bos, ids, X8_PROMPT, 37 * s, true);
-        rc = pl_seq_new(c, &seqs[s]);
-        if (!rc) rc = append(c, seqs[s], ids, X8_PROMPT, o->logits);
-        last[s] = argmax(o->logits, o->nv);
-    }
-    double t0 = bench_now(), sec = 0;
-    for (int g = 1; g < TG_N && !rc; g++) {
-        decode_lap(o, g - 1, &t0, &sec);
-        rc = pl_seq_step(c, seqs, last, X8_B, o->logits);
-        for (int s = 0; s < X8_B && !rc; s++) last[s] = argmax(o->logits + (size_t)s * o->nv, o->nv);
-    }
-    sec += bench_now() - t0;
-    *tg = (double)(TG_N - 1) * X8_B / sec;
-    pl_ctx_free(c);
     return rc;
 }
 
@@ -1194,7 +1170,7 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
             const int s0 = ng[T_X8];
             bw_sample(&smp[T_X8]);
             us.sample = bw_sample, us.sample_arg = &smp[T_X8];
-            rc = ours_x8(&us, &tg);
+            rc = ours_together(&us, PL_KV_F16, X8_B, X8_PROMPT, TG_N, &tg);
             bw_sample(&smp[T_X8]);
             ra[T_X8][na[T_X8]] = mean_of(g[T_X8] + s0, ng[T_X8] - s0);
             a[T_X8][na[T_X8]++] = tg;
