@@ -31,8 +31,9 @@
  *
  * PAGELLM_FWD_PROFILE=1: wall and calling-thread CPU time of each phase of
  * the pass (fwd_prof below), printed on stderr by fwd_state_free, per token
- * for one-token passes (decode) and per pass for larger batches. Off, a
- * phase mark costs one predictable branch.
+ * for one-token passes (decode), per step for decode steps of several
+ * sequences (a token each) and per pass for other batches. Off, a phase
+ * mark costs one predictable branch.
  */
 #include "model/model.h"
 
@@ -69,9 +70,10 @@ static const char *const fp_names[FP_N] = {
 };
 
 /* [0]: passes of one token (decode), [1]: larger batches. */
+enum { FP_DECODE, FP_BATCH, FP_STEPS, FP_KINDS }; /* a pass's kind: one token, a batch, several sequences' step */
 typedef struct {
-    int64_t wall[2][FP_N], cpu[2][FP_N]; /* ns */
-    uint64_t passes[2], tokens[2], runs[2];
+    int64_t wall[FP_KINDS][FP_N], cpu[FP_KINDS][FP_N]; /* ns */
+    uint64_t passes[FP_KINDS], tokens[FP_KINDS], runs[FP_KINDS];
     int k;                               /* the running pass's kind */
     int64_t t_wall, t_cpu;               /* the running phase's start */
     unsigned long long runs0;            /* tp_runs at the pass's start */
@@ -119,11 +121,11 @@ static inline void fp_mark(fwd_state *s, int ph)
     p->t_cpu = c;
 }
 
-static void fp_begin(fwd_state *s, int n_tokens)
+static void fp_begin(fwd_state *s, int n_tokens, int n_seqs)
 {
     fwd_prof *p = s->prof;
     if (!p) return;
-    p->k = n_tokens > 1;
+    p->k = n_tokens == 1 ? FP_DECODE : n_seqs == n_tokens ? FP_STEPS : FP_BATCH;
     p->passes[p->k]++;
     p->tokens[p->k] += (uint64_t)n_tokens;
     p->runs0 = tp_runs(s->tp);
@@ -138,15 +140,17 @@ static void fp_end(fwd_state *s)
 
 static void fp_print(const fwd_prof *p)
 {
-    for (int k = 0; k < 2; k++) {
+    static const char *const kind[FP_KINDS] = {"decode (1-token passes)", "batches",
+                                               "decode steps of several sequences (a token each)"};
+    static const char *const unit[FP_KINDS] = {"token", "pass", "step"};
+    for (int k = 0; k < FP_KINDS; k++) {
         if (!p->passes[k]) continue;
-        const double per = k == 0 ? (double)p->tokens[0] : (double)p->passes[1];
+        const double per = k == FP_DECODE ? (double)p->tokens[k] : (double)p->passes[k];
         int64_t tw = 0, tc = 0;
         for (int i = 0; i < FP_N; i++) tw += p->wall[k][i], tc += p->cpu[k][i];
         fprintf(stderr, "pagellm forward profile, %s: %llu passes, %llu tokens, %.1f tp_run per %s; ms per %s "
-                "(wall / calling-thread CPU):\n", k == 0 ? "decode (1-token passes)" : "batches",
-                (unsigned long long)p->passes[k], (unsigned long long)p->tokens[k], p->runs[k] / per,
-                k == 0 ? "token" : "pass", k == 0 ? "token" : "pass");
+                "(wall / calling-thread CPU):\n", kind[k], (unsigned long long)p->passes[k],
+                (unsigned long long)p->tokens[k], p->runs[k] / per, unit[k], unit[k]);
         for (int i = 0; i < FP_N; i++)
             fprintf(stderr, "  %-16s %9.4f %9.4f  (%4.1f%% of wall)\n", fp_names[i], p->wall[k][i] / per / 1e6,
                     p->cpu[k][i] / per / 1e6, tw ? 100.0 * p->wall[k][i] / tw : 0.0);
@@ -702,7 +706,7 @@ int model_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_batch *b,
     for (int i = 0; i < b->n_seqs; i++) s->kv_seqs[i] = b->seqs[i].kv;
     s->kvb = (kv_batch){b->n_tokens, b->pos, b->seq, s->kv_seqs, b->n_seqs};
     kv_writer_begin(s->kvw, &s->kvb);
-    fp_begin(s, b->n_tokens);
+    fp_begin(s, b->n_tokens, b->n_seqs);
     embed(m, s, b);
     /* RoPE's cos/sin per token, once for all layers and heads */
     for (int t = 0; t < b->n_tokens; t++) {

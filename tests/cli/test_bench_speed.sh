@@ -82,7 +82,7 @@ expect_exit bench_speed_depth_bad 2 "tests" -- "$PAGELLM" bench speed --tests tg
 expect_exit bench_speed_seqs_bad 2 "tests" -- "$PAGELLM" bench speed --tests tg32x1@d64
 expect_exit bench_speed_seqs_many 2 "tests" -- "$PAGELLM" bench speed --tests tg32x9@d64
 expect_exit bench_speed_kv_dtypes_bad 2 "kv-dtypes" -- "$PAGELLM" bench speed --tests tg32@d64 --kv-dtypes f16,q9
-timeout 120 "$PAGELLM" bench speed --models "$T/models/tiny-q8_0.gguf" --reps 1 -t 1 --bw-mib 64 --no-peer \
+PAGELLM_FWD_PROFILE=1 timeout 120 "$PAGELLM" bench speed --models "$T/models/tiny-q8_0.gguf" --reps 1 -t 1 --bw-mib 64 --no-peer \
   --tests tg32@d64,pp512@d64,tg32x2@d64 --kv-dtypes f16,q4_0 --json >"$T/depth.json" 2>"$T/depth.err"
 check bench_speed_depth_exit [ $? -eq 0 ]
 jq_check bench_speed_depth_rows "$T/depth.json" \
@@ -91,6 +91,10 @@ jq_check bench_speed_depth_rows "$T/depth.json" \
 jq_check bench_speed_depth_roofline "$T/depth.json" \
   '[.[2:][] | select(.test | startswith("tg32"))] as $d | ($d[1].roofline_tok_s / $d[1].bandwidth_gb_s) > ($d[0].roofline_tok_s / $d[0].bandwidth_gb_s) and
    all(.[2:][] | select(.test | startswith("pp512")); .roofline_tok_s == null)'
+# the forward profile (stderr) keeps one-token decode, several sequences'
+# steps and other batches apart: 31 steps of the two sequences in each dtype
+check bench_speed_profile_kinds grep -Eq '^pagellm forward profile, decode steps of several sequences \(a token each\): 31 passes, 62 tokens, .* ms per step' "$T/depth.err"
+check bench_speed_profile_decode grep -q '^pagellm forward profile, decode (1-token passes)' "$T/depth.err"
 # two sequences at a depth: twice the tokens a step for the weights once and
 # twice the KV, so per GB/s above one sequence's roofline and below twice it
 jq_check bench_speed_depth_seqs_roofline "$T/depth.json" \
