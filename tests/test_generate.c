@@ -9,6 +9,8 @@
  * within the tolerance. The max abs logit difference is printed each time. */
 #include "test.h"
 
+#include <unistd.h>
+
 #include "gen_util.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
@@ -462,6 +464,65 @@ TEST(seq_step_decodes_sequences_together_like_one_at_a_time)
     pl_model_free(m);
 }
 
+/* A decode step of several sequences at depth splits their keys across the
+ * threads (forward.c's flash-decoding), a short sequence's one call among
+ * the long ones' pieces: the logits are one thread's, bit for bit, with
+ * 2 and 3 threads, in f16 and in fp8_e4m3 (read through its codec for the
+ * last block, in place before it). */
+TEST(seq_step_at_depth_gives_one_threads_bits_on_any_threads)
+{
+    enum { B = 3, STEPS = 3, N_CTX = 4800 };
+    static const int lens[B] = {4500, 300, 4700}; /* two past a call's 4096 keys, one short */
+    static const int threads[] = {1, 2, 3};
+    static const pl_kv_dtype dtypes[] = {PL_KV_F16, PL_KV_FP8_E4M3};
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/pagellm-test-split-%d.gguf", (int)getpid());
+    pl_synth_params sp = {.shape = "tiny-gqa8", .seed = 5, .type = "f32", .out_path = path};
+    CHECK(pl_synth(&sp) == 0);
+    pl_model *m = NULL;
+    CHECK(pl_model_load(&m, path) == 0);
+    unlink(path);
+    const uint32_t nv = pl_model_n_vocab(m);
+    const size_t n_out = (size_t)nv * B * STEPS;
+    int32_t *ids = malloc(sizeof *ids * N_CTX);
+    float *ref = malloc(sizeof(float) * n_out), *out = malloc(sizeof(float) * n_out);
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+        for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+            pl_ctx_params cp;
+            pl_ctx_params_default(&cp);
+            cp.max_seqs = B;
+            cp.n_ctx = N_CTX;
+            cp.n_threads = threads[k];
+            cp.kv_dtype = dtypes[d];
+            pl_ctx *c = NULL;
+            CHECK(pl_ctx_new(&c, m, &cp) == 0);
+            int32_t seqs[B], tok[B];
+            for (int s = 0; s < B; s++) {
+                for (int i = 0; i < lens[s]; i++) ids[i] = i ? 3 + (i * 7 + 31 * s) % 500 : 1;
+                CHECK(pl_seq_new(c, &seqs[s]) == 0);
+                CHECK(pl_seq_append(c, seqs[s], ids, (size_t)lens[s], out) == 0);
+                tok[s] = 0;
+                for (uint32_t v = 1; v < nv; v++) if (out[v] > out[tok[s]]) tok[s] = (int32_t)v;
+            }
+            float *o = k ? out : ref;
+            for (int g = 0; g < STEPS; g++) {
+                float *l = o + (size_t)g * nv * B;
+                CHECK(pl_seq_step(c, seqs, tok, B, l) == 0);
+                for (int s = 0; s < B; s++) {
+                    tok[s] = 0;
+                    for (uint32_t v = 1; v < nv; v++) if (l[(size_t)s * nv + v] > l[(size_t)s * nv + tok[s]]) tok[s] = (int32_t)v;
+                }
+            }
+            if (k) CHECK_MSG(memcmp(ref, out, sizeof(float) * n_out) == 0, "%s, %d threads: logits differ from 1 thread's",
+                             pl_kv_dtype_name(dtypes[d]), threads[k]);
+            pl_ctx_free(c);
+        }
+    free(ids);
+    free(ref);
+    free(out);
+    pl_model_free(m);
+}
+
 /* pl_model_decode_bytes: every weight a decode step reads, without the
  * token embedding (synthetic models have an untied output matrix). */
 TEST(decode_bytes_are_the_weights_without_the_token_embedding)
@@ -495,6 +556,7 @@ int main(void)
     RUN(prompt_longer_than_context_is_refused_and_nothing_is_appended);
     RUN(append_all_gives_the_logits_of_every_position);
     RUN(seq_step_decodes_sequences_together_like_one_at_a_time);
+    RUN(seq_step_at_depth_gives_one_threads_bits_on_any_threads);
     RUN(decode_bytes_are_the_weights_without_the_token_embedding);
     RUN(load_moves_matmul_matrices_into_the_region);
     return test_summary();

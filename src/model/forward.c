@@ -177,6 +177,10 @@ void fwd_state_free(fwd_state *s)
 /* Tiles of one flash-decoding pass at most (attn_split below; more: the
  * heads are shared out instead). */
 #define ATTN_SPLIT_TILES_MAX 64
+/* Decode tokens a flash-decoding pass takes at most, per thread: the
+ * pieces' buffer is sized for that many (beyond, heads are shared out,
+ * whole sequences a thread, unbalanced by at most 1 in 4 sequences). */
+#define ATTN_SPLIT_TOKENS_PER_THREAD 4
 
 /* KV heads a flash-decoding tile takes: as many as fill one attention call. */
 static inline int attn_split_heads(const model_config *c)
@@ -228,9 +232,9 @@ int fwd_state_new(fwd_state **out, const model *m, int max_tokens, int max_ctx, 
     s->attn_work = (kv_view_scratch_floats(kvg, call_ctx) + 15) & ~(size_t)15;
     s->attn_scratch_stride = s->attn_work + ((attn_chunks_work_floats((int)c->head_dim) + 15) & ~(size_t)15);
     s->attn_scratch = mem_alloc_aligned((size_t)tp_size(tp) * s->attn_scratch_stride * sizeof(float), 64);
-    /* fewer tokens than threads, each in tiles of up to ATTN_ROWS_CAP rows with at most max_ctx / chunk + 2
-     * pieces (attn_split) */
-    size_t split_tiles = (size_t)(tp_size(tp) > 1 ? tp_size(tp) - 1 : 1) *
+    /* up to ATTN_SPLIT_TOKENS_PER_THREAD tokens a thread, each in tiles of up to ATTN_ROWS_CAP rows with at most
+     * max_ctx / chunk + 2 pieces (attn_split) */
+    size_t split_tiles = (size_t)(tp_size(tp) > 1 ? ATTN_SPLIT_TOKENS_PER_THREAD * tp_size(tp) - 1 : 1) *
                          ((c->n_kv_heads + attn_split_heads(c) - 1) / attn_split_heads(c));
     if (split_tiles > ATTN_SPLIT_TILES_MAX) split_tiles = ATTN_SPLIT_TILES_MAX;
     s->attn_parts_floats = split_tiles * ((size_t)max_ctx / attn_chunk_keys(kvg->s.block_size) + 2) *
@@ -398,7 +402,10 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
     return c;
 }
 
-/* Flash-decoding: a batch of fewer tokens than threads, with rows long
+/* Flash-decoding: a batch of fewer tokens than threads, or a decode step
+ * of several sequences (one token each: split by heads, a thread takes
+ * whole sequences, and 3 of them on 2 threads, or one at depth 30000 beside
+ * one at 500, load one thread with most of the keys), with rows long
  * enough to be chunked, splits the keys across the threads instead of the
  * query heads. Each thread then reads every KV head of its share of the
  * positions, once: split by heads, a thread with fewer heads than a KV
@@ -458,7 +465,9 @@ static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
     const model_config *c = &j->m->cfg;
     const int n_kv = (int)c->n_kv_heads, rep = (int)(c->n_heads / c->n_kv_heads), T = j->b->n_tokens;
     const int gpt = attn_split_heads(c), tpt = (n_kv + gpt - 1) / gpt;
-    if (nth < 2 || T >= nth || rep > ATTN_ROWS_CAP || T * tpt > ATTN_SPLIT_TILES_MAX) return false;
+    if (nth < 2 || rep > ATTN_ROWS_CAP || T * tpt > ATTN_SPLIT_TILES_MAX) return false;
+    for (int t = 1; t < T && T >= nth; t++)
+        if (j->b->seq[t] == j->b->seq[t - 1]) return false; /* a prompt's tokens: heads, chunks walked once a run */
     size_t off = 0;
     sp->n_tiles = sp->max_np = 0;
     for (int t = 0; t < T; t++)
@@ -470,8 +479,7 @@ static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
             kv_view view;
             attn_row rows[ATTN_ROWS_CAP];
             const int n = split_rows(j, sp, i, &view, rows);
-            sp->np[i] = attn_chunks_n_pieces(&view.kv, rows, n, &sp->c0[i]);
-            if (sp->np[i] < 2) return false; /* short rows: no split */
+            sp->np[i] = attn_chunks_n_pieces(&view.kv, rows, n, &sp->c0[i]); /* 0: rows of one call */
             sp->n_ctx[i] = rows[0].n_ctx; /* a token's rows share their range */
             sp->lo[i] = rows[0].lo;
             sp->block_size = view.kv.block_size;
@@ -481,8 +489,12 @@ static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
             sp->off[i] = off;
             off += (size_t)sp->np[i] * attn_chunks_piece_floats(n, (int)c->head_dim);
         }
-    return off <= j->s->attn_parts_floats;
+    return sp->max_np >= 2 && off <= j->s->attn_parts_floats; /* else no row is long: heads */
 }
+
+/* Units of tile ti: its pieces, or, for rows that take one call (a short
+ * sequence beside long ones), that call. */
+static inline int split_units(const attn_split *sp, int ti) { return sp->np[ti] ? sp->np[ti] : 1; }
 
 /* The cost of piece p of tile ti: the keys it reads (chunk c0 + p's part
  * of the rows' range, or a block for the own-block pass) and a call's
@@ -490,6 +502,7 @@ static bool attn_split_plan(const attn_job *j, int nth, attn_split *sp)
  * count alone, units would load one thread with a chunk more. */
 static int64_t split_piece_cost(const attn_split *sp, int ti, int p)
 {
+    if (!sp->np[ti]) return (int64_t)sp->n_ctx[ti] - sp->lo[ti] + 64;
     if (sp->own && p == sp->np[ti] - 1) return (int64_t)sp->block_size + 64;
     const int64_t a = (int64_t)(sp->c0[ti] + (uint32_t)p) * sp->chunk_keys, b = a + sp->chunk_keys;
     const int64_t lo = a > sp->lo[ti] ? a : sp->lo[ti], hi = b < sp->n_ctx[ti] ? b : sp->n_ctx[ti];
@@ -503,10 +516,10 @@ static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, in
     const model_config *c = &j->m->cfg;
     int64_t total = 0, done = 0;
     for (int ti = 0; ti < sp->n_tiles; ti++)
-        for (int p = 0; p < sp->np[ti]; p++) total += split_piece_cost(sp, ti, p);
+        for (int p = 0; p < split_units(sp, ti); p++) total += split_piece_cost(sp, ti, p);
     for (int p = 0; p < sp->max_np; p++)
         for (int ti = 0; ti < sp->n_tiles; ti++) {
-            if (p >= sp->np[ti]) continue;
+            if (p >= split_units(sp, ti)) continue;
             const int64_t cost = split_piece_cost(sp, ti, p);
             const int64_t owner = (done + cost / 2) * nth / total;
             done += cost;
@@ -514,6 +527,12 @@ static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, in
             kv_view view;
             attn_row rows[ATTN_ROWS_CAP];
             const int n = split_rows(j, sp, ti, &view, rows);
+            if (!sp->np[ti]) { /* one call, straight into the rows' outputs */
+                const attn_row *tile = rows;
+                attn_chunks_run(&view.kv, &tile, &n, 1, attn_scale_of(c), scratch, j->s->attn_work,
+                                scratch + j->s->attn_work);
+                continue;
+            }
             float *parts = j->s->attn_parts + sp->off[ti] + (size_t)p * attn_chunks_piece_floats(n, (int)c->head_dim);
             attn_chunks_piece(&view.kv, rows, n, p, sp->c0[ti], attn_scale_of(c), scratch, j->s->attn_work,
                               scratch + j->s->attn_work, parts);
@@ -524,6 +543,7 @@ static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, in
 static void attn_split_fold(const attn_job *j, const attn_split *sp)
 {
     for (int ti = 0; ti < sp->n_tiles; ti++) {
+        if (!sp->np[ti]) continue; /* written by its one call */
         kv_view view;
         attn_row rows[ATTN_ROWS_CAP];
         const int n = split_rows(j, sp, ti, &view, rows);
