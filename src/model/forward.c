@@ -69,7 +69,6 @@ static const char *const fp_names[FP_N] = {
     "matmul output",
 };
 
-/* [0]: passes of one token (decode), [1]: larger batches. */
 enum { FP_DECODE, FP_BATCH, FP_STEPS, FP_KINDS }; /* a pass's kind: one token, a batch, several sequences' step */
 typedef struct {
     int64_t wall[FP_KINDS][FP_N], cpu[FP_KINDS][FP_N]; /* ns */
@@ -177,9 +176,9 @@ void fwd_state_free(fwd_state *s)
 /* Tiles of one flash-decoding pass at most (attn_split below; more: the
  * heads are shared out instead). */
 #define ATTN_SPLIT_TILES_MAX 64
-/* Decode tokens a flash-decoding pass takes at most, per thread: the
- * pieces' buffer is sized for that many (beyond, heads are shared out,
- * whole sequences a thread, unbalanced by at most 1 in 4 sequences). */
+/* A flash-decoding pass takes fewer decode tokens than this many a thread:
+ * the pieces' buffer is sized for them. A larger step shares out heads,
+ * whole sequences a thread: at least four each, one more at most. */
 #define ATTN_SPLIT_TOKENS_PER_THREAD 4
 
 /* KV heads a flash-decoding tile takes: as many as fill one attention call. */
