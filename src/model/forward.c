@@ -176,9 +176,12 @@ void fwd_state_free(fwd_state *s)
 /* Tiles of one flash-decoding pass at most (attn_split below; more: the
  * heads are shared out instead). */
 #define ATTN_SPLIT_TILES_MAX 64
-/* A flash-decoding pass takes fewer decode tokens than this many a thread:
- * the pieces' buffer is sized for them. A larger step shares out heads,
- * whole sequences a thread: at least four each, one more at most. */
+/* The pieces' buffer (attn_parts) holds the pieces of up to this many
+ * decode tokens a thread (less one) at full context. What decides a pass
+ * is whether its own pieces fit (attn_split_plan): more tokens of shorter
+ * rows may still split keys; a step whose pieces do not fit shares out
+ * heads, at least four whole sequences a thread, so one more is at most
+ * a quarter of imbalance. */
 #define ATTN_SPLIT_TOKENS_PER_THREAD 4
 
 /* KV heads a flash-decoding tile takes: as many as fill one attention call. */
@@ -321,12 +324,14 @@ static void embed(const model *m, fwd_state *s, const fwd_batch *b)
     }
 }
 
+typedef struct attn_split attn_split;
 typedef struct {
     const model *m;
     fwd_state *s;
     const kv_pool *kv;
     const fwd_batch *b;
     uint32_t layer;
+    const attn_split *split; /* this pass splits keys so (planned once by the caller), or NULL: heads */
 } attn_job;
 
 /* The attention work of a batch is cut into calls ("tiles") of up to
@@ -421,7 +426,7 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
  * outputs and log-sum-exps into s->attn_parts, and the calling thread
  * folds them per tile in piece order after the pass (attn_chunks_fold):
  * the bits of attn_chunks_run whatever the thread count. */
-typedef struct {
+struct attn_split {
     int n_tiles, max_np;
     int t[ATTN_SPLIT_TILES_MAX], g0[ATTN_SPLIT_TILES_MAX], ng[ATTN_SPLIT_TILES_MAX]; /* token t, KV heads g0.. */
     int np[ATTN_SPLIT_TILES_MAX];                                                     /* pieces of tile i */
@@ -430,7 +435,7 @@ typedef struct {
     bool own;                                                                         /* a last own-block piece */
     uint32_t c0[ATTN_SPLIT_TILES_MAX];                                                /* its first chunk */
     size_t off[ATTN_SPLIT_TILES_MAX];                                                 /* its pieces in attn_parts */
-} attn_split;
+};
 
 static inline float attn_scale_of(const model_config *c)
 {
@@ -558,9 +563,8 @@ static void attn_worker(void *arg, int ith, int nth)
     const int n_heads = (int)c->n_heads, rep = (int)(c->n_heads / c->n_kv_heads), hd = (int)c->head_dim;
     const size_t qd = (size_t)n_heads * hd;
     float *scratch = j->s->attn_scratch + (size_t)ith * j->s->attn_scratch_stride;
-    attn_split sp;
-    if (attn_split_plan(j, nth, &sp)) {
-        attn_split_work(j, &sp, ith, nth, scratch);
+    if (j->split) {
+        attn_split_work(j, j->split, ith, nth, scratch);
         return;
     }
     const float scale = attn_scale_of(c);
@@ -648,10 +652,11 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
         fp_mark(s, FP_ROPE);
         kv_writer_store(s->kvw, kv, &s->kvb, l, s->k, s->v);
         fp_mark(s, FP_KV_STORE);
-        attn_job job = {m, s, kv, b, l};
-        tp_run(s->tp, attn_worker, &job);
+        attn_job job = {m, s, kv, b, l, NULL};
         attn_split sp;
-        if (attn_split_plan(&job, tp_size(s->tp), &sp)) attn_split_fold(&job, &sp);
+        if (attn_split_plan(&job, tp_size(s->tp), &sp)) job.split = &sp;
+        tp_run(s->tp, attn_worker, &job);
+        if (job.split) attn_split_fold(&job, job.split);
         kv_writer_commit(s->kvw, &s->kvb, l);
         fp_mark(s, FP_ATTN);
         matmul(s->xn, s->att, &w->wo, T, s);
