@@ -36,6 +36,11 @@
  *                -b B -fa 1 -ctk T -ctv T` (its one unified cache: each
  *                sequence's attention spans every sequence's cells, masked).
  *                Roofline bytes: the weights + B x the KV at depth N + 16.
+ *   tg32@dN+dM   sequences at depths of their own (2..8 of them, e.g.
+ *                tg32@d12288+d512: one long conversation beside a short
+ *                one) decoding together, as tg32xB@dN otherwise. No peer
+ *                figure: peer-bench's sequences share one depth. Roofline
+ *                bytes: the weights + each sequence's KV at its depth + 16.
  *   pp512@dN     an N-id prompt (untimed), then 512 more ids timed. The
  *                peer fills its depth in one batch and times only its
  *                prompt, so its figure is 512 / (t(N + 512) - t(N)) from
@@ -114,9 +119,11 @@ enum { PP_N = 512, TG_N = 128, DEPTH_N = 2048, X8_B = 8, X8_PROMPT = 128 };
 #define SP_MAX_KV_DTYPES 8
 enum { DEPTH_TG_N = 32, DEPTH_PP_N = 512 };
 typedef struct {
-    bool pp;   /* pp512@dN, else tg32@dN or tg32xB@dN */
-    int depth; /* N */
-    int seqs;  /* B: sequences decoding together (1 but for tg32xB@dN) */
+    bool pp;          /* pp512@dN, else tg32@dN, tg32xB@dN or tg32@dN+dM... */
+    bool mixed;       /* tg32@dN+dM...: the sequences at depths of their own */
+    int depth;        /* N (mixed: the first) */
+    int seqs;         /* B: sequences decoding together (1 but for tg32xB@dN and mixed) */
+    int depths[X8_B]; /* each sequence's depth */
 } sp_depth_row;
 
 typedef struct {
@@ -209,22 +216,65 @@ static int parse_models(const char *list, sp_model *out, int *n)
     return 0;
 }
 
-/* tg32@dN, tg32xB@dN or pp512@dN (s holds len chars) into *r; false if
- * not one. */
+/* A depth N in 1..2^20 at *p (digits only), p advanced past it; 0 if none. */
+static int parse_depth(const char **p)
+{
+    long n = 0;
+    const char *s = *p;
+    while (*s >= '0' && *s <= '9' && n <= (1 << 20)) n = n * 10 + (*s++ - '0');
+    if (s == *p || (*s >= '0' && *s <= '9') || n < 1 || n > (1 << 20)) return 0;
+    *p = s;
+    return (int)n;
+}
+
+/* tg32@dN, tg32xB@dN, tg32@dN+dM... (2..X8_B depths) or pp512@dN (s
+ * holds len chars) into *r; false if not one. */
 static bool parse_depth_row(const char *s, size_t len, sp_depth_row *r)
 {
-    char buf[32], tail;
-    int n, b = 1;
+    char buf[128];
+    int b = 1;
     if (len >= sizeof buf) return false;
     memcpy(buf, s, len);
     buf[len] = 0;
-    if (sscanf(buf, "tg32@d%d%c", &n, &tail) == 1) r->pp = false;
-    else if (sscanf(buf, "tg32x%d@d%d%c", &b, &n, &tail) == 2 && b >= 2 && b <= X8_B) r->pp = false;
-    else if (sscanf(buf, "pp512@d%d%c", &n, &tail) == 1) r->pp = true;
-    else return false;
-    r->depth = n;
-    r->seqs = b;
-    return n >= 1 && n <= (1 << 20);
+    memset(r, 0, sizeof *r);
+    const char *p = buf;
+    if (strncmp(p, "pp512@d", 7) == 0) r->pp = true, p += 7;
+    else if (strncmp(p, "tg32@d", 6) == 0) p += 6;
+    else if (strncmp(p, "tg32x", 5) == 0) {
+        p += 5;
+        b = parse_depth(&p);
+        if (b < 2 || b > X8_B || strncmp(p, "@d", 2) != 0) return false;
+        p += 2;
+    } else return false;
+    for (;;) {
+        const int n = parse_depth(&p);
+        if (!n || r->seqs == X8_B) return false;
+        r->depths[r->seqs++] = n;
+        if (!*p) break;
+        if (r->pp || b > 1 || strncmp(p, "+d", 2) != 0) return false;
+        p += 2;
+    }
+    r->depth = r->depths[0];
+    r->mixed = r->seqs > 1;
+    if (b > 1) {
+        r->seqs = b;
+        for (int i = 1; i < b; i++) r->depths[i] = r->depth;
+    }
+    return true;
+}
+
+/* The row's name without its dtype: tg32@d8192, tg32x4@d8192,
+ * tg32@d12288+d512, pp512@d16384. */
+static void depth_row_name(const sp_depth_row *r, char *out, size_t size)
+{
+    if (r->pp) { snprintf(out, size, "pp512@d%d", r->depth); return; }
+    if (!r->mixed) {
+        if (r->seqs > 1) snprintf(out, size, "tg32x%d@d%d", r->seqs, r->depth);
+        else snprintf(out, size, "tg32@d%d", r->depth);
+        return;
+    }
+    size_t n = (size_t)snprintf(out, size, "tg32@d%d", r->depths[0]);
+    for (int i = 1; i < r->seqs && n < size; i++) n += (size_t)snprintf(out + n, size - n, "+d%d", r->depths[i]);
 }
 
 static int parse_tests(sp_opts *o, const char *list)
@@ -240,7 +290,8 @@ static int parse_tests(sp_opts *o, const char *list)
         sp_depth_row dr;
         if (t == T_COUNT && parse_depth_row(s, len, &dr)) {
             if (o->n_dep == SP_MAX_DEPTH_ROWS) {
-                cli_error("bench speed", "--tests: at most %d tg32@dN / tg32xB@dN / pp512@dN rows", SP_MAX_DEPTH_ROWS);
+                cli_error("bench speed", "--tests: at most %d tg32@dN / tg32xB@dN / tg32@dN+dM / pp512@dN rows",
+                          SP_MAX_DEPTH_ROWS);
                 return 2;
             }
             o->dep[o->n_dep++] = dr;
@@ -251,7 +302,8 @@ static int parse_tests(sp_opts *o, const char *list)
         }
         if (t == T_COUNT) {
             cli_error("bench speed", "unknown test '%.*s' in --tests (pp512, tg128, tg128@d2048, tg128x8, rss, "
-                      "tg32@dN, tg32xB@dN, pp512@dN with N in 1..1048576, B in 2..%d)", (int)len, s, X8_B);
+                      "tg32@dN, tg32xB@dN, tg32@dN+dM[+dK...], pp512@dN with N in 1..1048576, B and the depths "
+                      "of a mixed row in 2..%d)", (int)len, s, X8_B);
             return 2;
         }
         want[t] = true;
@@ -430,21 +482,23 @@ static int ours_depth(sp_ours *o, double *tg)
     return rc;
 }
 
-/* B (<= X8_B) sequences in KV dtype kv, each a prompt of n ids of its own
- * (offset ids: the prefix cache shares nothing, as the peer keeps B
- * copies), untimed, then steps - 1 timed steps decoding all B in one
- * forward pass; tok/s of all B. tg128x8 and tg32xB@dN. */
-static int ours_together(sp_ours *o, pl_kv_dtype kv, int B, int n, int steps, double *tok)
+/* B (<= X8_B) sequences in KV dtype kv, sequence s a prompt of lens[s]
+ * ids of its own (offset ids: the prefix cache shares nothing, as the peer
+ * keeps B copies), untimed, then steps - 1 timed steps decoding all B in
+ * one forward pass; tok/s of all B. tg128x8, tg32xB@dN and tg32@dN+dM. */
+static int ours_together(sp_ours *o, pl_kv_dtype kv, int B, const int *lens, int steps, double *tok)
 {
     pl_ctx *c;
-    int32_t seqs[X8_B], last[X8_B], *ids = malloc(sizeof *ids * (size_t)n);
     assert(B >= 1 && B <= X8_B && steps >= 2);
+    int n = 0;
+    for (int s = 0; s < B; s++) n = lens[s] > n ? lens[s] : n;
+    int32_t seqs[X8_B], last[X8_B], *ids = malloc(sizeof *ids * (size_t)n);
     int rc = ids ? ctx_open_kv(o, (uint32_t)(n + steps + 8), (uint32_t)B, kv, &c) : PL_ERR_NOMEM;
     if (rc) { free(ids); return rc; }
     for (int s = 0; s < B && !rc; s++) {
-        fill_ids((int32_t)o->nv, o->bos, ids, n, 37 * s, true);
+        fill_ids((int32_t)o->nv, o->bos, ids, lens[s], 37 * s, true);
         rc = pl_seq_new(c, &seqs[s]);
-        if (!rc) rc = append(c, seqs[s], ids, n, o->logits);
+        if (!rc) rc = append(c, seqs[s], ids, lens[s], o->logits);
         last[s] = argmax(o->logits, o->nv);
     }
     double t0 = bench_now(), sec = 0;
@@ -464,7 +518,7 @@ static int ours_together(sp_ours *o, pl_kv_dtype kv, int B, int n, int steps, do
  * decode steps (tg32) or 512 more ids timed (pp512); tok/s. */
 static int ours_at_depth(sp_ours *o, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
 {
-    if (r->seqs > 1) return ours_together(o, kv, r->seqs, r->depth, DEPTH_TG_N, tok);
+    if (r->seqs > 1) return ours_together(o, kv, r->seqs, r->depths, DEPTH_TG_N, tok);
     pl_ctx *c;
     const int n = r->depth + (r->pp ? DEPTH_PP_N : 0);
     int32_t seq, *ids = malloc(sizeof *ids * (size_t)n);
@@ -1007,6 +1061,7 @@ static void run_medians(const double *tok, const double *bw, int n, double per_g
 static int peer_at_depth(const sp_opts *o, const sp_model *m, const sp_depth_row *r, pl_kv_dtype kv, double *tok)
 {
     const char *t = pl_kv_dtype_name(kv);
+    if (r->mixed) return -1; /* peer-bench's sequences share one depth */
     if (strcmp(t, "f16") != 0 && strcmp(t, "q8_0") != 0 && strcmp(t, "q4_0") != 0) return -1;
     char np[16], ng[16], nb[16];
     double pp = 0, tg = 0;
@@ -1068,13 +1123,14 @@ static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, co
             }
             us->sample = NULL;
             if (rc) return rc;
-            /* decode: the weights + this dtype's KV of every sequence at the
+            /* decode: the weights + this dtype's KV of every sequence at its
              * run's mean depth */
             pl_kv_shape ks = {fi->n_layers, fi->n_kv_heads, fi->head_dim, 16};
             pl_kv_size kvs = {0};
             pl_kv_size_of(&ks, o->kvd[k], &kvs);
-            const double depth = r->depth + DEPTH_TG_N / 2;
-            const double kv_step = kvs.bytes_per_token * depth * r->seqs;
+            double depth = 0; /* of all the sequences */
+            for (int i = 0; i < r->seqs; i++) depth += r->depths[i] + DEPTH_TG_N / 2;
+            const double kv_step = kvs.bytes_per_token * depth;
             const double per_gbs = r->pp ? 0 : 1e9 * r->seqs / (w + kv_step);
             double roof = 0, share = 0, bw = 0;
             if (per_gbs > 0) run_medians(a, ra, na, per_gbs, &roof, &share, &bw);
@@ -1084,16 +1140,15 @@ static int bench_depth_rows(const sp_opts *o, const sp_model *m, sp_ours *us, co
                 int nf = 0;
                 for (int i = 0; i < na; i++) {
                     if (!(ra[i] > 0)) continue;
-                    ft[nf] = r->seqs * sp_floor(ra[i], w, kv_step, depth * r->seqs, fi, o->kvd[k]);
+                    ft[nf] = r->seqs * sp_floor(ra[i], w, kv_step, depth, fi, o->kvd[k]);
                     fs[nf] = a[i] / ft[nf];
                     nf++;
                 }
                 fl = (sp_floor_fig){bench_median(ft, (size_t)nf), bench_median(fs, (size_t)nf)};
             }
-            char label[48];
-            char name[16] = "pp512";
-            if (!r->pp) snprintf(name, sizeof name, r->seqs > 1 ? "tg32x%d" : "tg32", r->seqs);
-            snprintf(label, sizeof label, "%s@d%d:%s", name, r->depth, pl_kv_dtype_name(o->kvd[k]));
+            char name[128], label[160];
+            depth_row_name(r, name, sizeof name);
+            snprintf(label, sizeof label, "%s:%s", name, pl_kv_dtype_name(o->kvd[k]));
             print_row_as(o, m, -1, label, bench_median(a, (size_t)na), nb ? bench_median(b, (size_t)nb) : 0, roof, share,
                          bw, fl);
         }
@@ -1170,7 +1225,9 @@ static int bench_model(const sp_opts *o, const sp_model *m, const bw_probe *prob
             const int s0 = ng[T_X8];
             bw_sample(&smp[T_X8]);
             us.sample = bw_sample, us.sample_arg = &smp[T_X8];
-            rc = ours_together(&us, PL_KV_F16, X8_B, X8_PROMPT, TG_N, &tg);
+            int lens[X8_B];
+            for (int i = 0; i < X8_B; i++) lens[i] = X8_PROMPT;
+            rc = ours_together(&us, PL_KV_F16, X8_B, lens, TG_N, &tg);
             bw_sample(&smp[T_X8]);
             ra[T_X8][na[T_X8]] = mean_of(g[T_X8] + s0, ng[T_X8] - s0);
             a[T_X8][na[T_X8]++] = tg;

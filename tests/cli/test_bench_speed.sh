@@ -81,12 +81,17 @@ check bench_speed_read_loop_line grep -Eq '^read loop: (plain loads|loads with p
 expect_exit bench_speed_depth_bad 2 "tests" -- "$PAGELLM" bench speed --tests tg32@d0
 expect_exit bench_speed_seqs_bad 2 "tests" -- "$PAGELLM" bench speed --tests tg32x1@d64
 expect_exit bench_speed_seqs_many 2 "tests" -- "$PAGELLM" bench speed --tests tg32x9@d64
+expect_exit bench_speed_mixed_many 2 "tests" -- "$PAGELLM" bench speed --tests tg32@d1+d2+d3+d4+d5+d6+d7+d8+d9
+expect_exit bench_speed_mixed_open 2 "tests" -- "$PAGELLM" bench speed --tests tg32@d64+
+expect_exit bench_speed_mixed_seqs 2 "tests" -- "$PAGELLM" bench speed --tests tg32x2@d64+d16
+expect_exit bench_speed_mixed_pp 2 "tests" -- "$PAGELLM" bench speed --tests pp512@d64+d16
 expect_exit bench_speed_kv_dtypes_bad 2 "kv-dtypes" -- "$PAGELLM" bench speed --tests tg32@d64 --kv-dtypes f16,q9
 PAGELLM_FWD_PROFILE=1 timeout 120 "$PAGELLM" bench speed --models "$T/models/tiny-q8_0.gguf" --reps 1 -t 1 --bw-mib 64 --no-peer \
-  --tests tg32@d64,pp512@d64,tg32x2@d64 --kv-dtypes f16,q4_0 --json >"$T/depth.json" 2>"$T/depth.err"
+  --tests tg32@d64,pp512@d64,tg32x2@d64,tg32@d64+d16 --kv-dtypes f16,q4_0 --json >"$T/depth.json" 2>"$T/depth.err"
 check bench_speed_depth_exit [ $? -eq 0 ]
 jq_check bench_speed_depth_rows "$T/depth.json" \
-  '[.[2:][] | .test] == ["tg32@d64:f16","tg32@d64:q4_0","pp512@d64:f16","pp512@d64:q4_0","tg32x2@d64:f16","tg32x2@d64:q4_0"] and
+  '[.[2:][] | .test] == ["tg32@d64:f16","tg32@d64:q4_0","pp512@d64:f16","pp512@d64:q4_0","tg32x2@d64:f16","tg32x2@d64:q4_0",
+                         "tg32@d64+d16:f16","tg32@d64+d16:q4_0"] and
    all(.[2:][]; .pagellm_tok_s > 0 and .peer_tok_s == null)'
 jq_check bench_speed_depth_roofline "$T/depth.json" \
   '[.[2:][] | select(.test | startswith("tg32"))] as $d | ($d[1].roofline_tok_s / $d[1].bandwidth_gb_s) > ($d[0].roofline_tok_s / $d[0].bandwidth_gb_s) and
@@ -101,6 +106,15 @@ jq_check bench_speed_depth_seqs_roofline "$T/depth.json" \
   '[.[2:][] | select(.test | startswith("tg32")) | {key: .test, value: (.roofline_tok_s / .bandwidth_gb_s)}] |
    from_entries as $p |
    all(["f16","q4_0"][]; $p["tg32x2@d64:" + .] > $p["tg32@d64:" + .] and $p["tg32x2@d64:" + .] < 2 * $p["tg32@d64:" + .])'
+# sequences at depths 64 and 16: one at 64 (1e9 / (w + 80 k) per GB/s) and
+# two at 64 (2e9 / (w + 160 k)) give the weights w and a token's KV k; the
+# mixed row's roofline must count the KV of 80 + 32 tokens (within the
+# JSON's rounding; counting 64 + 64, or no + 16 each, is off by 1.5-5%)
+jq_check bench_speed_depth_mixed_roofline "$T/depth.json" \
+  '[.[2:][] | select(.test | startswith("tg32")) | {key: .test, value: (.roofline_tok_s / .bandwidth_gb_s)}] |
+   from_entries as $p |
+   all(["f16","q4_0"][]; (1e9 / $p["tg32@d64:" + .]) as $a | (2e9 / $p["tg32x2@d64:" + .]) as $b | (($b - $a) / 80) as $k |
+       ((2e9 / ($a - 80 * $k + 112 * $k)) / $p["tg32@d64+d16:" + .] - 1 | fabs) < 1e-3)'
 # decode rows at depth: the CPU's multiply-add peak (an object after the
 # header), and a floor no faster than the roofline (it adds the arithmetic to
 # the bytes), our share of it from the same run; prompt rows have none
