@@ -466,13 +466,17 @@ TEST(seq_step_decodes_sequences_together_like_one_at_a_time)
 
 /* A decode step of several sequences at depth splits their keys across the
  * threads (forward.c's flash-decoding), a short sequence's one call among
- * the long ones' pieces: the logits are one thread's, bit for bit, with
- * 2 and 3 threads, in f16 and in fp8_e4m3 (read through its codec for the
- * last block, in place before it). */
-TEST(seq_step_at_depth_gives_one_threads_bits_on_any_threads)
+ * the long ones' pieces; short ones share out heads, three tokens on 2
+ * threads in tiles of half a token (attn_head_tile). Either way the logits
+ * are one thread's, bit for bit, with 2 and 3 threads, in f16 and in
+ * fp8_e4m3 (read through its codec for the last block, in place before it). */
+TEST(seq_step_gives_one_threads_bits_on_any_threads)
 {
     enum { B = 3, STEPS = 3, N_CTX = 4800 };
-    static const int lens[B] = {4500, 300, 4700}; /* two past a call's 4096 keys, one short */
+    static const int depths[][B] = {
+        {4500, 300, 4700}, /* two past a call's 4096 keys, one short: keys split */
+        {300, 290, 280},   /* none: heads split */
+    };
     static const int threads[] = {1, 2, 3};
     static const pl_kv_dtype dtypes[] = {PL_KV_F16, PL_KV_FP8_E4M3};
     char path[64];
@@ -486,8 +490,10 @@ TEST(seq_step_at_depth_gives_one_threads_bits_on_any_threads)
     const size_t n_out = (size_t)nv * B * STEPS;
     int32_t *ids = malloc(sizeof *ids * N_CTX);
     float *ref = malloc(sizeof(float) * n_out), *out = malloc(sizeof(float) * n_out);
+    for (size_t dl = 0; dl < sizeof depths / sizeof depths[0]; dl++)
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+            const int *lens = depths[dl];
             pl_ctx_params cp;
             pl_ctx_params_default(&cp);
             cp.max_seqs = B;
@@ -513,7 +519,8 @@ TEST(seq_step_at_depth_gives_one_threads_bits_on_any_threads)
                     for (uint32_t v = 1; v < nv; v++) if (l[(size_t)s * nv + v] > l[(size_t)s * nv + tok[s]]) tok[s] = (int32_t)v;
                 }
             }
-            if (k) CHECK_MSG(memcmp(ref, out, sizeof(float) * n_out) == 0, "%s, %d threads: logits differ from 1 thread's",
+            if (k) CHECK_MSG(memcmp(ref, out, sizeof(float) * n_out) == 0,
+                             "depths %d/%d/%d, %s, %d threads: logits differ from 1 thread's", lens[0], lens[1], lens[2],
                              pl_kv_dtype_name(dtypes[d]), threads[k]);
             pl_ctx_free(c);
         }
@@ -556,7 +563,7 @@ int main(void)
     RUN(prompt_longer_than_context_is_refused_and_nothing_is_appended);
     RUN(append_all_gives_the_logits_of_every_position);
     RUN(seq_step_decodes_sequences_together_like_one_at_a_time);
-    RUN(seq_step_at_depth_gives_one_threads_bits_on_any_threads);
+    RUN(seq_step_gives_one_threads_bits_on_any_threads);
     RUN(decode_bytes_are_the_weights_without_the_token_embedding);
     RUN(load_moves_matmul_matrices_into_the_region);
     return test_summary();
