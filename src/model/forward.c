@@ -181,8 +181,7 @@ void fwd_state_free(fwd_state *s)
  * decode tokens a thread (less one) at full context. What decides a pass
  * is whether its own pieces fit (attn_split_plan): more tokens of shorter
  * rows may still split keys; a step whose pieces do not fit shares out
- * heads, at least four whole sequences a thread, so one more is at most
- * a quarter of imbalance. */
+ * heads (attn_head_tile), at least four sequences a thread. */
 #define ATTN_SPLIT_TOKENS_PER_THREAD 4
 
 /* KV heads a flash-decoding tile takes: as many as fill one attention call. */
@@ -334,6 +333,7 @@ typedef struct {
     uint32_t layer;
     const attn_split *split; /* this pass splits keys so (planned once by the caller), or NULL: heads */
     int tile;                /* split by heads: rows a tile at most (attn_head_tile) */
+    int64_t total;           /* split by heads: the cost of every row (attn_tile_cost) */
 } attn_job;
 
 /* The attention work of a batch is cut into calls ("tiles") of up to
@@ -515,6 +515,15 @@ static int64_t split_piece_cost(const attn_split *sp, int ti, int p)
     return (hi > lo ? hi - lo : 0) + 64;
 }
 
+/* The thread a unit of work goes to, of nth sharing work of total cost
+ * in order: the one its cost's midpoint falls to, done being the cost of
+ * the units before it. Owners rise in that order. */
+static inline int work_owner(int64_t done, int64_t cost, int64_t total, int nth)
+{
+    const int64_t owner = (done + cost / 2) * nth / total;
+    return owner < nth ? (int)owner : nth - 1;
+}
+
 /* This thread's units of a split pass: units (piece, tile) in piece order,
  * a unit to the thread its cost's midpoint falls to. */
 static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, int nth, float *scratch)
@@ -527,9 +536,9 @@ static void attn_split_work(const attn_job *j, const attn_split *sp, int ith, in
         for (int ti = 0; ti < sp->n_tiles; ti++) {
             if (p >= split_units(sp, ti)) continue;
             const int64_t cost = split_piece_cost(sp, ti, p);
-            const int64_t owner = (done + cost / 2) * nth / total;
+            const int owner = work_owner(done, cost, total, nth);
             done += cost;
-            if ((owner < nth ? owner : nth - 1) != ith) continue;
+            if (owner != ith) continue;
             kv_view view;
             attn_row rows[ATTN_ROWS_CAP];
             const int n = split_rows(j, sp, ti, &view, rows);
@@ -569,7 +578,7 @@ static void attn_split_fold(const attn_job *j, const attn_split *sp)
  * lightens that thread by more than 1/8: fewer rows a call cost more a key
  * (at depth 16384, 16 rows a call instead of 32 cost q8_0 and q4_0 up to a
  * quarter more), which a small gain would not pay for. */
-static int attn_head_tile(const attn_job *j, int nth)
+static int attn_head_tile(const attn_job *j, int nth, int64_t *total_out)
 {
     const model_config *c = &j->m->cfg;
     const fwd_batch *b = j->b;
@@ -577,19 +586,20 @@ static int attn_head_tile(const attn_job *j, int nth)
     const uint32_t lw = model_config_layer_local(c, j->layer) ? c->local_window : 0;
     const int per_thread = (b->n_tokens * n_heads + nth - 1) / nth;
     int tile = per_thread < j->s->attn_rows ? per_thread : j->s->attn_rows, best = tile;
+    attn_tile it;
+    int64_t total = 0, best_max = 0; /* every row's cost, whatever the tiles */
+    attn_plan_begin(&it);
+    while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it, lw);
+    *total_out = total;
     if (nth < 2) return tile;
-    int64_t best_max = 0;
     for (;;) {
-        /* the loads attn_worker's hand-out gives: owners rise in plan order */
-        attn_tile it;
-        int64_t total = 0, done = 0, load = 0, max = 0, owner_at = 0;
-        attn_plan_begin(&it);
-        while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it, lw);
+        /* the loads attn_worker's hand-out gives */
+        int64_t done = 0, load = 0, max = 0;
+        int owner_at = 0;
         attn_plan_begin(&it);
         while (attn_plan_next(b, n_heads, tile, &it)) {
             const int64_t cost = attn_tile_cost(b, rep, &it, lw);
-            int64_t owner = (done + cost / 2) * nth / total;
-            if (owner > nth - 1) owner = nth - 1;
+            const int owner = work_owner(done, cost, total, nth);
             if (owner != owner_at) load = 0, owner_at = owner;
             load += cost;
             done += cost;
@@ -618,9 +628,8 @@ static void attn_worker(void *arg, int ith, int nth)
     const int tile = j->tile;
     assert(tile >= 1 && tile <= j->s->attn_rows);
     attn_tile it;
-    int64_t total = 0, done = 0;
-    attn_plan_begin(&it);
-    while (attn_plan_next(b, n_heads, tile, &it)) total += attn_tile_cost(b, rep, &it, lw);
+    const int64_t total = j->total;
+    int64_t done = 0;
     /* this thread's tiles, in groups of one sequence's run (attn_chunks_run
      * walks a long context's chunks once for the whole group) */
     attn_row rows[ATTN_TILES_CAP][ATTN_ROWS_CAP];
@@ -632,9 +641,8 @@ static void attn_worker(void *arg, int ith, int nth)
         bool mine = false;
         if (more) {
             const int64_t cost = attn_tile_cost(b, rep, &it, lw);
-            int64_t owner = (done + cost / 2) * nth / total;
+            const int owner = work_owner(done, cost, total, nth);
             done += cost;
-            if (owner > nth - 1) owner = nth - 1;
             mine = owner == ith;
             if (owner > ith) more = false; /* tiles are handed out in plan order */
         }
@@ -695,10 +703,10 @@ static void layer_forward(const model *m, fwd_state *s, kv_pool *kv, const fwd_b
         fp_mark(s, FP_ROPE);
         kv_writer_store(s->kvw, kv, &s->kvb, l, s->k, s->v);
         fp_mark(s, FP_KV_STORE);
-        attn_job job = {m, s, kv, b, l, NULL, 0};
+        attn_job job = {m, s, kv, b, l, NULL, 0, 0};
         attn_split sp;
         if (attn_split_plan(&job, tp_size(s->tp), &sp)) job.split = &sp;
-        else job.tile = attn_head_tile(&job, tp_size(s->tp));
+        else job.tile = attn_head_tile(&job, tp_size(s->tp), &job.total);
         tp_run(s->tp, attn_worker, &job);
         if (job.split) attn_split_fold(&job, job.split);
         kv_writer_commit(s->kvw, &s->kvb, l);
