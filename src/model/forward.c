@@ -409,17 +409,18 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
 }
 
 /* Flash-decoding: a batch of fewer tokens than threads, or a decode step
- * of several sequences (one token each: split by heads, a thread takes
- * whole sequences, and 3 of them on 2 threads, or one at depth 30000 beside
- * one at 500, load one thread with most of the keys), with rows long
- * enough to be chunked, splits the keys across the threads instead of the
- * query heads. Each thread then reads every KV head of its share of the
+ * of several sequences (one token each), with rows long enough to be
+ * chunked, splits the keys across the threads instead of the query heads.
+ * Split by heads, a thread's smallest unit is a GQA group's whole row
+ * (attn_head_tile halves tiles down to one group, no further), so a long
+ * row cannot be balanced where a model has fewer KV heads than threads.
+ * Each thread then reads every KV head of its share of the
  * positions, once: split by heads, a thread with fewer heads than a KV
  * head's group would read that head's keys beside another thread, and even
  * with whole groups (TinyLlama's 4 KV heads on 2 threads) each thread reads
  * its part of every cache row, which measured ~5-10% more attention time a
- * decode step at depth 8192 (docs/long-context.md, "Flash-decoding across
- * threads"). A tile is a token's run of KV heads, up to ATTN_ROWS_CAP query
+ * decode step at depth 8192, and ~11% at 32768 beside 512 against halved
+ * head tiles (docs/long-context.md, "Flash-decoding across threads"). A tile is a token's run of KV heads, up to ATTN_ROWS_CAP query
  * rows (one attention call: two GQA groups a call cost less per key than
  * one); a unit is one piece (chunk) of one tile. Units go out piece by
  * piece (every tile's piece p, then p + 1), each to the thread where the
