@@ -34,28 +34,42 @@ flags=(-std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -Isrc -Iinclude -Ite
 # SIMDe runs its 256-bit halves natively when the host has AVX2
 grep -qw avx2 /proc/cpuinfo && flags+=(-mavx2 -mfma -mf16c)
 newest_header=$(ls -t src/*/*.h tests/*.h | head -n 1)
+export CC newest_header out
+# SIMDe's headers make each object a slow compile: as many at a time as
+# the machine has cores (xargs fails if any does)
+emu_object() {
+  local f=$1 o=$out/$(basename "${1%.c}").o; shift
+  if [ "$o" -nt "$f" ] && [ "$o" -nt "$newest_header" ] && [ "$o" -nt tests/avx512.sh ]; then return 0; fi
+  "$CC" "$@" -DPL_AVX512_EMU -c "$f" -o "$o" ||
+    { echo "FAIL avx512-emu/build: $f does not compile against SIMDe (see above)"; return 1; }
+}
+export -f emu_object
 objs=()
-for f in src/kernels/*avx512*.c; do
-  o=$out/$(basename "${f%.c}").o
-  objs+=("$o")
-  if [ "$o" -nt "$f" ] && [ "$o" -nt "$newest_header" ] && [ "$o" -nt "$0" ]; then continue; fi
-  if ! "$CC" "${flags[@]}" -DPL_AVX512_EMU -c "$f" -o "$o"; then
-    echo "FAIL avx512-emu/build: $f does not compile against SIMDe (see above)"
-    exit 1
-  fi
-done
+for f in src/kernels/*avx512*.c; do objs+=("$out/$(basename "${f%.c}").o"); done
+if ! printf '%s\n' src/kernels/*avx512*.c | xargs -P "$(nproc)" -I{} bash -c 'emu_object "$@"' _ {} "${flags[@]}"; then
+  exit 1
+fi
+
+# the tests' own flags, without the AVX2 ones (they would change the
+# reference kernels' code, which stay as in the library); linked as many
+# at a time as the compiles, then run one after the other
+emu_test() {
+  local t=$1 bin=$out/$1; shift
+  if [ "$bin" -nt "tests/$t.c" ] && [ "$bin" -nt "$lib" ] && [ "$bin" -nt "$newest_header" ] &&
+     [ -z "$(find "$@" -newer "$bin")" ]; then return 0; fi
+  rm -f "$bin"
+  "$CC" -std=c11 -O2 -g -D_GNU_SOURCE -pthread -Isrc -Iinclude -Itests -o "$bin" "tests/$t.c" "$@" "$lib" \
+    -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread || echo "link of $t failed" >&2
+  return 0
+}
+export -f emu_test; export lib
+printf '%s\n' "${tests[@]}" | xargs -P "$(nproc)" -I{} bash -c 'emu_test "$@"' _ {} "${objs[@]}"
 
 rc=0
 for t in "${tests[@]}"; do
   bin=$out/$t
-  if ! { [ "$bin" -nt "tests/$t.c" ] && [ "$bin" -nt "$lib" ] && [ "$bin" -nt "$newest_header" ] &&
-         [ -z "$(find "${objs[@]}" -newer "$bin")" ]; }; then
-    # the test's own flags, without the AVX2 ones (they would change the
-    # reference kernels' code, which stay as in the library)
-    if ! "$CC" -std=c11 -O2 -g -D_GNU_SOURCE -pthread -Isrc -Iinclude -Itests -o "$bin" "tests/$t.c" "${objs[@]}" "$lib" \
-         -lpcre2-8 -lxxhash -ljansson -lmicrohttpd -lm -lpthread; then
-      echo "FAIL avx512-emu/$t: link failed"; rc=1; continue
-    fi
+  if [ ! -x "$bin" ]; then
+    echo "FAIL avx512-emu/$t: link failed"; rc=1; continue
   fi
   res=$("$bin" 2>&1); trc=$?
   printf '%s\n' "$res" | sed -E "s#^(PASS|FAIL|SKIP|INFO) #\1 avx512-emu/$t: #"
