@@ -52,28 +52,44 @@ sanitized() { grep -qE "Sanitizer|runtime error:" "$1"; }
 # sweep NAME KIND LO CMD...: CMD once per N (points LO COUNT); exit 0, or
 # exit 1 with a message that names the fault (out of memory; the I/O error)
 # is clean: a message that blames something else hides the cause.
+# One faulted run of a sweep: the Nth call of KIND fails; a verdict file
+# $T/NAME.N.bad when the program did not fail cleanly.
+sweep_point() {
+  local n=$1 kind=$2 why=$3 name=$4; shift 4
+  local err=$T/$name.$n.err rc bad=""
+  PAGELLM_FAULT=$kind:$n timeout 60 "$@" >/dev/null 2>"$err"; rc=$?
+  if sanitized "$err"; then bad="sanitizer: $(grep -m1 -E 'Sanitizer|runtime error' "$err")"
+  elif [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then bad="exit $rc: $(tail -2 "$err" | tr '\n' ' ')"
+  elif [ "$rc" -eq 1 ] && ! grep -q "$why" "$err"; then bad="exit 1 without '$why': $(tail -2 "$err" | tr '\n' ' ')"
+  fi
+  [ -n "$bad" ] && echo "$n: $bad" >"$T/$name.$n.bad"
+  rm -f "$err"
+  return 0
+}
+export -f sweep_point sanitized
+export T
+
+# The runs of a sweep are independent processes: as many at a time as the
+# machine has cores; the first failing N (the smallest) is reported.
 sweep() {
   local name=$1 kind=$2 lo=$3; shift 3
-  local err=$T/$name.err rc n c bad=""
+  local err=$T/$name.err rc c
   PAGELLM_FAULT=count timeout 60 "$@" >/dev/null 2>"$err"; rc=$?
   c=$(count_of "$kind" "$err")
   if [ "$rc" -ne 0 ] || [ -z "$c" ]; then
     fail "faults_${name}_${kind}" "the clean run exited $rc: $(tail -3 "$err")"; return
   fi
-  local tried=0
   LAST_COUNT=$c
   local why="out of memory"
   [ "$kind" = read ] && why="Input/output error"
-  for n in $(points "$lo" "$c" | sort -nu); do
-    PAGELLM_FAULT=$kind:$n timeout 60 "$@" >/dev/null 2>"$err"; rc=$?
-    tried=$((tried + 1))
-    if sanitized "$err"; then bad="N=$n: sanitizer: $(grep -m1 -E 'Sanitizer|runtime error' "$err")"
-    elif [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then bad="N=$n: exit $rc: $(tail -2 "$err" | tr '\n' ' ')"
-    elif [ "$rc" -eq 1 ] && ! grep -q "$why" "$err"; then bad="N=$n: exit 1 without '$why': $(tail -2 "$err" | tr '\n' ' ')"
-    fi
-    [ -n "$bad" ] && break
-  done
-  if [ -n "$bad" ]; then fail "faults_${name}_${kind}" "PAGELLM_FAULT=$kind:${bad#N=} ($*)"
+  local ns tried
+  ns=$(points "$lo" "$c" | sort -nu)
+  tried=$(wc -w <<<"$ns")
+  xargs -P "$(nproc)" -I{} bash -c 'sweep_point "$@"' _ {} "$kind" "$why" "$name" "$@" <<<"$ns"
+  local bad
+  bad=$(cat "$T/$name".*.bad 2>/dev/null | sort -n | head -n 1)
+  rm -f "$T/$name".*.bad
+  if [ -n "$bad" ]; then fail "faults_${name}_${kind}" "PAGELLM_FAULT=$kind:$bad ($*)"
   else pass "faults_${name}_${kind}_${tried}_of_${c}"; fi
 }
 
