@@ -64,23 +64,38 @@ tokens_agree() {
   a=$("$PAGELLM" run -m "$f" -p "Once upon a time" -n 32 --temp 0 --ignore-eos --json 2>/dev/null | jq -c '[.prompt_ids, .gen_ids]')
   b=$("$PEER" -m "$f" -p "Once upon a time" -ng 32 -t 1 2>/dev/null | jq -c '[.prompt_ids, .gen_ids]')
   [ -x "$LOGITS" ] || { [ -n "$a" ] && [ "$a" == "$b" ] && return 0; echo "tokens differ: $a vs $b"; return 1; }
-  python3 tests/cli/tokens_agree.py "$LOGITS" "$f" "$tie" "$T/l.f32" "$a" "$b"
+  python3 tests/cli/tokens_agree.py "$LOGITS" "$f" "$tie" "$f.logits.f32" "$a" "$b"
+}
+
+# each_at_once FN ARG...: FN ARG for every ARG, as many at a time as the
+# machine has cores (the runs are independent and mostly one-threaded);
+# each one's lines printed in ARG order once all are done
+each_at_once() {
+  local fn=$1 a; shift
+  for a in "$@"; do
+    "$fn" "$a" >"$T/out.$fn.$a" &
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
+  done
+  wait
+  for a in "$@"; do cat "$T/out.$fn.$a"; rm -f "$T/out.$fn.$a"; done
 }
 
 # --- stories260K: every preset llama.cpp offers for these formats (8
 # chunks of 128 tokens, 504 scored)
-for t in q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs tq1_0 tq2_0; do
+stories_format() {
+  local t=$1 f a b types why
   f=$T/s-$t.gguf
-  if ! "$QUANT" "$M" "$f" "$t" >"$T/q.log" 2>&1; then fail "stories_${t}_quantize" "$(tail -c 300 "$T/q.log")"; continue; fi
+  if ! "$QUANT" "$M" "$f" "$t" >"$f.q.log" 2>&1; then fail "stories_${t}_quantize" "$(tail -c 300 "$f.q.log")"; return; fi
   types=$("$PAGELLM" inspect "$f" 2>/dev/null | awk '/^  type +tensors/{on=1; next} on && NF==0{exit} on{printf "%s ", $1}')
-  a=$("$PAGELLM" perplexity -m "$f" -f "$DEVIL" -c 128 --chunks 8 --json 2>"$T/err" | jq .ppl)
+  a=$("$PAGELLM" perplexity -m "$f" -f "$DEVIL" -c 128 --chunks 8 --json 2>"$f.err" | jq .ppl)
   b=$("$PPL" -m "$f" -f "$DEVIL" -c 128 -chunks 8 -t 1 2>/dev/null | jq .ppl)
-  if [ -z "$a" ] || [ "$a" == null ]; then fail "stories_${t}_loads" "$(tail -c 300 "$T/err")"; continue; fi
+  if [ -z "$a" ] || [ "$a" == null ]; then fail "stories_${t}_loads" "$(tail -c 300 "$f.err")"; return; fi
   echo "INFO stories260K $t ($types): ppl $a, llama.cpp $b (relative difference $(rel "$a" "$b"))"
   if within "$a" "$b" 0.015; then pass "stories_${t}_ppl"; else fail "stories_${t}_ppl" "$a vs llama.cpp $b"; fi
   if why=$(tokens_agree "$f"); then pass "stories_${t}_tokens"; [ -n "$why" ] && echo "INFO $t: $why"
   else fail "stories_${t}_tokens" "$why"; fi
-done
+}
+each_at_once stories_format q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs tq1_0 tq2_0
 
 # --- files written by pagellm's own quantizers load in llama.cpp and
 # generate the same tokens (the tiny shape's rows of 128 and 384 take the
@@ -146,13 +161,14 @@ elif "$PAGELLM" synth --shape tiny256 --seed 1 --type f16 -o "$T/t-f16.gguf" >/d
   kl_of() { "$PAGELLM" perplexity -m "$1" -f "$DEVIL" -c 128 --chunks 4 --kl-base "$T/f16.logits" --json 2>/dev/null | jq .kl_mean; }
   "$PAGELLM" inspect --json --tensors "$T/t-f16.gguf" >"$T/t-f16.json" 2>/dev/null &&
     python3 tests/cli/imatrix_write.py "$T/t-f16.json" "$T/uniform.dat" uniform
-  for t in iq3_xxs iq2_xs iq1_s iq1_m; do
+  lattice_format() {
+    local t=$1 f a b types why simd ref o im n
     f=$T/t-$t.gguf
-    if ! "$QIQ" "$T/t-f16.gguf" "$f" "$t" >"$T/q.log" 2>&1; then fail "tiny256_${t}_quantize" "$(tail -c 300 "$T/q.log")"; continue; fi
+    if ! "$QIQ" "$T/t-f16.gguf" "$f" "$t" >"$f.q.log" 2>&1; then fail "tiny256_${t}_quantize" "$(tail -c 300 "$f.q.log")"; return; fi
     types=$("$PAGELLM" inspect "$f" 2>/dev/null | awk '/^  type +tensors/{on=1; next} on && NF==0{exit} on{printf "%s ", $1}')
-    a=$("$PAGELLM" perplexity -m "$f" -f "$DEVIL" -c 128 --chunks 4 --json 2>"$T/err" | jq .ppl)
+    a=$("$PAGELLM" perplexity -m "$f" -f "$DEVIL" -c 128 --chunks 4 --json 2>"$f.err" | jq .ppl)
     b=$("$PPL" -m "$f" -f "$DEVIL" -c 128 -chunks 4 -t 2 2>/dev/null | jq .ppl)
-    if [ -z "$a" ] || [ "$a" == null ]; then fail "tiny256_${t}_loads" "$(tail -c 300 "$T/err")"; continue; fi
+    if [ -z "$a" ] || [ "$a" == null ]; then fail "tiny256_${t}_loads" "$(tail -c 300 "$f.err")"; return; fi
     echo "INFO tiny256 $t ($types): ppl $a, llama.cpp $b (relative difference $(rel "$a" "$b"))"
     if within "$a" "$b" 0.03; then pass "tiny256_${t}_ppl"; else fail "tiny256_${t}_ppl" "$a vs llama.cpp $b"; fi
     if why=$(tokens_agree "$f" 0.2); then pass "tiny256_${t}_tokens"; [ -n "$why" ] && echo "INFO $t: $why"
@@ -164,7 +180,7 @@ elif "$PAGELLM" synth --shape tiny256 --seed 1 --type f16 -o "$T/t-f16.gguf" >/d
     # our quantizer, the same preset
     o=$T/t-ours-$t.gguf im=
     [ "$t" == iq3_xxs ] && im="--imatrix $T/uniform.dat"
-    if ! "$PAGELLM" quantize "$T/t-f16.gguf" "$o" "$t" $im >/dev/null 2>"$T/err"; then fail "tiny256_${t}_ours_quantize" "$(tail -c 300 "$T/err")"; continue; fi
+    if ! "$PAGELLM" quantize "$T/t-f16.gguf" "$o" "$t" $im >/dev/null 2>"$f.err"; then fail "tiny256_${t}_ours_quantize" "$(tail -c 300 "$f.err")"; return; fi
     a=$(mix_of "$o") b=$(mix_of "$f")
     if [ -n "$a" ] && [ "$a" == "$b" ]; then pass "tiny256_${t}_ours_same_mix_as_llama_cpp"
     else fail "tiny256_${t}_ours_same_mix_as_llama_cpp" "$(diff <(jq -c '.[]' <<<"$a") <(jq -c '.[]' <<<"$b") | grep '^[<>]' | head -4 | tr '\n' ' ')"; fi
@@ -175,7 +191,8 @@ elif "$PAGELLM" synth --shape tiny256 --seed 1 --type f16 -o "$T/t-f16.gguf" >/d
     if python3 -c "import sys; a,b=map(float,sys.argv[1:3]); sys.exit(0 if a <= 1.25*b else 1)" "$a" "$b" 2>/dev/null
     then pass "tiny256_${t}_ours_kl_close"; else fail "tiny256_${t}_ours_kl_close" "ours $a, llama.cpp's file $b"; fi
     rm -f "$o"
-  done
+  }
+  each_at_once lattice_format iq3_xxs iq2_xs iq1_s iq1_m
   rm -f "$T/t-f16.gguf" "$T/f16.logits" "$T/t-f16.json" "$T/uniform.dat"
 else
   fail tiny256_lattice "synth tiny256 failed"
