@@ -11,11 +11,10 @@ export BUILD PAGELLM=${PAGELLM:-$BUILD/pagellm}
 pass=0; fail=0; skip=0
 log=$(mktemp -d /tmp/pagellm-test.XXXXXX)
 only=${TESTS:-}
-run_one() {
-  local name=$1; shift
-  [ -n "$only" ] && [[ $name != *$only* ]] && return
-  local out="$log/$(basename "$name").out" t0=$SECONDS
-  "$@" >"$out" 2>"$out.err"; local rc=$?
+# report NAME RC SECONDS: counts the PASS / FAIL / SKIP lines of NAME's
+# output ($log/NAME.out) and prints its line
+report() {
+  local name=$1 rc=$2 secs=$3 out="$log/$(basename "$1").out"
   local p f s
   p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out"); s=$(grep -c '^SKIP ' "$out")
   grep -E '^(FAIL|SKIP|INFO) ' "$out" | sed "s|^|  $(basename "$name"): |"
@@ -26,15 +25,47 @@ run_one() {
     echo "  $(basename "$name"): exited $rc without a FAIL line" >>"$log/failures"
     f=1
   fi
-  printf '%-28s %3d passed %3d failed %3d skipped  (%ds)\n' "$(basename "$name")" "$p" "$f" "$s" $((SECONDS - t0))
+  printf '%-28s %3d passed %3d failed %3d skipped  (%ds)\n' "$(basename "$name")" "$p" "$f" "$s" "$secs"
   pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+}
+selected() { [ -z "$only" ] || [[ $1 == *$only* ]]; }
+run_one() {
+  local name=$1; shift
+  selected "$name" || return 0
+  local out="$log/$(basename "$name").out" t0=$SECONDS
+  "$@" >"$out" 2>"$out.err"
+  report "$name" $? $((SECONDS - t0))
+}
+# run_together SCRIPT...: bash SCRIPT for each, as many at a time as the
+# machine has cores, reported in order once all are done. For scripts that
+# are one-threaded, independent (each its own scratch directory) and not
+# timed against a wall clock: the fuzzers.
+run_together() {
+  local t n=0 t0=$SECONDS
+  for t in "$@"; do
+    selected "$t" || continue
+    ( s0=$SECONDS; bash "$t" >"$log/$(basename "$t").out" 2>"$log/$(basename "$t").out.err"
+      echo "$? $((SECONDS - s0))" >"$log/$(basename "$t").rc" ) &
+    n=$((n + 1))
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
+  done
+  wait
+  for t in "$@"; do
+    selected "$t" || continue
+    local rc secs
+    read -r rc secs <"$log/$(basename "$t").rc"
+    report "$t" "$rc" "$secs"
+  done
+  [ "$n" -eq 0 ] || echo "  ($n scripts above ran side by side: $((SECONDS - t0))s in all)"
 }
 for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] && run_one "$t" "$t"
 done
 for t in tests/cli/test_*.sh; do
+  [[ $t == tests/cli/test_fuzz_* ]] && continue
   [ -f "$t" ] && run_one "$t" bash "$t"
 done
+run_together tests/cli/test_fuzz_*.sh
 # the kernel tests for aarch64 under qemu-user (SKIP without qemu / the cross compiler)
 run_one arm64-qemu bash tests/arm64.sh
 # the AVX-512 kernels on SIMDe's emulation (any x86-64; SKIP without libsimde-dev)
