@@ -408,27 +408,27 @@ static int64_t attn_tile_cost(const fwd_batch *b, int rep, const attn_tile *it, 
     return c;
 }
 
-/* Flash-decoding: a batch of fewer tokens than threads, or a decode step
- * of several sequences (one token each), with rows long enough to be
- * chunked, splits the keys across the threads instead of the query heads.
- * Split by heads, a thread's smallest unit is a GQA group's whole row
- * (attn_head_tile halves tiles down to one group, no further), so a long
- * row cannot be balanced where a model has fewer KV heads than threads.
- * Each thread then reads every KV head of its share of the
- * positions, once: split by heads, a thread with fewer heads than a KV
- * head's group would read that head's keys beside another thread, and even
- * with whole groups (TinyLlama's 4 KV heads on 2 threads) each thread reads
- * its part of every cache row, which measured ~5-10% more attention time a
- * decode step at depth 8192, and ~11% at 32768 beside 512 against halved
- * head tiles (docs/long-context.md, "Flash-decoding across threads"). A tile is a token's run of KV heads, up to ATTN_ROWS_CAP query
- * rows (one attention call: two GQA groups a call cost less per key than
- * one); a unit is one piece (chunk) of one tile. Units go out piece by
- * piece (every tile's piece p, then p + 1), each to the thread where the
- * midpoint of its cost (its keys) falls, so a thread's units are a run of
- * positions of all of a token's heads; each unit writes its rows' partial
- * outputs and log-sum-exps into s->attn_parts, and the calling thread
- * folds them per tile in piece order after the pass (attn_chunks_fold):
- * the bits of attn_chunks_run whatever the thread count. */
+/* Flash-decoding: a batch of fewer tokens than threads, or a decode step of
+ * several sequences (one token each), with rows long enough to be chunked,
+ * splits the keys across the threads instead of the query heads. Split by
+ * heads, a thread's smallest unit is a GQA group's whole row (attn_head_tile
+ * halves tiles down to one group, no further), so a long row cannot be
+ * balanced where a model has fewer KV heads than threads. Each thread then
+ * reads every KV head of its share of the positions, once: split by heads, a
+ * thread with fewer heads than a KV head's group would read that head's keys
+ * beside another thread, and even with whole groups (TinyLlama's 4 KV heads
+ * on 2 threads) each thread reads its part of every cache row, which
+ * measured ~5-10% more attention time a decode step at depth 8192, and ~11%
+ * at 32768 beside 512 against halved head tiles (docs/long-context.md,
+ * "Flash-decoding across threads"). A tile is a token's run of KV heads, up
+ * to ATTN_ROWS_CAP query rows (one attention call: two GQA groups a call
+ * cost less per key than one); a unit is one piece (chunk) of one tile.
+ * Units go out piece by piece (every tile's piece p, then p + 1), each to
+ * the thread where the midpoint of its cost (its keys) falls, so a thread's
+ * units are a run of positions of all of a token's heads; each unit writes
+ * its rows' partial outputs and log-sum-exps into s->attn_parts, and the
+ * calling thread folds them per tile in piece order after the pass
+ * (attn_chunks_fold): the bits of attn_chunks_run whatever the thread count. */
 struct attn_split {
     int n_tiles, max_np;
     int t[ATTN_SPLIT_TILES_MAX], g0[ATTN_SPLIT_TILES_MAX], ng[ATTN_SPLIT_TILES_MAX]; /* token t, KV heads g0.. */

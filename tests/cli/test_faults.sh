@@ -49,9 +49,6 @@ count_of() { grep -o "pagellm faults: .*" "$2" | tail -1 | grep -o "$1=[0-9]*" |
 
 sanitized() { grep -qE "Sanitizer|runtime error:" "$1"; }
 
-# sweep NAME KIND LO CMD...: CMD once per N (points LO COUNT); exit 0, or
-# exit 1 with a message that names the fault (out of memory; the I/O error)
-# is clean: a message that blames something else hides the cause.
 # One faulted run of a sweep: the Nth call of KIND fails; a verdict file
 # $T/NAME.N.bad when the program did not fail cleanly.
 sweep_point() {
@@ -69,8 +66,11 @@ sweep_point() {
 export -f sweep_point sanitized
 export T
 
-# The runs of a sweep are independent processes: as many at a time as the
-# machine has cores; the first failing N (the smallest) is reported.
+# sweep NAME KIND LO CMD...: CMD once per N (points LO COUNT); exit 0, or
+# exit 1 with a message that names the fault (out of memory; the I/O error)
+# is clean: a message that blames something else hides the cause. The runs
+# are independent processes: as many at a time as the machine has cores;
+# the first failing N (the smallest) is reported.
 sweep() {
   local name=$1 kind=$2 lo=$3; shift 3
   local err=$T/$name.err rc c
