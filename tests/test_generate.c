@@ -490,40 +490,41 @@ TEST(seq_step_gives_one_threads_bits_on_any_threads)
     const size_t n_out = (size_t)nv * B * STEPS;
     int32_t *ids = malloc(sizeof *ids * N_CTX);
     float *ref = malloc(sizeof(float) * n_out), *out = malloc(sizeof(float) * n_out);
-    for (size_t dl = 0; dl < sizeof depths / sizeof depths[0]; dl++)
-    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
-        for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
-            const int *lens = depths[dl];
-            pl_ctx_params cp;
-            pl_ctx_params_default(&cp);
-            cp.max_seqs = B;
-            cp.n_ctx = N_CTX;
-            cp.n_threads = threads[k];
-            cp.kv_dtype = dtypes[d];
-            pl_ctx *c = NULL;
-            CHECK(pl_ctx_new(&c, m, &cp) == 0);
-            int32_t seqs[B], tok[B];
-            for (int s = 0; s < B; s++) {
-                for (int i = 0; i < lens[s]; i++) ids[i] = i ? 3 + (i * 7 + 31 * s) % 500 : 1;
-                CHECK(pl_seq_new(c, &seqs[s]) == 0);
-                CHECK(pl_seq_append(c, seqs[s], ids, (size_t)lens[s], out) == 0);
-                tok[s] = 0;
-                for (uint32_t v = 1; v < nv; v++) if (out[v] > out[tok[s]]) tok[s] = (int32_t)v;
-            }
-            float *o = k ? out : ref;
-            for (int g = 0; g < STEPS; g++) {
-                float *l = o + (size_t)g * nv * B;
-                CHECK(pl_seq_step(c, seqs, tok, B, l) == 0);
+    for (size_t dl = 0; dl < sizeof depths / sizeof depths[0]; dl++) {
+        for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+            for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+                const int *lens = depths[dl];
+                pl_ctx_params cp;
+                pl_ctx_params_default(&cp);
+                cp.max_seqs = B;
+                cp.n_ctx = N_CTX;
+                cp.n_threads = threads[k];
+                cp.kv_dtype = dtypes[d];
+                pl_ctx *c = NULL;
+                CHECK(pl_ctx_new(&c, m, &cp) == 0);
+                int32_t seqs[B], tok[B];
                 for (int s = 0; s < B; s++) {
+                    for (int i = 0; i < lens[s]; i++) ids[i] = i ? 3 + (i * 7 + 31 * s) % 500 : 1;
+                    CHECK(pl_seq_new(c, &seqs[s]) == 0);
+                    CHECK(pl_seq_append(c, seqs[s], ids, (size_t)lens[s], out) == 0);
                     tok[s] = 0;
-                    for (uint32_t v = 1; v < nv; v++) if (l[(size_t)s * nv + v] > l[(size_t)s * nv + tok[s]]) tok[s] = (int32_t)v;
+                    for (uint32_t v = 1; v < nv; v++) if (out[v] > out[tok[s]]) tok[s] = (int32_t)v;
                 }
+                float *o = k ? out : ref;
+                for (int g = 0; g < STEPS; g++) {
+                    float *l = o + (size_t)g * nv * B;
+                    CHECK(pl_seq_step(c, seqs, tok, B, l) == 0);
+                    for (int s = 0; s < B; s++) {
+                        tok[s] = 0;
+                        for (uint32_t v = 1; v < nv; v++) if (l[(size_t)s * nv + v] > l[(size_t)s * nv + tok[s]]) tok[s] = (int32_t)v;
+                    }
+                }
+                if (k) CHECK_MSG(memcmp(ref, out, sizeof(float) * n_out) == 0,
+                                 "depths %d/%d/%d, %s, %d threads: logits differ from 1 thread's", lens[0], lens[1], lens[2],
+                                 pl_kv_dtype_name(dtypes[d]), threads[k]);
+                pl_ctx_free(c);
             }
-            if (k) CHECK_MSG(memcmp(ref, out, sizeof(float) * n_out) == 0,
-                             "depths %d/%d/%d, %s, %d threads: logits differ from 1 thread's", lens[0], lens[1], lens[2],
-                             pl_kv_dtype_name(dtypes[d]), threads[k]);
-            pl_ctx_free(c);
-        }
+    }
     free(ids);
     free(ref);
     free(out);
