@@ -16,6 +16,7 @@
  */
 #include "server_gate.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,6 +40,7 @@
 #define GATE_TICK_MS 100         /* how often deadlines are looked at */
 #define EV_LISTEN UINT64_MAX
 #define EV_STOP (UINT64_MAX - 1)
+#define GEN_MASK 0x7fffffffu     /* a slot generation's bits (see ev_tag) */
 
 enum { P_HEAD, P_BODY, P_WAIT, P_LINGER };
 
@@ -69,6 +71,7 @@ typedef struct {
     unsigned long long body_left;
     size_t in_len, in_fwd, out_len;
     gate_bufs *b;
+    uint32_t gen;                /* bumped each time the slot is freed: see ev_tag */
 } gate_conn;
 
 struct srv_gate {
@@ -111,8 +114,19 @@ static void slot_free(srv_gate *g, unsigned i)
 {
     gate_conn *c = &g->conns[i];
     free(c->b);
-    *c = (gate_conn){.fd = -1, .sfd = -1};
+    *c = (gate_conn){.fd = -1, .sfd = -1, .gen = (c->gen + 1) & GEN_MASK};
     g->free_ids[g->n_free++] = i;
+}
+
+/* A socket's epoll data: its slot's generation, the slot, the side. One
+ * epoll_wait batch can hold an event of a connection closed earlier in the
+ * same batch while a new connection already took its slot (the free slots
+ * are a stack); the generation tells such an event from the new one's, so
+ * that an old client's reset cannot close the new client's socket. The
+ * generation's top bit is never set: no tag equals EV_LISTEN or EV_STOP. */
+static uint64_t ev_tag(const srv_gate *g, unsigned i, int side)
+{
+    return (uint64_t)g->conns[i].gen << 32 | ((uint64_t)i * 2 + (uint64_t)side);
 }
 
 /* Closes a held connection: its guard entry (if still the gate's), the
@@ -206,7 +220,7 @@ static bool relay_open(srv_gate *g, unsigned i)
         return false;
     }
     c->sfd = sv[0];
-    struct epoll_event e = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = (uint64_t)i * 2 + 1};
+    struct epoll_event e = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = ev_tag(g, i, 1)};
     if (epoll_ctl(g->ep, EPOLL_CTL_ADD, c->sfd, &e) != 0) {
         conn_close(g, i);
         return false;
@@ -422,11 +436,17 @@ static void pump(srv_gate *g, unsigned i)
     }
 }
 
-/* An event on a held connection's client socket (side 0) or pair end (1). */
-static void conn_event(srv_gate *g, unsigned i, int side, uint32_t ev)
+/* An event on a held connection's client socket (side 0) or pair end (1),
+ * named by its ev_tag. */
+static void conn_event(srv_gate *g, uint64_t tag, uint32_t ev)
 {
+    const unsigned i = (unsigned)((tag & 0xffffffffu) / 2);
+    const int side = (int)(tag & 1);
+    assert(i < g->p.capacity);
     gate_conn *c = &g->conns[i];
-    if (c->fd < 0 || (side && c->sfd < 0)) return; /* closed earlier in this batch */
+    if (c->gen != (uint32_t)(tag >> 32)) return; /* its connection was closed earlier in this batch */
+    if (side && c->sfd < 0) return;               /* its library end was closed earlier in this batch */
+    assert(c->fd >= 0);
     if (!side && (ev & (EPOLLHUP | EPOLLERR))) { /* reset, or closed both ways: nothing more to send it */
         conn_close(g, i);
         return;
@@ -493,7 +513,7 @@ static void accept_ready(srv_gate *g)
         unsigned i = g->free_ids[--g->n_free];
         gate_conn *c = &g->conns[i];
         double t = mono_now();
-        *c = (gate_conn){.fd = fd, .sfd = -1, .gc = gc, .addr = addr, .alen = alen, .phase = P_HEAD, .b = b};
+        *c = (gate_conn){.fd = fd, .sfd = -1, .gc = gc, .addr = addr, .alen = alen, .phase = P_HEAD, .b = b, .gen = c->gen};
         if (!b) { /* no memory for its buffers: a constant 503, then LINGER (which needs none) */
             refuse_oom(fd);
             c->phase = P_LINGER;
@@ -508,7 +528,7 @@ static void accept_ready(srv_gate *g)
             conn_close(g, i);
             continue;
         }
-        struct epoll_event e = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = (uint64_t)i * 2};
+        struct epoll_event e = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = ev_tag(g, i, 0)};
         if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &e) != 0) conn_close(g, i);
     }
     set_accepting(g, false); /* full: looked at again every tick */
@@ -556,7 +576,7 @@ static void *gate_main(void *arg)
             uint64_t id = evs[k].data.u64;
             if (id == EV_STOP) return NULL;
             if (id == EV_LISTEN) accept_ready(g);
-            else conn_event(g, (unsigned)(id / 2), (int)(id % 2), evs[k].events);
+            else conn_event(g, id, evs[k].events);
         }
         if (mono_now() >= next_tick) {
             tick(g);

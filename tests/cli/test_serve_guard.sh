@@ -11,8 +11,9 @@
 # checks on a keep-alive connection's later requests and on chunk lines that
 # come after the head, each after the answer before it (the gate's relay),
 # a 408 for a later head that comes too slowly, a client gone mid-stream
-# cancelling its generation, and /health answering 503 during a drain
-# while a running stream finishes. Every loop is bounded; about 40 s.
+# cancelling its generation, /health answering 503 during a drain while a
+# running stream finishes, and no connection refused while others come and
+# go with resets. Every loop is bounded; about 45 s.
 source "$(dirname "$0")/lib.sh"
 
 M=$SHARED/models/stories260K.gguf
@@ -209,6 +210,20 @@ if start drain --max-seqs 2 --drain-timeout 30; then
   check guard_drain_exit_0 test "$RC" = 0
 else
   fail guard_drain_starts "$(tail -3 "$LOG")"
+fi
+# ------------------------------- connections come and go: none refused
+# 8 clients for 3 s, each a new connection a request, every other one
+# reset by the client at the first streamed bytes: the resets of closed
+# connections must not close the new ones that take their place (no
+# connection closed or reset before any byte of an answer)
+if start churn; then
+  BODY='{"prompt":"Once upon a time","max_tokens":24,"stream":true}'
+  OUT=$(timeout 30 node "$H" churn "$PORT" 3 8 "POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nConnection: close\\r\\nContent-Length: ${#BODY}\\r\\n\\r\\n$BODY")
+  check guard_churn_none_refused jqok '.refused == 0 and .answered > 100 and .hung_up > 100 and .requests == .answered + .hung_up' <<<"$OUT"
+  [ "$(jq -r .refused <<<"$OUT" 2>/dev/null)" = 0 ] || echo "    churn: $OUT" >&2
+  kill -TERM "$SPID"; wait "$SPID"
+else
+  fail guard_churn_starts "$(tail -3 "$LOG")"
 fi
 if grep -q Sanitizer "$T"/*.log; then fail guard_sanitizer "$(grep -h -m3 -A5 Sanitizer "$T"/*.log)"; fi
 exit 0

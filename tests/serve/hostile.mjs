@@ -19,6 +19,12 @@
 //       reads until the server closes or SECS s pass: {"answers": [{"status",
 //       "headers", "body"}...] in the order they came, "closed", "ms": when
 //       the server closed (or SECS), "rest": bytes that are no whole answer}
+//   node hostile.mjs churn PORT SECS N REQUEST
+//       N clients for SECS s, each sending REQUEST (with Connection: close)
+//       on a new connection in a loop; every other time the client resets
+//       its socket at the answer's first bytes, else it reads the answer to
+//       the end: {"requests", "answered", "hung_up", "refused": connections
+//       the server closed or reset before any byte of an answer}
 //
 // With HOSTILE_TLS_CA=FILE every mode speaks TLS, trusting that certificate.
 import fs from 'node:fs';
@@ -173,11 +179,41 @@ async function seq(secs, parts) {
   return { answers: r.answers, closed, ms, rest: r.rest };
 }
 
+// One request of churn: 'answered', 'hung_up' (this side reset it at the
+// answer's first bytes) or 'refused' (closed or reset before any byte).
+function churnOnce(req, hangUp) {
+  return new Promise((resolve) => {
+    let got = false;
+    const s = net.connect({ host: '127.0.0.1', port });
+    s.setTimeout(5000, () => s.destroy());
+    s.on('error', () => {});
+    s.on('data', () => {
+      got = true;
+      if (hangUp) { s.resetAndDestroy(); resolve('hung_up'); }
+    });
+    s.on('close', () => resolve(got ? 'answered' : 'refused'));
+    s.on('connect', () => s.write(req));
+  });
+}
+
+async function churn(secs, n, req) {
+  const until = Date.now() + secs * 1000;
+  const out = { requests: 0, answered: 0, hung_up: 0, refused: 0 };
+  await Promise.all(Array.from({ length: n }, async (_, k) => {
+    for (let i = k; Date.now() < until; i++) {
+      out.requests++;
+      out[await churnOnce(req, i % 2 === 1)]++;
+    }
+  }));
+  return out;
+}
+
 let out;
 if (mode === 'seq') out = await seq(Number(rest[0]), rest.slice(1).map((p, k) => (k % 2 ? p : unescape(p))));
 else if (mode === 'raw') out = await exchange(unescape(rest[0]), rest[1]);
 else if (mode === 'slow') out = await slow(Number(rest[0]), Number(rest[1]), unescape(rest[2]));
+else if (mode === 'churn') out = await churn(Number(rest[0]), Number(rest[1]), unescape(rest[2]));
 else if (mode === 'hold') out = await hold(Number(rest[0]), unescape(rest[1]), rest[2], rest.slice(3));
-else { console.error('usage: hostile.mjs raw|slow|hold|seq PORT ...'); process.exit(2); }
+else { console.error('usage: hostile.mjs raw|slow|hold|seq|churn PORT ...'); process.exit(2); }
 console.log(JSON.stringify(out));
 process.exit(0); // pending timers (the 5 s bound) need not run out
