@@ -704,6 +704,8 @@ typedef struct {
     uint32_t running, waiting;
     uint64_t requests_total, requests_finished, requests_cancelled;
     uint64_t preemptions;
+    uint64_t prefill_cuts;         /* prompt chunks cut short so that a step with decodes in it costs no
+                                      more than the token budget at depth 0 (docs/long-context.md) */
     uint64_t prefix_query_tokens, prefix_hit_tokens; /* prompt tokens looked up / served from cache */
     uint64_t prompt_tokens, generated_tokens;
     uint64_t steps;

@@ -104,6 +104,9 @@ static void engine_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
     counter(b, rc, "pagellm_requests_cancelled_total", "Requests cancelled (client gone, shutdown).",
             m->requests_cancelled);
     counter(b, rc, "pagellm_preemptions_total", "Sequences preempted because the KV pool ran dry.", m->preemptions);
+    counter(b, rc, "pagellm_prefill_cuts_total",
+            "Prompt chunks cut short so that a step with decodes costs no more than its token budget at depth 0.",
+            m->prefill_cuts);
     counter(b, rc, "pagellm_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
             m->prefix_query_tokens);
     counter(b, rc, "pagellm_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.",

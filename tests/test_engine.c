@@ -313,6 +313,71 @@ TEST(eight_concurrent_greedy_requests_equal_their_single_runs)
     for (int i = 0; i < N_PROMPTS; i++) { free(alone[i]); free(res[i]); }
 }
 
+/* A long prompt admitted while another request decodes: its chunks are
+ * cut to the step's cost (engine/scheduler.h: a token deep in a prompt
+ * costs more than one at depth 0), so it takes more steps than its tokens
+ * over the budget and the cuts are counted; both requests' tokens stay
+ * their single runs'. The same prompt alone is held to tokens only. */
+TEST(a_long_prompt_beside_a_decode_is_cut_to_the_step_cost)
+{
+    pl_engine_params ep;
+    engine_params(&ep);
+    ep.max_batch_tokens = 64;
+    ep.ctx.max_seqs = 2;
+    pl_engine *e = NULL;
+    CHECK_MSG(pl_engine_new(&e, M, &ep) == 0, "%s", pl_last_error());
+    static char text[4096];
+    size_t len = 0;
+    for (int rep = 0; rep < 4; rep++)
+        for (int k = 0; k < N_PROMPTS; k++) len += (size_t)snprintf(text + len, sizeof text - len, "%s. ", prompts[k]);
+    static id_list a, b, ref_a, ref_b;
+    tokenize(prompts[0], &a);
+    tokenize(text, &b);
+    CHECK_MSG(b.n > 256 && b.n + 8 <= N_CTX, "the long prompt has %d tokens", b.n);
+    CHECK(reference(&a, 200, &ref_a, NULL) == 0);
+    CHECK(reference(&b, 8, &ref_b, NULL) == 0);
+    pl_request_params rpa, rpb;
+    request_params(&rpa, &a, 200);
+    request_params(&rpb, &b, 8);
+    result *ra = result_new(), *rb = result_new(), *alone = result_new();
+    pl_request *qa = NULL, *qb = NULL;
+    CHECK_MSG(pl_engine_submit(e, &rpa, &qa) == 0, "%s", pl_last_error());
+    pl_event ev;
+    CHECK(pl_request_next(qa, &ev, WAIT_MS) == 1 && ev.token >= 0); /* a decodes from here on */
+    ra->ids[0].ids[ra->ids[0].n++] = ev.token;
+    pl_engine_metrics m0, m1, m2;
+    pl_engine_metrics_get(e, &m0);
+    CHECK_MSG(pl_engine_submit(e, &rpb, &qb) == 0, "%s", pl_last_error());
+    CHECK(collect(qb, rb) == 0);
+    pl_engine_metrics_get(e, &m1);
+    CHECK(collect(qa, ra) == 0);
+    pl_request_free(qa);
+    pl_request_free(qb);
+    CHECK(run_one(e, &rpb, alone) == 0);
+    pl_engine_metrics_get(e, &m2);
+    pl_engine_free(e);
+    /* stories260K's key cost is ~1/400: from the first chunk on, a chunk
+     * of the 63 tokens the decode leaves costs more than the step has, so
+     * every chunk but the last is cut, and there are more of them than
+     * chunks of 63 tokens would be */
+    const uint64_t cuts = m1.prefill_cuts - m0.prefill_cuts;
+    const int by_tokens = (b.n + 62) / 63;
+    INFO("a %d-token prompt beside a decode: %llu chunks cut (in chunks of the token budget: %d)", b.n,
+         (unsigned long long)cuts, by_tokens);
+    CHECK_MSG(cuts >= (uint64_t)by_tokens, "%llu chunks cut beside the decode, fewer than %d",
+              (unsigned long long)cuts, by_tokens);
+    CHECK_MSG(m2.prefill_cuts == m1.prefill_cuts, "the prompt alone was cut %llu times",
+              (unsigned long long)(m2.prefill_cuts - m1.prefill_cuts));
+    CHECK_MSG(ids_equal(&rb->ids[0], &ref_b), "the long prompt's tokens differ from our_greedy at %d",
+              first_difference(&rb->ids[0], &ref_b));
+    CHECK_MSG(ids_equal(&ra->ids[0], &ref_a), "the decoding request's tokens differ from our_greedy at %d",
+              first_difference(&ra->ids[0], &ref_a));
+    CHECK(ids_equal(&alone->ids[0], &ref_b));
+    free(ra);
+    free(rb);
+    free(alone);
+}
+
 /* Waits for a snapshot with `running` sequences of one length >= min_len. */
 static int wait_for_running(pl_engine *e, uint32_t running, uint64_t min_len, pl_engine_metrics *out)
 {
@@ -1285,6 +1350,7 @@ int main(void)
     }
     RUN(single_greedy_request_equals_pl_seq_append_generation);
     RUN(eight_concurrent_greedy_requests_equal_their_single_runs);
+    RUN(a_long_prompt_beside_a_decode_is_cut_to_the_step_cost);
     RUN(n4_greedy_completions_are_equal_and_share_the_prompt);
     RUN(n4_sampled_completions_follow_their_seeds_and_hold_the_prompt_once);
     RUN(small_pool_preempts_and_recomputes_without_changing_tokens);

@@ -37,6 +37,7 @@ void eng_metrics_publish(pl_engine *e)
     m->running = s->n_running;
     m->waiting = s->n_waiting;
     m->preemptions = s->st.preemptions;
+    m->prefill_cuts = s->st.cost_cuts;
     m->prefix_query_tokens = s->st.prefix_query_tokens;
     m->prefix_hit_tokens = s->st.prefix_hit_tokens;
     m->prompt_tokens = s->st.prompt_tokens;

@@ -13,6 +13,7 @@
 #include "engine/scheduler.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,8 @@
 
 /* prefix_order looks this far into the waiting queue for the best prefix. */
 #define SCHED_PEEK_WINDOW 32
+/* The fewest tokens a step's first prefill chunk is cut to by cost. */
+#define SCHED_MIN_CUT 16
 
 int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_vocab)
 {
@@ -30,6 +33,8 @@ int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_voca
     s->pool = rt_ctx_pool(ctx);
     s->max_seqs = rt_ctx_params(ctx)->max_seqs;
     s->budget = p->max_batch_tokens;
+    s->key_cost = rt_ctx_key_cost(ctx);
+    s->key_cap = rt_ctx_params(ctx)->n_ctx;
     s->prefix_order = p->prefix_order;
     s->prefix_cache = p->prefix_cache;
     s->n_vocab = n_vocab;
@@ -244,6 +249,49 @@ static bool sched_is_decode(const sched_seq *q)
     return q->r->comp[q->comp_lo].n_gen > 0 && sched_total(q) - q->n_done == 1;
 }
 
+/* What n tokens from position p0 cost, in depth-0 tokens (scheduler.h):
+ * each attends to its position's keys, at most key_cap. */
+static double sched_cost(const sched *s, uint32_t p0, uint32_t n)
+{
+    const double mid = p0 + (n - 1) / 2.0, keys = mid < s->key_cap ? mid : s->key_cap;
+    return n * (1.0 + keys * s->key_cost);
+}
+
+/* The step's cost after its decodes: INFINITY when it has none. */
+static void sched_cost_begin(sched *s, uint32_t budget)
+{
+    s->cost_left = INFINITY;
+    s->cut_floor_used = false;
+    if (s->n_items == 0 || !(s->key_cost > 0)) return;
+    double c = budget;
+    for (int i = 0; i < s->n_items; i++) c -= sched_cost(s, s->planned[i]->n_done, 1);
+    s->cost_left = c;
+}
+
+/* The most of `want` tokens from position p0 the step's cost left allows
+ * (its first prefill chunk at least SCHED_MIN_CUT of them). */
+static uint32_t sched_cost_cut(sched *s, uint32_t p0, uint32_t want)
+{
+    if (want == 0 || sched_cost(s, p0, want) <= s->cost_left) return want;
+    uint32_t lo = 0, hi = want; /* fits(lo), !fits(hi) */
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (sched_cost(s, p0, mid) <= s->cost_left) lo = mid;
+        else hi = mid;
+    }
+    const uint32_t floor = want < SCHED_MIN_CUT ? want : SCHED_MIN_CUT;
+    if (!s->cut_floor_used && lo < floor) lo = floor;
+    if (lo < want) s->st.cost_cuts++;
+    return lo;
+}
+
+/* Books a planned prefill chunk against the step's cost. */
+static void sched_cost_take(sched *s, uint32_t p0, uint32_t n)
+{
+    s->cut_floor_used = true;
+    if (s->cost_left != INFINITY) s->cost_left -= sched_cost(s, p0, n);
+}
+
 /* Step 1: one token for every decoding sequence, preempting the newest
  * while the pool cannot hold them. Returns false with *too_big set if a
  * sequence alone does not fit. */
@@ -277,10 +325,12 @@ static void sched_plan_prefills(sched *s, uint32_t *budget, uint32_t *held)
         sched_seq *q = s->running[i];
         if (sched_is_decode(q)) continue;
         uint32_t rem = sched_total(q) - q->n_done, want = sched_cap(q, rem < *budget ? rem : *budget);
+        want = sched_cost_cut(s, q->n_done, want);
         assert(sched_holds(s, q));
         uint32_t n = sched_fit(s, q->seq, want, sched_avail(s, *held));
         if (n == 0) continue;
         *held += sched_need(s, q->seq, n);
+        sched_cost_take(s, q->n_done, n);
         sched_take(s, q, n);
         *budget -= n;
     }
@@ -414,6 +464,7 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
         int h = s->prefix_cache && !sched_no_prefix(q) ? sched_attach(s, q, id) : 0;
         uint32_t hit = h > 0 ? (uint32_t)h : 0;
         uint32_t rem = sched_total(q) - hit, want = sched_cap(q, rem < *budget ? rem : *budget);
+        want = sched_cost_cut(s, hit, want);
         uint32_t n = sched_fit(s, id, want, sched_avail(s, *held));
         if (n == 0) {
             rt_seq_free(s->ctx, id);
@@ -422,6 +473,7 @@ static bool sched_plan_admits(sched *s, uint32_t *budget, uint32_t *held, sched_
         }
         sched_admit(s, q, id, hit);
         *held += sched_need(s, id, n);
+        sched_cost_take(s, hit, n);
         sched_take(s, q, n);
         *budget -= n;
     }
@@ -437,6 +489,7 @@ int sched_plan(sched *s, sched_seq **too_big)
         s->n_plans++;
         uint32_t budget = s->budget, held = 0;
         if (!sched_plan_decodes(s, &budget, &held, too_big)) return 0;
+        sched_cost_begin(s, s->budget);
         sched_plan_prefills(s, &budget, &held);
         if (!sched_plan_admits(s, &budget, &held, too_big)) return 0;
         if (s->n_items > 0 || s->n_running == 0) return s->n_items;

@@ -17,13 +17,23 @@
  *      first; when the pool cannot hold their next token the newest
  *      running sequence is preempted (until it fits);
  *   2. prefill chunks of running sequences fill the rest of the token
- *      budget, each chunk cut to what the free KV blocks can hold;
+ *      budget, each chunk cut to what the free KV blocks can hold; in a
+ *      step that carries decodes, also to the step's cost (below);
  *   3. waiting sequences are admitted (a sequence waiting on a tier
  *      lookup is passed over until it is done) while budget, sequence slots and
  *      blocks allow (none in a step that preempted): a slot per completion
  *      is reserved at admission, so the fork after prefill always finds
  *      slots. An admitted sequence first takes its cached prefix
  *      (rt_seq_attach_prefix).
+ * Cost: a token attending to k keys costs about 1 + k x key_cost depth-0
+ * tokens (model_key_cost), so at depth a chunk of the token budget takes
+ * many times a depth-0 step (TinyLlama at 16k keys: ~6x), and every
+ * decoding sequence waits for it. A step with decodes is therefore held
+ * to the budget's cost as well: decodes first, then prefill chunks cut to
+ * the cost left, the step's first chunk never below SCHED_MIN_CUT tokens
+ * (a prompt beside many deep decodes still advances). A step without
+ * decodes is held to tokens only: nobody waits on its length.
+ *
  * The plan never asks the pool for more blocks than it has (the count
  * is rt_seq_append_cost, conservatively for shared blocks), so rt_step
  * fails with PL_EFULL only if that count is wrong; the engine then
@@ -68,12 +78,17 @@ typedef struct {
     uint64_t prefix_query_tokens, prefix_hit_tokens; /* at first admissions only */
     uint64_t prompt_tokens;                          /* prompts admitted (once per request) */
     uint64_t tier_hit_tokens;                        /* of prefix_hit_tokens: loaded from the tiers */
+    uint64_t cost_cuts;                              /* prefill chunks cut by a step's cost */
 } sched_stats;
 
 typedef struct {
     pl_ctx *ctx;
     kv_pool *pool;
     uint32_t max_seqs, budget;
+    double key_cost;          /* rt_ctx_key_cost (0: steps are held to tokens only) */
+    uint32_t key_cap;         /* keys a token attends to at most: n_ctx */
+    double cost_left;         /* the step being planned: its cost left, INFINITY without decodes */
+    bool cut_floor_used;      /* ... its first prefill chunk (SCHED_MIN_CUT) is planned */
     bool prefix_order, prefix_cache;
     store *tiers;             /* the KV tiers, or NULL (sched_set_store) */
     sched_seq **running;      /* [max_seqs] oldest first */

@@ -31,6 +31,22 @@ static XXH128_hash_t model_fp_shard(const gguf_file *f, uint64_t seed)
     return XXH3_128bits_digest(&st);
 }
 
+/* model_key_cost's estimate. A latent (MLA) layer attends over its
+ * latent row: kv_lora_rank + rope_dim for the scores, kv_lora_rank for the
+ * V sum, a head; every other layer head_dim each. Local (sliding-window)
+ * layers are counted as global: an over-estimate, on the side of shorter
+ * chunks. */
+static double key_cost_of(model *m)
+{
+    const model_config *c = &m->cfg;
+    const double dims = c->mla.kv_lora_rank ? 2.0 * c->mla.kv_lora_rank + c->rope_dim : 2.0 * c->head_dim;
+    const double att = (double)c->n_layers * c->n_heads * dims;
+    const double mm = model_weights_token_cost(&m->w, c->n_layers, c->moe.n_expert, c->moe.n_used);
+    return mm > 0 ? att / mm : 0;
+}
+
+double model_key_cost(const model *m) { return m->key_cost; }
+
 int model_open(model **out, const char *path)
 {
     model *m = mem_calloc(1, sizeof *m);
@@ -54,6 +70,7 @@ int model_open(model **out, const char *path)
     for (uint32_t i = 1; i < gguf_shard_count(m->file); i++) h = model_fp_shard(gguf_shard(m->file, i), h.low64 ^ h.high64);
     m->fingerprint[0] = h.low64;
     m->fingerprint[1] = h.high64;
+    m->key_cost = key_cost_of(m);
     *out = m;
     return 0;
 }

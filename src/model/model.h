@@ -29,9 +29,19 @@ typedef struct {
     model_config cfg;
     model_weights w;
     uint64_t fingerprint[2]; /* identifies the weights (prefix-cache salt) */
+    double key_cost;         /* model_key_cost */
 } model;
 
 int model_open(model **out, const char *path);
+
+/* What attending to one more key of context adds to a token's work, in
+ * units of the token's matmuls: attention's multiply-adds a key (scores
+ * and V sum, every layer and query head, f32) over the matmuls' (int8 dots
+ * of quantized weights counted a quarter, as they run about 4x as many a
+ * cycle). A token at position p then costs about 1 + p key_cost depth-0
+ * tokens. An estimate for scheduling (engine/scheduler.h), not a timing;
+ * 0 when it cannot be had. */
+double model_key_cost(const model *m);
 void model_close(model *m);
 
 typedef struct {

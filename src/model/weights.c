@@ -194,6 +194,35 @@ static int matmul_weights(model_weights *w, uint32_t n_layers, uint32_t n_expert
     return n + 1;
 }
 
+/* A matrix's multiply-adds for one token in f32 FMA units: a quantized
+ * matrix is dotted in int8 (four multiply-adds a 32-bit lane where f32 has
+ * one), a float one in f32. */
+static double matmul_cost(const weight *w)
+{
+    if (!w->data) return 0;
+    const bool flt = w->type == DT_F32 || w->type == DT_F16 || w->type == DT_BF16;
+    return (double)w->n_in * (double)w->n_out / (flt ? 1.0 : 4.0);
+}
+
+double model_weights_token_cost(model_weights *w, uint32_t n_layers, uint32_t n_expert, uint32_t n_used)
+{
+    const int n = matmul_weights(w, n_layers, n_expert, NULL);
+    weight **all = malloc((size_t)n * sizeof *all);
+    if (!all) return 0;
+    matmul_weights(w, n_layers, n_expert, all);
+    double cost = 0;
+    for (int i = 0; i < n; i++) cost += matmul_cost(all[i]);
+    free(all);
+    /* a token runs n_used of a MoE layer's n_expert experts */
+    const double unused = n_expert ? 1.0 - (double)(n_used < n_expert ? n_used : n_expert) / n_expert : 0;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        const moe_layer *e = w->layers[l].moe;
+        for (uint32_t x = 0; e && x < n_expert; x++)
+            cost -= unused * (matmul_cost(&e->gate[x]) + matmul_cost(&e->up[x]) + matmul_cost(&e->down[x]));
+    }
+    return cost;
+}
+
 static bool repack_wanted(const weight *w)
 {
     return w->data && w->n_out <= INT32_MAX && w->n_in <= INT32_MAX && kern_pack_supports(w->type, (int)w->n_in);

@@ -143,6 +143,8 @@ void rt_ctx_free(rt_ctx *c)
 const rt_params *rt_ctx_params(const rt_ctx *c) { return &c->p; }
 uint32_t rt_ctx_n_vocab(const rt_ctx *c) { return c->m->cfg.n_vocab; }
 
+double rt_ctx_key_cost(const rt_ctx *c) { return model_key_cost(c->m); }
+
 bool rt_ctx_slides(const rt_ctx *c)
 {
     return c->p.kv_window || (c->p.swa && !c->p.swa_keep_blocks && !c->p.no_kv_cache);

@@ -106,6 +106,9 @@ uint32_t rt_ctx_n_vocab(const rt_ctx *c); /* floats in one row of logits */
 /* Whether sequences run past n_ctx by dropping blocks: a kv_window, or SWA
  * that frees the blocks before the window. */
 bool rt_ctx_slides(const rt_ctx *c);
+/* model_key_cost of the context's model: a token attending to k keys costs
+ * about 1 + k x this depth-0 tokens (the scheduler's estimate). */
+double rt_ctx_key_cost(const rt_ctx *c);
 /* The KV pool (for snapshots and kv_check). */
 kv_pool *rt_ctx_pool(rt_ctx *c);
 /* The layer groups in force, or NULL (one table for all layers). */

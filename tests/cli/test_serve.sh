@@ -177,7 +177,7 @@ check serve_413_chunked test "$CODE" = 413
 # --------------------------------------------------------- metrics and kv
 curl -s --max-time 10 "${auth[@]}" "$URL/metrics" >"$T/metrics"
 for m in pagellm_kv_blocks_total pagellm_kv_blocks_used pagellm_kv_blocks_cached pagellm_kv_usage_ratio \
-         pagellm_prefix_cache_query_tokens_total pagellm_prefix_cache_hit_tokens_total pagellm_preemptions_total \
+         pagellm_prefix_cache_query_tokens_total pagellm_prefix_cache_hit_tokens_total pagellm_preemptions_total pagellm_prefill_cuts_total \
          pagellm_requests_running pagellm_requests_waiting pagellm_generation_tokens_total \
          pagellm_time_to_first_token_seconds_count pagellm_inter_token_latency_seconds_count \
          pagellm_e2e_request_latency_seconds_count; do
