@@ -334,10 +334,10 @@ TEST(a_long_prompt_beside_a_decode_is_cut_to_the_step_cost)
     tokenize(prompts[0], &a);
     tokenize(text, &b);
     CHECK_MSG(b.n > 256 && b.n + 8 <= N_CTX, "the long prompt has %d tokens", b.n);
-    CHECK(reference(&a, 200, &ref_a, NULL) == 0);
+    CHECK(reference(&a, 480, &ref_a, NULL) == 0);
     CHECK(reference(&b, 8, &ref_b, NULL) == 0);
     pl_request_params rpa, rpb;
-    request_params(&rpa, &a, 200);
+    request_params(&rpa, &a, 480); /* still decoding through the long prompt's prefill on a slow host */
     request_params(&rpb, &b, 8);
     result *ra = result_new(), *rb = result_new(), *alone = result_new();
     pl_request *qa = NULL, *qb = NULL;
