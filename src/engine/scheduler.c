@@ -257,13 +257,13 @@ static double sched_cost(const sched *s, uint32_t p0, uint32_t n)
     return n * (1.0 + keys * s->key_cost);
 }
 
-/* The step's cost after its decodes: INFINITY when it has none. */
-static void sched_cost_begin(sched *s, uint32_t budget)
+/* The step's cost left after its decodes: INFINITY when it has none. */
+static void sched_cost_begin(sched *s)
 {
     s->cost_left = INFINITY;
     s->cut_floor_used = false;
     if (s->n_items == 0 || !(s->key_cost > 0)) return;
-    double c = budget;
+    double c = s->budget;
     for (int i = 0; i < s->n_items; i++) c -= sched_cost(s, s->planned[i]->n_done, 1);
     s->cost_left = c;
 }
@@ -489,7 +489,7 @@ int sched_plan(sched *s, sched_seq **too_big)
         s->n_plans++;
         uint32_t budget = s->budget, held = 0;
         if (!sched_plan_decodes(s, &budget, &held, too_big)) return 0;
-        sched_cost_begin(s, s->budget);
+        sched_cost_begin(s);
         sched_plan_prefills(s, &budget, &held);
         if (!sched_plan_admits(s, &budget, &held, too_big)) return 0;
         if (s->n_items > 0 || s->n_running == 0) return s->n_items;
