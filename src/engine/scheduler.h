@@ -27,7 +27,7 @@
  *      (rt_seq_attach_prefix).
  * Cost: a token attending to k keys costs about 1 + k x key_cost depth-0
  * tokens (model_key_cost), so at depth a chunk of the token budget takes
- * several times a depth-0 step (TinyLlama at 16k keys: 4.2x, measured),
+ * several times a depth-0 step (TinyLlama at 16k keys: 6.1x, measured),
  * and every decoding sequence waits for it. A step with decodes is therefore held
  * to the budget's cost as well: decodes first, then prefill chunks cut to
  * the cost left, the step's first chunk never below SCHED_MIN_CUT tokens
