@@ -26,7 +26,8 @@
 //       the end: {"requests", "answered", "hung_up", "refused": connections
 //       the server closed or reset before any byte of an answer}
 //
-// With HOSTILE_TLS_CA=FILE every mode speaks TLS, trusting that certificate.
+// With HOSTILE_TLS_CA=FILE every mode but churn (plain TCP) speaks TLS,
+// trusting that certificate.
 import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
