@@ -34,12 +34,14 @@ typedef struct {
 
 int model_open(model **out, const char *path);
 
-/* What attending to one more key of context adds to a token's work, in
- * units of the token's matmuls: attention's multiply-adds a key (scores
+/* What attending to one more key of context adds to a prompt token's
+ * work, in units of its matmuls: attention's multiply-adds a key (scores
  * and V sum, every layer and query head, f32) over the matmuls' (int8 dots
  * of quantized weights counted a quarter, as they run about 4x as many a
- * cycle). A token at position p then costs about 1 + p key_cost depth-0
- * tokens. An estimate for scheduling (engine/scheduler.h), not a timing;
+ * cycle; no output matrix, as a prompt token computes no logits). A token
+ * at position p then costs about 1 + p key_cost depth-0 tokens. An
+ * estimate for scheduling (engine/scheduler.h), not a timing, checked
+ * against measured chunks at depth on two shapes (docs/long-context.md);
  * 0 when it cannot be had. */
 double model_key_cost(const model *m);
 void model_close(model *m);

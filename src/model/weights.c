@@ -211,7 +211,8 @@ double model_weights_token_cost(model_weights *w, uint32_t n_layers, uint32_t n_
     if (!all) return 0;
     matmul_weights(w, n_layers, n_expert, all);
     double cost = 0;
-    for (int i = 0; i < n; i++) cost += matmul_cost(all[i]);
+    for (int i = 0; i < n; i++)
+        if (all[i] != &w->output) cost += matmul_cost(all[i]); /* a prompt token computes no logits */
     free(all);
     /* a token runs n_used of a MoE layer's n_expert experts */
     const double unused = n_expert ? 1.0 - (double)(n_used < n_expert ? n_used : n_expert) / n_expert : 0;

@@ -79,9 +79,11 @@ int model_weight_bind(const gguf_file *f, const char *name, uint64_t n_in, uint6
  * load (TinyLlama f16 to its first token: 1.9 s on one thread, 0.8 on 2).
  * Returns the number of matrices packed. */
 int model_weights_repack(model_weights *w, uint32_t n_layers, bool release_src);
-/* One token's matmuls in f32 multiply-adds (a quantized matrix's count
- * divided by 4: its int8 dots do four a lane), n_used of a MoE layer's
- * n_expert experts: the unit of model_key_cost. 0 without memory. */
+/* One prompt token's matmuls in f32 multiply-adds (a quantized matrix's
+ * count divided by 4: its int8 dots do four a lane), n_used of a MoE
+ * layer's n_expert experts, the output matrix left out (a prompt chunk
+ * computes logits for its last token only): the unit of model_key_cost.
+ * 0 without memory. */
 double model_weights_token_cost(model_weights *w, uint32_t n_layers, uint32_t n_expert, uint32_t n_used);
 void model_weights_free(model_weights *w);
 
