@@ -550,6 +550,31 @@ TEST(decode_bytes_are_the_weights_without_the_token_embedding)
     unlink(path);
 }
 
+/* The scheduler's key cost is attention's multiply-adds a key over a
+ * prompt token's matmuls, which leave out the output matrix: a prompt
+ * chunk computes logits for its last token only (scheduler.h). A tiny f32
+ * model's matrices, counted whole from its shape. */
+TEST(key_cost_counts_a_prompt_tokens_matmuls_without_the_output)
+{
+    char path[] = "/tmp/pagellm-test-key-cost.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    pl_synth_params sp = {.shape = "tiny", .seed = 1, .type = "f32", .out_path = path};
+    CHECK(pl_synth(&sp) == 0);
+    model *m = NULL;
+    CHECK_MSG(model_open(&m, path) == 0, "%s", pl_last_error());
+    const model_config *c = &m->cfg;
+    const double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    const double layer = c->dim * qd * 2 + c->dim * kvd * 2 + 3.0 * c->dim * c->ffn_dim; /* q o, k v, gate up down */
+    const double want = (double)c->n_layers * c->n_heads * 2 * c->head_dim / (c->n_layers * layer);
+    INFO("tiny: key cost %.4g (with the output matrix it would be %.4g)", model_key_cost(m),
+         (double)c->n_layers * c->n_heads * 2 * c->head_dim / (c->n_layers * layer + (double)m->w.output.n_in * m->w.output.n_out));
+    CHECK_MSG(fabs(model_key_cost(m) - want) <= 1e-9 * want, "key cost %.6g, want %.6g", model_key_cost(m), want);
+    model_close(m);
+    unlink(path);
+}
+
 int main(void)
 {
     if (!peer_available()) {
@@ -566,6 +591,7 @@ int main(void)
     RUN(seq_step_decodes_sequences_together_like_one_at_a_time);
     RUN(seq_step_gives_one_threads_bits_on_any_threads);
     RUN(decode_bytes_are_the_weights_without_the_token_embedding);
+    RUN(key_cost_counts_a_prompt_tokens_matmuls_without_the_output);
     RUN(load_moves_matmul_matrices_into_the_region);
     return test_summary();
 }
