@@ -531,16 +531,22 @@ TEST(seq_step_gives_one_threads_bits_on_any_threads)
     pl_model_free(m);
 }
 
+/* A tiny f32 synthetic model at path, a mkstemp template (0 on success). */
+static int synth_tiny_f32(char *path)
+{
+    const int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    close(fd);
+    pl_synth_params sp = {.shape = "tiny", .seed = 1, .type = "f32", .out_path = path};
+    return pl_synth(&sp);
+}
+
 /* pl_model_decode_bytes: every weight a decode step reads, without the
  * token embedding (synthetic models have an untied output matrix). */
 TEST(decode_bytes_are_the_weights_without_the_token_embedding)
 {
     char path[] = "/tmp/pagellm-test-decode-bytes.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    pl_synth_params sp = {.shape = "tiny", .seed = 1, .type = "f32", .out_path = path};
-    CHECK(pl_synth(&sp) == 0);
+    CHECK_MSG(synth_tiny_f32(path) == 0, "making a tiny model: %s", pl_last_error());
     pl_file_info fi;
     pl_model *m = NULL;
     CHECK(pl_file_inspect(path, &fi) == 0);
@@ -557,11 +563,7 @@ TEST(decode_bytes_are_the_weights_without_the_token_embedding)
 TEST(key_cost_counts_a_prompt_tokens_matmuls_without_the_output)
 {
     char path[] = "/tmp/pagellm-test-key-cost.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    pl_synth_params sp = {.shape = "tiny", .seed = 1, .type = "f32", .out_path = path};
-    CHECK(pl_synth(&sp) == 0);
+    CHECK_MSG(synth_tiny_f32(path) == 0, "making a tiny model: %s", pl_last_error());
     model *m = NULL;
     CHECK_MSG(model_open(&m, path) == 0, "%s", pl_last_error());
     const model_config *c = &m->cfg;
