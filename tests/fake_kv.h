@@ -87,6 +87,7 @@ static inline void fake_kv_decode_row(uint32_t t, const uint8_t *src, float *dst
 typedef struct {
     bool shuffled;
     int stride_blocks;
+    bool split; /* K planes of every block in one run, then V planes in another */
 } fake_kv_layout;
 
 /* n_ctx tokens of n_kv heads in blocks of bs tokens laid out as lay says
@@ -101,9 +102,15 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
     /* a plane: bs rows, then (e4m3) one f32 scale per head, as the codec lays it out */
     const size_t rows_bytes = row_bytes * (size_t)bs, plane = rows_bytes + 4 * (size_t)n_kv;
     assert(lay.stride_blocks >= 1);
-    const size_t block_bytes = (2 * plane + 16) * (size_t)lay.stride_blocks;
     const int n_used = (n_ctx + bs - 1) / bs, n_phys = n_used + 1;
-    uint8_t *data = mem_alloc_huge((size_t)n_phys * block_bytes); /* as the pool (2 MiB pages) */
+    /* K plane of block b at b x kstep, V plane at vplane_at + b x vstep:
+     * a block's planes side by side, or (split) every K plane, then every
+     * V plane, a V plane's step a line longer than a K plane's (as KIVI's
+     * planes differ in the pool), so that a kernel taking one for the
+     * other reads the wrong rows */
+    const size_t kstep = ((lay.split ? 1 : 2) * plane + 16) * (size_t)lay.stride_blocks;
+    const size_t vstep = lay.split ? kstep + 64 : kstep, vplane_at = lay.split ? (size_t)n_phys * kstep : plane;
+    uint8_t *data = mem_alloc_huge((size_t)n_phys * (lay.split ? kstep + vstep : kstep)); /* as the pool (2 MiB pages) */
     uint32_t *table = malloc(sizeof(uint32_t) * (size_t)n_phys);
     float *tmp = malloc(sizeof(float) * (size_t)hd);
     uint16_t *rows = t_test == FAKE_KV_F16C ? malloc(rows_bytes) : NULL;
@@ -115,13 +122,14 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
     f->table = table;
     for (int i = 0; i < n_phys; i++) f->table[i] = (uint32_t)i;
     if (lay.shuffled) rng_shuffle_u32(f->table, (size_t)n_phys);
-    f->kv = (attn_kv){f->table, f->data, f->data + plane, block_bytes, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
+#define FAKE_PLANE(b, pv) (f->data + ((pv) ? vplane_at + (size_t)(b) * vstep : (size_t)(b) * kstep))
+    f->kv = (attn_kv){f->table, f->data, f->data + vplane_at, kstep, vstep, (uint32_t)bs, row_bytes, head_bytes, t, hd, NULL,
                       rows_bytes, false, 0.0f, 0, false, NULL, NULL};
     for (int b = 0; b < n_phys; b++) /* scales 2^-4 .. 2^-1 (|x| / s stays within e4m3's range) */
         for (int pv = 0; pv < 2; pv++)
             for (int g = 0; g < n_kv; g++) {
                 const float sc = ldexpf(1.0f, -1 - (int)(rng_u32() % 4));
-                memcpy(f->data + (size_t)b * block_bytes + (size_t)pv * plane + rows_bytes + 4 * (size_t)g, &sc, 4);
+                memcpy(FAKE_PLANE(b, pv) + rows_bytes + 4 * (size_t)g, &sc, 4);
             }
     for (int j = 0; j < n_ctx; j++)
         for (int g = 0; g < n_kv; g++)
@@ -129,7 +137,7 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
                 /* keys of varied norm: some rows dominate some softmaxes */
                 const float amp = plane_v ? 1.0f : 0.3f + 2.0f * (float)(rng_u32() % 8) / 8.0f;
                 for (int i = 0; i < hd; i++) tmp[i] = amp * rng_gauss();
-                uint8_t *blk = f->data + (size_t)f->table[j / bs] * block_bytes + (plane_v ? plane : 0);
+                uint8_t *blk = FAKE_PLANE(f->table[j / bs], plane_v);
                 float sc;
                 memcpy(&sc, blk + rows_bytes + 4 * (size_t)g, 4);
                 fake_kv_encode_row(t, tmp, blk + (size_t)(j % bs) * row_bytes + (size_t)g * head_bytes, hd, sc);
@@ -140,14 +148,14 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
     if (t_test == FAKE_KV_F16C) { /* the pool's f16 layout (kv_dtype.h); each block's K plane from rows [slot][channel] to columns [channel][slot] */
         const size_t C = (size_t)n_kv * (size_t)hd;
         for (int b = 0; b < n_phys; b++) {
-            uint16_t *k = (uint16_t *)(f->data + (size_t)b * block_bytes);
+            uint16_t *k = (uint16_t *)FAKE_PLANE(b, 0);
             memcpy(rows, k, rows_bytes);
             for (size_t c = 0; c < C; c++)
                 for (int j = 0; j < bs; j++) k[c * (size_t)bs + (size_t)j] = rows[(size_t)j * C + c];
         }
         { /* each block's V plane from rows [slot][head][dim] to head runs [head][slot][dim] */
             for (int b = 0; b < n_phys; b++) {
-                uint8_t *v = f->data + (size_t)b * block_bytes + plane;
+                uint8_t *v = FAKE_PLANE(b, 1);
                 memcpy(rows, v, rows_bytes);
                 for (int g = 0; g < n_kv; g++)
                     for (int j = 0; j < bs; j++)
@@ -158,6 +166,7 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
         }
         f->kv.k_cols = true;
     }
+#undef FAKE_PLANE
     free(rows);
     return 0;
 }
@@ -165,7 +174,7 @@ static inline int fake_kv_make_laid(fake_kv *f, uint32_t t_test, int hd, int n_k
 /* fake_kv_make_laid with the blocks shuffled and packed. */
 static inline int fake_kv_make(fake_kv *f, uint32_t t_test, int hd, int n_kv, int n_ctx, int bs, uint64_t seed)
 {
-    return fake_kv_make_laid(f, t_test, hd, n_kv, n_ctx, bs, seed, (fake_kv_layout){true, 1});
+    return fake_kv_make_laid(f, t_test, hd, n_kv, n_ctx, bs, seed, (fake_kv_layout){true, 1, false});
 }
 
 /* ------------------------------------------------------------ KIVI blocks */
@@ -235,6 +244,7 @@ static inline int fake_kv_make_kivi(fake_kv *f, uint32_t t, int hd, int n_kv, in
     f->data = data;
     f->table = table;
     f->kv = (attn_kv){.blocks = table, .k_base = data, .v_base = data + kplane, .block_bytes = block_bytes,
+                      .v_block_bytes = block_bytes,
                       .block_size = (uint32_t)bs, .row_bytes = vrow, .kv_type = t, .head_dim = hd,
                       .scale_off = C * cb};
     f->n_kv = n_kv;
@@ -248,7 +258,7 @@ static inline void fake_kivi_decode(const attn_kv *kv, int plane, int j, int g, 
 {
     const uint32_t bits = kv->kv_type == ATTN_KV_KIVI2 ? 2 : 4, T = kv->block_size, t = (uint32_t)j % T;
     const size_t cb = ((size_t)T * bits + 7) / 8, C = kv->scale_off / cb, gb = 4 + 32 * bits / 8;
-    const uint8_t *blk = (plane ? kv->v_base : kv->k_base) + (size_t)kv->blocks[j / (int)T] * kv->block_bytes;
+    const uint8_t *base = plane ? kv->v_base : kv->k_base, *blk = base + (size_t)kv->blocks[j / (int)T] * attn_plane_step(kv, base);
     for (int i = 0; i < kv->head_dim; i++) {
         const size_t c = (size_t)g * kv->head_dim + i;
         const uint8_t *codes, *dm;

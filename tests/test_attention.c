@@ -275,6 +275,47 @@ TEST(f16_pool_layout_reads_the_same_keys_and_values_as_rows)
     }
 }
 
+/* The kv pool keeps a layer's K planes in one run and its V planes in
+ * another, each with its own step (attn_kv.v_block_bytes): every variant
+ * reads such a cache, whose V step is a line longer than its K step, bit
+ * for bit as the same rows with each block's planes side by side. */
+TEST(split_planes_read_as_planes_side_by_side_in_every_variant)
+{
+    const attn_fn fns[] = {attn_paged_ref, attn_avx2_available() ? attn_paged_avx2 : NULL,
+                           attn_avx512_available() ? attn_paged_avx512 : NULL};
+    const char *const names[] = {"reference", "avx2", "avx512"};
+    static const int ctxs[] = {1, 17, 100, 777};
+    for (int ti = 0; ti < FAKE_KV_N_TYPES; ti++) {
+        const uint32_t t = fake_kv_types[ti];
+        fake_kv fp, fs;
+        CHECK(fake_kv_make_laid(&fp, t, 64, 3, 800, 16, 777u + ti, (fake_kv_layout){false, 1, false}) == 0);
+        CHECK(fake_kv_make_laid(&fs, t, 64, 3, 800, 16, 777u + ti, (fake_kv_layout){false, 1, true}) == 0);
+        CHECK(fs.kv.v_block_bytes == fs.kv.block_bytes + 64 && fp.kv.v_block_bytes == fp.kv.block_bytes);
+        for (int v = 0; v < 3; v++) {
+            if (!fns[v]) continue;
+            for (int ci = 0; ci < 4; ci++) {
+                const int n = ctxs[ci];
+                const size_t sf = attn_scratch_floats(n, 64);
+                float *scratch = malloc(sizeof(float) * sf), q[4 * 64], o[2][4 * 64];
+                CHECK(scratch);
+                for (int i = 0; i < 4 * 64; i++) q[i] = rng_gauss();
+                attn_row rp[4], rs[4];
+                for (int r = 0; r < 4; r++) {
+                    rp[r] = (attn_row){q + 64 * r, o[0] + 64 * r, n - r > 0 ? n - r : 1, r % 3, 0};
+                    rs[r] = (attn_row){q + 64 * r, o[1] + 64 * r, n - r > 0 ? n - r : 1, r % 3, 0};
+                }
+                fns[v](&fp.kv, rp, 4, 0.125f, scratch, sf);
+                fns[v](&fs.kv, rs, 4, 0.125f, scratch, sf);
+                free(scratch);
+                CHECK_MSG(memcmp(o[0], o[1], sizeof o[0]) == 0, "%s %s n_ctx %d: split planes read differently",
+                          names[v], fake_kv_type_name(t), n);
+            }
+        }
+        fake_kv_free(&fp);
+        fake_kv_free(&fs);
+    }
+}
+
 /* The q8_0 and q4_0 scores of the AVX-512 variant (VNNI) are the
  * reference's: exact int block dots, then its float operations. With one
  * key the weight is exactly 1, so out = V bit for bit; with more the
@@ -718,6 +759,7 @@ int main(void)
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(f16_pool_layout_reads_the_same_keys_and_values_as_rows);
+    RUN(split_planes_read_as_planes_side_by_side_in_every_variant);
     RUN(avx512_q8_0_q4_0_scores_are_the_references);
 #if defined(__x86_64__) || defined(__i386__)
     RUN(query_q8_is_the_references_bytes_and_sums);

@@ -295,31 +295,35 @@ TEST(pool_init_addresses)
     CHECK_EQ_INT(kv_pool_available(&pool), 10);
     CHECK((uintptr_t)pool.data % KV_POOL_ALIGN == 0);
     /* Every plane of every block is aligned, inside the pool, and the planes
-     * tile the pool exactly in the drawn order: layer-major, a layer's
-     * blocks in id order one layer_stride apart (kv_block_stride). */
+     * tile the pool exactly in the drawn order: layer-major, a layer's K
+     * planes in block id order one plane_stride[K] apart (kv_plane_step),
+     * then its V planes likewise. */
     uint8_t *expect = pool.data;
-    CHECK_EQ_INT(kv_block_stride(&pool), pool.g.layer_stride);
+    CHECK_EQ_INT(kv_plane_step(&pool, KV_PLANE_K), pool.g.plane_stride[KV_PLANE_K]);
+    CHECK_EQ_INT(kv_plane_step(&pool, KV_PLANE_V), pool.g.plane_stride[KV_PLANE_V]);
     for (uint32_t l = 0; l < 2; l++)
-        for (uint32_t b = 0; b < 10; b++) {
-            CHECK(kv_block_k(&pool, b, l) == expect);
-            CHECK(kv_block_v(&pool, b, l) == expect + pool.g.plane_stride[0]);
-            CHECK((uintptr_t)kv_block_v(&pool, b, l) % KV_PLANE_ALIGN == 0);
-            CHECK(kv_block_tail(&pool, b, l, KV_PLANE_K) == NULL);
-            expect += pool.g.layer_stride;
-        }
+        for (int p = 0; p < 2; p++)
+            for (uint32_t b = 0; b < 10; b++) {
+                CHECK(kv_block_plane(&pool, b, l, (kv_plane)p) == expect);
+                CHECK((uintptr_t)expect % KV_PLANE_ALIGN == 0);
+                CHECK(kv_block_tail(&pool, b, l, (kv_plane)p) == NULL);
+                expect += pool.g.plane_stride[p];
+            }
     CHECK(expect == pool.data + 10 * pool.g.block_bytes);
     CHECK_EQ_INT(kv_row_stride(&pool, KV_PLANE_K), 32);
     kv_pool_free(&pool);
 }
 
-/* A block is one piece a layer: copy, save and load move exactly its
- * layers' planes, in slot order, and touch no other block. */
-TEST(block_copy_save_and_load_move_every_layer_and_nothing_else)
+/* A block is two pieces a layer (its K and V planes): copy, save and load
+ * move exactly its layers' planes, in slot order (K then V), and touch no
+ * other block. KIVI's K and V planes differ in size. */
+static void check_block_moves(kv_dtype dt)
 {
     kv_pool pool;
-    const kv_shape sh = {3, 2, 8, 4, KV_F16, KV_KIND_KV};
+    const kv_shape sh = {3, 2, 32, 16, dt, KV_KIND_KV};
     CHECK_EQ_INT(kv_pool_init(&pool, &sh, 6), 0);
     const uint64_t all = pool.g.block_bytes * pool.n_blocks, ls = pool.g.layer_stride;
+    const uint64_t ps[2] = {pool.g.plane_stride[KV_PLANE_K], pool.g.plane_stride[KV_PLANE_V]};
     CHECK_EQ_INT(pool.g.block_bytes, 3 * ls);
     for (uint64_t i = 0; i < all; i++) pool.data[i] = (uint8_t)((i * 2654435761u) >> 13); /* no short period */
     uint8_t *before = malloc(all), *saved = malloc(pool.g.block_bytes);
@@ -327,25 +331,39 @@ TEST(block_copy_save_and_load_move_every_layer_and_nothing_else)
     memcpy(before, pool.data, all);
     kv_pool_copy_block(&pool, 4, 1);
     kv_block_save(&pool, 1, saved);
-    for (uint32_t l = 0; l < 3; l++) {
-        CHECK(memcmp(kv_block_k(&pool, 4, l), kv_block_k(&pool, 1, l), ls) == 0);
-        CHECK(memcmp(saved + l * ls, kv_block_k(&pool, 1, l), ls) == 0);
-    }
+    for (uint32_t l = 0; l < 3; l++)
+        for (int p = 0; p < 2; p++) {
+            const uint8_t *src = kv_block_plane(&pool, 1, l, (kv_plane)p);
+            CHECK(memcmp(kv_block_plane(&pool, 4, l, (kv_plane)p), src, ps[p]) == 0);
+            CHECK(memcmp(saved + l * ls + (p ? ps[0] : 0), src, ps[p]) == 0);
+        }
     uint64_t changed = 0;
     for (uint64_t i = 0; i < all; i++) changed += pool.data[i] != before[i];
     CHECK(changed > 0 && changed <= 3 * ls); /* block 4's planes only */
     for (uint32_t l = 0; l < 3; l++)
-        for (uint32_t b = 0; b < 6; b++)
-            if (b != 4) CHECK(memcmp(kv_block_k(&pool, b, l), before + (kv_block_k(&pool, b, l) - pool.data), ls) == 0);
+        for (int p = 0; p < 2; p++)
+            for (uint32_t b = 0; b < 6; b++) {
+                const uint8_t *at = kv_block_plane(&pool, b, l, (kv_plane)p);
+                if (b != 4) CHECK(memcmp(at, before + (at - pool.data), ps[p]) == 0);
+            }
     kv_block_load(&pool, 2, saved);
     uint8_t *again = malloc(pool.g.block_bytes);
     CHECK(again);
     kv_block_save(&pool, 2, again);
     CHECK(memcmp(again, saved, pool.g.block_bytes) == 0);
+    for (uint32_t l = 0; l < 3; l++)
+        for (int p = 0; p < 2; p++)
+            CHECK(memcmp(kv_block_plane(&pool, 2, l, (kv_plane)p), kv_block_plane(&pool, 1, l, (kv_plane)p), ps[p]) == 0);
     free(again);
     free(saved);
     free(before);
     kv_pool_free(&pool);
+}
+
+TEST(block_copy_save_and_load_move_every_layer_and_nothing_else)
+{
+    check_block_moves(KV_F16);
+    check_block_moves(KV_INT4); /* K and V planes of different sizes */
 }
 
 TEST(pool_fp8_tail_address)
@@ -372,7 +390,11 @@ TEST(pool_kivi_planes)
     CHECK_EQ_INT(pool.g.plane_bytes[KV_PLANE_K], 768);
     CHECK_EQ_INT(pool.g.plane_bytes[KV_PLANE_V], 640);
     CHECK_EQ_INT(pool.g.block_bytes, pool.g.block_bytes_exact);
-    CHECK(kv_block_v(&pool, 1, 1) == kv_block_k(&pool, 1, 1) + 768);
+    /* layer 1's arena: K of blocks 0 and 1 (768 each), then V of blocks 0 and 1 (640 each) */
+    CHECK(kv_block_k(&pool, 1, 1) == pool.data + pool.layer_span + 768);
+    CHECK(kv_block_v(&pool, 1, 1) == pool.data + pool.layer_span + 2 * 768 + 640);
+    CHECK_EQ_INT(kv_plane_step(&pool, KV_PLANE_K), 768);
+    CHECK_EQ_INT(kv_plane_step(&pool, KV_PLANE_V), 640);
     CHECK(kv_block_tail(&pool, 1, 1, KV_PLANE_V) == NULL);
     kv_pool_free(&pool);
 }

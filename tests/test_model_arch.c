@@ -201,7 +201,7 @@ TEST(attention_softcap_all_variants)
     for (int j = 0; j < N; j++)
         for (int i = 0; i < HD; i++) want[i] += s[j] / sum * kv[1][j / BS][j % BS][i];
     attn_kv k = {.blocks = blocks, .k_base = (const uint8_t *)kv[0], .v_base = (const uint8_t *)kv[1],
-                 .block_bytes = sizeof kv[0][0], .block_size = BS, .row_bytes = HD * 4, .head_bytes = HD * 4,
+                 .block_bytes = sizeof kv[0][0], .v_block_bytes = sizeof kv[1][0], .block_size = BS, .row_bytes = HD * 4, .head_bytes = HD * 4,
                  .kv_type = 0 /* DT_F32 */, .head_dim = HD, .softcap = cap};
     const size_t nscr = attn_scratch_floats(N, HD) + 64;
     float *scr = malloc(nscr * sizeof(float));

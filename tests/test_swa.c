@@ -72,7 +72,7 @@ static void fix_make(kv_fix *f, uint32_t t)
     const size_t eb = t == DT_F16 ? 2 : 4, row = NKV * HD * eb, plane = row * BS;
     f->data = calloc(NB, 2 * plane);
     for (uint32_t i = 0; i < NB; i++) f->table[i] = (i * 5 + 3) % NB;
-    f->kv = (attn_kv){.blocks = f->table, .k_base = f->data, .v_base = f->data + plane, .block_bytes = 2 * plane,
+    f->kv = (attn_kv){.blocks = f->table, .k_base = f->data, .v_base = f->data + plane, .block_bytes = 2 * plane, .v_block_bytes = 2 * plane,
                       .block_size = BS, .row_bytes = row, .head_bytes = HD * eb, .kv_type = t, .head_dim = HD};
     for (int j = 0; j < NB * BS; j++)
         for (int g = 0; g < NKV; g++)

@@ -149,6 +149,7 @@ static void attn_job(void *arg, int ith, int nth)
         .k_base = b->pool + (size_t)b->layer * 2 * b->plane_bytes, /* this layer's planes in block 0 */
         .v_base = b->pool + (size_t)(b->layer * 2 + 1) * b->plane_bytes,
         .block_bytes = b->block_bytes,
+        .v_block_bytes = b->block_bytes,
         .block_size = BLOCK,
         .row_bytes = b->row_bytes,
         .head_bytes = b->head_bytes,

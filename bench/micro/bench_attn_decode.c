@@ -28,7 +28,9 @@
  * live in scratch at once: ROWS <= attn_rows_max(NCTX)).
  * LAYOUT= where a layer's blocks sit (fake_kv_layout; row types only):
  * shuffled (the default: a pool after much churn), inorder (block i of
- * the sequence is physical block i, packed), engine (in order, a layer's
+ * the sequence is physical block i, packed), split (in order, every
+ * block's K plane in one run, then every V plane: a layer of the kv
+ * pool), engine (in order, a layer's
  * planes of consecutive blocks L packed blocks apart, as in a block-major
  * pool, whose block holds every layer; L x the memory), apart:N (in
  * order, N packed blocks apart: one layer's arena where N sequences that
@@ -173,10 +175,11 @@ static int decode_args_parse(decode_args *a, int argc, char **argv)
     }
     a->evict = !getenv("NOEVICT");
     a->best = getenv("MINT") != NULL;
-    a->lay = (fake_kv_layout){true, 1};
+    a->lay = (fake_kv_layout){true, 1, false};
     a->lay_name = getenv("LAYOUT");
     if (a->lay_name && !strcmp(a->lay_name, "inorder")) a->lay.shuffled = false;
-    else if (a->lay_name && !strcmp(a->lay_name, "engine")) a->lay = (fake_kv_layout){false, a->L};
+    else if (a->lay_name && !strcmp(a->lay_name, "split")) a->lay = (fake_kv_layout){false, 1, true};
+    else if (a->lay_name && !strcmp(a->lay_name, "engine")) a->lay = (fake_kv_layout){false, a->L, false};
     else if (a->lay_name && !strncmp(a->lay_name, "apart:", 6)) {
         char *end;
         long n = strtol(a->lay_name + 6, &end, 10);
@@ -184,9 +187,9 @@ static int decode_args_parse(decode_args *a, int argc, char **argv)
             fprintf(stderr, "%s: LAYOUT: '%s': apart:N takes N in 1..64\n", prog, a->lay_name);
             return -1;
         }
-        a->lay = (fake_kv_layout){false, (int)n};
+        a->lay = (fake_kv_layout){false, (int)n, false};
     } else if (a->lay_name && strcmp(a->lay_name, "shuffled")) {
-        fprintf(stderr, "%s: LAYOUT: '%s' is not shuffled, inorder, engine or apart:N\n", prog, a->lay_name);
+        fprintf(stderr, "%s: LAYOUT: '%s' is not shuffled, inorder, split, engine or apart:N\n", prog, a->lay_name);
         return -1;
     }
     if (a->lay_name && a->only >= FAKE_KV_N_TYPES) {

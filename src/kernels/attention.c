@@ -34,7 +34,7 @@ static void attn_paged_reader(const attn_kv *kv, const attn_row *rows, int n_row
 
 static inline const uint8_t *kv_row(const uint8_t *base, const attn_kv *kv, int j, int g)
 {
-    return base + (size_t)kv->blocks[j / kv->block_size] * kv->block_bytes +
+    return base + (size_t)kv->blocks[j / kv->block_size] * attn_plane_step(kv, base) +
            (size_t)(j % kv->block_size) * kv->row_bytes + (size_t)g * kv->head_bytes;
 }
 

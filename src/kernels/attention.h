@@ -6,7 +6,7 @@
  * row j % block_size:
  *   K row of token j, head g = k_base + blocks[j/bs] * block_bytes
  *                              + (j % bs) * row_bytes + g * head_bytes
- * (the same for V from v_base; f16 keys may instead be stored in columns,
+ * (the same for V from v_base with v_block_bytes; f16 keys may instead be stored in columns,
  * attn_kv.k_cols below). The strides are free: rows that hold every head
  * side by side (head_bytes x n_heads = row_bytes), or rows grouped by head
  * in each block (the pool's f16 values: row_bytes = one head's row,
@@ -16,7 +16,7 @@
  * is read by dequantizing on the fly and the cache is never expanded.
  * E4M3 elements are times a power-of-two f32 scale per (block, plane, head):
  *   scale of head g in the block of token j = f32 at k_base (or v_base)
- *       + blocks[j/bs] * block_bytes + scale_off + 4 g
+ *       + blocks[j/bs] * block_bytes (or v_block_bytes) + scale_off + 4 g
  * (the kv codec's plane tail; kernels/ takes the layout as plain numbers).
  *
  * One call attends a set of query vectors ("rows") of one sequence: the
@@ -65,6 +65,7 @@
 #ifndef PL_KERNELS_ATTENTION_H
 #define PL_KERNELS_ATTENTION_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -95,7 +96,9 @@ typedef struct attn_reader {
 typedef struct attn_kv {
     const uint32_t *blocks;         /* the sequence's block table */
     const uint8_t *k_base, *v_base; /* K / V plane of this layer in block 0 */
-    size_t block_bytes;             /* distance between consecutive blocks */
+    size_t block_bytes;             /* from one block's K plane to the next block's */
+    size_t v_block_bytes;           /* the same for V (a pool keeps a layer's K planes in
+                                       one run and its V planes in another: attn_plane_step) */
     uint32_t block_size;            /* tokens per block */
     size_t row_bytes;               /* from one token slot to the next (a row of all heads,
                                        or of one head when rows are grouped by head) */
@@ -126,6 +129,14 @@ typedef struct attn_kv {
                                        log(sum of exp(s - max)), with which the caller merges
                                        one row's results over chunks of its keys */
 } attn_kv;
+
+/* Bytes from one block's plane to the next block's, for the plane at
+ * plane (kv->k_base or kv->v_base). */
+static inline size_t attn_plane_step(const attn_kv *kv, const uint8_t *plane)
+{
+    assert(plane == kv->k_base || plane == kv->v_base);
+    return plane == kv->v_base ? kv->v_block_bytes : kv->block_bytes;
+}
 
 /* The view of blocks [blk0, ...) of kv as a cache of its own (token blk0 x
  * block_size becomes token 0): one chunk of a long context, attended by
@@ -162,7 +173,7 @@ static inline attn_kv attn_kv_chunk(const attn_kv *kv, uint32_t blk0, bool last)
  *       + blocks[j/T] * block_bytes + c * cb, code j % T (LSB first);
  *   its scale and min: f16 at the same block's K plane + scale_off + 2 c
  *       and + scale_off + 2 C + 2 c, scale_off = C x cb (so C = scale_off / cb);
- *   value row of token j: v_base + blocks[j/T] * block_bytes
+ *   value row of token j: v_base + blocks[j/T] * v_block_bytes
  *       + (j % T) * row_bytes, C / 32 groups of | s f16 | m f16 | 32 codes |.
  * x^ = m + s x code. Scores and V are dotted from the codes (attention_kivi.c);
  * numerics as through a reader (no f16 rounding of queries or weights). */

@@ -106,7 +106,7 @@ static inline float attn_fp8_scale(const attn_kv *kv, const uint8_t *plane, uint
 {
     if (kv->kv_type != ATTN_KV_FP8_E4M3) return 1.0f;
     float s;
-    memcpy(&s, plane + (size_t)pb * kv->block_bytes + kv->scale_off + 4 * (size_t)g, 4);
+    memcpy(&s, plane + (size_t)pb * attn_plane_step(kv, plane) + kv->scale_off + 4 * (size_t)g, 4);
     return s;
 }
 

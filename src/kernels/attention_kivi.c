@@ -94,7 +94,7 @@ static void v_row_any(const attn_kv *kv, const kivi_geom *k, const attn_row *row
     for (int i = 0; i < ns; i++) macc[i] = 0;
     const uint32_t b_lo = (uint32_t)row->lo / k->T, b_hi = (uint32_t)(row->n_ctx - 1) / k->T;
     for (uint32_t blk = b_lo; blk <= b_hi; blk++) {
-        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
+        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->v_block_bytes;
         uint32_t t0, t1;
         row_span(row, blk, k->T, &t0, &t1);
         for (uint32_t t = t0; t < t1; t++) {
@@ -318,7 +318,7 @@ KA static void seg_values(const attn_kv *kv, const kivi_geom *k, const attn_row 
     for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) kivi_prefetch_values(kv, k, b, bend, g);
     for (uint32_t blk = b0; blk < bend; blk++) {
         kivi_prefetch_values(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
-        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
+        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->v_block_bytes;
         uint32_t u0 = k->T, u1 = 0; /* the union of the rows' spans */
         for (int r = 0; r < R; r++) {
             uint32_t t0, t1;
@@ -374,7 +374,7 @@ KA static void v_row8(const attn_kv *kv, const kivi_geom *k, const attn_row *row
     for (int i = 0; i < ns; i++) macc[i] = 0;
     const uint32_t b_lo = (uint32_t)row->lo / k->T, b_hi = (uint32_t)(row->n_ctx - 1) / k->T;
     for (uint32_t blk = b_lo; blk <= b_hi; blk++) {
-        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
+        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->v_block_bytes;
         uint32_t t0, t1;
         row_span(row, blk, k->T, &t0, &t1);
         for (uint32_t t = t0; t < t1; t++) {

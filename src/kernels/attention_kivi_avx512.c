@@ -241,7 +241,7 @@ static K5 void seg_values(const attn_kv *kv, const kivi_geom *k, const attn_row 
     for (uint32_t b = b0; b < b0 + KIVI_PF_BLOCKS; b++) kivi_prefetch_values(kv, k, b, bend, g);
     for (uint32_t blk = b0; blk < bend; blk++) {
         kivi_prefetch_values(kv, k, blk + KIVI_PF_BLOCKS, bend, g);
-        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes;
+        const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->v_block_bytes;
         for (int r = 0; r < R;) {
             uint32_t t0, t1;
             row_span(&rows[r], blk, k->T, &t0, &t1);

@@ -142,7 +142,7 @@ static inline void kivi_prefetch_values(const attn_kv *kv, const kivi_geom *k, u
 {
     if (blk >= end) return;
     const size_t at = (size_t)g * kv->head_dim / KIVI_GROUP * k->gb, n = (size_t)kv->head_dim / KIVI_GROUP * k->gb;
-    const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->block_bytes + at;
+    const uint8_t *vp = kv->v_base + (size_t)kv->blocks[blk] * kv->v_block_bytes + at;
     for (uint32_t t = 0; t < k->T; t++) kivi_prefetch_span(vp + (size_t)t * kv->row_bytes, n);
 }
 

@@ -25,17 +25,18 @@
 typedef struct {
     const attn_kv *kv;
     const uint8_t *plane; /* K or V plane of block 0 */
+    size_t step;          /* from one block's plane to the next's (attn_plane_step) */
     uint32_t blk, off;    /* position j = blk * block_size + off */
 } kv_cursor;
 
 static inline kv_cursor cursor_at(const attn_kv *kv, const uint8_t *plane, int j)
 {
-    return (kv_cursor){kv, plane, (uint32_t)j / kv->block_size, (uint32_t)j % kv->block_size};
+    return (kv_cursor){kv, plane, attn_plane_step(kv, plane), (uint32_t)j / kv->block_size, (uint32_t)j % kv->block_size};
 }
 
 static inline const uint8_t *cursor_row(const kv_cursor *c)
 {
-    return c->plane + (size_t)c->kv->blocks[c->blk] * c->kv->block_bytes + (size_t)c->off * c->kv->row_bytes;
+    return c->plane + (size_t)c->kv->blocks[c->blk] * c->step + (size_t)c->off * c->kv->row_bytes;
 }
 
 static inline void cursor_next(kv_cursor *c)
@@ -193,7 +194,7 @@ static inline int vline_span(vline_pf *p, int max, const char **at)
 {
     if (p->blk >= p->goal || p->blk >= p->nblk || max <= 0) return 0;
     if (!p->first) {
-        const uintptr_t a = (uintptr_t)(p->plane + (size_t)p->kv->blocks[p->blk] * p->kv->block_bytes + p->lo);
+        const uintptr_t a = (uintptr_t)(p->plane + (size_t)p->kv->blocks[p->blk] * attn_plane_step(p->kv, p->plane) + p->lo);
         const uintptr_t l0 = a & ~(uintptr_t)63, l1 = (a + p->len + 63) & ~(uintptr_t)63;
         p->first = (const char *)l0;
         p->lines = (int)((l1 - l0) / 64);

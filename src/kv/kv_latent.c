@@ -172,7 +172,7 @@ attn_mla_kv kv_latent_view(const kv_pool *pool, const uint32_t *blocks, uint32_t
     return (attn_mla_kv){
         .blocks = blocks,
         .base = kv_block_k(pool, 0, layer),
-        .block_bytes = kv_block_stride(pool),
+        .block_bytes = kv_plane_step(pool, KV_PLANE_K),
         .row_bytes = pool->g.row_bytes[0],
         .block_size = s->block_size,
         .type = kv_latent_row_type(s->dtype),

@@ -348,17 +348,26 @@ void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src)
 {
     assert(dst != src);
     for (uint32_t l = 0; l < pool->g.s.n_layers; l++)
-        memcpy(kv_slot_piece(pool, l, dst), kv_slot_piece(pool, l, src), (size_t)pool->g.layer_stride);
+        for (int p = 0; p < 2; p++)
+            memcpy(kv_slot_plane(pool, l, dst, (kv_plane)p), kv_slot_plane(pool, l, src, (kv_plane)p),
+                   (size_t)pool->g.plane_stride[p]);
 }
 
+/* Slot l's K plane, then its V plane, at l x layer_stride of a block's run. */
 void kv_block_save(const kv_pool *pool, uint32_t b, uint8_t *out)
 {
-    const uint64_t ls = pool->g.layer_stride;
-    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) memcpy(out + l * ls, kv_slot_piece(pool, l, b), (size_t)ls);
+    const uint64_t ls = pool->g.layer_stride, ks = pool->g.plane_stride[KV_PLANE_K];
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) {
+        memcpy(out + l * ls, kv_slot_plane(pool, l, b, KV_PLANE_K), (size_t)ks);
+        memcpy(out + l * ls + ks, kv_slot_plane(pool, l, b, KV_PLANE_V), (size_t)pool->g.plane_stride[KV_PLANE_V]);
+    }
 }
 
 void kv_block_load(kv_pool *pool, uint32_t b, const uint8_t *in)
 {
-    const uint64_t ls = pool->g.layer_stride;
-    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) memcpy(kv_slot_piece(pool, l, b), in + l * ls, (size_t)ls);
+    const uint64_t ls = pool->g.layer_stride, ks = pool->g.plane_stride[KV_PLANE_K];
+    for (uint32_t l = 0; l < pool->g.s.n_layers; l++) {
+        memcpy(kv_slot_plane(pool, l, b, KV_PLANE_K), in + l * ls, (size_t)ks);
+        memcpy(kv_slot_plane(pool, l, b, KV_PLANE_V), in + l * ls + ks, (size_t)pool->g.plane_stride[KV_PLANE_V]);
+    }
 }

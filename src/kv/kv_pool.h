@@ -8,11 +8,12 @@
  * Data layout (pool->data, 2 MiB aligned on 2 MiB pages when it is that
  * large (mem_alloc_huge); planes padded to KV_PLANE_ALIGN). Layer-major:
  * each layer (slot) has an arena of every block's planes of that layer,
- * so a sequence's blocks of one layer, taken in id order, are one stream:
+ * its K planes in one run and its V planes in another, so a sequence's
+ * blocks of one layer, taken in id order, are one stream of keys and one
+ * of values:
  *
  *   data: | layer 0 arena | layer 1 arena | ... | layer L-1 arena |  layer_span each
- *   arena:| block 0 | block 1 | ... | block n_blocks-1 |             layer_stride each
- *   block in an arena: | K plane | V plane |
+ *   arena:| K of block 0 | ... | K of block n-1 | V of block 0 | ... | V of block n-1 |
  *   plane:| row 0 | row 1 | ... | row T-1 | tail | pad |      plane_stride[p]
  *          ^ kv_block_k(pool, b, l)        ^ kv_block_tail(...)
  *   row:  kv_dim = n_kv_heads x head_dim elements of the KV dtype,
@@ -25,11 +26,14 @@
  * for TinyLlama at f16), which one core reads at a third of a stream's
  * rate however it prefetches. Layer-major, the f16 decode attention at
  * depth 8192 took 8-19% less time (docs/long-context.md, "The pool's
- * layout at depth").
- * The cost: a whole block is n_layers pieces, so copy-on-write and the
- * tiers move it with kv_block_save / kv_block_load (one piece a layer),
- * and its serialized form (block_bytes: layer 0's planes, layer 1's, ...)
- * is not a run of the pool.
+ * layout at depth"). Why K and V apart: the scores read a layer's K planes,
+ * then the V sum its V planes; with a block's two planes side by side each
+ * pass read half of every 2 x plane bytes, and one core reads such runs
+ * at two thirds of a stream's rate even prefetched (same section).
+ * The cost: a whole block is 2 x n_layers pieces, so copy-on-write and the
+ * tiers move it with kv_block_save / kv_block_load (two pieces a layer),
+ * and its serialized form (block_bytes: layer 0's K and V planes, layer
+ * 1's, ...) is not a run of the pool.
  *
  * KV kinds (kv_shape.kind), the second level of the pool: what a block
  * holds per token and layer. Layer groups (kv_groups.h) are a kind of the
@@ -121,7 +125,7 @@ typedef void (*kv_evict_fn)(void *user, uint32_t block, const uint64_t hash[2]);
 typedef struct kv_pool {
     kv_geom g;
     uint32_t n_blocks;
-    uint8_t *data;      /* [n_layers][n_blocks][g.layer_stride], one allocation */
+    uint8_t *data;      /* [n_layers][K: n_blocks x plane_stride[K], V: n_blocks x plane_stride[V]], one allocation */
     uint64_t layer_span; /* n_blocks x g.layer_stride: from one layer's arena to the next */
     kv_block *blocks;   /* [n_blocks] */
     kv_list free_list;  /* FREE blocks; kv_pool_alloc takes the head, kv_pool_alloc_next by id; returned to the head */
@@ -198,20 +202,20 @@ void kv_pool_clear_hash(kv_pool *pool, uint32_t b);
 /* Copies all layers' K and V (the whole block) from src to dst. */
 void kv_pool_copy_block(kv_pool *pool, uint32_t dst, uint32_t src);
 
-/* A whole block in one run of g.block_bytes: slot 0's K and V planes (one
- * layer_stride), then slot 1's, ... (the tiers' payload; bit for bit what
- * kv_block_load puts back). */
+/* A whole block in one run of g.block_bytes: slot 0's K plane
+ * (plane_stride[K]) and V plane (plane_stride[V]), then slot 1's, ... (the
+ * tiers' payload; bit for bit what kv_block_load puts back). */
 void kv_block_save(const kv_pool *pool, uint32_t b, uint8_t *out);
 void kv_block_load(kv_pool *pool, uint32_t b, const uint8_t *in);
 
 /* ------------------------------------------------------------ addressing */
 
-/* Block b's piece of slot's arena: its K plane, then its V plane
- * (layer_stride bytes). */
-static inline uint8_t *kv_slot_piece(const kv_pool *pool, uint32_t slot, uint32_t b)
+/* Block b's plane p in slot's arena (plane_stride[p] bytes). */
+static inline uint8_t *kv_slot_plane(const kv_pool *pool, uint32_t slot, uint32_t b, kv_plane p)
 {
     assert(b < pool->n_blocks && slot < pool->g.s.n_layers);
-    return pool->data + (uint64_t)slot * pool->layer_span + (uint64_t)b * pool->g.layer_stride;
+    const uint64_t run = p == KV_PLANE_V ? (uint64_t)pool->n_blocks * pool->g.plane_stride[KV_PLANE_K] : 0;
+    return pool->data + (uint64_t)slot * pool->layer_span + run + (uint64_t)b * pool->g.plane_stride[p];
 }
 
 /* Base of the plane p (K or V) of layer in block b: row 0. With layer
@@ -220,12 +224,12 @@ static inline uint8_t *kv_block_plane(const kv_pool *pool, uint32_t b, uint32_t 
 {
     assert(!pool->layer_slot || layer < pool->n_mapped);
     const uint32_t slot = pool->layer_slot ? pool->layer_slot[layer] : layer;
-    return kv_slot_piece(pool, slot, b) + (p == KV_PLANE_V ? pool->g.plane_stride[KV_PLANE_K] : 0);
+    return kv_slot_plane(pool, slot, b, p);
 }
 
-/* Bytes from block b's plane of a layer to block b + 1's (attention views'
- * block stride). */
-static inline uint64_t kv_block_stride(const kv_pool *pool) { return pool->g.layer_stride; }
+/* Bytes from block b's plane p of a layer to block b + 1's (attention
+ * views' block steps). */
+static inline uint64_t kv_plane_step(const kv_pool *pool, kv_plane p) { return pool->g.plane_stride[p]; }
 
 static inline uint8_t *kv_block_k(const kv_pool *pool, uint32_t b, uint32_t layer)
 {

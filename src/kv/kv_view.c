@@ -1,8 +1,9 @@
 /* kv_view.c - attention's view of a sequence's cache; see kv_view.h.
  *
  * attn_kv addresses (attention.h): K/V of token j, head g at
- * base + blocks[j / bs] x block_bytes + (j % bs) x row_bytes + g x head_bytes,
- * where base is the layer's plane in block 0. Rows of all heads side by
+ * base + blocks[j / bs] x step + (j % bs) x row_bytes + g x head_bytes,
+ * where base is the layer's plane in block 0 and step the plane's
+ * (block_bytes for K, v_block_bytes for V: kv_plane_step). Rows of all heads side by
  * side: row_bytes = the pool's row stride, head_bytes = a head's row; f16
  * values grouped by head: row_bytes = a head's row, head_bytes = bs of
  * them; f16 keys in columns: k_cols. Staged dtypes' sealed blocks
@@ -112,7 +113,8 @@ void kv_view_init(kv_view *v, const kv_pool *pool, const kv_writer *w, const kv_
         .blocks = sq->blocks,
         .k_base = kv_block_k(pool, 0, layer),
         .v_base = kv_block_v(pool, 0, layer),
-        .block_bytes = kv_block_stride(pool),
+        .block_bytes = kv_plane_step(pool, KV_PLANE_K),
+        .v_block_bytes = kv_plane_step(pool, KV_PLANE_V),
         .block_size = g->s.block_size,
         .row_bytes = v_heads ? head_row : rows_ok ? kv_row_stride(pool, KV_PLANE_V) : 0,
         .head_bytes = v_heads ? head_row * g->s.block_size : head_row,
@@ -128,7 +130,8 @@ void kv_view_init(kv_view *v, const kv_pool *pool, const kv_writer *w, const kv_
             .blocks = sq->blocks,
             .k_base = v->kv.k_base,
             .v_base = v->kv.v_base,
-            .block_bytes = kv_block_stride(pool),
+            .block_bytes = kv_plane_step(pool, KV_PLANE_K),
+            .v_block_bytes = kv_plane_step(pool, KV_PLANE_V),
             .block_size = g->s.block_size,
             .row_bytes = rb,
             .head_bytes = hd,
@@ -145,7 +148,8 @@ void kv_view_init(kv_view *v, const kv_pool *pool, const kv_writer *w, const kv_
             .blocks = sq->blocks,
             .k_base = v->kv.k_base,
             .v_base = v->kv.v_base,
-            .block_bytes = kv_block_stride(pool),
+            .block_bytes = kv_plane_step(pool, KV_PLANE_K),
+            .v_block_bytes = kv_plane_step(pool, KV_PLANE_V),
             .block_size = g->s.block_size,
             .row_bytes = g->row_bytes[KV_PLANE_V],
             .kv_type = dt == KV_INT4 ? ATTN_KV_KIVI4 : ATTN_KV_KIVI2,
