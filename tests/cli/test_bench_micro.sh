@@ -116,7 +116,7 @@ if [ -x "$B" ]; then
   tiny attn_decode_chunked env NCTX=20000 NOEVICT=1 "$B" 1 1 f16_pool 2 8 16
   check attn_decode_chunked_line [ "$(grep -Ec '^decode f16 pool +hd 64 n_ctx 20000, 1 layers x 16 rows' "$T/attn_decode_chunked.txt")" -eq 1 ]
   # the blocks in order, spaced as a block-major pool spaced one layer's planes, and N blocks apart
-  expect_exit attn_decode_layout 2 "LAYOUT: 'rows' is not shuffled, inorder, engine or apart:N" -- env LAYOUT=rows "$B" 1 1 f16 2 2 4
+  expect_exit attn_decode_layout 2 "LAYOUT: 'rows' is not shuffled, inorder, split, engine or apart:N" -- env LAYOUT=rows "$B" 1 1 f16 2 2 4
   expect_exit attn_decode_layout_apart 2 "LAYOUT: 'apart:0': apart:N takes N in 1..64" -- env LAYOUT=apart:0 "$B" 1 1 f16 2 2 4
   expect_exit attn_decode_layout_apart_junk 2 "LAYOUT: 'apart:2x': apart:N takes N in 1..64" -- env LAYOUT=apart:2x "$B" 1 1 f16 2 2 4
   expect_exit attn_decode_layout_kivi 2 "LAYOUT: KIVI blocks are laid out shuffled only" -- env LAYOUT=engine "$B" 1 1 kivi4 2 2 4
@@ -124,8 +124,10 @@ if [ -x "$B" ]; then
   check attn_decode_engine_line [ "$(grep -Ec '^decode q4_0 +hd 64 n_ctx 300, 3 layers x 4 rows \(GQA 2\), blocks engine: avx2 [0-9.]+, avx512 [0-9.]+ ms/token/thread$' "$T/attn_decode_engine.txt")" -eq 1 ]
   tiny attn_decode_inorder env LAYOUT=inorder NCTX=300 NOEVICT=1 "$B" 1 1 f16_pool 2 2 4
   tiny attn_decode_apart env LAYOUT=apart:3 NCTX=300 NOEVICT=1 "$B" 1 1 q8_0 2 2 4
+  tiny attn_decode_split env LAYOUT=split NCTX=300 NOEVICT=1 "$B" 1 1 e4m3 2 2 4
   check attn_decode_apart_line [ "$(grep -Ec ', blocks apart:3: avx2 ' "$T/attn_decode_apart.txt")" -eq 1 ]
   check attn_decode_inorder_line [ "$(grep -Ec ', blocks inorder: avx2 ' "$T/attn_decode_inorder.txt")" -eq 1 ]
+  check attn_decode_split_line [ "$(grep -Ec ", blocks split: avx2 " "$T/attn_decode_split.txt")" -eq 1 ]
   # two tiles of 16 rows (TinyLlama's 4 KV heads) walking the chunks together
   tiny attn_decode_tiles env TILES=2 NCTX=9000 NOEVICT=1 "$B" 1 1 q8_0 4 8 16
   check attn_decode_tiles_line [ "$(grep -Ec '^decode q8_0 +hd 64 n_ctx 9000, 1 layers x 32 rows' "$T/attn_decode_tiles.txt")" -eq 1 ]
