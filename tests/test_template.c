@@ -91,10 +91,26 @@ TEST(errors_name_the_line)
     free(out);
 }
 
+TEST(numbers_past_int64_stay_defined)
+{
+    /* a string whose number does not fit int64 gives the default, as a
+     * float past it does; an integer sum that overflows is an error */
+    char *out = render("{{ '1e300' | int }} {{ '1e300' | int(7) }} {{ '-9.3e18' | int(3) }} {{ 1e300 | int(5) }} {{ '12' | int }}",
+                       NULL, NULL);
+    CHECK_STR(out, "0 7 3 5 12");
+    free(out);
+    out = render("{{ [9223372036854775806, 1] | sum }} {{ [1, 2.5] | sum }} {{ [true, 2] | sum }}", NULL, NULL);
+    CHECK_STR(out, "9223372036854775807 3.5 3");
+    free(out);
+    CHECK(fails_with("{{ [9223372036854775807, 1] | sum }}", NULL, "integer overflow in sum"));
+    CHECK(fails_with("{{ [-9223372036854775807, -2] | sum }}", NULL, "integer overflow in sum"));
+}
+
 int main(void)
 {
     RUN(renders_basics);
     RUN(limits_hold);
     RUN(errors_name_the_line);
+    RUN(numbers_past_int64_stay_defined);
     return test_summary();
 }

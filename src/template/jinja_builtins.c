@@ -806,7 +806,10 @@ jv jfilter(jctx *c, int line, const char *f, jv v, const jv *args, size_t nargs,
         for (size_t i = 0; i < l.l->n; i++) {
             jv x = l.l->v[i];
             if (!jv_is_number(x) || !jv_is_number(acc)) jfail(c, line, "sum of non-numbers");
-            acc = acc.k == JV_FLOAT || x.k == JV_FLOAT ? jv_float(jv_num(acc) + jv_num(x)) : jv_int((int64_t)(jv_num(acc) + jv_num(x)));
+            if (acc.k == JV_FLOAT || x.k == JV_FLOAT) { acc = jv_float(jv_num(acc) + jv_num(x)); continue; }
+            int64_t r;
+            if (__builtin_add_overflow(acc.k == JV_BOOL ? (int64_t)acc.b : acc.i, x.k == JV_BOOL ? (int64_t)x.b : x.i, &r)) jfail(c, line, "integer overflow in sum");
+            acc = jv_int(r);
         }
         return acc;
     }
@@ -836,7 +839,7 @@ jv jfilter(jctx *c, int line, const char *f, jv v, const jv *args, size_t nargs,
             while (*end == ' ' || *end == '\n' || *end == '\t') end++;
             if (end != tmp && !*end) return jv_int(x);
             double d = strtod(tmp, &end);
-            if (end != tmp && !*end && isfinite(d)) return jv_int((int64_t)d);
+            if (end != tmp && !*end && isfinite(d) && fabs(d) < 9.2e18) return jv_int((int64_t)d); /* past int64: the default */
         }
         return dflt;
     }
