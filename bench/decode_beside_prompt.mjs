@@ -10,7 +10,9 @@
 //   {"b_ms": B's answer time, "alone_ms": median gap before B,
 //    "beside_median_ms", "beside_p90_ms", "beside_max_ms": A's gaps while B
 //    ran, "beside_tokens": A's tokens in that time, "prefill_cuts": the
-//    server's pagellm_prefill_cuts_total at the end (absent: -1)}
+//    server's pagellm_prefill_cuts_total at the end (absent: -1),
+//    "key_cost_model", "key_cost_prompt", "key_cost_decode": its key costs
+//    at the end (absent: null)}
 //
 //   node bench/decode_beside_prompt.mjs PAGELLM MODEL [PROMPT=8192] [CTX=16384] [KV_DTYPE=f16] [VOCAB=32000]
 // (token ids are drawn from 3..VOCAB-1)
@@ -79,6 +81,7 @@ if (!jb.choices) throw new Error('B failed: ' + JSON.stringify(jb).slice(0, 300)
 await a;
 const metrics = await (await fetch(url + '/metrics')).text();
 const cuts = /^pagellm_prefill_cuts_total (\d+)/m.exec(metrics);
+const gauge = (name) => { const m = new RegExp(`^${name} (\\S+)`, 'm').exec(metrics); return m ? Number(Number(m[1]).toPrecision(3)) : null; };
 server.kill('SIGTERM');
 
 const gaps = (lo, hi) => {
@@ -93,5 +96,7 @@ console.log(JSON.stringify({
   b_ms: r1(bDone - bSent), alone_ms: r1(q(alone, 0.5)), beside_median_ms: r1(q(beside, 0.5)),
   beside_p90_ms: r1(q(beside, 0.9)), beside_max_ms: r1(beside.length ? beside[beside.length - 1] : null),
   beside_tokens: beside.length, prefill_cuts: cuts ? Number(cuts[1]) : -1,
+  key_cost_model: gauge('pagellm_key_cost_model'), key_cost_prompt: gauge('pagellm_key_cost_prompt'),
+  key_cost_decode: gauge('pagellm_key_cost_decode'),
 }));
 process.exit(0);

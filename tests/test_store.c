@@ -1104,7 +1104,7 @@ TEST(scheduler_steps_others_while_a_lookup_waits)
         if (b_planned) admitted_b_at = step;
         if (n == 0) { usleep(5000); continue; }
         CHECK_EQ_INT(rt_step(ctx, sc.items, n), 0);
-        sched_commit(&sc);
+        sched_commit(&sc, 0); /* untimed: the key costs stay the model's */
         for (int i = 0; i < n; i++) /* what sampling does (the engine's part): one more token */
             if (sc.items[i].logits) {
                 req_comp *c = &sc.planned[i]->r->comp[sc.planned[i]->comp_lo];

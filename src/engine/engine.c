@@ -77,21 +77,23 @@ static void eng_fail_batch(pl_engine *e, int rc, double now)
 static bool eng_run_step(pl_engine *e)
 {
     sched *s = &e->sc;
-    double t0 = e->prof ? eng_cpu_now() : 0, t1 = t0;
+    double t0 = e->prof ? eng_cpu_now() : 0, t1 = t0, wall = 0;
     for (;;) {
         sched_seq *big = NULL;
         int n = sched_plan(s, &big);
         if (big) { eng_fail_too_big(e, big, eng_now()); continue; }
         if (n == 0) return false;
         if (e->prof) t1 = eng_cpu_now(), e->pf.plan += t1 - t0;
+        const double w0 = eng_now();
         int rc = rt_step(e->ctx, s->items, n);
+        wall = eng_now() - w0;
         if (e->prof) t0 = eng_cpu_now(), e->pf.forward += t0 - t1;
         if (rc == 0) break;
         if (rc != PL_EFULL) { eng_fail_batch(e, rc, eng_now()); return true; }
         /* The plan's block count was short (it should not be): preempt. */
         if (!sched_preempt_newest(s)) eng_fail_too_big(e, s->running[0], eng_now());
     }
-    sched_commit(s);
+    sched_commit(s, wall);
     e->m.steps++;
     const double now = eng_now(), c0 = e->prof ? eng_cpu_now() : 0;
     const uint64_t gen0 = e->m.generated_tokens;

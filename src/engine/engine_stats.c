@@ -38,6 +38,9 @@ void eng_metrics_publish(pl_engine *e)
     m->waiting = s->n_waiting;
     m->preemptions = s->st.preemptions;
     m->prefill_cuts = s->st.cost_cuts;
+    m->key_cost_prompt = s->key_cost;
+    m->key_cost_decode = s->key_cost_decode;
+    m->key_cost_model = s->learn.key_cost0;
     m->prefix_query_tokens = s->st.prefix_query_tokens;
     m->prefix_hit_tokens = s->st.prefix_hit_tokens;
     m->prompt_tokens = s->st.prompt_tokens;

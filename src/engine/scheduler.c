@@ -33,7 +33,9 @@ int sched_init(sched *s, pl_ctx *ctx, const pl_engine_params *p, uint32_t n_voca
     s->pool = rt_ctx_pool(ctx);
     s->max_seqs = rt_ctx_params(ctx)->max_seqs;
     s->budget = p->max_batch_tokens;
-    s->key_cost = rt_ctx_key_cost(ctx);
+    step_cost_init(&s->learn, rt_ctx_key_cost(ctx));
+    s->key_cost = step_cost_key_prompt(&s->learn);
+    s->key_cost_decode = step_cost_key_decode(&s->learn);
     s->key_cap = rt_ctx_params(ctx)->n_ctx;
     s->prefix_order = p->prefix_order;
     s->prefix_cache = p->prefix_cache;
@@ -249,12 +251,19 @@ static bool sched_is_decode(const sched_seq *q)
     return q->r->comp[q->comp_lo].n_gen > 0 && sched_total(q) - q->n_done == 1;
 }
 
-/* What n tokens from position p0 cost, in depth-0 tokens (scheduler.h):
- * each attends to its position's keys, at most key_cap. */
+/* The keys n tokens from position p0 attend to: each its position's, at
+ * most key_cap. */
+static double sched_keys(const sched *s, uint32_t p0, uint32_t n)
+{
+    const double mid = p0 + (n - 1) / 2.0;
+    return n * (mid < s->key_cap ? mid : s->key_cap);
+}
+
+/* What n tokens from position p0 cost, in depth-0 tokens (scheduler.h);
+ * one token is a decode. */
 static double sched_cost(const sched *s, uint32_t p0, uint32_t n)
 {
-    const double mid = p0 + (n - 1) / 2.0, keys = mid < s->key_cap ? mid : s->key_cap;
-    return n * (1.0 + keys * s->key_cost);
+    return n + sched_keys(s, p0, n) * (n == 1 ? s->key_cost_decode : s->key_cost);
 }
 
 /* The step's cost left after its decodes: INFINITY when it has none. */
@@ -500,8 +509,19 @@ int sched_plan(sched *s, sched_seq **too_big)
     }
 }
 
-void sched_commit(sched *s)
+void sched_commit(sched *s, double seconds)
 {
+    step_cost_obs o = {.seconds = seconds};
+    for (int i = 0; i < s->n_items; i++) {
+        const sched_seq *q = s->planned[i];
+        o.tokens += q->chunk;
+        *(q->chunk == 1 ? &o.decode_keys : &o.prompt_keys) += sched_keys(s, q->n_done, q->chunk);
+    }
+    if (seconds > 0) {
+        step_cost_observe(&s->learn, &o);
+        s->key_cost = step_cost_key_prompt(&s->learn);
+        s->key_cost_decode = step_cost_key_decode(&s->learn);
+    }
     for (int i = 0; i < s->n_items; i++) {
         sched_seq *q = s->planned[i];
         q->n_done += q->chunk;

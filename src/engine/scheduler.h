@@ -26,7 +26,9 @@
  *      slots. An admitted sequence first takes its cached prefix
  *      (rt_seq_attach_prefix).
  * Cost: a token attending to k keys costs about 1 + k x key_cost depth-0
- * tokens (model_key_cost), so at depth a chunk of the token budget takes
+ * tokens (model_key_cost's estimate at first, then learned from the steps'
+ * times, a decode's key apart from a prompt token's: step_cost.h), so at
+ * depth a chunk of the token budget takes
  * several times a depth-0 step (TinyLlama at 16k keys: 6.1x, measured),
  * and every decoding sequence waits for it. A step with decodes is therefore held
  * to the budget's cost as well: decodes first, then prefill chunks cut to
@@ -55,6 +57,7 @@
 
 #include "runtime/runtime.h"
 #include "engine/request.h"
+#include "engine/step_cost.h"
 #include "pagellm.h"
 
 typedef struct sched_seq {
@@ -85,7 +88,9 @@ typedef struct {
     pl_ctx *ctx;
     kv_pool *pool;
     uint32_t max_seqs, budget;
-    double key_cost;          /* rt_ctx_key_cost (0: steps are held to tokens only) */
+    double key_cost;          /* a prompt token's key, learned (step_cost; 0: steps are held to tokens only) */
+    double key_cost_decode;   /* a decode's key, learned */
+    step_cost learn;          /* both, fit to the steps' times from rt_ctx_key_cost */
     uint32_t key_cap;         /* keys a token attends to at most: n_ctx */
     double cost_left;         /* the step being planned: its cost left, INFINITY without decodes */
     bool cut_floor_used;      /* ... its first prefill chunk (SCHED_MIN_CUT) is planned */
@@ -138,8 +143,10 @@ void sched_step_begin(sched *s);
  * *too_big to it (the engine fails its request and plans again). */
 int sched_plan(sched *s, sched_seq **too_big);
 
-/* After rt_step succeeded: the planned tokens are in the KV. */
-void sched_commit(sched *s);
+/* After rt_step succeeded in `seconds` (wall; 0: not timed): the planned
+ * tokens are in the KV, and the step's time teaches the key costs
+ * (step_cost.h). */
+void sched_commit(sched *s, double seconds);
 
 /* Preempts the newest running sequence; false if at most one runs. */
 bool sched_preempt_newest(sched *s);
