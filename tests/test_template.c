@@ -52,6 +52,12 @@ TEST(limits_hold)
     CHECK(fails_with("{% for i in range(100000000) %}{% endfor %}", &lim, "memory")); /* the list itself is too big */
     CHECK(fails_with("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", &lim, "macro calls nest deeper than 50"));
     CHECK(fails_with("{{ 'x' * 100000000 }}", &lim, "repetition too large"));
+    /* the output's buffer, doubled to fit an add of exactly the limit, had room past it that later
+     * adds took unchecked (found by the fuzzer: a 283,723-byte render under a 256 KiB limit) */
+    char *big = render("{{ text * 65535 }}{{ text }}{{ [1, 2] }}", "{\"text\": \"x\"}", &lim);
+    CHECK_MSG(!big, "rendered %zu bytes under a limit of 65536", big ? strlen(big) : 0);
+    free(big);
+    CHECK(strstr(err_msg(), "exceeds 65536 bytes"));
     CHECK(fails_with("{% for i in range(5000) %}xxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}", &lim, "exceeds 65536 bytes"));
     CHECK(fails_with("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", &lim,
                      "exceeds 65536 bytes"));

@@ -67,11 +67,13 @@ void jstep(jctx *c)
 
 /* ------------------------------------------------------------ buffers */
 
+/* The limit is checked on every add: a buffer's doubled capacity may
+ * exceed max_output, and adds that fit it must still be refused. */
 static void jbuf_reserve(jctx *c, jbuf *b, size_t more)
 {
-    if (b->n + more + 1 <= b->cap) return;
     if (b->n + more > c->lim.max_output)
         jfail(c, 0, "the template's text (its output or a string it builds) exceeds %zu bytes", c->lim.max_output);
+    if (b->n + more + 1 <= b->cap) return;
     size_t cap = b->cap ? b->cap * 2 : 256;
     while (cap < b->n + more + 1) cap *= 2;
     char *s = jarena_alloc(c, cap);
