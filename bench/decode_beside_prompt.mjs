@@ -3,8 +3,8 @@
 //
 // Starts `PAGELLM serve -m MODEL --ctx CTX -t 2` on loopback, then:
 //   A  a streaming completion of 32 token ids, ignore_eos, decoding all along;
-//   B  after A's 8th token, a completion of PROMPT random token ids (no
-//      shared prefix), max_tokens 1: the prompt is prefilled in chunks.
+//   B  after A's 8th token, a streamed completion of PROMPT random token ids
+//      (no shared prefix), max_tokens 1: the prompt is prefilled in chunks.
 // A's inter-token gaps are split into those before B was sent ("alone") and
 // those while B's prompt ran (from B's send to its answer). One JSON line:
 //   {"b_ms": B's answer time, "alone_ms": median gap before B,
@@ -74,10 +74,12 @@ const a = (async () => {
 await Promise.race([eighth, a]);
 if (times.length < 8) throw new Error('A ended before its 8th token');
 bSent = performance.now();
-const rb = await post({ prompt: ids(promptN, 2), max_tokens: 1, temperature: 0 });
-const jb = await rb.json();
+/* streamed: its headers come at once and keep-alive comments every 15 s,
+ * where a plain answer would pass fetch's 300 s header timeout at depth */
+const rb = await post({ prompt: ids(promptN, 2), max_tokens: 1, temperature: 0, stream: true });
+const tb = await rb.text();
 bDone = performance.now();
-if (!jb.choices) throw new Error('B failed: ' + JSON.stringify(jb).slice(0, 300));
+if (rb.status !== 200 || !/^data: \{.*"choices"/m.test(tb)) throw new Error(`B failed: HTTP ${rb.status}: ${tb.slice(0, 300)}`);
 await a;
 const metrics = await (await fetch(url + '/metrics')).text();
 const cuts = /^pagellm_prefill_cuts_total (\d+)/m.exec(metrics);

@@ -108,9 +108,11 @@ static void engine_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
             "Prompt chunks cut short so that a step with decodes costs no more than its token budget at depth 0.",
             m->prefill_cuts);
     gauge(b, rc, "pagellm_key_cost_prompt",
-          "What a key costs a prompt token, in depth-0 prompt tokens, learned from the step times.", m->key_cost_prompt);
+          "What a key costs a prompt token, in depth-0 prompt tokens, as the scheduler takes it: learned from the step times, "
+          "never below the model's estimate.", m->key_cost_prompt);
     gauge(b, rc, "pagellm_key_cost_decode",
-          "What a key costs a decoding token, in depth-0 prompt tokens, learned from the step times.", m->key_cost_decode);
+          "What a key costs a decoding token, in depth-0 prompt tokens, as the scheduler takes it: learned from the step times, "
+          "never below the model's estimate.", m->key_cost_decode);
     gauge(b, rc, "pagellm_key_cost_model", "What a key costs a token by the model's shape: where the learning starts.",
           m->key_cost_model);
     counter(b, rc, "pagellm_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",

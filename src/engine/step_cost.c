@@ -19,8 +19,8 @@ void step_cost_init(step_cost *sc, double key_cost0)
     sc->ratio_decode = sc->ratio_prompt = 1;
 }
 
-double step_cost_key_decode(const step_cost *sc) { return sc->key_cost0 * sc->ratio_decode; }
-double step_cost_key_prompt(const step_cost *sc) { return sc->key_cost0 * sc->ratio_prompt; }
+double step_cost_key_decode(const step_cost *sc) { return sc->key_cost0 * fmax(1, sc->ratio_decode); }
+double step_cost_key_prompt(const step_cost *sc) { return sc->key_cost0 * fmax(1, sc->ratio_prompt); }
 
 /* a += w u u^T */
 static void add_outer(double a[N][N], const double u[N], double w)

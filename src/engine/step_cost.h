@@ -62,8 +62,13 @@ typedef struct {
 /* Steps of no tokens or no time are ignored. */
 void step_cost_observe(step_cost *sc, const step_cost_obs *o);
 
-/* A key's cost in depth-0 tokens to a decode, to a prompt token:
- * key_cost0 x the learned ratio. */
+/* A key's cost in depth-0 tokens to a decode, to a prompt token, as the
+ * scheduler takes it: key_cost0 x the learned ratio, or key_cost0 where
+ * the ratio is below 1. A chunk at depth cut too short costs the fill
+ * little (its keys' work is the same in any chunks; only each step's
+ * overhead repeats), one cut too long costs every decode beside it a
+ * longer gap: f16 keys learned at 0.8x the estimate gave gaps a quarter
+ * longer and no faster fill (docs/long-context.md). */
 double step_cost_key_decode(const step_cost *sc);
 double step_cost_key_prompt(const step_cost *sc);
 
