@@ -27,8 +27,8 @@
  *      (rt_seq_attach_prefix).
  * Cost: a token attending to k keys costs about 1 + k x key_cost depth-0
  * tokens (model_key_cost's estimate at first, then learned from the steps'
- * times, a decode's key apart from a prompt token's: step_cost.h), so at
- * depth a chunk of the token budget takes
+ * times, never below the estimate, a decode's key apart from a prompt
+ * token's: step_cost.h), so at depth a chunk of the token budget takes
  * several times a depth-0 step (TinyLlama at 16k keys: 6.1x, measured),
  * and every decoding sequence waits for it. A step with decodes is therefore held
  * to the budget's cost as well: decodes first, then prefill chunks cut to
