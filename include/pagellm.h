@@ -707,7 +707,7 @@ typedef struct {
     uint64_t prefill_cuts;         /* prompt chunks cut short so that a step with decodes in it costs no
                                       more than the token budget at depth 0 (docs/long-context.md) */
     double key_cost_prompt;        /* what a key costs a prompt token, a decode, in depth-0 prompt tokens: */
-    double key_cost_decode;        /* learned from the steps' times (docs/long-context.md), */
+    double key_cost_decode;        /* learned from the steps' times, never below the model's (long-context.md) */
     double key_cost_model;         /* from the model's shape (where learning starts); 0: none */
     uint64_t prefix_query_tokens, prefix_hit_tokens; /* prompt tokens looked up / served from cache */
     uint64_t prompt_tokens, generated_tokens;

@@ -808,7 +808,8 @@ jv jfilter(jctx *c, int line, const char *f, jv v, const jv *args, size_t nargs,
             if (!jv_is_number(x) || !jv_is_number(acc)) jfail(c, line, "sum of non-numbers");
             if (acc.k == JV_FLOAT || x.k == JV_FLOAT) { acc = jv_float(jv_num(acc) + jv_num(x)); continue; }
             int64_t r;
-            if (__builtin_add_overflow(acc.k == JV_BOOL ? (int64_t)acc.b : acc.i, x.k == JV_BOOL ? (int64_t)x.b : x.i, &r)) jfail(c, line, "integer overflow in sum");
+            const int64_t a = acc.k == JV_BOOL ? (int64_t)acc.b : acc.i, b = x.k == JV_BOOL ? (int64_t)x.b : x.i;
+            if (__builtin_add_overflow(a, b, &r)) jfail(c, line, "integer overflow in sum");
             acc = jv_int(r);
         }
         return acc;
