@@ -52,18 +52,22 @@ const float *imatrix_at(const imatrix *m, size_t i, const char **name, uint64_t 
     return m->e[i].v;
 }
 
-/* A new entry of n values (zeroed), or NULL (error set). */
-static im_entry *entry_add(imatrix *m, const char *path, const char *name, size_t name_len, uint64_t n)
+/* A new entry of n values (zeroed) in *out; PL_EFORMAT (a name twice or
+ * holding a NUL) or PL_ENOMEM, error set. */
+static int entry_add(imatrix *m, const char *path, const char *name, size_t name_len, uint64_t n, im_entry **out)
 {
+    /* a NUL inside would cut the name short, and two entries could then share it */
+    const char *nul = memchr(name, 0, name_len);
+    if (nul)
+        return err_set(PL_EFORMAT, "%s: an entry's name holds a NUL byte (at %zu of %zu)", path, (size_t)(nul - name),
+                       name_len);
     for (size_t i = 0; i < m->n; i++)
-        if (strlen(m->e[i].name) == name_len && memcmp(m->e[i].name, name, name_len) == 0) {
-            err_set(PL_EFORMAT, "%s: entry '%.*s' twice", path, (int)name_len, name);
-            return NULL;
-        }
+        if (strlen(m->e[i].name) == name_len && memcmp(m->e[i].name, name, name_len) == 0)
+            return err_set(PL_EFORMAT, "%s: entry '%.*s' twice", path, (int)name_len, name);
     if (m->n == m->cap) {
         const size_t cap = m->cap ? 2 * m->cap : 64;
         im_entry *e = realloc(m->e, cap * sizeof *e);
-        if (!e) { err_set(PL_ENOMEM, "%s: out of memory", path); return NULL; }
+        if (!e) return err_set(PL_ENOMEM, "%s: out of memory", path);
         m->e = e, m->cap = cap;
     }
     im_entry *e = &m->e[m->n];
@@ -72,11 +76,11 @@ static im_entry *entry_add(imatrix *m, const char *path, const char *name, size_
     e->n = n;
     if (!e->name || !e->v) {
         free(e->name), free(e->v);
-        err_set(PL_ENOMEM, "%s: out of memory for entry '%.*s'", path, (int)name_len, name);
-        return NULL;
+        return err_set(PL_ENOMEM, "%s: out of memory for entry '%.*s'", path, (int)name_len, name);
     }
     m->n++;
-    return e;
+    *out = e;
+    return 0;
 }
 
 static int values_check(const char *path, const im_entry *e)
@@ -141,8 +145,8 @@ static int load_gguf(imatrix *m, const char *path, const void *data, size_t size
                          (int)stem, s->name.ptr, (unsigned long long)n, (unsigned long long)n_mat);
             break;
         }
-        im_entry *e = entry_add(m, path, s->name.ptr, stem, n);
-        if (!e) { rc = PL_ENOMEM; break; }
+        im_entry *e = NULL;
+        if ((rc = entry_add(m, path, s->name.ptr, stem, n, &e))) break;
         const uint64_t ne0 = n / n_mat;
         for (uint64_t j = 0; j < n_mat; j++) {
             const float count = f32_at(c->data, j);
@@ -207,8 +211,8 @@ static int load_legacy(imatrix *m, const char *path, const uint8_t *p, size_t si
                          r.at - 4, len, name, nval, (r.n - r.at) / 4);
             break;
         }
-        im_entry *e = entry_add(m, path, name, (size_t)len, (uint64_t)nval);
-        if (!e) { rc = PL_ENOMEM; break; }
+        im_entry *e = NULL;
+        if ((rc = entry_add(m, path, name, (size_t)len, (uint64_t)nval, &e))) break;
         for (int32_t k = 0; k < nval; k++) {
             const float v = f32_at(r.p + r.at, (uint64_t)k);
             e->v[k] = ncall > 0 ? v / (float)ncall : v;

@@ -75,6 +75,20 @@ check imatrix_wrong_size_writes_nothing [ ! -e "$T/im-out.gguf" ]
 rc=$?
 check imatrix_missing_file_exit_1 [ "$rc" -eq 1 ]
 check imatrix_missing_file_named grep -q "absent.dat" "$T/err"
+# a name with a NUL inside would read as a shorter name, which a second entry could share
+python3 - "$T/nul.dat" <<'PY'
+import struct, sys
+with open(sys.argv[1], "wb") as f:
+    for i, name in enumerate([b"blk.0.ffn_up.weight\0a", b"blk.0.ffn_up.weight\0b"]):
+        if i == 0:
+            f.write(struct.pack("<i", 2))
+        f.write(struct.pack("<i", len(name)) + name + struct.pack("<ii", 1, 4) + struct.pack("<4f", *[1.0] * 4))
+PY
+"$PAGELLM" quantize "$M" "$T/im-out.gguf" iq4_nl --imatrix "$T/nul.dat" >/dev/null 2>"$T/err"
+rc=$?
+check imatrix_nul_in_name_exit_1 [ "$rc" -eq 1 ]
+check imatrix_nul_in_name_named grep -q "nul.dat: an entry's name holds a NUL byte (at 19 of 21)" "$T/err"
+check imatrix_nul_in_name_writes_nothing [ ! -e "$T/im-out.gguf" ]
 printf 'GGUF\003\000\000\000garbage' >"$T/trunc.gguf"
 "$PAGELLM" quantize "$M" "$T/im-out.gguf" iq4_nl --imatrix "$T/trunc.gguf" >/dev/null 2>"$T/err"
 check imatrix_truncated_gguf_refused [ $? -eq 1 ]
