@@ -38,6 +38,7 @@
 #include "kernels/attention_impl.h"
 #include "tensor/quant.h"
 #include "kernels/kernels.h"
+#include "kernels/kern_impl.h"
 #include "kv/kv_codec.h"
 #include "tensor/dtype.h"
 
@@ -239,6 +240,51 @@ TEST(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone)
                 fake_kv_free(&f);
             }
         }
+}
+
+/* The AVX-512 tiles' two broadcast forms (kern_attn_bcast_embedded: the
+ * query element or softmax weight embedded in each FMA, or loaded first)
+ * are the same operations in the same order: the same bits, for prefill
+ * tiles (one KV head, 8 heads x 4 tokens) and decode calls (4 KV heads x 8
+ * rows), every kernel that has both (the f16 pool layout, q8_0, q4_0). */
+TEST(avx512_broadcast_forms_give_the_same_bits)
+{
+    if (!attn_avx512_available()) { test_skip(__func__, "no AVX-512"); return; }
+    static const uint32_t types[] = {FAKE_KV_F16C, DT_Q8_0, DT_Q4_0};
+    static const int hds[] = {64, 72, 128};
+    static const struct { int n_g, rep, n_tok, base; } shapes[] = {{1, 8, 4, 300}, {4, 8, 1, 777}, {2, 4, 2, 33}};
+    const int saved = kern_attn_bcast_embedded;
+    for (int ti = 0; ti < 3; ti++)
+        for (int hi = 0; hi < 3; hi++) {
+            const int hd = hds[hi];
+            if (!type_fits(types[ti], hd)) continue;
+            fake_kv f;
+            CHECK(fake_kv_make(&f, types[ti], hd, 4, 800, 16, 606u + 5u * ti + hi) == 0);
+            for (int si = 0; si < 3; si++) {
+                const int n_g = shapes[si].n_g, rep = shapes[si].rep, R = n_g * rep * shapes[si].n_tok;
+                const int nmax = shapes[si].base + shapes[si].n_tok;
+                const size_t sf = attn_scratch_floats(nmax, hd);
+                float *scratch = malloc(sizeof(float) * sf), *q = malloc(sizeof(float) * (size_t)R * hd);
+                float *o[2] = {malloc(sizeof(float) * (size_t)R * hd), malloc(sizeof(float) * (size_t)R * hd)};
+                for (int i = 0; i < R * hd; i++) q[i] = 0.8f * rng_gauss();
+                for (int e = 0; e < 2; e++) {
+                    attn_row rows[ATTN_ROWS_CAP];
+                    for (int v = 0; v < R; v++)
+                        rows[v] = (attn_row){q + v * hd, o[e] + v * hd, shapes[si].base + (v % (rep * shapes[si].n_tok)) / rep + 1,
+                                             v / (rep * shapes[si].n_tok), 0};
+                    kern_attn_bcast_embedded = e;
+                    attn_paged_avx512(&f.kv, rows, R, 1.0f / sqrtf((float)hd), scratch, sf);
+                }
+                CHECK_MSG(memcmp(o[0], o[1], sizeof(float) * (size_t)R * hd) == 0, "%s hd %d shape %d: the forms differ",
+                          fake_kv_type_name(types[ti]), hd, si);
+                free(scratch);
+                free(q);
+                free(o[0]);
+                free(o[1]);
+            }
+            fake_kv_free(&f);
+        }
+    kern_attn_bcast_embedded = saved;
 }
 
 /* The pool's f16 layout (K in columns, V in head runs) is only another
@@ -758,6 +804,7 @@ int main(void)
     RUN(avx512_matches_reference_for_every_kv_type_gqa_head_dim_context_and_block_size);
     RUN(a_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
     RUN(avx512_batch_of_rows_gives_each_row_bit_for_bit_what_it_gets_alone);
+    RUN(avx512_broadcast_forms_give_the_same_bits);
     RUN(f16_pool_layout_reads_the_same_keys_and_values_as_rows);
     RUN(split_planes_read_as_planes_side_by_side_in_every_variant);
     RUN(avx512_q8_0_q4_0_scores_are_the_references);

@@ -97,20 +97,24 @@ K5I __mmask16 lanes16(int r) { return (__mmask16)((1u << r) - 1); }
  * independence). In cache, about half the time of the row layout's quads
  * (docs/speed.md). */
 
-/* acc + k x *q (q broadcast). From intrinsics GCC loads the broadcast
- * once (vbroadcastss) for the FMAs that share it. ATTN_EMBED_BCAST=1
- * instead embeds it in each FMA's memory operand (vfmadd231ps m32{1to16}):
- * a uop less per FMA, a little ahead on Zen 4, but on Intel (Emerald
- * Rapids) an FMA with an embedded broadcast issues at about half the rate
- * of one with the broadcast loaded (docs/speed.md). */
-K5I __m512 fmadd_b32(__m512 acc, __m512 k, const float *q)
+/* acc + k x *q (q broadcast). EB false: from intrinsics, GCC loads the
+ * broadcast once (vbroadcastss) for the FMAs that share it. EB true: the
+ * broadcast embedded in each FMA's memory operand (vfmadd231ps m32{1to16}),
+ * a separate instruction fewer per broadcast. Which is faster is the CPU's:
+ * Zen 4 (512-bit operations as two halves) runs the prefill tiles ~10%
+ * faster embedded, Intel (Emerald Rapids) issues an FMA with an embedded
+ * broadcast at about half the rate (docs/speed.md); kern_init picks
+ * (kern_attn_bcast_embedded). The emulation build has the intrinsics. */
+K5I __m512 fmadd_b32(bool EB, __m512 acc, __m512 k, const float *q)
 {
-#if defined(PL_AVX512_EMU) || !defined(ATTN_EMBED_BCAST)
-    return _mm512_fmadd_ps(_mm512_set1_ps(*q), k, acc);
-#else
-    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*q));
-    return acc;
+#ifndef PL_AVX512_EMU
+    if (EB) {
+        __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*q));
+        return acc;
+    }
 #endif
+    (void)EB;
+    return _mm512_fmadd_ps(_mm512_set1_ps(*q), k, acc);
 }
 
 /* A group: up to 16 consecutive keys of one block; col = the first key's
@@ -126,7 +130,7 @@ typedef struct {
  * broadcasts then come from one base register: with a pointer per row the
  * loop ran out of general registers); pf[0..npf): later groups of the same
  * head to prefetch, a line (2 dims of 16 keys) every 2 dims. */
-K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
+K5I void scores_cols(bool EB, int NR, int NG, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
                      __m512 vscale, float *const *out, const int *n, const key_group *pf, int npf)
 {
     __m512 acc[8][4];
@@ -156,7 +160,7 @@ K5I void scores_cols(int NR, int NG, const key_group *kg, size_t goff, size_t bs
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
 #pragma GCC unroll 4
-            for (int k = 0; k < NG; k++) acc[r][k] = fmadd_b32(acc[r][k], kx[k], qt + (size_t)d * NR + r);
+            for (int k = 0; k < NG; k++) acc[r][k] = fmadd_b32(EB, acc[r][k], kx[k], qt + (size_t)d * NR + r);
         }
     }
 #pragma GCC unroll 8
@@ -182,29 +186,33 @@ static inline int cols_groups512(int nr)
     return g > 4 ? 4 : g < 1 ? 1 : g;
 }
 
-/* scores_cols with constants: every (R, G) cols_groups512 can ask for. */
-static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
+/* scores_cols with constants: every (R, G) cols_groups512 can ask for,
+ * either broadcast form. */
+static K5 void scores_cols_nr(bool eb, int nr, int ng, const key_group *kg, size_t goff, size_t bs, const float *qt, int hd,
                               __m512 vscale, float *const *out, const int *n, const key_group *pf, int npf)
 {
-#define SC(R, G) scores_cols(R, G, kg, goff, bs, qt, hd, vscale, out, n, pf, npf)
-#define SC_R(R)                        \
+#define SC(EB, R, G) scores_cols(EB, R, G, kg, goff, bs, qt, hd, vscale, out, n, pf, npf)
+#define SC_G(EB, R)                    \
     switch (ng) {                      \
-    case 1: SC(R, 1); break;           \
-    case 2: SC(R, 2); break;           \
-    case 3: SC(R, 3); break;           \
-    default: SC(R, 4); break;          \
+    case 1: SC(EB, R, 1); break;       \
+    case 2: SC(EB, R, 2); break;       \
+    case 3: SC(EB, R, 3); break;       \
+    default: SC(EB, R, 4); break;      \
     }
-    switch (nr) {
-    case 1: SC_R(1); break;
-    case 2: SC_R(2); break;
-    case 3: SC_R(3); break;
-    case 4: SC_R(4); break;
-    case 5: SC_R(5); break;
-    case 6: SC_R(6); break;
-    case 7: SC_R(7); break;
-    default: SC_R(8); break;
+#define SC_R(EB)                       \
+    switch (nr) {                      \
+    case 1: SC_G(EB, 1); break;        \
+    case 2: SC_G(EB, 2); break;        \
+    case 3: SC_G(EB, 3); break;        \
+    case 4: SC_G(EB, 4); break;        \
+    case 5: SC_G(EB, 5); break;        \
+    case 6: SC_G(EB, 6); break;        \
+    case 7: SC_G(EB, 7); break;        \
+    default: SC_G(EB, 8); break;       \
     }
+    if (eb) SC_R(true) else SC_R(false)
 #undef SC_R
+#undef SC_G
 #undef SC
 }
 
@@ -218,6 +226,7 @@ static K5 void scores_cols_nr(int nr, int ng, const key_group *kg, size_t goff, 
 static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int *sg_r0, const int *sg_n, int n_sg,
                               int nmax, const float *const *qr, float *sc, size_t ncp, __m512 vscale, float *qt)
 {
+    const bool eb = kern_attn_bcast_embedded;
     const int hd = kv->head_dim;
     const size_t bs = kv->block_size, head = (size_t)hd * bs; /* halves of one head's columns */
     /* qt: each call's rows [a, a + nr) interleaved (scores_cols) at qt + a hd */
@@ -253,7 +262,7 @@ static K5 void scores_by_cols(const attn_kv *kv, const attn_row *rows, const int
                     }
                     /* the same head's groups AHEAD later, spread over the dims (first row chunk only) */
                     const int p0 = k + AHEAD - STEP, npf = a > r0 || p0 >= np ? 0 : np - p0 < nk ? np - p0 : nk;
-                    scores_cols_nr(nr, nk, kg + k, goff, bs, qt + (size_t)a * hd, hd, vscale, out, n, kg + STEP + p0, npf);
+                    scores_cols_nr(eb, nr, nk, kg + k, goff, bs, qt + (size_t)a * hd, hd, vscale, out, n, kg + STEP + p0, npf);
                 }
             }
         }
@@ -396,7 +405,7 @@ static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t go
  * register for the RR rows (q8_0, q4_0: d x q, exact); per output element
  * one FMA chain over k. */
 enum { VK_F16, VK_Q8_0, VK_Q4_0 };
-K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *w, int n,
+K5I void vtile(bool EB, int kind, int RR, int C, __mmask16 klast, bool first, float *const *o, const float *w, int n,
                const void *const *vp, int d0, const char *pf, int npf)
 {
     assert(kind == VK_F16 || d0 % 32 == 0); /* q8_0, q4_0: whole blocks */
@@ -440,7 +449,7 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
 #pragma GCC unroll 8
         for (int r = 0; r < RR; r++) {
 #pragma GCC unroll 4
-            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(a[r][c], v[c], &w[r * ATTN_VB + k]);
+            for (int c = 0; c < C; c++) a[r][c] = fmadd_b32(EB, a[r][c], v[c], &w[r * ATTN_VB + k]);
         }
     }
 #pragma GCC unroll 8
@@ -449,41 +458,45 @@ K5I void vtile(int kind, int RR, int C, __mmask16 klast, bool first, float *cons
         for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(o[r] + d0 + 16 * c, c == C - 1 ? klast : (__mmask16)0xFFFF, a[r][c]);
 }
 
-/* vtile with RR and C as constants (accumulators in registers). */
-#define VT_RC(name, KIND)                                                                                        \
-    static K5 void name(int rr, int c, __mmask16 klast, bool first, float *const *o, const float *w, int n,       \
-                        const void *const *vp, int d0, const char *pf, int npf)                                \
-    {                                                                                                          \
-        switch (rr * 16 + c) {                                                                                 \
-        case 0x11: vtile(KIND, 1, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x12: vtile(KIND, 1, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x13: vtile(KIND, 1, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x14: vtile(KIND, 1, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x21: vtile(KIND, 2, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x22: vtile(KIND, 2, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x23: vtile(KIND, 2, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x24: vtile(KIND, 2, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x31: vtile(KIND, 3, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x32: vtile(KIND, 3, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x33: vtile(KIND, 3, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x34: vtile(KIND, 3, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x41: vtile(KIND, 4, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x42: vtile(KIND, 4, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x43: vtile(KIND, 4, 3, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x44: vtile(KIND, 4, 4, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x51: vtile(KIND, 5, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x52: vtile(KIND, 5, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x61: vtile(KIND, 6, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x62: vtile(KIND, 6, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x71: vtile(KIND, 7, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x72: vtile(KIND, 7, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        case 0x81: vtile(KIND, 8, 1, klast, first, o, w, n, vp, d0, pf, npf); break;                                      \
-        default: vtile(KIND, 8, 2, klast, first, o, w, n, vp, d0, pf, npf); break;                                        \
-        }                                                                                                      \
+/* vtile with RR and C as constants (accumulators in registers), either
+ * broadcast form. */
+#define VT_CASES(EB, KIND) \
+    switch (rr * 16 + c) { \
+    case 0x11: vtile(EB, KIND, 1, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x12: vtile(EB, KIND, 1, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x13: vtile(EB, KIND, 1, 3, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x14: vtile(EB, KIND, 1, 4, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x21: vtile(EB, KIND, 2, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x22: vtile(EB, KIND, 2, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x23: vtile(EB, KIND, 2, 3, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x24: vtile(EB, KIND, 2, 4, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x31: vtile(EB, KIND, 3, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x32: vtile(EB, KIND, 3, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x33: vtile(EB, KIND, 3, 3, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x34: vtile(EB, KIND, 3, 4, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x41: vtile(EB, KIND, 4, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x42: vtile(EB, KIND, 4, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x43: vtile(EB, KIND, 4, 3, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x44: vtile(EB, KIND, 4, 4, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x51: vtile(EB, KIND, 5, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x52: vtile(EB, KIND, 5, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x61: vtile(EB, KIND, 6, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x62: vtile(EB, KIND, 6, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x71: vtile(EB, KIND, 7, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x72: vtile(EB, KIND, 7, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    case 0x81: vtile(EB, KIND, 8, 1, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    default: vtile(EB, KIND, 8, 2, klast, first, o, w, n, vp, d0, pf, npf); break; \
+    }
+#define VT_RC(name, KIND)                                                                                   \
+    static K5 void name(bool eb, int rr, int c, __mmask16 klast, bool first, float *const *o, const float *w, int n, \
+                        const void *const *vp, int d0, const char *pf, int npf)                           \
+    {                                                                                                     \
+        if (eb) VT_CASES(true, KIND) else VT_CASES(false, KIND)                                           \
     }
 VT_RC(vtile_rc_f16, VK_F16)
 VT_RC(vtile_rc_q8, VK_Q8_0)
 VT_RC(vtile_rc_q4, VK_Q4_0)
+#undef VT_CASES
 #undef VT_RC
 
 /* All of the head's dims for rr rows over n keys, in passes of 16
@@ -502,7 +515,7 @@ K5I void vdims(int kind, int rr, bool first, float *const *o, const float *wt, i
         const char *pf = NULL;
         const int npf = lp ? vline_span(lp, n, &pf) : 0;
         pf_take(pb, take);
-        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(rr, c, klast, first, o, wt, n, vp, d0, pf, npf);
+        (kind == VK_Q8_0 ? vtile_rc_q8 : kind == VK_Q4_0 ? vtile_rc_q4 : vtile_rc_f16)(kern_attn_bcast_embedded, rr, c, klast, first, o, wt, n, vp, d0, pf, npf);
     }
 }
 

@@ -18,6 +18,7 @@
 
 kern_vtable kern_vt;
 int kern_pf_stream; /* kern_impl.h */
+int kern_attn_bcast_embedded; /* kern_impl.h */
 static _Atomic int kern_ready;
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -105,10 +106,26 @@ static int kern_pf_stream_choice(int cpu)
     return (int)v;
 }
 
+/* cpu (this CPU's form, kern_impl.h), or PAGELLM_ATTN_BCAST's: "auto"
+ * (or unset), "embedded" or "loaded"; anything else is reported (once) and
+ * ignored. */
+static int kern_attn_bcast_choice(int cpu)
+{
+    const char *e = getenv("PAGELLM_ATTN_BCAST");
+    if (!e || !*e || !strcmp(e, "auto")) return cpu;
+    if (!strcmp(e, "embedded")) return 1;
+    if (!strcmp(e, "loaded")) return 0;
+    static _Atomic int told;
+    if (!atomic_exchange(&told, 1))
+        fprintf(stderr, "pagellm: PAGELLM_ATTN_BCAST=%s is not one of auto, embedded, loaded: ignored\n", e);
+    return cpu;
+}
+
 void kern_init(int force_ref)
 {
     const unsigned amd = kern_cpu_amd_family();
     kern_pf_stream = kern_pf_stream_choice(!amd ? KERN_PF_STREAM_BYTES : amd >= KERN_AMD_ZEN5 ? KERN_PF_STREAM_ZEN5 : 0);
+    kern_attn_bcast_embedded = kern_attn_bcast_choice(amd && amd < KERN_AMD_ZEN5);
     const int cap = force_ref ? 0 : kern_cap_from_env();
     kern_vt = kern_vt_ref;
     const kern_vtable *avx2 = kern_vt_avx2();

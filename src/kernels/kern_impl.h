@@ -427,6 +427,15 @@ void kern_f16_lut_init(void);
  * auto or a distance in bytes (0..65536) overrides, for A/B runs. Read
  * once per tile call. */
 extern int kern_pf_stream;
+/* The AVX-512 f16 / q8_0 / q4_0 attention tiles' broadcast form
+ * (attention_avx512.c, fmadd_b32): 1 embeds each query element's or
+ * softmax weight's broadcast in its FMA (vfmadd231ps m32{1to16}), 0 loads
+ * it first (vbroadcastss). The same bits either way. kern_init sets it: 1
+ * on AMD before Zen 5 (a zmm operation in two halves: the prefill tiles
+ * ~10% faster, docs/speed.md), 0 elsewhere (on Emerald Rapids an FMA with
+ * an embedded broadcast issues at about half the rate);
+ * PAGELLM_ATTN_BCAST=auto, embedded or loaded overrides, for A/B runs. */
+extern int kern_attn_bcast_embedded;
 #ifndef KERN_PF_STREAM_BYTES
 #define KERN_PF_STREAM_BYTES 8192
 #endif
