@@ -339,15 +339,24 @@ K5I void keys_i8(bool q4, const uint8_t *const *k, size_t goff, int b, __m512i *
     k5_transpose16x8_epi32(z, t);
 }
 
+/* keys_i8 of every block of 16 keys' head rows, kept for the row chunks
+ * of a segment of more than 8 rows (a prefill tile), which would each
+ * transpose them again. */
+typedef struct {
+    __m512i t[8][8];
+    __m512 dk[8];
+} key_tile;
+
 /* NR (1..8) rows against 16 q8_0 (or q4 = q4_0) keys: per (row, key) and
  * block the exact int dot s_b = sum_i k_i q_i (vpdpbusd on k + 128, or k +
  * 8, minus 128 or 8 x sum_i q_i), then acc = sum_b (float)s_b x (d_k x d_q)
  * (b ascending, from 0, multiply then add) and acc x scale: the reference's
  * operations (attention.c), so the scores are the reference's bits, as the
  * AVX2 variant's are. q8[r]: row r's query as q8_0; qs[r][b] = the offset
- * (128 or 8) x the sum of its block b's quants. */
+ * (128 or 8) x the sum of its block b's quants. kt: the keys already
+ * transposed, or NULL. */
 K5I void scores_q8(bool q4, int NR, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8, const int32_t (*qs)[8],
-                   int nb, __m512 vscale, float *const *out, const int *n)
+                   int nb, __m512 vscale, float *const *out, const int *n, const key_tile *kt)
 {
     __m512 acc[8];
 #pragma GCC unroll 8
@@ -355,7 +364,13 @@ K5I void scores_q8(bool q4, int NR, const uint8_t *const *kp, size_t goff, const
     for (int b = 0; b < nb; b++) {
         __m512i t[8];
         __m512 dk;
-        keys_i8(q4, kp, goff, b, t, &dk);
+        if (kt) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) t[j] = kt->t[b][j];
+            dk = kt->dk[b];
+        } else {
+            keys_i8(q4, kp, goff, b, t, &dk);
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const int8_t *qb = q8[r][b].qs;
@@ -378,9 +393,9 @@ K5I void scores_q8(bool q4, int NR, const uint8_t *const *kp, size_t goff, const
 }
 
 static K5 void scores_q8_nr(bool q4, int nr, const uint8_t *const *kp, size_t goff, const block_q8_0 *const *q8,
-                            const int32_t (*qs)[8], int nb, __m512 vscale, float *const *out, const int *n)
+                            const int32_t (*qs)[8], int nb, __m512 vscale, float *const *out, const int *n, const key_tile *kt)
 {
-#define SQ8(R) (q4 ? scores_q8(true, R, kp, goff, q8, qs, nb, vscale, out, n) : scores_q8(false, R, kp, goff, q8, qs, nb, vscale, out, n))
+#define SQ8(R) (q4 ? scores_q8(true, R, kp, goff, q8, qs, nb, vscale, out, n, kt) : scores_q8(false, R, kp, goff, q8, qs, nb, vscale, out, n, kt))
     switch (nr) {
     case 1: SQ8(1); break;
     case 2: SQ8(2); break;
@@ -746,6 +761,8 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
         pf_until(&pk, pfd);
     }
     kv_cursor kc = cursor_at(kv, kv->k_base, 0);
+    static_assert(KS == 16, "a key_tile is 16 keys");
+    key_tile kt;
     for (int j0 = 0; i8 && j0 < nmax; j0 += KS) {
         kv_pfb pkb; /* not {0}: zeroing its array costs more than the rest of the bookkeeping */
         pkb.n = pkb.next = 0;
@@ -762,6 +779,11 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
             if (sg_n[sg] <= j0) continue;
             const size_t goff = (size_t)rows[r0].g * kv->head_bytes;
             const int gv = sg_n[sg] - j0 < KS ? sg_n[sg] - j0 : KS; /* keys any row of the segment needs */
+            const key_tile *ktp = NULL;
+            if (r1 - r0 > 8) {
+                for (int b = 0; b < nb; b++) keys_i8(t == DT_Q4_0, krow, goff, b, kt.t[b], &kt.dk[b]);
+                ktp = &kt;
+            }
             for (int a = r0; a < r1; a += 8) {
                 const int nr = r1 - a < 8 ? r1 - a : 8;
                 for (int k0 = 0; k0 < gv; k0 += 16) {
@@ -772,7 +794,7 @@ K5 void attn_paged_avx512(const attn_kv *kv, const attn_row *rows, int n_rows, f
                         n[r] = rows[a + r].n_ctx - (j0 + k0);
                     }
                     pf_take(&pkb, pk_take);
-                    scores_q8_nr(t == DT_Q4_0, nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n);
+                    scores_q8_nr(t == DT_Q4_0, nr, krow + k0, goff, q8 + a, q8s + a, nb, vscale, out, n, ktp);
                 }
             }
         }
