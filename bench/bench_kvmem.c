@@ -27,16 +27,19 @@
  *              the pool dry, recompute later). max_seqs = N, so only KV
  *              memory limits concurrency. Tokens are really appended: every
  *              figure below is the engine's own accounting.
- *   sampling   after each engine step the engine publishes a metrics
- *              snapshot (running sequences and pl_ctx_kv_stats of that
- *              step); this thread polls it every ~100 us and records each
- *              new step it sees. A step can be missed when the poller is
- *              descheduled; the report says how many steps were seen.
+ *   per step   after each engine step the engine takes the running
+ *              sequences and pl_ctx_kv_stats of that step into its own
+ *              sums and peak (pl_engine_metrics: running_peak,
+ *              running_steps, kv_*_byte_steps), so every step counts,
+ *              however busy the host. The --svg plot's points come from
+ *              this thread polling the metrics every ~100 us: a point per
+ *              step it sees ("steps_sampled"; a step can be missed when
+ *              the poller is descheduled).
  *
  * Reported per layout:
- *   max_concurrent   the most running sequences in any sampled step
- *   mean_concurrent  running sequences averaged over sampled steps
- *   utilisation      sum(bytes_live) / sum(bytes_allocated) over sampled
+ *   max_concurrent   the most running sequences in any step
+ *   mean_concurrent  running sequences averaged over the steps
+ *   utilisation      sum(bytes_live) / sum(bytes_allocated) over the
  *                    steps: live tokens' bytes over the bytes of the blocks
  *                    that sequences hold (free and cached-free blocks are
  *                    not "allocated": they are available to anyone)
@@ -44,7 +47,7 @@
  * The issue's goals: utilisation_paged >= 0.96 and max_concurrent_paged >=
  * 3 x max_concurrent_static.
  *
- * --svg FILE plots every sampled step of both runs against time: the
+ * --svg FILE plots the sampled steps of both runs against time: the
  * step's utilisation (bytes_live / bytes_allocated) and its running
  * sequences (bench/svg.h).
  */
@@ -70,7 +73,7 @@ typedef struct {
     uint32_t max_conc;
     double mean_conc;
     double util, util_peak, pool_fill;
-    uint64_t steps, samples, preemptions, generated, prompt_tokens, prefix_hits;
+    uint64_t steps, samples, preemptions, generated, prompt_tokens, prefix_hits; /* samples: the plot's points */
     double seconds;
     uint64_t pool_bytes;
     uint32_t blocks_total;
@@ -135,7 +138,6 @@ static int km_drain(pl_request **rq, bool *done, int n, int *n_done)
 
 typedef struct {
     uint64_t last_step;
-    double sum_running, sum_live, sum_alloc, sum_fill;
     double t0;
     bool keep; /* record the points (--svg) */
 } km_acc;
@@ -159,6 +161,7 @@ static void km_point(km_result *res, double t, double u, double r)
     res->n_pts++;
 }
 
+/* A point of the plot for each new step the poll sees. */
 static void km_sample(const pl_engine_metrics *m, km_acc *a, km_result *res)
 {
     if (m->steps == a->last_step) return;
@@ -167,14 +170,25 @@ static void km_sample(const pl_engine_metrics *m, km_acc *a, km_result *res)
                  m->running);
     a->last_step = m->steps;
     res->samples++;
-    a->sum_running += m->running;
-    a->sum_live += (double)m->kv.bytes_live;
-    a->sum_alloc += (double)m->kv.bytes_allocated;
-    a->sum_fill += m->kv.pool_bytes ? (double)m->kv.bytes_allocated / (double)m->kv.pool_bytes : 0;
-    if (m->running > res->max_conc) {
-        res->max_conc = m->running;
-        res->util_peak = m->kv.utilisation;
+}
+
+/* The figures: the engine's own sums over every step. */
+static void km_figures(const pl_engine_metrics *m, km_result *res)
+{
+    res->steps = m->steps;
+    res->preemptions = m->preemptions;
+    res->generated = m->generated_tokens;
+    res->prompt_tokens = m->prompt_tokens;
+    res->prefix_hits = m->prefix_hit_tokens;
+    res->pool_bytes = m->kv.pool_bytes;
+    res->blocks_total = m->kv.blocks_total;
+    res->max_conc = m->running_peak;
+    res->util_peak = m->kv_utilisation_at_peak;
+    if (m->steps) {
+        res->mean_conc = (double)m->running_steps / (double)m->steps;
+        res->pool_fill = m->kv.pool_bytes ? (double)m->kv_allocated_byte_steps / ((double)m->steps * (double)m->kv.pool_bytes) : 0;
     }
+    res->util = m->kv_allocated_byte_steps ? (double)m->kv_live_byte_steps / (double)m->kv_allocated_byte_steps : 0;
 }
 
 static int km_submit_all(pl_engine *e, const km_req *w, int n, pl_request **rq)
@@ -240,18 +254,7 @@ static int km_run(pl_model *m, const km_opts *o, const km_req *w, pl_kv_layout l
     }
     res->seconds = bench_now() - t0;
     pl_engine_metrics_get(e, &mt);
-    res->steps = mt.steps;
-    res->preemptions = mt.preemptions;
-    res->generated = mt.generated_tokens;
-    res->prompt_tokens = mt.prompt_tokens;
-    res->prefix_hits = mt.prefix_hit_tokens;
-    res->pool_bytes = mt.kv.pool_bytes;
-    res->blocks_total = mt.kv.blocks_total;
-    if (res->samples) {
-        res->mean_conc = acc.sum_running / (double)res->samples;
-        res->pool_fill = acc.sum_fill / (double)res->samples;
-    }
-    res->util = acc.sum_alloc > 0 ? acc.sum_live / acc.sum_alloc : 0;
+    km_figures(&mt, res);
     for (int i = 0; rq && i < n; i++)
         if (rq[i]) pl_request_free(rq[i]);
     free(rq);
@@ -260,11 +263,11 @@ static int km_run(pl_model *m, const km_opts *o, const km_req *w, pl_kv_layout l
     return rc;
 }
 
-/* km_run, again (up to 3 runs) when the sampler saw under a quarter of
- * the steps: it polls the engine's metrics from this thread, and a small
- * workload on a busy host can finish while this thread waits for a core
- * (0 of 82 steps seen has happened), which would report no concurrency
- * at all. Said on stderr. */
+/* km_run, again (up to 3 runs) when --svg is asked and the poll saw under
+ * a quarter of the steps: a small workload on a busy host can finish
+ * while this thread waits for a core (0 of 82 steps seen has happened),
+ * which would leave the plot empty. The figures do not depend on it.
+ * Said on stderr. */
 static int km_run_sampled(pl_model *m, const km_opts *o, const km_req *w, pl_kv_layout layout, uint32_t n_ctx,
                           km_result *res)
 {
@@ -276,7 +279,7 @@ static int km_run_sampled(pl_model *m, const km_opts *o, const km_req *w, pl_kv_
             free(res->t), free(res->u), free(res->r);
         }
         rc = km_run(m, o, w, layout, n_ctx, res);
-        if (rc || 4 * res->samples >= res->steps) break;
+        if (rc || !o->svg || 4 * res->samples >= res->steps) break;
     }
     return rc;
 }

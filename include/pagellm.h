@@ -712,6 +712,14 @@ typedef struct {
     uint64_t prefix_query_tokens, prefix_hit_tokens; /* prompt tokens looked up / served from cache */
     uint64_t prompt_tokens, generated_tokens;
     uint64_t steps;
+    /* Over every step since start (the snapshot after each step, as the
+     * fields above), so that no poller has to catch each one: */
+    uint32_t running_peak;         /* the most sequences running after a step */
+    double kv_utilisation_at_peak; /* kv.utilisation after the first step with running_peak */
+    uint64_t running_steps;        /* running sequences summed over the steps (mean: / steps) */
+    uint64_t kv_live_byte_steps;   /* kv.bytes_live summed over the steps */
+    uint64_t kv_allocated_byte_steps; /* kv.bytes_allocated summed over the steps (their ratio: the
+                                         utilisation averaged over steps) */
     pl_histogram ttft, itl, e2e;   /* time to first token, inter-token latency, end-to-end */
     uint64_t tier_hit_tokens;      /* of prefix_hit_tokens: loaded from the KV tiers */
     uint32_t n_tiers;

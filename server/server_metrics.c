@@ -122,6 +122,16 @@ static void engine_metrics(srv_buf *b, int *rc, const pl_engine_metrics *m)
     counter(b, rc, "pagellm_prompt_tokens_total", "Prompt tokens of submitted requests.", m->prompt_tokens);
     counter(b, rc, "pagellm_generation_tokens_total", "Tokens generated.", m->generated_tokens);
     counter(b, rc, "pagellm_engine_steps_total", "Engine steps (batched forward passes).", m->steps);
+    gauge(b, rc, "pagellm_requests_running_peak", "The most requests running after one engine step since start.",
+          m->running_peak);
+    counter(b, rc, "pagellm_requests_running_steps_total",
+            "Requests running after each engine step, summed (over pagellm_engine_steps_total: the mean batch).",
+            m->running_steps);
+    counter(b, rc, "pagellm_kv_bytes_live_steps_total",
+            "KV bytes holding live tokens after each engine step, summed.", m->kv_live_byte_steps);
+    counter(b, rc, "pagellm_kv_bytes_allocated_steps_total",
+            "pagellm_kv_bytes_allocated after each engine step, summed (live over allocated: the KV utilisation "
+            "averaged over the steps).", m->kv_allocated_byte_steps);
     histogram(b, rc, "pagellm_time_to_first_token_seconds", "Time from submission to the first generated token.",
               &m->ttft);
     histogram(b, rc, "pagellm_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", &m->itl);

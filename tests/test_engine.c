@@ -789,6 +789,16 @@ TEST(an_idle_engine_gathers_a_burst_into_one_prefill_step)
     CHECK_MSG(mt.steps == GEN, "%llu steps for 4 x %d tokens sent 20 ms apart: not gathered into one first step",
               (unsigned long long)mt.steps, GEN);
     for (int i = 1; i < 4; i++) CHECK_MSG(ids_equal(&res[i]->ids[0], &res[0]->ids[0]), "request %d differs", i);
+    /* the per-step sums: four running after each of the first GEN - 1
+     * steps, none after the last (it finished them all) */
+    CHECK_EQ_INT(mt.running_peak, 4);
+    CHECK_MSG(mt.running_steps == 4 * (GEN - 1), "running summed over the steps: %llu, not %d",
+              (unsigned long long)mt.running_steps, 4 * (GEN - 1));
+    CHECK_MSG(mt.kv_utilisation_at_peak > 0 && mt.kv_utilisation_at_peak <= 1, "utilisation at the peak %g",
+              mt.kv_utilisation_at_peak);
+    CHECK_MSG(mt.kv_live_byte_steps > 0 && mt.kv_live_byte_steps <= mt.kv_allocated_byte_steps,
+              "live %llu and allocated %llu bytes summed over the steps",
+              (unsigned long long)mt.kv_live_byte_steps, (unsigned long long)mt.kv_allocated_byte_steps);
     pl_engine_free(e);
     for (int i = 0; i < 4; i++) free(res[i]);
 

@@ -485,6 +485,7 @@ TEST(metrics_text)
     m.kv.blocks_total = 128, m.kv.blocks_used = 32, m.kv.blocks_cached = 5;
     m.prefix_hit_tokens = 77;
     m.running = 2;
+    m.running_peak = 7, m.running_steps = 90, m.kv_live_byte_steps = 3000, m.kv_allocated_byte_steps = 4096;
     for (int i = 0; i < PL_HIST_BUCKETS; i++) {
         m.ttft.le[i] = i == PL_HIST_BUCKETS - 1 ? INFINITY : 0.001 * (1 << i);
         m.ttft.count[i] = (uint64_t)i;
@@ -501,6 +502,10 @@ TEST(metrics_text)
     CHECK(strstr(s, "\npagellm_kv_usage_ratio 0.25\n"));
     CHECK(strstr(s, "# TYPE pagellm_prefix_cache_hit_tokens_total counter\npagellm_prefix_cache_hit_tokens_total 77\n"));
     CHECK(strstr(s, "\npagellm_requests_running 2\n"));
+    CHECK(strstr(s, "# TYPE pagellm_requests_running_peak gauge\npagellm_requests_running_peak 7\n"));
+    CHECK(strstr(s, "# TYPE pagellm_requests_running_steps_total counter\npagellm_requests_running_steps_total 90\n"));
+    CHECK(strstr(s, "\npagellm_kv_bytes_live_steps_total 3000\n"));
+    CHECK(strstr(s, "\npagellm_kv_bytes_allocated_steps_total 4096\n"));
     CHECK(strstr(s, "# TYPE pagellm_time_to_first_token_seconds histogram\n"));
     CHECK(strstr(s, "\npagellm_time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n"));
     CHECK(strstr(s, "\npagellm_time_to_first_token_seconds_bucket{le=\"0.002\"} 1\n"));

@@ -102,6 +102,7 @@ struct pl_engine {
     /* engine thread only */
     sched sc;
     pl_engine_metrics m;
+    uint64_t steps_summed;             /* m.steps when the per-step sums last took a step */
     eng_out *out;
     size_t n_out, cap_out;
     int stalls;                        /* iterations in a row that ran nothing with work left */

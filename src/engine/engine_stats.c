@@ -45,6 +45,13 @@ void eng_metrics_publish(pl_engine *e)
     m->prefix_hit_tokens = s->st.prefix_hit_tokens;
     m->prompt_tokens = s->st.prompt_tokens;
     m->tier_hit_tokens = s->st.tier_hit_tokens; /* the tiers' own counters: pl_engine_metrics_get */
+    if (m->steps != e->steps_summed) { /* a step ran since the last snapshot */
+        e->steps_summed = m->steps;
+        if (m->running > m->running_peak) m->running_peak = m->running, m->kv_utilisation_at_peak = m->kv.utilisation;
+        m->running_steps += m->running;
+        m->kv_live_byte_steps += m->kv.bytes_live;
+        m->kv_allocated_byte_steps += m->kv.bytes_allocated;
+    }
     pthread_mutex_lock(&e->mmu);
     e->pub = *m;
     pthread_mutex_unlock(&e->mmu);

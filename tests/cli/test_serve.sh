@@ -180,7 +180,9 @@ for m in pagellm_kv_blocks_total pagellm_kv_blocks_used pagellm_kv_blocks_cached
          pagellm_prefix_cache_query_tokens_total pagellm_prefix_cache_hit_tokens_total pagellm_preemptions_total pagellm_prefill_cuts_total \
          pagellm_requests_running pagellm_requests_waiting pagellm_generation_tokens_total \
          pagellm_time_to_first_token_seconds_count pagellm_inter_token_latency_seconds_count \
-         pagellm_e2e_request_latency_seconds_count pagellm_key_cost_prompt pagellm_key_cost_decode pagellm_key_cost_model; do
+         pagellm_e2e_request_latency_seconds_count pagellm_key_cost_prompt pagellm_key_cost_decode pagellm_key_cost_model \
+         pagellm_requests_running_peak pagellm_requests_running_steps_total pagellm_kv_bytes_live_steps_total \
+         pagellm_kv_bytes_allocated_steps_total; do
   grep -q "^$m [0-9]" "$T/metrics" || { fail serve_metrics_names "no $m"; break; }
 done
 grep -q "^pagellm_time_to_first_token_seconds_count [0-9]" "$T/metrics" && pass serve_metrics_names
