@@ -115,7 +115,8 @@ typedef struct {
 static int ppl_parse(int argc, char **argv, ppl_opts *o)
 {
     static const char *const shared[] = {"model",     "kv-dtype",  "threads",  "batch", "block-size",
-                                         "kv-layout", "kv-window", "kv-sinks", "swa", NULL};
+                                         "kv-layout", "kv-window", "kv-sinks", "swa", "rope-scaling",
+                                         "rope-scale", "rope-freq-base", "yarn-orig-ctx", NULL};
     gen_opts_default(&o->g);
     cli_opt all[GEN_OPTS_N + 1], opts[32];
     int n_all = 0, n = 0;
@@ -976,7 +977,7 @@ static int ppl_main(ppl_run *r, const char *text, size_t len)
     pl_ctx_params cp;
     int rc = gen_opts_ctx_params(CMD, &o->g, &cp);
     if (rc) return rc;
-    if (pl_model_load(&r->m, o->g.model) != 0) { cli_error(CMD, "%s", pl_last_error()); return 1; }
+    if ((rc = gen_opts_load_model(CMD, &o->g, &r->m)) != 0) return rc;
     r->n_vocab = pl_model_n_vocab(r->m);
     rc = describe_run(o->g.model, r->m, pl_kv_dtype_name(cp.kv_dtype), &r->me);
     r->me.top_k = o->top_k > 0 && (uint32_t)o->top_k < r->n_vocab ? (uint32_t)o->top_k : 0;

@@ -176,7 +176,7 @@ int cmd_run(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (tier_opts_any(&o.tiers)) { /* the engine makes its own context */
-        if (pl_model_load(&m, o.g.model) != 0) { cli_error("run", "%s", pl_last_error()); rc = 1; }
+        rc = gen_opts_load_model("run", &o.g, &m);
     } else {
         rc = gen_opts_open("run", &o.g, &m, &c);
     }

@@ -276,7 +276,9 @@ static int serve_run(serve_opts *o, const sigset_t *set)
     pl_file_info info;
     pl_engine_params ep;
     srv_model_ctx mc;
-    if (pl_model_load(&m, o->g.model) != 0 || pl_file_inspect(o->g.model, &info) != 0) {
+    const int lrc = gen_opts_load_model("serve", &o->g, &m);
+    if (lrc) return lrc;
+    if (pl_file_inspect(o->g.model, &info) != 0) {
         cli_error("serve", "%s", pl_last_error());
         pl_model_free(m);
         return 1;

@@ -49,6 +49,10 @@ void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
         {"repeat-penalty", 0, CLI_FLOAT, &o->repeat_penalty, 0.01, 100, "X", "repetition penalty, 1 = off (default 1)"},
         {"repeat-last-n", 0, CLI_INT, &o->repeat_last_n, 0, 1 << 20, "N", "tokens the penalty looks back (default 64)"},
         {"seed", 's', CLI_U64, &o->seed, 0, 0, "N", "sampling seed (default 0)"},
+        {"rope-scaling", 0, CLI_STR, &o->rope_scaling, 0, 0, "T", "RoPE scaling instead of the file's, to run past the trained context: none | linear | yarn"},
+        {"rope-scale", 0, CLI_FLOAT, &o->rope_scale, 1e-3, 1e6, "F", "RoPE context factor (positions / F) instead of the file's; yarn needs F > 1"},
+        {"rope-freq-base", 0, CLI_FLOAT, &o->rope_freq_base, 1e-3, 1e12, "F", "RoPE frequency base instead of the file's (global layers)"},
+        {"yarn-orig-ctx", 0, CLI_INT, &o->yarn_orig_ctx, 1, 1 << 24, "N", "YaRN's original context (default: the file's, else its train context)"},
         {0},
     };
     for (int i = 0; i < GEN_OPTS_N && add[i].name; i++) t[(*n)++] = add[i];
@@ -92,15 +96,33 @@ int gen_opts_sampler_params(const gen_opts *o, pl_sampler_params *sp)
     return 0;
 }
 
+int gen_opts_load_model(const char *cmd, const gen_opts *o, pl_model **m)
+{
+    if (o->rope_scaling && strcmp(o->rope_scaling, "none") && strcmp(o->rope_scaling, "linear") &&
+        strcmp(o->rope_scaling, "yarn")) {
+        cli_error(cmd, "bad value '%s' for --rope-scaling (none | linear | yarn)", o->rope_scaling);
+        return 2;
+    }
+    if (pl_model_load(m, o->model) != 0) {
+        cli_error(cmd, "%s", pl_last_error());
+        return 1;
+    }
+    const pl_rope_params rp = {o->rope_scaling, (float)o->rope_scale, (float)o->rope_freq_base, (uint32_t)o->yarn_orig_ctx};
+    if (pl_model_set_rope(*m, &rp) != 0) {
+        cli_error(cmd, "%s", pl_last_error());
+        pl_model_free(*m);
+        *m = NULL;
+        return 1;
+    }
+    return 0;
+}
+
 int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c)
 {
     pl_ctx_params cp;
     int rc = gen_opts_ctx_params(cmd, o, &cp);
     if (rc) return rc;
-    if (pl_model_load(m, o->model) != 0) {
-        cli_error(cmd, "%s", pl_last_error());
-        return 1;
-    }
+    if ((rc = gen_opts_load_model(cmd, o, m)) != 0) return rc;
     if (pl_ctx_new(c, *m, &cp) != 0) {
         cli_error(cmd, "%s", pl_last_error());
         pl_model_free(*m);

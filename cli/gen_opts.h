@@ -19,19 +19,26 @@ typedef struct {
     double temp, top_p, min_p, repeat_penalty;
     int top_k, repeat_last_n;
     uint64_t seed;
+    const char *rope_scaling; /* NULL: the file's */
+    double rope_scale, rope_freq_base; /* 0: the file's */
+    int yarn_orig_ctx;        /* 0: the file's */
 } gen_opts;
 
 void gen_opts_default(gen_opts *o);
 
 /* Appends the shared flag descriptions to opts (which must have room for
  * GEN_OPTS_N more entries) starting at *n. */
-#define GEN_OPTS_N 21
+#define GEN_OPTS_N 25
 void gen_opts_table(gen_opts *o, cli_opt *opts, int *n);
 
 /* Turns the parsed flags into parameters; prints the problem and returns 2
  * on a bad value. */
 int gen_opts_ctx_params(const char *cmd, const gen_opts *o, pl_ctx_params *cp);
 int gen_opts_sampler_params(const gen_opts *o, pl_sampler_params *sp);
+
+/* Loads the model with the --rope-* flags applied; prints the problem and
+ * returns 1 (2 for a bad flag value). */
+int gen_opts_load_model(const char *cmd, const gen_opts *o, pl_model **m);
 
 /* Loads the model and makes a context; prints the problem and returns 1. */
 int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c);

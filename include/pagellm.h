@@ -253,6 +253,20 @@ typedef struct pl_model pl_model;
  * type) and loads its tokenizer. Errors name the file, key or tensor. */
 int pl_model_load(pl_model **out, const char *path);
 void pl_model_free(pl_model *m);
+/* RoPE scaling of the caller's choosing in place of the file's, to run a
+ * model past the context it was trained on (llama.cpp's --rope-scaling,
+ * --rope-scale, --rope-freq-base, --yarn-orig-ctx mean the same). Zero /
+ * NULL fields keep the file's. */
+typedef struct {
+    const char *type;   /* "none" (never scale), "linear", "yarn" (needs factor > 1) */
+    float factor;       /* context factor: positions are divided by it */
+    float freq_base;    /* the global layers' frequency base (sliding-window layers keep theirs) */
+    uint32_t orig_ctx;  /* YaRN's original context (the file's, else its training context) */
+} pl_rope_params;
+/* Before any context is made from m. PL_ERR_INVAL for a bad value,
+ * PL_ERR_UNSUPPORTED for files whose scaling is more than these numbers
+ * (LongRoPE's factor tensors, deepseek2). */
+int pl_model_set_rope(pl_model *m, const pl_rope_params *p);
 const pl_vocab *pl_model_vocab(const pl_model *m);
 uint32_t pl_model_n_vocab(const pl_model *m);
 uint32_t pl_model_n_ctx_train(const pl_model *m);

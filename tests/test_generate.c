@@ -369,6 +369,28 @@ TEST(prompt_longer_than_context_is_refused_and_nothing_is_appended)
     pl_model_free(m);
 }
 
+/* pl_model_set_rope: bad values refused, and too late once a context uses the model */
+TEST(set_rope_checks_its_values_and_comes_before_contexts)
+{
+    pl_model *m = NULL;
+    CHECK(pl_model_load(&m, STORIES) == 0);
+    CHECK(pl_model_set_rope(m, NULL) == PL_ERR_INVAL);
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.type = "ntk"}) == PL_ERR_INVAL);
+    CHECK(strstr(pl_last_error(), "ntk"));
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.factor = -2}) == PL_ERR_INVAL);
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.type = "yarn", .factor = 1}) == PL_ERR_INVAL);
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.type = "linear", .factor = 2}) == 0);
+    pl_ctx_params cp;
+    pl_ctx_params_default(&cp);
+    cp.n_ctx = 32;
+    pl_ctx *c = NULL;
+    CHECK(pl_ctx_new(&c, m, &cp) == 0);
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.factor = 4}) == PL_ERR_INVAL);
+    CHECK(strstr(pl_last_error(), "a context was already made"));
+    pl_ctx_free(c);
+    pl_model_free(m);
+}
+
 TEST(append_all_gives_the_logits_of_every_position)
 {
     pl_model *m = NULL;
@@ -589,6 +611,7 @@ int main(void)
     RUN(kv_modes_block_sizes_and_chunking_give_identical_tokens);
     RUN(bad_models_are_refused_naming_the_key_or_tensor);
     RUN(prompt_longer_than_context_is_refused_and_nothing_is_appended);
+    RUN(set_rope_checks_its_values_and_comes_before_contexts);
     RUN(append_all_gives_the_logits_of_every_position);
     RUN(seq_step_decodes_sequences_together_like_one_at_a_time);
     RUN(seq_step_gives_one_threads_bits_on_any_threads);

@@ -125,6 +125,52 @@ TEST(rope_scaling_type_none_never_scales)
     CHECK(c.rope_scale == 0.5f);
 }
 
+/* The caller's RoPE scaling (--rope-*): llama.cpp's meanings; bad values
+ * refused with the config untouched; local layers of their own keep theirs. */
+TEST(rope_override_replaces_the_files_scaling)
+{
+    model_config c, o;
+    const char *yarn[] = {"llama.rope.scaling.type=str:yarn", "llama.rope.scaling.factor=f32:4", NULL};
+    CHECK_EQ_INT(config_of("llama", yarn, &c), 0);
+    o = c;
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_NONE, 0, 0, 0), 0);
+    CHECK(o.rope_scaling.type == ROPE_SCALING_NONE && o.rope_scale == 1.0f && o.rope_scale_local == 1.0f);
+    o = c;
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 8, 20000, 256), 0); /* the file's type, another factor */
+    CHECK(o.rope_scaling.type == ROPE_SCALING_YARN && o.rope_scaling.factor == 8 && o.rope_scale == 0.125f);
+    CHECK(o.rope_base == 20000 && o.rope_base_local == 20000 && o.rope_scaling.ctx_orig == 256);
+    o = c;
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 0, 0, 0), 0); /* nothing asked: nothing changes */
+    CHECK(memcmp(&o, &c, sizeof o) == 0);
+
+    model_config p;
+    CHECK_EQ_INT(config_of("llama", NULL, &p), 0); /* no scaling in the file: linear by default */
+    o = p;
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 2, 0, 0), 0);
+    CHECK(o.rope_scaling.type == ROPE_SCALING_LINEAR && o.rope_scale == 0.5f);
+    static const float bad[] = {-1.0f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        o = p;
+        CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, bad[i], 0, 0), PL_EINVAL);
+        CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 0, bad[i], 0), PL_EINVAL);
+        CHECK(memcmp(&o, &p, sizeof o) == 0);
+    }
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_YARN, 0, 0, 0), PL_EINVAL); /* no factor */
+    CHECK(strstr(err_msg(), "YaRN needs a RoPE scale > 1"));
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_LONGROPE, 2, 0, 0), PL_EINVAL);
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", 7, 2, 0, 0), PL_EINVAL);
+    CHECK(memcmp(&o, &p, sizeof o) == 0);
+
+    model_config g;
+    const char *swa[] = {"gemma3.attention.sliding_window=u32:32", NULL}; /* local layers with a base of their own */
+    CHECK_EQ_INT(config_of("gemma3", swa, &g), 0);
+    CHECK(g.local_window == 32 && g.rope_base_local == 10000.0f);
+    o = g;
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_LINEAR, 8, 5e5f, 0), 0);
+    CHECK(o.rope_base == 5e5f && o.rope_scale == 0.125f);
+    CHECK(o.rope_base_local == g.rope_base_local && o.rope_scale_local == g.rope_scale_local);
+}
+
 /* The plain spec is kern_rope_table; YaRN follows its definition (ramp
  * between the correction dims, magnitude factor). */
 TEST(rope_tables)
@@ -230,6 +276,7 @@ int main(void)
     RUN(phi3_window_ignored_as_llama_cpp);
     RUN(bad_metadata_names_the_key);
     RUN(rope_scaling_type_none_never_scales);
+    RUN(rope_override_replaces_the_files_scaling);
     RUN(rope_tables);
     RUN(geglu_uses_the_f16_table);
     RUN(attention_softcap_all_variants);

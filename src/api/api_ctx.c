@@ -150,7 +150,9 @@ int pl_ctx_new(pl_ctx **out, pl_model *pm, const pl_ctx_params *params)
     pl_ctx_params p = *params;
     rt_params rp;
     int rc = params_resolve(m, &p, &rp);
-    return rc ? rc : rt_ctx_new(out, m, &rp);
+    if (!rc) rc = rt_ctx_new(out, m, &rp);
+    if (!rc) api_model_mark_used(pm);
+    return rc;
 }
 
 void pl_ctx_free(pl_ctx *c) { rt_ctx_free(c); }

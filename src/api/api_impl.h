@@ -7,5 +7,7 @@
 
 /* The model behind a public handle (api_model.c). */
 const model *api_model_get(const pl_model *pm);
+/* A context was made from the model: its configuration is fixed from now on. */
+void api_model_mark_used(pl_model *pm);
 
 #endif

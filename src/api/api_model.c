@@ -18,6 +18,7 @@ struct pl_model {
     pl_vocab *vocab;
     char *chat_template; /* NUL-terminated copy, or NULL */
     char *chat_template_tool_use; /* tokenizer.chat_template.tool_use, or NULL */
+    bool used; /* a context was made from it (pl_model_set_rope is too late) */
 };
 
 int pl_model_load(pl_model **out, const char *path)
@@ -59,6 +60,23 @@ void pl_model_free(pl_model *pm)
 
 const pl_vocab *pl_model_vocab(const pl_model *pm) { return pm->vocab; }
 uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
+void api_model_mark_used(pl_model *pm) { pm->used = true; }
+
+int pl_model_set_rope(pl_model *pm, const pl_rope_params *p)
+{
+    if (!pm || !p) return err_set(PL_EINVAL, "pl_model_set_rope: NULL argument");
+    if (pm->used) return err_set(PL_EINVAL, "pl_model_set_rope: a context was already made from the model");
+    int type = -1;
+    if (p->type) {
+        static const char *const names[] = {"none", "linear", "yarn"};
+        static const int types[] = {ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN};
+        for (size_t i = 0; i < sizeof names / sizeof names[0] && type < 0; i++)
+            if (strcmp(p->type, names[i]) == 0) type = types[i];
+        if (type < 0) return err_set(PL_EINVAL, "RoPE scaling '%.32s': none, linear or yarn", p->type);
+    }
+    return model_set_rope(pm->m, type, p->factor, p->freq_base, p->orig_ctx);
+}
+
 uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
 uint32_t pl_model_sliding_window(const pl_model *pm) { return pm->m->cfg.sliding_window; }
 const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }

@@ -98,4 +98,10 @@ enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_
 /* Reads cfg from f; n_vocab comes from <arch>.vocab_size or the tokenizer. */
 int model_config_read(const gguf_file *f, model_config *cfg);
 
+/* The caller's RoPE scaling in place of the file's (rope_override.c):
+ * type -1 keeps the file's, else a rope_scaling_type up to YARN; factor,
+ * base, orig 0 keep the file's. path names the file in errors. */
+int model_config_rope_override(model_config *c, const char *path, int type, float factor, float base,
+                               uint32_t orig);
+
 #endif

@@ -2,7 +2,9 @@
  * model's shape as kv/ takes it (KV dtype rule, RoPE for re-rotation). */
 #include "model/model.h"
 
+#include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
@@ -87,6 +89,29 @@ int model_kv_dtype_check(const model *m, kv_dtype t)
 {
     if (m->cfg.mla.kv_lora_rank) return kv_latent_check(t, m->cfg.n_kv_heads, m->cfg.head_dim);
     return kv_dtype_check_heads(t, m->cfg.n_kv_heads, m->cfg.head_dim);
+}
+
+int model_set_rope(model *m, int type, float factor, float base, uint32_t orig)
+{
+    if ((m->w.rope_long.data || m->w.rope_short.data) && (type != -1 || factor != 0 || base != 0 || orig != 0))
+        return err_set(PL_EUNSUPPORTED, "%s: its LongRoPE scaling (factor tensors) cannot be replaced",
+                       gguf_path(m->file));
+    model_config c = m->cfg;
+    const int rc = model_config_rope_override(&c, gguf_path(m->file), type, factor, base, orig);
+    if (rc || memcmp(&c, &m->cfg, sizeof c) == 0) return rc;
+    m->cfg = c;
+    const struct {
+        uint64_t fp[2];
+        uint32_t type, ctx_orig;
+        float factor, base, scale, base_local, scale_local;
+        uint32_t pad; /* no padding bytes of unknown value in the hash */
+    } in = {{m->fingerprint[0], m->fingerprint[1]}, (uint32_t)c.rope_scaling.type, c.rope_scaling.ctx_orig,
+            c.rope_scaling.factor, c.rope_base, c.rope_scale, c.rope_base_local, c.rope_scale_local, 0};
+    static_assert(sizeof in == 48, "the hashed RoPE record has no padding");
+    const XXH128_hash_t h = XXH3_128bits(&in, sizeof in);
+    m->fingerprint[0] = h.low64;
+    m->fingerprint[1] = h.high64;
+    return 0;
 }
 
 kv_rope model_kv_rope(const model *m)

@@ -34,6 +34,12 @@ typedef struct {
 
 int model_open(model **out, const char *path);
 
+/* The caller's RoPE scaling in place of the file's (model_config_rope_override's
+ * arguments), before any context uses m. Its numbers join the fingerprint:
+ * the K a block caches is rotated by them, so blocks kept by a KV tier under
+ * other RoPE settings must not match. */
+int model_set_rope(model *m, int type, float factor, float base, uint32_t orig);
+
 /* What attending to one more key of context adds to a prompt token's
  * work, in units of its matmuls: attention's multiply-adds a key (scores
  * and V sum, every layer and query head, f32) over the matmuls' (int8 dots

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# test_rope_scaling.sh - RoPE scaling chosen on the command line
+# (--rope-scaling, --rope-scale, --rope-freq-base, --yarn-orig-ctx) instead
+# of the file's: a plain file run with a file's scaling as flags gives the
+# tokens (run, serve) and the perplexity of the file that carries it (those
+# files match llama.cpp: test_model_families.sh); "none" undoes a file's;
+# the flags change what a cached block means, so a disk tier written
+# without them serves nothing with them; bad values and files whose
+# scaling is more than numbers are refused, naming why.
+source "$(dirname "$0")/lib.sh"
+
+PROMPT="Once upon a time, the dog"
+TEXT=tests/data/stories260K-samples.txt
+synth() { # name synth-flags...
+  local n=$1; shift
+  "$PAGELLM" synth --shape tiny "$@" -o "$T/$n.gguf" >/dev/null 2>"$T/synth.err" ||
+    { fail "synth_$n" "$(head -c 300 "$T/synth.err")"; return 1; }
+}
+synth plain --arch llama
+synth yarn --arch llama --rope-scaling yarn --rope-factor 4
+synth linear --arch llama --rope-scaling linear --rope-factor 8
+synth phi3_long --arch phi3 --rope-scaling longrope --rope-orig-ctx 256
+train=$("$PAGELLM" inspect "$T/plain.gguf" --json | jq .ctx_train)
+base=$("$PAGELLM" inspect "$T/plain.gguf" --json | jq .rope_base)
+YARN_FLAGS=(--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx $((train / 4))) # synth's yarn: original context / 4
+
+ours() { # model [run flags...]: prompt and generated ids
+  local m=$1; shift
+  "$PAGELLM" run -m "$m" -p "$PROMPT" -n 40 --temp 0 --ignore-eos --ctx 512 --json "$@" 2>/dev/null |
+    jq -c '[.prompt_ids, .gen_ids]'
+}
+same() { # name a b: equal and not empty
+  if [ -n "$2" ] && [ "$2" == "$3" ]; then pass "$1"; else fail "$1" "'$2' vs '$3'"; fi
+}
+differ() { # name a b: both there and different
+  if [ -n "$2" ] && [ -n "$3" ] && [ "$2" != "$3" ]; then pass "$1"; else fail "$1" "'$2' vs '$3'"; fi
+}
+
+plain=$(ours "$T/plain.gguf")
+# the files' scalings change the tokens, so matching them means something
+differ rope_yarn_file_differs_from_plain "$(ours "$T/yarn.gguf")" "$plain"
+differ rope_linear_file_differs_from_plain "$(ours "$T/linear.gguf")" "$plain"
+same rope_flags_yarn_as_the_yarn_file "$(ours "$T/plain.gguf" "${YARN_FLAGS[@]}")" "$(ours "$T/yarn.gguf")"
+same rope_flags_linear_as_the_linear_file "$(ours "$T/plain.gguf" --rope-scaling linear --rope-scale 8)" "$(ours "$T/linear.gguf")"
+# absent from the file the type is linear (llama.cpp's default), so a scale alone is linear scaling
+same rope_scale_alone_is_linear "$(ours "$T/plain.gguf" --rope-scale 8)" "$(ours "$T/linear.gguf")"
+same rope_scaling_none_undoes_the_file "$(ours "$T/yarn.gguf" --rope-scaling none)" "$plain"
+same rope_freq_base_of_the_file_changes_nothing "$(ours "$T/plain.gguf" --rope-freq-base "$base")" "$plain"
+differ rope_freq_base_applied "$(ours "$T/plain.gguf" --rope-freq-base 500)" "$plain"
+differ rope_yarn_orig_ctx_applied "$(ours "$T/plain.gguf" "${YARN_FLAGS[@]:0:4}" --yarn-orig-ctx 64)" \
+  "$(ours "$T/plain.gguf" "${YARN_FLAGS[@]}")"
+
+# perplexity takes the flags too: the yarn file's figure to the last digit
+ppl() { "$PAGELLM" perplexity -m "$1" -f "$TEXT" --ctx 128 --chunks 4 --json "${@:2}" 2>/dev/null | jq -r .ppl; }
+same rope_flags_perplexity_as_the_yarn_file "$(ppl "$T/plain.gguf" "${YARN_FLAGS[@]}")" "$(ppl "$T/yarn.gguf")"
+
+# serve: the same greedy completion as the yarn file under run
+serve_start "$T/serve.log" "$T/plain.gguf" --ctx 512 -t 1 "${YARN_FLAGS[@]}"
+if [ -n "$PORT" ]; then
+  got=$(curl -s -m 60 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$PROMPT\", \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true}" | jq -r '.choices[0].text')
+  want=$("$PAGELLM" run -m "$T/yarn.gguf" -p "$PROMPT" -n 40 --temp 0 --ignore-eos --ctx 512 --json 2>/dev/null | jq -r .text)
+  same rope_flags_serve_as_the_yarn_file "$got" "$want"
+  kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+else
+  fail rope_flags_serve_started "$(head -c 300 "$T/serve.log")"
+fi
+
+# a disk tier written without the flags: a hit for the same flags, nothing with other RoPE
+tier() { "$PAGELLM" run -m "$T/plain.gguf" -p "$PROMPT the cat and the bird went" -n 2 --temp 0 --ctx 512 \
+  --block-size 4 --kv-disk "$T/tier" --json "$@" 2>/dev/null | jq -c '[.cached_tokens, .tier_tokens]'; }
+tier >/dev/null
+hit=$(tier)
+check rope_tier_hit_with_the_same_rope jq -e '.[1] > 0' <<<"$hit"
+miss=$(tier --rope-scale 2)
+same rope_tier_miss_with_other_rope "$miss" "[0,0]"
+
+# refusals
+expect_exit rope_bad_type 2 "bad value 'ntk' for --rope-scaling" -- \
+  "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scaling ntk
+expect_exit rope_yarn_needs_a_factor 1 'YaRN needs a RoPE scale > 1' -- \
+  "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scaling yarn
+expect_exit rope_scale_range 2 'rope-scale' -- \
+  "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scale 0
+expect_exit rope_longrope_not_replaced 1 'LongRoPE' -- \
+  "$PAGELLM" run -m "$T/phi3_long.gguf" -p hi --rope-scale 2
+expect_exit rope_serve_bad_type 2 "bad value 'ntk' for --rope-scaling" -- \
+  "$PAGELLM" serve -m "$T/plain.gguf" --port 0 --rope-scaling ntk
+synth ds2 --arch deepseek2
+expect_exit rope_deepseek2_not_replaced 1 "deepseek2's RoPE scaling is part of its attention scale" -- \
+  "$PAGELLM" run -m "$T/ds2.gguf" -p hi --rope-freq-base 5000
