@@ -60,12 +60,12 @@ void pl_model_free(pl_model *pm)
 
 const pl_vocab *pl_model_vocab(const pl_model *pm) { return pm->vocab; }
 uint32_t pl_model_n_vocab(const pl_model *pm) { return pm->m->cfg.n_vocab; }
-void api_model_mark_used(pl_model *pm) { pm->used = true; }
+void api_model_mark_used(pl_model *pm) { __atomic_store_n(&pm->used, true, __ATOMIC_RELAXED); } /* contexts may be made on several threads */
 
 int pl_model_set_rope(pl_model *pm, const pl_rope_params *p)
 {
     if (!pm || !p) return err_set(PL_EINVAL, "pl_model_set_rope: NULL argument");
-    if (pm->used) return err_set(PL_EINVAL, "pl_model_set_rope: a context was already made from the model");
+    if (__atomic_load_n(&pm->used, __ATOMIC_RELAXED)) return err_set(PL_EINVAL, "pl_model_set_rope: a context was already made from the model");
     int type = -1;
     if (p->type) {
         static const char *const names[] = {"none", "linear", "yarn"};
