@@ -287,6 +287,7 @@ static int serve_run(serve_opts *o, const sigset_t *set)
     if (!rc) rc = serve_chat_template(o, m);
     if (!rc && srv_tokens_init(&tok, pl_model_vocab(m), info.tokenizer) != 0) rc = 1, cli_error("serve", "out of memory");
     if (!rc && pl_engine_new(&e, m, &ep) != 0) rc = 1, cli_error("serve", "%s", pl_last_error());
+    if (!rc) gen_opts_ctx_warn("serve", m, ep.ctx.n_ctx, ep.ctx.kv_window != 0);
     serve_model_ctx(o, m, ep.ctx.n_ctx, &mc);
     if (!rc) rc = srv_start(&s, &o->http, e, &mc, &tok, base_name(o->g.model));
     if (!rc) {

@@ -117,6 +117,21 @@ int gen_opts_load_model(const char *cmd, const gen_opts *o, pl_model **m)
     return 0;
 }
 
+void gen_opts_ctx_warn(const char *cmd, const pl_model *m, uint32_t n_ctx, bool kv_window)
+{
+    const uint32_t reach = pl_model_n_ctx_rope(m), train = pl_model_n_ctx_train(m);
+    if (kv_window || !reach || n_ctx <= reach) return;
+    char how[96];
+    if (reach == train) /* not scaled: the factor that reaches n_ctx from the trained context */
+        snprintf(how, sizeof how, "--rope-scaling yarn --rope-scale %u", (n_ctx + train - 1) / train);
+    else
+        snprintf(how, sizeof how, "a larger --rope-scale");
+    fprintf(stderr,
+            "pagellm %s: warning: a context of %u tokens is past the %u positions the model's RoPE was trained or "
+            "scaled for: beyond them it extrapolates and the text degrades (%s stretches it: docs/models.md)\n",
+            cmd, n_ctx, reach, how);
+}
+
 int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c)
 {
     pl_ctx_params cp;
@@ -129,5 +144,6 @@ int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c)
         *m = NULL;
         return 1;
     }
+    gen_opts_ctx_warn(cmd, *m, pl_ctx_n_ctx(*c), pl_ctx_kv_window(*c) != 0);
     return 0;
 }

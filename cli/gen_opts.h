@@ -40,6 +40,12 @@ int gen_opts_sampler_params(const gen_opts *o, pl_sampler_params *sp);
  * returns 1 (2 for a bad flag value). */
 int gen_opts_load_model(const char *cmd, const gen_opts *o, pl_model **m);
 
+/* A warning on stderr when sequences of n_ctx tokens run past the
+ * positions the model's RoPE was made for (pl_model_n_ctx_rope), with the
+ * flags that would stretch it. Not with a KV window, whose positions stay
+ * within it. */
+void gen_opts_ctx_warn(const char *cmd, const pl_model *m, uint32_t n_ctx, bool kv_window);
+
 /* Loads the model and makes a context; prints the problem and returns 1. */
 int gen_opts_open(const char *cmd, const gen_opts *o, pl_model **m, pl_ctx **c);
 

@@ -270,6 +270,10 @@ int pl_model_set_rope(pl_model *m, const pl_rope_params *p);
 const pl_vocab *pl_model_vocab(const pl_model *m);
 uint32_t pl_model_n_vocab(const pl_model *m);
 uint32_t pl_model_n_ctx_train(const pl_model *m);
+/* The positions the model's RoPE was trained or scaled for: its trained
+ * context, or the original context times a linear / YaRN factor when that
+ * is more (pl_model_set_rope's included). Past it RoPE extrapolates. */
+uint32_t pl_model_n_ctx_rope(const pl_model *m);
 /* <arch>.attention.sliding_window of the file (0 if none). Applied by
  * default (pl_ctx_params.swa): see there. */
 uint32_t pl_model_sliding_window(const pl_model *m);

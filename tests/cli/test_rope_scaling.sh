@@ -75,6 +75,18 @@ check rope_tier_hit_with_the_same_rope jq -e '.[1] > 0' <<<"$hit"
 miss=$(tier --rope-scale 2)
 same rope_tier_miss_with_other_rope "$miss" "[0,0]"
 
+# a context past the positions RoPE was made for is said, with the flags that stretch it
+warn() { "$PAGELLM" run -m "$1" -p hi -n 1 --ctx "$2" "${@:3}" 2>&1 >/dev/null | grep -c "RoPE was trained or scaled for"; }
+w=$("$PAGELLM" run -m "$T/plain.gguf" -p hi -n 1 --ctx $((4 * train)) 2>&1 >/dev/null)
+check rope_warns_past_the_trained_context grep -q "past the $train positions.*--rope-scaling yarn --rope-scale 4" <<<"$w"
+check rope_no_warning_within_it [ "$(warn "$T/plain.gguf" "$train")" = 0 ]
+check rope_no_warning_when_scaled_by_flags [ "$(warn "$T/plain.gguf" $((4 * train)) --rope-scale 4)" = 0 ]
+check rope_no_warning_when_the_file_scales [ "$(warn "$T/linear.gguf" $((2 * train)))" = 0 ] # its original context / 4, x 8
+check rope_warning_past_the_scaled_reach [ "$(warn "$T/plain.gguf" $((4 * train + 16)) --rope-scale 4)" = 1 ]
+serve_start "$T/serve-warn.log" "$T/plain.gguf" --ctx $((4 * train)) -t 1
+check rope_serve_warns grep -q "past the $train positions the model's RoPE" "$T/serve-warn.log"
+[ -n "$SPID" ] && { kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null; }
+
 # refusals
 expect_exit rope_bad_type 2 "bad value 'ntk' for --rope-scaling" -- \
   "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scaling ntk
