@@ -77,6 +77,7 @@ int run_engine(const run_opts *o, pl_model *m, const int32_t *ids, size_t n_ids)
     if (run_engine_params(o, &ep)) return 2;
     pl_engine *e;
     if (pl_engine_new(&e, m, &ep) != 0) { cli_error("run", "%s", pl_last_error()); return 1; }
+    if (ep.ctx.n_ctx) gen_opts_ctx_warn("run", m, ep.ctx.n_ctx, ep.ctx.kv_window != 0); /* 0: within the trained one */
     pl_request_params rp = {0};
     rp.prompt = ids;
     rp.n_prompt = n_ids;

@@ -82,6 +82,7 @@ check rope_warns_past_the_trained_context grep -q "past the $train positions.*--
 check rope_no_warning_within_it [ "$(warn "$T/plain.gguf" "$train")" = 0 ]
 check rope_no_warning_when_scaled_by_flags [ "$(warn "$T/plain.gguf" $((4 * train)) --rope-scale 4)" = 0 ]
 check rope_no_warning_when_the_file_scales [ "$(warn "$T/linear.gguf" $((2 * train)))" = 0 ] # its original context / 4, x 8
+check rope_warns_with_a_tier_too [ "$(warn "$T/plain.gguf" $((4 * train)) --kv-disk "$T/tier-warn")" = 1 ]
 check rope_warning_past_the_scaled_reach [ "$(warn "$T/plain.gguf" $((4 * train + 16)) --rope-scale 4)" = 1 ]
 serve_start "$T/serve-warn.log" "$T/plain.gguf" --ctx $((4 * train)) -t 1
 check rope_serve_warns grep -q "past the $train positions the model's RoPE" "$T/serve-warn.log"
