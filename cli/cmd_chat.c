@@ -153,7 +153,7 @@ int cmd_chat(int argc, char **argv)
     const char *system = NULL;
     int n_predict = 256;
     bool json = false;
-    cli_opt opts[32];
+    cli_opt opts[GEN_OPTS_N + 4]; /* + system, n-predict, json and the end mark */
     int n = 0;
     gen_opts_table(&g, opts, &n);
     opts[n++] = (cli_opt){"system", 0, CLI_STR, &system, 0, 0, "TEXT", "system message"};

@@ -86,6 +86,7 @@
  * mismatched or corrupt --kl-base file, a --save-logits file that cannot be
  * written), each named; 2 usage errors.
  */
+#include <assert.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -114,11 +115,13 @@ typedef struct {
  * they are spelled and checked alike; --ctx gets its own help. */
 static int ppl_parse(int argc, char **argv, ppl_opts *o)
 {
-    static const char *const shared[] = {"model",     "kv-dtype",  "threads",  "batch", "block-size",
-                                         "kv-layout", "kv-window", "kv-sinks", "swa", "rope-scaling",
-                                         "rope-scale", "rope-freq-base", "yarn-orig-ctx", NULL};
+    static const char *const shared[] = {"model",           "kv-dtype",         "threads",        "batch",
+                                         "block-size",      "kv-layout",        "kv-window",      "kv-sinks",
+                                         "swa",             "rope-scaling",     "rope-scale",     "rope-freq-base",
+                                         "yarn-orig-ctx",   "yarn-ext-factor",  "yarn-attn-factor", "yarn-beta-fast",
+                                         "yarn-beta-slow",  NULL};
     gen_opts_default(&o->g);
-    cli_opt all[GEN_OPTS_N + 1], opts[32];
+    cli_opt all[GEN_OPTS_N + 1], opts[40];
     int n_all = 0, n = 0;
     gen_opts_table(&o->g, all, &n_all);
     for (const char *const *s = shared; *s; s++)
@@ -137,6 +140,7 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o)
         {0},
     };
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
+    assert(n < (int)(sizeof opts / sizeof opts[0]));
     opts[n] = (cli_opt){0};
     const char *pos[1];
     int np, rc = cli_parse(CMD, "-m MODEL -f TEXT [options]", opts, argc, argv, pos, 0, &np);

@@ -82,9 +82,6 @@ static int run_parse(int argc, char **argv, run_opts *o)
 {
     gen_opts_default(&o->g);
     o->n_predict = 128;
-    cli_opt opts[40];
-    int n = 0;
-    gen_opts_table(&o->g, opts, &n);
     const cli_opt mine[] = {
         {"prompt", 'p', CLI_STR, &o->prompt, 0, 0, "TEXT", "the prompt"},
         {"file", 'f', CLI_STR, &o->prompt_file, 0, 0, "FILE", "read the prompt from FILE (- = stdin)"},
@@ -96,6 +93,9 @@ static int run_parse(int argc, char **argv, run_opts *o)
         {"json", 0, CLI_FLAG, &o->json, 0, 0, NULL, "print one JSON object instead of streaming text"},
         {0},
     };
+    cli_opt opts[GEN_OPTS_N + sizeof mine / sizeof mine[0] + TIER_OPTS_N]; /* mine ends with {0}: the end mark's room */
+    int n = 0;
+    gen_opts_table(&o->g, opts, &n);
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
     tier_opts_table(&o->tiers, opts, &n);
     opts[n] = (cli_opt){0};

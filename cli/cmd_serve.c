@@ -89,11 +89,6 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
     pl_engine_params dep;
     pl_engine_params_default(&dep);
     o->gather_ms = dep.gather_us / 1000.0;
-    cli_opt opts[56];
-    int n = 0;
-    gen_opts_table(&o->g, opts, &n);
-    for (int i = 0; i < n; i++) /* sampling flags are the defaults of requests that do not say */
-        if (strcmp(opts[i].name, "seed") == 0) opts[i].help = "seed of requests without one (default: random per request)";
     const cli_opt mine[] = {
         {"host", 0, CLI_STR, &o->http.host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)"},
         {"port", 0, CLI_INT, &o->http.port, 0, 65535, "N", "port (default 8080; 0 = any free port, printed)"},
@@ -122,6 +117,11 @@ static int serve_parse(int argc, char **argv, serve_opts *o)
         {"reasoning-format", 0, CLI_STR, &o->reasoning_format, 0, 0, "FMT", "deepseek: <think>...</think> goes to reasoning_content (default); none: left in content"},
         {0},
     };
+    cli_opt opts[GEN_OPTS_N + sizeof mine / sizeof mine[0] + TIER_OPTS_N]; /* mine ends with {0}: the end mark's room */
+    int n = 0;
+    gen_opts_table(&o->g, opts, &n);
+    for (int i = 0; i < n; i++) /* sampling flags are the defaults of requests that do not say */
+        if (strcmp(opts[i].name, "seed") == 0) opts[i].help = "seed of requests without one (default: random per request)";
     for (const cli_opt *x = mine; x->name; x++) opts[n++] = *x;
     tier_opts_table(&o->tiers, opts, &n);
     opts[n] = (cli_opt){0};

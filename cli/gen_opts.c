@@ -24,6 +24,7 @@ void gen_opts_default(gen_opts *o)
     o->repeat_last_n = sp.repeat_last_n;
     o->seed = 0;
     o->kv_sinks = -1; /* unset: 4 with --kv-window (StreamingLLM's), else none */
+    o->yarn_ext_factor = -1; /* unset: 1 for yarn, else 0 */
 }
 
 void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
@@ -53,6 +54,10 @@ void gen_opts_table(gen_opts *o, cli_opt *t, int *n)
         {"rope-scale", 0, CLI_FLOAT, &o->rope_scale, 1e-3, 1e6, "F", "RoPE context factor (positions / F) instead of the file's; yarn needs F > 1"},
         {"rope-freq-base", 0, CLI_FLOAT, &o->rope_freq_base, 1e-3, 1e12, "F", "RoPE frequency base instead of the file's (global layers)"},
         {"yarn-orig-ctx", 0, CLI_INT, &o->yarn_orig_ctx, 1, 1 << 24, "N", "YaRN's original context (default: the file's, else its train context)"},
+        {"yarn-ext-factor", 0, CLI_FLOAT, &o->yarn_ext_factor, 0, 1, "F", "YaRN's extrapolation mix, 0..1 (default 1 with yarn, else 0; above 0 adds YaRN's ramp to any scaling)"},
+        {"yarn-attn-factor", 0, CLI_FLOAT, &o->yarn_attn_factor, 1e-3, 1e3, "F", "RoPE cos/sin multiplier where no YaRN ramp is mixed in (default 1; a ramp sets its own, as llama.cpp)"},
+        {"yarn-beta-fast", 0, CLI_FLOAT, &o->yarn_beta_fast, 1e-3, 1e4, "F", "YaRN's ramp: rotations over the original context below which a pair is interpolated (default 32)"},
+        {"yarn-beta-slow", 0, CLI_FLOAT, &o->yarn_beta_slow, 1e-3, 1e4, "F", "YaRN's ramp: rotations above which a pair is extrapolated (default 1)"},
         {0},
     };
     for (int i = 0; i < GEN_OPTS_N && add[i].name; i++) t[(*n)++] = add[i];
@@ -107,7 +112,15 @@ int gen_opts_load_model(const char *cmd, const gen_opts *o, pl_model **m)
         cli_error(cmd, "%s", pl_last_error());
         return 1;
     }
-    const pl_rope_params rp = {o->rope_scaling, (float)o->rope_scale, (float)o->rope_freq_base, (uint32_t)o->yarn_orig_ctx};
+    const pl_rope_params rp = {.type = o->rope_scaling,
+                               .factor = (float)o->rope_scale,
+                               .freq_base = (float)o->rope_freq_base,
+                               .orig_ctx = (uint32_t)o->yarn_orig_ctx,
+                               .yarn_ext_set = o->yarn_ext_factor >= 0,
+                               .yarn_ext_factor = o->yarn_ext_factor >= 0 ? (float)o->yarn_ext_factor : 0,
+                               .yarn_attn_factor = (float)o->yarn_attn_factor,
+                               .yarn_beta_fast = (float)o->yarn_beta_fast,
+                               .yarn_beta_slow = (float)o->yarn_beta_slow};
     if (pl_model_set_rope(*m, &rp) != 0) {
         cli_error(cmd, "%s", pl_last_error());
         pl_model_free(*m);

@@ -22,13 +22,15 @@ typedef struct {
     const char *rope_scaling; /* NULL: the file's */
     double rope_scale, rope_freq_base; /* 0: the file's */
     int yarn_orig_ctx;        /* 0: the file's */
+    double yarn_ext_factor;   /* < 0: unset (1 for yarn, else 0) */
+    double yarn_attn_factor, yarn_beta_fast, yarn_beta_slow; /* 0: llama.cpp's defaults */
 } gen_opts;
 
 void gen_opts_default(gen_opts *o);
 
 /* Appends the shared flag descriptions to opts (which must have room for
  * GEN_OPTS_N more entries) starting at *n. */
-#define GEN_OPTS_N 25
+#define GEN_OPTS_N 29
 void gen_opts_table(gen_opts *o, cli_opt *opts, int *n);
 
 /* Turns the parsed flags into parameters; prints the problem and returns 2

@@ -255,13 +255,19 @@ int pl_model_load(pl_model **out, const char *path);
 void pl_model_free(pl_model *m);
 /* RoPE scaling of the caller's choosing in place of the file's, to run a
  * model past the context it was trained on (llama.cpp's --rope-scaling,
- * --rope-scale, --rope-freq-base, --yarn-orig-ctx mean the same). Zero /
- * NULL fields keep the file's. */
+ * --rope-scale, --rope-freq-base, --yarn-orig-ctx, --yarn-ext-factor,
+ * --yarn-attn-factor, --yarn-beta-fast, --yarn-beta-slow mean the same).
+ * Zero / NULL / false fields keep the file's (or llama.cpp's default). */
 typedef struct {
     const char *type;   /* "none" (never scale), "linear", "yarn" (needs factor > 1) */
     float factor;       /* context factor: positions are divided by it */
     float freq_base;    /* the global layers' frequency base (sliding-window layers keep theirs) */
     uint32_t orig_ctx;  /* YaRN's original context (the file's, else its training context) */
+    bool yarn_ext_set;      /* yarn_ext_factor given (default: 1 for yarn, 0 otherwise) */
+    float yarn_ext_factor;  /* YaRN's ramp mix in 0..1; with another type it adds the ramp */
+    float yarn_attn_factor; /* cos/sin multiplier when no ramp is mixed in (a ramp sets its own) */
+    float yarn_beta_fast;   /* the ramp's corners in rotations over the original context: */
+    float yarn_beta_slow;   /*   default 32 and 1; fast must be above slow */
 } pl_rope_params;
 /* Before any context is made from m. PL_ERR_INVAL for a bad value,
  * PL_ERR_UNSUPPORTED for files whose scaling is more than these numbers

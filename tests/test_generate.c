@@ -379,6 +379,10 @@ TEST(set_rope_checks_its_values_and_comes_before_contexts)
     CHECK(strstr(pl_last_error(), "ntk"));
     CHECK(pl_model_set_rope(m, &(pl_rope_params){.factor = -2}) == PL_ERR_INVAL);
     CHECK(pl_model_set_rope(m, &(pl_rope_params){.type = "yarn", .factor = 1}) == PL_ERR_INVAL);
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.yarn_ext_set = true, .yarn_ext_factor = 2}) == PL_ERR_INVAL);
+    CHECK(strstr(pl_last_error(), "ext factor 2"));
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.yarn_attn_factor = NAN}) == PL_ERR_INVAL);
+    CHECK(pl_model_set_rope(m, &(pl_rope_params){.yarn_beta_fast = 1, .yarn_beta_slow = 2}) == PL_ERR_INVAL);
     CHECK(pl_model_set_rope(m, &(pl_rope_params){.type = "linear", .factor = 2}) == 0);
     pl_ctx_params cp;
     pl_ctx_params_default(&cp);

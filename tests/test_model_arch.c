@@ -133,32 +133,32 @@ TEST(rope_override_replaces_the_files_scaling)
     const char *yarn[] = {"llama.rope.scaling.type=str:yarn", "llama.rope.scaling.factor=f32:4", NULL};
     CHECK_EQ_INT(config_of("llama", yarn, &c), 0);
     o = c;
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_NONE, 0, 0, 0), 0);
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = ROPE_SCALING_NONE, .factor = 0, .base = 0, .orig = 0}), 0);
     CHECK(o.rope_scaling.type == ROPE_SCALING_NONE && o.rope_scale == 1.0f && o.rope_scale_local == 1.0f);
     o = c;
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 8, 20000, 256), 0); /* the file's type, another factor */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .factor = 8, .base = 20000, .orig = 256}), 0); /* the file's type, another factor */
     CHECK(o.rope_scaling.type == ROPE_SCALING_YARN && o.rope_scaling.factor == 8 && o.rope_scale == 0.125f);
     CHECK(o.rope_base == 20000 && o.rope_base_local == 20000 && o.rope_scaling.ctx_orig == 256);
     o = c;
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 0, 0, 0), 0); /* nothing asked: nothing changes */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .factor = 0, .base = 0, .orig = 0}), 0); /* nothing asked: nothing changes */
     CHECK(memcmp(&o, &c, sizeof o) == 0);
 
     model_config p;
     CHECK_EQ_INT(config_of("llama", NULL, &p), 0); /* no scaling in the file: linear by default */
     o = p;
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 2, 0, 0), 0);
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .factor = 2, .base = 0, .orig = 0}), 0);
     CHECK(o.rope_scaling.type == ROPE_SCALING_LINEAR && o.rope_scale == 0.5f);
     static const float bad[] = {-1.0f, NAN, INFINITY};
     for (int i = 0; i < 3; i++) {
         o = p;
-        CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, bad[i], 0, 0), PL_EINVAL);
-        CHECK_EQ_INT(model_config_rope_override(&o, "f", -1, 0, bad[i], 0), PL_EINVAL);
+        CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .factor = bad[i], .base = 0, .orig = 0}), PL_EINVAL);
+        CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .factor = 0, .base = bad[i], .orig = 0}), PL_EINVAL);
         CHECK(memcmp(&o, &p, sizeof o) == 0);
     }
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_YARN, 0, 0, 0), PL_EINVAL); /* no factor */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = ROPE_SCALING_YARN, .factor = 0, .base = 0, .orig = 0}), PL_EINVAL); /* no factor */
     CHECK(strstr(err_msg(), "YaRN needs a RoPE scale > 1"));
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_LONGROPE, 2, 0, 0), PL_EINVAL);
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", 7, 2, 0, 0), PL_EINVAL);
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = ROPE_SCALING_LONGROPE, .factor = 2, .base = 0, .orig = 0}), PL_EINVAL);
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = 7, .factor = 2, .base = 0, .orig = 0}), PL_EINVAL);
     CHECK(memcmp(&o, &p, sizeof o) == 0);
 
     model_config g;
@@ -166,23 +166,86 @@ TEST(rope_override_replaces_the_files_scaling)
     CHECK_EQ_INT(config_of("gemma3", swa, &g), 0);
     CHECK(g.local_window == 32 && g.rope_base_local == 10000.0f);
     o = g;
-    CHECK_EQ_INT(model_config_rope_override(&o, "f", ROPE_SCALING_LINEAR, 8, 5e5f, 0), 0);
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = ROPE_SCALING_LINEAR, .factor = 8, .base = 5e5f, .orig = 0}), 0);
     CHECK(o.rope_base == 5e5f && o.rope_scale == 0.125f);
     CHECK(o.rope_base_local == g.rope_base_local && o.rope_scale_local == g.rope_scale_local);
+}
+
+/* YaRN's knobs (--yarn-ext-factor, --yarn-attn-factor, --yarn-beta-*): as
+ * llama_context resolves them. The spec of the global layers shows each. */
+static rope_spec global_spec(const model_config *c)
+{
+    return rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base, c->rope_scale, c->rope_scale, NULL);
+}
+
+TEST(rope_override_yarn_knobs)
+{
+    model_config c, o;
+    const char *yarn[] = {"llama.rope.scaling.type=str:yarn", "llama.rope.scaling.factor=f32:4", NULL};
+    CHECK_EQ_INT(config_of("llama", yarn, &c), 0);
+    const rope_spec def = global_spec(&c);
+    CHECK(def.ext_factor == 1.0f && !rope_spec_plain(&def));
+    o = c; /* a mix of 0 leaves linear interpolation: plain RoPE at the yarn factor */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .ext_set = true}), 0);
+    rope_spec r = global_spec(&o);
+    CHECK(rope_spec_plain(&r) && r.freq_scale == 0.25f);
+    o = c;
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .ext_set = true, .ext_factor = 0.5f}), 0);
+    r = global_spec(&o);
+    CHECK(r.ext_factor == 0.5f && r.mscale == def.mscale && r.corr[0] == def.corr[0] && r.corr[1] == def.corr[1]);
+    o = c; /* the corners: a lower fast beta starts the ramp later, a higher slow one ends it sooner */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .beta_fast = 8, .beta_slow = 2}), 0);
+    r = global_spec(&o);
+    CHECK(r.corr[0] > def.corr[0] && r.corr[1] < def.corr[1] && r.corr[0] <= r.corr[1]);
+    o = c; /* under a ramp the multiplier is YaRN's own: the caller's is overwritten (llama.cpp) */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .yarn_attn = 2}), 0);
+    r = global_spec(&o);
+    CHECK(r.mscale == def.mscale);
+
+    model_config p;
+    CHECK_EQ_INT(config_of("llama", NULL, &p), 0);
+    o = p; /* without a ramp it multiplies cos and sin */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = -1, .factor = 2, .yarn_attn = 1.5f}), 0);
+    r = global_spec(&o);
+    CHECK(r.mscale == 1.5f && r.ext_factor == 0 && !rope_spec_plain(&r));
+    o = p; /* a mix given to linear scaling adds YaRN's ramp and magnitude */
+    CHECK_EQ_INT(model_config_rope_override(&o, "f", &(rope_override){.type = ROPE_SCALING_LINEAR, .factor = 4,
+                                                                        .orig = 64, .ext_set = true, .ext_factor = 1}),
+                 0);
+    r = global_spec(&o);
+    CHECK(r.ext_factor == 1.0f && r.mscale == def.mscale && r.corr[1] > 0);
+    float cs[128];
+    assert(o.rope_dim <= 128);
+    rope_spec_table(&r, cs, 100);
+    CHECK_NEAR(hypot(cs[0], cs[o.rope_dim / 2]), 0.1 * log(4.0) + 1.0, 1e-5);
+
+    const rope_override bad[] = {
+        {.type = -1, .ext_set = true, .ext_factor = 1.5f}, {.type = -1, .ext_set = true, .ext_factor = -0.1f},
+        {.type = -1, .ext_set = true, .ext_factor = NAN},  {.type = -1, .yarn_attn = -1},
+        {.type = -1, .yarn_attn = INFINITY},               {.type = -1, .beta_fast = NAN},
+        {.type = -1, .beta_slow = -2},                     {.type = -1, .beta_fast = 0.5f}, /* below slow's 1 */
+        {.type = -1, .beta_fast = 4, .beta_slow = 4},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o = c;
+        CHECK_EQ_INT(model_config_rope_override(&o, "f", &bad[i]), PL_EINVAL);
+        CHECK(memcmp(&o, &c, sizeof o) == 0);
+    }
+    CHECK(strstr(err_msg(), "beta fast 4 must be above beta slow 4"));
 }
 
 /* The plain spec is kern_rope_table; YaRN follows its definition (ramp
  * between the correction dims, magnitude factor). */
 TEST(rope_tables)
 {
-    const rope_scaling lin = {ROPE_SCALING_LINEAR, 4.0f, 1.0f, 256};
+    const rope_scaling lin = {.type = ROPE_SCALING_LINEAR, .factor = 4.0f, .attn_factor = 1.0f, .ctx_orig = 256};
     rope_spec r = rope_spec_make(&lin, 32, 10000.0f, 0.25f, 0.25f, NULL);
     CHECK(rope_spec_plain(&r));
     float a[32], b[32];
     rope_spec_table(&r, a, 77);
     kern_rope_table(b, 32, 77, 10000.0f, 0.25f, NULL);
     CHECK(memcmp(a, b, sizeof a) == 0);
-    const rope_scaling yarn = {ROPE_SCALING_YARN, 4.0f, 1.0f, 256};
+    const rope_scaling yarn = {.type = ROPE_SCALING_YARN, .factor = 4.0f, .attn_factor = 1.0f, .ctx_orig = 256};
     r = rope_spec_make(&yarn, 32, 10000.0f, 0.25f, 0.25f, NULL);
     CHECK(!rope_spec_plain(&r) && r.ext_factor == 1.0f);
     CHECK(r.corr[0] >= 0 && r.corr[0] <= r.corr[1] && r.corr[1] <= 31);
@@ -199,7 +262,7 @@ TEST(rope_tables)
     for (int i = 0; i < lo; i++) CHECK_NEAR(a[i] / m, un[i], 1e-5);
     for (int i = hi + 1; i < 16; i++) CHECK_NEAR(a[i] / m, li[i], 1e-5);
     /* LongRoPE: attn_factor multiplies, factors divide the angles */
-    const rope_scaling lr = {ROPE_SCALING_LINEAR, 0.0f, 1.25f, 256};
+    const rope_scaling lr = {.type = ROPE_SCALING_LINEAR, .factor = 0.0f, .attn_factor = 1.25f, .ctx_orig = 256};
     float ff[16];
     for (int i = 0; i < 16; i++) ff[i] = 1.0f + 0.1f * (float)i;
     r = rope_spec_make(&lr, 32, 10000.0f, 1.0f, 1.0f, ff);
@@ -277,6 +340,7 @@ int main(void)
     RUN(bad_metadata_names_the_key);
     RUN(rope_scaling_type_none_never_scales);
     RUN(rope_override_replaces_the_files_scaling);
+    RUN(rope_override_yarn_knobs);
     RUN(rope_tables);
     RUN(geglu_uses_the_f16_table);
     RUN(attention_softcap_all_variants);

@@ -101,8 +101,10 @@ static int params_resolve(const model *m, pl_ctx_params *p, rt_params *out)
     int rc = swa_check(c, p, &swa);
     if (rc) return rc;
     if (p->kv_window && !model_rope_shiftable(m))
-        return err_set(PL_EUNSUPPORTED, "kv_window (--kv-window) is not supported for this %s model: its RoPE (YaRN, "
-                       "LongRoPE or a second base for local layers) cannot re-rotate kept keys yet", c->arch_name);
+        return err_set(PL_EUNSUPPORTED,
+                       "kv_window (--kv-window) is not supported for this %s model: its RoPE (YaRN, a cos/sin "
+                       "multiplier, LongRoPE or a second base for local layers) cannot re-rotate kept keys yet",
+                       c->arch_name);
     if (p->kv_window > 1u << 20 || p->kv_sinks > 1u << 20)
         return err_set(PL_EINVAL, "kv_window (--kv-window) %u / kv_sinks (--kv-sinks) %u too large (at most %u)",
                        p->kv_window, p->kv_sinks, 1u << 20);

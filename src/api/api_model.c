@@ -74,7 +74,9 @@ int pl_model_set_rope(pl_model *pm, const pl_rope_params *p)
             if (strcmp(p->type, names[i]) == 0) type = types[i];
         if (type < 0) return err_set(PL_EINVAL, "RoPE scaling '%.32s': none, linear or yarn", p->type);
     }
-    return model_set_rope(pm->m, type, p->factor, p->freq_base, p->orig_ctx);
+    const rope_override o = {type, p->factor, p->freq_base, p->orig_ctx, p->yarn_ext_set, p->yarn_ext_factor,
+                             p->yarn_attn_factor, p->yarn_beta_fast, p->yarn_beta_slow};
+    return model_set_rope(pm->m, &o);
 }
 
 uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }

@@ -98,10 +98,20 @@ enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_
 /* Reads cfg from f; n_vocab comes from <arch>.vocab_size or the tokenizer. */
 int model_config_read(const gguf_file *f, model_config *cfg);
 
-/* The caller's RoPE scaling in place of the file's (rope_override.c):
- * type -1 keeps the file's, else a rope_scaling_type up to YARN; factor,
- * base, orig 0 keep the file's. path names the file in errors. */
-int model_config_rope_override(model_config *c, const char *path, int type, float factor, float base,
-                               uint32_t orig);
+/* The caller's RoPE scaling in place of the file's (rope_override.c).
+ * Zero fields keep the file's (or llama.cpp's default). */
+typedef struct {
+    int type;           /* -1 keeps the file's, else a rope_scaling_type up to YARN */
+    float factor, base; /* context factor, global layers' frequency base */
+    uint32_t orig;      /* YaRN's original context */
+    bool ext_set;       /* ext_factor given (0 turns the ramp off) */
+    float ext_factor;   /* YaRN's ramp mix, 0..1 */
+    float yarn_attn;    /* cos/sin multiplier when no ramp is mixed in */
+    float beta_fast, beta_slow; /* the ramp's corners (beta_fast > beta_slow) */
+} rope_override;
+#define ROPE_OVERRIDE_KEEP ((rope_override){.type = -1})
+
+/* Applies o to c; path names the file in errors. */
+int model_config_rope_override(model_config *c, const char *path, const rope_override *o);
 
 #endif

@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "kv/kv_latent.h"
+#include "model/rope_scaling.h"
 
 /* Slices of the tensor data in a fingerprint: two files whose headers and
  * sizes agree (fine-tunes of one base, re-quantized weights) differ there. */
@@ -91,23 +92,38 @@ int model_kv_dtype_check(const model *m, kv_dtype t)
     return kv_dtype_check_heads(t, m->cfg.n_kv_heads, m->cfg.head_dim);
 }
 
-int model_set_rope(model *m, int type, float factor, float base, uint32_t orig)
+int model_set_rope(model *m, const rope_override *o)
 {
-    if ((m->w.rope_long.data || m->w.rope_short.data) && (type != -1 || factor != 0 || base != 0 || orig != 0))
+    const bool any = o->type != -1 || o->factor != 0 || o->base != 0 || o->orig != 0 || o->ext_set ||
+                     o->yarn_attn != 0 || o->beta_fast != 0 || o->beta_slow != 0;
+    if ((m->w.rope_long.data || m->w.rope_short.data) && any)
         return err_set(PL_EUNSUPPORTED, "%s: its LongRoPE scaling (factor tensors) cannot be replaced",
                        gguf_path(m->file));
     model_config c = m->cfg;
-    const int rc = model_config_rope_override(&c, gguf_path(m->file), type, factor, base, orig);
+    const int rc = model_config_rope_override(&c, gguf_path(m->file), o);
     if (rc || memcmp(&c, &m->cfg, sizeof c) == 0) return rc;
     m->cfg = c;
+    const rope_scaling *rs = &c.rope_scaling;
     const struct {
         uint64_t fp[2];
         uint32_t type, ctx_orig;
         float factor, base, scale, base_local, scale_local;
+        float ext, yarn_attn, beta_fast, beta_slow;
         uint32_t pad; /* no padding bytes of unknown value in the hash */
-    } in = {{m->fingerprint[0], m->fingerprint[1]}, (uint32_t)c.rope_scaling.type, c.rope_scaling.ctx_orig,
-            c.rope_scaling.factor, c.rope_base, c.rope_scale, c.rope_base_local, c.rope_scale_local, 0};
-    static_assert(sizeof in == 48, "the hashed RoPE record has no padding");
+    } in = {{m->fingerprint[0], m->fingerprint[1]},
+            (uint32_t)rs->type,
+            rs->ctx_orig,
+            rs->factor,
+            c.rope_base,
+            c.rope_scale,
+            c.rope_base_local,
+            c.rope_scale_local,
+            rs->ext_set ? rs->ext_factor : -1.0f,
+            rs->yarn_attn,
+            rs->beta_fast,
+            rs->beta_slow,
+            0};
+    static_assert(sizeof in == 64, "the hashed RoPE record has no padding");
     const XXH128_hash_t h = XXH3_128bits(&in, sizeof in);
     m->fingerprint[0] = h.low64;
     m->fingerprint[1] = h.high64;
@@ -123,7 +139,8 @@ kv_rope model_kv_rope(const model *m)
 bool model_rope_shiftable(const model *m)
 {
     const model_config *c = &m->cfg;
-    return c->rope_scaling.type != ROPE_SCALING_YARN && c->rope_scaling.attn_factor == 1.0f && !m->w.rope_long.data &&
-           !m->w.rope_short.data && (!c->local_window || (c->rope_base_local == c->rope_base &&
-                                                           c->rope_scale_local == c->rope_scale));
+    /* kv_shift re-rotates with plain RoPE (base, scale): no YaRN ramp, no cos/sin multiplier */
+    const rope_spec g = rope_spec_make(&c->rope_scaling, c->rope_dim, c->rope_base, c->rope_scale, c->rope_scale, NULL);
+    return rope_spec_plain(&g) && !m->w.rope_long.data && !m->w.rope_short.data &&
+           (!c->local_window || (c->rope_base_local == c->rope_base && c->rope_scale_local == c->rope_scale));
 }

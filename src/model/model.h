@@ -38,7 +38,7 @@ int model_open(model **out, const char *path);
  * arguments), before any context uses m. Its numbers join the fingerprint:
  * the K a block caches is rotated by them, so blocks kept by a KV tier under
  * other RoPE settings must not match. */
-int model_set_rope(model *m, int type, float factor, float base, uint32_t orig);
+int model_set_rope(model *m, const rope_override *o);
 
 /* What attending to one more key of context adds to a prompt token's
  * work, in units of its matmuls: attention's multiply-adds a key (scores

@@ -21,7 +21,7 @@ static int key_f32(const gguf_file *f, const char *arch, const char *name, float
 
 int rope_scaling_read(const gguf_file *f, const char *arch, uint32_t ctx_train, rope_scaling *out)
 {
-    rope_scaling rs = {ROPE_SCALING_LINEAR, 0.0f, 1.0f, ctx_train};
+    rope_scaling rs = {.type = ROPE_SCALING_LINEAR, .attn_factor = 1.0f, .ctx_orig = ctx_train};
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     gguf_str st;
@@ -65,17 +65,22 @@ rope_spec rope_spec_make(const rope_scaling *rs, uint32_t rope_dim, float base, 
                          const float *ff)
 {
     rope_spec r = {rope_dim, base, freq_scale, 0.0f, 1.0f, {0, 0}, ff};
-    if (rs->type == ROPE_SCALING_YARN) {
-        /* llama_context: ext_factor 1; attn_factor = mscale(factor) /
-         * (1 + 0.1 ln factor), which ggml's rope multiplies back */
-        r.ext_factor = 1.0f;
+    const float ext = rs->ext_set ? rs->ext_factor : rs->type == ROPE_SCALING_YARN ? 1.0f : 0.0f;
+    if (ext != 0.0f) {
+        /* llama_context: attn_factor = mscale(factor) / (1 + 0.1 ln
+         * factor), which ggml's rope multiplies back (the caller's
+         * yarn_attn is overwritten, as there) */
+        r.ext_factor = ext;
         const float factor = 1.0f / model_scale;
         const float m = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
         r.mscale = m * (1.0f / (1.0f + 0.1f * logf(factor)));
-        const float start = floorf(corr_dim(rope_dim, rs->ctx_orig, 32.0f, base));
-        const float end = ceilf(corr_dim(rope_dim, rs->ctx_orig, 1.0f, base));
+        const float fast = rs->beta_fast > 0 ? rs->beta_fast : 32.0f, slow = rs->beta_slow > 0 ? rs->beta_slow : 1.0f;
+        const float start = floorf(corr_dim(rope_dim, rs->ctx_orig, fast, base));
+        const float end = ceilf(corr_dim(rope_dim, rs->ctx_orig, slow, base));
         r.corr[0] = start > 0 ? start : 0;
         r.corr[1] = end < (float)(rope_dim - 1) ? end : (float)(rope_dim - 1);
+    } else if (rs->yarn_attn > 0) {
+        r.mscale = rs->yarn_attn;
     }
     r.mscale *= rs->attn_factor;
     return r;

@@ -32,6 +32,14 @@ typedef struct {
     float factor;          /* rope.scaling.factor (0: absent) */
     float attn_factor;     /* rope.scaling.attn_factor, default 1 */
     uint32_t ctx_orig;     /* rope.scaling.original_context_length, default context_length */
+    /* YaRN's knobs, set only by the caller (llama.cpp's context parameters
+     * of the same names; files of our architectures carry none). Zero keeps
+     * llama.cpp's default. */
+    bool ext_set;          /* ext_factor given: the ramp's mix, else 1 for yarn and 0 otherwise */
+    float ext_factor;
+    float yarn_attn;       /* cos/sin multiplier when no ramp is mixed in (default 1; a mix sets its own) */
+    float beta_fast;       /* the ramp's corners, in rotations over the original context (default 32 */
+    float beta_slow;       /*   and 1) */
 } rope_scaling;
 
 /* Reads arch's rope.scaling.* keys; an unknown type or a bad value is an
@@ -50,7 +58,8 @@ typedef struct {
 } rope_spec;
 
 /* The spec of layers with freq_base base and frequency scale freq_scale
- * under scaling rs (beta_fast 32, beta_slow 1: llama.cpp's defaults).
+ * under scaling rs, as llama_context resolves it: a mix (YaRN's ramp) when
+ * its ext factor is not 0, its corners from beta_fast / beta_slow.
  * model_scale is the model's (global layers') frequency scale: llama.cpp
  * derives YaRN's attention factor from it once for all layers. */
 rope_spec rope_spec_make(const rope_scaling *rs, uint32_t rope_dim, float base, float freq_scale, float model_scale,

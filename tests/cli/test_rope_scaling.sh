@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # test_rope_scaling.sh - RoPE scaling chosen on the command line
-# (--rope-scaling, --rope-scale, --rope-freq-base, --yarn-orig-ctx) instead
-# of the file's: a plain file run with a file's scaling as flags gives the
-# tokens (run, serve) and the perplexity of the file that carries it (those
-# files match llama.cpp: test_model_families.sh); "none" undoes a file's;
+# (--rope-scaling, --rope-scale, --rope-freq-base, --yarn-orig-ctx and
+# YaRN's --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast,
+# --yarn-beta-slow) instead of the file's: a plain file run with a file's
+# scaling as flags gives the tokens (run, serve) and the perplexity of the
+# file that carries it (those files match llama.cpp:
+# test_model_families.sh); every flag gives llama.cpp's perplexity under
+# its own flag of that name; "none" undoes a file's;
 # the flags change what a cached block means, so a disk tier written
 # without them serves nothing with them; bad values and files whose
 # scaling is more than numbers are refused, naming why.
@@ -54,6 +57,48 @@ differ rope_yarn_orig_ctx_applied "$(ours "$T/plain.gguf" "${YARN_FLAGS[@]:0:4}"
 ppl() { "$PAGELLM" perplexity -m "$1" -f "$TEXT" --ctx 128 --chunks 4 --json "${@:2}" 2>/dev/null | jq -r .ppl; }
 same rope_flags_perplexity_as_the_yarn_file "$(ppl "$T/plain.gguf" "${YARN_FLAGS[@]}")" "$(ppl "$T/yarn.gguf")"
 
+# llama.cpp's own flags on the same token ids (tests/peer/peer_ppl.c sets
+# its context parameters as its tools do): f32 KV, so only summation order
+# may differ. Each knob moves the figure, except where llama.cpp ignores
+# it (YaRN's ramp sets its own magnitude) and where two spellings mean the same.
+PEER_PPL=$(dirname "$PEER")/peer-ppl
+if [ -x "$PEER_PPL" ]; then
+  "$PAGELLM" tokenize -m "$T/plain.gguf" --json -f "$TEXT" | jq -r '.ids | map(tostring) | join(" ")' >"$T/ids.txt"
+  declare -A fig=()
+  as_peer() { # key flags...: our perplexity against llama.cpp's under the same flags, kept in fig[key]
+    local key=$1 a b; shift
+    a=$(ppl "$T/plain.gguf" --kv-dtype f32 -t 1 "$@")
+    b=$("$PEER_PPL" -m "$T/plain.gguf" -ids-file "$T/ids.txt" -c 128 -chunks 4 -t 1 -ctk f32 -ctv f32 \
+      "${@/#--/-}" 2>"$T/peer.err" | jq -r .ppl)
+    if [ -z "$a" ] || [ -z "$b" ]; then
+      fail "rope_as_llama_cpp_$key" "ours '$a' peer '$b' $(head -c 200 "$T/peer.err")"
+    elif python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * b)" "$a" "$b"; then
+      pass "rope_as_llama_cpp_$key"
+    else
+      fail "rope_as_llama_cpp_$key" "ours $a, llama.cpp $b ($*)"
+    fi
+    fig[$key]=$a
+  }
+  as_peer plain
+  as_peer yarn "${YARN_FLAGS[@]}"
+  as_peer yarn_betas "${YARN_FLAGS[@]}" --yarn-beta-fast 8 --yarn-beta-slow 2
+  as_peer yarn_half_mix "${YARN_FLAGS[@]}" --yarn-ext-factor 0.5
+  as_peer yarn_no_mix "${YARN_FLAGS[@]}" --yarn-ext-factor 0
+  as_peer yarn_attn_factor "${YARN_FLAGS[@]}" --yarn-attn-factor 2
+  as_peer linear_attn_factor --rope-scaling linear --rope-scale 4 --yarn-attn-factor 1.5
+  as_peer linear_with_a_mix --rope-scaling linear --rope-scale 4 --yarn-orig-ctx $((train / 4)) --yarn-ext-factor 1
+  as_peer linear --rope-scaling linear --rope-scale 4
+  as_peer freq_base --rope-freq-base 500
+  distinct=$(printf '%s\n' "${fig[plain]}" "${fig[yarn]}" "${fig[yarn_betas]}" "${fig[yarn_half_mix]}" \
+    "${fig[yarn_no_mix]}" "${fig[linear_attn_factor]}" "${fig[freq_base]}" | sort -u | wc -l)
+  check rope_knobs_each_move_the_figure [ "$distinct" = 7 ]
+  same rope_yarn_attn_factor_ignored_under_a_ramp "${fig[yarn_attn_factor]}" "${fig[yarn]}"
+  same rope_linear_with_a_mix_is_yarn "${fig[linear_with_a_mix]}" "${fig[yarn]}"
+  same rope_no_mix_is_linear_interpolation "${fig[yarn_no_mix]}" "${fig[linear]}"
+else
+  skip rope_as_llama_cpp "peer-ppl not built (tests/peer.sh)"
+fi
+
 # serve: the same greedy completion as the yarn file under run
 serve_start "$T/serve.log" "$T/plain.gguf" --ctx 512 -t 1 "${YARN_FLAGS[@]}"
 if [ -n "$PORT" ]; then
@@ -88,6 +133,12 @@ serve_start "$T/serve-warn.log" "$T/plain.gguf" --ctx $((4 * train)) -t 1
 check rope_serve_warns grep -q "past the $train positions the model's RoPE" "$T/serve-warn.log"
 [ -n "$SPID" ] && { kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null; }
 
+# --kv-window re-rotates kept keys with plain RoPE: refused where the flags make it more than that
+expect_exit rope_window_refused_with_a_multiplier 1 'cannot re-rotate kept keys' -- \
+  "$PAGELLM" run -m "$T/plain.gguf" -p hi -n 2 --kv-window 64 --yarn-attn-factor 1.5
+check rope_window_taken_once_the_ramp_is_off \
+  "$PAGELLM" run -m "$T/yarn.gguf" -p hi -n 2 --kv-window 64 --yarn-ext-factor 0
+
 # refusals
 expect_exit rope_bad_type 2 "bad value 'ntk' for --rope-scaling" -- \
   "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scaling ntk
@@ -95,6 +146,12 @@ expect_exit rope_yarn_needs_a_factor 1 'YaRN needs a RoPE scale > 1' -- \
   "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scaling yarn
 expect_exit rope_scale_range 2 'rope-scale' -- \
   "$PAGELLM" run -m "$T/plain.gguf" -p hi --rope-scale 0
+expect_exit rope_ext_factor_range 2 'yarn-ext-factor' -- \
+  "$PAGELLM" run -m "$T/plain.gguf" -p hi --yarn-ext-factor 1.5
+expect_exit rope_betas_in_order 1 'YaRN beta fast 2 must be above beta slow 3' -- \
+  "$PAGELLM" run -m "$T/plain.gguf" -p hi --yarn-beta-fast 2 --yarn-beta-slow 3
+expect_exit rope_perplexity_betas_in_order 1 'YaRN beta fast 2 must be above beta slow 3' -- \
+  "$PAGELLM" perplexity -m "$T/plain.gguf" -f "$TEXT" --yarn-beta-fast 2 --yarn-beta-slow 3
 expect_exit rope_longrope_not_replaced 1 'LongRoPE' -- \
   "$PAGELLM" run -m "$T/phi3_long.gguf" -p hi --rope-scale 2
 expect_exit rope_serve_bad_type 2 "bad value 'ntk' for --rope-scaling" -- \

@@ -15,11 +15,16 @@
  *   - ppl = exp(mean nll); ppl_err = ppl * sqrt((E[nll^2] - E[nll]^2) / (n - 1)).
  *
  *   peer-ppl -m MODEL -ids-file F [-c N_CTX] [-chunks N] [-t T] [-ctk T] [-ctv T] [-nll OUT]
+ *            [-rope-scaling none|linear|yarn] [-rope-scale F] [-rope-freq-base F]
+ *            [-yarn-orig-ctx N] [-yarn-ext-factor F] [-yarn-attn-factor F]
+ *            [-yarn-beta-fast F] [-yarn-beta-slow F]
  *
  * F holds the ids separated by spaces, commas, brackets or newlines ("-" =
  * stdin). -ctk/-ctv name the KV cache types (f32, f16, bf16, q8_0, q4_0;
  * default f16). -nll writes each scored token's nll, one per line, to find
- * where two engines part ways. Prints one JSON line:
+ * where two engines part ways. The -rope-* and -yarn-* flags are llama.cpp's
+ * context parameters as its own tools set them (-rope-scale F: a frequency
+ * scale of 1 / F). Prints one JSON line:
  *   {"ppl":..,"ppl_err":..,"n_tokens":..,"n_chunks":..,"n_ctx":..,"ctk":..,"ctv":..}
  *
  * Built by tests/peer.sh against the headers and libraries that
@@ -86,11 +91,35 @@ static double nll_of(const float *logits, int n_vocab, llama_token tok)
     return (double)mx + log(s) - logits[tok];
 }
 
+static int parse_rope_type(const char *s, enum llama_rope_scaling_type *t)
+{
+    if (!strcmp(s, "none")) *t = LLAMA_ROPE_SCALING_TYPE_NONE;
+    else if (!strcmp(s, "linear")) *t = LLAMA_ROPE_SCALING_TYPE_LINEAR;
+    else if (!strcmp(s, "yarn")) *t = LLAMA_ROPE_SCALING_TYPE_YARN;
+    else return -1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *ids_path = NULL, *nll_path = NULL, *ctk = "f16", *ctv = "f16";
     int threads = 2, n_ctx = 512, max_chunks = -1;
+    struct llama_context_params cp = llama_context_default_params();
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-rope-scaling")) {
+            if (parse_rope_type(argv[i + 1], &cp.rope_scaling_type)) {
+                fprintf(stderr, "peer-ppl: bad -rope-scaling %s\n", argv[i + 1]);
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(argv[i], "-rope-scale")) { cp.rope_freq_scale = 1.0f / strtof(argv[i + 1], NULL); continue; }
+        if (!strcmp(argv[i], "-rope-freq-base")) { cp.rope_freq_base = strtof(argv[i + 1], NULL); continue; }
+        if (!strcmp(argv[i], "-yarn-orig-ctx")) { cp.yarn_orig_ctx = (uint32_t)atoi(argv[i + 1]); continue; }
+        if (!strcmp(argv[i], "-yarn-ext-factor")) { cp.yarn_ext_factor = strtof(argv[i + 1], NULL); continue; }
+        if (!strcmp(argv[i], "-yarn-attn-factor")) { cp.yarn_attn_factor = strtof(argv[i + 1], NULL); continue; }
+        if (!strcmp(argv[i], "-yarn-beta-fast")) { cp.yarn_beta_fast = strtof(argv[i + 1], NULL); continue; }
+        if (!strcmp(argv[i], "-yarn-beta-slow")) { cp.yarn_beta_slow = strtof(argv[i + 1], NULL); continue; }
         if (!strcmp(argv[i], "-m")) model_path = argv[i + 1];
         else if (!strcmp(argv[i], "-ids-file")) ids_path = argv[i + 1];
         else if (!strcmp(argv[i], "-c")) n_ctx = atoi(argv[i + 1]);
@@ -123,7 +152,6 @@ int main(int argc, char **argv)
     if (!model) { fprintf(stderr, "peer-ppl: cannot load %s\n", model_path); return 1; }
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
     const int n_vocab = llama_vocab_n_tokens(vocab);
-    struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_batch = cp.n_ubatch = (uint32_t)n_ctx; /* one decode per chunk */
     cp.n_seq_max = 1;
