@@ -87,6 +87,10 @@ static void inspect_compute(inspect_report *r)
 
 /* Bits per weight of bytes over elements (0 for none): a format's storage
  * cost with its scales, e.g. q4_K 4.5, q5_0 5.5, q6_K 6.5625. */
+/* The positions past which RoPE extrapolates (the file's scaling
+ * included where pagellm reads the model), 0 when unknown. */
+static uint32_t inspect_reach(const pl_file_info *in) { return in->ctx_rope ? in->ctx_rope : in->ctx_train; }
+
 static double inspect_bpw(unsigned long long bytes, unsigned long long elements)
 {
     return elements ? 8.0 * (double)bytes / (double)elements : 0.0;
@@ -104,6 +108,12 @@ static void inspect_print_model(const pl_file_info *in)
     printf("  vocab %u  context %u  rope dims %u  rope base %g  norm eps %g  tokenizer %s\n", in->vocab_size,
            in->ctx_train, in->rope_dim, (double)in->rope_base, (double)in->norm_eps,
            in->tokenizer[0] ? in->tokenizer : "(none)");
+    if (!strcmp(in->rope_scaling, "longrope"))
+        printf("  rope scaling   longrope (factor tensors: short up to an original context of %u, long past it)\n",
+               in->rope_orig_ctx);
+    else if (in->rope_factor > 0)
+        printf("  rope scaling   %s x%g from an original context of %u: made for %u positions\n", in->rope_scaling,
+               (double)in->rope_factor, in->rope_orig_ctx, in->ctx_rope);
     if (in->sliding_window)
         printf("  sliding window %u: applied by default (each token attends to the last %u positions, KV blocks "
                "before them freed; --swa off for full attention, as llama.cpp does for llama-arch models)\n",
@@ -166,7 +176,10 @@ static void inspect_print_table(const inspect_report *r)
             for (size_t b = 0; b < N_BATCH; b++)
                 printf("  %16s", cli_human_bytes(k->size.bytes_per_token * (double)inspect_ctx[c] * (double)inspect_batch[b],
                                                h, sizeof h));
-            printf("%s\n", r->info.ctx_train && inspect_ctx[c] > r->info.ctx_train ? "  (beyond trained context)" : "");
+            const uint32_t reach = inspect_reach(&r->info);
+            printf("%s\n", !reach || inspect_ctx[c] <= reach ? ""
+                            : reach > r->info.ctx_train ? "  (beyond the scaled context)"
+                                                        : "  (beyond trained context)");
         }
     }
 }
@@ -215,6 +228,10 @@ static json_t *inspect_json_model(const pl_file_info *in)
     json_object_set_new(o, "local_layers", json_integer(in->local_layers));
     json_object_set_new(o, "rope_dim", json_integer(in->rope_dim));
     json_object_set_new(o, "rope_base", inspect_json_f32(in->rope_base));
+    json_object_set_new(o, "rope_scaling", inspect_json_str(in->rope_scaling));
+    json_object_set_new(o, "rope_factor", inspect_json_f32(in->rope_factor));
+    json_object_set_new(o, "rope_orig_ctx", json_integer(in->rope_orig_ctx));
+    json_object_set_new(o, "ctx_rope", json_integer(in->ctx_rope));
     json_object_set_new(o, "norm_eps", inspect_json_f32(in->norm_eps));
     json_object_set_new(o, "tokenizer", inspect_json_str(in->tokenizer));
     json_object_set_new(o, "weights_bytes", json_integer((json_int_t)in->weights_bytes));

@@ -137,6 +137,12 @@ typedef struct {
     uint32_t local_layers;   /* how many of the n_layers are local */
     uint32_t kv_lora_rank;   /* deepseek2 (MLA): the latent KV kind, n_layers x (kv_lora_rank + rope_dim)
                                 values a token (pl_kv_size_of_latent); 0 for K/V heads */
+    /* RoPE scaling as the file's rope.scaling.* keys give it ("" and 0 where
+     * pagellm cannot run the architecture) */
+    char rope_scaling[12];   /* "none", "linear", "yarn" or "longrope" */
+    float rope_factor;       /* context factor (0: none) */
+    uint32_t rope_orig_ctx;  /* the original context it stretches */
+    uint32_t ctx_rope;       /* positions RoPE was trained or scaled for (pl_model_n_ctx_rope's) */
 } pl_file_info;
 
 /* Reads and validates a GGUF file and summarises it. */

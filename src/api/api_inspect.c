@@ -99,6 +99,12 @@ static void info_layers(const gguf_file *f, pl_file_info *o)
     o->sliding_window = c.sliding_window;
     o->local_window = c.local_window;
     o->kv_lora_rank = c.mla.kv_lora_rank;
+    static const char *const scalings[] = {"none", "linear", "yarn", "longrope"};
+    const bool longrope = gguf_tensor_find(f, "rope_factors_long.weight") != NULL; /* phi3's: no type key */
+    snprintf(o->rope_scaling, sizeof o->rope_scaling, "%s", longrope ? "longrope" : scalings[c.rope_scaling.type]);
+    o->rope_factor = c.rope_scaling.type == ROPE_SCALING_NONE ? 0 : c.rope_scaling.factor;
+    o->rope_orig_ctx = c.rope_scaling.ctx_orig;
+    o->ctx_rope = model_config_ctx_rope(&c);
     for (uint32_t l = 0; l < c.n_layers; l++) o->local_layers += model_config_layer_local(&c, l);
 }
 

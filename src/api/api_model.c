@@ -81,16 +81,7 @@ int pl_model_set_rope(pl_model *pm, const pl_rope_params *p)
 
 uint32_t pl_model_n_ctx_train(const pl_model *pm) { return pm->m->cfg.ctx_train; }
 
-uint32_t pl_model_n_ctx_rope(const pl_model *pm)
-{
-    const model_config *c = &pm->m->cfg;
-    double n = c->ctx_train;
-    if (c->rope_scaling.type != ROPE_SCALING_NONE && c->rope_scale > 0 && c->rope_scale < 1) {
-        const double s = (double)c->rope_scaling.ctx_orig / c->rope_scale; /* rope_scale = 1 / factor */
-        n = s > n ? s : n;
-    }
-    return n >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
-}
+uint32_t pl_model_n_ctx_rope(const pl_model *pm) { return model_config_ctx_rope(&pm->m->cfg); }
 uint32_t pl_model_sliding_window(const pl_model *pm) { return pm->m->cfg.sliding_window; }
 const char *pl_model_chat_template(const pl_model *pm) { return pm->chat_template; }
 uint32_t pl_model_n_embd(const pl_model *pm) { return pm->m->cfg.dim; }

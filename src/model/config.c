@@ -138,3 +138,13 @@ bool model_config_layer_local(const model_config *c, uint32_t l)
     if (!c->local_window) return false;
     return c->local_pattern == 0 || l % c->local_pattern < c->local_pattern - 1;
 }
+
+uint32_t model_config_ctx_rope(const model_config *c)
+{
+    double n = c->ctx_train;
+    if (c->rope_scaling.type != ROPE_SCALING_NONE && c->rope_scale > 0 && c->rope_scale < 1) {
+        const double s = (double)c->rope_scaling.ctx_orig / c->rope_scale; /* rope_scale = 1 / factor */
+        n = s > n ? s : n;
+    }
+    return n >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}

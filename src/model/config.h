@@ -98,6 +98,11 @@ enum { MODEL_POOL_NONE = 0, MODEL_POOL_MEAN = 1, MODEL_POOL_CLS = 2, MODEL_POOL_
 /* Reads cfg from f; n_vocab comes from <arch>.vocab_size or the tokenizer. */
 int model_config_read(const gguf_file *f, model_config *cfg);
 
+/* The positions RoPE was trained or scaled for: the trained context, or
+ * the original context times a linear / YaRN factor when that is more.
+ * Past it RoPE extrapolates. */
+uint32_t model_config_ctx_rope(const model_config *c);
+
 /* The caller's RoPE scaling in place of the file's (rope_override.c).
  * Zero fields keep the file's (or llama.cpp's default). */
 typedef struct {

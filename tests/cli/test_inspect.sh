@@ -139,6 +139,28 @@ check inspect_mha_no_gqa_saving grep -q "no GQA saving" "$T/mha.txt"
 is inspect_noarch_kv_na "$T/noarch.json" .kv_bytes_per_token.f16 null
 check inspect_noarch_why grep -q "architecture" <<<"$(jget "$T/noarch.json" .kv_unavailable.f16)"
 
+# ------------------------------------------------------ RoPE scaling and its reach
+# plain: RoPE made for the trained context; linear x8 from 512: for 4096, so
+# 8K is past the scaled context and 2K is not; phi3's LongRoPE is told by its tensors
+"$PAGELLM" synth --shape tiny --arch llama -o "$T/r_plain.gguf" >/dev/null 2>&1
+"$PAGELLM" synth --shape tiny --arch llama --rope-scaling linear --rope-factor 8 -o "$T/r_lin.gguf" >/dev/null 2>&1
+"$PAGELLM" synth --shape tiny --arch phi3 --rope-scaling longrope --rope-orig-ctx 256 -o "$T/r_phi.gguf" >/dev/null 2>&1
+for m in r_plain r_lin r_phi; do "$PAGELLM" inspect "$T/$m.gguf" --json >"$T/$m.json" 2>/dev/null; done
+is inspect_rope_plain_reach "$T/r_plain.json" .ctx_rope "$(jget "$T/r_plain.json" .ctx_train)"
+is inspect_rope_plain_factor "$T/r_plain.json" .rope_factor 0
+is inspect_rope_linear_type "$T/r_lin.json" .rope_scaling linear
+is inspect_rope_linear_factor "$T/r_lin.json" .rope_factor 8
+is inspect_rope_linear_orig "$T/r_lin.json" .rope_orig_ctx 512
+is inspect_rope_linear_reach "$T/r_lin.json" .ctx_rope 4096
+is inspect_rope_longrope "$T/r_phi.json" .rope_scaling longrope
+lin=$("$PAGELLM" inspect "$T/r_lin.gguf" 2>&1)
+check inspect_rope_line grep -q "rope scaling   linear x8 from an original context of 512: made for 4096 positions" <<<"$lin"
+check inspect_rope_2k_unmarked grep -qE "^  f16 +2K .*MiB$" <<<"$lin"
+check inspect_rope_8k_past_the_scaled grep -qE "^  f16 +8K .*\(beyond the scaled context\)$" <<<"$lin"
+check inspect_rope_plain_8k_past_trained grep -qE "^  f16 +8K .*\(beyond trained context\)$" <<<"$("$PAGELLM" inspect "$T/r_plain.gguf" 2>&1)"
+check inspect_rope_longrope_line grep -q "rope scaling   longrope (factor tensors: short up to an original context of 256" \
+  <<<"$("$PAGELLM" inspect "$T/r_phi.gguf" 2>&1)"
+
 # ---------------------------------------------------------------- failures
 expect_exit inspect_missing_file 1 "nope\.gguf" -- "$PAGELLM" inspect "$T/nope.gguf"
 head -c 4096 /dev/urandom >"$T/random.gguf"
