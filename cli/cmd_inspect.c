@@ -85,12 +85,12 @@ static void inspect_compute(inspect_report *r)
 
 /* ---------------------------------------------------------------- text */
 
-/* Bits per weight of bytes over elements (0 for none): a format's storage
- * cost with its scales, e.g. q4_K 4.5, q5_0 5.5, q6_K 6.5625. */
 /* The positions past which RoPE extrapolates (the file's scaling
  * included where pagellm reads the model), 0 when unknown. */
 static uint32_t inspect_reach(const pl_file_info *in) { return in->ctx_rope ? in->ctx_rope : in->ctx_train; }
 
+/* Bits per weight of bytes over elements (0 for none): a format's storage
+ * cost with its scales, e.g. q4_K 4.5, q5_0 5.5, q6_K 6.5625. */
 static double inspect_bpw(unsigned long long bytes, unsigned long long elements)
 {
     return elements ? 8.0 * (double)bytes / (double)elements : 0.0;

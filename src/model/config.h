@@ -114,7 +114,9 @@ typedef struct {
     float yarn_attn;    /* cos/sin multiplier when no ramp is mixed in */
     float beta_fast, beta_slow; /* the ramp's corners (beta_fast > beta_slow) */
 } rope_override;
-#define ROPE_OVERRIDE_KEEP ((rope_override){.type = -1})
+
+/* True when o asks for nothing (every field keeps the file's). */
+bool rope_override_empty(const rope_override *o);
 
 /* Applies o to c; path names the file in errors. */
 int model_config_rope_override(model_config *c, const char *path, const rope_override *o);

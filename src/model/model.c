@@ -94,9 +94,7 @@ int model_kv_dtype_check(const model *m, kv_dtype t)
 
 int model_set_rope(model *m, const rope_override *o)
 {
-    const bool any = o->type != -1 || o->factor != 0 || o->base != 0 || o->orig != 0 || o->ext_set ||
-                     o->yarn_attn != 0 || o->beta_fast != 0 || o->beta_slow != 0;
-    if ((m->w.rope_long.data || m->w.rope_short.data) && any)
+    if ((m->w.rope_long.data || m->w.rope_short.data) && !rope_override_empty(o))
         return err_set(PL_EUNSUPPORTED, "%s: its LongRoPE scaling (factor tensors) cannot be replaced",
                        gguf_path(m->file));
     model_config c = m->cfg;

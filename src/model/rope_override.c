@@ -28,6 +28,12 @@
 
 static bool positive(float v) { return isfinite(v) && v > 0; }
 
+bool rope_override_empty(const rope_override *o)
+{
+    return o->type == -1 && o->factor == 0 && o->base == 0 && o->orig == 0 && !o->ext_set && o->yarn_attn == 0 &&
+           o->beta_fast == 0 && o->beta_slow == 0;
+}
+
 int model_config_rope_override(model_config *c, const char *path, const rope_override *o)
 {
     if (o->type < -1 || o->type > ROPE_SCALING_YARN)
@@ -43,9 +49,7 @@ int model_config_rope_override(model_config *c, const char *path, const rope_ove
     if ((o->beta_fast != 0 && !positive(o->beta_fast)) || (o->beta_slow != 0 && !positive(o->beta_slow)))
         return err_set(PL_EINVAL, "YaRN beta fast %g / slow %g: must be finite numbers > 0", o->beta_fast,
                        o->beta_slow);
-    if (o->type == -1 && o->factor == 0 && o->base == 0 && o->orig == 0 && !o->ext_set && o->yarn_attn == 0 &&
-        o->beta_fast == 0 && o->beta_slow == 0)
-        return 0;
+    if (rope_override_empty(o)) return 0;
     if (c->rope_scaling.type == ROPE_SCALING_LONGROPE)
         return err_set(PL_EUNSUPPORTED, "%s: its LongRoPE scaling (factor tensors) cannot be replaced", path);
     if (c->mla.kv_lora_rank)
@@ -61,7 +65,8 @@ int model_config_rope_override(model_config *c, const char *path, const rope_ove
     if (o->beta_slow > 0) rs.beta_slow = o->beta_slow;
     if (rs.type == ROPE_SCALING_YARN && !(rs.factor > 1.0f))
         return err_set(PL_EINVAL, "%s: YaRN needs a RoPE scale > 1 (it has %g)", path, rs.factor);
-    const float fast = rs.beta_fast > 0 ? rs.beta_fast : 32.0f, slow = rs.beta_slow > 0 ? rs.beta_slow : 1.0f;
+    const float fast = rs.beta_fast > 0 ? rs.beta_fast : ROPE_BETA_FAST;
+    const float slow = rs.beta_slow > 0 ? rs.beta_slow : ROPE_BETA_SLOW;
     if (!(fast > slow)) /* the ramp runs from the fast corner down to the slow one */
         return err_set(PL_EINVAL, "YaRN beta fast %g must be above beta slow %g", fast, slow);
     float scale = c->rope_scale; /* the file's, also from its older rope.scale_linear key */

@@ -74,7 +74,8 @@ rope_spec rope_spec_make(const rope_scaling *rs, uint32_t rope_dim, float base, 
         const float factor = 1.0f / model_scale;
         const float m = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
         r.mscale = m * (1.0f / (1.0f + 0.1f * logf(factor)));
-        const float fast = rs->beta_fast > 0 ? rs->beta_fast : 32.0f, slow = rs->beta_slow > 0 ? rs->beta_slow : 1.0f;
+        const float fast = rs->beta_fast > 0 ? rs->beta_fast : ROPE_BETA_FAST;
+        const float slow = rs->beta_slow > 0 ? rs->beta_slow : ROPE_BETA_SLOW;
         const float start = floorf(corr_dim(rope_dim, rs->ctx_orig, fast, base));
         const float end = ceilf(corr_dim(rope_dim, rs->ctx_orig, slow, base));
         r.corr[0] = start > 0 ? start : 0;

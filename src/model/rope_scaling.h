@@ -38,9 +38,13 @@ typedef struct {
     bool ext_set;          /* ext_factor given: the ramp's mix, else 1 for yarn and 0 otherwise */
     float ext_factor;
     float yarn_attn;       /* cos/sin multiplier when no ramp is mixed in (default 1; a mix sets its own) */
-    float beta_fast;       /* the ramp's corners, in rotations over the original context (default 32 */
-    float beta_slow;       /*   and 1) */
+    float beta_fast;       /* the ramp's corners, in rotations over the original context (default */
+    float beta_slow;       /*   ROPE_BETA_FAST, ROPE_BETA_SLOW) */
 } rope_scaling;
+
+/* llama.cpp's YaRN corners */
+#define ROPE_BETA_FAST 32.0f
+#define ROPE_BETA_SLOW 1.0f
 
 /* Reads arch's rope.scaling.* keys; an unknown type or a bad value is an
  * error naming the key. ctx_train is the default of ctx_orig. */
